@@ -1,0 +1,5 @@
+import sys
+
+from netcheck.cli import main
+
+sys.exit(main())

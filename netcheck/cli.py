@@ -1,0 +1,159 @@
+"""Command line: parse, validate, run, render. No diagnosis happens here.
+
+    netcheck --rdzv HOST:PORT [--nnodes N|MIN:MAX] [--node-rank K] [--json PATH|-]
+    netcheck local                 this node only, no network
+    netcheck probe HOST:PORT       the reachability probe alone, no torch
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from netcheck import __version__, report
+from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.constants import (
+    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, EXIT_USAGE, PHASES,
+    PROBE_TIMEOUT,
+)
+from netcheck.launcher import LaunchError, detect_launch, rdzv_from_env
+
+EPILOG = """\
+exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
+a phase (internal error), 64 unusable command line, 130 interrupted.
+subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone).
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting 2: bad command lines exit 64, in one line."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="netcheck", description="Preflight network check for multi-node PyTorch: "
+                "run the same command on every node.", epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"netcheck {__version__}")
+    p.add_argument("--rdzv", metavar="HOST:PORT", help="the endpoint the job will use "
+                   f"(torchrun's --rdzv-endpoint, or MASTER_ADDR:MASTER_PORT); default port "
+                   f"{DEFAULT_PORT}; [v6addr]:port accepted. Default: MASTER_ADDR/MASTER_PORT "
+                   "or PET_MASTER_ADDR/PET_MASTER_PORT from the environment")
+    p.add_argument("--nnodes", metavar="N|MIN:MAX", help="number of nodes (torchrun's meaning). "
+                   "Default: from Slurm, Kubeflow or torchrun variables; else nodes are "
+                   "numbered as they arrive and the host waits for --join-window of quiet")
+    p.add_argument("--node-rank", type=int, metavar="K", help="this node's rank; 0 hosts the "
+                   "rendezvous. Default: from the launcher's variables, else arrival order")
+    p.add_argument("--nproc-per-node", type=int, metavar="P",
+                   help="processes per node (default: local GPU count, else 1)")
+    p.add_argument("--rdzv-id", metavar="ID", help="keeps runs apart; nodes of another run "
+                   "are reported, never mixed in (default: $SLURM_JOB_ID, else 'netcheck')")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); the host "
+                   "waits for joiners for half of it")
+    p.add_argument("--join-window", type=float, default=DEFAULT_JOIN_WINDOW, metavar="S",
+                   help="without a fixed node count: the host closes the rendezvous once no "
+                   f"node has joined for this long (default {DEFAULT_JOIN_WINDOW:g})")
+    p.add_argument("--skip", metavar="PHASE[,PHASE]", help=f"phases to skip: {', '.join(PHASES)}")
+    p.add_argument("--only", metavar="PHASE[,PHASE]", help="run only these phases")
+    p.add_argument("--json", metavar="PATH|-", help="write the JSON report there ('-': stdout, "
+                   "and the text report goes to stderr)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
+    p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:
+    rdzv = args.rdzv or rdzv_from_env(env)
+    if not rdzv:
+        raise UsageError("--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)")
+    try:
+        launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node, local_gpus=0)
+    except LaunchError as e:
+        raise UsageError(str(e)) from None
+    return check_config(Config(
+        rdzv=parse_endpoint(rdzv), launch=launch,
+        run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or "netcheck",
+        timeout=args.timeout, join_window=args.join_window,
+        phases=select_phases(args.skip, args.only), json_path=args.json,
+        quiet=args.quiet, verbose=args.verbose))
+
+
+def progress_printer(quiet: bool):
+    """Progress lines on stderr, only for a person at a terminal."""
+    if quiet or not sys.stderr.isatty():
+        return lambda message: None
+    return lambda message: print(f"netcheck: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["local"]:
+            return run_local(argv[1:])
+        if argv[:1] == ["probe"]:
+            return run_probe(argv[1:])
+        config = config_from_args(build_parser().parse_args(argv), os.environ)
+    except UsageError as e:
+        print(f"netcheck: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_and_render(config)
+
+
+def run_and_render(config: Config) -> int:
+    from netcheck.runner import run_check
+
+    outcome = run_check(config, progress_printer(config.quiet))
+    emit(outcome.report, config.json_path, config.quiet, config.verbose)
+    if outcome.exit_code == EXIT_INTERRUPTED:
+        print("netcheck: interrupted; the report above holds what was learnt", file=sys.stderr)
+    return outcome.exit_code
+
+
+def emit(rep, json_path: str | None, quiet: bool, verbose: bool) -> None:
+    text_out = sys.stderr if json_path == "-" else sys.stdout
+    if json_path == "-":
+        sys.stdout.write(report.render_json(rep))
+    elif json_path:
+        report.write_file(json_path, report.render_json(rep))
+    if not quiet:
+        text_out.write(report.render_text(rep, verbose))
+    text_out.flush()
+
+
+def run_local(argv: list[str]) -> int:
+    p = _Parser(prog="netcheck local", description="This node only: interfaces, names, "
+                "/dev/shm, launcher view. No network traffic.")
+    p.add_argument("--json", metavar="PATH|-")
+    args = p.parse_args(argv)
+    from netcheck.runner import local_only
+
+    rep = local_only(os.environ)
+    emit(rep, args.json, False, True)
+    return 0
+
+
+def run_probe(argv: list[str]) -> int:
+    p = _Parser(prog="netcheck probe", description="TCP-connect to HOST:PORT and classify the "
+                "answer: open, refused, filtered, unreachable, dns. No torch.")
+    p.add_argument("endpoint", metavar="HOST:PORT")
+    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
+                   help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")
+    p.add_argument("--json", metavar="PATH|-")
+    args = p.parse_args(argv)
+    endpoint = parse_endpoint(args.endpoint)
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    from netcheck.runner import probe_only
+
+    rep = probe_only(endpoint.host, endpoint.port, args.timeout)
+    emit(rep, args.json, False, True)
+    return 0 if rep.verdict == "pass" else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The validated run configuration: one dataclass, checked in one place.
+
+Messages carry the offending values, so a user-caused error reads as one clear line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from netcheck.constants import DEFAULT_PORT, PHASES
+from netcheck.model import Launch
+
+
+class UsageError(ValueError):
+    """An unusable command line: printed as one line, exit 64."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Config:
+    rdzv: Endpoint
+    launch: Launch
+    run_id: str
+    timeout: float          # bounds the whole run
+    join_window: float      # arrival numbering: the host waits until nobody joined for this long
+    phases: tuple[str, ...]  # the phases to run, in order
+    json_path: str | None
+    quiet: bool
+    verbose: bool
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """HOST, HOST:PORT, [V6]:PORT or [V6]; the default port is torch's, 29500."""
+    match = re.fullmatch(r"\[([^\]]+)\](?::(\d*))?|([^:\[\]]+)(?::(\d*))?", text.strip())
+    if not match or (text.strip().endswith(":")):
+        raise UsageError(f"--rdzv {text!r}: expected HOST:PORT or [IPV6]:PORT")
+    host = match.group(1) or match.group(3)
+    port_text = match.group(2) if match.group(1) else match.group(4)
+    port = int(port_text) if port_text else DEFAULT_PORT
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--rdzv {text!r}: port {port} is outside 1-65535")
+    return Endpoint(host, port)
+
+
+def select_phases(skip: str | None, only: str | None) -> tuple[str, ...]:
+    if skip and only:
+        raise UsageError("--skip and --only cannot be used together")
+    named = [p.strip() for p in (skip or only or "").split(",") if p.strip()]
+    unknown = [p for p in named if p not in PHASES]
+    if unknown:
+        raise UsageError(f"unknown phase {', '.join(unknown)}: phases are {', '.join(PHASES)}")
+    if only:
+        return tuple(p for p in PHASES if p in named)
+    return tuple(p for p in PHASES if p not in named)
+
+
+def check_config(config: Config) -> Config:
+    launch = config.launch
+    if config.timeout <= 0:
+        raise UsageError(f"--timeout {config.timeout:g}: must be more than 0 seconds")
+    if config.join_window <= 0:
+        raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds")
+    if launch.node_rank is not None and launch.node_rank < 0:
+        raise UsageError(f"--node-rank {launch.node_rank}: must be 0 or more")
+    if launch.node_rank is not None and launch.nnodes_max is not None \
+            and launch.node_rank >= launch.nnodes_max:
+        raise UsageError(f"node rank {launch.node_rank} (from {launch.source}) is not below "
+                         f"nnodes {launch.nnodes_max}")
+    if launch.nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node {launch.nproc_per_node}: must be 1 or more")
+    if not config.run_id or len(config.run_id) > 128 or "/" in config.run_id:
+        raise UsageError(f"--rdzv-id {config.run_id!r}: 1-128 characters, no '/'")
+    return config

@@ -1,0 +1,57 @@
+"""Every constant netcheck shares between modules: check ids, defaults, deadlines, limits."""
+
+DEFAULT_PORT = 29500
+REPORT_SCHEMA = "netcheck.report/1"
+FACTS_SCHEMA = "netcheck.facts/1"
+
+# Check ids are a public contract (README, JSON, runbooks): add, never rename.
+RDZV_RESOLVE = "rdzv.resolve"
+RDZV_REACH = "rdzv.reach"
+RDZV_LISTEN = "rdzv.listen"
+RDZV_JOIN = "rdzv.join"
+RDZV_FQDN = "rdzv.fqdn"
+MESH_CONNECT = "mesh.connect"
+NIC_ROUTE = "nic.route"
+NIC_NCCL_DEFAULT = "nic.nccl_default"
+NIC_GLOO_DEFAULT = "nic.gloo_default"
+NIC_MTU = "nic.mtu"
+NIC_SPEED = "nic.speed"
+NIC_IB = "nic.ib"
+ENV_MISMATCH = "env.mismatch"
+HOST_SHM = "host.shm"
+HOST_CLOCK = "host.clock"
+LAUNCH_TOPOLOGY = "launch.topology"
+BW_BUSBW = "bw.busbw"
+BW_PAIR = "bw.pair"
+BW_STRAGGLER = "bw.straggler"
+BW_WRONG = "bw.wrong"
+RUN_TIMEOUT = "run.timeout"
+RUN_INTERNAL = "run.internal"
+
+# Phases in the order they run (SPEC "Phases, in order").
+PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
+
+# Exit codes: the monitoring convention (SPEC "Output").
+EXIT_PASS = 0
+EXIT_WARN = 1
+EXIT_FAIL = 2
+EXIT_INTERNAL = 3
+EXIT_USAGE = 64
+EXIT_INTERRUPTED = 130
+
+# Deadlines, in seconds.
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_JOIN_WINDOW = 5.0
+PROBE_TIMEOUT = 3.0          # a SYN unanswered this long is "filtered"
+PROBE_RETRY_INTERVAL = 0.5   # between probes while the host is not listening yet
+GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
+REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
+STORE_POLL_INTERVAL = 0.05
+
+# Trust limits on what peers send.
+MAX_FACTS_BYTES = 1 << 20
+MAX_NODES = 10_000
+
+# Thresholds.
+CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
+CLOCK_PINGS = 3

@@ -1,0 +1,189 @@
+"""Rules: facts in, findings out. Rules never print and never touch the network."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+from netcheck.constants import (
+    CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
+    RDZV_RESOLVE, RUN_INTERNAL, RUN_TIMEOUT,
+)
+from netcheck.model import FAIL, PASS, WARN, Finding, Gathering, Holder, Member, Reach
+
+REACH_FIXES = {
+    "refused": "start netcheck on the host node first (it waits for joiners), check the port "
+               "number, and remove any REJECT rule for the port on the host",
+    "filtered": "open the port in the host's firewall (iptables/nftables, a cloud security "
+                "group) for traffic from this node",
+    "unreachable": "this node has no route to the host: check the address, the subnet and "
+                   "the routes (ip route get ADDRESS)",
+    "dns": "use an address, or add the name to DNS or /etc/hosts on this node",
+}
+
+
+def reach_findings(reach: Reach, ranks: tuple[int, ...]) -> list[Finding]:
+    """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding."""
+    endpoint = f"{reach.host}:{reach.port}"
+    if reach.outcome == "dns":
+        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node",
+                        (f"getaddrinfo({reach.host!r}): {reach.resolve_error}",), REACH_FIXES["dns"])]
+    resolved = Finding(RDZV_RESOLVE, PASS, ranks,
+                       f"{reach.host} resolves to {', '.join(reach.addresses)}")
+    evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
+                     for p in reach.probes) + (f"{reach.attempts} attempt(s) over {reach.seconds:.1f} s",)
+    if reach.outcome == "open":
+        return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
+    summary = {
+        "refused": f"{endpoint} refused the connection for {reach.seconds:.0f} s: nothing listens there",
+        "filtered": f"{endpoint} is filtered from this node: no answer in {reach.probes[0].seconds:.0f} s",
+        "unreachable": f"{endpoint} is unreachable from this node: no route",
+    }[reach.outcome]
+    return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+
+
+def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
+    if holders:
+        names = "; ".join(f"pid {h.pid} ({h.name}): {h.cmdline}" for h in holders)
+        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {names}",
+                       (f"bind: {error}",), f"stop that process (kill {holders[0].pid}) or pick another "
+                       "port for the job and netcheck")
+    return Finding(RDZV_LISTEN, FAIL, (0,), f"the host cannot listen on port {port}: {error}",
+                   (), "pick a free port, or run as a user allowed to bind it")
+
+
+def listen_pass(port: int) -> Finding:
+    return Finding(RDZV_LISTEN, PASS, (0,), f"the host listens on port {port}")
+
+
+def join_findings(g: Gathering) -> list[Finding]:
+    findings = []
+    for rank in g.missing_ranks:
+        findings.append(Finding(
+            RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({_expected_name(g, rank)}) never joined "
+            f"in {g.waited:.0f} s; {len(g.members)} of {g.expected} nodes joined",
+            tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
+            "start netcheck on that node; if it was started, read its own report "
+            "(rdzv.reach / rdzv.resolve say why it could not get here)"))
+    for rank, hostnames in sorted(g.duplicates.items()):
+        findings.append(Finding(
+            RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(hostnames)} nodes: "
+            f"{', '.join(hostnames)}; only the first was seated",
+            tuple(f"{h} claims node rank {rank}" for h in hostnames), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
+            "per node)"))
+    for v in g.foreign:
+        findings.append(Finding(
+            RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
+            "not mixed into this run", (), "two runs share this port: give each job its own "
+            "port, or the same --rdzv-id if the node belongs here"))
+    for text in g.malformed:
+        findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
+                                (text,), "something other than netcheck writes to this port"))
+    findings += _lost_findings(g.members)
+    if not any(f.severity != PASS for f in findings):
+        findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
+                                f"{len(g.members)} node(s) joined in {g.waited:.1f} s"))
+    return findings
+
+
+def _expected_name(g: Gathering, rank: int) -> str:
+    if rank < len(g.expected_hostnames):
+        return g.expected_hostnames[rank]
+    return "hostname unknown: it never reached the store"
+
+
+def _lost_findings(members: tuple[Member, ...]) -> list[Finding]:
+    lost = [m for m in members if m.results is None]
+    if not lost:
+        return []
+    return [Finding(RDZV_JOIN, FAIL, tuple(m.rank for m in lost),
+                    f"{', '.join(m.facts.hostname for m in lost)} joined, then stopped answering",
+                    (), "the node's netcheck died or hung after joining: look at that node")]
+
+
+def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """Every node must resolve every other node's FQDN to one of that node's own addresses."""
+    own = {m.rank: _own_addresses(m) for m in members}
+    hostname = {m.rank: m.facts.hostname for m in members}
+    problems, evidence = set(), []
+    for m in members:
+        for r in (m.results.resolutions if m.results else ()):
+            bad = _bad_resolution(r.addresses, r.error, own.get(r.rank, set()))
+            if bad:
+                problems.update({m.rank, r.rank})
+                evidence.append(f"{hostname[m.rank]} -> {r.name} (rank {r.rank}): {bad}")
+    if not evidence:
+        return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), "every node resolves every other node's FQDN")]
+    return [Finding(RDZV_FQDN, FAIL, tuple(sorted(problems)),
+                    f"{len(evidence)} FQDN lookup(s) between nodes fail or point elsewhere",
+                    tuple(evidence), "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
+                    "node's FQDN to DNS or /etc/hosts on every node, with its real address")]
+
+
+def _own_addresses(m: Member) -> set[str]:
+    return {a.address for n in m.facts.nics.nics for a in n.addresses}
+
+
+def _bad_resolution(addresses: tuple[str, ...], error: str | None, own: set[str]) -> str | None:
+    if error:
+        return f"does not resolve ({error})"
+    if not any(a in own and not ipaddress.ip_address(a).is_loopback for a in addresses):
+        return f"resolves to {', '.join(addresses)}, none of them that node's own address"
+    return None
+
+
+def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
+    skewed = [m for m in members if m.results and m.results.clock
+              and abs(m.results.clock.offset) - m.results.clock.error > CLOCK_WARN_SECONDS]
+    if not skewed:
+        return [Finding(HOST_CLOCK, PASS, tuple(m.rank for m in members),
+                        f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]
+    return [Finding(HOST_CLOCK, WARN, tuple(m.rank for m in skewed),
+                    f"{', '.join(m.facts.hostname for m in skewed)}: clock off the host's by more "
+                    f"than {CLOCK_WARN_SECONDS:g} s",
+                    tuple(f"{m.facts.hostname}: {m.results.clock.offset:+.3f} s "
+                          f"(+/- {m.results.clock.error:.3f} s)" for m in skewed),
+                    "run chrony or ntpd against one time source on every node")]
+
+
+def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
+    """HOST resolving to IPv6 on some nodes and IPv4 on others breaks NCCL (FAILURES row 14)."""
+    families = {m.rank: _families(m.facts.reach.addresses) for m in members if m.facts.reach}
+    if len(set(families.values())) <= 1:
+        return []
+    common = Counter(families.values()).most_common(1)[0][0]
+    odd = tuple(sorted(r for r, f in families.items() if f != common))
+    hostname = {m.rank: m.facts.hostname for m in members}
+    return [Finding(RDZV_RESOLVE, WARN, odd,
+                    "the rendezvous host resolves to different address families across nodes",
+                    tuple(f"{hostname[r]}: {f}" for r, f in sorted(families.items())),
+                    "give the host one address family everywhere (use an address, or fix "
+                    "/etc/hosts and DNS so every node gets the same answer)")]
+
+
+def _families(addresses: tuple[str, ...]) -> str:
+    return "+".join(sorted({f"ipv{ipaddress.ip_address(a).version}" for a in addresses})) or "none"
+
+
+def rendezvous_failure(message: str, ranks: tuple[int, ...]) -> Finding:
+    return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view")
+
+
+def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
+    if rank is None:
+        return Finding(RDZV_JOIN, FAIL, (), f"{hostname} was not seated: its rank was taken, or the "
+                       "cluster was full or had already started", (),
+                       "check --node-rank and --nnodes on every node; see the host's report")
+    return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
+
+
+def timeout_finding(phase: str, seconds: float) -> Finding:
+    return Finding(RUN_TIMEOUT, FAIL, (), f"the {phase} phase did not finish within --timeout "
+                   f"({seconds:g} s)", (), "the findings above say what was missing; raise --timeout "
+                   "only if the cluster is merely slow")
+
+
+def internal_finding(phase: str, error: BaseException) -> Finding:
+    return Finding(RUN_INTERNAL, FAIL, (), f"netcheck could not run the {phase} phase: "
+                   f"{type(error).__name__}: {error}", (), "this is a netcheck bug: please report it "
+                   "with the JSON report")

@@ -1,0 +1,119 @@
+"""The cluster's shape as the launcher describes it: flags first, then Slurm, Kubeflow, torchrun.
+
+Each launcher names nnodes and this node's rank in its own variables; this module reads
+them once into a `Launch` record, so the rest of netcheck never looks at the environment
+for topology.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from netcheck.model import Launch
+
+SLURM_VARS = ("SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
+              "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID")
+KUBEFLOW_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                 "PET_NPROC_PER_NODE")
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+class LaunchError(ValueError):
+    """The launcher's variables contradict themselves (a user-fixable error)."""
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """torchrun's --nnodes: "N" or "MIN:MAX"."""
+    parts = text.split(":")
+    if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+        raise LaunchError(f"--nnodes {text!r}: expected N or MIN:MAX with whole numbers")
+    low, high = int(parts[0]), int(parts[-1])
+    if low < 1 or high < low:
+        raise LaunchError(f"--nnodes {text!r}: need 1 <= MIN <= MAX")
+    return low, high
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """Slurm's compressed host list: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1."""
+    hosts: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        hosts.extend(_expand_host(item))
+    return tuple(hosts)
+
+
+def _expand_host(item: str) -> list[str]:
+    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", item)
+    if not match:
+        return [item]
+    prefix, ranges, rest = match.groups()
+    names = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        width = len(low)
+        for n in range(int(low), int(high or low) + 1):
+            names.extend(f"{prefix}{n:0{width}d}{tail}" for tail in _expand_host(rest))
+    return names
+
+
+def detect_launch(env: Mapping[str, str], nnodes: str | None, node_rank: int | None,
+                  nproc_per_node: int | None, local_gpus: int) -> Launch:
+    """Flags win; otherwise the first launcher whose variables are present."""
+    nproc = nproc_per_node or local_gpus or 1
+    if nnodes is not None or node_rank is not None:
+        low, high = parse_nnodes(nnodes) if nnodes else (None, None)
+        return Launch("flags", node_rank, low, high, nproc, variables=_seen(env, ()))
+    for reader in (_from_slurm, _from_kubeflow, _from_torchrun):
+        launch = reader(env, nproc)
+        if launch:
+            return launch
+    return Launch("arrival", None, None, None, nproc)
+
+
+def _seen(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    wanted = names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS
+    return {k: env[k] for k in wanted if k in env}
+
+
+def _int_var(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise LaunchError(f"{name}={env[name]!r} is not a whole number") from None
+
+
+def _from_slurm(env: Mapping[str, str], nproc: int) -> Launch | None:
+    if "SLURM_NNODES" not in env or "SLURM_NODEID" not in env:
+        return None
+    n = _int_var(env, "SLURM_NNODES")
+    hosts = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
+    return Launch("slurm", _int_var(env, "SLURM_NODEID"), n, n, nproc,
+                  hosts if len(hosts) == n else (), _seen(env, SLURM_VARS))
+
+
+def _from_kubeflow(env: Mapping[str, str], nproc: int) -> Launch | None:
+    if "PET_NNODES" not in env or "PET_NODE_RANK" not in env:
+        return None
+    low, high = parse_nnodes(env["PET_NNODES"])
+    return Launch("kubeflow", _int_var(env, "PET_NODE_RANK"), low, high, nproc,
+                  variables=_seen(env, KUBEFLOW_VARS))
+
+
+def _from_torchrun(env: Mapping[str, str], nproc: int) -> Launch | None:
+    if "GROUP_RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    per_node = _int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else nproc
+    n = max(1, _int_var(env, "WORLD_SIZE") // max(1, per_node))
+    return Launch("torchrun", _int_var(env, "GROUP_RANK"), n, n, per_node,
+                  variables=_seen(env, TORCHRUN_VARS))
+
+
+def rdzv_from_env(env: Mapping[str, str]) -> str | None:
+    """The endpoint a launcher already exported, as HOST:PORT, when --rdzv is not given."""
+    for addr, port in (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT")):
+        host = env.get(addr)
+        if host:
+            host = f"[{host}]" if ":" in host else host
+            return f"{host}:{env[port]}" if env.get(port) else host
+    return None

@@ -1,0 +1,183 @@
+"""The records every phase shares: facts a node gathers, findings the rules make, the report.
+
+Data flows one way: facts (gathered per node, exchanged as JSON) -> findings (made by the
+rules in `diagnose`) -> `Report` (rendered by `report`). Everything here is a plain frozen
+dataclass so `codec` can write it and validate it on the way back in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from netcheck.constants import REPORT_SCHEMA
+from netcheck.nics import NicTable
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+SEVERITIES = (PASS, WARN, FAIL)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this node's idea of the cluster came from, and what it is."""
+
+    source: str                    # "flags" | "slurm" | "kubeflow" | "torchrun" | "arrival"
+    node_rank: int | None          # None: numbered in order of arrival
+    nnodes_min: int | None         # None: unknown (arrival numbering, join window decides)
+    nnodes_max: int | None
+    nproc_per_node: int
+    hostnames: tuple[str, ...] = ()  # expected hostnames by node rank, when the launcher lists them
+    variables: dict[str, str] = field(default_factory=dict)  # the launcher variables seen
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One TCP connect to one resolved address of the rendezvous endpoint."""
+
+    address: str
+    family: str        # "ipv4" | "ipv6"
+    outcome: str       # "open" | "refused" | "filtered" | "unreachable"
+    detail: str        # the errno text or what the timeout was
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A node's view of HOST:PORT before any torch code runs."""
+
+    host: str
+    port: int
+    outcome: str                   # "open" | "refused" | "filtered" | "unreachable" | "dns"
+    addresses: tuple[str, ...]     # every address HOST resolved to, all families
+    resolve_error: str | None
+    probes: tuple[Probe, ...]
+    attempts: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding a port (psutil's view)."""
+
+    pid: int | None
+    name: str
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node knows about itself, published at rendezvous."""
+
+    run_id: str
+    hostname: str
+    fqdn: str
+    hostname_addresses: tuple[str, ...]   # what gethostname() resolves to here
+    launch: Launch
+    shm_bytes: int | None
+    nics: NicTable
+    reach: Reach | None                   # None on the host, which does not probe itself
+    version: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One node's lookup of another node's FQDN (torchrun hands that name out as MASTER_ADDR)."""
+
+    rank: int
+    name: str
+    addresses: tuple[str, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ClockSample:
+    offset: float      # peer clock minus host clock, seconds
+    error: float       # half the round trip: the offset is exact within this
+
+
+@dataclass(frozen=True)
+class NodeResults:
+    """What a node learnt once it saw the roster."""
+
+    clock: ClockSample | None
+    resolutions: tuple[Resolution, ...]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of the cluster as the host saw it."""
+
+    rank: int
+    facts: NodeFacts
+    results: NodeResults | None = None   # None: the node never reported back
+    said_goodbye: bool = False
+
+    @property
+    def address(self) -> str:
+        nic = self.facts.nics.default_route_ifname
+        for n in self.facts.nics.nics:
+            if n.name == nic and n.addresses:
+                return n.addresses[0].address
+        return self.facts.hostname_addresses[0] if self.facts.hostname_addresses else ""
+
+
+@dataclass(frozen=True)
+class Visitor:
+    """Someone who talked to the store: a node of ours, another run's, or garbage."""
+
+    run_id: str
+    hostname: str
+    node_rank: int | None
+
+
+@dataclass(frozen=True)
+class Gathering:
+    """Everything the rendezvous learnt, as input for the rules."""
+
+    members: tuple[Member, ...]
+    expected: int | None                  # nodes the launcher asked for, when fixed
+    missing_ranks: tuple[int, ...]
+    expected_hostnames: tuple[str, ...]   # by rank, when the launcher listed them
+    duplicates: dict[str, tuple[str, ...]]  # claimed rank -> hostnames claiming it
+    foreign: tuple[Visitor, ...]
+    malformed: tuple[str, ...]            # what was wrong with entries that were thrown away
+    waited: float
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: str                  # PASS | WARN | FAIL
+    nodes: tuple[int, ...]         # node ranks at fault (for pass: the ranks checked)
+    summary: str
+    evidence: tuple[str, ...] = ()
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    rank: int
+    hostname: str
+    address: str
+    facts: NodeFacts | None
+
+
+@dataclass(frozen=True)
+class Report:
+    run_id: str
+    node_rank: int | None
+    role: str                      # "host" | "joiner" | "local" | "probe"
+    verdict: str
+    nodes: tuple[NodeEntry, ...]
+    findings: tuple[Finding, ...]
+    recommend: dict[str, str]
+    bandwidth: dict[str, str]
+    timings: dict[str, float]
+    unfinished: str | None         # the phase that did not finish, if any
+    healthy_nodes: tuple[str, ...]
+    faulty_nodes: tuple[str, ...]
+    schema: str = REPORT_SCHEMA
+
+
+def verdict_of(findings: tuple[Finding, ...] | list[Finding]) -> str:
+    severities = {f.severity for f in findings}
+    return FAIL if FAIL in severities else WARN if WARN in severities else PASS

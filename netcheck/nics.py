@@ -1,0 +1,363 @@
+"""Read this node's network interfaces once and return them as plain records.
+
+psutil supplies the addresses, netifaces the getifaddrs order, /sys/class/net the link
+facts, /sys/class/infiniband the HCA ports and /proc/net the default route. The sysfs
+and proc roots are parameters so tests can feed fixture trees. What cannot be read is
+recorded as unknown (None, "unknown", or 0 where the field is an int), never guessed.
+`python -m netcheck.nics` prints the table; on a GPU node it looks like this:
+
+    name       idx up  run   mtu  speed  kind        addresses
+    lo           1 yes yes 65536  -      loopback    127.0.0.1/8 ::1/128
+    eno1         2 yes yes  1500  1000   ethernet    10.0.0.5/24
+    ib0          4 yes yes  2044  200000 infiniband  10.1.0.5/16 fe80::ba59:9f03:1a:2b3c/64
+    docker0      5 yes no   1500  -      docker      172.17.0.1/16
+    ib port mlx5_0/1: ACTIVE InfiniBand 200 Gb/sec (4X HDR) -> ib0
+    default route: eno1
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import netifaces
+import psutil
+
+# <linux/if.h> and <linux/if_arp.h>
+IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
+ARPHRD_INFINIBAND = 32
+ARPHRD_LOOPBACK = 772
+# <linux/route.h>
+RTF_UP = 0x1
+RTF_REJECT = 0x200
+
+# Docker names the bridge of a user-defined network "br-" + the network id's first 12 hex.
+DOCKER_NETWORK_BRIDGE = re.compile(r"br-[0-9a-f]{12}")
+
+
+@dataclass(frozen=True)
+class Address:
+    family: str            # "ipv4" | "ipv6"
+    address: str           # no scope suffix
+    prefixlen: int
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str            # e.g. mlx5_0
+    port: int
+    state: str             # e.g. "ACTIVE" (from "4: ACTIVE"); "unknown" when unreadable
+    link_layer: str        # "InfiniBand" | "Ethernet"; "unknown" when unreadable
+    rate: str              # raw rate text, e.g. "200 Gb/sec (4X HDR)"
+    netdev: str | None     # the netdev behind it when known
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    index: int             # ifindex; 0 when unreadable (the kernel never assigns 0)
+    addresses: tuple[Address, ...]  # IPv4 first, then IPv6, each in getifaddrs order
+    up: bool               # IFF_UP
+    running: bool          # IFF_RUNNING (NCCL skips interfaces that are not running)
+    mtu: int               # 0 when unreadable
+    speed_mbps: int | None  # None when unknown (virtual links report 0 / -1 / error)
+    kind: str              # loopback | bridge | veth | docker | virtual | infiniband | ethernet | unknown
+    mac: str | None
+
+
+@dataclass(frozen=True)
+class NicTable:
+    nics: tuple[Nic, ...]          # in getifaddrs order (the order NCCL walks them)
+    ib_ports: tuple[IbPort, ...]
+    default_route_ifname: str | None
+
+
+def read_nic_table(sysfs: str = "/sys", proc: str = "/proc") -> NicTable:
+    addrs = psutil.net_if_addrs()
+    stats = psutil.net_if_stats()
+    nics = tuple(
+        build_nic(name, addrs[name], stats.get(name), sysfs) for name in getifaddrs_order(addrs)
+    )
+    return NicTable(nics, read_ib_ports(sysfs), default_route_ifname(proc))
+
+
+def getifaddrs_order(addrs: dict) -> list[str]:
+    """Interface names in getifaddrs order.
+
+    psutil.net_if_addrs() does not keep it: it stable-sorts the entries by family before
+    grouping (psutil/__init__.py), so interfaces with an IPv4 address come first.
+    netifaces.interfaces() lists names in order of first appearance in getifaddrs, whose
+    first entries are the AF_PACKET ones, one per link in the kernel's link-dump order.
+    Names psutil saw but netifaces missed (an interface added in between) go last.
+    """
+    ordered = [n for n in netifaces.interfaces() if n in addrs]
+    return ordered + [n for n in addrs if n not in ordered]
+
+
+def build_nic(name: str, entries, stats, sysfs: str) -> Nic:
+    """One Nic from psutil's address entries and stats (None if absent) plus sysfs."""
+    net = Path(sysfs, "class/net", name)
+    flags = _read_int(net / "flags", 16)
+    up, running = _up_running(flags, _read(net / "operstate"), stats)
+    return Nic(
+        name=name,
+        index=_read_int(net / "ifindex") or 0,
+        addresses=_addresses(entries),
+        up=up,
+        running=running,
+        mtu=_read_int(net / "mtu") or (stats.mtu if stats else 0),
+        speed_mbps=_speed(net, stats),
+        kind=link_kind(name, net, flags),
+        mac=_read(net / "address") or _link_address(entries),
+    )
+
+
+def link_kind(name: str, net: Path, flags: int | None) -> str:
+    arptype = _read_int(net / "type")
+    if arptype is None and flags is None:
+        return "unknown"
+    if arptype == ARPHRD_LOOPBACK or (flags or 0) & IFF_LOOPBACK:
+        return "loopback"
+    if arptype == ARPHRD_INFINIBAND:
+        return "infiniband"
+    if name.startswith("docker") or DOCKER_NETWORK_BRIDGE.fullmatch(name):
+        return "docker"
+    if (net / "bridge").is_dir():
+        return "bridge"
+    # sysfs shows no driver for virtual links; Docker and the common CNIs name the host
+    # side of a veth pair veth*, so the name is the honest signal here.
+    if name.startswith("veth"):
+        return "veth"
+    # Hardware links have device/ pointing at their bus device; virtual ones do not.
+    if not (net / "device").exists():
+        return "virtual"
+    return "ethernet"
+
+
+def _addresses(entries) -> tuple[Address, ...]:
+    families = ((socket.AF_INET, "ipv4"), (socket.AF_INET6, "ipv6"))
+    return tuple(
+        Address(label, e.address.split("%", 1)[0], _prefixlen(e.netmask, family))
+        for family, label in families
+        for e in entries
+        if e.family == family
+    )
+
+
+def _prefixlen(netmask: str | None, family: int) -> int:
+    # glibc's getifaddrs always fills the netmask of an inet address from IFA_PREFIXLEN;
+    # a missing one can only mean a host address, whose prefix is the whole address.
+    if netmask is None:
+        return 32 if family == socket.AF_INET else 128
+    return bin(int(ipaddress.ip_address(netmask))).count("1")
+
+
+def _link_address(entries) -> str | None:
+    return next((e.address for e in entries if e.family == psutil.AF_LINK), None) or None
+
+
+def _up_running(flags: int | None, operstate: str | None, stats) -> tuple[bool, bool]:
+    """IFF_UP and IFF_RUNNING as getifaddrs reports them.
+
+    sysfs `flags` is dev->flags, which never holds IFF_RUNNING: the kernel adds it when
+    reporting, for an up link whose operstate is up or unknown (net/core/dev.c
+    dev_get_flags, netif_oper_up). psutil's flags (SIOCGIFFLAGS) are the fallback.
+    """
+    if flags is not None and operstate is not None:
+        up = bool(flags & IFF_UP)
+        return up, up and operstate in ("up", "unknown")
+    words = set(stats.flags.split(",")) if stats is not None else set()
+    return "up" in words, "running" in words
+
+
+def _speed(net: Path, stats) -> int | None:
+    # sysfs speed fails with EINVAL on links without a speed and reads -1 (SPEED_UNKNOWN)
+    # or 0 on virtual ones; psutil's ethtool ioctl reads the same value, reported as 0.
+    speed = _read_int(net / "speed")
+    if speed is None and stats is not None:
+        speed = stats.speed
+    return speed if speed and speed > 0 else None
+
+
+def read_ib_ports(sysfs: str = "/sys") -> tuple[IbPort, ...]:
+    root = Path(sysfs, "class/infiniband")
+    if not root.is_dir():
+        return ()
+    return tuple(port for dev in sorted(root.iterdir()) for port in _device_ports(sysfs, dev))
+
+
+def _device_ports(sysfs: str, dev: Path) -> list[IbPort]:
+    ports = dev / "ports"
+    numbers = sorted(int(p.name) for p in ports.iterdir() if p.name.isdigit()) if ports.is_dir() else []
+    netdevs = _dir_names(dev / "device/net")
+    return [
+        IbPort(
+            device=dev.name,
+            port=n,
+            state=_port_state(_read(ports / str(n) / "state")),
+            link_layer=_read(ports / str(n) / "link_layer") or "unknown",
+            rate=_read(ports / str(n) / "rate") or "unknown",
+            netdev=_port_netdev(sysfs, netdevs, n),
+        )
+        for n in numbers
+    ]
+
+
+def _port_state(text: str | None) -> str:
+    # The kernel writes "<number>: <NAME>", e.g. "4: ACTIVE".
+    return text.split(":", 1)[-1].strip() if text else "unknown"
+
+
+def _port_netdev(sysfs: str, netdevs: list[str], port: int) -> str | None:
+    """The netdev of an HCA port: the only one of its PCI device, else the one whose
+    dev_port is port-1 (IPoIB and mlx4_en number a multi-port HCA's netdevs that way)."""
+    if len(netdevs) == 1:
+        return netdevs[0]
+    hits = [n for n in netdevs if _read_int(Path(sysfs, "class/net", n, "dev_port")) == port - 1]
+    return hits[0] if len(hits) == 1 else None
+
+
+def default_route_ifname(proc: str = "/proc") -> str | None:
+    """The main table's default route (IPv4 preferred, else IPv6), lowest metric first.
+    Policy routing rules are not in /proc/net; route_to() asks the kernel per peer."""
+    return _ipv4_default(Path(proc, "net/route")) or _ipv6_default(Path(proc, "net/ipv6_route"))
+
+
+def _ipv4_default(path: Path) -> str | None:
+    # Iface Destination Gateway Flags RefCnt Use Metric Mask ... (hex fields)
+    routes = [
+        (int(f[6]), f[0])
+        for f in _rows(path)[1:]
+        if len(f) >= 8 and f[1] == "00000000" and f[7] == "00000000" and _usable(f[3])
+    ]
+    return min(routes)[1] if routes else None
+
+
+def _ipv6_default(path: Path) -> str | None:
+    # dest dest_plen src src_plen nexthop metric refcnt use flags ifname (hex fields)
+    routes = [
+        (int(f[5], 16), f[9])
+        for f in _rows(path)
+        if len(f) >= 10 and int(f[0], 16) == 0 and f[1] == "00" and _usable(f[8])
+    ]
+    return min(routes)[1] if routes else None
+
+
+def _usable(flags_hex: str) -> bool:
+    flags = int(flags_hex, 16)
+    return bool(flags & RTF_UP) and not flags & RTF_REJECT
+
+
+def route_to(peer_address: str) -> tuple[str | None, str | None]:
+    """(interface, source address) the kernel uses toward a peer IP address.
+
+    The source comes from a connected UDP socket's getsockname (connect sends nothing);
+    the interface from an RTM_GETROUTE netlink query, the question `ip route get` asks,
+    so policy routing is honoured. Names are not resolved here: (None, None) for them.
+    """
+    try:
+        info = socket.getaddrinfo(peer_address, 9, type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST)[0]
+    except socket.gaierror:
+        return None, None
+    family, _, _, _, sockaddr = info
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(sockaddr)
+        except OSError:  # no route, network unreachable
+            return None, None
+        source = s.getsockname()[0].split("%", 1)[0]
+    return _egress_ifname(family, ipaddress.ip_address(sockaddr[0].split("%", 1)[0])), source
+
+
+# <linux/netlink.h>, <linux/rtnetlink.h>
+NLMSG_HEADER = struct.Struct("=IHHII")      # len, type, flags, seq, pid
+RTMSG = struct.Struct("=BBBBBBBBI")         # family, dst_len, src_len, tos, table, protocol, scope, type, flags
+RTATTR = struct.Struct("=HH")               # len, type
+RTM_GETROUTE, RTM_NEWROUTE, NLM_F_REQUEST = 26, 24, 1
+RTA_DST, RTA_OIF = 1, 4
+NETLINK_TIMEOUT = 1.0
+
+
+def _egress_ifname(family: int, dest) -> str | None:
+    attr = RTATTR.pack(RTATTR.size + len(dest.packed), RTA_DST) + dest.packed
+    body = RTMSG.pack(family, dest.max_prefixlen, 0, 0, 0, 0, 0, 0, 0) + attr
+    request = NLMSG_HEADER.pack(NLMSG_HEADER.size + len(body), RTM_GETROUTE, NLM_F_REQUEST, 1, 0) + body
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as s:
+            s.settimeout(NETLINK_TIMEOUT)
+            s.sendto(request, (0, 0))
+            reply = s.recv(65536)
+        oif = _route_oif(reply)
+        return socket.if_indextoname(oif) if oif else None
+    except OSError:
+        return None
+
+
+def _route_oif(reply: bytes) -> int | None:
+    _, kind, _, _, _ = NLMSG_HEADER.unpack_from(reply)
+    if kind != RTM_NEWROUTE:  # NLMSG_ERROR: no route
+        return None
+    offset = NLMSG_HEADER.size + RTMSG.size
+    while offset + RTATTR.size <= len(reply):
+        length, kind = RTATTR.unpack_from(reply, offset)
+        if length < RTATTR.size:
+            break
+        if kind == RTA_OIF:
+            return struct.unpack_from("=I", reply, offset + RTATTR.size)[0]
+        offset += (length + 3) & ~3  # attributes are 4-byte aligned
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except (OSError, UnicodeDecodeError):  # absent, or EINVAL (speed of a down link)
+        return None
+
+
+def _read_int(path: Path, base: int = 10) -> int | None:
+    text = _read(path)
+    try:
+        return int(text, base) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _rows(path: Path) -> list[list[str]]:
+    text = _read(path)
+    return [line.split() for line in text.splitlines()] if text else []
+
+
+def _dir_names(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+
+
+def format_table(table: NicTable) -> str:
+    rows = ["name       idx up  run   mtu  speed  kind        addresses"]
+    for n in table.nics:
+        addrs = " ".join(f"{a.address}/{a.prefixlen}" for a in n.addresses)
+        rows.append(
+            f"{n.name:<10} {n.index:>3} {_yes(n.up):<3} {_yes(n.running):<3} {n.mtu:>5}  "
+            f"{n.speed_mbps or '-':<6} {n.kind:<11} {addrs}".rstrip()
+        )
+    for p in table.ib_ports:
+        rows.append(f"ib port {p.device}/{p.port}: {p.state} {p.link_layer} {p.rate} -> {p.netdev or '?'}")
+    rows.append(f"default route: {table.default_route_ifname or '-'}")
+    return "\n".join(rows)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def main() -> None:
+    print(format_table(read_nic_table()))
+
+
+if __name__ == "__main__":
+    main()

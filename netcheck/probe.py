@@ -1,0 +1,207 @@
+"""Reachability of the rendezvous endpoint with plain sockets, before torch is imported.
+
+A joiner learns in seconds what a TCPStore client would take ten minutes to time out on:
+
+    $ netcheck probe node0:29500
+    FAIL rdzv.reach  node0:29500 is filtered from here: no answer in 3 s (198.18.0.10)
+
+Outcomes: open, refused (RST: nothing listening, or a REJECT rule), filtered (no answer
+before the probe timeout: a DROP rule), unreachable (no route), dns (the name does not
+resolve). Only refused is worth waiting on: the host may simply not be up yet.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import time
+
+from netcheck.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.deadline import Deadline
+from netcheck.model import Holder, Probe, Reach
+
+FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
+_UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
+_FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
+
+
+def call_with_timeout(fn, timeout: float):
+    """Run a blocking call (getaddrinfo) in a daemon thread; (result, error) or a timeout error.
+
+    getaddrinfo has no timeout of its own and a daemon thread never holds up exit.
+    """
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except Exception as e:  # noqa: BLE001 - reported as the lookup's error text
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return None, TimeoutError(f"no answer in {timeout:g} s")
+    return box.get("result"), box.get("error")
+
+
+def resolve(host: str, port: int, timeout: float) -> tuple[list[tuple[int, tuple]], str | None]:
+    """Every (family, sockaddr) HOST resolves to, in getaddrinfo order, or the error text."""
+    infos, error = call_with_timeout(
+        lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
+    if error is not None:
+        return [], _error_text(error)
+    seen, out = set(), []
+    for family, _, _, _, sockaddr in infos:
+        if family in FAMILY_NAMES and sockaddr[0] not in seen:
+            seen.add(sockaddr[0])
+            out.append((family, sockaddr))
+    return out, None if out else f"{host} has no IPv4 or IPv6 address"
+
+
+def resolve_addresses(name: str, timeout: float) -> tuple[tuple[str, ...], str | None]:
+    addresses, error = resolve(name, 0, timeout)
+    return tuple(sockaddr[0] for _, sockaddr in addresses), error
+
+
+def _error_text(error: BaseException) -> str:
+    if isinstance(error, socket.gaierror):
+        return error.strerror or str(error)
+    return str(error)
+
+
+def probe_address(family: int, sockaddr: tuple, timeout: float) -> Probe:
+    start = time.monotonic()
+    outcome, detail = _connect(family, sockaddr, timeout)
+    return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail,
+                 round(time.monotonic() - start, 4))
+
+
+def _connect(family: int, sockaddr: tuple, timeout: float) -> tuple[str, str]:
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(sockaddr)
+            return "open", "connected"
+        except socket.timeout:
+            return "filtered", f"no answer in {timeout:g} s"
+        except ConnectionRefusedError:
+            return "refused", "connection refused: nothing listens there, or a REJECT rule"
+        except OSError as e:
+            if e.errno in _FILTERED:
+                return "filtered", e.strerror or str(e)
+            return "unreachable", e.strerror or str(e)
+
+
+def probe_all(addresses: list[tuple[int, tuple]], timeout: float) -> tuple[Probe, ...]:
+    """Probe every address at once, so two families cost one timeout, not two."""
+    results: list[Probe | None] = [None] * len(addresses)
+
+    def run(i: int, family: int, sockaddr: tuple):
+        results[i] = probe_address(family, sockaddr, timeout)
+
+    threads = [threading.Thread(target=run, args=(i, f, s), daemon=True)
+               for i, (f, s) in enumerate(addresses)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1.0)
+    return tuple(p if p else Probe(s[0], FAMILY_NAMES[f], "filtered", "probe did not finish", timeout)
+                 for p, (f, s) in zip(results, addresses))
+
+
+def overall_outcome(probes: tuple[Probe, ...]) -> str:
+    """Open if any address answers (TCPStore tries each); else the most telling failure."""
+    outcomes = {p.outcome for p in probes}
+    for outcome in ("open", "refused", "filtered", "unreachable"):
+        if outcome in outcomes:
+            return outcome
+    return "unreachable"
+
+
+def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT) -> Reach:
+    """Resolve HOST and probe it; keep probing while refused (host not up yet), to the deadline."""
+    start = time.monotonic()
+    addresses, error = resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
+    if error:
+        return Reach(host, port, "dns", (), error, (), 0, round(time.monotonic() - start, 4))
+    attempts = 0
+    while True:
+        attempts += 1
+        probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())))
+        outcome = overall_outcome(probes)
+        if outcome != "refused" or deadline.remaining() <= PROBE_RETRY_INTERVAL:
+            break
+        time.sleep(PROBE_RETRY_INTERVAL)
+    return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,
+                 attempts, round(time.monotonic() - start, 4))
+
+
+class PortTaken(OSError):
+    def __init__(self, port: int, holders: list[Holder], error: OSError):
+        super().__init__(error.errno, error.strerror)
+        self.port = port
+        self.holders = holders
+
+
+def listen(port: int) -> socket.socket:
+    """Listen on PORT on every address (dual-stack where IPv6 exists), as TCPStore would.
+
+    Done before torch is imported, so joiners that arrive early are queued, not refused.
+    """
+    try:
+        sock = _listening_socket(socket.AF_INET6, ("::", port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise PortTaken(port, port_holders(port), e) from None
+        sock = None
+    if sock is None:
+        try:
+            sock = _listening_socket(socket.AF_INET, ("0.0.0.0", port))
+        except OSError as e:
+            raise PortTaken(port, port_holders(port), e) from None
+    return sock
+
+
+def _listening_socket(family: int, sockaddr: tuple) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(sockaddr)
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def port_holders(port: int) -> list[Holder]:
+    """The processes listening on PORT, named (psutil needs root to see other users')."""
+    import psutil
+
+    holders = []
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return []
+    for conn in connections:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            holders.append(_holder(conn.pid))
+    return holders
+
+
+def _holder(pid: int | None) -> Holder:
+    import psutil
+
+    if pid is None:
+        return Holder(None, "?", "(owner not visible: run as root to name it)")
+    try:
+        proc = psutil.Process(pid)
+        return Holder(pid, proc.name(), " ".join(proc.cmdline()))
+    except psutil.Error:
+        return Holder(pid, "?", "(process vanished or not visible)")

@@ -1,0 +1,387 @@
+"""Phase 3, rendezvous: every node meets at a torch TCPStore on the job's own port.
+
+TCPStore is the component torchrun's c10d rendezvous stands on, so a pass here means the
+real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
+
+    netcheck/host                  the host's hello: which run it serves
+    netcheck/visitors, /visitor/V  everyone who came, any run id (foreign nodes are named)
+    netcheck/ping/V/K, /pong/V/K   clock round trips, answered by the host's poll loop
+    netcheck/RUN/arrivals, /node/A a node's facts, A its arrival number
+    netcheck/RUN/roster            the host's rank assignment, once everyone is in
+    netcheck/RUN/result/A          what node A learnt from the roster (clock, FQDN lookups)
+    netcheck/RUN/bye/A             node A is done; the host keeps the store up until all are
+
+Every wait has a deadline; nothing received is unpickled or executed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from netcheck import codec
+from netcheck.constants import CLOCK_PINGS, MAX_FACTS_BYTES, STORE_POLL_INTERVAL
+from netcheck.deadline import Deadline
+from netcheck.model import (
+    ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
+)
+from netcheck.probe import resolve_addresses
+
+ROOT = "netcheck"
+LOOKUP_TIMEOUT = 2.0
+
+
+class RendezvousError(Exception):
+    """The rendezvous could not go on; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    run_id: str
+    hostname: str
+    version: str
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    arrival: int
+    rank: int
+    hostname: str
+    fqdn: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Roster:
+    entries: tuple[RosterEntry, ...]
+
+    def by_arrival(self, arrival: int) -> RosterEntry | None:
+        return next((e for e in self.entries if e.arrival == arrival), None)
+
+
+def import_distributed():
+    """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
+    # c10d logs every store wait that times out; netcheck reports those itself.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    import torch.distributed as dist
+
+    return dist
+
+
+def _timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=max(0.05, seconds))
+
+
+def host_store(listener: socket.socket, port: int, deadline: Deadline):
+    """The TCPStore server, on the socket the host has listened on since it started.
+
+    The store takes the descriptor over and closes it itself, so Python lets go of it.
+    """
+    dist = import_distributed()
+    return dist.TCPStore("0.0.0.0", port, None, True, _timedelta(deadline.remaining()),
+                         wait_for_workers=False, master_listen_fd=listener.detach())
+
+
+def client_store(host: str, port: int, deadline: Deadline):
+    dist = import_distributed()
+    try:
+        return dist.TCPStore(host, port, None, False, _timedelta(deadline.remaining()))
+    except (RuntimeError, OSError) as e:
+        raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
+                              f"{_first_line(e)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+class Exchange:
+    """Typed, bounded JSON over the store; the one place store keys are read and written."""
+
+    def __init__(self, store, run_id: str):
+        self.store = store
+        self.run_id = run_id
+
+    def key(self, *parts: object, shared: bool = False) -> str:
+        scope = (ROOT,) if shared else (ROOT, self.run_id)
+        return "/".join(scope + tuple(str(p) for p in parts))
+
+    def put(self, key: str, value: object) -> None:
+        self.store.set(key, codec.dumps(value))
+
+    def has(self, key: str) -> bool:
+        return self.store.check([key])
+
+    def count(self, key: str, add: int = 0) -> int:
+        return self.store.add(key, add)
+
+    def read(self, cls, key: str):
+        """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
+        return codec.loads(cls, self.store.get(key), MAX_FACTS_BYTES)
+
+    def wait_read(self, cls, key: str, deadline: Deadline):
+        self.wait(key, deadline)
+        return self.read(cls, key)
+
+    def wait(self, key: str, deadline: Deadline) -> None:
+        try:
+            self.store.wait([key], _timedelta(deadline.remaining()))
+        except (RuntimeError, OSError) as e:
+            raise TimeoutError(f"{key} did not appear in time ({_first_line(e)})") from None
+
+
+# --- every node, the host included -------------------------------------------------------
+
+@dataclass
+class Seat:
+    """A node's place in the rendezvous, used by the later phases and for goodbye."""
+
+    exchange: Exchange
+    visitor: int
+    arrival: int
+    roster: Roster | None = None
+
+    @property
+    def rank(self) -> int | None:
+        entry = self.roster.by_arrival(self.arrival) if self.roster else None
+        return entry.rank if entry else None
+
+    def goodbye(self) -> None:
+        self.exchange.store.set(self.exchange.key("bye", self.arrival), "1")
+
+
+def sign_in(ex: Exchange, facts: NodeFacts) -> int:
+    """Register as a visitor (any run id), so the host can name nodes of other runs."""
+    visitor = ex.count(ex.key("visitors", shared=True), 1) - 1
+    ex.put(ex.key("visitor", visitor, shared=True),
+           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank))
+    return visitor
+
+
+def check_run_id(ex: Exchange, deadline: Deadline) -> None:
+    hello = ex.wait_read(Hello, ex.key("host", shared=True), deadline)
+    if hello.run_id != ex.run_id:
+        raise RendezvousError(f"the store at this endpoint serves run id {hello.run_id!r} "
+                              f"(host {hello.hostname}); this node was started with "
+                              f"--rdzv-id {ex.run_id!r}")
+
+
+def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample:
+    """Offset to the host's clock from store round trips; the tightest of a few wins."""
+    best = None
+    for k in range(CLOCK_PINGS):
+        sent = time.time()
+        ex.store.set(ex.key("ping", visitor, k, shared=True), "")
+        host_time = float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True), deadline))
+        back = time.time()
+        sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))
+        best = sample if best is None or sample.error < best.error else best
+    # Reported as the peer's clock minus the host's.
+    return ClockSample(-best.offset, best.error)
+
+
+def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
+    arrival = ex.count(ex.key("arrivals"), 1) - 1
+    ex.put(ex.key("node", arrival), facts)
+    return arrival
+
+
+def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
+    """Resolve every other node's FQDN from here, as its workers would resolve MASTER_ADDR."""
+    out = []
+    for entry in roster.entries:
+        if entry.arrival != me:
+            addresses, error = resolve_addresses(entry.fqdn, LOOKUP_TIMEOUT)
+            out.append(Resolution(entry.rank, entry.fqdn, addresses, error))
+    return tuple(out)
+
+
+def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
+    results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival))
+    seat.exchange.put(seat.exchange.key("result", seat.arrival), results)
+    return results
+
+
+# --- joiner ---------------------------------------------------------------------------------
+
+def join(store, facts: NodeFacts, deadline: Deadline) -> tuple[Seat, NodeResults | None]:
+    """Take a seat at the host's store; returns once the roster is known (or raises)."""
+    ex = Exchange(store, facts.run_id)
+    try:
+        visitor = sign_in(ex, facts)
+        check_run_id(ex, deadline)
+        clock = measure_clock(ex, visitor, deadline)
+        seat = Seat(ex, visitor, publish_facts(ex, facts))
+        seat.roster = ex.wait_read(Roster, ex.key("roster"), deadline)
+    except TimeoutError as e:
+        raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
+    except codec.DecodeError as e:
+        raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
+    if seat.rank is None:
+        return seat, None
+    return seat, report_back(seat, clock)
+
+
+# --- host -------------------------------------------------------------------------------------
+
+@dataclass
+class _HostState:
+    """What the host's poll loop has seen so far."""
+
+    arrivals: dict[int, NodeFacts]
+    malformed: list[str]
+    pings_answered: dict[int, int]
+    visitors_seen: int = 0
+    arrivals_seen: int = 0
+    last_arrival: float = 0.0
+
+
+def announce(ex: Exchange, facts: NodeFacts) -> None:
+    ex.put(ex.key("host", shared=True), Hello(facts.run_id, facts.hostname, facts.version))
+
+
+def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
+                join_window: float, deadline: Deadline) -> tuple[Seat, dict[int, NodeFacts], list[str], float]:
+    """Wait for the nodes to arrive (answering clock pings meanwhile) until done or deadline."""
+    low, high = expected
+    state = _HostState({}, [], {}, last_arrival=time.monotonic())
+    visitor = sign_in(ex, facts)
+    arrival = publish_facts(ex, facts)
+    start = time.monotonic()
+    while not deadline.expired():
+        _poll(ex, state)
+        ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
+        if _everyone_in(len(ranked), low, high, state.last_arrival, join_window):
+            break
+        time.sleep(STORE_POLL_INTERVAL)
+    _answer_pings(ex, state)
+    return Seat(ex, visitor, arrival), state.arrivals, state.malformed, time.monotonic() - start
+
+
+def _everyone_in(count: int, low: int | None, high: int | None, last: float, window: float) -> bool:
+    if high is not None and count >= high:
+        return True
+    quiet = time.monotonic() - last >= window
+    return low != high and count >= (low or 1) and quiet
+
+
+def _poll(ex: Exchange, state: _HostState) -> None:
+    _answer_pings(ex, state)
+    arrivals = ex.count(ex.key("arrivals"))
+    for a in range(state.arrivals_seen, arrivals):
+        if not ex.has(ex.key("node", a)):
+            break  # counted but not written yet: read it on the next poll
+        state.arrivals_seen = a + 1
+        state.last_arrival = time.monotonic()
+        try:
+            state.arrivals[a] = ex.read(NodeFacts, ex.key("node", a))
+        except codec.DecodeError as e:
+            state.malformed.append(f"arrival {a}: {e}")
+
+
+def _answer_pings(ex: Exchange, state: _HostState) -> None:
+    visitors = ex.count(ex.key("visitors", shared=True))
+    for v in range(visitors):
+        k = state.pings_answered.get(v, 0)
+        while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
+            ex.store.set(ex.key("pong", v, k, shared=True), repr(time.time()))
+            k += 1
+        state.pings_answered[v] = k
+
+
+def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: int | None
+                 ) -> tuple[dict[int, int], dict[str, tuple[str, ...]], list[int]]:
+    """Ranks by arrival: claimed ranks first (the host's, then in arrival order), the rest
+    numbered from the lowest free rank. Returns (arrival -> rank, duplicate claims, extras)."""
+    order = sorted(arrivals, key=lambda a: (a != host_arrival, a))
+    ranks: dict[int, int] = {}
+    claims: dict[int, list[str]] = {}
+    for a in order:
+        claimed = arrivals[a].launch.node_rank
+        if claimed is not None:
+            claims.setdefault(claimed, []).append(arrivals[a].hostname)
+            if claimed not in ranks.values():
+                ranks[a] = claimed
+    extras = []
+    free = (r for r in range(MAX_RANKS) if r not in ranks.values())
+    for a in order:
+        if arrivals[a].launch.node_rank is None:
+            rank = next(free)
+            if nnodes_max is not None and rank >= nnodes_max:
+                extras.append(a)
+            else:
+                ranks[a] = rank
+    duplicates = {str(r): tuple(h) for r, h in claims.items() if len(h) > 1}
+    return ranks, duplicates, extras
+
+
+MAX_RANKS = 1 << 20
+
+
+def node_address(facts: NodeFacts) -> str:
+    """The address peers reach this node at: its default-route interface's, else its name's."""
+    for nic in facts.nics.nics:
+        if nic.name == facts.nics.default_route_ifname and nic.addresses:
+            return nic.addresses[0].address
+    return facts.hostname_addresses[0] if facts.hostname_addresses else ""
+
+
+def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
+    entries = tuple(
+        RosterEntry(a, r, arrivals[a].hostname, arrivals[a].fqdn, node_address(arrivals[a]))
+        for a, r in sorted(ranks.items(), key=lambda item: item[1]))
+    seat.roster = Roster(entries)
+    seat.exchange.put(seat.exchange.key("roster"), seat.roster)
+    return seat.roster
+
+
+def collect_results(ex: Exchange, roster: Roster, deadline: Deadline) -> dict[int, NodeResults]:
+    """Every node's results, by arrival; a node that never reports is simply absent."""
+    results: dict[int, NodeResults] = {}
+    pending = {e.arrival for e in roster.entries}
+    while pending and not deadline.expired():
+        for a in sorted(pending):
+            if ex.has(ex.key("result", a)):
+                pending.discard(a)
+                try:
+                    results[a] = ex.read(NodeResults, ex.key("result", a))
+                except codec.DecodeError:
+                    pass  # the node is then reported as not having reported back
+        time.sleep(STORE_POLL_INTERVAL)
+    return results
+
+
+def await_goodbyes(ex: Exchange, roster: Roster, me: int, deadline: Deadline) -> set[int]:
+    """Keep the store up until every node said goodbye (FAILURES row 17), or the deadline."""
+    pending = {e.arrival for e in roster.entries if e.arrival != me}
+    while pending and not deadline.expired():
+        pending = {a for a in pending if not ex.has(ex.key("bye", a))}
+        if pending:
+            time.sleep(STORE_POLL_INTERVAL)
+    return {e.arrival for e in roster.entries} - pending
+
+
+def read_visitors(ex: Exchange) -> list[Visitor]:
+    visitors = []
+    for v in range(ex.count(ex.key("visitors", shared=True))):
+        key = ex.key("visitor", v, shared=True)
+        try:
+            if ex.has(key):
+                visitors.append(ex.read(Visitor, key))
+        except codec.DecodeError:
+            continue
+    return visitors
+
+
+def gathering(ex: Exchange, roster: Roster, arrivals: dict[int, NodeFacts],
+              results: dict[int, NodeResults], duplicates, expected_n: int | None,
+              expected_hostnames: tuple[str, ...], malformed: list[str], waited: float) -> Gathering:
+    members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
+    ranks = {e.rank for e in roster.entries}
+    missing = tuple(r for r in range(expected_n or 0) if r not in ranks)
+    foreign = tuple(v for v in read_visitors(ex) if v.run_id != ex.run_id)
+    return Gathering(members, expected_n, missing, expected_hostnames, duplicates, foreign,
+                     tuple(malformed), round(waited, 3))

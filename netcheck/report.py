@@ -1,0 +1,89 @@
+"""Renderers: the same Report as text for a person and as JSON for a runbook.
+
+Renderers decide nothing: the verdict, the ranks at fault and the fixes are in the Report.
+
+    netcheck 0.1.0 - run 'netcheck' - host (node rank 0) - verdict FAIL
+
+    PASS  rdzv.listen  the host listens on port 29500
+    FAIL  rdzv.join    node rank 2 (node2) never joined in 30 s; 2 of 3 nodes joined
+          fix: start netcheck on that node; ...
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from tabulate import tabulate
+
+from netcheck import __version__, codec
+from netcheck.model import Report
+
+LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+
+
+def render_text(report: Report, verbose: bool = False) -> str:
+    lines = [_header(report), ""]
+    lines += _findings(report, verbose)
+    if report.nodes and report.role == "host":
+        lines += ["", _nodes_table(report)]
+    if report.recommend:
+        lines += ["", "# paste into the job's environment:"]
+        lines += [f"export {k}={v}" for k, v in report.recommend.items()]
+    lines += ["", _footer(report)]
+    return "\n".join(lines) + "\n"
+
+
+def _header(report: Report) -> str:
+    rank = "?" if report.node_rank is None else report.node_rank
+    return (f"netcheck {__version__} - run {report.run_id!r} - {report.role} (node rank {rank}) "
+            f"- verdict {LABELS[report.verdict]}")
+
+
+def _findings(report: Report, verbose: bool) -> list[str]:
+    hostnames = {n.rank: n.hostname for n in report.nodes}
+    width = max((len(f.check) for f in report.findings), default=0)
+    lines = []
+    for f in report.findings:
+        lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{_at(f.nodes, hostnames, f.severity)}")
+        if f.severity != "pass" or verbose:
+            lines += [f"      {e}" for e in f.evidence]
+        if f.fix and f.severity != "pass":
+            lines.append(f"      fix: {f.fix}")
+    return lines
+
+
+def _at(ranks: tuple[int, ...], hostnames: dict[int, str], severity: str) -> str:
+    if severity == "pass" or not ranks:
+        return ""
+    named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in ranks]
+    return f"  [node {', '.join(named)}]"
+
+
+def _nodes_table(report: Report) -> str:
+    rows = [(n.rank, n.hostname, n.address, n.facts.fqdn if n.facts else "") for n in report.nodes]
+    return tabulate(rows, headers=("rank", "hostname", "address", "fqdn"))
+
+
+def _footer(report: Report) -> str:
+    timings = ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
+    unfinished = f"; {report.unfinished} did not finish" if report.unfinished else ""
+    faulty = f"; faulty: {' '.join(report.faulty_nodes)}" if report.faulty_nodes else ""
+    return f"phases: {timings}{unfinished}{faulty}"
+
+
+def render_json(report: Report) -> str:
+    return codec.dumps(report, indent=2) + "\n"
+
+
+def write_file(path: str, text: str) -> None:
+    """Write all or nothing: a half-written report is worse than none."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".netcheck-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

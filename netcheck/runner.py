@@ -1,0 +1,239 @@
+"""The phases in order, each under its own deadline inside --timeout.
+
+The runner gathers facts and asks the rules in `diagnose` for findings; it prints nothing
+itself (progress goes through the callback the CLI hands it) and always returns a report,
+also when a phase fails, times out or is interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netcheck import diagnose, rendezvous
+from netcheck.config import Config
+from netcheck.constants import (
+    EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN, GOODBYE_WAIT,
+    REPORT_RESERVE, RUN_INTERNAL,
+)
+from netcheck.deadline import Deadline
+from netcheck.launcher import detect_launch
+from netcheck.local import gather_facts
+from netcheck.model import (
+    FAIL, WARN, ClockSample, Finding, Member, NodeEntry, NodeFacts, Report, verdict_of,
+)
+from netcheck.probe import PortTaken, listen, reach, resolve_addresses
+
+# The host stops waiting for joiners at this share of --timeout, leaving the rest to the
+# phases after the rendezvous and to the report.
+JOIN_SHARE = 0.5
+
+
+@dataclass
+class Outcome:
+    report: Report
+    exit_code: int
+
+
+@dataclass
+class Run:
+    """What one run has learnt so far; turned into a Report whatever happens."""
+
+    config: Config
+    progress: Callable[[str], None]
+    deadline: Deadline = field(init=False)
+    role: str = "joiner"
+    rank: int | None = None
+    facts: NodeFacts | None = None
+    members: tuple[Member, ...] = ()
+    findings: list[Finding] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    unfinished: str | None = None
+    interrupted: bool = False
+
+    def __post_init__(self):
+        self.deadline = Deadline(self.config.timeout)
+        self.rank = self.config.launch.node_rank
+
+    @property
+    def join_deadline(self) -> Deadline:
+        return Deadline(self.config.timeout * JOIN_SHARE, start=self.deadline.start)
+
+    def phase_deadline(self, seconds: float | None = None) -> Deadline:
+        """The rest of the run less the reserve kept for writing the report."""
+        inner = Deadline(max(0.0, self.deadline.remaining() - REPORT_RESERVE))
+        return inner.within(seconds) if seconds is not None else inner
+
+    @contextmanager
+    def phase(self, name: str):
+        self.progress(f"{name}...")
+        start = time.monotonic()
+        self.unfinished = name
+        try:
+            yield
+            self.unfinished = None
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+        except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
+            self.findings.append(diagnose.internal_finding(name, e))
+        finally:
+            self.timings[name] = round(time.monotonic() - start, 3)
+        if self.deadline.expired():
+            self.findings.append(diagnose.timeout_finding(name, self.config.timeout))
+
+    def my_ranks(self) -> tuple[int, ...]:
+        return () if self.rank is None else (self.rank,)
+
+
+def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
+    run = Run(config, progress)
+    try:
+        _run_phases(run)
+    except KeyboardInterrupt:
+        run.interrupted = True
+    return Outcome(build_report(run), exit_code(run))
+
+
+def _run_phases(run: Run) -> None:
+    with run.phase("local"):
+        run.facts = gather_facts(run.config.run_id, run.config.launch, None)
+    if run.facts is None:
+        return
+    listener = _claim_host_role(run)
+    if run.role == "host":
+        if listener is not None and "rendezvous" in run.config.phases:
+            _host(run, listener)
+        elif listener is not None:
+            listener.close()
+        return
+    with run.phase("reach"):
+        found = reach(run.config.rdzv.host, run.config.rdzv.port, run.join_deadline)
+        run.facts = dataclasses.replace(run.facts, reach=found)
+        run.findings += diagnose.reach_findings(found, run.my_ranks())
+    if run.facts.reach and run.facts.reach.outcome == "open" and "rendezvous" in run.config.phases:
+        _joiner(run)
+
+
+def _claim_host_role(run: Run) -> socket.socket | None:
+    """Rank 0 hosts; without ranks, the node that owns the rendezvous address does.
+
+    The host listens at once, before torch is imported, so early joiners queue instead
+    of being refused. Two nodes on one machine (a loopback test) cannot both listen: the
+    second finds netcheck holding the port and joins instead.
+    """
+    rank = run.config.launch.node_rank
+    if rank not in (None, 0) or (rank is None and not _rdzv_is_local(run)):
+        return None
+    run.role, run.rank = "host", 0
+    with run.phase("reach"):
+        try:
+            sock = listen(run.config.rdzv.port)
+            run.findings.append(diagnose.listen_pass(run.config.rdzv.port))
+            return sock
+        except PortTaken as taken:
+            if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
+                run.role, run.rank = "joiner", None
+                return None
+            run.findings.append(diagnose.listen_finding(taken.port, taken.holders, taken.strerror))
+    return None
+
+
+def _rdzv_is_local(run: Run) -> bool:
+    addresses, _ = resolve_addresses(run.config.rdzv.host, 2.0)
+    own = {a.address for n in run.facts.nics.nics for a in n.addresses}
+    return any(a in own for a in addresses)
+
+
+def _host(run: Run, listener: socket.socket) -> None:
+    cfg, launch = run.config, run.config.launch
+    with run.phase("rendezvous"):
+        store = rendezvous.host_store(listener, cfg.rdzv.port, run.phase_deadline())
+        ex = rendezvous.Exchange(store, cfg.run_id)
+        rendezvous.announce(ex, run.facts)
+        seat, arrivals, malformed, waited = rendezvous.host_gather(
+            ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
+        ranks, duplicates, _ = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
+        roster = rendezvous.post_roster(seat, arrivals, ranks)
+        rendezvous.report_back(seat, ClockSample(0.0, 0.0))
+        results = rendezvous.collect_results(ex, roster, run.phase_deadline(GOODBYE_WAIT))
+        gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, launch.nnodes_max,
+                                        launch.hostnames, malformed, waited)
+        run.members = gathered.members
+        run.findings += diagnose.join_findings(gathered)
+        run.findings += diagnose.resolve_consistency(run.members)
+        run.findings += diagnose.fqdn_findings(run.members)
+        run.findings += diagnose.clock_findings(run.members)
+        said_bye = rendezvous.await_goodbyes(ex, roster, seat.arrival, run.phase_deadline(GOODBYE_WAIT))
+        run.members = tuple(dataclasses.replace(m, said_goodbye=m.rank == 0 or any(
+            e.arrival in said_bye for e in roster.entries if e.rank == m.rank)) for m in run.members)
+
+
+def _joiner(run: Run) -> None:
+    cfg = run.config
+    with run.phase("rendezvous"):
+        try:
+            store = rendezvous.client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+            seat, results = rendezvous.join(store, run.facts, run.phase_deadline())
+        except rendezvous.RendezvousError as e:
+            run.findings.append(diagnose.rendezvous_failure(str(e), run.my_ranks()))
+            return
+        run.rank = seat.rank
+        run.findings.append(diagnose.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname))
+        if results is not None:
+            me = Member(seat.rank, run.facts, results)
+            run.members = (me,)
+            run.findings += diagnose.clock_findings(run.members)
+        seat.goodbye()
+
+
+def build_report(run: Run) -> Report:
+    findings = tuple(run.findings)
+    members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
+                              if run.facts else ())
+    faulty_ranks = {r for f in findings if f.severity == FAIL for r in f.nodes}
+    nodes = tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts) for m in members)
+    by_rank = {m.rank: m.facts.hostname for m in members}
+    missing = _missing_hostnames(run, faulty_ranks, by_rank)
+    return Report(
+        run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
+        nodes=nodes, findings=findings, recommend={}, bandwidth={}, timings=dict(run.timings),
+        unfinished=run.unfinished,
+        healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
+        faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing)
+
+
+def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:
+    """Faulty ranks that never joined, named when the launcher listed the hosts (Slurm)."""
+    hosts = run.config.launch.hostnames
+    return tuple(hosts[r] for r in sorted(faulty) if r not in by_rank and r < len(hosts))
+
+
+def exit_code(run: Run) -> int:
+    if run.interrupted:
+        return EXIT_INTERRUPTED
+    if any(f.check == RUN_INTERNAL for f in run.findings):
+        return EXIT_INTERNAL
+    verdict = verdict_of(run.findings)
+    return EXIT_FAIL if verdict == FAIL else EXIT_WARN if verdict == WARN else EXIT_PASS
+
+
+def local_only(env) -> Report:
+    """`netcheck local`: this node's facts, no network traffic."""
+    launch = detect_launch(env, None, None, None, local_gpus=0)
+    facts = gather_facts(env.get("SLURM_JOB_ID") or "netcheck", launch, None)
+    me = NodeEntry(launch.node_rank if launch.node_rank is not None else 0, facts.hostname,
+                   Member(0, facts).address, facts)
+    return Report("local", launch.node_rank, "local", "pass", (me,), (), {}, {}, {}, None, (), ())
+
+
+def probe_only(host: str, port: int, timeout: float) -> Report:
+    """`netcheck probe HOST:PORT`: one round of the reach probe."""
+    found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
+    findings = tuple(diagnose.reach_findings(found, ()))
+    return Report("probe", None, "probe", verdict_of(findings), (), findings, {}, {},
+                  {"reach": found.seconds}, None, (), ())

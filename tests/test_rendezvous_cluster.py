@@ -1,0 +1,171 @@
+"""Phases local, reach and rendezvous on real network namespaces, with real faults.
+
+Each test starts netcheck on the nodes of a simulated cluster and asserts on exit codes
+and the JSON findings. Nodes that never get past reach do not import torch, so the
+failure cases are cheap; the healthy ones pay one torch import per node.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from cluster import NodeSpec
+from nodes import PORT, explain, finish, finish_all, start
+
+pytestmark = pytest.mark.root_required
+
+RDZV = ["--rdzv", f"node0:{PORT}"]
+
+
+def ranked(i: int, n: int, timeout: float = 30) -> list[str]:
+    return RDZV + ["--nnodes", str(n), "--node-rank", str(i), "--timeout", str(timeout)]
+
+
+def slurm_env(i: int, n: int) -> dict:
+    return {"SLURM_NNODES": str(n), "SLURM_NODEID": str(i), "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST": f"node[0-{n - 1}]"}
+
+
+def test_three_healthy_nodes_pass(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ranked(i, 3), tmp_path) for i in range(3)], 60)
+    assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
+    host = runs[0].report
+    assert host["schema"] == "netcheck.report/1" and host["verdict"] == "pass"
+    assert [(n["rank"], n["hostname"], n["address"]) for n in host["nodes"]] == [
+        (0, "node0", "198.18.0.10"), (1, "node1", "198.18.0.11"), (2, "node2", "198.18.0.12")]
+    assert host["timings"]["rendezvous"] > 0
+    assert host["healthy_nodes"] == ["node0", "node1", "node2"] and host["faulty_nodes"] == []
+    assert runs[1].findings("rdzv.reach", "pass") and runs[2].report["node_rank"] == 2
+
+
+def test_master_port_dropped_for_one_joiner(cluster, tmp_path):
+    """The joiner says `filtered` in seconds; the host names it missing by rank and hostname."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.drop_inbound(0, PORT, source=2)
+        runs = [start(c, i, RDZV + ["--timeout", "16"], tmp_path, env=slurm_env(i, 3))
+                for i in range(3)]
+        blocked = finish(runs[2], 10)
+        finish_all(runs[:2], 30)
+    assert blocked.rc == 2 and blocked.seconds < 8, explain(runs)
+    (reach,) = blocked.findings("rdzv.reach", "fail")
+    assert "filtered" in reach["summary"]
+    assert runs[1].rc == 0, explain(runs)
+    assert runs[0].rc == 2 and runs[0].seconds < 16 + 3
+    (missing,) = runs[0].findings("rdzv.join", "fail")
+    assert missing["nodes"] == [2] and "node2" in missing["summary"]
+    assert runs[0].report["faulty_nodes"] == ["node2"]
+
+
+def test_joiner_reach_outcomes_without_a_host(cluster, tmp_path):
+    """refused (REJECT), dns, unreachable and nothing-listening, each its own verdict."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.reject_inbound(0, PORT)
+        args = ["--node-rank", "1", "--nnodes", "2", "--timeout", "6"]
+        runs = [
+            start(c, 1, RDZV + args, tmp_path),                               # REJECT -> refused
+            start(c, 2, ["--rdzv", "nosuchnode.invalid:29500"] + args, tmp_path),
+            start(c, 3, ["--rdzv", "198.19.7.7:29500"] + args, tmp_path),   # no route there
+            start(c, 0, ["--rdzv", f"node1:{PORT}"] + args, tmp_path),      # nobody listens
+        ]
+        finish_all(runs, 15)
+    assert [r.rc for r in runs] == [2, 2, 2, 2], explain(runs)
+    assert "refused" in runs[0].findings("rdzv.reach", "fail")[0]["summary"]
+    assert runs[1].findings("rdzv.resolve", "fail") and not runs[1].findings("rdzv.reach")
+    assert "unreachable" in runs[2].findings("rdzv.reach", "fail")[0]["summary"]
+    nobody = runs[3]
+    assert "refused" in nobody.findings("rdzv.reach", "fail")[0]["summary"]
+    assert nobody.report["unfinished"] is None and nobody.seconds < 6 + 3
+
+
+def test_joiner_started_before_the_host_passes(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        joiner = start(c, 1, ranked(1, 2), tmp_path)
+        time.sleep(5)
+        host = start(c, 0, ranked(0, 2), tmp_path)
+        runs = finish_all([host, joiner], 60)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    assert runs[1].report["nodes"][0]["facts"]["reach"]["attempts"] > 1
+
+
+def test_port_held_by_another_process_is_named(cluster, tmp_path):
+    holder_code = ("import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29500)); "
+                   "s.listen(); print('ready', flush=True); time.sleep(60)")
+    with cluster([NodeSpec()]) as c:
+        holder = c.popen(0, [sys.executable, "-c", holder_code])
+        assert holder.stdout.readline().strip() == "ready"
+        run = finish(start(c, 0, ranked(0, 1), tmp_path), 20)
+        c.kill(holder)
+    assert run.rc == 2, explain([run])
+    (taken,) = run.findings("rdzv.listen", "fail")
+    assert f"pid {holder.pid}" in taken["summary"] and "time.sleep(60)" in taken["summary"]
+
+
+def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ranked(i, 3, timeout=12), tmp_path) for i in range(2)], 20)
+    assert runs[0].rc == 2 and runs[0].seconds < 12 + 3, explain(runs)
+    (missing,) = runs[0].findings("rdzv.join", "fail")
+    assert missing["nodes"] == [2]
+    assert runs[1].rc == 0, explain(runs)
+
+
+def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = [start(c, 0, ranked(0, 3, timeout=14), tmp_path),
+                start(c, 1, ranked(1, 3, timeout=14), tmp_path),
+                start(c, 2, ranked(1, 3, timeout=14), tmp_path),
+                start(c, 3, ranked(2, 3, timeout=14) + ["--rdzv-id", "other-job"], tmp_path)]
+        finish_all(runs, 30)
+    host = runs[0].report
+    assert runs[0].rc == 2, explain(runs)
+    summaries = [f["summary"] for f in runs[0].findings("rdzv.join")]
+    (dup,) = [f for f in runs[0].findings("rdzv.join") if "claimed by 2 nodes" in f["summary"]]
+    assert dup["nodes"] == [1] and {e.split()[0] for e in dup["evidence"]} == {"node1", "node2"}
+    assert any("node3" in s and "other-job" in s for s in summaries), summaries
+    seated = [n["hostname"] for n in host["nodes"]]
+    assert seated[0] == "node0" and len(seated) == 2 and "node3" not in seated
+    unseated = runs[1] if seated[1] == "node2" else runs[2]
+    assert unseated.rc == 2 and unseated.findings("rdzv.join", "fail"), explain(runs)
+    assert runs[3].rc == 2 and "serves run id 'netcheck'" in runs[3].findings("rdzv.join")[0]["summary"]
+
+
+def test_unresolvable_fqdn_names_both_nodes(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.write_hosts(2, c.hosts_lines(2, omit=[1]))
+        runs = finish_all([start(c, i, ranked(i, 3), tmp_path) for i in range(3)], 60)
+    assert runs[0].rc == 2, explain(runs)
+    (fqdn,) = runs[0].findings("rdzv.fqdn", "fail")
+    assert fqdn["nodes"] == [1, 2]
+    assert any("node2 -> node1.cluster" in e for e in fqdn["evidence"]), fqdn
+
+
+def test_ipv6_loopback_endpoint(cluster, tmp_path):
+    with cluster([NodeSpec()]) as c:
+        args = ["--rdzv", f"[::1]:{PORT}", "--nnodes", "2", "--timeout", "30"]
+        runs = finish_all([start(c, 0, args + ["--node-rank", "0"], tmp_path),
+                           start(c, 0, args + ["--node-rank", "1"], tmp_path)], 60)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    assert runs[1].report["nodes"][0]["facts"]["reach"]["probes"][0]["family"] == "ipv6"
+
+
+def test_host_without_ranks_is_the_node_owning_the_address(cluster, tmp_path):
+    """Arrival numbering: no ranks anywhere, the host waits for --join-window of quiet."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        args = RDZV + ["--join-window", "3", "--timeout", "30"]
+        runs = finish_all([start(c, i, args, tmp_path) for i in range(2)], 60)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    assert runs[0].report["role"] == "host" and runs[1].report["node_rank"] == 1
+
+
+def test_probe_subcommand_needs_no_torch(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        c.drop_inbound(0, PORT)
+        code = ("import sys, netcheck.cli as m; rc = m.main(['probe', 'node0:29500', '--timeout', '1']);"
+                " print('torch' in sys.modules); sys.exit(rc)")
+        done = c.run(1, [sys.executable, "-c", code], timeout=15)
+    assert done.returncode == 2 and done.stdout.strip().endswith("False"), done.stdout + done.stderr
+    assert "filtered" in done.stdout
