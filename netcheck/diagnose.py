@@ -52,6 +52,18 @@ def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
                    (), "pick a free port, or run as a user allowed to bind it")
 
 
+def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
+    """The host's view of reach: every joiner that got here reached the port, and how fast."""
+    joiners = [m for m in members if m.facts.reach]
+    if not joiners:
+        return []
+    slowest = max(joiners, key=lambda m: m.facts.reach.seconds)
+    return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
+                    f"{len(joiners)} joiner(s) reached {slowest.facts.reach.host}:"
+                    f"{slowest.facts.reach.port}; slowest {slowest.facts.hostname} in "
+                    f"{slowest.facts.reach.seconds:.2f} s")]
+
+
 def listen_pass(port: int) -> Finding:
     return Finding(RDZV_LISTEN, PASS, (0,), f"the host listens on port {port}")
 
@@ -108,6 +120,8 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     problems, evidence = set(), []
     for m in members:
         for r in (m.results.resolutions if m.results else ()):
+            if own.get(r.rank) == own[m.rank]:
+                continue  # two nodes on one machine (a loopback run): loopback is right there
             bad = _bad_resolution(r.addresses, r.error, own.get(r.rank, set()))
             if bad:
                 problems.update({m.rank, r.rank})

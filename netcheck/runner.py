@@ -164,6 +164,7 @@ def _host(run: Run, listener: socket.socket) -> None:
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, launch.nnodes_max,
                                         launch.hostnames, malformed, waited)
         run.members = gathered.members
+        run.findings += diagnose.reach_summary(run.members)
         run.findings += diagnose.join_findings(gathered)
         run.findings += diagnose.resolve_consistency(run.members)
         run.findings += diagnose.fqdn_findings(run.members)
