@@ -15,10 +15,13 @@ from typing import Sequence
 from netcheck import __version__, report
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import (
-    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, EXIT_USAGE, PHASES,
-    PROBE_TIMEOUT,
+    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_PASS,
+    EXIT_USAGE, EXIT_WARN,
+    MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
 from netcheck.launcher import LaunchError, detect_launch, rdzv_from_env
+
+EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
@@ -60,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"node has joined for this long (default {DEFAULT_JOIN_WINDOW:g})")
     p.add_argument("--skip", metavar="PHASE[,PHASE]", help=f"phases to skip: {', '.join(PHASES)}")
     p.add_argument("--only", metavar="PHASE[,PHASE]", help="run only these phases")
+    p.add_argument("--mesh", metavar="full|sample:K", help="which node pairs the mesh phase "
+                   f"connects: every pair (default up to {MESH_FULL_UP_TO} nodes), or ring "
+                   f"neighbours plus K random peers per node (default above: sample:{MESH_SAMPLE_PEERS})")
     p.add_argument("--json", metavar="PATH|-", help="write the JSON report there ('-': stdout, "
                    "and the text report goes to stderr)")
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
@@ -79,7 +85,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         rdzv=parse_endpoint(rdzv), launch=launch,
         run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or "netcheck",
         timeout=args.timeout, join_window=args.join_window,
-        phases=select_phases(args.skip, args.only), json_path=args.json,
+        phases=select_phases(args.skip, args.only), mesh=args.mesh, json_path=args.json,
         quiet=args.quiet, verbose=args.verbose))
 
 
@@ -134,7 +140,7 @@ def run_local(argv: list[str]) -> int:
 
     rep = local_only(os.environ)
     emit(rep, args.json, False, True)
-    return 0
+    return EXIT_BY_VERDICT[rep.verdict]
 
 
 def run_probe(argv: list[str]) -> int:
@@ -152,7 +158,7 @@ def run_probe(argv: list[str]) -> int:
 
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)
     emit(rep, args.json, False, True)
-    return 0 if rep.verdict == "pass" else 2
+    return EXIT_BY_VERDICT[rep.verdict]
 
 
 if __name__ == "__main__":

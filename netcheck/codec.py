@@ -36,13 +36,30 @@ def dumps(value: Any, indent: int | None = None) -> str:
 
 
 def loads(cls: type[T], text: str | bytes, max_bytes: int) -> T:
-    if len(text) > max_bytes:
-        raise DecodeError(f"{len(text)} bytes, over the {max_bytes}-byte limit")
+    size = len(text)
+    if isinstance(text, str) and size <= max_bytes:
+        size = len(text.encode("utf-8", "surrogatepass"))  # the limit is in bytes, not characters
+    if size > max_bytes:
+        raise DecodeError(f"{size} bytes, over the {max_bytes}-byte limit")
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    except RecursionError:
+        raise DecodeError("not JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an over-long integer
         raise DecodeError(f"not JSON: {e}") from None
     return from_plain(cls, data)
+
+
+def _not_json(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has neither, and NaN passes every threshold.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is out of range")
+    return value
 
 
 def from_plain(cls: type[T], data: Any, where: str = "$") -> T:

@@ -5,10 +5,12 @@ Messages carry the offending values, so a user-caused error reads as one clear l
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from netcheck.constants import DEFAULT_PORT, PHASES
+from netcheck.mesh import parse_mode
 from netcheck.model import Launch
 
 
@@ -33,6 +35,7 @@ class Config:
     timeout: float          # bounds the whole run
     join_window: float      # arrival numbering: the host waits until nobody joined for this long
     phases: tuple[str, ...]  # the phases to run, in order
+    mesh: str | None        # "full" | "sample:K"; None: full up to MESH_FULL_UP_TO nodes
     json_path: str | None
     quiet: bool
     verbose: bool
@@ -40,15 +43,15 @@ class Config:
 
 def parse_endpoint(text: str) -> Endpoint:
     """HOST, HOST:PORT, [V6]:PORT or [V6]; the default port is torch's, 29500."""
-    match = re.fullmatch(r"\[([^\]]+)\](?::(\d*))?|([^:\[\]]+)(?::(\d*))?", text.strip())
+    match = re.fullmatch(r"\[([^\[\]]+)\](?::([0-9]*))?|([^:\[\]]+)(?::([0-9]*))?", text.strip())
     if not match or (text.strip().endswith(":")):
         raise UsageError(f"--rdzv {text!r}: expected HOST:PORT or [IPV6]:PORT")
     host = match.group(1) or match.group(3)
     port_text = match.group(2) if match.group(1) else match.group(4)
-    port = int(port_text) if port_text else DEFAULT_PORT
-    if not 1 <= port <= 65535:
-        raise UsageError(f"--rdzv {text!r}: port {port} is outside 1-65535")
-    return Endpoint(host, port)
+    # Over five significant digits is out of range (and int() refuses over 4300 digits).
+    if port_text and (len(port_text.lstrip("0")) > 5 or not 1 <= int(port_text) <= 65535):
+        raise UsageError(f"--rdzv {text!r}: port {port_text} is outside 1-65535")
+    return Endpoint(host, int(port_text) if port_text else DEFAULT_PORT)
 
 
 def select_phases(skip: str | None, only: str | None) -> tuple[str, ...]:
@@ -65,10 +68,12 @@ def select_phases(skip: str | None, only: str | None) -> tuple[str, ...]:
 
 def check_config(config: Config) -> Config:
     launch = config.launch
-    if config.timeout <= 0:
-        raise UsageError(f"--timeout {config.timeout:g}: must be more than 0 seconds")
-    if config.join_window <= 0:
-        raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds")
+    # NaN compares false with everything: a NaN deadline never expires (the "never hangs" promise).
+    if not (config.timeout > 0 and math.isfinite(config.timeout)):
+        raise UsageError(f"--timeout {config.timeout:g}: must be more than 0 seconds, and finite")
+    if not (config.join_window > 0 and math.isfinite(config.join_window)):
+        raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds, "
+                         "and finite")
     if launch.node_rank is not None and launch.node_rank < 0:
         raise UsageError(f"--node-rank {launch.node_rank}: must be 0 or more")
     if launch.node_rank is not None and launch.nnodes_max is not None \
@@ -77,6 +82,11 @@ def check_config(config: Config) -> Config:
                          f"nnodes {launch.nnodes_max}")
     if launch.nproc_per_node < 1:
         raise UsageError(f"--nproc-per-node {launch.nproc_per_node}: must be 1 or more")
+    if config.mesh:
+        try:
+            parse_mode(config.mesh)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if not config.run_id or len(config.run_id) > 128 or "/" in config.run_id:
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-128 characters, no '/'")
     return config

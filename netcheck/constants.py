@@ -55,3 +55,9 @@ MAX_NODES = 10_000
 # Thresholds.
 CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
 CLOCK_PINGS = 3
+
+# Mesh: every pair up to this many nodes, else ring neighbours plus a sample of peers.
+MESH_CONNECT_TIMEOUT = 2.0
+MESH_FULL_UP_TO = 64
+MESH_SAMPLE_PEERS = 8
+MESH_PHASE_LIMIT = 20.0

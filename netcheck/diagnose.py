@@ -91,7 +91,8 @@ def join_findings(g: Gathering) -> list[Finding]:
     for text in g.malformed:
         findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
                                 (text,), "something other than netcheck writes to this port"))
-    findings += _lost_findings(g.members)
+    lost = [m.rank for m in g.members if m.results is None]
+    findings += lost_findings("rendezvous", {m.rank: m.facts.hostname for m in g.members}, lost)
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{len(g.members)} node(s) joined in {g.waited:.1f} s"))
@@ -104,13 +105,14 @@ def _expected_name(g: Gathering, rank: int) -> str:
     return "hostname unknown: it never reached the store"
 
 
-def _lost_findings(members: tuple[Member, ...]) -> list[Finding]:
-    lost = [m for m in members if m.results is None]
-    if not lost:
+def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[Finding]:
+    """Nodes that were seated, then stopped answering before `phase` was over."""
+    if not ranks:
         return []
-    return [Finding(RDZV_JOIN, FAIL, tuple(m.rank for m in lost),
-                    f"{', '.join(m.facts.hostname for m in lost)} joined, then stopped answering",
-                    (), "the node's netcheck died or hung after joining: look at that node")]
+    return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
+                    f"{', '.join(names.get(r, f'rank {r}') for r in ranks)} stopped answering "
+                    f"during the {phase} phase", (),
+                    "that node's netcheck died or hung: look at that node")]
 
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:

@@ -85,6 +85,7 @@ class GlooChoice:
 class TpChoice:
     interface: str | None
     address: str | None
+    loopback: bool          # peers on other nodes cannot reach it
     fallback: bool          # TensorPipe gave up and uses 127.0.0.1
     reason: str
 
@@ -214,7 +215,7 @@ def _comm_id_host(value: str):
         return None
 
 
-def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]) -> Pick | None:
+def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]):
     # bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, bootstrap uses the subnet match
     # alone and never reads NCCL_SOCKET_IFNAME; otherwise the first interface found.
     if "NCCL_COMM_ID" in env:
@@ -248,7 +249,7 @@ def gloo_device_addresses(
     # c10d/init.cpp: the variable counts when 2+ characters long; each comma-separated
     # entry becomes one gloo device (ProcessGroupGloo then runs a context per device).
     if len(value) > 1:
-        devices = tuple(_gloo_iface_device(table, name, hostname_addresses) for name in gloo_split(value))
+        devices = tuple(_gloo_iface_device(table, n, hostname_addresses) for n in gloo_split(value))
         return GlooChoice(devices, "GLOO_SOCKET_IFNAME", "; ".join(_gloo_line(d) for d in devices))
     device = _hostname_device(table, hostname_addresses, torch_fallback=True)
     return GlooChoice((device,), "hostname", f"hostname: {_gloo_line(device)}")
@@ -271,7 +272,9 @@ def _gloo_iface_device(table: NicTable, name: str, hostname_addresses: Sequence[
         return GlooDevice(name, None, False, f"Unable to find address for: {name}",
                           f"no interface named {name!r} with an IP address ({_names(table)})")
     nic = _nic(table, name)
-    state = f"{name}'s first address" if nic.running else f"{name} is not running, so peers cannot reach it"
+    state = f"{name}'s first address"
+    if not nic.running:
+        state = f"{name} is not running, so peers cannot reach it"
     return GlooDevice(name, addr.address, _is_loopback(addr.address), None, state)
 
 
@@ -279,25 +282,22 @@ def _hostname_device(table: NicTable, addresses: Sequence[str], torch_fallback: 
     # device.cc lookupAddrForHostname: the first getaddrinfo answer that bind(2) accepts;
     # torch checks the same first and falls back to 127.0.0.1 (ProcessGroupGloo.cpp
     # createDefaultDevice, doesHostnameResolveToUsableAddress).
-    for text in addresses:
-        nic = bindable_owner(table, text)
-        if nic is not None:
-            return _bound_device(table, nic, text, "the hostname's first bindable address")
-    if not torch_fallback:
+    found, why = first_bindable(table, addresses), "the hostname's first bindable address"
+    if found is None and torch_fallback:
+        found = first_bindable(table, [LOOPBACK_V4])
+        why = f"the hostname has no address here, so torch falls back to {LOOPBACK_V4}, which"
+    if found is None:
         return GlooDevice(None, None, False, "Unable to find address for the hostname",
                           "the hostname resolves to no address of this node")
-    nic = bindable_owner(table, LOOPBACK_V4)
-    why = "the hostname resolves to no address of this node, so torch falls back to 127.0.0.1"
-    return _bound_device(table, nic, LOOPBACK_V4, why) if nic else GlooDevice(
-        None, None, False, f"Cannot resolve {LOOPBACK_V4} to a (local) address", why)
-
-
-def _bound_device(table: NicTable, nic: Nic, address: str, why: str) -> GlooDevice:
+    nic, address = found
     if not _is_loopback(address):
         return GlooDevice(nic.name, address, False, None, why)
-    trap = (f"{why} is loopback ({nic.name} owns {_loopback_nets(nic)}), so peers would "
-            f"connect to themselves; set GLOO_SOCKET_IFNAME to one of: {_usable_names(table)}")
-    return GlooDevice(nic.name, address, True, None, trap)
+    return GlooDevice(nic.name, address, True, None, _loopback_trap(table, nic, why, "GLOO"))
+
+
+def _loopback_trap(table: NicTable, nic: Nic, why: str, lib: str) -> str:
+    return (f"{why} is loopback ({nic.name} owns {_loopback_nets(nic)}), so peers would "
+            f"connect to themselves; set {lib}_SOCKET_IFNAME to one of: {_usable_names(table)}")
 
 
 def _gloo_line(d: GlooDevice) -> str:
@@ -315,26 +315,33 @@ def tp_interface(
     names one interface; else the hostname's first bindable address (None here: not
     resolved). Failing either, TensorPipe logs a warning and uses 127.0.0.1."""
     if "TP_SOCKET_IFNAME" in env:
-        name = env["TP_SOCKET_IFNAME"]
-        # uv/utility.cc lookupAddrForIface walks libuv's uv_interface_addresses, which
-        # lists only interfaces that are up and running; the first address wins.
-        hit = next((a for n, a in getifaddrs_walk(table) if n.name == name and n.up and n.running), None)
-        if hit:
-            return TpChoice(name, hit.address, False, f"TP_SOCKET_IFNAME={name}")
-        return _tp_fallback(table, f"no up and running interface named {name!r} ({_names(table)})")
+        return _tp_named(table, env["TP_SOCKET_IFNAME"])
     if hostname_addresses is None:
-        return TpChoice(None, None, False, "TP_SOCKET_IFNAME unset: the hostname's first "
-                        "bindable address (hostname not resolved here)")
-    for text in hostname_addresses:
-        nic = bindable_owner(table, text)
-        if nic is not None:
-            return TpChoice(nic.name, text, False, "the hostname's first bindable address")
-    return _tp_fallback(table, "the hostname resolves to no address of this node")
+        return TpChoice(None, None, False, False, "TP_SOCKET_IFNAME unset: the hostname's "
+                        "first bindable address (hostname not resolved here)")
+    found = first_bindable(table, hostname_addresses)
+    if found is None:
+        return _tp_fallback(table, "the hostname resolves to no address of this node")
+    nic, address = found
+    why = "the hostname's first bindable address"
+    if _is_loopback(address):
+        return TpChoice(nic.name, address, True, False, _loopback_trap(table, nic, why, "TP"))
+    return TpChoice(nic.name, address, False, False, why)
+
+
+def _tp_named(table: NicTable, name: str) -> TpChoice:
+    # uv/utility.cc lookupAddrForIface walks libuv's uv_interface_addresses, which lists
+    # only interfaces that are up and running; the first address wins.
+    walk = getifaddrs_walk(table)
+    hit = next((a for n, a in walk if n.name == name and n.up and n.running), None)
+    if hit is None:
+        return _tp_fallback(table, f"no up and running interface named {name!r} ({_names(table)})")
+    return TpChoice(name, hit.address, _is_loopback(hit.address), False, f"TP_SOCKET_IFNAME={name}")
 
 
 def _tp_fallback(table: NicTable, why: str) -> TpChoice:
-    nic = bindable_owner(table, LOOPBACK_V4)
-    return TpChoice(nic.name if nic else None, LOOPBACK_V4, True,
+    found = first_bindable(table, [LOOPBACK_V4])
+    return TpChoice(found[0].name if found else None, LOOPBACK_V4, True, True,
                     f"{why}: TensorPipe silently falls back to {LOOPBACK_V4}")
 
 
@@ -372,26 +379,31 @@ def _check_nccl(value: str, table: NicTable) -> str | None:
 
 def _check_gloo(value: str, table: NicTable) -> str | None:
     if len(value) <= 1:
-        return "ignored: torch reads values of 2+ characters only, so gloo uses the hostname's address"
+        return "ignored: torch reads values of 2+ characters only, so gloo uses the " \
+               "hostname's address"
     for name in gloo_split(value):
-        reason = _check_exact_name(name, table, "gloo", f'fails with "Unable to find address for: {name}"')
+        if not name:
+            return "has an empty entry, which makes gloo use the hostname's address for it"
+        failure = f'fails with "Unable to find address for: {name}"'
+        down = "binds to it anyway and peers cannot reach it"
+        reason = _check_exact_name(name, table, "gloo", failure, down)
         if reason:
             return reason
     return None
 
 
 def _check_tp(value: str, table: NicTable) -> str | None:
-    if "," in value:
-        return f"TensorPipe takes one interface name: it looks {value!r} up as one name, " \
-               f"finds none and silently falls back to {LOOPBACK_V4}"
-    return _check_exact_name(value, table, "TensorPipe", f"silently falls back to {LOOPBACK_V4}")
+    fallback = f"silently falls back to {LOOPBACK_V4}"
+    if "," in value or not value:
+        return f"TensorPipe takes one interface name: it looks {value!r} up as one, " \
+               f"finds none and {fallback}"
+    return _check_exact_name(value, table, "TensorPipe", fallback, f"skips it and {fallback}")
 
 
-def _check_exact_name(name: str, table: NicTable, lib: str, failure: str) -> str | None:
-    if not name:
-        return f"has an empty entry, which makes {lib} use the hostname's address for it"
+def _check_exact_name(name: str, table: NicTable, lib: str, failure: str, down: str) -> str | None:
     if _as_ip(name):
-        return f"holds an IP address ({_ip_owner(table, name)}); {lib} wants interface names and {failure}"
+        return f"holds an IP address ({_ip_owner(table, name)}); {lib} wants interface " \
+               f"names and {failure}"
     nic = _nic(table, name)
     if nic is None or not nic.addresses:
         close = [n.name for n in table.nics if n.name.startswith(name.lstrip("^="))]
@@ -399,7 +411,7 @@ def _check_exact_name(name: str, table: NicTable, lib: str, failure: str) -> str
         return f"no interface {name!r} with an IP address here ({_names(table)}); {lib} takes " \
                f"exact names, no prefixes, ^ or =, and {failure}{hint}"
     if not nic.running:
-        return f"{name} is not running; {lib} uses it anyway and peers cannot reach it"
+        return f"{name} is not running; {lib} {down}"
     return None
 
 
@@ -408,7 +420,8 @@ def _check_exact_name(name: str, table: NicTable, lib: str, failure: str) -> str
 
 
 def format_nccl_value(
-    names_per_node: Sequence[Sequence[str]], all_names_per_node: Sequence[Sequence[str]] | None = None
+    names_per_node: Sequence[Sequence[str]],
+    all_names_per_node: Sequence[Sequence[str]] | None = None,
 ) -> str | None:
     """One NCCL_SOCKET_IFNAME for the cluster from each node's working interface names.
 
@@ -447,9 +460,8 @@ def _cover(names_per_node: Sequence[Sequence[str]], safe: list[str]) -> list[str
 
 def _plain_prefix_ok(name: str, names_per_node, known) -> bool:
     # A plain value is a prefix (utils.cc matchIf) and must be 2+ characters to be read.
-    return len(name) > 1 and all(
-        n in works for works, names in zip(names_per_node, known) for n in names if n.startswith(name)
-    )
+    caught = ((works, n) for works, names in zip(names_per_node, known) for n in names)
+    return len(name) > 1 and all(n in works for works, n in caught if n.startswith(name))
 
 
 def format_gloo_values(names_per_node: Sequence[Sequence[str]]) -> list[str | None]:
@@ -457,7 +469,8 @@ def format_gloo_values(names_per_node: Sequence[Sequence[str]]) -> list[str | No
     the same name on every node when one works everywhere. One name, never a list:
     every rank must create the same number of gloo devices, since ProcessGroupGloo pairs
     device i's context across ranks. None for a node with no working interface."""
-    common = [n for n in _ordered_union(names_per_node) if all(n in names for names in names_per_node)]
+    union = _ordered_union(names_per_node)
+    common = [n for n in union if all(n in names for names in names_per_node)]
     if common:
         return [common[0]] * len(names_per_node)
     return [names[0] if names else None for names in names_per_node]
@@ -476,6 +489,12 @@ def getifaddrs_walk(table: NicTable) -> Iterator[tuple[Nic, Address]]:
             for addr in nic.addresses:
                 if addr.family == family:
                     yield nic, addr
+
+
+def first_bindable(table: NicTable, addresses: Sequence[str]) -> tuple[Nic, str] | None:
+    """The first address bind(2) accepts, with its interface (gloo's and TensorPipe's
+    walk over the hostname's getaddrinfo answers)."""
+    return next(((nic, a) for a in addresses if (nic := bindable_owner(table, a))), None)
 
 
 def bindable_owner(table: NicTable, text: str) -> Nic | None:

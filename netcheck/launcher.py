@@ -27,7 +27,8 @@ class LaunchError(ValueError):
 def parse_nnodes(text: str) -> tuple[int, int]:
     """torchrun's --nnodes: "N" or "MIN:MAX"."""
     parts = text.split(":")
-    if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+    # ASCII digits only ("²".isdigit() is true, and int() refuses it); at most 9 of them.
+    if len(parts) > 2 or not all(re.fullmatch(r"[0-9]{1,9}", p.strip()) for p in parts):
         raise LaunchError(f"--nnodes {text!r}: expected N or MIN:MAX with whole numbers")
     low, high = int(parts[0]), int(parts[-1])
     if low < 1 or high < low:
@@ -35,12 +36,26 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     return low, high
 
 
+_RANGE = r"[0-9]{1,9}(?:-[0-9]{1,9})?"
+_HOST_ITEM = rf"[^\[\]]*(?:\[{_RANGE}(?:,{_RANGE})*\][^\[\]]*)*"  # name[1-3,7]suffix[0-1]...
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Slurm's compressed host list: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1."""
+    """Slurm's compressed host list: "gpu[01-03,07],login1" -> gpu01 gpu02 gpu03 gpu07 login1.
+
+    Several bracketed ranges in one name multiply out ("rack[1-2]n[1-2]"), as in Slurm.
+    Raises LaunchError on anything else (a bracket left open, a range that is not numbers).
+    """
     hosts: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*|\[", text):
+        if item.startswith("[") or not re.fullmatch(_HOST_ITEM, item):
+            raise LaunchError(f"{text!r} is not a Slurm host list (near {item!r})")
         hosts.extend(_expand_host(item))
     return tuple(hosts)
+
+
+# Slurm's own bound (hostlist.c MAX_RANGE): a larger range is taken for an error.
+MAX_HOSTS = 64 * 1024
 
 
 def _expand_host(item: str) -> list[str]:
@@ -48,21 +63,27 @@ def _expand_host(item: str) -> list[str]:
     if not match:
         return [item]
     prefix, ranges, rest = match.groups()
-    names = []
+    numbers: list[str] = []
     for part in ranges.split(","):
         low, _, high = part.partition("-")
-        width = len(low)
-        for n in range(int(low), int(high or low) + 1):
-            names.extend(f"{prefix}{n:0{width}d}{tail}" for tail in _expand_host(rest))
-    return names
+        first, last = int(low), int(high or low)
+        if last < first:
+            raise LaunchError(f"{item!r}: the range {part} runs backwards")
+        if len(numbers) + last - first >= MAX_HOSTS:
+            raise LaunchError(f"{item!r}: more than {MAX_HOSTS} hosts")
+        numbers.extend(f"{n:0{len(low)}d}" for n in range(first, last + 1))
+    tails = _expand_host(rest)
+    if len(numbers) * len(tails) > MAX_HOSTS:
+        raise LaunchError(f"{item!r}: more than {MAX_HOSTS} hosts")
+    return [f"{prefix}{n}{tail}" for n in numbers for tail in tails]
 
 
 def detect_launch(env: Mapping[str, str], nnodes: str | None, node_rank: int | None,
                   nproc_per_node: int | None, local_gpus: int) -> Launch:
     """Flags win; otherwise the first launcher whose variables are present."""
-    nproc = nproc_per_node or local_gpus or 1
+    nproc = nproc_per_node if nproc_per_node is not None else local_gpus or 1
     if nnodes is not None or node_rank is not None:
-        low, high = parse_nnodes(nnodes) if nnodes else (None, None)
+        low, high = parse_nnodes(nnodes) if nnodes is not None else (None, None)
         return Launch("flags", node_rank, low, high, nproc, variables=_seen(env, ()))
     for reader in (_from_slurm, _from_kubeflow, _from_torchrun):
         launch = reader(env, nproc)
@@ -87,7 +108,10 @@ def _from_slurm(env: Mapping[str, str], nproc: int) -> Launch | None:
     if "SLURM_NNODES" not in env or "SLURM_NODEID" not in env:
         return None
     n = _int_var(env, "SLURM_NNODES")
-    hosts = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
+    try:
+        hosts = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
+    except LaunchError:
+        hosts = ()  # the names are a nicety (naming missing nodes): unknown, never guessed
     return Launch("slurm", _int_var(env, "SLURM_NODEID"), n, n, nproc,
                   hosts if len(hosts) == n else (), _seen(env, SLURM_VARS))
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Mapping
 
 from netcheck import __version__
+from netcheck.constants import MAX_FACTS_BYTES
 from netcheck.model import Launch, NodeFacts, Reach
 from netcheck.nics import read_nic_table
 from netcheck.probe import call_with_timeout, resolve_addresses
 
 LOOKUP_TIMEOUT = 2.0
+SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
 
 
 def fqdn(timeout: float = LOOKUP_TIMEOUT) -> str:
@@ -27,6 +30,30 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
     return st.f_frsize * st.f_blocks
 
 
+def socket_env(env: Mapping[str, str], home: str = "~") -> dict[str, str]:
+    """NCCL_*, GLOO_* and TP_* settings as the libraries see them on this node.
+
+    NCCL also reads KEY=VALUE lines from ~/.nccl.conf (or $NCCL_CONF_FILE) and
+    /etc/nccl.conf, without overriding the environment (NCCL src/misc/param.cc initEnv).
+    """
+    values = {k: v for k, v in env.items() if k.startswith(SOCKET_ENV_PREFIXES)}
+    user_conf = env.get("NCCL_CONF_FILE") or os.path.join(os.path.expanduser(home), ".nccl.conf")
+    for path in (user_conf, "/etc/nccl.conf"):
+        for key, value in _conf_lines(path):
+            values.setdefault(key, value)
+    return values
+
+
+def _conf_lines(path: str) -> list[tuple[str, str]]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(MAX_FACTS_BYTES // 4).splitlines()
+    except OSError:
+        return []
+    pairs = (line.split("=", 1) for line in lines if "=" in line and not line.lstrip().startswith("#"))
+    return [(k.strip(), v.strip()) for k, v in pairs if k.strip().startswith("NCCL_")]
+
+
 def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
@@ -38,6 +65,7 @@ def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
         launch=launch,
         shm_bytes=shm_bytes(),
         nics=read_nic_table(),
+        socket_env=socket_env(os.environ),
         reach=reach,
         version=__version__,
     )

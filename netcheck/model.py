@@ -74,6 +74,7 @@ class NodeFacts:
     launch: Launch
     shm_bytes: int | None
     nics: NicTable
+    socket_env: dict[str, str]            # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
 
@@ -109,15 +110,18 @@ class Member:
     rank: int
     facts: NodeFacts
     results: NodeResults | None = None   # None: the node never reported back
-    said_goodbye: bool = False
 
     @property
     def address(self) -> str:
-        nic = self.facts.nics.default_route_ifname
-        for n in self.facts.nics.nics:
-            if n.name == nic and n.addresses:
-                return n.addresses[0].address
-        return self.facts.hostname_addresses[0] if self.facts.hostname_addresses else ""
+        return node_address(self.facts)
+
+
+def node_address(facts: NodeFacts) -> str:
+    """The address peers reach a node at: its default-route interface's, else its name's."""
+    for nic in facts.nics.nics:
+        if nic.name == facts.nics.default_route_ifname and nic.addresses:
+            return nic.addresses[0].address
+    return facts.hostname_addresses[0] if facts.hostname_addresses else ""
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,8 @@ class Report:
     verdict: str
     nodes: tuple[NodeEntry, ...]
     findings: tuple[Finding, ...]
-    recommend: dict[str, str]
+    recommend: dict[str, str]                     # variable -> value, for every node
+    recommend_per_node: dict[str, dict[str, str]]  # hostname -> variable -> value
     bandwidth: dict[str, str]
     timings: dict[str, float]
     unfinished: str | None         # the phase that did not finish, if any

@@ -66,7 +66,8 @@ class Nic:
     running: bool          # IFF_RUNNING (NCCL skips interfaces that are not running)
     mtu: int               # 0 when unreadable
     speed_mbps: int | None  # None when unknown (virtual links report 0 / -1 / error)
-    kind: str              # loopback | bridge | veth | docker | virtual | infiniband | ethernet | unknown
+    # loopback | bridge | veth | docker | virtual | infiniband | ethernet | unknown
+    kind: str
     mac: str | None
 
 
@@ -81,9 +82,16 @@ def read_nic_table(sysfs: str = "/sys", proc: str = "/proc") -> NicTable:
     addrs = psutil.net_if_addrs()
     stats = psutil.net_if_stats()
     nics = tuple(
-        build_nic(name, addrs[name], stats.get(name), sysfs) for name in getifaddrs_order(addrs)
+        build_nic(name, addrs[name], stats.get(_device(name)), sysfs)
+        for name in getifaddrs_order(addrs)
     )
     return NicTable(nics, read_ib_ports(sysfs), default_route_ifname(proc))
+
+
+def _device(name: str) -> str:
+    # getifaddrs names a labelled IPv4 address by its label ("eth0:1"), which NCCL then
+    # treats as one more interface; its link facts are those of the device.
+    return name.split(":", 1)[0]
 
 
 def getifaddrs_order(addrs: dict) -> list[str]:
@@ -101,7 +109,7 @@ def getifaddrs_order(addrs: dict) -> list[str]:
 
 def build_nic(name: str, entries, stats, sysfs: str) -> Nic:
     """One Nic from psutil's address entries and stats (None if absent) plus sysfs."""
-    net = Path(sysfs, "class/net", name)
+    net = Path(sysfs, "class/net", _device(name))
     flags = _read_int(net / "flags", 16)
     up, running = _up_running(flags, _read(net / "operstate"), stats)
     return Nic(
@@ -193,7 +201,7 @@ def read_ib_ports(sysfs: str = "/sys") -> tuple[IbPort, ...]:
 
 def _device_ports(sysfs: str, dev: Path) -> list[IbPort]:
     ports = dev / "ports"
-    numbers = sorted(int(p.name) for p in ports.iterdir() if p.name.isdigit()) if ports.is_dir() else []
+    numbers = sorted(int(n) for n in _dir_names(ports) if n.isdigit())
     netdevs = _dir_names(dev / "device/net")
     return [
         IbPort(
@@ -261,7 +269,9 @@ def route_to(peer_address: str) -> tuple[str | None, str | None]:
     so policy routing is honoured. Names are not resolved here: (None, None) for them.
     """
     try:
-        info = socket.getaddrinfo(peer_address, 9, type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST)[0]
+        info = socket.getaddrinfo(
+            peer_address, 9, type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST
+        )[0]
     except socket.gaierror:
         return None, None
     family, _, _, _, sockaddr = info
@@ -271,12 +281,15 @@ def route_to(peer_address: str) -> tuple[str | None, str | None]:
         except OSError:  # no route, network unreachable
             return None, None
         source = s.getsockname()[0].split("%", 1)[0]
+    if family == socket.AF_INET6 and sockaddr[3]:  # "fe80::1%eth0" names its interface
+        return socket.if_indextoname(sockaddr[3]), source
     return _egress_ifname(family, ipaddress.ip_address(sockaddr[0].split("%", 1)[0])), source
 
 
 # <linux/netlink.h>, <linux/rtnetlink.h>
 NLMSG_HEADER = struct.Struct("=IHHII")      # len, type, flags, seq, pid
-RTMSG = struct.Struct("=BBBBBBBBI")         # family, dst_len, src_len, tos, table, protocol, scope, type, flags
+# family, dst_len, src_len, tos, table, protocol, scope, type, flags
+RTMSG = struct.Struct("=BBBBBBBBI")
 RTATTR = struct.Struct("=HH")               # len, type
 RTM_GETROUTE, RTM_NEWROUTE, NLM_F_REQUEST = 26, 24, 1
 RTA_DST, RTA_OIF = 1, 4
@@ -286,15 +299,15 @@ NETLINK_TIMEOUT = 1.0
 def _egress_ifname(family: int, dest) -> str | None:
     attr = RTATTR.pack(RTATTR.size + len(dest.packed), RTA_DST) + dest.packed
     body = RTMSG.pack(family, dest.max_prefixlen, 0, 0, 0, 0, 0, 0, 0) + attr
-    request = NLMSG_HEADER.pack(NLMSG_HEADER.size + len(body), RTM_GETROUTE, NLM_F_REQUEST, 1, 0) + body
+    header = NLMSG_HEADER.pack(NLMSG_HEADER.size + len(body), RTM_GETROUTE, NLM_F_REQUEST, 1, 0)
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as s:
             s.settimeout(NETLINK_TIMEOUT)
-            s.sendto(request, (0, 0))
+            s.sendto(header + body, (0, 0))
             reply = s.recv(65536)
         oif = _route_oif(reply)
         return socket.if_indextoname(oif) if oif else None
-    except OSError:
+    except (OSError, struct.error):
         return None
 
 
@@ -346,7 +359,8 @@ def format_table(table: NicTable) -> str:
             f"{n.speed_mbps or '-':<6} {n.kind:<11} {addrs}".rstrip()
         )
     for p in table.ib_ports:
-        rows.append(f"ib port {p.device}/{p.port}: {p.state} {p.link_layer} {p.rate} -> {p.netdev or '?'}")
+        port = f"{p.device}/{p.port}: {p.state} {p.link_layer} {p.rate}"
+        rows.append(f"ib port {port} -> {p.netdev or '?'}")
     rows.append(f"default route: {table.default_route_ifname or '-'}")
     return "\n".join(rows)
 

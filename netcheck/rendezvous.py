@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 
 from netcheck import codec
-from netcheck.constants import CLOCK_PINGS, MAX_FACTS_BYTES, STORE_POLL_INTERVAL
+from netcheck.constants import CLOCK_PINGS, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL
 from netcheck.deadline import Deadline
 from netcheck.model import (
-    ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
+    ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor, node_address,
 )
 from netcheck.probe import resolve_addresses
 
@@ -270,7 +270,7 @@ def _everyone_in(count: int, low: int | None, high: int | None, last: float, win
 
 def _poll(ex: Exchange, state: _HostState) -> None:
     _answer_pings(ex, state)
-    arrivals = ex.count(ex.key("arrivals"))
+    arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
         if not ex.has(ex.key("node", a)):
             break  # counted but not written yet: read it on the next poll
@@ -306,7 +306,7 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: 
             if claimed not in ranks.values():
                 ranks[a] = claimed
     extras = []
-    free = (r for r in range(MAX_RANKS) if r not in ranks.values())
+    free = (r for r in range(MAX_NODES) if r not in ranks.values())
     for a in order:
         if arrivals[a].launch.node_rank is None:
             rank = next(free)
@@ -318,16 +318,6 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: 
     return ranks, duplicates, extras
 
 
-MAX_RANKS = 1 << 20
-
-
-def node_address(facts: NodeFacts) -> str:
-    """The address peers reach this node at: its default-route interface's, else its name's."""
-    for nic in facts.nics.nics:
-        if nic.name == facts.nics.default_route_ifname and nic.addresses:
-            return nic.addresses[0].address
-    return facts.hostname_addresses[0] if facts.hostname_addresses else ""
-
 
 def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
     entries = tuple(
@@ -338,20 +328,24 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
     return seat.roster
 
 
-def collect_results(ex: Exchange, roster: Roster, deadline: Deadline) -> dict[int, NodeResults]:
-    """Every node's results, by arrival; a node that never reports is simply absent."""
-    results: dict[int, NodeResults] = {}
-    pending = {e.arrival for e in roster.entries}
+def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) -> dict:
+    """Every `name/ID` value for the given ids, read as they appear, until all or the deadline.
+
+    An id whose value never comes or does not decode is simply absent: the rules name it.
+    """
+    found: dict = {}
+    pending = set(ids)
     while pending and not deadline.expired():
-        for a in sorted(pending):
-            if ex.has(ex.key("result", a)):
-                pending.discard(a)
+        for i in sorted(pending):
+            if ex.has(ex.key(name, i)):
+                pending.discard(i)
                 try:
-                    results[a] = ex.read(NodeResults, ex.key("result", a))
+                    found[i] = ex.read(cls, ex.key(name, i))
                 except codec.DecodeError:
-                    pass  # the node is then reported as not having reported back
-        time.sleep(STORE_POLL_INTERVAL)
-    return results
+                    pass
+        if pending:
+            time.sleep(STORE_POLL_INTERVAL)
+    return found
 
 
 def await_goodbyes(ex: Exchange, roster: Roster, me: int, deadline: Deadline) -> set[int]:

@@ -17,7 +17,7 @@ import tempfile
 from tabulate import tabulate
 
 from netcheck import __version__, codec
-from netcheck.model import Report
+from netcheck.model import NodeEntry, Report
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
@@ -27,11 +27,32 @@ def render_text(report: Report, verbose: bool = False) -> str:
     lines += _findings(report, verbose)
     if report.nodes and report.role == "host":
         lines += ["", _nodes_table(report)]
-    if report.recommend:
-        lines += ["", "# paste into the job's environment:"]
-        lines += [f"export {k}={v}" for k, v in report.recommend.items()]
-    lines += ["", _footer(report)]
+    for node in report.nodes if report.role == "local" or verbose else ():
+        lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
+    lines += _exports(report)
+    if report.timings:
+        lines += ["", _footer(report)]
     return "\n".join(lines) + "\n"
+
+
+def nic_table(node: NodeEntry) -> str:
+    rows = [(n.name, n.kind, "yes" if n.up else "no", "yes" if n.running else "no", n.mtu,
+             n.speed_mbps or "?", " ".join(f"{a.address}/{a.prefixlen}" for a in n.addresses))
+            for n in node.facts.nics.nics] if node.facts else []
+    table = tabulate(rows, headers=("interface", "kind", "up", "running", "mtu", "Mb/s", "addresses"))
+    ports = [f"  {p.device} port {p.port}: {p.state}, {p.link_layer}, {p.rate} ({p.netdev or '?'})"
+             for p in node.facts.nics.ib_ports] if node.facts else []
+    return "\n".join([table] + ports)
+
+
+def _exports(report: Report) -> list[str]:
+    if not report.recommend and not report.recommend_per_node:
+        return []
+    lines = ["", "# proven between every pair of nodes; paste into the job's environment:"]
+    lines += [f"export {k}={v}" for k, v in report.recommend.items()]
+    for hostname, values in report.recommend_per_node.items():
+        lines += [f"export {k}={v}  # on {hostname} only" for k, v in values.items()]
+    return lines
 
 
 def _header(report: Report) -> str:

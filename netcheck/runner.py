@@ -14,17 +14,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import diagnose, rendezvous
+from netcheck import diagnose, mesh, recommend, rendezvous
 from netcheck.config import Config
 from netcheck.constants import (
     EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN, GOODBYE_WAIT,
-    REPORT_RESERVE, RUN_INTERNAL,
+    MESH_PHASE_LIMIT, REPORT_RESERVE, RUN_INTERNAL,
 )
 from netcheck.deadline import Deadline
 from netcheck.launcher import detect_launch
 from netcheck.local import gather_facts
+from netcheck.mesh import Attempt
 from netcheck.model import (
-    FAIL, WARN, ClockSample, Finding, Member, NodeEntry, NodeFacts, Report, verdict_of,
+    FAIL, WARN, ClockSample, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
+    verdict_of,
 )
 from netcheck.probe import PortTaken, listen, reach, resolve_addresses
 
@@ -50,6 +52,8 @@ class Run:
     rank: int | None = None
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    recommendation: recommend.Recommendation | None = None
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
@@ -105,18 +109,29 @@ def _run_phases(run: Run) -> None:
     if run.facts is None:
         return
     listener = _claim_host_role(run)
-    if run.role == "host":
-        if listener is not None and "rendezvous" in run.config.phases:
-            _host(run, listener)
-        elif listener is not None:
-            listener.close()
+    if run.role == "host" and listener is None:
         return
+    if run.role == "host" and "rendezvous" not in run.config.phases:
+        listener.close()
+        return
+    if run.role == "joiner" and not _reached(run):
+        return
+    seat = _host(run, listener) if run.role == "host" else _joiner(run)
+    if seat is None or seat.rank is None:
+        return
+    try:
+        _after_rendezvous(run, seat)
+    finally:
+        _leave(run, seat)
+
+
+def _reached(run: Run) -> bool:
     with run.phase("reach"):
         found = reach(run.config.rdzv.host, run.config.rdzv.port, run.join_deadline)
         run.facts = dataclasses.replace(run.facts, reach=found)
         run.findings += diagnose.reach_findings(found, run.my_ranks())
-    if run.facts.reach and run.facts.reach.outcome == "open" and "rendezvous" in run.config.phases:
-        _joiner(run)
+    return bool(run.facts.reach) and run.facts.reach.outcome == "open" \
+        and "rendezvous" in run.config.phases
 
 
 def _claim_host_role(run: Run) -> socket.socket | None:
@@ -149,8 +164,9 @@ def _rdzv_is_local(run: Run) -> bool:
     return any(a in own for a in addresses)
 
 
-def _host(run: Run, listener: socket.socket) -> None:
+def _host(run: Run, listener: socket.socket) -> rendezvous.Seat | None:
     cfg, launch = run.config, run.config.launch
+    seat = None
     with run.phase("rendezvous"):
         store = rendezvous.host_store(listener, cfg.rdzv.port, run.phase_deadline())
         ex = rendezvous.Exchange(store, cfg.run_id)
@@ -160,7 +176,8 @@ def _host(run: Run, listener: socket.socket) -> None:
         ranks, duplicates, _ = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
-        results = rendezvous.collect_results(ex, roster, run.phase_deadline(GOODBYE_WAIT))
+        results = rendezvous.collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
+                                     run.phase_deadline(GOODBYE_WAIT))
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, launch.nnodes_max,
                                         launch.hostnames, malformed, waited)
         run.members = gathered.members
@@ -169,12 +186,10 @@ def _host(run: Run, listener: socket.socket) -> None:
         run.findings += diagnose.resolve_consistency(run.members)
         run.findings += diagnose.fqdn_findings(run.members)
         run.findings += diagnose.clock_findings(run.members)
-        said_bye = rendezvous.await_goodbyes(ex, roster, seat.arrival, run.phase_deadline(GOODBYE_WAIT))
-        run.members = tuple(dataclasses.replace(m, said_goodbye=m.rank == 0 or any(
-            e.arrival in said_bye for e in roster.entries if e.rank == m.rank)) for m in run.members)
+    return seat
 
 
-def _joiner(run: Run) -> None:
+def _joiner(run: Run) -> rendezvous.Seat | None:
     cfg = run.config
     with run.phase("rendezvous"):
         try:
@@ -182,14 +197,70 @@ def _joiner(run: Run) -> None:
             seat, results = rendezvous.join(store, run.facts, run.phase_deadline())
         except rendezvous.RendezvousError as e:
             run.findings.append(diagnose.rendezvous_failure(str(e), run.my_ranks()))
-            return
+            return None
         run.rank = seat.rank
         run.findings.append(diagnose.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname))
         if results is not None:
-            me = Member(seat.rank, run.facts, results)
-            run.members = (me,)
+            run.members = (Member(seat.rank, run.facts, results),)
             run.findings += diagnose.clock_findings(run.members)
+        return seat
+    return None
+
+
+def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
+    names = {e.rank: e.hostname for e in seat.roster.entries}
+    if "mesh" in run.config.phases:
+        with run.phase("mesh"):
+            run.attempts = _mesh(run, seat, names)
+    if "nic" in run.config.phases:
+        with run.phase("nic"):
+            _nic(run)
+
+
+def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
+    """Listen on every candidate, connect to every peer's, and keep listening until all are done."""
+    ex, me, ranks = seat.exchange, seat.rank, sorted(names)
+    deadline = run.phase_deadline(MESH_PHASE_LIMIT)
+    sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
+    with mesh.Listeners(me, run.facts.nics) as listeners:
+        ex.put(ex.key("mesh-offer", me), listeners.offer())
+        offers = rendezvous.collect(ex, mesh.Offer, "mesh-offer", ranks, deadline)
+        peers = mesh.targets(me, ranks, sample, run.config.run_id)
+        mine = mesh.probe_peers(me, {r: o for r, o in offers.items() if o.rank == r}, peers, run.facts.nics)
+        ex.put(ex.key("mesh-result", me), mesh.MeshResults(me, mine))
+        results = rendezvous.collect(ex, mesh.MeshResults, "mesh-result", ranks, deadline)
+    # Trust nothing: a node speaks only for the connects it made itself.
+    attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+    run.findings += recommend.mesh_findings(names, attempts)
+    run.findings += diagnose.lost_findings("mesh", names, [r for r in ranks if r not in results])
+    return attempts
+
+
+def _nic(run: Run) -> None:
+    """Each library's choice on each node, held against what the mesh proved."""
+    members = run.members
+    proven = recommend.proven_interfaces(members, run.attempts) if run.attempts else None
+    run.findings += recommend.route_findings(members, run.attempts)
+    run.findings += recommend.nccl_findings(members, proven)
+    run.findings += recommend.gloo_findings(members, proven)
+    if run.role != "host":
+        return
+    run.findings += recommend.ib_findings(members)
+    if proven is not None:
+        run.findings += recommend.mtu_findings(members, run.attempts)
+        run.findings += recommend.speed_findings(members, proven)
+        run.recommendation = recommend.recommendation(members, proven)
+
+
+def _leave(run: Run, seat: rendezvous.Seat) -> None:
+    """Joiners say goodbye; the host keeps the store up until all have (FAILURES row 17)."""
+    if run.role != "host":
         seat.goodbye()
+        return
+    arrivals = [e.arrival for e in seat.roster.entries if e.arrival != seat.arrival]
+    gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, run.phase_deadline(GOODBYE_WAIT))
+    silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
+    run.findings += diagnose.lost_findings("goodbye", silent, sorted(silent))
 
 
 def build_report(run: Run) -> Report:
@@ -197,15 +268,20 @@ def build_report(run: Run) -> Report:
     members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
                               if run.facts else ())
     faulty_ranks = {r for f in findings if f.severity == FAIL for r in f.nodes}
-    nodes = tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts) for m in members)
     by_rank = {m.rank: m.facts.hostname for m in members}
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
+    rec = run.recommendation or recommend.Recommendation({}, {}, "")
     return Report(
         run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
-        nodes=nodes, findings=findings, recommend={}, bandwidth={}, timings=dict(run.timings),
+        nodes=_entries(members), findings=findings, recommend=rec.cluster,
+        recommend_per_node=rec.per_node, bandwidth={}, timings=dict(run.timings),
         unfinished=run.unfinished,
         healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
         faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing)
+
+
+def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
+    return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts) for m in members)
 
 
 def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:
@@ -224,17 +300,24 @@ def exit_code(run: Run) -> int:
 
 
 def local_only(env) -> Report:
-    """`netcheck local`: this node's facts, no network traffic."""
+    """`netcheck local`: this node's interfaces and what each library would pick here."""
     launch = detect_launch(env, None, None, None, local_gpus=0)
     facts = gather_facts(env.get("SLURM_JOB_ID") or "netcheck", launch, None)
-    me = NodeEntry(launch.node_rank if launch.node_rank is not None else 0, facts.hostname,
-                   Member(0, facts).address, facts)
-    return Report("local", launch.node_rank, "local", "pass", (me,), (), {}, {}, {}, None, (), ())
+    me = (Member(launch.node_rank or 0, facts),)
+    findings = tuple(recommend.route_findings(me, ()) + recommend.nccl_findings(me, None)
+                     + recommend.gloo_findings(me, None) + recommend.ib_findings(me))
+    return _single_node_report("local", launch.node_rank, _entries(me), findings, {})
 
 
 def probe_only(host: str, port: int, timeout: float) -> Report:
     """`netcheck probe HOST:PORT`: one round of the reach probe."""
     found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
     findings = tuple(diagnose.reach_findings(found, ()))
-    return Report("probe", None, "probe", verdict_of(findings), (), findings, {}, {},
-                  {"reach": found.seconds}, None, (), ())
+    return _single_node_report("probe", None, (), findings, {"reach": found.seconds})
+
+
+def _single_node_report(role: str, rank: int | None, nodes: tuple[NodeEntry, ...],
+                        findings: tuple[Finding, ...], timings: dict[str, float]) -> Report:
+    return Report(run_id=role, node_rank=rank, role=role, verdict=verdict_of(findings), nodes=nodes,
+                  findings=findings, recommend={}, recommend_per_node={}, bandwidth={},
+                  timings=timings, unfinished=None, healthy_nodes=(), faulty_nodes=())

@@ -1,0 +1,533 @@
+"""Phase 6, env: this node's versions and settings as one flat map of dotted keys.
+
+Every fact is a string under a dotted key, so `envdiff` compares any two nodes the same
+way, whatever the key. What cannot be read is recorded as "unreadable: <reason>", what is
+not there says so ("no CUDA", "not loaded", "absent"), nothing is guessed. torch is
+imported inside the functions that need it, never at module import (the reach phase runs
+before torch). `python -m netcheck.envinfo [PATH ...]` prints the facts; on a GPU node:
+
+    cuda.runtime         12.4
+    driver.version       550.54.15
+    gpu.0.name           NVIDIA H100 80GB HBM3
+    nccl.compiled        2.21.5
+    nccl.loaded          2.21.5
+    nccl.library         /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2
+    pkg.nvidia-nccl-cu12 2.21.5
+    torch.version        2.5.1+cu124
+    var.NCCL_IB_HCA      mlx5_0,mlx5_1
+    hash./opt/code       sha256 9f86d081884c... (812 files, 14.2 MiB)
+
+Note: on a CUDA build, the GPU facts initialise CUDA in this process (as any
+torch.cuda.get_device_properties call does); processes that need CUDA must then be
+spawned, not forked, from it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+import stat
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from netcheck.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+
+# Packages whose versions are always recorded ("absent" when not installed). Every other
+# installed nvidia-* distribution (the CUDA libraries torch's wheels pull in) is added.
+DEFAULT_PACKAGES = (
+    "torch", "torchvision", "torchaudio", "triton", "numpy", "nvidia-nccl-cu12",
+    "deepspeed", "accelerate", "transformers", "megatron-core", "transformer-engine",
+    "flash-attn", "xformers", "apex",
+)
+# Environment variables recorded (by prefix, or by exact name).
+VAR_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "TP_", "CUDA_", "MASTER_", "OMP_", "PYTORCH_",
+                "NVIDIA_", "UCX_", "FI_")
+VAR_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+# NCCL reads these besides the environment (NCCL_CONF_FILE replaces the user's file).
+NCCL_CONF_FILES = ("/etc/nccl.conf", "~/.nccl.conf")
+CONF_INLINE_BYTES = 2048   # a conf file up to this size is recorded in full, beside its hash
+MAX_VALUE_CHARS = 2000     # longer values are cut, with the full value's hash appended
+CHUNK = 1 << 20
+
+# Library file names in /proc/self/maps; old torch wheels bundled hashed copies
+# ("libcudart-9335f6a2.so.11.0"). The NCCL net plugin (libnccl-net.so) is not NCCL.
+CUDART = re.compile(r"libcudart(-[0-9a-f]{8})?\.so")
+LIBNCCL = re.compile(r"lib[nr]ccl(-[0-9a-f]{8})?\.so")
+LIBTORCH_CUDA = re.compile(r"libtorch_cuda\.so")
+
+NO_CUDA = "no CUDA"
+NOT_LOADED = "not loaded"
+ABSENT = "absent"
+
+
+@dataclass(frozen=True)
+class EnvFacts:
+    """One node's environment: dotted key -> value, e.g. "torch.version" -> "2.13.0+cpu"."""
+
+    values: dict[str, str]
+    seconds: float = 0.0       # how long gathering took
+
+
+def gather_env(hash_paths: Iterable[str] = (), env: Mapping[str, str] | None = None,
+               packages: Iterable[str] = DEFAULT_PACKAGES, *,
+               hash_max_bytes: int = HASH_MAX_BYTES,
+               hash_max_seconds: float = HASH_MAX_SECONDS) -> EnvFacts:
+    """Every fact family of this node; `env` is the environment to record (os.environ)."""
+    start = time.monotonic()
+    env = os.environ if env is None else env
+    values = {**python_facts(), **torch_facts(), **driver_facts(), **os_facts(),
+              **cpu_facts(), **package_facts(packages), **var_facts(env),
+              **nccl_conf_facts(env), **shm_facts()}
+    for path in hash_paths:
+        values[f"hash.{path}"] = hash_path(path, hash_max_bytes, hash_max_seconds)
+    values = {k: bounded(v) for k, v in sorted(values.items())}
+    return EnvFacts(values, round(time.monotonic() - start, 3))
+
+
+def unreadable(error: BaseException | str) -> str:
+    if isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}"
+    return f"unreadable: {error}"
+
+
+def bounded(value: str, limit: int = MAX_VALUE_CHARS) -> str:
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode(errors="replace")).hexdigest()[:16]
+    return f"{value[:limit]}... ({len(value)} chars, sha256 {digest})"
+
+
+# ---------------------------------------------------------------------------- python, torch
+
+def python_facts() -> dict[str, str]:
+    return {"python.version": platform.python_version(),
+            "python.implementation": platform.python_implementation(),
+            "python.executable": sys.executable or unreadable("sys.executable is empty")}
+
+
+def torch_facts() -> dict[str, str]:
+    """torch's build, then the CUDA, cuDNN, NCCL and GPU facts it leads to."""
+    try:
+        import torch
+    except (ImportError, OSError) as e:
+        why = unreadable(e)
+        return {k: why for k in ("torch.version", "cuda.runtime", "nccl.compiled", "gpu.count")}
+    return {**torch_build_facts(torch), **cuda_facts(torch), **nccl_facts(torch),
+            **gpu_facts(torch)}
+
+
+def torch_build_facts(torch) -> dict[str, str]:
+    return {"torch.version": str(torch.__version__),
+            "torch.git_version": str(getattr(torch.version, "git_version", None) or "unknown"),
+            "torch.cuda_build": str(torch.version.cuda or "none"),
+            "torch.hip_build": str(getattr(torch.version, "hip", None) or "none"),
+            "torch.debug": str(bool(getattr(torch.version, "debug", False))).lower()}
+
+
+def cuda_facts(torch) -> dict[str, str]:
+    """The CUDA runtime actually loaded (torch.version.cuda is what torch was built for)."""
+    runtime, _ = library_version(CUDART, "cudaRuntimeGetVersion", decode_cuda_version)
+    if runtime == NOT_LOADED and not torch.version.cuda:
+        runtime = NO_CUDA
+    return {"cuda.runtime": runtime, "cudnn.version": cudnn_version(torch)}
+
+
+def cudnn_version(torch) -> str:
+    try:
+        version = torch.backends.cudnn.version()
+    except RuntimeError as e:   # torch raises when the loaded cuDNN does not fit its build
+        return unreadable(e)
+    return "none" if version is None else decode_cudnn_version(version)
+
+
+def nccl_facts(torch) -> dict[str, str]:
+    return {"nccl.compiled": nccl_compiled(torch), **nccl_loaded()}
+
+
+def nccl_compiled(torch) -> str:
+    # A build without NCCL (CPU, macOS) has no torch._C._nccl_version, and
+    # torch.cuda.nccl.version() raises AttributeError there instead of saying so.
+    if not hasattr(torch._C, "_nccl_version"):
+        return "not built with NCCL"
+    parts = torch.cuda.nccl.version()
+    text = ".".join(str(p) for p in parts[:3])
+    return f"{text}-{parts[3]}" if len(parts) > 3 else text
+
+
+def nccl_loaded(maps: str = "/proc/self/maps") -> dict[str, str]:
+    """ncclGetVersion from the libnccl (or librccl) mapped into this process.
+
+    Older torch wheels link NCCL statically into libtorch_cuda.so: asked there when no
+    libnccl is mapped (a miss there means NCCL is not loaded at all).
+    """
+    version, path = library_version(LIBNCCL, "ncclGetVersion", decode_nccl_version, maps)
+    if version == NOT_LOADED:
+        version, path = library_version(LIBTORCH_CUDA, "ncclGetVersion", decode_nccl_version, maps)
+        if version.startswith("unreadable: AttributeError"):
+            version, path = NOT_LOADED, None
+    return {"nccl.loaded": version, "nccl.library": path or "none"}
+
+
+def library_version(name: re.Pattern, symbol: str, decode,
+                    maps: str = "/proc/self/maps") -> tuple[str, str | None]:
+    """Call `int symbol(int *)` in the first mapped library whose file name matches `name`."""
+    path = mapped_library(name, maps)
+    if path is None:
+        return NOT_LOADED, None
+    if path.endswith(" (deleted)"):
+        return unreadable(f"{path}: the loaded file was deleted from disk"), path
+    try:   # dlopen of a library already mapped returns the mapped one
+        function = getattr(ctypes.CDLL(path), symbol)
+    except (OSError, AttributeError) as e:
+        return unreadable(e), path
+    out = ctypes.c_int(0)
+    status = function(ctypes.byref(out))
+    if status != 0:
+        return unreadable(f"{symbol} returned error {status}"), path
+    return decode(out.value), path
+
+
+def mapped_library(name: re.Pattern, maps: str = "/proc/self/maps") -> str | None:
+    """The path of the first library in /proc/self/maps whose file name matches `name`."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(maxsplit=5)   # address perms offset dev inode path
+        if len(fields) == 6 and name.match(os.path.basename(fields[5])):
+            return fields[5]
+    return None
+
+
+def decode_nccl_version(code: int) -> str:
+    """NCCL_VERSION(X,Y,Z) is X*1000+Y*100+Z up to 2.8 and X*10000+Y*100+Z from 2.9 (nccl.h)."""
+    major_div = 10000 if code >= 10000 else 1000
+    return f"{code // major_div}.{code % major_div // 100}.{code % 100}"
+
+
+def decode_cuda_version(code: int) -> str:
+    """cudaRuntimeGetVersion: 1000*major + 10*minor (12040 -> 12.4)."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def decode_cudnn_version(code: int) -> str:
+    """CUDNN_VERSION: major*10000+minor*100+patch from cuDNN 9, major*1000+minor*100+patch before."""
+    major_div = 10000 if code >= 10000 else 1000
+    return f"{code // major_div}.{code % major_div // 100}.{code % 100}"
+
+
+def gpu_facts(torch) -> dict[str, str]:
+    """Count, name, memory and UUID of each GPU this process can see; "no CUDA" without."""
+    if not torch.version.cuda and not getattr(torch.version, "hip", None):
+        return {"gpu.count": NO_CUDA}
+    try:
+        if not torch.cuda.is_available():
+            return {"gpu.count": NO_CUDA}
+        count = torch.cuda.device_count()
+        facts = {"gpu.count": str(count)}
+        for i in range(count):
+            p = torch.cuda.get_device_properties(i)
+            facts |= {f"gpu.{i}.name": str(p.name), f"gpu.{i}.memory": str(p.total_memory),
+                      f"gpu.{i}.uuid": str(getattr(p, "uuid", "unknown"))}
+    except RuntimeError as e:
+        return {"gpu.count": unreadable(e)}
+    return facts
+
+
+# ---------------------------------------------------------------------------- driver
+
+def driver_facts(proc: str = "/proc") -> dict[str, str]:
+    """/proc/driver/nvidia/version, else NVML, else "no NVIDIA driver"."""
+    path = os.path.join(proc, "driver/nvidia/version")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {"driver.version": nvml_driver_version() or "no NVIDIA driver"}
+    except OSError as e:
+        return {"driver.version": unreadable(e)}
+    return {"driver.version": parse_driver_version(text) or unreadable(f"{path}: {text[:80]!r}")}
+
+
+_NVRM = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def parse_driver_version(text: str) -> str | None:
+    """"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct ..." -> "535.129.03"
+    (also the open modules' "... Open Kernel Module for x86_64  550.54.15  Release Build ...")."""
+    match = _NVRM.search(text)
+    return match.group(1) if match else None
+
+
+def nvml_driver_version() -> str | None:
+    """nvmlSystemGetDriverVersion through libnvidia-ml, without nvidia-smi; None without NVML."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        init = getattr(nvml, "nvmlInit_v2", None) or nvml.nvmlInit
+    except (OSError, AttributeError):
+        return None
+    status = init()
+    if status != 0:
+        return unreadable(f"nvmlInit returned error {status}")
+    buffer = ctypes.create_string_buffer(96)   # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
+    status = nvml.nvmlSystemGetDriverVersion(buffer, ctypes.c_uint(len(buffer)))
+    nvml.nvmlShutdown()
+    if status != 0:
+        return unreadable(f"nvmlSystemGetDriverVersion returned error {status}")
+    return buffer.value.decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------- os, cpu, shm
+
+def os_facts(os_release: str = "/etc/os-release") -> dict[str, str]:
+    return {"os.release": pretty_name(os_release), "os.kernel": platform.release(),
+            "libc.version": libc_version()}
+
+
+def pretty_name(path: str = "/etc/os-release") -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        return unreadable(e)
+    for line in lines:
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    return unreadable(f"no PRETTY_NAME in {path}")
+
+
+def libc_version() -> str:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION")   # "glibc 2.36"
+    except (ValueError, OSError):
+        text = None
+    if text:
+        return text
+    name, version = platform.libc_ver()
+    return f"{name} {version}" if name else unreadable("neither confstr nor platform.libc_ver knows")
+
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu.model": cpu_model(cpuinfo), "cpu.count": str(os.cpu_count()),
+            "cpu.usable": str(usable)}
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError as e:
+        return unreadable(e)
+    return platform.processor() or unreadable(f"no model name in {cpuinfo}")
+
+
+def shm_facts(path: str = "/dev/shm") -> dict[str, str]:
+    try:
+        st = os.statvfs(path)
+    except OSError as e:
+        return {"shm.bytes": unreadable(e)}
+    return {"shm.bytes": str(st.f_frsize * st.f_blocks)}
+
+
+# ---------------------------------------------------------------------------- packages, variables, files
+
+def canonical_package(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def package_facts(packages: Iterable[str] = DEFAULT_PACKAGES) -> dict[str, str]:
+    """pkg.NAME -> version or "absent" for each named package, plus every installed nvidia-*."""
+    facts = {f"pkg.{canonical_package(p)}": package_version(p) for p in packages}
+    for dist in importlib.metadata.distributions():
+        name = canonical_package(dist.metadata["Name"] or "")
+        if name.startswith("nvidia-") and f"pkg.{name}" not in facts:
+            facts[f"pkg.{name}"] = dist.version
+    return facts
+
+
+def package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ABSENT
+
+
+def var_facts(env: Mapping[str, str]) -> dict[str, str]:
+    return {f"var.{k}": v for k, v in env.items() if k.startswith(VAR_PREFIXES) or k in VAR_NAMES}
+
+
+def nccl_conf_facts(env: Mapping[str, str]) -> dict[str, str]:
+    """file.PATH for the nccl.conf files NCCL reads; "~" is this environment's HOME."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    facts = {f"file.{p}": conf_file(p.replace("~", home, 1)) for p in NCCL_CONF_FILES}
+    if env.get("NCCL_CONF_FILE"):
+        facts["file.$NCCL_CONF_FILE"] = conf_file(env["NCCL_CONF_FILE"])
+    return facts
+
+
+def conf_file(path: str) -> str:
+    """"absent", or the content's hash followed by the settings when the file is small."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(CONF_INLINE_BYTES + 1)
+            digest = hashlib.sha256(data)
+            size = len(data) + _hash_rest(f, digest)
+    except FileNotFoundError:
+        return ABSENT
+    except OSError as e:
+        return unreadable(e)
+    head = f"sha256 {digest.hexdigest()[:16]}, {size} bytes"
+    if size > CONF_INLINE_BYTES:
+        return head
+    lines = [ln.strip() for ln in data.decode(errors="replace").splitlines()]
+    settings = "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
+    return f"{head}: {settings or '(no settings)'}"
+
+
+def _hash_rest(f, digest) -> int:
+    size = 0
+    while chunk := f.read(CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return size
+
+
+# ---------------------------------------------------------------------------- --hash paths
+
+class _BoundHit(Exception):
+    """Hashing stopped at the byte or time bound; the message says which."""
+
+
+class _Budget:
+    def __init__(self, max_bytes: int, max_seconds: float):
+        self.max_bytes, self.max_seconds = max_bytes, max_seconds
+        self.deadline = time.monotonic() + max_seconds
+        self.read = 0
+        self.files = 0
+
+    def spend(self, n: int) -> None:
+        self.read += n
+        if self.read > self.max_bytes:
+            raise _BoundHit(f"over {human_bytes(self.max_bytes)}")
+        self.check_time()
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _BoundHit(f"over {self.max_seconds:g} s")
+
+
+def hash_path(path: str, max_bytes: int = HASH_MAX_BYTES,
+              max_seconds: float = HASH_MAX_SECONDS) -> str:
+    """sha256 of a file, or of a folder's sorted relative paths and their contents.
+
+    "sha256 HEX (N files, SIZE)"; "incomplete: over 1 GiB after 812 files (1 GiB read)"
+    when a bound is hit; "unreadable: ..." when the path cannot be read.
+    """
+    budget = _Budget(max_bytes, max_seconds)
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            return _folder_value(path, budget)
+        if not stat.S_ISREG(st.st_mode):
+            return unreadable(f"{path} is neither a regular file nor a folder")
+        if st.st_size > max_bytes:
+            return f"incomplete: over {human_bytes(max_bytes)}: the file is {human_bytes(st.st_size)}"
+        digest = _hash_file(path, budget)
+    except _BoundHit as bound:
+        return f"incomplete: {bound} after {human_bytes(budget.read)} of the file"
+    except OSError as e:
+        return unreadable(e)
+    return f"sha256 {digest} (1 file, {human_bytes(budget.read)})"
+
+
+def _folder_value(path: str, budget: _Budget) -> str:
+    os.scandir(path).close()   # an unlistable top folder is unreadable, not an empty hash
+    try:
+        digest, unread = _hash_folder(path, budget)
+    except _BoundHit as bound:
+        return f"incomplete: {bound} after {budget.files} files ({human_bytes(budget.read)} read)"
+    tail = f"; {unread} unreadable" if unread else ""
+    return f"sha256 {digest} ({budget.files} files, {human_bytes(budget.read)}{tail})"
+
+
+def _hash_file(path: str, budget: _Budget) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            budget.spend(len(chunk))
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hash_folder(root: str, budget: _Budget) -> tuple[str, int]:
+    """One line per entry (relative path, kind, content hash), in sorted walk order, hashed.
+
+    Symbolic links are recorded by target, not followed; sockets, FIFOs and devices by
+    kind only (reading a FIFO would block).
+    """
+    digest, unread = hashlib.sha256(), 0
+    for rel, full in _walk(root, budget):
+        entry = _entry(full, budget)
+        unread += entry.startswith("unreadable")
+        digest.update(f"{rel}\0{entry}\n".encode(errors="surrogateescape"))
+    return digest.hexdigest(), unread
+
+
+def _walk(root: str, budget: _Budget):
+    errors: list[OSError] = []
+    for top, dirs, files in os.walk(root, onerror=errors.append):
+        budget.check_time()
+        dirs.sort()
+        rel_top = os.path.relpath(top, root)
+        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(top, d))]):
+            yield os.path.normpath(os.path.join(rel_top, name)), os.path.join(top, name)
+        if not files and not dirs:
+            yield rel_top + "/", top
+    for e in errors:   # folders that could not be listed
+        yield os.path.relpath(e.filename or root, root) + "/", None
+
+
+def _entry(full: str | None, budget: _Budget) -> str:
+    if full is None:
+        return "unreadable folder"
+    try:
+        st = os.lstat(full)
+        if stat.S_ISLNK(st.st_mode):
+            return f"link {os.readlink(full)}"
+        if stat.S_ISDIR(st.st_mode):
+            return "empty folder"
+        if not stat.S_ISREG(st.st_mode):
+            return "special file"
+        budget.files += 1
+        return f"file {_hash_file(full, budget)}"
+    except OSError as e:
+        return f"unreadable {type(e).__name__}"
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"
+
+
+def main(argv: list[str] | None = None) -> None:
+    facts = gather_env(sys.argv[1:] if argv is None else argv)
+    width = max(len(k) for k in facts.values)
+    for key, value in facts.values.items():
+        print(f"{key:<{width}} {value}")
+
+
+if __name__ == "__main__":
+    main()

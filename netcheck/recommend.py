@@ -1,0 +1,252 @@
+"""Rules for the mesh and nic phases, and the interface settings they prove.
+
+Input: every node's facts (its NicTable and socket settings) and every mesh attempt.
+Output: findings and the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME values
+that the mesh showed to carry traffic between every pair. Pure: no I/O, no printing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from statistics import median
+
+from netcheck import ifselect
+from netcheck.constants import (
+    MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
+)
+from netcheck.mesh import Attempt
+from netcheck.model import FAIL, PASS, WARN, Finding, Member
+from netcheck.nics import Nic
+
+SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "
+            "on ephemeral ports, not only the master port), or pin the libraries to an "
+            "interface that works with the exports below")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    cluster: dict[str, str]                # variable -> value, the same on every node
+    per_node: dict[str, dict[str, str]]    # hostname -> variable -> value, where names differ
+    reason: str                            # why there is none, when there is none
+
+
+def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> dict[int, list[str]]:
+    """Per node, its interfaces that every peer which tried could reach (right greeting).
+
+    In the node's getifaddrs order, the order NCCL walks them.
+    """
+    tried, reached = defaultdict(set), defaultdict(set)
+    for a in attempts:
+        tried[(a.dst, a.ifname)].add(a.src)
+        if a.outcome == "ok":
+            reached[(a.dst, a.ifname)].add(a.src)
+    return {m.rank: [n.name for n in m.facts.nics.nics
+                     if tried[(m.rank, n.name)] and tried[(m.rank, n.name)] == reached[(m.rank, n.name)]]
+            for m in members}
+
+
+def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """Node pairs (per direction) that connect on no interface at all fail the mesh."""
+    by_pair = defaultdict(list)
+    for a in attempts:
+        by_pair[(a.src, a.dst)].append(a)
+    broken = {pair: tries for pair, tries in by_pair.items() if not any(a.outcome == "ok" for a in tries)}
+    if broken:
+        evidence = tuple(f"{names.get(s, s)} -> {names.get(d, d)}: " + "; ".join(
+            f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries)
+            for (s, d), tries in sorted(broken.items()))
+        ranks = tuple(sorted({r for pair in broken for r in pair}))
+        return [Finding(MESH_CONNECT, FAIL, ranks, f"{len(broken)} of {len(by_pair)} node-to-node "
+                        "directions connect on no interface", evidence, MESH_FIX)]
+    rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
+    idle = _idle_interfaces(names, attempts)
+    summary = f"all {len(by_pair)} node-to-node directions connect"
+    if rtts:
+        summary += f"; median connect {median(rtts):.2f} ms"
+    return [Finding(MESH_CONNECT, PASS, tuple(sorted(names)), summary, idle)]
+
+
+def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
+    """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0)."""
+    outcomes = defaultdict(set)
+    for a in attempts:
+        outcomes[(a.dst, a.ifname)].add(a.outcome)
+    return tuple(f"{names.get(d, d)} {ifname} carries nothing between nodes: {', '.join(sorted(o))}"
+                 for (d, ifname), o in sorted(outcomes.items()) if "ok" not in o)
+
+
+def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """The user's own interface settings, held against each node's real interfaces."""
+    problems = []
+    for m in members:
+        for var in SETTINGS:
+            value = m.facts.socket_env.get(var)
+            problem = ifselect.validate_setting(var, value, m.facts.nics) if value else None
+            if problem:
+                problems.append((m, f"{m.facts.hostname}: {var}={value}: {problem.reason}"))
+    if problems:
+        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({m.rank for m, _ in problems})),
+                        f"{len(problems)} interface setting(s) do not work on their node",
+                        tuple(text for _, text in problems),
+                        "set the variables to interface names that exist on every node; a "
+                        "cluster run's export lines name ones that work")]
+    return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
+                    "the kernel's routes between nodes", _routes(members, attempts))]
+
+
+def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
+    names = {m.rank: m.facts.hostname for m in members}
+    used = sorted({(a.src, a.src_ifname, a.dst, a.ifname) for a in attempts
+                   if a.outcome == "ok" and a.src in names})
+    return tuple(f"{names[s]} {si} -> {names.get(d, f'rank {d}')} {di}" for s, si, d, di in used)
+
+
+def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
+    """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
+    bad = []
+    for m in members:
+        choice = ifselect.nccl_choice(m.facts.nics, m.facts.socket_env)
+        picked = [p.name for p in choice.interfaces]
+        if choice.bootstrap is None:
+            bad.append((m, f"{m.facts.hostname}: NCCL finds no socket interface ({choice.reason})"))
+        elif proven is not None and any(name not in proven[m.rank] for name in picked):
+            dead = [name for name in picked if name not in proven[m.rank]]
+            bad.append((m, f"{m.facts.hostname}: NCCL would use {', '.join(picked)}; "
+                           f"{', '.join(dead)} reaches no peer ({choice.reason})"))
+    if bad:
+        return [Finding(NIC_NCCL_DEFAULT, FAIL, tuple(m.rank for m, _ in bad),
+                        f"NCCL's interface choice fails on {', '.join(m.facts.hostname for m, _ in bad)}",
+                        tuple(text for _, text in bad), "set NCCL_SOCKET_IFNAME to an interface that "
+                        "reaches every peer: a cluster run's export lines name one")]
+    return [Finding(NIC_NCCL_DEFAULT, PASS, tuple(m.rank for m in members),
+                    "NCCL's interface choice works on every node",
+                    tuple(f"{m.facts.hostname}: {ifselect.nccl_choice(m.facts.nics, m.facts.socket_env).reason}"
+                          for m in members))]
+
+
+def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
+    """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
+    bad = []
+    for m in members:
+        choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env,
+                                                list(m.facts.hostname_addresses))
+        for d in choice.devices:
+            unproven = proven is not None and d.interface not in proven[m.rank]
+            if d.error or d.loopback or unproven:
+                bad.append((m, f"{m.facts.hostname}: {choice.reason}"))
+                break
+    if bad:
+        return [Finding(NIC_GLOO_DEFAULT, FAIL, tuple(m.rank for m, _ in bad),
+                        f"gloo would use an address peers cannot reach on "
+                        f"{', '.join(m.facts.hostname for m, _ in bad)}",
+                        tuple(text for _, text in bad),
+                        "set GLOO_SOCKET_IFNAME to an interface that reaches every peer (a cluster "
+                        "run's export lines name one per node), or fix /etc/hosts so the hostname "
+                        "resolves to the node's real address, not 127.0.1.1")]
+    return [Finding(NIC_GLOO_DEFAULT, PASS, tuple(m.rank for m in members),
+                    "gloo's address works on every node")]
+
+
+def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """The two ends of each working path should agree on MTU (FAILURES row 13)."""
+    nic = {(m.rank, n.name): n for m in members for n in m.facts.nics.nics}
+    names = {m.rank: m.facts.hostname for m in members}
+    pairs = set()
+    for a in attempts:
+        src, dst = nic.get((a.src, a.src_ifname)), nic.get((a.dst, a.ifname))
+        if a.outcome == "ok" and src and dst and src.mtu != dst.mtu:
+            pairs.add(tuple(sorted([(names[a.src], src.name, src.mtu), (names[a.dst], dst.name, dst.mtu)])))
+    if not pairs:
+        return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU")]
+    odd = _odd_nodes(members, {(h, i): mtu for pair in pairs for h, i, mtu in pair})
+    return [Finding(NIC_MTU, WARN, odd, f"MTU differs along {len(pairs)} path(s): small messages "
+                    "work, large ones can stall", tuple(f"{a[0]} {a[1]} mtu {a[2]} <-> {b[0]} {b[1]} "
+                                                        f"mtu {b[2]}" for a, b in sorted(pairs)),
+                    "set the same MTU on every node's interface (ip link set dev IF mtu N) and the "
+                    "switch ports between them")]
+
+
+def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], int]) -> tuple[int, ...]:
+    """The nodes whose MTU differs from the most common one."""
+    values = list(mtu_by_iface.values())
+    common = max(set(values), key=values.count)
+    odd_hosts = {h for (h, _), mtu in mtu_by_iface.items() if mtu != common}
+    return tuple(m.rank for m in members if m.facts.hostname in odd_hosts)
+
+
+def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) -> list[Finding]:
+    """Link speed of the interfaces each node uses: one slow node paces every collective."""
+    speeds = {m.rank: _used_speed(m, proven.get(m.rank, [])) for m in members}
+    known = {r: s for r, s in speeds.items() if s is not None}
+    names = {m.rank: m.facts.hostname for m in members}
+    evidence = tuple(f"{names[r]}: {f'{s} Mb/s' if s else 'unknown'}" for r, s in sorted(speeds.items()))
+    if not known:
+        return [Finding(NIC_SPEED, PASS, tuple(names), "link speeds are not reported (virtual "
+                        "interfaces); the bandwidth phase measures them", evidence)]
+    fastest = max(known.values())
+    slow = tuple(r for r, s in speeds.items() if s is None or s < fastest)
+    if not slow:
+        return [Finding(NIC_SPEED, PASS, tuple(names), f"every node's link runs at {fastest} Mb/s", evidence)]
+    return [Finding(NIC_SPEED, WARN, slow, f"{', '.join(names[r] for r in slow)}: link slower than "
+                    f"its peers' {fastest} Mb/s, or unknown", evidence,
+                    "check cabling, autonegotiation (ethtool IF) and the switch port")]
+
+
+def _used_speed(m: Member, proven: list[str]) -> int | None:
+    nics = {n.name: n for n in m.facts.nics.nics}
+    speeds = [nics[name].speed_mbps for name in proven if name in nics]
+    return max((s for s in speeds if s), default=None)
+
+
+def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """HCA ports that are not ACTIVE, and nodes whose active HCA ports differ from the rest."""
+    names = {m.rank: m.facts.hostname for m in members}
+    down = [(m, p) for m in members for p in m.facts.nics.ib_ports if p.state != "ACTIVE"]
+    active = {m.rank: sorted((p.link_layer, p.rate) for p in m.facts.nics.ib_ports if p.state == "ACTIVE")
+              for m in members}
+    findings = []
+    if down:
+        findings.append(Finding(NIC_IB, FAIL, tuple(sorted({m.rank for m, _ in down})),
+                                f"{len(down)} InfiniBand port(s) not active",
+                                tuple(f"{names[m.rank]} {p.device} port {p.port}: {p.state}" for m, p in down),
+                                "check the cable and the subnet manager (ibstat), or exclude the HCA "
+                                "with NCCL_IB_HCA"))
+    shapes = [tuple(v) for v in active.values()]
+    if len(set(shapes)) > 1:
+        common = max(set(shapes), key=shapes.count)
+        odd = tuple(r for r, v in active.items() if tuple(v) != common)
+        findings.append(Finding(NIC_IB, WARN, odd, "nodes have different sets of active InfiniBand "
+                                "ports", tuple(f"{names[r]}: {len(v)} active {v}" for r, v in sorted(active.items())),
+                                "uneven HCAs make NCCL fall back or fail: make every node's ports alike"))
+    if not findings:
+        count = sum(len(v) for v in active.values())
+        findings.append(Finding(NIC_IB, PASS, tuple(names), f"{count} active InfiniBand port(s), alike "
+                                "on every node" if count else "no InfiniBand ports on any node"))
+    return findings
+
+
+def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) -> Recommendation:
+    """Settings the mesh proved, in each library's syntax; none when some node has no path."""
+    lists = [proven.get(m.rank, []) for m in members]
+    if not members or not all(lists):
+        stuck = [m.facts.hostname for m, names in zip(members, lists) if not names]
+        return Recommendation({}, {}, f"no interface of {', '.join(stuck)} is reachable from every "
+                                      "peer: see mesh.connect")
+    everything = [[n.name for n in m.facts.nics.nics] for m in members]
+    cluster: dict[str, str] = {}
+    nccl = ifselect.format_nccl_value(lists, everything)
+    if nccl:
+        cluster["NCCL_SOCKET_IFNAME"] = nccl
+    gloo = ifselect.format_gloo_values(lists)
+    per_node: dict[str, dict[str, str]] = {}
+    if len(set(gloo)) == 1 and gloo[0]:
+        cluster.update(GLOO_SOCKET_IFNAME=gloo[0], TP_SOCKET_IFNAME=gloo[0])
+    else:
+        per_node = {m.facts.hostname: {"GLOO_SOCKET_IFNAME": g, "TP_SOCKET_IFNAME": g}
+                    for m, g in zip(members, gloo) if g}
+    if not nccl:
+        for m, names in zip(members, lists):
+            per_node.setdefault(m.facts.hostname, {})["NCCL_SOCKET_IFNAME"] = "=" + names[0]
+    return Recommendation(cluster, per_node, "")
