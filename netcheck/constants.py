@@ -61,3 +61,15 @@ MESH_CONNECT_TIMEOUT = 2.0
 MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
+
+# Environment phase (envinfo / envdiff).
+HASH_MAX_BYTES = 1 << 30     # --hash reads at most this much per path, then says "incomplete"
+HASH_MAX_SECONDS = 10.0      # ... and spends at most this long per path
+# host.shm: NCCL's intra-node SHM transport allocates ~9.2 MiB per connection (the
+# "nccl-shm-recv-... (size 9637888)" segments), at least a send and a receive for each of
+# at least 2 channels per GPU; below 32 MiB per GPU it cannot even set those up (nccl#1518:
+# 4 GPUs failed in Docker's default 64 MiB, 2 GPUs passed). NCCL's troubleshooting guide
+# asks containers for --shm-size=1g; more channels and peers take more, so 128 MiB per GPU.
+SHM_FAIL_PER_GPU_BYTES = 32 << 20
+SHM_WARN_FLOOR_BYTES = 1 << 30
+SHM_WARN_PER_GPU_BYTES = 128 << 20

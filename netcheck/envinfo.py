@@ -54,6 +54,9 @@ NCCL_CONF_FILES = ("/etc/nccl.conf", "~/.nccl.conf")
 CONF_INLINE_BYTES = 2048   # a conf file up to this size is recorded in full, beside its hash
 MAX_VALUE_CHARS = 2000     # longer values are cut, with the full value's hash appended
 CHUNK = 1 << 20
+# Folders left out of a folder's hash: they differ between identical checkouts (bytecode
+# caches embed source mtimes, a git index embeds inode and stat data).
+HASH_SKIP = ("__pycache__", ".git")
 
 # Library file names in /proc/self/maps; old torch wheels bundled hashed copies
 # ("libcudart-9335f6a2.so.11.0"). The NCCL net plugin (libnccl-net.so) is not NCCL.
@@ -474,7 +477,7 @@ def _hash_folder(root: str, budget: _Budget) -> tuple[str, int]:
     """One line per entry (relative path, kind, content hash), in sorted walk order, hashed.
 
     Symbolic links are recorded by target, not followed; sockets, FIFOs and devices by
-    kind only (reading a FIFO would block).
+    kind only (reading a FIFO would block); HASH_SKIP folders are left out.
     """
     digest, unread = hashlib.sha256(), 0
     for rel, full in _walk(root, budget):
@@ -488,7 +491,7 @@ def _walk(root: str, budget: _Budget):
     errors: list[OSError] = []
     for top, dirs, files in os.walk(root, onerror=errors.append):
         budget.check_time()
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d not in HASH_SKIP)
         rel_top = os.path.relpath(top, root)
         for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(top, d))]):
             yield os.path.normpath(os.path.join(rel_top, name)), os.path.join(top, name)
@@ -509,8 +512,9 @@ def _entry(full: str | None, budget: _Budget) -> str:
             return "empty folder"
         if not stat.S_ISREG(st.st_mode):
             return "special file"
-        budget.files += 1
-        return f"file {_hash_file(full, budget)}"
+        digest = _hash_file(full, budget)
+        budget.files += 1   # whole files only: the bound message counts those
+        return f"file {digest}"
     except OSError as e:
         return f"unreadable {type(e).__name__}"
 

@@ -52,7 +52,7 @@ class Attempt:
     dst: int
     ifname: str            # dst's interface
     address: str
-    outcome: str           # "ok" | "refused" | "filtered" | "unreachable" | "wrong-peer"
+    outcome: str           # "ok" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local"
     rtt_ms: float | None   # connect round trip, when it connected
     src_ifname: str | None # the interface the kernel sent it from (the route's truth)
     detail: str
@@ -185,6 +185,9 @@ def _address_owners(table: NicTable) -> dict[str, str]:
 
 
 def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], timeout: float) -> Attempt:
+    if c.address in owners:
+        return _failed(me, offer, c, "local", f"{c.address} is also this node's own address "
+                       f"({owners[c.address]}): traffic to it never leaves this node")
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
     start = time.monotonic()
     with socket.socket(family, socket.SOCK_STREAM) as sock:

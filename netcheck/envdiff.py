@@ -1,0 +1,402 @@
+"""Phase 6, env: what differs between the nodes' environments, said the way a colleague would.
+
+Pure rules over {node rank: EnvFacts}: no I/O, no torch. For each key whose value is not
+the same everywhere, the majority value and the nodes out of line; keys that differ on the
+same nodes for the same reason (a torch upgrade changes torch.version, torch.git_version,
+nccl.* and a dozen pkg.nvidia-* at once) make one finding, so one cause reads as one line:
+
+    FAIL env.mismatch  node3 has torch.version 2.13.0; the other 7 have 2.14.1 (and 4 more keys
+                       differ on the same nodes)
+    WARN env.mismatch  node5 has NCCL_IB_DISABLE=1; the other 7 have it unset
+    WARN host.shm      /dev/shm on node2 is 64 MiB; its 8 GPUs need 1 GiB for NCCL (fails
+                       below 256 MiB)
+
+How much a difference matters is decided by one table, SEVERITY (README: "env.mismatch").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from netcheck.constants import (
+    ENV_MISMATCH, HOST_SHM, SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES,
+)
+from netcheck.envinfo import ABSENT, EnvFacts, human_bytes
+from netcheck.model import FAIL, PASS, WARN, Finding
+
+INFO = "info"     # differs legitimately per node: shown in the table, never flagged
+SAME = "same"     # (table rows only) every node has this value
+
+# Key pattern -> severity of a difference; first match wins (fnmatch, case-insensitive).
+SEVERITY: dict[str, str] = {
+    # Per node by nature: shown, never flagged.
+    "*hostname*": INFO,
+    "python.executable": INFO,          # venv paths differ; python.version and pkg.* say what runs
+    "var.*SOCKET_IFNAME": INFO,         # interface names differ per node; the nic phase checks them
+    "var.CUDA_VISIBLE_DEVICES": INFO,   # per-node GPU selection
+    "var.NVIDIA_VISIBLE_DEVICES": INFO,
+    "var.MASTER_ADDR": INFO,            # Kubeflow hands the master pod "localhost", the others its
+                                        # name; rdzv.reach and rdzv.resolve test the endpoint itself
+    "var.CUDA_HOME": INFO,              # paths: the libraries they lead to are compared instead
+    "var.CUDA_PATH": INFO,
+    "var.LD_LIBRARY_PATH": INFO,
+    "var.OMP_*": INFO,                  # CPU threading: speed, not correctness
+    "gpu.*.uuid": INFO,                 # unique per GPU
+    "nccl.library": INFO,               # a path; nccl.loaded is what it holds
+    "cpu.*": INFO,
+    "os.*": INFO,
+    "shm.bytes": INFO,                  # judged per node by host.shm
+    # Break a job (NCCL refuses mismatched versions or deadlocks; torch's collectives change).
+    "torch.version": FAIL,
+    "nccl.loaded": FAIL,
+    "nccl.compiled": FAIL,
+    "cuda.runtime": FAIL,
+    "torch.*": FAIL,
+    "pkg.torch": FAIL,
+    "pkg.nvidia-nccl-*": FAIL,
+    "hash.*": FAIL,                     # warn instead when a node could not hash it in full
+    # May break a job.
+    "driver.version": WARN,
+    "python.*": WARN,
+    "cudnn.version": WARN,
+    "var.NCCL_*": WARN,
+    "var.TORCH_NCCL_*": WARN,
+    "file.*": WARN,                     # /etc/nccl.conf, ~/.nccl.conf, $NCCL_CONF_FILE
+    "libc.version": WARN,               # extensions built on a newer glibc do not load on an older
+    "gpu.*": WARN,
+    "pkg.*": WARN,
+    "var.*": WARN,
+    "*": WARN,
+}
+
+# Key pattern -> the fix for a difference; {key}, {name} (the key after its family) and
+# {majority} are filled in.
+FIXES: dict[str, str] = {
+    "torch.*": "install the same torch build on every node: the same version and CUDA tag, "
+               "from the same index ({majority})",
+    "pkg.torch": "install the same torch build on every node ({majority})",
+    "nccl.*": "load one NCCL on every node: the same torch build and nvidia-nccl package, and no "
+              "LD_LIBRARY_PATH or LD_PRELOAD that brings in another libnccl",
+    "pkg.nvidia-nccl-*": "install the same {name} on every node ({majority})",
+    "cuda.runtime": "install the same CUDA runtime on every node (it comes with the torch wheel)",
+    "hash.*": "make {name} identical on every node (sync the code or data) before launching",
+    "driver.version": "install the same NVIDIA driver on every node ({majority})",
+    "python.*": "run the job with the same Python on every node ({majority})",
+    "cudnn.version": "install the same cuDNN on every node ({majority})",
+    "var.*": "set {name} to the same value on every node, or unset it everywhere (job script, "
+             "container environment, ~/.bashrc)",
+    "file.*": "make {name} the same on every node, or remove it: NCCL reads it besides the "
+              "environment",
+    "libc.version": "run the same OS image on every node",
+    "gpu.*": "the nodes have different GPUs: use nodes of one kind, or expect the slowest to set "
+             "the pace",
+    "pkg.*": "install the same {name} on every node ({majority})",
+    "*": "make {key} the same on every node",
+}
+
+# Keys compared as versions: "535.129.03" equals "535.129.3", "2.4" equals "2.4.0", and a
+# build tag keeps builds apart ("2.13.0+cpu" is not "2.13.0+cu121").
+VERSION_KEYS = ("torch.version", "nccl.loaded", "nccl.compiled", "cuda.runtime",
+                "cudnn.version", "driver.version", "python.version", "pkg.*")
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(.*?)(?:\+(\S+))?")
+_SEVERITY_ORDER = {FAIL: 0, WARN: 1, INFO: 2, SAME: 3}
+_HEX = re.compile(r"\b([0-9a-f]{12})[0-9a-f]{20,}\b")
+SUMMARY_VALUE_CHARS = 60
+NAMES_SHOWN = 6
+
+
+@dataclass(frozen=True)
+class Split:
+    """One key across the nodes: its value groups, largest first, and the majority if any."""
+
+    key: str
+    severity: str                              # from SEVERITY, or SAME
+    groups: tuple[tuple[str, tuple[int, ...]], ...]  # (value, ranks)
+    majority: str | None                       # None: no value is held by more nodes than any other
+
+    @property
+    def odd_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted(r for v, ranks in self.groups if v != self.majority for r in ranks))
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    """One row of the env table: a key, one of its values, and the nodes that have it."""
+
+    key: str
+    value: str
+    ranks: tuple[int, ...]
+    nodes: str          # "node3", "the other 7", "all 8"
+    severity: str       # fail | warn | info for a differing key; "same" when every node agrees
+
+
+# ---------------------------------------------------------------------------- the table
+
+def _first_match(key: str, table: Mapping[str, str]) -> tuple[int, str]:
+    for i, (pattern, value) in enumerate(table.items()):
+        if fnmatchcase(key.lower(), pattern.lower()):
+            return i, value
+    return len(table), table["*"]
+
+
+def severity_of(key: str) -> str:
+    return _first_match(key, SEVERITY)[1]
+
+
+def version_key(text: str) -> tuple[tuple[int, ...], str, str] | None:
+    """(release numbers without trailing zeros, pre-release, build tag); None if no version."""
+    match = _VERSION.fullmatch(text.strip())
+    if not match:
+        return None
+    numbers = [int(n) for n in match.group(1).split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers), match.group(2).lstrip("-._").lower(), (match.group(3) or "").lower()
+
+
+def version_change(a: str, b: str) -> str | None:
+    """How two versions differ: None (the same), "release", "pre-release", "build", or
+    "value" when either is not a version."""
+    ka, kb = version_key(a), version_key(b)
+    if ka is None or kb is None:
+        return None if a == b else "value"
+    for name, x, y in zip(("release", "pre-release", "build"), ka, kb):
+        if x != y:
+            return name
+    return None
+
+
+def _is_version_key(key: str) -> bool:
+    return any(fnmatchcase(key, p) for p in VERSION_KEYS)
+
+
+def _missing(key: str) -> str:
+    family = key.split(".", 1)[0]
+    return {"pkg": ABSENT, "var": "unset"}.get(family, "not recorded")
+
+
+# ---------------------------------------------------------------------------- comparison
+
+def compare(facts_by_rank: Mapping[int, EnvFacts]) -> list[Split]:
+    """Every key any node recorded, with its value groups; ordered as the report shows them."""
+    keys = sorted({k for f in facts_by_rank.values() for k in f.values})
+    splits = [_split(key, facts_by_rank) for key in keys]
+    return sorted(splits, key=lambda s: (_SEVERITY_ORDER[s.severity],
+                                         _first_match(s.key, SEVERITY)[0], s.key))
+
+
+def _split(key: str, facts_by_rank: Mapping[int, EnvFacts]) -> Split:
+    shown: dict[object, str] = {}
+    members: dict[object, list[int]] = defaultdict(list)
+    for rank in sorted(facts_by_rank):
+        value = facts_by_rank[rank].values.get(key, _missing(key))
+        same_as = (version_key(value) if _is_version_key(key) else None) or value
+        shown.setdefault(same_as, value)
+        members[same_as].append(rank)
+    groups = sorted(((shown[k], tuple(r)) for k, r in members.items()),
+                    key=lambda g: (-len(g[1]), g[1]))
+    if len(groups) == 1:
+        return Split(key, SAME, tuple(groups), groups[0][0])
+    top = len(groups[0][1])
+    majority = groups[0][0] if top > 1 and top > len(groups[1][1]) else None
+    return Split(key, _severity(key, groups), tuple(groups), majority)
+
+
+def _severity(key: str, groups) -> str:
+    severity = severity_of(key)
+    if severity == FAIL and key.startswith("hash.") and any(
+            v.startswith("incomplete") for v, _ in groups):
+        return WARN   # a node that stopped at the bound cannot be said to hold other content
+    return severity
+
+
+# ---------------------------------------------------------------------------- findings
+
+def env_findings(facts_by_rank: Mapping[int, EnvFacts],
+                 hostnames: Mapping[int, str]) -> list[Finding]:
+    """env.mismatch: one finding per set of keys that differ on the same nodes at one severity.
+
+    Grouping by (severity, how the nodes split) keeps one cause to one line, with every key
+    and value in its evidence, while unrelated differences stay separate findings, each
+    naming its own nodes (which the healthy/faulty lists and the exit code build on).
+    """
+    ranks = tuple(sorted(facts_by_rank))
+    if len(ranks) < 2:
+        return [Finding(ENV_MISMATCH, PASS, ranks, "one node: no environment to compare")]
+    splits = compare(facts_by_rank)
+    flagged: dict[tuple, list[Split]] = defaultdict(list)
+    for s in splits:
+        if s.severity in (FAIL, WARN):
+            flagged[(s.severity, frozenset(frozenset(r) for _, r in s.groups))].append(s)
+    findings = [_finding(group, hostnames) for group in flagged.values()]
+    if not findings:
+        findings.append(_agree(ranks, splits))
+    return findings
+
+
+def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
+    head = splits[0]
+    summary = sentence(head, hostnames)
+    more = len(splits) - 1
+    if more:
+        summary += f" (and {more} more key{'s differ' if more > 1 else ' differs'} on the same nodes)"
+    evidence = tuple(f"{s.key}: {value} on {_row(s, value, r, hostnames).nodes}"
+                     for s in splits for value, r in _odd_first(s))
+    nodes = head.odd_ranks if head.majority is not None else tuple(sorted(
+        r for _, ranks in head.groups for r in ranks))
+    return Finding(ENV_MISMATCH, head.severity, nodes, summary, evidence, fix_for(head))
+
+
+def _agree(ranks: tuple[int, ...], splits: list[Split]) -> Finding:
+    info = [s.key for s in splits if s.severity == INFO]
+    summary = f"{len(ranks)} nodes agree on {len(splits) - len(info)} environment keys"
+    if info:
+        summary += f"; {len(info)} more differ as expected per node"
+    return Finding(ENV_MISMATCH, PASS, ranks, summary,
+                   tuple(f"differs per node, not flagged: {k}" for k in info))
+
+
+def fix_for(split: Split) -> str:
+    name = split.key.split(".", 1)[-1]
+    majority = "no majority: pick one" if split.majority is None else f"{split.majority} on most nodes"
+    return _first_match(split.key, FIXES)[1].format(key=split.key, name=name, majority=majority)
+
+
+def sentence(split: Split, hostnames: Mapping[int, str]) -> str:
+    """"node3 has torch.version 2.13.0; the other 7 have 2.14.1", or, with no majority,
+    "torch.version differs on every node: node0 has 2.13.0, node1 has 2.12.0"."""
+    if split.majority is None:
+        parts = [f"{_names(r, hostnames)} {_has(r)} {_show(split.key, v, True)}"
+                 for v, r in split.groups]
+        if all(len(r) == 1 for _, r in split.groups):
+            return f"{split.key} differs on every node: " + ", ".join(parts)
+        return f"{split.key} splits the nodes with no majority: " + "; ".join(parts)
+    odd = [(v, r) for v, r in split.groups if v != split.majority]
+    parts = [f"{_names(r, hostnames)} {_has(r)} {_show(split.key, v, i > 0)}"
+             for i, (v, r) in enumerate(odd)]
+    others = len(split.groups[0][1])
+    text = f"{', '.join(parts)}; the other {others} have {_show(split.key, split.majority, True)}"
+    if _is_version_key(split.key) and all(
+            version_change(v, split.majority) == "build" for v, _ in odd):
+        text += " (the same release, another build)"
+    return text
+
+
+def _show(key: str, value: str, again: bool) -> str:
+    """A value as the sentence names it; `again`: the key was named earlier in the sentence."""
+    family, _, name = key.partition(".")
+    value = _short(value)
+    if family == "var":
+        return ("it unset" if again else f"{name} unset") if value == "unset" else f"{name}={value}"
+    if family == "pkg":
+        return ("none" if again else f"no {name}") if value == ABSENT else \
+            (value if again else f"{name} {value}")
+    return value if again else f"{key} {value}"
+
+
+def _short(value: str) -> str:
+    value = _HEX.sub(r"\1…", value)
+    return value if len(value) <= SUMMARY_VALUE_CHARS else value[:SUMMARY_VALUE_CHARS - 1] + "…"
+
+
+def _has(ranks: tuple[int, ...]) -> str:
+    return "has" if len(ranks) == 1 else "have"
+
+
+def _names(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
+    names = [hostnames.get(r) or f"rank {r}" for r in ranks]
+    if len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
+
+
+def _odd_first(split: Split):
+    return sorted(split.groups, key=lambda g: g[0] == split.majority)
+
+
+# ---------------------------------------------------------------------------- table
+
+def env_differences(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int, str],
+                    verbose: bool = False) -> list[EnvRow]:
+    """Rows for the env table: differing keys (odd nodes first), every key when verbose.
+
+    Without verbose, a per-node key with no majority (GPU UUIDs, CPU models) is one row
+    saying so, not one row per node.
+    """
+    total = len(facts_by_rank)
+    rows: list[EnvRow] = []
+    for s in compare(facts_by_rank):
+        if s.severity == SAME:
+            if verbose:
+                rows.append(EnvRow(s.key, s.groups[0][0], s.groups[0][1], f"all {total}", SAME))
+        elif s.severity == INFO and s.majority is None and not verbose:
+            rows.append(EnvRow(s.key, "(differs per node)", tuple(sorted(facts_by_rank)),
+                               f"all {total}", INFO))
+        else:
+            rows += [_row(s, v, r, hostnames) for v, r in _odd_first(s)]
+    return rows
+
+
+def _row(s: Split, value: str, ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> EnvRow:
+    nodes = f"the other {len(ranks)}" if value == s.majority else _names(ranks, hostnames)
+    return EnvRow(s.key, value, ranks, nodes, s.severity)
+
+
+# ---------------------------------------------------------------------------- host.shm
+
+def shm_thresholds(gpus: int) -> tuple[int, int]:
+    """(fail below, warn below) bytes of /dev/shm for a node with `gpus` GPUs (constants.py
+    gives the reasoning: NCCL's SHM segments per GPU, and its guide's --shm-size=1g)."""
+    return SHM_FAIL_PER_GPU_BYTES * gpus, max(SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES * gpus)
+
+
+def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
+                 hostnames: Mapping[int, str]) -> list[Finding]:
+    """host.shm: /dev/shm too small for the GPUs on a node; one finding per severity."""
+    verdicts = {r: _shm_verdict(f.values, hostnames.get(r) or f"rank {r}")
+                for r, f in sorted(facts_by_rank.items())}
+    findings = []
+    for severity in (FAIL, WARN):
+        ranks = tuple(r for r, (s, _, _) in verdicts.items() if s == severity)
+        if ranks:
+            findings.append(_shm_finding(severity, ranks, verdicts))
+    if not findings and verdicts:
+        findings.append(Finding(HOST_SHM, PASS, tuple(verdicts),
+                                "/dev/shm is large enough for the GPUs on every node",
+                                tuple(line for _, _, line in verdicts.values())))
+    return findings
+
+
+def _shm_verdict(values: Mapping[str, str], name: str) -> tuple[str, str, str]:
+    """(severity, summary, evidence line) for one node."""
+    gpus, shm = _count(values.get("gpu.count")) or 0, _count(values.get("shm.bytes"))
+    if gpus == 0:
+        return PASS, "", f"{name}: no GPUs, NCCL's shared memory is not needed"
+    if shm is None:
+        reading = values.get("shm.bytes", "not recorded")
+        return WARN, f"the size of /dev/shm on {name} is unknown ({reading})", f"{name}: {reading}"
+    fail_below, warn_below = shm_thresholds(gpus)
+    line = (f"{name}: /dev/shm {human_bytes(shm)}, {gpus} GPUs: fails below "
+            f"{human_bytes(fail_below)}, {human_bytes(warn_below)} recommended")
+    severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
+    return severity, (f"/dev/shm on {name} is {human_bytes(shm)}; its {gpus} GPUs need "
+                      f"{human_bytes(warn_below)} for NCCL (fails below {human_bytes(fail_below)})"), line
+
+
+def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts) -> Finding:
+    summary = verdicts[ranks[0]][1] if len(ranks) == 1 else (
+        f"/dev/shm is too small for NCCL on {len(ranks)} nodes: "
+        + ", ".join(verdicts[r][2].split(":")[0] for r in ranks))
+    return Finding(HOST_SHM, severity, ranks, summary, tuple(verdicts[r][2] for r in ranks),
+                   "give the node more shared memory: docker run --shm-size=1g or more (Kubernetes: "
+                   "an emptyDir with medium: Memory mounted at /dev/shm; a host: mount -o "
+                   "remount,size=2G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "
+                   "intra-node bandwidth")
+
+
+def _count(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None

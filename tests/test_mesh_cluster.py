@@ -1,0 +1,130 @@
+"""Phases mesh and nic on real network namespaces: decoy interfaces, firewalls, MTU, settings.
+
+The recommendation is proven the only way that counts: a real gloo all_reduce across the
+nodes, run with the exported values.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster import NodeSpec
+from nodes import PORT, explain, finish_all, start
+
+pytestmark = pytest.mark.root_required
+
+ALLREDUCE = str(Path(__file__).with_name("gloo_allreduce.py"))
+
+
+def run_cluster(c, tmp_path, envs=None, timeout=30):
+    n = len(c.nodes)
+    envs = envs or [None] * n
+    args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
+                      "--timeout", str(timeout)]
+    return finish_all([start(c, i, args(i), tmp_path, env=envs[i]) for i in range(n)], timeout + 30)
+
+
+def gloo_allreduce(c, env_per_node):
+    """Run a gloo all_reduce on every node with the given environment; their outputs."""
+    n = len(c.nodes)
+    procs = [c.popen(i, [sys.executable, ALLREDUCE, "node0:29600", str(i), str(n)], env=env_per_node[i])
+             for i in range(n)]
+    return [p.communicate(timeout=60) + (p.returncode,) for p in procs]
+
+
+def recommended_env(report: dict, hostname: str) -> dict:
+    return {**report["recommend"], **report["recommend_per_node"].get(hostname, {})}
+
+
+def test_decoy_ib0_on_one_node_fails_nccl_default_and_recommends_eth0(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.add_decoy(1, "ib0", "198.19.1.1/24")
+        runs = run_cluster(c, tmp_path)
+    host = runs[0]
+    assert host.rc == 2, explain(runs)
+    (nccl,) = host.findings("nic.nccl_default", "fail")
+    assert nccl["nodes"] == [1] and "ib0" in nccl["evidence"][0]
+    assert host.report["recommend"]["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert host.findings("mesh.connect", "pass")
+
+
+def test_docker0_everywhere_is_no_false_alarm_and_carries_nothing(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        for i in range(3):
+            c.add_decoy(i, "docker0", "198.19.255.1/24")
+        runs = run_cluster(c, tmp_path)
+    host = runs[0]
+    assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
+    assert host.findings("nic.nccl_default", "pass")
+    (mesh,) = host.findings("mesh.connect", "pass")
+    docker = [e for e in mesh["evidence"] if "docker0" in e]
+    assert len(docker) == 3 and all("carries nothing" in e and "local" in e for e in docker)
+    assert "docker0" not in str(host.report["recommend"])
+
+
+def test_different_interface_names_give_working_per_node_values(cluster, tmp_path):
+    names = ("eth0", "ens5", "enp3s0f1")
+    with cluster([NodeSpec(ifname=n) for n in names]) as c:
+        runs = run_cluster(c, tmp_path)
+        host = runs[0].report
+        assert runs[0].rc == 0, explain(runs)
+        assert host["recommend"]["NCCL_SOCKET_IFNAME"] == "=eth0,ens5,enp3s0f1"
+        gloo = [host["recommend_per_node"][f"node{i}"]["GLOO_SOCKET_IFNAME"] for i in range(3)]
+        assert gloo == list(names)
+        results = gloo_allreduce(c, [recommended_env(host, f"node{i}") for i in range(3)])
+    assert [rc for _, _, rc in results] == [0, 0, 0], results
+    assert all(out.strip() == "ok" for out, _, _ in results)
+
+
+def test_hostname_on_loopback_fails_gloo_default_and_the_fix_works(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        hosts = c.hosts_lines(1)
+        c.write_hosts(1, ["127.0.1.1 node1.cluster node1"] + [h for h in hosts if "node1" not in h])
+        runs = run_cluster(c, tmp_path)
+        host = runs[0].report
+        assert runs[0].rc == 2, explain(runs)
+        (gloo,) = runs[0].findings("nic.gloo_default", "fail")
+        assert gloo["nodes"] == [1] and "127.0.1.1" in gloo["evidence"][0]
+        env = recommended_env(host, "node1")
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+        results = gloo_allreduce(c, [recommended_env(host, f"node{i}") for i in range(3)])
+    assert [rc for _, _, rc in results] == [0, 0, 0], results
+
+
+def test_only_master_port_open_passes_rendezvous_fails_mesh(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.allow_only_inbound(1, [PORT])
+        runs = run_cluster(c, tmp_path)
+    host = runs[0]
+    assert host.rc == 2 and host.findings("rdzv.join", "pass"), explain(runs)
+    (mesh,) = host.findings("mesh.connect", "fail")
+    assert mesh["nodes"] == [0, 1, 2]
+    broken = sorted(e.split(":")[0] for e in mesh["evidence"])
+    assert broken == ["node0 -> node1", "node2 -> node1"]
+    assert all("filtered" in e for e in mesh["evidence"])
+    assert host.report["recommend"] == {} and host.report["verdict"] == "fail"
+
+
+def test_mtu_mismatch_is_named(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(mtu=9000), NodeSpec()]) as c:
+        runs = run_cluster(c, tmp_path)
+    assert runs[0].rc == 1, explain(runs)
+    (mtu,) = runs[0].findings("nic.mtu", "warn")
+    assert mtu["nodes"] == [1] and any("mtu 9000" in e for e in mtu["evidence"])
+
+
+def test_broken_interface_settings_are_named_per_node(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(ifname="ens5"), NodeSpec()]) as c:
+        envs = [{"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "eth0"},
+                {"GLOO_SOCKET_IFNAME": "198.18.0.12"}]
+        runs = run_cluster(c, tmp_path, envs)
+    assert runs[0].rc == 2, explain(runs)
+    (route,) = runs[0].findings("nic.route", "fail")
+    assert route["nodes"] == [1, 2]
+    assert any(e.startswith("node1: NCCL_SOCKET_IFNAME=eth0") for e in route["evidence"])
+    assert any(e.startswith("node2: GLOO_SOCKET_IFNAME=198.18.0.12") and "IP address" in e
+               for e in route["evidence"])
+    assert runs[1].findings("nic.route", "fail"), "the joiner sees its own broken setting too"
