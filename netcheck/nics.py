@@ -4,15 +4,14 @@ psutil supplies the addresses, netifaces the getifaddrs order, /sys/class/net th
 facts, /sys/class/infiniband the HCA ports and /proc/net the default route. The sysfs
 and proc roots are parameters so tests can feed fixture trees. What cannot be read is
 recorded as unknown (None, "unknown", or 0 where the field is an int), never guessed.
-`python -m netcheck.nics` prints the table; on a GPU node it looks like this:
+`netcheck local` prints the table; on a GPU node it looks like this:
 
-    name       idx up  run   mtu  speed  kind        addresses
-    lo           1 yes yes 65536  -      loopback    127.0.0.1/8 ::1/128
-    eno1         2 yes yes  1500  1000   ethernet    10.0.0.5/24
-    ib0          4 yes yes  2044  200000 infiniband  10.1.0.5/16 fe80::ba59:9f03:1a:2b3c/64
-    docker0      5 yes no   1500  -      docker      172.17.0.1/16
-    ib port mlx5_0/1: ACTIVE InfiniBand 200 Gb/sec (4X HDR) -> ib0
-    default route: eno1
+    interface    kind        up   running   mtu   Mb/s    addresses
+    lo           loopback    yes  yes      65536  ?       127.0.0.1/8 ::1/128
+    eno1         ethernet    yes  yes       1500  1000    10.0.0.5/24
+    ib0          infiniband  yes  yes       2044  200000  10.1.0.5/16
+    docker0      docker      yes  no        1500  ?       172.17.0.1/16
+      mlx5_0 port 1: ACTIVE, InfiniBand, 200 Gb/sec (4X HDR) (ib0)
 """
 
 from __future__ import annotations
@@ -348,30 +347,3 @@ def _rows(path: Path) -> list[list[str]]:
 
 def _dir_names(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
-
-
-def format_table(table: NicTable) -> str:
-    rows = ["name       idx up  run   mtu  speed  kind        addresses"]
-    for n in table.nics:
-        addrs = " ".join(f"{a.address}/{a.prefixlen}" for a in n.addresses)
-        rows.append(
-            f"{n.name:<10} {n.index:>3} {_yes(n.up):<3} {_yes(n.running):<3} {n.mtu:>5}  "
-            f"{n.speed_mbps or '-':<6} {n.kind:<11} {addrs}".rstrip()
-        )
-    for p in table.ib_ports:
-        port = f"{p.device}/{p.port}: {p.state} {p.link_layer} {p.rate}"
-        rows.append(f"ib port {port} -> {p.netdev or '?'}")
-    rows.append(f"default route: {table.default_route_ifname or '-'}")
-    return "\n".join(rows)
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def main() -> None:
-    print(format_table(read_nic_table()))
-
-
-if __name__ == "__main__":
-    main()
