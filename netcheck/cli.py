@@ -22,6 +22,7 @@ from netcheck.constants import (
 from netcheck.launcher import LaunchError, detect_launch, rdzv_from_env
 
 EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
+PROBE_TIMEOUT_MAX = 3600.0
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
@@ -152,8 +153,9 @@ def run_probe(argv: list[str]) -> int:
     p.add_argument("--json", metavar="PATH|-")
     args = p.parse_args(argv)
     endpoint = parse_endpoint(args.endpoint)
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
+        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below "
+                         f"{PROBE_TIMEOUT_MAX:g} seconds")
     from netcheck.runner import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)

@@ -34,19 +34,25 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...]) -> list[Finding]:
                      for p in reach.probes) + (f"{reach.attempts} attempt(s) over {reach.seconds:.1f} s",)
     if reach.outcome == "open":
         return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
-    summary = {
-        "refused": f"{endpoint} refused the connection for {reach.seconds:.0f} s: nothing listens there",
-        "filtered": f"{endpoint} is filtered from this node: no answer in {reach.probes[0].seconds:.0f} s",
-        "unreachable": f"{endpoint} is unreachable from this node: no route",
-    }[reach.outcome]
+    summary = _reach_summary(reach, endpoint)
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+
+
+def _reach_summary(reach: Reach, endpoint: str) -> str:
+    if reach.outcome == "refused":
+        return f"{endpoint} refused the connection for {reach.seconds:.0f} s: nothing listens there"
+    if reach.outcome == "filtered":
+        waited = max(p.seconds for p in reach.probes if p.outcome == "filtered")
+        return f"{endpoint} is filtered from this node: no answer in {waited:.0f} s"
+    return f"{endpoint} is unreachable from this node: no route"
 
 
 def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
     if holders:
         names = "; ".join(f"pid {h.pid} ({h.name}): {h.cmdline}" for h in holders)
+        stop = f"kill {holders[0].pid}" if holders[0].pid is not None else "run netcheck as root to name it"
         return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {names}",
-                       (f"bind: {error}",), f"stop that process (kill {holders[0].pid}) or pick another "
+                       (f"bind: {error}",), f"stop that process ({stop}) or pick another "
                        "port for the job and netcheck")
     return Finding(RDZV_LISTEN, FAIL, (0,), f"the host cannot listen on port {port}: {error}",
                    (), "pick a free port, or run as a user allowed to bind it")
@@ -83,6 +89,9 @@ def join_findings(g: Gathering) -> list[Finding]:
             f"{', '.join(hostnames)}; only the first was seated",
             tuple(f"{h} claims node rank {rank}" for h in hostnames), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)"))
+    for text in g.unseated:
+        findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
+                                "below --nnodes, and no more nodes may come than --nnodes says"))
     for v in g.foreign:
         findings.append(Finding(
             RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "

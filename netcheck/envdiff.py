@@ -17,7 +17,7 @@ How much a difference matters is decided by one table, SEVERITY (README: "env.mi
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -243,7 +243,8 @@ def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
     summary = sentence(head, hostnames)
     more = len(splits) - 1
     if more:
-        summary += f" (and {more} more key{'s differ' if more > 1 else ' differs'} on the same nodes)"
+        keys = f"{more} more keys differ" if more > 1 else "1 more key differs"
+        summary += f" (and {keys} on the same nodes)"
     evidence = tuple(f"{s.key}: {value} on {_row(s, value, r, hostnames).nodes}"
                      for s in splits for value, r in _odd_first(s))
     nodes = head.odd_ranks if head.majority is not None else tuple(sorted(
@@ -262,13 +263,14 @@ def _agree(ranks: tuple[int, ...], splits: list[Split]) -> Finding:
 
 def fix_for(split: Split) -> str:
     name = split.key.split(".", 1)[-1]
-    majority = "no majority: pick one" if split.majority is None else f"{split.majority} on most nodes"
+    majority = f"{split.majority} on most nodes" if split.majority is not None else \
+        "no majority: pick one"
     return _first_match(split.key, FIXES)[1].format(key=split.key, name=name, majority=majority)
 
 
 def sentence(split: Split, hostnames: Mapping[int, str]) -> str:
-    """"node3 has torch.version 2.13.0; the other 7 have 2.14.1", or, with no majority,
-    "torch.version differs on every node: node0 has 2.13.0, node1 has 2.12.0"."""
+    """The finding's summary, e.g. "node3 has torch.version 2.13.0; the other 7 have 2.14.1",
+    or with no majority "torch.version differs on every node: node0 has 2.13.0, ..."."""
     if split.majority is None:
         parts = [f"{_names(r, hostnames)} {_has(r)} {_show(split.key, v, True)}"
                  for v, r in split.groups]
@@ -354,6 +356,15 @@ def shm_thresholds(gpus: int) -> tuple[int, int]:
     return SHM_FAIL_PER_GPU_BYTES * gpus, max(SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES * gpus)
 
 
+@dataclass(frozen=True)
+class _Shm:
+    severity: str
+    name: str
+    summary: str        # the finding's summary when this node is the only one
+    line: str           # its evidence line
+    warn_below: int     # bytes recommended (0: no GPUs, or the size is unknown)
+
+
 def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
                  hostnames: Mapping[int, str]) -> list[Finding]:
     """host.shm: /dev/shm too small for the GPUs on a node; one finding per severity."""
@@ -361,40 +372,45 @@ def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
                 for r, f in sorted(facts_by_rank.items())}
     findings = []
     for severity in (FAIL, WARN):
-        ranks = tuple(r for r, (s, _, _) in verdicts.items() if s == severity)
-        if ranks:
-            findings.append(_shm_finding(severity, ranks, verdicts))
+        nodes = [v for v in verdicts.values() if v.severity == severity]
+        if nodes:
+            ranks = tuple(r for r, v in verdicts.items() if v.severity == severity)
+            findings.append(_shm_finding(severity, ranks, nodes))
     if not findings and verdicts:
         findings.append(Finding(HOST_SHM, PASS, tuple(verdicts),
                                 "/dev/shm is large enough for the GPUs on every node",
-                                tuple(line for _, _, line in verdicts.values())))
+                                tuple(v.line for v in verdicts.values())))
     return findings
 
 
-def _shm_verdict(values: Mapping[str, str], name: str) -> tuple[str, str, str]:
-    """(severity, summary, evidence line) for one node."""
+def _shm_verdict(values: Mapping[str, str], name: str) -> _Shm:
     gpus, shm = _count(values.get("gpu.count")) or 0, _count(values.get("shm.bytes"))
     if gpus == 0:
-        return PASS, "", f"{name}: no GPUs, NCCL's shared memory is not needed"
+        return _Shm(PASS, name, "", f"{name}: no GPUs, NCCL's shared memory is not needed", 0)
     if shm is None:
         reading = values.get("shm.bytes", "not recorded")
-        return WARN, f"the size of /dev/shm on {name} is unknown ({reading})", f"{name}: {reading}"
+        return _Shm(WARN, name, f"the size of /dev/shm on {name} is unknown ({reading})",
+                    f"{name}: /dev/shm {reading}", 0)
     fail_below, warn_below = shm_thresholds(gpus)
-    line = (f"{name}: /dev/shm {human_bytes(shm)}, {gpus} GPUs: fails below "
-            f"{human_bytes(fail_below)}, {human_bytes(warn_below)} recommended")
     severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
-    return severity, (f"/dev/shm on {name} is {human_bytes(shm)}; its {gpus} GPUs need "
-                      f"{human_bytes(warn_below)} for NCCL (fails below {human_bytes(fail_below)})"), line
+    have, need, floor = human_bytes(shm), human_bytes(warn_below), human_bytes(fail_below)
+    return _Shm(severity, name,
+                f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
+                f"(fails below {floor})",
+                f"{name}: /dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
+                warn_below)
 
 
-def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts) -> Finding:
-    summary = verdicts[ranks[0]][1] if len(ranks) == 1 else (
-        f"/dev/shm is too small for NCCL on {len(ranks)} nodes: "
-        + ", ".join(verdicts[r][2].split(":")[0] for r in ranks))
-    return Finding(HOST_SHM, severity, ranks, summary, tuple(verdicts[r][2] for r in ranks),
-                   "give the node more shared memory: docker run --shm-size=1g or more (Kubernetes: "
+def _shm_finding(severity: str, ranks: tuple[int, ...], nodes: list[_Shm]) -> Finding:
+    unknown = "" if all(n.warn_below for n in nodes) else " or of unknown size"
+    summary = nodes[0].summary if len(nodes) == 1 else (
+        f"/dev/shm is too small for NCCL{unknown} on {len(nodes)} nodes: "
+        f"{', '.join(n.name for n in nodes)}")
+    size = max(1, -(-max(n.warn_below for n in nodes) // SHM_WARN_FLOOR_BYTES))   # GiB, rounded up
+    return Finding(HOST_SHM, severity, ranks, summary, tuple(n.line for n in nodes),
+                   f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
                    "an emptyDir with medium: Memory mounted at /dev/shm; a host: mount -o "
-                   "remount,size=2G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "
+                   f"remount,size={size}G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "
                    "intra-node bandwidth")
 
 

@@ -64,6 +64,8 @@ CUDART = re.compile(r"libcudart(-[0-9a-f]{8})?\.so")
 LIBNCCL = re.compile(r"lib[nr]ccl(-[0-9a-f]{8})?\.so")
 LIBTORCH_CUDA = re.compile(r"libtorch_cuda\.so")
 
+NVML_ERROR_DRIVER_NOT_LOADED = 9   # nvml.h: the library is there, the kernel driver is not
+
 NO_CUDA = "no CUDA"
 NOT_LOADED = "not loaded"
 ABSENT = "absent"
@@ -171,7 +173,8 @@ def nccl_loaded(maps: str = "/proc/self/maps") -> dict[str, str]:
     """
     version, path = library_version(LIBNCCL, "ncclGetVersion", decode_nccl_version, maps)
     if version == NOT_LOADED:
-        version, path = library_version(LIBTORCH_CUDA, "ncclGetVersion", decode_nccl_version, maps)
+        version, path = library_version(LIBTORCH_CUDA, "ncclGetVersion", decode_nccl_version,
+                                        maps)
         if version.startswith("unreadable: AttributeError"):
             version, path = NOT_LOADED, None
     return {"nccl.loaded": version, "nccl.library": path or "none"}
@@ -211,20 +214,18 @@ def mapped_library(name: re.Pattern, maps: str = "/proc/self/maps") -> str | Non
 
 
 def decode_nccl_version(code: int) -> str:
-    """NCCL_VERSION(X,Y,Z) is X*1000+Y*100+Z up to 2.8 and X*10000+Y*100+Z from 2.9 (nccl.h)."""
+    """NCCL_VERSION(X,Y,Z) is X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z from 2.9 (nccl.h);
+    CUDNN_VERSION likewise before and from cuDNN 9 (cudnn_version.h)."""
     major_div = 10000 if code >= 10000 else 1000
     return f"{code // major_div}.{code % major_div // 100}.{code % 100}"
+
+
+decode_cudnn_version = decode_nccl_version
 
 
 def decode_cuda_version(code: int) -> str:
     """cudaRuntimeGetVersion: 1000*major + 10*minor (12040 -> 12.4)."""
     return f"{code // 1000}.{code % 1000 // 10}"
-
-
-def decode_cudnn_version(code: int) -> str:
-    """CUDNN_VERSION: major*10000+minor*100+patch from cuDNN 9, major*1000+minor*100+patch before."""
-    major_div = 10000 if code >= 10000 else 1000
-    return f"{code // major_div}.{code % major_div // 100}.{code % 100}"
 
 
 def gpu_facts(torch) -> dict[str, str]:
@@ -257,7 +258,8 @@ def driver_facts(proc: str = "/proc") -> dict[str, str]:
         return {"driver.version": nvml_driver_version() or "no NVIDIA driver"}
     except OSError as e:
         return {"driver.version": unreadable(e)}
-    return {"driver.version": parse_driver_version(text) or unreadable(f"{path}: {text[:80]!r}")}
+    version = parse_driver_version(text)
+    return {"driver.version": version or unreadable(f"{path} says {text[:80]!r}")}
 
 
 _NVRM = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -278,6 +280,8 @@ def nvml_driver_version() -> str | None:
     except (OSError, AttributeError):
         return None
     status = init()
+    if status == NVML_ERROR_DRIVER_NOT_LOADED:
+        return None
     if status != 0:
         return unreadable(f"nvmlInit returned error {status}")
     buffer = ctypes.create_string_buffer(96)   # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
@@ -315,7 +319,7 @@ def libc_version() -> str:
     if text:
         return text
     name, version = platform.libc_ver()
-    return f"{name} {version}" if name else unreadable("neither confstr nor platform.libc_ver knows")
+    return f"{name} {version}" if name else unreadable("confstr and platform.libc_ver are silent")
 
 
 def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
@@ -343,7 +347,7 @@ def shm_facts(path: str = "/dev/shm") -> dict[str, str]:
     return {"shm.bytes": str(st.f_frsize * st.f_blocks)}
 
 
-# ---------------------------------------------------------------------------- packages, variables, files
+# ---------------------------------------------------------------------------- packages, variables
 
 def canonical_package(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -445,7 +449,8 @@ def hash_path(path: str, max_bytes: int = HASH_MAX_BYTES,
         if not stat.S_ISREG(st.st_mode):
             return unreadable(f"{path} is neither a regular file nor a folder")
         if st.st_size > max_bytes:
-            return f"incomplete: over {human_bytes(max_bytes)}: the file is {human_bytes(st.st_size)}"
+            size, limit = human_bytes(st.st_size), human_bytes(max_bytes)
+            return f"incomplete: over {limit}: the file is {size}"
         digest = _hash_file(path, budget)
     except _BoundHit as bound:
         return f"incomplete: {bound} after {human_bytes(budget.read)} of the file"

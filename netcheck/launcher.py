@@ -136,7 +136,7 @@ def _from_torchrun(env: Mapping[str, str], nproc: int) -> Launch | None:
 def rdzv_from_env(env: Mapping[str, str]) -> str | None:
     """The endpoint a launcher already exported, as HOST:PORT, when --rdzv is not given."""
     for addr, port in (("MASTER_ADDR", "MASTER_PORT"), ("PET_MASTER_ADDR", "PET_MASTER_PORT")):
-        host = env.get(addr)
+        host = env.get(addr, "").strip("[]")
         if host:
             host = f"[{host}]" if ":" in host else host
             return f"{host}:{env[port]}" if env.get(port) else host

@@ -142,6 +142,7 @@ class Gathering:
     missing_ranks: tuple[int, ...]
     expected_hostnames: tuple[str, ...]   # by rank, when the launcher listed them
     duplicates: dict[str, tuple[str, ...]]  # claimed rank -> hostnames claiming it
+    unseated: tuple[str, ...]             # nodes that came but got no rank, and why
     foreign: tuple[Visitor, ...]
     malformed: tuple[str, ...]            # what was wrong with entries that were thrown away
     waited: float

@@ -299,13 +299,15 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: 
     order = sorted(arrivals, key=lambda a: (a != host_arrival, a))
     ranks: dict[int, int] = {}
     claims: dict[int, list[str]] = {}
+    extras = []
     for a in order:
         claimed = arrivals[a].launch.node_rank
-        if claimed is not None:
+        if claimed is not None and nnodes_max is not None and claimed >= nnodes_max:
+            extras.append(a)
+        elif claimed is not None:
             claims.setdefault(claimed, []).append(arrivals[a].hostname)
             if claimed not in ranks.values():
                 ranks[a] = claimed
-    extras = []
     free = (r for r in range(MAX_NODES) if r not in ranks.values())
     for a in order:
         if arrivals[a].launch.node_rank is None:
@@ -371,11 +373,19 @@ def read_visitors(ex: Exchange) -> list[Visitor]:
 
 
 def gathering(ex: Exchange, roster: Roster, arrivals: dict[int, NodeFacts],
-              results: dict[int, NodeResults], duplicates, expected_n: int | None,
+              results: dict[int, NodeResults], duplicates, extras: list[int], expected_n: int | None,
               expected_hostnames: tuple[str, ...], malformed: list[str], waited: float) -> Gathering:
     members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
     ranks = {e.rank for e in roster.entries}
     missing = tuple(r for r in range(expected_n or 0) if r not in ranks)
+    unseated = tuple(_unseated_reason(arrivals[a], expected_n) for a in extras)
     foreign = tuple(v for v in read_visitors(ex) if v.run_id != ex.run_id)
-    return Gathering(members, expected_n, missing, expected_hostnames, duplicates, foreign,
-                     tuple(malformed), round(waited, 3))
+    return Gathering(members, expected_n, missing, expected_hostnames, duplicates, unseated,
+                     foreign, tuple(malformed), round(waited, 3))
+
+
+def _unseated_reason(facts: NodeFacts, expected_n: int | None) -> str:
+    claimed = facts.launch.node_rank
+    if claimed is not None:
+        return f"{facts.hostname} claims node rank {claimed}, but nnodes is {expected_n}: not seated"
+    return f"{facts.hostname} came after all {expected_n} seats were taken: not seated"

@@ -173,13 +173,13 @@ def _host(run: Run, listener: socket.socket) -> rendezvous.Seat | None:
         rendezvous.announce(ex, run.facts)
         seat, arrivals, malformed, waited = rendezvous.host_gather(
             ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
-        ranks, duplicates, _ = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
+        ranks, duplicates, extras = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
         results = rendezvous.collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
                                      run.phase_deadline(GOODBYE_WAIT))
-        gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, launch.nnodes_max,
-                                        launch.hostnames, malformed, waited)
+        gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
+                                        launch.nnodes_max, launch.hostnames, malformed, waited)
         run.members = gathered.members
         run.findings += diagnose.reach_summary(run.members)
         run.findings += diagnose.join_findings(gathered)

@@ -1,0 +1,207 @@
+"""The command line: bad command lines exit 64 with one line, --help, and `netcheck probe`.
+
+Everything here stays on this machine: in-process calls of netcheck.cli.main, a few
+`python -m netcheck` subprocesses, and probes of 127.0.0.1 ports the tests open and close.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from netcheck import cli
+from netcheck.config import Endpoint
+from netcheck.constants import EXIT_USAGE
+from netcheck.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCHER_VARS = SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No launcher in the environment: the command line alone decides."""
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def subprocess_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+
+
+def run_netcheck(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "netcheck", *args], cwd=REPO, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_usage_line(err: str, out: str, message: str | None = None) -> None:
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("netcheck: error: "), err
+    assert "Traceback" not in err
+    if message is not None:
+        assert err == f"netcheck: error: {message}\n"
+
+
+# --- bad command lines, in process ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rdzv", "node0:0"], "--rdzv 'node0:0': port 0 is outside 1-65535"),
+    (["--rdzv", "node0:70000"], "--rdzv 'node0:70000': port 70000 is outside 1-65535"),
+    (["--rdzv", "[::1"], "--rdzv '[::1': expected HOST:PORT or [IPV6]:PORT"),
+    (["--rdzv", "node0:" + "9" * 5000], "--rdzv 'node0:" + "9" * 5000 + "': port " + "9" * 5000
+     + " is outside 1-65535"),
+    (["--rdzv", "node0", "--nnodes", "0"], "--nnodes '0': need 1 <= MIN <= MAX"),
+    (["--rdzv", "node0", "--nnodes", "²"], "--nnodes '²': expected N or MIN:MAX with whole numbers"),
+    (["--rdzv", "node0", "--node-rank", "3", "--nnodes", "2"], "node rank 3 (from flags) is not below nnodes 2"),
+    (["--rdzv", "node0", "--node-rank", "-1"], "--node-rank -1: must be 0 or more"),
+    (["--rdzv", "node0", "--timeout", "-1"], "--timeout -1: must be more than 0 seconds, and finite"),
+    (["--rdzv", "node0", "--timeout", "nan"], "--timeout nan: must be more than 0 seconds, and finite"),
+    (["--rdzv", "node0", "--timeout", "inf"], "--timeout inf: must be more than 0 seconds, and finite"),
+    (["--rdzv", "node0", "--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
+    (["--rdzv", "node0", "--join-window", "0"], "--join-window 0: must be more than 0 seconds, and finite"),
+    (["--rdzv", "node0", "--nproc-per-node", "0"], "--nproc-per-node 0: must be 1 or more"),
+    (["--rdzv", "node0", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--rdzv", "node0", "--skip", "nosuch"],
+     "unknown phase nosuch: phases are local, reach, rendezvous, mesh, nic, env, bandwidth"),
+    (["--rdzv", "node0", "--skip", "mesh", "--only", "env"], "--skip and --only cannot be used together"),
+    (["--rdzv", "node0", "--rdzv-id", "a/b"], "--rdzv-id 'a/b': 1-128 characters, no '/'"),
+    ([], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
+    (["--nnodes", "2"], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
+])
+def test_a_bad_command_line_exits_64_with_one_line(argv, message, clean_env, capsys):
+    assert cli.main(argv) == EXIT_USAGE == 64
+    captured = capsys.readouterr()
+    assert_one_usage_line(captured.err, captured.out, message)
+
+
+def test_a_bad_launcher_variable_is_a_usage_error_too(clean_env, capsys):
+    clean_env.setenv("SLURM_NNODES", "two")
+    clean_env.setenv("SLURM_NODEID", "0")
+    assert cli.main(["--rdzv", "node0"]) == 64
+    captured = capsys.readouterr()
+    assert_one_usage_line(captured.err, captured.out, "SLURM_NNODES='two' is not a whole number")
+
+
+def test_master_addr_from_the_environment_replaces_rdzv(clean_env):
+    clean_env.setenv("MASTER_ADDR", "fd00::1")
+    clean_env.setenv("MASTER_PORT", "29400")
+    config = cli.config_from_args(cli.build_parser().parse_args([]), os.environ)
+    assert config.rdzv == Endpoint("fd00::1", 29400)
+
+
+@pytest.mark.parametrize("rdzv, endpoint", [
+    ("node0", Endpoint("node0", 29500)),
+    ("[::1]", Endpoint("::1", 29500)),
+    ("[::1]:29400", Endpoint("::1", 29400)),
+    ("10.0.0.1:1", Endpoint("10.0.0.1", 1)),
+])
+def test_a_good_rdzv_is_accepted_with_the_default_port(rdzv, endpoint):
+    # config_from_args, not main: a good command line would start a real run.
+    config = cli.config_from_args(cli.build_parser().parse_args(["--rdzv", rdzv]), {})
+    assert config.rdzv == endpoint
+    assert (config.launch.source, config.run_id, config.timeout) == ("arrival", "netcheck", 60.0)
+
+
+def test_the_slurm_job_id_is_the_default_run_id():
+    env = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_ID": "4242"}
+    config = cli.config_from_args(cli.build_parser().parse_args(["--rdzv", "node0"]), env)
+    assert (config.run_id, config.launch.source, config.launch.node_rank) == ("4242", "slurm", 1)
+    config = cli.config_from_args(cli.build_parser().parse_args(["--rdzv", "n", "--rdzv-id", "mine"]), env)
+    assert config.run_id == "mine"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["probe"], "the following arguments are required: HOST:PORT"),
+    (["probe", "127.0.0.1:0"], "--rdzv '127.0.0.1:0': port 0 is outside 1-65535"),
+    (["probe", "127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
+    (["probe", "127.0.0.1:1", "--bogus"], "unrecognized arguments: --bogus"),
+    (["local", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_subcommand_usage_errors_exit_64(argv, message, clean_env, capsys):
+    assert cli.main(argv) == 64
+    captured = capsys.readouterr()
+    assert_one_usage_line(captured.err, captured.out, message)
+
+
+# --- the installed entry point, as a person runs it ----------------------------------------------
+
+
+def test_python_m_netcheck_bad_rdzv_exits_64_without_a_traceback():
+    done = run_netcheck("--rdzv", "[::1")
+    assert done.returncode == 64
+    assert "Traceback" not in done.stderr
+    assert done.stderr == "netcheck: error: --rdzv '[::1': expected HOST:PORT or [IPV6]:PORT\n"
+    assert done.stdout == ""
+
+
+def test_python_m_netcheck_help_exits_0_and_documents_every_flag():
+    done = run_netcheck("--help")
+    assert done.returncode == 0
+    assert done.stderr == ""
+    flags = {s for action in cli.build_parser()._actions for s in action.option_strings}
+    # The SPEC's core flags, in case one ever drops out of the parser.
+    assert {"--rdzv", "--nnodes", "--node-rank", "--nproc-per-node", "--rdzv-id", "--timeout",
+            "--join-window", "--skip", "--only", "--json", "-q", "--quiet", "-v", "--verbose"} <= flags
+    words = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", done.stdout))
+    assert flags - words == set()
+    assert "exit codes: 0 all pass, 1 warnings only, 2 at least one failure" in done.stdout
+    assert "netcheck probe HOST:PORT" in done.stdout
+
+
+def test_python_m_netcheck_probe_usage_error_exits_64():
+    done = run_netcheck("probe")
+    assert done.returncode == 64
+    assert done.stderr == "netcheck: error: the following arguments are required: HOST:PORT\n"
+    assert "Traceback" not in done.stderr
+
+
+# --- netcheck probe over loopback ----------------------------------------------------------------
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: bound for a moment, then released."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_probe_of_a_closed_port_is_refused_and_exits_2(clean_env, capsys):
+    port = closed_port()
+    assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "0.5"]) == 2
+    out = capsys.readouterr().out
+    assert f"FAIL  rdzv.reach    127.0.0.1:{port} refused the connection" in out
+    assert "127.0.0.1 (ipv4): refused, connection refused" in out
+
+
+def test_probe_of_a_listening_port_is_open_and_exits_0(clean_env, capsys):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS  rdzv.resolve  127.0.0.1 resolves to 127.0.0.1" in out
+    assert f"PASS  rdzv.reach    127.0.0.1:{port} is open from this node" in out
+    assert "FAIL" not in out
+
+
+def test_probe_json_to_stdout_is_one_document(clean_env, capsys):
+    import json
+
+    port = closed_port()
+    assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "0.5", "--json", "-"]) == 2
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert (document["schema"], document["verdict"], document["role"]) == ("netcheck.report/1", "fail", "probe")
+    assert [(f["check"], f["severity"]) for f in document["findings"]] == [
+        ("rdzv.resolve", "pass"), ("rdzv.reach", "fail")]
+    assert "refused" in captured.err   # the text report moved to stderr

@@ -1,0 +1,262 @@
+"""The env comparison and severity rules, over recorded facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from netcheck.envdiff import (
+    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, severity_of,
+    shm_findings, shm_thresholds, version_change, version_key,
+)
+from netcheck.envinfo import EnvFacts
+from netcheck.model import FAIL, PASS, WARN, verdict_of
+
+MiB, GiB = 1 << 20, 1 << 30
+HASH_A = "sha256 " + "a" * 64 + " (3 files, 1 KiB)"
+HASH_B = "sha256 " + "b" * 64 + " (3 files, 1 KiB)"
+BASE = {
+    "torch.version": "2.14.1+cu124", "torch.git_version": "abc123", "nccl.loaded": "2.21.5",
+    "nccl.compiled": "2.21.5", "cuda.runtime": "12.4", "driver.version": "550.54.15",
+    "python.version": "3.11.7", "python.executable": "/venv/bin/python", "pkg.numpy": "2.4.6",
+    "pkg.deepspeed": "absent", "gpu.count": "8", "gpu.0.name": "NVIDIA H100 80GB HBM3",
+    "cpu.model": "AMD EPYC 9654", "shm.bytes": str(64 * GiB), "hash./code": HASH_A,
+    "var.MASTER_PORT": "29500",
+}
+
+
+def cluster(n: int, **changes: dict[int, str]) -> dict[int, EnvFacts]:
+    """n nodes with BASE facts; changes: key (dots as "__") -> {rank: value or None to drop}."""
+    facts = {}
+    for rank in range(n):
+        values = dict(BASE)
+        for key, per_rank in changes.items():
+            key = key.replace("__", ".")
+            if rank in per_rank:
+                if per_rank[rank] is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = per_rank[rank]
+        facts[rank] = EnvFacts(values)
+    return facts
+
+
+NAMES = {r: f"node{r}" for r in range(16)}
+
+
+def flagged(facts):
+    return [f for f in env_findings(facts, NAMES) if f.severity != PASS]
+
+
+def test_identical_nodes_pass():
+    [finding] = env_findings(cluster(4), NAMES)
+    assert finding.severity == PASS and finding.nodes == (0, 1, 2, 3)
+    assert finding.summary == f"4 nodes agree on {len(BASE)} environment keys"
+
+
+def test_one_node_has_nothing_to_compare():
+    [finding] = env_findings(cluster(1), NAMES)
+    assert finding.severity == PASS and "one node" in finding.summary
+
+
+def test_one_odd_node_out_fails_naming_it_and_the_majority():
+    [finding] = flagged(cluster(8, torch__version={3: "2.13.0+cu124"}))
+    assert finding.severity == FAIL and finding.nodes == (3,)
+    assert finding.summary == "node3 has torch.version 2.13.0+cu124; the other 7 have 2.14.1+cu124"
+    assert finding.evidence == ("torch.version: 2.13.0+cu124 on node3",
+                                "torch.version: 2.14.1+cu124 on the other 7")
+    assert "2.14.1+cu124 on most nodes" in finding.fix
+
+
+def test_nccl_ib_disable_on_one_node_only_warns_naming_that_node():
+    [finding] = flagged(cluster(8, var__NCCL_IB_DISABLE={5: "1"}))
+    assert finding.severity == WARN and finding.nodes == (5,)
+    assert finding.summary == "node5 has NCCL_IB_DISABLE=1; the other 7 have it unset"
+    assert finding.evidence == ("var.NCCL_IB_DISABLE: 1 on node5",
+                                "var.NCCL_IB_DISABLE: unset on the other 7")
+    assert "NCCL_IB_DISABLE" in finding.fix
+    [other] = flagged(cluster(3, var__NCCL_IB_DISABLE={0: "0", 1: "1", 2: "0"}))
+    assert other.summary == "node1 has NCCL_IB_DISABLE=1; the other 2 have NCCL_IB_DISABLE=0"
+
+
+def test_a_package_present_on_one_node_only_is_named():
+    [finding] = flagged(cluster(8, pkg__deepspeed={2: "0.14.0"}))
+    assert finding.severity == WARN and finding.nodes == (2,)
+    assert finding.summary == "node2 has deepspeed 0.14.0; the other 7 have none"
+    [missing] = flagged(cluster(4, pkg__numpy={1: "absent"}))
+    assert missing.summary == "node1 has no numpy; the other 3 have 2.4.6"
+    # an nvidia-* package recorded only where installed: the others lack the key
+    [nvidia] = flagged(cluster(3, **{"pkg.nvidia-cublas-cu12": {0: "12.4.5.8"}}))
+    assert nvidia.summary == "node0 has nvidia-cublas-cu12 12.4.5.8; the other 2 have none"
+
+
+def test_a_differing_hash_fails_and_an_incomplete_one_warns():
+    [finding] = flagged(cluster(4, **{"hash./code": {2: HASH_B}}))
+    assert finding.severity == FAIL and finding.nodes == (2,)
+    assert finding.summary == ("node2 has hash./code sha256 bbbbbbbbbbbb… (3 files, 1 KiB); "
+                               "the other 3 have sha256 aaaaaaaaaaaa… (3 files, 1 KiB)")
+    assert f"hash./code: {HASH_B} on node2" in finding.evidence   # full value in the evidence
+    assert "/code" in finding.fix
+    stopped = "incomplete: over 10 s after 812 files (3 GiB read)"
+    [bounded] = flagged(cluster(4, **{"hash./code": {2: stopped}}))
+    assert bounded.severity == WARN
+
+
+def test_every_node_differs():
+    facts = cluster(3, torch__version={0: "2.11.0", 1: "2.12.0", 2: "2.13.0"})
+    [finding] = flagged(facts)
+    assert finding.severity == FAIL and finding.nodes == (0, 1, 2)
+    assert finding.summary == ("torch.version differs on every node: node0 has 2.11.0, "
+                               "node1 has 2.12.0, node2 has 2.13.0")
+
+
+def test_an_even_split_has_no_majority():
+    [finding] = flagged(cluster(4, driver__version={0: "535.129.03", 1: "535.129.03"}))
+    assert finding.severity == WARN and finding.nodes == (0, 1, 2, 3)
+    assert finding.summary == ("driver.version splits the nodes with no majority: "
+                               "node0, node1 have 535.129.03; node2, node3 have 550.54.15")
+    assert "pick one" in finding.fix
+
+
+def test_several_odd_values_are_each_named():
+    facts = cluster(6, python__version={1: "3.10.14", 4: "3.12.3", 5: "3.12.3"})
+    [finding] = flagged(facts)
+    assert finding.nodes == (1, 4, 5)
+    assert finding.summary == ("node4, node5 have python.version 3.12.3, node1 has 3.10.14; "
+                               "the other 3 have 3.11.7")
+
+
+def test_keys_that_differ_on_the_same_nodes_make_one_finding():
+    facts = cluster(8, torch__version={6: "2.13.0+cu124"}, torch__git_version={6: "def456"},
+                    nccl__loaded={6: "2.20.5"}, var__NCCL_DEBUG={1: "INFO"})
+    fail, warn = sorted(flagged(facts), key=lambda f: f.severity)
+    assert fail.severity == FAIL and fail.nodes == (6,)
+    assert fail.summary == ("node6 has torch.version 2.13.0+cu124; the other 7 have 2.14.1+cu124 "
+                            "(and 2 more keys differ on the same nodes)")
+    assert len(fail.evidence) == 6
+    assert warn.severity == WARN and warn.nodes == (1,)
+
+
+def test_info_keys_are_shown_not_flagged():
+    facts = cluster(4, var__NCCL_SOCKET_IFNAME={0: "eth0", 1: "ens5", 2: "ib0", 3: "eno1"},
+                    var__CUDA_VISIBLE_DEVICES={2: "0,1"}, var__MASTER_ADDR={0: "localhost"},
+                    gpu__0__uuid={r: f"GPU-{r}" for r in range(4)}, cpu__model={3: "Intel Xeon"},
+                    python__executable={1: "/scratch/venv/bin/python"})
+    [finding] = env_findings(facts, NAMES)
+    assert finding.severity == PASS
+    assert "6 more differ as expected per node" in finding.summary
+    rows = env_differences(facts, NAMES)
+    assert {r.severity for r in rows} == {INFO}
+    assert [(r.value, r.nodes) for r in rows if r.key == "gpu.0.uuid"] == \
+        [("(differs per node)", "all 4")]
+    assert [(r.value, r.nodes) for r in rows if r.key == "cpu.model"] == \
+        [("Intel Xeon", "node3"), ("AMD EPYC 9654", "the other 3")]
+
+
+def test_the_table_shows_differences_and_verbose_every_key():
+    facts = cluster(4, var__NCCL_IB_DISABLE={1: "1"})
+    rows = env_differences(facts, NAMES)
+    assert [(r.key, r.value, r.nodes, r.severity) for r in rows] == [
+        ("var.NCCL_IB_DISABLE", "1", "node1", WARN),
+        ("var.NCCL_IB_DISABLE", "unset", "the other 3", WARN)]
+    every = env_differences(facts, NAMES, verbose=True)
+    assert {r.key for r in every} == set(BASE) | {"var.NCCL_IB_DISABLE"}
+    torch_row = next(r for r in every if r.key == "torch.version")
+    assert (torch_row.nodes, torch_row.severity, torch_row.ranks) == ("all 4", SAME, (0, 1, 2, 3))
+    assert every[:2] == rows                                   # differences first
+
+
+def test_a_key_one_node_did_not_record():
+    [finding] = flagged(cluster(3, cudnn__version={0: "9.1.0", 1: "9.1.0", 2: None}))
+    assert finding.summary == "node2 has cudnn.version not recorded; the other 2 have 9.1.0"
+
+
+# ---------------------------------------------------------------------------- versions
+
+def test_versions_compare_by_release_and_build():
+    assert version_key("2.13.0+cu121") == ((2, 13), "", "cu121")
+    assert version_change("535.129.03", "535.129.3") is None
+    assert version_change("12.4", "12.4.0") is None
+    assert version_change("2.13.0+cpu", "2.13.0+cu121") == "build"
+    assert version_change("2.13.0", "2.14.1") == "release"
+    assert version_change("3.0.0rc1", "3.0.0") == "pre-release"
+    assert version_change("not loaded", "2.21.5") == "value"
+    assert version_change("absent", "absent") is None
+
+
+def test_equal_versions_spelled_differently_agree_and_builds_do_not():
+    assert flagged(cluster(3, driver__version={1: "550.54.015"})) == []
+    [finding] = flagged(cluster(3, torch__version={2: "2.14.1+cpu"}))
+    assert finding.severity == FAIL
+    assert finding.summary.endswith(
+        "the other 2 have 2.14.1+cu124 (the same release, another build)")
+
+
+# ---------------------------------------------------------------------------- the table
+
+@pytest.mark.parametrize("key, severity", [
+    ("torch.version", FAIL), ("torch.git_version", FAIL), ("torch.cuda_build", FAIL),
+    ("nccl.compiled", FAIL), ("nccl.loaded", FAIL), ("cuda.runtime", FAIL), ("hash./code", FAIL),
+    ("pkg.torch", FAIL), ("pkg.nvidia-nccl-cu12", FAIL),
+    ("driver.version", WARN), ("python.version", WARN), ("cudnn.version", WARN),
+    ("var.NCCL_IB_DISABLE", WARN), ("var.TORCH_NCCL_ASYNC_ERROR_HANDLING", WARN),
+    ("file./etc/nccl.conf", WARN), ("file.~/.nccl.conf", WARN), ("var.MASTER_PORT", WARN),
+    ("pkg.numpy", WARN), ("gpu.count", WARN), ("gpu.3.name", WARN), ("something.new", WARN),
+    ("var.NCCL_SOCKET_IFNAME", INFO), ("var.GLOO_SOCKET_IFNAME", INFO),
+    ("var.TP_SOCKET_IFNAME", INFO), ("var.CUDA_VISIBLE_DEVICES", INFO), ("var.MASTER_ADDR", INFO),
+    ("python.executable", INFO), ("gpu.7.uuid", INFO), ("cpu.model", INFO), ("cpu.count", INFO),
+    ("os.kernel", INFO), ("var.SLURMD_NODENAME_HOSTNAME", INFO), ("nccl.library", INFO),
+])
+def test_severity_table(key, severity):
+    assert severity_of(key) == severity
+
+
+def test_the_tables_are_well_formed():
+    assert set(SEVERITY.values()) == {FAIL, WARN, INFO}
+    assert list(SEVERITY)[-1] == "*" and list(FIXES)[-1] == "*"
+    for key in ("torch.version", "hash./code", "var.NCCL_IB_DISABLE", "pkg.numpy", "x.y"):
+        splits = compare(cluster(3, **{key: {0: "9"}}))
+        [split] = [s for s in splits if s.key == key]
+        assert fix_for(split)                                   # every template formats
+
+
+# ---------------------------------------------------------------------------- host.shm
+
+def shm(gpus: str, size: str) -> dict[int, EnvFacts]:
+    return cluster(2, gpu__count={1: gpus}, shm__bytes={1: size})
+
+
+def test_shm_thresholds():
+    assert shm_thresholds(8) == (256 * MiB, 1 * GiB)
+    assert shm_thresholds(16) == (512 * MiB, 2 * GiB)
+    assert shm_thresholds(1) == (32 * MiB, 1 * GiB)
+
+
+def test_docker_default_shm_fails_for_eight_gpus():
+    [finding] = shm_findings(shm("8", str(64 * MiB)), NAMES)
+    assert finding.severity == FAIL and finding.nodes == (1,)
+    assert finding.summary == ("/dev/shm on node1 is 64 MiB; its 8 GPUs need 1 GiB for NCCL "
+                               "(fails below 256 MiB)")
+    assert "--shm-size" in finding.fix
+
+
+@pytest.mark.parametrize("gpus, size, severity", [
+    ("8", str(512 * MiB), WARN), ("8", str(GiB), PASS), ("2", str(64 * MiB), WARN),
+    ("4", str(64 * MiB), FAIL), ("no CUDA", str(64 * MiB), PASS), ("8", "unreadable: x", WARN),
+])
+def test_shm_severity(gpus, size, severity):
+    assert verdict_of(shm_findings(shm(gpus, size), NAMES)) == severity
+
+
+def test_several_small_nodes_make_one_finding():
+    facts = cluster(3, shm__bytes={0: str(64 * MiB), 2: str(64 * MiB)})
+    [finding] = shm_findings(facts, NAMES)
+    assert finding.nodes == (0, 2)
+    assert finding.summary == "/dev/shm is too small for NCCL on 2 nodes: node0, node2"
+    assert len(finding.evidence) == 2
+    assert "--shm-size=1g" in finding.fix
+    [big] = shm_findings(cluster(2, gpu__count={0: "16"}, shm__bytes={0: str(GiB)}), NAMES)
+    assert big.severity == WARN and "--shm-size=2g" in big.fix
+    facts = cluster(3, shm__bytes={0: str(512 * MiB), 2: "unreadable: PermissionError: x"})
+    [mixed] = shm_findings(facts, NAMES)
+    assert mixed.summary == ("/dev/shm is too small for NCCL or of unknown size on 2 nodes: "
+                             "node0, node2")

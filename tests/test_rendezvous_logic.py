@@ -1,0 +1,134 @@
+"""The rendezvous's pure parts: rank assignment by claims and arrival order, a node's address."""
+
+from __future__ import annotations
+
+import pytest
+
+from netcheck.model import Launch, Member, NodeFacts
+from netcheck.nics import Address, Nic, NicTable
+from netcheck.model import node_address
+from netcheck.rendezvous import assign_ranks
+
+
+def nic(name: str, *addrs: str) -> Nic:
+    parsed = tuple(Address("ipv6" if ":" in a else "ipv4", a, 64 if ":" in a else 24) for a in addrs)
+    return Nic(name, 0, parsed, True, True, 1500, None, "ethernet", None)
+
+
+def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), default: str | None = None,
+          hostname_addresses: tuple[str, ...] = ()) -> NodeFacts:
+    return NodeFacts(
+        run_id="netcheck", hostname=hostname, fqdn=f"{hostname}.example", hostname_addresses=hostname_addresses,
+        launch=Launch("flags" if rank is not None else "arrival", rank, None, None, 1), shm_bytes=None,
+        nics=NicTable(nics, (), default), socket_env={}, reach=None, version="0.1.0")
+
+
+def arrivals(*nodes: tuple[str, int | None]) -> dict[int, NodeFacts]:
+    """Arrival numbers 0, 1, 2... in the order given."""
+    return {a: facts(host, rank) for a, (host, rank) in enumerate(nodes)}
+
+
+# --- assign_ranks --------------------------------------------------------------------------------
+
+
+def test_claimed_ranks_are_kept():
+    ranks, duplicates, extras = assign_ranks(arrivals(("n0", 0), ("n2", 2), ("n1", 1)), 0, 3)
+    assert ranks == {0: 0, 1: 2, 2: 1}
+    assert duplicates == {}
+    assert extras == []
+
+
+def test_unclaimed_nodes_are_numbered_in_arrival_order_host_first():
+    # The host arrived third (arrival 2) but is seated first: rank 0.
+    ranks, duplicates, extras = assign_ranks(arrivals(("a", None), ("b", None), ("host", None)), 2, None)
+    assert ranks == {2: 0, 0: 1, 1: 2}
+    assert (duplicates, extras) == ({}, [])
+
+
+def test_unclaimed_nodes_take_the_lowest_free_ranks_around_the_claimed_ones():
+    nodes = arrivals(("host", 0), ("x", None), ("claims3", 3), ("y", None), ("z", None))
+    ranks, duplicates, extras = assign_ranks(nodes, 0, 5)
+    assert ranks == {0: 0, 2: 3, 1: 1, 3: 2, 4: 4}
+    assert (duplicates, extras) == ({}, [])
+
+
+def test_the_hosts_claim_wins_over_an_earlier_arrival_claiming_the_same_rank():
+    nodes = arrivals(("early", 0), ("host", 0), ("n1", 1))
+    ranks, duplicates, extras = assign_ranks(nodes, 1, 3)
+    assert ranks == {1: 0, 2: 1}
+    assert duplicates == {"0": ("host", "early")}   # host first, then in arrival order
+    assert 0 not in ranks and extras == []           # the loser is left unseated, not an extra
+
+
+def test_a_duplicate_claim_names_both_hostnames_and_leaves_the_later_one_unseated():
+    nodes = arrivals(("host", 0), ("gpu1", 1), ("gpu1-clone", 1), ("gpu2", 2))
+    ranks, duplicates, extras = assign_ranks(nodes, 0, 3)
+    assert ranks == {0: 0, 1: 1, 3: 2}
+    assert duplicates == {"1": ("gpu1", "gpu1-clone")}
+    assert extras == []
+
+
+def test_three_claims_on_one_rank_are_all_named_in_arrival_order():
+    nodes = arrivals(("host", 0), ("a", 1), ("b", 1), ("c", 1))
+    ranks, duplicates, _ = assign_ranks(nodes, 0, 2)
+    assert ranks == {0: 0, 1: 1}
+    assert duplicates == {"1": ("a", "b", "c")}
+
+
+def test_unclaimed_nodes_beyond_nnodes_max_become_extras_in_arrival_order():
+    nodes = arrivals(("host", None), ("a", None), ("b", None), ("c", None), ("d", None))
+    ranks, duplicates, extras = assign_ranks(nodes, 0, 3)
+    assert ranks == {0: 0, 1: 1, 2: 2}
+    assert extras == [3, 4]
+    assert duplicates == {}
+
+
+def test_claimed_ranks_fill_the_cluster_so_late_unclaimed_nodes_are_extras():
+    nodes = arrivals(("host", 0), ("loose", None), ("n1", 1))
+    ranks, _, extras = assign_ranks(nodes, 0, 2)
+    assert ranks == {0: 0, 2: 1}
+    assert extras == [1]
+
+
+def test_without_nnodes_max_nobody_is_an_extra():
+    nodes = arrivals(*((f"n{i}", None) for i in range(12)))
+    ranks, _, extras = assign_ranks(nodes, 0, None)
+    assert ranks == {i: i for i in range(12)}
+    assert extras == []
+
+
+def test_only_the_host():
+    assert assign_ranks(arrivals(("host", None)), 0, 1) == ({0: 0}, {}, [])
+    assert assign_ranks(arrivals(("host", 0)), 0, None) == ({0: 0}, {}, [])
+
+
+def test_the_arrivals_passed_in_are_not_changed():
+    nodes = arrivals(("host", 0), ("a", None))
+    before = dict(nodes)
+    assign_ranks(nodes, 0, 2)
+    assert nodes == before
+
+
+# --- node_address ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("node, address", [
+    # The default-route interface's first address (nics list IPv4 before IPv6).
+    (facts("n", nics=(nic("lo", "127.0.0.1"), nic("eno1", "10.0.0.5", "fd00::5")), default="eno1",
+           hostname_addresses=("10.9.9.9",)), "10.0.0.5"),
+    (facts("n", nics=(nic("eno1", "10.0.0.5"), nic("ib0", "10.1.0.5")), default="ib0"), "10.1.0.5"),
+    (facts("n", nics=(nic("eth0", "fd00::5"),), default="eth0"), "fd00::5"),
+    # The default-route interface has no address: the hostname's resolution.
+    (facts("n", nics=(nic("eno1"), nic("eno2", "10.0.0.6")), default="eno1",
+           hostname_addresses=("10.0.0.7", "fd00::7")), "10.0.0.7"),
+    # No default route at all.
+    (facts("n", nics=(nic("eno1", "10.0.0.5"),), default=None, hostname_addresses=("10.0.0.8",)), "10.0.0.8"),
+    # The default route names an interface that is not in the table.
+    (facts("n", nics=(nic("eno1", "10.0.0.5"),), default="gone0", hostname_addresses=("10.0.0.8",)),
+     "10.0.0.8"),
+    # Nothing known.
+    (facts("n", nics=(nic("eno1", "10.0.0.5"),), default=None), ""),
+])
+def test_node_address(node, address):
+    assert node_address(node) == address
+    assert Member(0, node).address == address
