@@ -25,7 +25,8 @@ from fnmatch import fnmatchcase
 from netcheck.constants import (
     ENV_MISMATCH, HOST_SHM, SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES,
 )
-from netcheck.envinfo import ABSENT, EnvFacts, human_bytes
+from netcheck.envinfo import ABSENT, EnvFacts
+from netcheck.hashing import human_bytes
 from netcheck.model import FAIL, PASS, WARN, Finding
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged

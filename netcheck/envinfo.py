@@ -4,7 +4,7 @@ Every fact is a string under a dotted key, so `envdiff` compares any two nodes t
 way, whatever the key. What cannot be read is recorded as "unreadable: <reason>", what is
 not there says so ("no CUDA", "not loaded", "absent"), nothing is guessed. torch is
 imported inside the functions that need it, never at module import (the reach phase runs
-before torch). `python -m netcheck.envinfo [PATH ...]` prints the facts; on a GPU node:
+before torch). `netcheck local -v` prints the facts; on a GPU node:
 
     cuda.runtime         12.4
     driver.version       550.54.15
@@ -30,13 +30,13 @@ import importlib.metadata
 import os
 import platform
 import re
-import stat
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from netcheck.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+from netcheck.hashing import hash_path, read_rest, unreadable
 
 # Packages whose versions are always recorded ("absent" when not installed). Every other
 # installed nvidia-* distribution (the CUDA libraries torch's wheels pull in) is added.
@@ -53,10 +53,8 @@ VAR_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 NCCL_CONF_FILES = ("/etc/nccl.conf", "~/.nccl.conf")
 CONF_INLINE_BYTES = 2048   # a conf file up to this size is recorded in full, beside its hash
 MAX_VALUE_CHARS = 2000     # longer values are cut, with the full value's hash appended
-CHUNK = 1 << 20
 # Folders left out of a folder's hash: they differ between identical checkouts (bytecode
 # caches embed source mtimes, a git index embeds inode and stat data).
-HASH_SKIP = ("__pycache__", ".git")
 
 # Library file names in /proc/self/maps; old torch wheels bundled hashed copies
 # ("libcudart-9335f6a2.so.11.0"). The NCCL net plugin (libnccl-net.so) is not NCCL.
@@ -93,12 +91,6 @@ def gather_env(hash_paths: Iterable[str] = (), env: Mapping[str, str] | None = N
         values[f"hash.{path}"] = hash_path(path, hash_max_bytes, hash_max_seconds)
     values = {k: bounded(v) for k, v in sorted(values.items())}
     return EnvFacts(values, round(time.monotonic() - start, 3))
-
-
-def unreadable(error: BaseException | str) -> str:
-    if isinstance(error, BaseException):
-        error = f"{type(error).__name__}: {error}"
-    return f"unreadable: {error}"
 
 
 def bounded(value: str, limit: int = MAX_VALUE_CHARS) -> str:
@@ -389,7 +381,7 @@ def conf_file(path: str) -> str:
         with open(path, "rb") as f:
             data = f.read(CONF_INLINE_BYTES + 1)
             digest = hashlib.sha256(data)
-            size = len(data) + _hash_rest(f, digest)
+            size = len(data) + read_rest(f, digest)
     except FileNotFoundError:
         return ABSENT
     except OSError as e:
@@ -400,143 +392,3 @@ def conf_file(path: str) -> str:
     lines = [ln.strip() for ln in data.decode(errors="replace").splitlines()]
     settings = "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
     return f"{head}: {settings or '(no settings)'}"
-
-
-def _hash_rest(f, digest) -> int:
-    size = 0
-    while chunk := f.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return size
-
-
-# ---------------------------------------------------------------------------- --hash paths
-
-class _BoundHit(Exception):
-    """Hashing stopped at the byte or time bound; the message says which."""
-
-
-class _Budget:
-    def __init__(self, max_bytes: int, max_seconds: float):
-        self.max_bytes, self.max_seconds = max_bytes, max_seconds
-        self.deadline = time.monotonic() + max_seconds
-        self.read = 0
-        self.files = 0
-
-    def spend(self, n: int) -> None:
-        self.read += n
-        if self.read > self.max_bytes:
-            raise _BoundHit(f"over {human_bytes(self.max_bytes)}")
-        self.check_time()
-
-    def check_time(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise _BoundHit(f"over {self.max_seconds:g} s")
-
-
-def hash_path(path: str, max_bytes: int = HASH_MAX_BYTES,
-              max_seconds: float = HASH_MAX_SECONDS) -> str:
-    """sha256 of a file, or of a folder's sorted relative paths and their contents.
-
-    "sha256 HEX (N files, SIZE)"; "incomplete: over 1 GiB after 812 files (1 GiB read)"
-    when a bound is hit; "unreadable: ..." when the path cannot be read.
-    """
-    budget = _Budget(max_bytes, max_seconds)
-    try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            return _folder_value(path, budget)
-        if not stat.S_ISREG(st.st_mode):
-            return unreadable(f"{path} is neither a regular file nor a folder")
-        if st.st_size > max_bytes:
-            size, limit = human_bytes(st.st_size), human_bytes(max_bytes)
-            return f"incomplete: over {limit}: the file is {size}"
-        digest = _hash_file(path, budget)
-    except _BoundHit as bound:
-        return f"incomplete: {bound} after {human_bytes(budget.read)} of the file"
-    except OSError as e:
-        return unreadable(e)
-    return f"sha256 {digest} (1 file, {human_bytes(budget.read)})"
-
-
-def _folder_value(path: str, budget: _Budget) -> str:
-    os.scandir(path).close()   # an unlistable top folder is unreadable, not an empty hash
-    try:
-        digest, unread = _hash_folder(path, budget)
-    except _BoundHit as bound:
-        return f"incomplete: {bound} after {budget.files} files ({human_bytes(budget.read)} read)"
-    tail = f"; {unread} unreadable" if unread else ""
-    return f"sha256 {digest} ({budget.files} files, {human_bytes(budget.read)}{tail})"
-
-
-def _hash_file(path: str, budget: _Budget) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            budget.spend(len(chunk))
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _hash_folder(root: str, budget: _Budget) -> tuple[str, int]:
-    """One line per entry (relative path, kind, content hash), in sorted walk order, hashed.
-
-    Symbolic links are recorded by target, not followed; sockets, FIFOs and devices by
-    kind only (reading a FIFO would block); HASH_SKIP folders are left out.
-    """
-    digest, unread = hashlib.sha256(), 0
-    for rel, full in _walk(root, budget):
-        entry = _entry(full, budget)
-        unread += entry.startswith("unreadable")
-        digest.update(f"{rel}\0{entry}\n".encode(errors="surrogateescape"))
-    return digest.hexdigest(), unread
-
-
-def _walk(root: str, budget: _Budget):
-    errors: list[OSError] = []
-    for top, dirs, files in os.walk(root, onerror=errors.append):
-        budget.check_time()
-        dirs[:] = sorted(d for d in dirs if d not in HASH_SKIP)
-        rel_top = os.path.relpath(top, root)
-        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(top, d))]):
-            yield os.path.normpath(os.path.join(rel_top, name)), os.path.join(top, name)
-        if not files and not dirs:
-            yield rel_top + "/", top
-    for e in errors:   # folders that could not be listed
-        yield os.path.relpath(e.filename or root, root) + "/", None
-
-
-def _entry(full: str | None, budget: _Budget) -> str:
-    if full is None:
-        return "unreadable folder"
-    try:
-        st = os.lstat(full)
-        if stat.S_ISLNK(st.st_mode):
-            return f"link {os.readlink(full)}"
-        if stat.S_ISDIR(st.st_mode):
-            return "empty folder"
-        if not stat.S_ISREG(st.st_mode):
-            return "special file"
-        digest = _hash_file(full, budget)
-        budget.files += 1   # whole files only: the bound message counts those
-        return f"file {digest}"
-    except OSError as e:
-        return f"unreadable {type(e).__name__}"
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{n} bytes"
-
-
-def main(argv: list[str] | None = None) -> None:
-    facts = gather_env(sys.argv[1:] if argv is None else argv)
-    width = max(len(k) for k in facts.values)
-    for key, value in facts.values.items():
-        print(f"{key:<{width}} {value}")
-
-
-if __name__ == "__main__":
-    main()

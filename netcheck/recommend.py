@@ -17,7 +17,6 @@ from netcheck.constants import (
 )
 from netcheck.mesh import Attempt
 from netcheck.model import FAIL, PASS, WARN, Finding, Member
-from netcheck.nics import Nic
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from netcheck import codec
+from netcheck.hashing import hash_path
 from netcheck.envinfo import (
     EnvFacts, bounded, conf_file, decode_cuda_version, decode_cudnn_version,
-    decode_nccl_version, gather_env, hash_path, library_version, mapped_library, nccl_loaded,
+    decode_nccl_version, gather_env, library_version, mapped_library, nccl_loaded,
     package_facts, parse_driver_version, pretty_name, var_facts,
 )
 
