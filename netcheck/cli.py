@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Sequence
 
-from netcheck import __version__, report
+from netcheck import __version__, export, report
+from netcheck.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_PASS,
@@ -67,8 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mesh", metavar="full|sample:K", help="which node pairs the mesh phase "
                    f"connects: every pair (default up to {MESH_FULL_UP_TO} nodes), or ring "
                    f"neighbours plus K random peers per node (default above: sample:{MESH_SAMPLE_PEERS})")
+    p.add_argument("--hash", action="append", default=[], metavar="PATH", help="a file or "
+                   "folder whose content must be the same on every node (code, configs); repeatable")
+    p.add_argument("--baseline", metavar="REPORT.json", help="a known-good earlier JSON report: "
+                   "say what drifted since (versions, variables, hashes, interfaces, settings)")
     p.add_argument("--json", metavar="PATH|-", help="write the JSON report there ('-': stdout, "
                    "and the text report goes to stderr)")
+    p.add_argument("--exclude-file", metavar="PATH", help="write the faulty hostnames there, "
+                   "comma-separated on one line (empty when none), as `sbatch --exclude` "
+                   "takes them: sbatch --exclude=\"$(cat PATH)\" ...")
+    p.add_argument("--prom", metavar="PATH", help="write the verdicts, each check's severity, "
+                   "the faulty nodes and the phase timings there as Prometheus text-format "
+                   "metrics (netcheck_*), e.g. into the node exporter's textfile collector "
+                   "directory as netcheck.prom")
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
     return p
@@ -86,8 +98,19 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         rdzv=parse_endpoint(rdzv), launch=launch,
         run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or "netcheck",
         timeout=args.timeout, join_window=args.join_window,
-        phases=select_phases(args.skip, args.only), mesh=args.mesh, json_path=args.json,
-        quiet=args.quiet, verbose=args.verbose))
+        phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
+        baseline=_baseline(args.baseline), json_path=args.json,
+        quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
+        prom_path=args.prom))
+
+
+def _baseline(path: str | None):
+    if path is None:
+        return None
+    try:
+        return load_baseline(path)
+    except BaselineError as e:
+        raise UsageError(str(e)) from None
 
 
 def progress_printer(quiet: bool):
@@ -115,18 +138,23 @@ def run_and_render(config: Config) -> int:
     from netcheck.runner import run_check
 
     outcome = run_check(config, progress_printer(config.quiet))
-    emit(outcome.report, config.json_path, config.quiet, config.verbose)
+    emit(outcome.report, config.json_path, config.quiet, config.verbose,
+         config.exclude_path, config.prom_path)
     if outcome.exit_code == EXIT_INTERRUPTED:
         print("netcheck: interrupted; the report above holds what was learnt", file=sys.stderr)
     return outcome.exit_code
 
 
-def emit(rep, json_path: str | None, quiet: bool, verbose: bool) -> None:
+def emit(rep, json_path: str | None, quiet: bool, verbose: bool,
+         exclude_path: str | None = None, prom_path: str | None = None) -> None:
     text_out = sys.stderr if json_path == "-" else sys.stdout
     if json_path == "-":
         sys.stdout.write(report.render_json(rep))
     elif json_path:
         report.write_file(json_path, report.render_json(rep))
+    for path, render in ((exclude_path, export.render_exclude), (prom_path, export.render_prom)):
+        if path:
+            report.write_file(path, render(rep))
     if not quiet:
         text_out.write(report.render_text(rep, verbose))
     text_out.flush()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from netcheck.constants import DEFAULT_PORT, PHASES
 from netcheck.mesh import parse_mode
-from netcheck.model import Launch
+from netcheck.model import Launch, Report
 
 
 class UsageError(ValueError):
@@ -36,9 +36,13 @@ class Config:
     join_window: float      # arrival numbering: the host waits until nobody joined for this long
     phases: tuple[str, ...]  # the phases to run, in order
     mesh: str | None        # "full" | "sample:K"; None: full up to MESH_FULL_UP_TO nodes
+    hash_paths: tuple[str, ...]  # files or folders whose content is compared across nodes
+    baseline: Report | None  # a known-good earlier report to compare this run with
     json_path: str | None
     quiet: bool
     verbose: bool
+    exclude_path: str | None = None  # --exclude-file: faulty hostnames for `sbatch --exclude`
+    prom_path: str | None = None     # --prom: Prometheus text-format metrics
 
 
 def parse_endpoint(text: str) -> Endpoint:

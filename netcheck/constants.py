@@ -73,3 +73,30 @@ HASH_MAX_SECONDS = 10.0      # ... and spends at most this long per path
 SHM_FAIL_PER_GPU_BYTES = 32 << 20
 SHM_WARN_FLOOR_BYTES = 1 << 30
 SHM_WARN_PER_GPU_BYTES = 128 << 20
+
+# --baseline: drift since a known-good report.
+BASELINE_DRIFT = "baseline.drift"
+MAX_BASELINE_BYTES = 64 << 20
+ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
+
+# Bandwidth phase (sweep / worker / bandwidth / bwdiag).
+BW_STAGE = "bw.stage"        # check id: the phase's stages and workers; a failure names stage, node, rank
+BW_DEFAULT_MINBYTES = 8      # -b, as nccl-tests' README runs it (-b 8 -e 128M -f 2)
+BW_DEFAULT_MAXBYTES = 128 << 20   # -e
+BW_DEFAULT_STEPFACTOR = 2    # -f
+BW_DEFAULT_WARMUP = 5        # -w, nccl-tests' default
+BW_DEFAULT_ITERS = 20        # -n, nccl-tests' default
+BW_DEFAULT_BUDGET = 10.0     # --bw-budget: seconds all sweeps may take together
+BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
+BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
+BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
+BW_HEARTBEAT = 0.5           # a worker says it is alive this often, even while blocked in a collective
+BW_STUCK_AFTER = 10.0        # a worker silent this long is hung (stopped, or stuck holding the GIL)
+BW_ABORT_POLL = 0.25         # how often a node looks for another node's abort notice in the store
+BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
+BW_REPORT_RESERVE = 3.0      # kept from the phase's deadline to exchange node reports (at most 20% of it)
+BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
+BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is dropped
+BW_PAIR_SLOW = 0.5           # bw.pair: a node whose best pair runs below this share of the median
+BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
+BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate

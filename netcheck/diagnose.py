@@ -9,7 +9,7 @@ from netcheck.constants import (
     CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
     RDZV_RESOLVE, RUN_INTERNAL, RUN_TIMEOUT,
 )
-from netcheck.model import FAIL, PASS, WARN, Finding, Gathering, Holder, Member, Reach
+from netcheck.model import FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach
 
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "
@@ -112,6 +112,19 @@ def _expected_name(g: Gathering, rank: int) -> str:
     if rank < len(g.expected_hostnames):
         return g.expected_hostnames[rank]
     return "hostname unknown: it never reached the store"
+
+
+def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
+    """Processes that came after the roster was posted: named, never seated."""
+    seated = {e.rank: e.hostname for e in roster.entries}
+    findings = []
+    for f in late:
+        claimed = f.launch.node_rank
+        why = (f"node rank {claimed} was already taken by {seated[claimed]}" if claimed in seated
+               else "the rendezvous had closed")
+        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{f.hostname} came late and was not seated: {why}",
+                                (), "start every node within the join window, each with its own rank"))
+    return findings
 
 
 def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[Finding]:

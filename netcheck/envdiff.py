@@ -27,7 +27,7 @@ from netcheck.constants import (
 )
 from netcheck.envinfo import ABSENT, EnvFacts
 from netcheck.hashing import human_bytes
-from netcheck.model import FAIL, PASS, WARN, Finding
+from netcheck.model import FAIL, PASS, WARN, EnvRow, Finding
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
 SAME = "same"     # (table rows only) every node has this value
@@ -122,17 +122,6 @@ class Split:
     @property
     def odd_ranks(self) -> tuple[int, ...]:
         return tuple(sorted(r for v, ranks in self.groups if v != self.majority for r in ranks))
-
-
-@dataclass(frozen=True)
-class EnvRow:
-    """One row of the env table: a key, one of its values, and the nodes that have it."""
-
-    key: str
-    value: str
-    ranks: tuple[int, ...]
-    nodes: str          # "node3", "the other 7", "all 8"
-    severity: str       # fail | warn | info for a differing key; "same" when every node agrees
 
 
 # ---------------------------------------------------------------------------- the table

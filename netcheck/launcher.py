@@ -18,6 +18,7 @@ KUBEFLOW_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_P
                  "PET_NPROC_PER_NODE")
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
 
 
 class LaunchError(ValueError):
@@ -93,7 +94,7 @@ def detect_launch(env: Mapping[str, str], nnodes: str | None, node_rank: int | N
 
 
 def _seen(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    wanted = names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS
+    wanted = (names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS) + DEVICE_VARS
     return {k: env[k] for k in wanted if k in env}
 
 

@@ -54,6 +54,14 @@ def _conf_lines(path: str) -> list[tuple[str, str]]:
     return [(k.strip(), v.strip()) for k, v in pairs if k.strip().startswith("NCCL_")]
 
 
+def driver_gpus(proc: str = "/proc") -> int:
+    """GPUs the NVIDIA driver lists, read without CUDA or torch (0 without the driver)."""
+    try:
+        return len(os.listdir(os.path.join(proc, "driver/nvidia/gpus")))
+    except OSError:
+        return 0
+
+
 def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
@@ -64,6 +72,7 @@ def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
         hostname_addresses=addresses,
         launch=launch,
         shm_bytes=shm_bytes(),
+        gpus=driver_gpus(),
         nics=read_nic_table(),
         socket_env=socket_env(os.environ),
         reach=reach,

@@ -175,17 +175,24 @@ def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicT
     jobs = [(offers[p], c) for p in peers if p in offers for c in offers[p].candidates]
     if not jobs:
         return ()
-    names = _address_owners(table)
+    owners = _address_owners(table)
     with ThreadPoolExecutor(max_workers=min(64, len(jobs))) as pool:
-        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], names, timeout), jobs))
+        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, timeout), jobs))
 
 
 def _address_owners(table: NicTable) -> dict[str, str]:
     return {a.address: nic.name for nic in table.nics for a in nic.addresses}
 
 
+def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
+    """Every address the peer offers is ours too: it runs on this machine (a loopback test)."""
+    return all(c.address in owners for c in offer.candidates)
+
+
 def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], timeout: float) -> Attempt:
-    if c.address in owners:
+    # A peer elsewhere that offers one of our own addresses (docker0's 172.17.0.1 is on
+    # every host) cannot be reached there: the packets would stay on this node.
+    if c.address in owners and not _same_machine(offer, owners):
         return _failed(me, offer, c, "local", f"{c.address} is also this node's own address "
                        f"({owners[c.address]}): traffic to it never leaves this node")
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET

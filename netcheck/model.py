@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from netcheck.constants import REPORT_SCHEMA
+from netcheck.envinfo import EnvFacts
 from netcheck.nics import NicTable
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -73,6 +74,7 @@ class NodeFacts:
     hostname_addresses: tuple[str, ...]   # what gethostname() resolves to here
     launch: Launch
     shm_bytes: int | None
+    gpus: int                             # NVIDIA GPUs the driver lists here (no torch needed)
     nics: NicTable
     socket_env: dict[str, str]            # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
@@ -110,6 +112,7 @@ class Member:
     rank: int
     facts: NodeFacts
     results: NodeResults | None = None   # None: the node never reported back
+    env: EnvFacts | None = None          # None: the env phase did not run or heard nothing
 
     @property
     def address(self) -> str:
@@ -159,11 +162,23 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class EnvRow:
+    """One row of the env table: a key, one of its values, and the nodes that have it."""
+
+    key: str
+    value: str
+    ranks: tuple[int, ...]
+    nodes: str          # "node3", "the other 7", "all 8"
+    severity: str       # fail | warn | info for a differing key; "same" when every node agrees
+
+
+@dataclass(frozen=True)
 class NodeEntry:
     rank: int
     hostname: str
     address: str
     facts: NodeFacts | None
+    env: EnvFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,7 @@ class Report:
     findings: tuple[Finding, ...]
     recommend: dict[str, str]                     # variable -> value, for every node
     recommend_per_node: dict[str, dict[str, str]]  # hostname -> variable -> value
+    env_table: tuple[EnvRow, ...]                 # differing keys; every key with -v
     bandwidth: dict[str, str]
     timings: dict[str, float]
     unfinished: str | None         # the phase that did not finish, if any

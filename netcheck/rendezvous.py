@@ -228,7 +228,7 @@ def join(store, facts: NodeFacts, deadline: Deadline) -> tuple[Seat, NodeResults
 # --- host -------------------------------------------------------------------------------------
 
 @dataclass
-class _HostState:
+class HostState:
     """What the host's poll loop has seen so far."""
 
     arrivals: dict[int, NodeFacts]
@@ -244,21 +244,21 @@ def announce(ex: Exchange, facts: NodeFacts) -> None:
 
 
 def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
-                join_window: float, deadline: Deadline) -> tuple[Seat, dict[int, NodeFacts], list[str], float]:
+                join_window: float, deadline: Deadline) -> tuple[Seat, HostState, float]:
     """Wait for the nodes to arrive (answering clock pings meanwhile) until done or deadline."""
     low, high = expected
-    state = _HostState({}, [], {}, last_arrival=time.monotonic())
+    state = HostState({}, [], {}, last_arrival=time.monotonic())
     visitor = sign_in(ex, facts)
     arrival = publish_facts(ex, facts)
     start = time.monotonic()
     while not deadline.expired():
-        _poll(ex, state)
+        poll_arrivals(ex, state)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
         if _everyone_in(len(ranked), low, high, state.last_arrival, join_window):
             break
         time.sleep(STORE_POLL_INTERVAL)
     _answer_pings(ex, state)
-    return Seat(ex, visitor, arrival), state.arrivals, state.malformed, time.monotonic() - start
+    return Seat(ex, visitor, arrival), state, time.monotonic() - start
 
 
 def _everyone_in(count: int, low: int | None, high: int | None, last: float, window: float) -> bool:
@@ -268,7 +268,8 @@ def _everyone_in(count: int, low: int | None, high: int | None, last: float, win
     return low != high and count >= (low or 1) and quiet
 
 
-def _poll(ex: Exchange, state: _HostState) -> None:
+def poll_arrivals(ex: Exchange, state: HostState) -> None:
+    """Read arrivals not seen yet (also after the roster: latecomers are named too)."""
     _answer_pings(ex, state)
     arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
@@ -282,7 +283,7 @@ def _poll(ex: Exchange, state: _HostState) -> None:
             state.malformed.append(f"arrival {a}: {e}")
 
 
-def _answer_pings(ex: Exchange, state: _HostState) -> None:
+def _answer_pings(ex: Exchange, state: HostState) -> None:
     visitors = ex.count(ex.key("visitors", shared=True))
     for v in range(visitors):
         k = state.pings_answered.get(v, 0)

@@ -27,6 +27,8 @@ def render_text(report: Report, verbose: bool = False) -> str:
     lines += _findings(report, verbose)
     if report.nodes and report.role == "host":
         lines += ["", _nodes_table(report)]
+    if report.env_table:
+        lines += ["", _env_table(report)]
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)
@@ -43,6 +45,11 @@ def nic_table(node: NodeEntry) -> str:
     ports = [f"  {p.device} port {p.port}: {p.state}, {p.link_layer}, {p.rate} ({p.netdev or '?'})"
              for p in node.facts.nics.ib_ports] if node.facts else []
     return "\n".join([table] + ports)
+
+
+def _env_table(report: Report) -> str:
+    rows = [(r.key, r.value, r.nodes, r.severity) for r in report.env_table]
+    return tabulate(rows, headers=("environment", "value", "nodes", "severity"), maxcolwidths=[None, 60, 40, None])
 
 
 def _exports(report: Report) -> list[str]:

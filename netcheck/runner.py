@@ -8,24 +8,26 @@ also when a phase fails, times out or is interrupted.
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import diagnose, mesh, recommend, rendezvous
+from netcheck import baseline, diagnose, envdiff, mesh, recommend, rendezvous, topology
 from netcheck.config import Config
 from netcheck.constants import (
-    EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN, GOODBYE_WAIT,
-    MESH_PHASE_LIMIT, REPORT_RESERVE, RUN_INTERNAL,
+    ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
+    GOODBYE_WAIT, MESH_PHASE_LIMIT, REPORT_RESERVE, RUN_INTERNAL,
 )
 from netcheck.deadline import Deadline
+from netcheck.envinfo import EnvFacts, gather_env
 from netcheck.launcher import detect_launch
 from netcheck.local import gather_facts
 from netcheck.mesh import Attempt
 from netcheck.model import (
-    FAIL, WARN, ClockSample, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
+    FAIL, WARN, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     verdict_of,
 )
 from netcheck.probe import PortTaken, listen, reach, resolve_addresses
@@ -54,6 +56,8 @@ class Run:
     members: tuple[Member, ...] = ()
     attempts: tuple[Attempt, ...] = ()
     recommendation: recommend.Recommendation | None = None
+    env_table: tuple[EnvRow, ...] = ()
+    arrivals: rendezvous.HostState | None = None   # the host's: every process that came
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
@@ -100,6 +104,9 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
         _run_phases(run)
     except KeyboardInterrupt:
         run.interrupted = True
+    if config.baseline is not None:
+        draft = build_report(run)
+        run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend)
     return Outcome(build_report(run), exit_code(run))
 
 
@@ -171,8 +178,9 @@ def _host(run: Run, listener: socket.socket) -> rendezvous.Seat | None:
         store = rendezvous.host_store(listener, cfg.rdzv.port, run.phase_deadline())
         ex = rendezvous.Exchange(store, cfg.run_id)
         rendezvous.announce(ex, run.facts)
-        seat, arrivals, malformed, waited = rendezvous.host_gather(
+        seat, run.arrivals, waited = rendezvous.host_gather(
             ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
+        arrivals, malformed = dict(run.arrivals.arrivals), run.arrivals.malformed
         ranks, duplicates, extras = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
@@ -215,6 +223,9 @@ def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
     if "nic" in run.config.phases:
         with run.phase("nic"):
             _nic(run)
+    if "env" in run.config.phases:
+        with run.phase("env"):
+            _env(run, seat, names)
 
 
 def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -252,15 +263,44 @@ def _nic(run: Run) -> None:
         run.recommendation = recommend.recommendation(members, proven)
 
 
+def _env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
+    """Versions and settings from every node, compared on the host."""
+    ex, ranks = seat.exchange, sorted(names)
+    mine = gather_env(run.config.hash_paths, os.environ)
+    ex.put(ex.key("env", seat.rank), mine)
+    if run.role != "host":
+        run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
+        return
+    envs = rendezvous.collect(ex, EnvFacts, "env", ranks, run.phase_deadline(ENV_PHASE_LIMIT))
+    run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
+    run.findings += envdiff.env_findings(envs, names) + envdiff.shm_findings(envs, names)
+    run.env_table = tuple(envdiff.env_differences(envs, names, run.config.verbose))
+    run.findings += diagnose.lost_findings("env", names, [r for r in ranks if r not in envs])
+
+
+def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
+    """launch.topology over every process that came, latecomers after the roster included:
+    the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order."""
+    seen = set(run.arrivals.arrivals)
+    rendezvous.poll_arrivals(seat.exchange, run.arrivals)
+    ranks = {e.arrival: e.rank for e in seat.roster.entries}
+    late = {a: f for a, f in run.arrivals.arrivals.items() if a not in seen}
+    run.findings += diagnose.latecomer_findings(list(late.values()), seat.roster)
+    run.findings += topology.launch_findings(
+        [(ranks.get(a), f) for a, f in sorted(run.arrivals.arrivals.items())])
+
+
 def _leave(run: Run, seat: rendezvous.Seat) -> None:
     """Joiners say goodbye; the host keeps the store up until all have (FAILURES row 17)."""
     if run.role != "host":
         seat.goodbye()
         return
-    arrivals = [e.arrival for e in seat.roster.entries if e.arrival != seat.arrival]
-    gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, run.phase_deadline(GOODBYE_WAIT))
-    silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
-    run.findings += diagnose.lost_findings("goodbye", silent, sorted(silent))
+    with run.phase("goodbye"):
+        arrivals = [e.arrival for e in seat.roster.entries if e.arrival != seat.arrival]
+        gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, run.phase_deadline(GOODBYE_WAIT))
+        silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
+        run.findings += diagnose.lost_findings("goodbye", silent, sorted(silent))
+        _judge_launch(run, seat)
 
 
 def build_report(run: Run) -> Report:
@@ -274,14 +314,15 @@ def build_report(run: Run) -> Report:
     return Report(
         run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
         nodes=_entries(members), findings=findings, recommend=rec.cluster,
-        recommend_per_node=rec.per_node, bandwidth={}, timings=dict(run.timings),
+        recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth={},
+        timings=dict(run.timings),
         unfinished=run.unfinished,
         healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
         faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing)
 
 
 def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
-    return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts) for m in members)
+    return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts, m.env) for m in members)
 
 
 def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:
@@ -319,5 +360,5 @@ def probe_only(host: str, port: int, timeout: float) -> Report:
 def _single_node_report(role: str, rank: int | None, nodes: tuple[NodeEntry, ...],
                         findings: tuple[Finding, ...], timings: dict[str, float]) -> Report:
     return Report(run_id=role, node_rank=rank, role=role, verdict=verdict_of(findings), nodes=nodes,
-                  findings=findings, recommend={}, recommend_per_node={}, bandwidth={},
+                  findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth={},
                   timings=timings, unfinished=None, healthy_nodes=(), faulty_nodes=())

@@ -9,9 +9,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jsonschema import Draft202012Validator
+
 from cluster import Cluster
 
 PORT = 29500
+SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "netcheck.report.schema.json"
+SCHEMA = Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+
+
+def read_report(path: Path) -> dict:
+    """A JSON report netcheck wrote, validated against the schema file (it raises if not)."""
+    report = json.loads(path.read_text())
+    SCHEMA.validate(report)
+    return report
 
 
 @dataclass
@@ -29,16 +40,18 @@ class NodeRun:
 
     @property
     def report(self) -> dict:
-        return json.loads(self.json_path.read_text())
+        return read_report(self.json_path)
 
     def findings(self, check: str, severity: str | None = None) -> list[dict]:
         return [f for f in self.report["findings"]
                 if f["check"] == check and (severity is None or f["severity"] == severity)]
 
 
-def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = None) -> NodeRun:
+def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = None,
+          wrapper: tuple[str, ...] = ()) -> NodeRun:
+    """netcheck on node i, its JSON report in tmp; `wrapper` is argv that execs the rest."""
     json_path = tmp / f"node{i}-{time.monotonic_ns()}.json"
-    argv = [sys.executable, "-m", "netcheck", *args, "--json", str(json_path)]
+    argv = [*wrapper, sys.executable, "-m", "netcheck", *args, "--json", str(json_path)]
     return NodeRun(i, c.popen(i, argv, env=env), json_path, time.monotonic())
 
 
@@ -62,3 +75,9 @@ def finish_all(runs: list[NodeRun], timeout: float) -> list[NodeRun]:
 def explain(runs: list[NodeRun]) -> str:
     """Everything a failed assertion needs: each node's exit code and text report."""
     return "\n".join(f"--- node {r.node} rc={r.rc}\n{r.stdout}\n{r.stderr}" for r in runs)
+
+
+def bind_mounted(source: Path, target: Path) -> tuple[str, ...]:
+    """A wrapper that shows `source` at `target` to this process only (its own mount
+    namespace, which `ip netns exec` made): per-node file contents at one shared path."""
+    return ("sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", str(source), str(target))

@@ -11,6 +11,7 @@ from netcheck import codec
 from netcheck.codec import DecodeError
 from netcheck.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
 from netcheck.model import (
+    EnvRow,
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts, NodeResults,
     Probe, Reach, Report, Resolution, Visitor,
 )
@@ -42,7 +43,7 @@ REACH = Reach("node0", 29500, "open", ("10.0.0.1", "fd00::1"), None, (PROBE_V4, 
 REACH_DNS = Reach("nosuch.example", 29500, "dns", (), "Name or service not known", (), 0, 0.01)
 FACTS = NodeFacts(
     run_id="job-7", hostname="gpu02", fqdn="gpu02.cluster.example", hostname_addresses=("10.0.0.5",),
-    launch=SLURM, shm_bytes=68719476736, nics=NICS,
+    launch=SLURM, shm_bytes=68719476736, gpus=8, nics=NICS,
     socket_env={"NCCL_SOCKET_IFNAME": "=eno1", "NCCL_IB_HCA": "mlx5_0"}, reach=REACH, version="0.1.0")
 HOST_FACTS = dataclasses.replace(FACTS, hostname="gpu01", launch=ARRIVAL, shm_bytes=None, reach=None,
                                  socket_env={})
@@ -64,6 +65,7 @@ REPORT = Report(
     findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree")),
     recommend={"NCCL_SOCKET_IFNAME": "=eno1", "TP_SOCKET_IFNAME": "eno1"},
     recommend_per_node={"gpu01": {"GLOO_SOCKET_IFNAME": "eno1"}, "gpu03": {"GLOO_SOCKET_IFNAME": "ens5"}},
+    env_table=(EnvRow("torch.version", "2.13.0", (2,), "gpu03", "fail"),),
     bandwidth={"busbw": "11.2"}, timings={"local": 0.125, "reach": 0.0},
     unfinished="rendezvous", healthy_nodes=("gpu01",), faulty_nodes=("gpu02", "gpu03"))
 

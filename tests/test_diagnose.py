@@ -25,7 +25,7 @@ def nic(name: str, *addrs: str, kind: str = "ethernet") -> Nic:
 def node_facts(hostname: str, address: str, reach: Reach | None = None) -> NodeFacts:
     nics = NicTable((nic("lo", "127.0.0.1", "::1", kind="loopback"), nic("eno1", address)), (), "eno1")
     return NodeFacts(run_id="netcheck", hostname=hostname, fqdn=f"{hostname}.example",
-                     hostname_addresses=(address,), launch=Launch("flags", None, 3, 3, 1), shm_bytes=None,
+                     hostname_addresses=(address,), launch=Launch("flags", None, 3, 3, 1), shm_bytes=None, gpus=0,
                      nics=nics, socket_env={}, reach=reach, version="0.1.0")
 
 

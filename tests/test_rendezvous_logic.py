@@ -19,7 +19,7 @@ def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), de
           hostname_addresses: tuple[str, ...] = ()) -> NodeFacts:
     return NodeFacts(
         run_id="netcheck", hostname=hostname, fqdn=f"{hostname}.example", hostname_addresses=hostname_addresses,
-        launch=Launch("flags" if rank is not None else "arrival", rank, None, None, 1), shm_bytes=None,
+        launch=Launch("flags" if rank is not None else "arrival", rank, None, None, 1), shm_bytes=None, gpus=0,
         nics=NicTable(nics, (), default), socket_env={}, reach=None, version="0.1.0")
 
 

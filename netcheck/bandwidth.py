@@ -1,0 +1,364 @@
+"""Phase 7, bandwidth, on one node: start this node's workers, watch them, collect.
+
+Every node's netcheck calls `run_bandwidth` after the rendezvous, while the host's store
+is still up. It starts --nproc-per-node `netcheck.worker` processes (ranks as torchrun
+numbers them), reads their JSON events, and ends them all, whatever happens, before it
+returns: each worker has its own process group, is killed with it in a `finally`, and
+dies with netcheck even when netcheck is SIGKILLed (PR_SET_PDEATHSIG, set in the worker).
+
+A dead worker (it exited or was killed), a hung one (no heartbeat for BW_STUCK_AFTER s) or
+a failed one ends the phase for every node: this node posts an abort notice in the store,
+every node sees it within BW_ABORT_POLL s, gives its workers BW_ABORT_GRACE s to report
+what they measured, and kills them. Then each node posts an account of its workers and
+reads everyone's, so every node's result names the dead rank and its node.
+
+Store keys, under netcheck/RUN/bw/:
+    pg/...     the workers' process groups (PrefixStore)
+    abort      a node saw a worker die, hang or fail: everyone stops
+    node/K     node K's account of its workers (NodeReport)
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netcheck import codec
+from netcheck.constants import (
+    BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_STUCK_AFTER,
+)
+from netcheck.deadline import Deadline
+from netcheck.rendezvous import Exchange, RendezvousError, client_store, collect
+from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions
+from netcheck.worker import Event
+
+POLL = 0.05          # the watch loop's tick
+STDERR_LINES = 20    # kept per worker, for the failure's evidence
+DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node's account of its own workers, posted for the other nodes."""
+
+    node: int
+    faults: tuple[Fault, ...]
+    backend: str
+    backend_reason: str
+
+
+def run_bandwidth(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes: int,
+                  nproc_per_node: int, options: SweepOptions, deadline_s: float,
+                  progress: Callable[[str], None] | None = None) -> BandwidthResult:
+    """Run this node's share of the phase; returns the cluster-wide result as this node saw it.
+
+    nproc_per_node must be the same on every node (ranks are node_rank * nproc + local_rank,
+    as torchrun numbers them). Returns within deadline_s, having ended every worker.
+    """
+    started = time.monotonic()
+    deadline = Deadline(deadline_s)
+    try:
+        ex = Exchange(client_store(store_host, store_port, deadline), run_id)
+    except RendezvousError as e:
+        fault = Fault(node_rank, -1, -1, "start", "failed", str(e))
+        return _result(nnodes, nproc_per_node, options, Watch(node_rank, [], None, deadline),
+                       [fault], started)
+    reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
+    workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
+    watch = Watch(node_rank, [], ex, workers_deadline, progress)
+    try:
+        for local in range(nproc_per_node):
+            watch.workers.append(_spawn(store_host, store_port, run_id, node_rank, nnodes,
+                                        nproc_per_node, local, options, workers_deadline))
+        watch.run()
+    except OSError as e:  # could not start a worker (no memory, no processes left)
+        watch.spawn_error = f"could not start a worker: {e}"
+    finally:
+        watch.stop("stopped")
+    faults = watch.faults()
+    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend), nnodes, deadline)
+    everyone = _merge_faults(faults, reports, node_rank, nnodes)
+    return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
+
+
+def _exchange(ex: Exchange, mine: NodeReport, nnodes: int, deadline: Deadline) -> dict[int, NodeReport]:
+    """Post this node's account and read every node's, until all are in or the deadline."""
+    try:
+        ex.put(ex.key("bw/node", mine.node), mine)
+        return collect(ex, NodeReport, "bw/node", list(range(nnodes)), deadline)
+    except (RuntimeError, OSError):  # the host's store is gone: this node's own view must do
+        return {mine.node: mine}
+
+
+# --- starting workers ----------------------------------------------------------------------
+
+def worker_env(base: dict[str, str], store_host: str, store_port: int, node_rank: int, nnodes: int,
+               nproc: int, local_rank: int) -> dict[str, str]:
+    """The worker's environment: this one, with the variables torchrun gives its workers."""
+    env = dict(base)
+    env.update(RANK=str(node_rank * nproc + local_rank), LOCAL_RANK=str(local_rank),
+               WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),
+               GROUP_RANK=str(node_rank), MASTER_ADDR=store_host, MASTER_PORT=str(store_port))
+    if nproc > 1:
+        # torchrun's default too: several ranks each spawning a thread per core starve each other.
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _spawn(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes: int, nproc: int,
+           local_rank: int, options: SweepOptions, deadline: Deadline) -> "Worker":
+    argv = [sys.executable, "-m", "netcheck.worker", "--options", codec.dumps(options),
+            "--run-id", run_id, "--deadline-at", repr(deadline.at), "--parent", str(os.getpid())]
+    env = worker_env(dict(os.environ), store_host, store_port, node_rank, nnodes, nproc, local_rank)
+    # Its own process group: killed as a group, and a Ctrl-C at the terminal reaches
+    # netcheck only, which then ends its workers itself.
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, process_group=0)
+    return Worker(local_rank, node_rank * nproc + local_rank, proc, time.monotonic())
+
+
+# --- watching them ---------------------------------------------------------------------------
+
+class Lines:
+    """Complete lines from a pipe, each at most `limit` bytes (longer ones are dropped)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.partial = b""
+        self.overlong = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        *lines, rest = (self.partial + data).split(b"\n")
+        out = []
+        for line in lines:
+            if not self.overlong and len(line) <= self.limit:
+                out.append(line)
+            self.overlong = False
+        self.overlong = self.overlong or len(rest) > self.limit
+        self.partial = b"" if self.overlong else rest
+        return out
+
+
+@dataclass
+class Worker:
+    local_rank: int
+    rank: int
+    proc: subprocess.Popen
+    heard: float                          # when its last event came
+    stage: str = "start"
+    failure: str = ""                     # what it said when a stage failed
+    done: bool = False
+    fate: str = ""                        # what the node did to it: "stuck" | "timeout" | "stopped"
+    stdout: Lines = field(default_factory=lambda: Lines(BW_MAX_EVENT_BYTES))
+    stderr: Lines = field(default_factory=lambda: Lines(BW_MAX_EVENT_BYTES))
+    stderr_tail: deque = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class Watch:
+    """This node's workers until they are done, dead, hung, aborted or out of time."""
+
+    node: int
+    workers: list[Worker]
+    ex: Exchange | None
+    deadline: Deadline
+    progress: Callable[[str], None] | None = None
+    sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)
+    pairs: tuple[Pair, ...] = ()
+    backend: tuple[str, str] = ("", "")
+    abort_at: float | None = None
+    polled: float = 0.0
+    spawn_error: str = ""
+
+    def run(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            for w in self.workers:
+                sel.register(w.proc.stdout, selectors.EVENT_READ, (w, "out"))
+                sel.register(w.proc.stderr, selectors.EVENT_READ, (w, "err"))
+            while any(w.running() for w in self.workers):
+                self.read(sel, POLL)
+                if self.ends_now(time.monotonic()):
+                    break
+            if self.abort_at is None:
+                self.local_trouble()  # the last worker's death must still reach the other nodes
+            self.stop("stopped")
+            self.drain(sel)
+
+    def ends_now(self, now: float) -> bool:
+        """Notice deaths and silences, post or see an abort; True when it is time to stop."""
+        for w in self.workers:
+            if w.running() and now - w.heard > BW_STUCK_AFTER:
+                w.fate = "stuck"
+                w.kill()
+        if self.abort_at is None and (self.local_trouble() or self.others_aborted(now)):
+            self.abort_at = now + BW_ABORT_GRACE
+        if self.deadline.expired():
+            self.stop("timeout")
+            return True
+        return self.abort_at is not None and now >= self.abort_at
+
+    def local_trouble(self) -> bool:
+        bad = any(w.fate == "stuck" or (not w.running() and w.proc.returncode != 0) for w in self.workers)
+        if bad:
+            self._store(lambda: self.ex.put(self.ex.key("bw/abort"), self.node))
+        return bad
+
+    def others_aborted(self, now: float) -> bool:
+        if now - self.polled < BW_ABORT_POLL:
+            return False
+        self.polled = now
+        return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
+
+    def _store(self, call):
+        # A store that has gone (the host died) must not end the watch: the workers'
+        # own connections fail and say so.
+        try:
+            return call()
+        except (RuntimeError, OSError):
+            return None
+
+    def stop(self, fate: str) -> None:
+        """Kill every worker still running, naming why; reap them all."""
+        for w in self.workers:
+            if w.running():
+                w.fate = w.fate or fate
+                w.kill()
+        for w in self.workers:
+            w.proc.wait()
+
+    def read(self, sel: selectors.BaseSelector, timeout: float) -> None:
+        for key, _ in sel.select(timeout):
+            w, stream = key.data
+            data = os.read(key.fileobj.fileno(), 1 << 16)
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+            elif stream == "err":
+                w.stderr_tail.extend(line.decode(errors="replace") for line in w.stderr.feed(data))
+            else:
+                for line in w.stdout.feed(data):
+                    self.handle(w, line)
+
+    def drain(self, sel: selectors.BaseSelector) -> None:
+        """What the workers wrote before they ended (their pipes close once read)."""
+        until = time.monotonic() + DRAIN_WAIT
+        while sel.get_map() and time.monotonic() < until:
+            self.read(sel, POLL)
+        for key in list(sel.get_map().values()):
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+
+    def handle(self, w: Worker, line: bytes) -> None:
+        try:
+            event = codec.loads(Event, line, BW_MAX_EVENT_BYTES)
+        except codec.DecodeError:
+            return  # not ours: the worker writes nothing else to this pipe, so ignore it
+        w.heard = time.monotonic()
+        if event.kind == "stage":
+            w.stage = event.stage
+        elif event.kind == "failed":
+            w.stage, w.failure = event.stage, event.detail
+        elif event.kind == "done":
+            w.done = True
+        elif event.kind == "backend":
+            self.backend = (event.detail, event.reason)
+        elif event.kind == "sweep" and event.sweep is not None:
+            self.keep_sweep(w, event.sweep)
+        elif event.kind == "pairs" and len(event.pairs) > len(self.pairs):
+            self.pairs = event.pairs
+
+    def keep_sweep(self, w: Worker, sweep: Sweep) -> None:
+        """Every worker reports the same table; keep the furthest one (any may die first)."""
+        key = (sweep.stage, sweep.op)
+        old = self.sweeps.get(key)
+        if old is not None and len(old.rows) + len(old.skipped) >= len(sweep.rows) + len(sweep.skipped):
+            return
+        self.sweeps[key] = sweep
+        if self.progress and w.local_rank == 0 and sweep.rows and (old is None or len(sweep.rows) > len(old.rows)):
+            row = sweep.rows[-1]
+            self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s")
+
+    def faults(self) -> list[Fault]:
+        found = [Fault(self.node, -1, -1, "start", "died", self.spawn_error)] if self.spawn_error else []
+        for w in self.workers:
+            verdict = classify(w.fate, w.proc.returncode, w.failure, w.done, w.stage,
+                               w.stderr_tail[-1] if w.stderr_tail else "")
+            if verdict:
+                found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict))
+        return found
+
+
+def classify(fate: str, returncode: int | None, failure: str, done: bool, stage: str,
+             last_stderr: str) -> tuple[str, str] | None:
+    """(kind, detail) for a worker that did not finish well; None for one that did, or one
+    the node stopped because another node aborted (not a fault of its own)."""
+    if fate == "stuck":
+        return "stuck", f"no heartbeat for {BW_STUCK_AFTER:g} s in stage {stage}: hung (stopped, or holding the GIL)"
+    if fate == "timeout":
+        return "timeout", f"still in stage {stage} at the phase's deadline"
+    if failure:
+        return "failed", failure
+    if fate == "stopped" or (returncode == 0 and done):
+        return None
+    if returncode is not None and returncode < 0:
+        return "died", f"killed by {signal.Signals(-returncode).name} in stage {stage}"
+    said = f": {last_stderr.strip()}" if last_stderr.strip() else ""
+    return "died", f"exited with status {returncode} in stage {stage}{said}"
+
+
+# --- the cluster's picture -------------------------------------------------------------------
+
+def _merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int) -> list[Fault]:
+    """Every node's faults; a node that never posted its account is named as silent."""
+    faults = list(mine)
+    for node in range(nnodes):
+        if node == me:
+            continue
+        if node in reports:
+            faults += [f for f in reports[node].faults if f.node == node]  # a node speaks for itself only
+        else:
+            faults.append(Fault(node, -1, -1, "start", "silent",
+                                f"node {node} did not report on its workers: its netcheck did not "
+                                "reach the bandwidth phase, or ended early"))
+    return sorted(faults, key=lambda f: (f.node, f.rank))
+
+
+def root_cause(faults: list[Fault]) -> tuple[str | None, str]:
+    """The stage that failed and why: a dead or hung rank first (the others failed because
+    of it), then the earliest failure, then ranks out of time."""
+    for kinds in (("died", "stuck"), ("failed", "silent"), ("timeout",)):
+        hits = [f for f in faults if f.kind in kinds]
+        if hits:
+            first = min(hits, key=lambda f: (STAGES.index(f.stage), f.node, f.rank))
+            who = f"rank {first.rank} (node {first.node}, local rank {first.local_rank})" \
+                if first.rank >= 0 else f"node {first.node}"
+            return first.stage, f"{who}: {first.detail}"
+    return None, ""
+
+
+def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults: list[Fault],
+            started: float, reports: dict[int, NodeReport] | None = None) -> BandwidthResult:
+    backend = watch.backend
+    if not backend[0]:  # this node's workers never got that far: another node's may have
+        backend = next(((r.backend, r.backend_reason) for r in (reports or {}).values() if r.backend), ("", ""))
+    order = {op: i for i, op in enumerate(options.op)}
+    sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
+    stage, why = root_cause(faults)
+    return BandwidthResult(backend[0], backend[1], nnodes, nproc, tuple(sweeps), watch.pairs, stage,
+                           why, tuple(faults), round(time.monotonic() - started, 3))

@@ -1,0 +1,77 @@
+"""--baseline: what drifted since a known-good report, node by node (matched by hostname).
+
+A runbook keeps last week's passing report and asks each new run what changed since:
+versions and variables (the env facts), `--hash` contents, interfaces, the recommended
+settings. Pure: two reports' data in, findings out.
+"""
+
+from __future__ import annotations
+
+from netcheck import codec
+from netcheck.constants import BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA
+from netcheck.model import PASS, WARN, Finding, NodeEntry, Report
+
+
+class BaselineError(ValueError):
+    """The baseline file cannot be used; the message says why in one line."""
+
+
+def load_baseline(path: str) -> Report:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_BASELINE_BYTES + 1)
+    except OSError as e:
+        raise BaselineError(f"--baseline {path}: {e.strerror or e}") from None
+    try:
+        report = codec.loads(Report, text, MAX_BASELINE_BYTES)
+    except codec.DecodeError as e:
+        raise BaselineError(f"--baseline {path}: not a {REPORT_SCHEMA} report ({e})") from None
+    if report.schema != REPORT_SCHEMA:
+        raise BaselineError(f"--baseline {path}: schema {report.schema!r}, this netcheck reads "
+                            f"{REPORT_SCHEMA!r}")
+    return report
+
+
+def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str]) -> list[Finding]:
+    before = {n.hostname: n for n in old.nodes}
+    changes: list[tuple[int, str]] = []
+    for node in nodes:
+        earlier = before.get(node.hostname)
+        if earlier is None:
+            changes.append((node.rank, f"{node.hostname}: not in the baseline"))
+            continue
+        changes += [(node.rank, f"{node.hostname}: {text}") for text in _node_changes(earlier, node)]
+    now = {n.hostname for n in nodes}
+    changes += [(-1, f"{host}: in the baseline, not in this run") for host in sorted(set(before) - now)]
+    changes += [(-1, f"recommended {text}") for text in _dict_changes(old.recommend, recommend)]
+    if not changes:
+        return [Finding(BASELINE_DRIFT, PASS, tuple(n.rank for n in nodes),
+                        f"nothing drifted since the baseline (run {old.run_id!r})")]
+    ranks = tuple(sorted({r for r, _ in changes if r >= 0}))
+    return [Finding(BASELINE_DRIFT, WARN, ranks, f"{len(changes)} change(s) since the baseline "
+                    f"(run {old.run_id!r})", tuple(text for _, text in changes),
+                    "if the change was not intended, undo it; if it was, rerun and keep this "
+                    "report as the new baseline")]
+
+
+def _node_changes(old: NodeEntry, new: NodeEntry) -> list[str]:
+    old_env = old.env.values if old.env else {}
+    new_env = new.env.values if new.env else {}
+    changes = _dict_changes(old_env, new_env) if old.env and new.env else []
+    if old.facts and new.facts:
+        changes += _dict_changes(_interfaces(old), _interfaces(new))
+    return changes
+
+
+def _interfaces(node: NodeEntry) -> dict[str, str]:
+    return {f"interface {n.name}": f"{' '.join(a.address for a in n.addresses) or 'no address'}, "
+                                   f"mtu {n.mtu}, {'running' if n.running else 'not running'}"
+            for n in node.facts.nics.nics}
+
+
+def _dict_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"{key}: {old.get(key, '(none)')} -> {new.get(key, '(none)')}")
+    return out

@@ -1,0 +1,112 @@
+"""Runbook outputs: the exclude list for a scheduler and metrics for Prometheus.
+
+Pure functions over a `Report`, like the renderers in `report`; the CLI writes what they
+return (`--exclude-file`, `--prom`) with `report.write_file`, atomically.
+
+The exclude list is the faulty hostnames, comma-separated on one line, as
+`sbatch --exclude` takes them:
+
+    node2,node5
+
+The metrics are Prometheus' text format, for the node exporter's textfile collector:
+
+    # HELP netcheck_verdict The run's verdict: 1 for the severity it reached, 0 for the others.
+    # TYPE netcheck_verdict gauge
+    netcheck_verdict{severity="pass"} 0
+    netcheck_verdict{severity="warn"} 0
+    netcheck_verdict{severity="fail"} 1
+    ...
+    netcheck_node_faulty{node="node2"} 1
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from netcheck import __version__
+from netcheck.model import PASS, SEVERITIES, Report
+
+# What a scheduler's node list can hold; anything else (a comma, a bracket, a space from a
+# peer's malformed hostname) would change the list's meaning, so it is left out.
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+Sample = tuple[dict[str, str], float]
+
+
+def render_exclude(report: Report) -> str:
+    """The faulty hostnames, comma-separated on one line; empty when there are none."""
+    names = [h for h in dict.fromkeys(report.faulty_nodes) if _HOSTNAME.fullmatch(h)]
+    return ",".join(names) + "\n" if names else ""
+
+
+def render_prom(report: Report) -> str:
+    """Every metric family, each with its HELP and TYPE lines (all are gauges)."""
+    families = (
+        ("netcheck_info", "The netcheck that wrote this file, and its role: host (these "
+         "metrics cover the whole cluster), joiner (this node's own view), local or probe.",
+         [({"role": report.role, "version": __version__}, 1)]),
+        ("netcheck_verdict", "The run's verdict: 1 for the severity it reached, 0 for the others.",
+         _one_of(report.verdict, {})),
+        ("netcheck_check", "Each check's worst severity: 1 for it, 0 for the others.",
+         _checks(report)),
+        ("netcheck_node_faulty", "1 for a node with a failing check (it is in the exclude "
+         "list), 0 for a healthy one.", _faulty(report)),
+        ("netcheck_node_findings", "Warnings and failures that name a node, by check and "
+         "severity.", _node_findings(report)),
+        ("netcheck_phase_seconds", "Seconds each phase took.",
+         [({"phase": phase}, seconds) for phase, seconds in report.timings.items()]),
+    )
+    return "".join(_family(name, text, samples) for name, text, samples in families)
+
+
+def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:
+    """A state set: one sample per severity, 1 for the one that holds."""
+    return [({**labels, "severity": s}, int(s == severity)) for s in SEVERITIES]
+
+
+def _checks(report: Report) -> list[Sample]:
+    worst: dict[str, str] = {}
+    for f in report.findings:
+        worst[f.check] = max(worst.get(f.check, PASS), f.severity, key=SEVERITIES.index)
+    return [s for check, severity in worst.items() for s in _one_of(severity, {"check": check})]
+
+
+def _faulty(report: Report) -> list[Sample]:
+    state = {**{h: 0 for h in report.healthy_nodes}, **{h: 1 for h in report.faulty_nodes}}
+    return [({"node": h}, v) for h, v in state.items()]
+
+
+def _node_findings(report: Report) -> list[Sample]:
+    names = _hostnames_by_rank(report)
+    counts = Counter((f.check, names.get(r, f"rank {r}"), f.severity)
+                     for f in report.findings if f.severity != PASS for r in f.nodes)
+    return [({"check": c, "node": n, "severity": s}, k) for (c, n, s), k in counts.items()]
+
+
+def _hostnames_by_rank(report: Report) -> dict[int, str]:
+    """The launcher's list of hostnames (Slurm's node list), then the nodes that joined."""
+    listed = next((n.facts.launch.hostnames for n in report.nodes
+                   if n.facts and n.facts.launch.hostnames), ())
+    return {**dict(enumerate(listed)), **{n.rank: n.hostname for n in report.nodes}}
+
+
+def _family(name: str, text: str, samples: list[Sample]) -> str:
+    lines = [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+    lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+

@@ -1,0 +1,536 @@
+"""The bandwidth sweep's pure half: options, sizes, collectives, busbw maths, data, tables.
+
+nccl-tests' meaning throughout: a size S is the larger of a rank's send and receive buffer,
+time is per iteration averaged across ranks, algbw = S / time and busbw = algbw x the
+collective's factor, so that busbw is comparable with the link's speed whatever the
+collective and rank count. Nothing here starts a process or touches the network; torch is
+never imported (the worker hands its `dist` module and tensors in), so the CLI can add the
+flags before torch loads.
+
+    size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong
+    1024  256    float32  sum    61.2       0.02          0.03          0
+    ...
+    # Avg bus bandwidth : 1.07 GB/s
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tabulate import tabulate
+
+from netcheck.constants import (
+    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
+    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_MAX_BYTES, BW_PATTERN_MAX,
+)
+
+BACKENDS = ("auto", "nccl", "gloo")
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}   # nccl-tests' parsesize: powers of 1024
+
+# Element size and the largest integer the type holds exactly (floats: 2^mantissa bits),
+# so data built from small integers has exactly one correct result.
+DTYPES = {
+    "float32": (4, 1 << 24), "float64": (8, 1 << 53), "float16": (2, 1 << 11),
+    "bfloat16": (2, 1 << 8), "int32": (4, (1 << 31) - 1), "int64": (8, (1 << 63) - 1),
+    "int8": (1, 127), "uint8": (1, 255),
+}
+DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+                 "char": "int8", "bf16": "bfloat16"}
+
+# The stages of the phase, in order: a failure names one of these.
+STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")
+STAGE_TITLES = {"all": "all ranks", "intra": "inside each node", "inter": "one rank per node"}
+
+
+# --- options ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """The bandwidth phase's settings; flags named as nccl-tests names them."""
+
+    minbytes: int = BW_DEFAULT_MINBYTES      # -b: smallest size, bytes
+    maxbytes: int = BW_DEFAULT_MAXBYTES      # -e: largest size, bytes (the budget may stop earlier)
+    stepfactor: int = BW_DEFAULT_STEPFACTOR  # -f: each size is the previous one times this
+    warmup_iters: int = BW_DEFAULT_WARMUP    # -w: untimed iterations before each size
+    iters: int = BW_DEFAULT_ITERS            # -n: timed iterations per size
+    check: bool = True                       # -c: verify every result and count wrong elements
+    op: tuple[str, ...] = ("all_reduce",)    # --op: collectives to sweep, in order
+    dtype: str = "float32"                   # --dtype
+    backend: str = "auto"                    # --backend: auto = nccl where CUDA is, else gloo
+    expect_busbw: float | None = None        # --expect-busbw: GB/s the all-rank sweep must reach
+    budget_s: float = BW_DEFAULT_BUDGET      # --bw-budget: seconds all sweeps may take together
+
+
+def add_arguments(parser) -> None:
+    """The bandwidth flags, on an argparse parser (values are checked by options_from_args)."""
+    g = parser.add_argument_group("bandwidth", "nccl-tests' flags, with nccl-tests' meaning")
+    g.add_argument("-b", "--minbytes", metavar="SIZE",
+                   help=f"smallest size, bytes; K/M/G suffixes (default {_size_text(BW_DEFAULT_MINBYTES)})")
+    g.add_argument("-e", "--maxbytes", metavar="SIZE", help="largest size (default "
+                   f"{_size_text(BW_DEFAULT_MAXBYTES)}; sizes that would overrun --bw-budget are skipped)")
+    g.add_argument("-f", "--stepfactor", type=int, metavar="F",
+                   help=f"multiply the size by F each step (default {BW_DEFAULT_STEPFACTOR})")
+    g.add_argument("-w", "--warmup_iters", type=int, metavar="N",
+                   help=f"untimed iterations per size (default {BW_DEFAULT_WARMUP})")
+    g.add_argument("-n", "--iters", type=int, metavar="N",
+                   help=f"timed iterations per size (default {BW_DEFAULT_ITERS})")
+    g.add_argument("-c", "--check", type=int, metavar="0|1",
+                   help="verify results and count wrong elements (default 1)")
+    g.add_argument("--op", metavar="OP[,OP]", help=f"collectives: {', '.join(COLLECTIVES)}, "
+                   "or all (default all_reduce)")
+    g.add_argument("--dtype", metavar="TYPE", help=f"element type: {', '.join(DTYPES)} (default float32)")
+    g.add_argument("--backend", metavar="auto|nccl|gloo",
+                   help="auto: nccl when every rank has a CUDA device, else gloo (default auto)")
+    g.add_argument("--expect-busbw", type=float, metavar="GBPS",
+                   help="fail bw.busbw when the all-rank busbw peaks below this many GB/s")
+    g.add_argument("--bw-budget", type=float, metavar="S",
+                   help=f"seconds the sweeps may take in all (default {BW_DEFAULT_BUDGET:g})")
+
+
+def options_from_args(args) -> SweepOptions:
+    """SweepOptions from parsed flags; ValueError with one line naming the bad value."""
+    d = SweepOptions()
+    minbytes = parse_size("-b", args.minbytes) if args.minbytes is not None else d.minbytes
+    maxbytes = parse_size("-e", args.maxbytes) if args.maxbytes is not None else d.maxbytes
+    if minbytes > maxbytes:
+        raise ValueError(f"-b {_size_text(minbytes)} is above -e {_size_text(maxbytes)}")
+    options = SweepOptions(
+        minbytes=minbytes, maxbytes=maxbytes,
+        stepfactor=_pick(args.stepfactor, d.stepfactor), warmup_iters=_pick(args.warmup_iters, d.warmup_iters),
+        iters=_pick(args.iters, d.iters), check=bool(_pick(args.check, 1)),
+        op=parse_ops(args.op) if args.op is not None else d.op,
+        dtype=parse_dtype(args.dtype) if args.dtype is not None else d.dtype,
+        backend=_pick(args.backend, d.backend), expect_busbw=args.expect_busbw,
+        budget_s=_pick(args.bw_budget, d.budget_s))
+    _check_numbers(options, _pick(args.check, 1))
+    return options
+
+
+def _pick(value, default):
+    return default if value is None else value
+
+
+def _check_numbers(o: SweepOptions, check: int) -> None:
+    if o.stepfactor < 2:
+        raise ValueError(f"-f {o.stepfactor}: the step factor must be 2 or more")
+    if o.iters < 1:
+        raise ValueError(f"-n {o.iters}: at least 1 timed iteration")
+    if o.warmup_iters < 0:
+        raise ValueError(f"-w {o.warmup_iters}: warm-up iterations cannot be negative")
+    if check not in (0, 1):
+        raise ValueError(f"-c {check}: 0 (no check) or 1 (check)")
+    if o.backend not in BACKENDS:
+        raise ValueError(f"--backend {o.backend}: one of {', '.join(BACKENDS)}")
+    # NaN compares false with everything: a NaN budget would never run out.
+    if o.expect_busbw is not None and not (o.expect_busbw > 0 and math.isfinite(o.expect_busbw)):
+        raise ValueError(f"--expect-busbw {o.expect_busbw:g}: a positive number of GB/s")
+    if not (o.budget_s > 0 and math.isfinite(o.budget_s)):
+        raise ValueError(f"--bw-budget {o.budget_s:g}: must be more than 0 seconds, and finite")
+
+
+def parse_size(flag: str, text: str) -> int:
+    """'8', '64K', '32M', '1G' (powers of 1024, as nccl-tests reads them) -> bytes."""
+    match = re.fullmatch(r"\s*(\d{1,16})\s*([KMG]?)B?\s*", str(text), re.IGNORECASE)
+    value = int(match[1]) * UNITS[match[2].upper()] if match else 0
+    if not match or not 1 <= value <= BW_MAX_BYTES:
+        raise ValueError(f"{flag} {text!r}: expected a byte count from 1 to "
+                         f"{_size_text(BW_MAX_BYTES)}, such as 8, 64K, 32M or 1G")
+    return value
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return tuple(COLLECTIVES)
+    unknown = [n for n in names if n not in COLLECTIVES]
+    if unknown or not names:
+        raise ValueError(f"--op {text!r}: one or more of {', '.join(COLLECTIVES)}, or all")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_dtype(text: str) -> str:
+    name = DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
+    if name not in DTYPES:
+        raise ValueError(f"--dtype {text!r}: one of {', '.join(DTYPES)}")
+    return name
+
+
+def _size_text(n: int) -> str:
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+# --- sizes and the time budget -------------------------------------------------------------
+
+def size_series(minbytes: int, maxbytes: int, stepfactor: int) -> list[int]:
+    """-b, -b*f, -b*f^2, ... up to -e, as nccl-tests steps."""
+    sizes, size = [], minbytes
+    while size <= maxbytes:
+        sizes.append(size)
+        size *= stepfactor
+    return sizes
+
+
+def fits_budget(size: int, last_size: int | None, last_seconds: float, spent: float,
+                budget: float) -> bool:
+    """Whether the next size's step fits what is left of the budget.
+
+    A step's cost is extrapolated linearly from the previous size's: time grows at most in
+    proportion to the bytes (less while latency dominates), so this errs on the safe side
+    and a slow link stops the sweep early instead of hanging it. The first size always runs.
+    """
+    if last_size is None:
+        return True
+    return spent + last_seconds * size / last_size <= budget
+
+
+def stage_budgets(budget: float, sweeps: int, with_pairs: bool) -> tuple[float, float]:
+    """Equal shares of the budget: (per sweep of one stage and op, for all pair rounds)."""
+    share = budget / max(1, sweeps + (1 if with_pairs else 0))
+    return share, share if with_pairs else 0.0
+
+
+def pair_size(sizes: list[int], rate_bytes_s: float, round_budget: float, runs: int) -> int:
+    """The largest size of the series whose exchange fits one round's share of the budget."""
+    fitting = [s for s in sizes if runs * s / max(rate_bytes_s, 1.0) <= round_budget]
+    return fitting[-1] if fitting else sizes[0]
+
+
+def plan_stages(nnodes: int, nproc: int) -> tuple[str, ...]:
+    """Sweeps to run: all ranks; with several ranks on several nodes, intra and inter apart."""
+    split = ("intra", "inter") if nnodes > 1 and nproc > 1 else ()
+    return ("all",) + split
+
+
+def round_robin(n: int) -> list[list[tuple[int, int]]]:
+    """Every pair of n nodes exactly once, in rounds where no node is in two pairs.
+
+    The circle method: node 0 stays, the others rotate. n - 1 rounds for even n; odd n
+    gets a bye (a phantom node), so n rounds each with one node resting.
+    """
+    seats = list(range(n)) + ([None] if n % 2 else [])
+    rounds = []
+    for _ in range(len(seats) - 1):
+        half = len(seats) // 2
+        pairs = [(a, b) for a, b in zip(seats[:half], reversed(seats[half:])) if None not in (a, b)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs])
+        seats = [seats[0], seats[-1]] + seats[1:-1]
+    return rounds
+
+
+# --- data whose correct result is exactly known ----------------------------------------------
+#
+# Every value is a small non-negative integer, (global position + rank) mod m, so each
+# element of every rank's result has exactly one correct value, and a sum of n ranks' values
+# stays below the type's exact range (m is chosen for that). The formulas take an index
+# tensor (or a plain int, for the tests) and use only + // % * and comparisons.
+
+def modulus(dtype: str, n: int, reduces: bool) -> int:
+    """Values run 0..m-1; for a sum of n ranks, n*(m-1) stays exact in the type."""
+    exact = min(DTYPES[dtype][1], BW_PATTERN_MAX)
+    return max(1, exact // n if reduces else exact)
+
+
+def ring_sum(x, n: int, m: int):
+    """sum over r < n of (x + r) % m, in closed form (x >= 0).
+
+    Whole cycles of m contribute m(m-1)/2 each; the rest is rem terms from y = x % m up,
+    minus m for each that wrapped past m (at most one wrap per term, as rem < m).
+    """
+    cycles, rem = divmod(n, m)
+    y = x % m
+    over = y + rem - m
+    return cycles * (m * (m - 1) // 2) + rem * y + rem * (rem - 1) // 2 - m * over * (over > 0)
+
+
+def count_wrong(result, expected) -> int:
+    """Elements of result that differ from expected (NaN never equals: it counts as wrong)."""
+    return int((result != expected).sum())
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Global ranks a rank works with inside its group."""
+
+    root: int   # the group's first rank: broadcast's source
+    next: int   # sendrecv: where this rank sends
+    prev: int   # sendrecv: where this rank receives from
+
+
+def _first_of(dist, *names: str):
+    # torch renamed *_into_tensor to *_single (2.10); the old names warn but still work.
+    return next(getattr(dist, n) for n in names if hasattr(dist, n))
+
+
+def _sendrecv(dist, inp, out, group, peers: Peers) -> None:
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, peers.next, group),
+                                    dist.P2POp(dist.irecv, out, peers.prev, group)])
+    for work in works:
+        work.wait()
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective, nccl-tests style: its maths, its data and its call. The timing,
+    warm-up, barriers and checking live once, in the worker's harness."""
+
+    name: str
+    factor: Callable[[int], float]   # busbw = algbw * factor(ranks)
+    reduces: bool                    # a sum: the redop column, and values must stay exact
+    inplace: bool                    # torch's call writes the result over the buffer it reads
+    scaled: tuple[bool, bool]        # (input, output) hold one chunk per rank, not one chunk
+    inputs: Callable                 # (index, rank, n, chunk, m) -> this rank's input values
+    expected: Callable               # (index, rank, n, chunk, m) -> this rank's correct output
+    run: Callable                    # (dist, inp, out, group, peers) -> None
+    min_ranks: int = 1
+
+    def elements(self, chunk: int, n: int) -> tuple[int, int]:
+        return tuple(chunk * n if scaled else chunk for scaled in self.scaled)
+
+    def chunk(self, size: int, dtype: str, n: int) -> int:
+        """The count the API takes (nccl-tests' count column) for a size in bytes."""
+        per_element = DTYPES[dtype][0] * (n if any(self.scaled) else 1)
+        return size // per_element
+
+    def bytes(self, chunk: int, dtype: str, n: int) -> int:
+        """nccl-tests' size: the larger of the send and the receive buffer."""
+        return max(self.elements(chunk, n)) * DTYPES[dtype][0]
+
+
+def _ring_factor(n: int) -> float:
+    return 2 * (n - 1) / n
+
+
+def _spread_factor(n: int) -> float:
+    return (n - 1) / n
+
+
+COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
+    Collective("all_reduce", _ring_factor, True, True, (False, False),
+               inputs=lambda i, r, n, c, m: (i + r) % m,
+               expected=lambda i, r, n, c, m: ring_sum(i, n, m),
+               run=lambda dist, inp, out, group, peers: dist.all_reduce(out, group=group)),
+    Collective("all_gather", _spread_factor, False, False, (False, True),
+               inputs=lambda i, r, n, c, m: (r * c + i + r) % m,
+               expected=lambda i, r, n, c, m: (i + i // c) % m,
+               run=lambda dist, inp, out, group, peers: _first_of(
+                   dist, "all_gather_single", "all_gather_into_tensor")(out, inp, group=group)),
+    Collective("reduce_scatter", _spread_factor, True, False, (True, False),
+               inputs=lambda i, r, n, c, m: (i + r) % m,
+               expected=lambda i, r, n, c, m: ring_sum(r * c + i, n, m),
+               run=lambda dist, inp, out, group, peers: _first_of(
+                   dist, "reduce_scatter_single", "reduce_scatter_tensor")(out, inp, group=group)),
+    Collective("alltoall", _spread_factor, False, False, (True, True),
+               inputs=lambda i, r, n, c, m: (i + r) % m,
+               expected=lambda i, r, n, c, m: (r * c + i % c + i // c) % m,
+               run=lambda dist, inp, out, group, peers: dist.all_to_all_single(out, inp, group=group)),
+    Collective("broadcast", lambda n: 1.0, False, True, (False, False),
+               inputs=lambda i, r, n, c, m: (i + r) % m,
+               expected=lambda i, r, n, c, m: i % m,
+               run=lambda dist, inp, out, group, peers: dist.broadcast(out, peers.root, group=group)),
+    Collective("sendrecv", lambda n: 1.0, False, False, (False, False),
+               inputs=lambda i, r, n, c, m: (i + r) % m,
+               expected=lambda i, r, n, c, m: (i + (r - 1) % n) % m,
+               run=_sendrecv, min_ranks=2),
+)}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    return COLLECTIVES[op].factor(n)
+
+
+def bandwidths(coll: Collective, chunk: int, dtype: str, n: int, seconds: float) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for one iteration of `seconds`: algbw = S / t, busbw = algbw x factor."""
+    algbw = coll.bytes(chunk, dtype, n) / seconds / 1e9 if seconds > 0 else 0.0
+    return algbw, algbw * coll.factor(n)
+
+
+def choose_backend(requested: str, cuda: list[bool], nproc: int) -> tuple[str, str]:
+    """The data backend every rank will use, and why; cuda[r]: rank r has a GPU for NCCL.
+
+    Decided from every rank's answer at once, so all ranks pick the same. ValueError when
+    nccl was asked for and some rank cannot run it.
+    """
+    missing = [r for r, ok in enumerate(cuda) if not ok]
+    where = ", ".join(f"node {n} (rank {', '.join(str(r) for r in missing if r // nproc == n)})"
+                      for n in dict.fromkeys(r // nproc for r in missing))
+    if requested == "gloo":
+        return "gloo", "--backend gloo"
+    if not missing:
+        return "nccl", "--backend nccl" if requested == "nccl" else "CUDA on every rank: using nccl"
+    if requested == "nccl":
+        raise ValueError(f"--backend nccl, but no CUDA device for NCCL on {where}")
+    if len(missing) == len(cuda):
+        return "gloo", "no CUDA: using gloo"
+    return "gloo", f"no CUDA on {where}: using gloo"
+
+
+# --- results ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table, for one size: nccl-tests' columns."""
+
+    size: int                       # bytes
+    count: int                      # elements, as the API counts them
+    dtype: str
+    redop: str                      # "sum" | "none"
+    time_us: float                  # per iteration, averaged across the ranks
+    algbw: float                    # GB/s (1e9 bytes)
+    busbw: float                    # GB/s
+    wrong: int | None               # corrupted elements over all ranks; None: not checked (-c 0)
+    wrong_ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankTime:
+    rank: int
+    node: int
+    time_us: float
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One collective swept over the sizes in one stage."""
+
+    stage: str                      # "all" | "intra" | "inter"
+    op: str
+    ranks: int                      # ranks per group: the n of the busbw factor
+    groups: int                     # groups measured at once (intra: one per node)
+    rows: tuple[Row, ...] = ()
+    skipped: tuple[int, ...] = ()   # sizes left out to stay inside --bw-budget
+    rank_times: tuple[RankTime, ...] = ()   # each rank's own time at the largest size
+    node_busbw: dict[str, float] = field(default_factory=dict)  # intra: node rank -> busbw
+    note: str = ""                  # why there are no rows, when there are none
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two nodes exchanging `size` bytes both ways at once (one rank each)."""
+
+    a: int
+    b: int
+    size: int
+    time_us: float
+    busbw: float                    # GB/s each way
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A worker that did not finish well."""
+
+    node: int
+    rank: int                       # -1: the whole node (its netcheck never reported)
+    local_rank: int
+    stage: str
+    kind: str                       # "died" | "stuck" | "failed" | "timeout" | "silent"
+    detail: str
+
+
+@dataclass(frozen=True)
+class BandwidthResult:
+    """What the bandwidth phase measured, cluster-wide, and where it stopped if it did."""
+
+    backend: str                    # "nccl" | "gloo" | "" (stopped before choosing)
+    backend_reason: str             # e.g. "no CUDA: using gloo"
+    nnodes: int
+    nproc_per_node: int
+    sweeps: tuple[Sweep, ...]
+    pairs: tuple[Pair, ...]
+    failed_stage: str | None        # one of STAGES; None when every stage finished
+    failure: str                    # why, in one line ("" when none)
+    faults: tuple[Fault, ...]       # every node's workers that died, hung or failed
+    seconds: float
+
+    @property
+    def dead_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({f.rank for f in self.faults if f.kind in ("died", "stuck")}))
+
+
+def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[float],
+             wrongs: list[int], checked: bool, ranks: list[int]) -> Row:
+    """A table row from every member rank's own time and wrong count (nccl-tests' average)."""
+    seconds = statistics.fmean(times_s)
+    algbw, busbw = bandwidths(coll, chunk, dtype, n, seconds)
+    wrong_ranks = tuple(r for r, w in zip(ranks, wrongs) if w > 0) if checked else ()
+    return Row(coll.bytes(chunk, dtype, n), chunk, dtype, "sum" if coll.reduces else "none",
+               round(seconds * 1e6, 3), round(algbw, 6), round(busbw, 6),
+               sum(wrongs) if checked else None, wrong_ranks)
+
+
+def avg_busbw(sweep: Sweep) -> float:
+    """nccl-tests' closing line: the mean busbw over the sizes measured."""
+    return statistics.fmean(r.busbw for r in sweep.rows) if sweep.rows else 0.0
+
+
+def peak_busbw(sweep: Sweep) -> float:
+    return max((r.busbw for r in sweep.rows), default=0.0)
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
+
+
+def _gbps(value: float) -> str:
+    # Two decimals as nccl-tests prints, but a shaped or broken link's 0.0025 must not read 0.00.
+    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:
+    return [(r.size, r.count, r.dtype, r.redop, f"{r.time_us:.1f}", _gbps(r.algbw), _gbps(r.busbw),
+             "N/A" if r.wrong is None else r.wrong) for r in sweep.rows]
+
+
+def sweep_title(sweep: Sweep, backend: str) -> str:
+    groups = f", {sweep.groups} groups at once" if sweep.groups > 1 else ""
+    return f"# {sweep.op}, {STAGE_TITLES[sweep.stage]}: {sweep.ranks} ranks{groups} ({backend})"
+
+
+def sweep_text(sweep: Sweep, backend: str) -> str:
+    lines = [sweep_title(sweep, backend)]
+    if sweep.rows:
+        lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
+                  f"# Avg bus bandwidth : {_gbps(avg_busbw(sweep))} GB/s"]
+    if sweep.skipped:
+        lines.append(f"# skipped to stay inside --bw-budget: {', '.join(_size_text(s) for s in sweep.skipped)}")
+    if sweep.note:
+        lines.append(f"# {sweep.note}")
+    return "\n".join(lines)
+
+
+def side_by_side(intra: Sweep, inter: Sweep) -> str:
+    """busbw inside the nodes against across them, size by size."""
+    across = {r.size: r.busbw for r in inter.rows}
+    rows = [(r.size, _gbps(r.busbw), _gbps(across[r.size]) if r.size in across else "-")
+            for r in intra.rows]
+    return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
+                    disable_numparse=True)
+
+
+def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[int, str]) -> str:
+    """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
+    nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
+    cell = {(p.a, p.b): _gbps(p.busbw) for p in pairs} | {(p.b, p.a): _gbps(p.busbw) for p in pairs}
+    names = [hostnames.get(n, str(n)) for n in nodes]
+    rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
+    return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
+
+
+def render_text(result: BandwidthResult, hostnames: dict[int, str]) -> str:
+    """Every table of the phase, for the text report."""
+    parts = [sweep_text(s, result.backend) for s in result.sweeps]
+    by_stage = {(s.stage, s.op): s for s in result.sweeps}
+    for op in dict.fromkeys(s.op for s in result.sweeps):
+        if ("intra", op) in by_stage and ("inter", op) in by_stage:
+            parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
+    if result.pairs:
+        parts.append(f"# node pairs, {_size_text(result.pairs[0].size)} both ways at once:\n"
+                     + pair_matrix(result.pairs, hostnames))
+    return "\n\n".join(parts)

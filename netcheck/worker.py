@@ -1,0 +1,410 @@
+"""One rank of the bandwidth phase, started by `bandwidth` on each node:
+
+    python -m netcheck.worker --options JSON --run-id ID --deadline-at T --parent PID
+
+Its rank comes from the environment, set the way torchrun sets it (RANK, LOCAL_RANK,
+WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT). It joins the host's
+store and runs the stages in order, so a failure names its stage:
+
+    control  gloo process group on every rank, a tiny all_reduce, facts all_gathered
+    data     the data backend: nccl (eager init on this rank's GPU) when every rank has
+             CUDA, else gloo, and why
+    all / intra / inter   the sweeps (the harness here; the collectives are sweep.py's)
+    pairs    node pairs exchanging in round-robin rounds
+
+It reports to its parent as JSON lines (`Event`) on a private copy of stdout, a heartbeat
+among them, so the parent can tell a hung rank from one blocked by a peer. Nothing is
+printed for a person: that is the node's job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from netcheck import codec
+from netcheck.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
+from netcheck.sweep import (
+    COLLECTIVES, Collective, Pair, Peers, RankTime, Sweep, SweepOptions, bandwidths,
+    choose_backend, count_wrong, fits_budget, make_row, modulus, pair_size, plan_stages,
+    round_robin, size_series, stage_budgets,
+)
+
+PR_SET_PDEATHSIG = 1
+# The sweeps may use at most this share of the time the slowest rank has left after the
+# control stage: group creation, buffers and checks need the rest.
+BUDGET_SHARE_OF_DEADLINE = 0.5
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line from a worker to its node."""
+
+    kind: str                 # "beat" | "stage" | "backend" | "sweep" | "pairs" | "failed" | "done"
+    stage: str = ""           # stage: the one entered; failed: the one that failed
+    detail: str = ""          # backend: the name; failed: the error, one line
+    reason: str = ""          # backend: why that backend
+    sweep: Sweep | None = None            # the sweep so far, after each size
+    pairs: tuple[Pair, ...] = ()          # the pairs so far, after each round
+
+
+class StageFailed(Exception):
+    def __init__(self, stage: str, detail: str):
+        super().__init__(f"{stage}: {detail}")
+        self.stage, self.detail = stage, detail
+
+
+class Events:
+    """Writes events as JSON lines to the parent; the heartbeat shares the lock."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.lock = threading.Lock()
+
+    def emit(self, event: Event) -> None:
+        data = (codec.dumps(event) + "\n").encode()
+        with self.lock:
+            while data:
+                data = data[os.write(self.fd, data):]
+
+    def start_heartbeat(self) -> None:
+        threading.Thread(target=self._beat, daemon=True, name="heartbeat").start()
+
+    def _beat(self) -> None:
+        # Collectives release the GIL while they wait, so a rank blocked by a peer keeps
+        # beating; only a stopped rank, or one wedged holding the GIL, falls silent.
+        while True:
+            self.emit(Event("beat"))
+            time.sleep(BW_HEARTBEAT)
+
+
+@dataclass(frozen=True)
+class Me:
+    """This rank, as torchrun would describe it."""
+
+    rank: int
+    local_rank: int
+    world: int
+    nproc: int
+    node: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def nnodes(self) -> int:
+        return self.world // self.nproc
+
+    @classmethod
+    def from_env(cls, env) -> "Me":
+        return cls(int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]),
+                   int(env["LOCAL_WORLD_SIZE"]), int(env["GROUP_RANK"]), env["MASTER_ADDR"],
+                   int(env["MASTER_PORT"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m netcheck.worker")
+    p.add_argument("--options", required=True, help="SweepOptions as JSON")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--deadline-at", type=float, required=True, help="time.monotonic() to be done by")
+    p.add_argument("--parent", type=int, required=True, help="pid of the node's netcheck")
+    args = p.parse_args(argv)
+    _die_with_parent(args.parent)
+    events = Events(_private_stdout())
+    events.start_heartbeat()
+    try:
+        done = run(events, args)
+    except StageFailed as e:
+        events.emit(Event("failed", e.stage, e.detail))
+        # A broken communicator can hang in its destructor: leave without running them.
+        os._exit(1)
+    events.emit(Event("done"))
+    done()
+    return 0
+
+
+def _die_with_parent(parent: int) -> None:
+    """Be SIGKILLed when netcheck dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG)."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took hold
+        os._exit(1)
+
+
+def _private_stdout() -> int:
+    """Events get their own copy of stdout; fd 1 then points at stderr, so whatever the
+    libraries print (NCCL_DEBUG writes to stdout) cannot corrupt the event stream."""
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return fd
+
+
+@contextmanager
+def stage(events: Events, name: str):
+    events.emit(Event("stage", name))
+    try:
+        yield
+    except StageFailed:
+        raise
+    except Exception as e:  # noqa: BLE001 - the stage boundary: any error is this stage's named failure
+        raise StageFailed(name, _first_line(e)) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def run(events: Events, args) -> Any:
+    """Every stage in order; returns the clean-up to run once 'done' is sent."""
+    with stage(events, "start"):
+        me = Me.from_env(os.environ)
+        options = codec.loads(SweepOptions, args.options, 1 << 16)
+        import torch
+        import torch.distributed as dist
+    with stage(events, "control"):
+        h = Harness(torch, dist, me, options, events, args.deadline_at)
+        facts = h.control(args.run_id)
+    with stage(events, "data"):
+        h.data_plane([bool(f[0]) for f in facts])
+    budget = min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * min(f[1] for f in facts))
+    h.sweeps(budget)
+    return dist.destroy_process_group
+
+
+@dataclass
+class Harness:
+    """Timing, warm-up, barriers and the data check, once for every collective."""
+
+    torch: Any
+    dist: Any
+    me: Me
+    options: SweepOptions
+    events: Events
+    deadline_at: float
+    device: Any = None
+    backend: str = "gloo"
+    data: Any = None          # the data-plane group over every rank (None: the default group)
+    done: dict[str, Sweep] = field(default_factory=dict)
+
+    # --- stages ---------------------------------------------------------------------------
+
+    def control(self, run_id: str) -> list[list[float]]:
+        """The gloo control plane; returns every rank's [has CUDA, seconds left]."""
+        dist, torch = self.dist, self.torch
+        timeout = self.timeout()
+        base = dist.TCPStore(self.me.master_addr, self.me.master_port, None, False, timeout)
+        store = dist.PrefixStore(f"netcheck/{run_id}/bw/pg", base)
+        dist.init_process_group("gloo", store=store, rank=self.me.rank, world_size=self.me.world,
+                                timeout=timeout)
+        one = torch.ones(1)
+        dist.all_reduce(one)
+        if one.item() != self.me.world:
+            raise RuntimeError(f"control all_reduce gave {one.item():g}, not {self.me.world}")
+        return self.gather([float(self._has_cuda()), self.deadline_at - time.monotonic()])
+
+    def data_plane(self, cuda: list[bool]) -> None:
+        torch, dist = self.torch, self.dist
+        self.backend, reason = choose_backend(self.options.backend, cuda, self.me.nproc)
+        if self.backend == "nccl":
+            self.device = torch.device("cuda", self.me.local_rank)
+            torch.cuda.set_device(self.device)
+            # device_id makes NCCL set up its communicator now, inside this stage, not
+            # lazily inside the first timed collective.
+            self.data = dist.new_group(backend="nccl", device_id=self.device, timeout=self.timeout())
+            one = torch.ones(1, device=self.device)
+            dist.all_reduce(one, group=self.data)
+            self.sync()
+        else:
+            self.device = torch.device("cpu")
+        self.events.emit(Event("backend", "data", self.backend, reason))
+
+    def sweeps(self, budget: float) -> None:
+        o, me = self.options, self.me
+        plan = plan_stages(me.nnodes, me.nproc)
+        per_sweep, pairs_budget = stage_budgets(budget, len(plan) * len(o.op), me.nnodes > 1)
+        for name in plan:
+            with stage(self.events, name):
+                group, members = self.group_for(name)
+                for op in o.op:
+                    self.done[name] = self.sweep(name, COLLECTIVES[op], group, members, per_sweep)
+        if me.nnodes > 1:
+            with stage(self.events, "pairs"):
+                self.pairs(pairs_budget)
+
+    def group_for(self, name: str) -> tuple[Any, list[list[int]]]:
+        """The group this rank measures in for a stage, and every group's global ranks."""
+        dist, me = self.dist, self.me
+        nodes = [list(range(n * me.nproc, (n + 1) * me.nproc)) for n in range(me.nnodes)]
+        if name == "all":
+            return self.data, [list(range(me.world))]
+        if name == "intra":
+            mine, _ = dist.new_subgroups_by_enumeration(nodes, backend=self.backend, timeout=self.timeout())
+            return mine, nodes
+        leaders = [ranks[0] for ranks in nodes]
+        return dist.new_group(leaders, backend=self.backend, timeout=self.timeout()), [leaders]
+
+    # --- one sweep ----------------------------------------------------------------------------
+
+    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], budget: float) -> Sweep:
+        """The sizes in order, as long as each fits the budget; every rank takes the same
+        decisions, from numbers all ranks share, so no rank waits for a size others skip."""
+        o = self.options
+        n = len(groups[0])
+        note = f"{coll.name} needs {coll.min_ranks} ranks" if n < coll.min_ranks else ""
+        result = Sweep(name, coll.name, n, len(groups), note=note)
+        self.events.emit(Event("sweep", name, sweep=result))
+        mine = next((g for g in groups if self.me.rank in g), None)
+        spent, last_size, last_s = 0.0, None, 0.0
+        for size in size_series(o.minbytes, o.maxbytes, o.stepfactor) if not note else ():
+            chunk = coll.chunk(size, o.dtype, n)
+            if chunk == 0:
+                continue  # too small to give every rank an element
+            if not fits_budget(size, last_size, last_s, spent, budget):
+                result = replace(result, skipped=result.skipped + (size,))
+            else:
+                table = self.gather(list(self.step(coll, chunk, group, mine)) if mine else [0.0] * 4)
+                last_size, last_s = size, max(t[2] for t in table)  # all waited for the slowest
+                spent += last_s
+                result = self.add_row(result, coll, chunk, table, groups)
+            self.events.emit(Event("sweep", name, sweep=result))
+        return result
+
+    def step(self, coll: Collective, chunk: int, group, ranks: list[int]) -> tuple[float, float, float, float]:
+        """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1)."""
+        o, torch = self.options, self.torch
+        started = time.perf_counter()
+        n, grank = len(ranks), ranks.index(self.me.rank)
+        peers = Peers(ranks[0], ranks[(grank + 1) % n], ranks[(grank - 1) % n])
+        dtype = getattr(torch, o.dtype)
+        # Timed on zeros: repeated sums of zeros never overflow; the check refills below.
+        inp, out = (torch.zeros(e, dtype=dtype, device=self.device) for e in coll.elements(chunk, n))
+        call = lambda: coll.run(self.dist, inp, out, group, peers)  # noqa: E731
+        seconds = self.timed(call)
+        wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
+        return seconds, float(wrong), time.perf_counter() - started, 1.0
+
+    def timed(self, call) -> float:
+        """Seconds per iteration of `call`, nccl-tests' way: warm up, line up, time -n of them."""
+        for _ in range(self.options.warmup_iters):
+            call()
+        self.sync()
+        self.dist.barrier()  # the gloo control group: every rank starts the clock together
+        if self.device.type == "cuda":
+            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            for _ in range(self.options.iters):
+                call()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / self.options.iters
+        started = time.perf_counter()
+        for _ in range(self.options.iters):
+            call()  # gloo's CPU collectives return once complete
+        return (time.perf_counter() - started) / self.options.iters
+
+    def check(self, coll: Collective, inp, out, call, grank: int, n: int, chunk: int) -> int:
+        """One more iteration on data with a known answer; elements that differ from it."""
+        m = modulus(self.options.dtype, n, coll.reduces)
+        self.fill(inp, lambda i: coll.inputs(i, grank, n, chunk, m))
+        if coll.inplace:
+            out.copy_(inp)
+        call()
+        self.sync()
+        return self.wrong(out, lambda i: coll.expected(i, grank, n, chunk, m))
+
+    def add_row(self, result: Sweep, coll: Collective, chunk: int, table: list[list[float]],
+                groups: list[list[int]]) -> Sweep:
+        """The row every rank computes alike from the gathered table, and per-rank times."""
+        o, nproc = self.options, self.me.nproc
+        members = [r for r, t in enumerate(table) if t[3]]
+        row = make_row(coll, chunk, o.dtype, result.ranks, [table[r][0] for r in members],
+                       [int(table[r][1]) for r in members], o.check, members)
+        rank_times = tuple(RankTime(r, r // nproc, round(table[r][0] * 1e6, 3)) for r in members)
+        node_busbw = {} if result.stage != "intra" else {
+            str(g[0] // nproc): round(bandwidths(coll, chunk, o.dtype, len(g),
+                                                 statistics.fmean(table[r][0] for r in g))[1], 6)
+            for g in groups}
+        return replace(result, rows=result.rows + (row,), rank_times=rank_times, node_busbw=node_busbw)
+
+    # --- node pairs -----------------------------------------------------------------------------
+
+    def pairs(self, budget: float) -> None:
+        """Leaders (local rank 0) of two nodes exchange both ways at once; a round's pairs
+        run in parallel, the rounds one after another."""
+        o, me = self.options, self.me
+        rounds = round_robin(me.nnodes)
+        sweep = self.done.get("inter") or self.done["all"]
+        rate = sweep.rows[-1].busbw * 1e9 if sweep.rows else 0.0
+        size = pair_size(size_series(o.minbytes, o.maxbytes, o.stepfactor), rate,
+                         budget / len(rounds), o.warmup_iters + o.iters)
+        found: tuple[Pair, ...] = ()
+        for pairing in rounds:
+            mine = next((p for p in pairing if me.node in p), None) if me.local_rank == 0 else None
+            seconds = self.exchange(size, (sum(mine) - me.node) * me.nproc) if mine else 0.0
+            table = self.gather([seconds])
+            found += tuple(_pair(a, b, size, [table[a * me.nproc][0], table[b * me.nproc][0]])
+                           for a, b in pairing)
+            self.events.emit(Event("pairs", "pairs", pairs=found))
+
+    def exchange(self, size: int, peer: int) -> float:
+        inp, out = (self.torch.zeros(size, dtype=self.torch.uint8, device=self.device) for _ in range(2))
+        peers = Peers(peer, peer, peer)
+        return self.timed(lambda: COLLECTIVES["sendrecv"].run(self.dist, inp, out, self.data, peers))
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def gather(self, values: list[float]) -> list[list[float]]:
+        """Every rank's values, over the gloo control group (float64: times stay exact)."""
+        torch = self.torch
+        mine = torch.tensor(values, dtype=torch.float64)
+        out = torch.zeros(self.me.world * len(values), dtype=torch.float64)
+        COLLECTIVES["all_gather"].run(self.dist, mine, out, None, None)
+        return out.view(self.me.world, len(values)).tolist()
+
+    def fill(self, tensor, values) -> None:
+        for lo, index in self._chunks(tensor):
+            tensor[lo:lo + len(index)] = values(index).to(tensor.dtype)
+
+    def wrong(self, tensor, values) -> int:
+        return sum(count_wrong(tensor[lo:lo + len(index)], values(index).to(tensor.dtype))
+                   for lo, index in self._chunks(tensor))
+
+    def _chunks(self, tensor):
+        # Index tensors a chunk at a time: checking a 128 MiB buffer must not take gigabytes.
+        numel = tensor.numel()
+        for lo in range(0, numel, BW_CHECK_CHUNK):
+            yield lo, self.torch.arange(lo, min(numel, lo + BW_CHECK_CHUNK), device=tensor.device)
+
+    def sync(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def timeout(self) -> datetime.timedelta:
+        """Process-group waits end before the node would kill this rank, so a rank blocked by
+        a dead peer reports a timeout instead of being killed silently."""
+        return datetime.timedelta(seconds=max(1.0, self.deadline_at - time.monotonic() - BW_PG_MARGIN))
+
+    def _has_cuda(self) -> bool:
+        torch, dist = self.torch, self.dist
+        return bool(torch.cuda.is_available() and self.me.local_rank < torch.cuda.device_count()
+                    and dist.is_nccl_available())
+
+
+def _pair(a: int, b: int, size: int, times: list[float]) -> Pair:
+    seconds = statistics.fmean(times)
+    return Pair(a, b, size, round(seconds * 1e6, 3), round(size / seconds / 1e9, 6) if seconds > 0 else 0.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Phase env, launch.topology and --baseline on real namespaces: real differences between
+the nodes' environments, a broken Slurm launch, drift since a saved report."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from cluster import NodeSpec
+from nodes import PORT, bind_mounted, explain, finish_all, start
+
+pytestmark = pytest.mark.root_required
+
+
+def ranked(i: int, n: int, *extra: str) -> list[str]:
+    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", "40",
+            *extra]
+
+
+def fake_package(root, name: str, version: str) -> str:
+    """A package installed for one node only: its dist-info on that node's PYTHONPATH."""
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return str(root)
+
+
+def test_differences_between_nodes_are_named(cluster, tmp_path):
+    shared = tmp_path / "model.cfg"
+    shared.write_text("lr = 0.1\n")
+    odd = tmp_path / "model-node2.cfg"
+    odd.write_text("lr = 0.2\n")
+    envs = [{}, {"PYTHONPATH": fake_package(tmp_path / "site1", "deepspeed", "0.14.0")},
+            {"NCCL_IB_DISABLE": "1"}]
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = [start(c, i, ranked(i, 3, "--hash", str(shared)), tmp_path, env=envs[i],
+                      wrapper=bind_mounted(odd, shared) if i == 2 else ()) for i in range(3)]
+        finish_all(runs, 60)
+    host = runs[0]
+    assert host.rc == 2, explain(runs)
+    env = host.findings("env.mismatch")
+    texts = {f["severity"]: f for f in env if f["nodes"] == [2]}
+    assert "hash." + str(shared) in " ".join(texts["fail"]["evidence"]), env
+    nccl = next(f for f in env if f["severity"] == "warn" and "NCCL_IB_DISABLE" in f["summary"])
+    assert nccl["nodes"] == [2] and "the other 2 have it unset" in nccl["summary"], nccl
+    deepspeed = next(f for f in env if "deepspeed" in f["summary"])
+    assert deepspeed["nodes"] == [1] and "0.14.0" in deepspeed["summary"], deepspeed
+    rows = {(r["key"], r["nodes"]) for r in host.report["env_table"]}
+    assert ("var.NCCL_IB_DISABLE", "node2") in rows
+
+
+def test_broken_slurm_launch_fails_launch_topology(cluster, tmp_path):
+    """srun with --ntasks-per-node=3 on node1: three netchecks claim one node rank there, and
+    the ones with SLURM_LOCALID 1 and 2 would use GPUs that CUDA_VISIBLE_DEVICES=0 lacks."""
+    base = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[0-1]"}
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        args = ["--rdzv", f"node0:{PORT}", "--timeout", "30"]
+        runs = [start(c, 0, args, tmp_path, env={**base, "SLURM_NODEID": "0"})]
+        runs += [start(c, 1, args, tmp_path, env={**base, "SLURM_NODEID": "1", "SLURM_LOCALID": str(k),
+                                                   "SLURM_NTASKS_PER_NODE": "3", "CUDA_VISIBLE_DEVICES": "0"})
+                 for k in range(3)]
+        finish_all(runs, 60)
+    host = runs[0]
+    assert host.rc == 2, explain(runs)
+    topo = host.findings("launch.topology", "fail")
+    # The extra tasks race the host's deadline: at least two of the three are always in.
+    crowded = next(f for f in topo if re.search(r"[23] netcheck processes on node1", f["summary"]))
+    assert "SLURM_NTASKS_PER_NODE=3" in crowded["summary"] and "--ntasks-per-node=1" in crowded["fix"]
+    devices = next(f for f in topo if "GPU that is not there" in f["summary"])
+    assert {e.split(",")[0] for e in devices["evidence"]} <= {"node1: local rank 1", "node1: local rank 2"}
+    assert "only 1 visible device(s)" in devices["evidence"][0]
+    assert host.findings("rdzv.join", "fail"), "the duplicated node rank is named too"
+    assert sorted(r.rc for r in runs[1:]) == [0, 2, 2], explain(runs)
+
+
+def test_baseline_names_a_changed_variable_and_hash(cluster, tmp_path):
+    code = tmp_path / "train.py"
+    code.write_text("print('v1')\n")
+    first = tmp_path / "good.json"
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ranked(i, 2, "--hash", str(code)), tmp_path) for i in range(2)], 60)
+        assert [r.rc for r in runs] == [0, 0], explain(runs)
+        first.write_text(runs[0].json_path.read_text())
+        code.write_text("print('v2')\n")
+        envs = [{}, {"NCCL_DEBUG": "INFO"}]
+        runs = finish_all([start(c, i, ranked(i, 2, "--hash", str(code), *(["--baseline", str(first)] if i == 0 else [])),
+                                 tmp_path, env=envs[i]) for i in range(2)], 60)
+    (drift,) = runs[0].findings("baseline.drift", "warn")
+    assert drift["nodes"] == [0, 1], drift
+    assert any(e.startswith("node1: var.NCCL_DEBUG: (none) -> INFO") for e in drift["evidence"]), drift
+    assert sum(f"hash.{code}" in e for e in drift["evidence"]) == 2, drift
+    assert json.loads(first.read_text())["verdict"] == "pass"
+
+
+def test_unusable_baseline_is_a_usage_error(tmp_path):
+    bad = tmp_path / "truncated.json"
+    bad.write_text('{"schema": "netcheck.report/1", "verdict": ')
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "netcheck", "--rdzv", "node0", "--baseline", str(bad)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 64 and done.stderr.count("\n") == 1, done.stderr
+    assert "not a netcheck.report/1 report" in done.stderr
