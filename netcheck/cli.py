@@ -20,7 +20,7 @@ from netcheck.constants import (
     EXIT_USAGE, EXIT_WARN,
     MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
-from netcheck.launcher import LaunchError, detect_launch, rdzv_from_env
+from netcheck.launcher import LaunchError, detect_launch, is_torchrun_worker, rdzv_from_env
 
 EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 PROBE_TIMEOUT_MAX = 3600.0
@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="REPORT.json", help="a known-good earlier JSON report: "
                    "say what drifted since (versions, variables, hashes, interfaces, settings)")
     p.add_argument("--json", metavar="PATH|-", help="write the JSON report there ('-': stdout, "
-                   "and the text report goes to stderr)")
+                   "and the text report goes to stderr). '{rank}' in PATH becomes the node "
+                   "rank; under torchrun, only rank 0 writes unless PATH has '{rank}'")
     p.add_argument("--exclude-file", metavar="PATH", help="write the faulty hostnames there, "
                    "comma-separated on one line (empty when none), as `sbatch --exclude` "
                    "takes them: sbatch --exclude=\"$(cat PATH)\" ...")
@@ -96,7 +97,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         raise UsageError(str(e)) from None
     return check_config(Config(
         rdzv=parse_endpoint(rdzv), launch=launch,
-        run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or "netcheck",
+        run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "netcheck",
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         baseline=_baseline(args.baseline), json_path=args.json,
@@ -138,11 +139,23 @@ def run_and_render(config: Config) -> int:
     from netcheck.runner import run_check
 
     outcome = run_check(config, progress_printer(config.quiet))
-    emit(outcome.report, config.json_path, config.quiet, config.verbose,
-         config.exclude_path, config.prom_path)
+    rep = outcome.report
+    # Under torchrun every worker runs netcheck: rank 0 speaks for the cluster, the
+    # others only when they failed on their own (say, they could not reach the store),
+    # and write files only where the path names their rank ("report-{rank}.json").
+    worker = is_torchrun_worker(config.launch) and rep.role != "host"
+    quiet = config.quiet or (worker and rep.verdict != "fail")
+    paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path)]
+    emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
     if outcome.exit_code == EXIT_INTERRUPTED:
         print("netcheck: interrupted; the report above holds what was learnt", file=sys.stderr)
     return outcome.exit_code
+
+
+def _output_path(path: str | None, rep, worker: bool) -> str | None:
+    if path is None or path == "-" or "{rank}" not in path:
+        return None if worker and path != "-" else path
+    return path.replace("{rank}", str(rep.node_rank))
 
 
 def emit(rep, json_path: str | None, quiet: bool, verbose: bool,

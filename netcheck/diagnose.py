@@ -59,13 +59,13 @@ def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
 
 
 def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
-    """The host's view of reach: every joiner that got here reached the port, and how fast."""
+    """The host's view of reach: every node that got here reached the port, and how fast."""
     joiners = [m for m in members if m.facts.reach]
     if not joiners:
         return []
     slowest = max(joiners, key=lambda m: m.facts.reach.seconds)
     return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
-                    f"{len(joiners)} joiner(s) reached {slowest.facts.reach.host}:"
+                    f"{len(joiners)} node(s) reached {slowest.facts.reach.host}:"
                     f"{slowest.facts.reach.port}; slowest {slowest.facts.hostname} in "
                     f"{slowest.facts.reach.seconds:.2f} s")]
 

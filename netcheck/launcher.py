@@ -17,7 +17,7 @@ SLURM_VARS = ("SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_JOB_I
 KUBEFLOW_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
                  "PET_NPROC_PER_NODE")
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
 
 
@@ -126,12 +126,18 @@ def _from_kubeflow(env: Mapping[str, str], nproc: int) -> Launch | None:
 
 
 def _from_torchrun(env: Mapping[str, str], nproc: int) -> Launch | None:
-    if "GROUP_RANK" not in env or "WORLD_SIZE" not in env:
+    """A torchrun worker: every worker process takes part, seated by its global RANK."""
+    if "GROUP_RANK" not in env or "WORLD_SIZE" not in env or "RANK" not in env:
         return None
     per_node = _int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else nproc
-    n = max(1, _int_var(env, "WORLD_SIZE") // max(1, per_node))
-    return Launch("torchrun", _int_var(env, "GROUP_RANK"), n, n, per_node,
+    world = _int_var(env, "WORLD_SIZE")
+    _int_var(env, "GROUP_RANK")  # checked here: launch.topology compares it across processes
+    return Launch("torchrun", _int_var(env, "RANK"), world, world, per_node,
                   variables=_seen(env, TORCHRUN_VARS))
+
+
+def is_torchrun_worker(launch: Launch) -> bool:
+    return launch.source == "torchrun"
 
 
 def rdzv_from_env(env: Mapping[str, str]) -> str | None:

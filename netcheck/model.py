@@ -22,7 +22,9 @@ class Launch:
     """Where this node's idea of the cluster came from, and what it is."""
 
     source: str                    # "flags" | "slurm" | "kubeflow" | "torchrun" | "arrival"
-    node_rank: int | None          # None: numbered in order of arrival
+    node_rank: int | None          # the seat claimed: the node rank (under torchrun every
+                                   # worker process takes part, seated by its RANK); None:
+                                   # numbered in order of arrival
     nnodes_min: int | None         # None: unknown (arrival numbering, join window decides)
     nnodes_max: int | None
     nproc_per_node: int

@@ -23,7 +23,7 @@ from netcheck.constants import (
 )
 from netcheck.deadline import Deadline
 from netcheck.envinfo import EnvFacts, gather_env
-from netcheck.launcher import detect_launch
+from netcheck.launcher import detect_launch, is_torchrun_worker
 from netcheck.local import gather_facts
 from netcheck.mesh import Attempt
 from netcheck.model import (
@@ -58,6 +58,7 @@ class Run:
     recommendation: recommend.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     arrivals: rendezvous.HostState | None = None   # the host's: every process that came
+    listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
@@ -113,17 +114,15 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
 def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch, None)
-    if run.facts is None:
+    if run.facts is None or not _take_role(run):
         return
-    listener = _claim_host_role(run)
-    if run.role == "host" and listener is None:
+    if run.listener is None and not _reached(run):
         return
-    if run.role == "host" and "rendezvous" not in run.config.phases:
-        listener.close()
+    if "rendezvous" not in run.config.phases:
+        if run.listener is not None:
+            run.listener.close()
         return
-    if run.role == "joiner" and not _reached(run):
-        return
-    seat = _host(run, listener) if run.role == "host" else _joiner(run)
+    seat = _host(run) if run.role == "host" else _joiner(run)
     if seat is None or seat.rank is None:
         return
     try:
@@ -137,32 +136,36 @@ def _reached(run: Run) -> bool:
         found = reach(run.config.rdzv.host, run.config.rdzv.port, run.join_deadline)
         run.facts = dataclasses.replace(run.facts, reach=found)
         run.findings += diagnose.reach_findings(found, run.my_ranks())
-    return bool(run.facts.reach) and run.facts.reach.outcome == "open" \
-        and "rendezvous" in run.config.phases
+    return bool(run.facts.reach) and run.facts.reach.outcome == "open"
 
 
-def _claim_host_role(run: Run) -> socket.socket | None:
+def _take_role(run: Run) -> bool:
     """Rank 0 hosts; without ranks, the node that owns the rendezvous address does.
 
     The host listens at once, before torch is imported, so early joiners queue instead
-    of being refused. Two nodes on one machine (a loopback test) cannot both listen: the
-    second finds netcheck holding the port and joins instead.
+    of being refused; under torchrun, rank 0 hosts on the agent's own store instead
+    (torchrun shares its rendezvous store with its workers). Two nodes on one machine (a
+    loopback test) cannot both listen: the second finds netcheck holding the port and
+    joins instead. False: this node was to host and cannot.
     """
-    rank = run.config.launch.node_rank
+    launch = run.config.launch
+    rank = launch.node_rank
     if rank not in (None, 0) or (rank is None and not _rdzv_is_local(run)):
-        return None
+        return True
     run.role, run.rank = "host", 0
+    if is_torchrun_worker(launch) and launch.variables.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return True
     with run.phase("reach"):
         try:
-            sock = listen(run.config.rdzv.port)
+            run.listener = listen(run.config.rdzv.port)
             run.findings.append(diagnose.listen_pass(run.config.rdzv.port))
-            return sock
+            return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
                 run.role, run.rank = "joiner", None
-                return None
+                return True
             run.findings.append(diagnose.listen_finding(taken.port, taken.holders, taken.strerror))
-    return None
+    return False
 
 
 def _rdzv_is_local(run: Run) -> bool:
@@ -171,11 +174,12 @@ def _rdzv_is_local(run: Run) -> bool:
     return any(a in own for a in addresses)
 
 
-def _host(run: Run, listener: socket.socket) -> rendezvous.Seat | None:
+def _host(run: Run) -> rendezvous.Seat | None:
     cfg, launch = run.config, run.config.launch
     seat = None
     with run.phase("rendezvous"):
-        store = rendezvous.host_store(listener, cfg.rdzv.port, run.phase_deadline())
+        store = rendezvous.host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
+            if run.listener else rendezvous.client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
         ex = rendezvous.Exchange(store, cfg.run_id)
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(

@@ -21,12 +21,47 @@ ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
 def launch_findings(processes: list[tuple[int | None, NodeFacts]]) -> list[Finding]:
     """`processes`: (seated rank or None, facts) for every arrival."""
     findings = (_crowded_hosts(processes) + _nnodes_disagree(processes)
-                + _nproc_disagree(processes) + _device_problems(processes))
+                + _nproc_disagree(processes) + _device_problems(processes)
+                + _torchrun_layout(processes))
     if findings:
         return findings
     seated = tuple(sorted(r for r, _ in processes if r is not None))
-    return [Finding(LAUNCH_TOPOLOGY, PASS, seated, "one process per node; every node agrees on "
-                    "nnodes and processes per node")]
+    hosts = len({f.hostname for _, f in processes})
+    return [Finding(LAUNCH_TOPOLOGY, PASS, seated, f"{len(processes)} process(es) on {hosts} "
+                    "host(s), laid out as the launcher says; all agree on the cluster's size")]
+
+
+def _torchrun_layout(processes) -> list[Finding]:
+    """torchrun workers: each host's ranks contiguous, LOCAL_RANKs unique, as many as
+    LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data, FAILURES row 4)."""
+    per_host = defaultdict(list)
+    for rank, f in processes:
+        if f.launch.source == "torchrun":
+            per_host[f.hostname].append((rank, f.launch.variables))
+    problems = [text for host, procs in sorted(per_host.items()) for text in _host_layout(host, procs)]
+    if not problems:
+        return []
+    ranks = tuple(sorted(r for procs in per_host.values() for r, _ in procs if r is not None))
+    return [Finding(LAUNCH_TOPOLOGY, FAIL, ranks, f"{len(problems)} problem(s) in how torchrun laid "
+                    "out the workers", tuple(problems), "one torchrun per node with the same "
+                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index")]
+
+
+def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> list[str]:
+    problems = []
+    local_ranks = [v.get("LOCAL_RANK") for _, v in procs]
+    if len(set(local_ranks)) != len(local_ranks):
+        problems.append(f"{host}: LOCAL_RANK repeats: {', '.join(sorted(map(str, local_ranks)))}")
+    expected = {v.get("LOCAL_WORLD_SIZE") for _, v in procs}
+    if expected != {str(len(procs))}:
+        problems.append(f"{host}: {len(procs)} worker(s), LOCAL_WORLD_SIZE says {', '.join(sorted(map(str, expected)))}")
+    groups = {v.get("GROUP_RANK") for _, v in procs}
+    if len(groups) > 1:
+        problems.append(f"{host}: workers disagree on GROUP_RANK: {', '.join(sorted(map(str, groups)))}")
+    ranks = sorted(r for r, _ in procs if r is not None)
+    if ranks and ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+        problems.append(f"{host}: ranks {ranks} are not contiguous")
+    return problems
 
 
 def _crowded_hosts(processes) -> list[Finding]:

@@ -150,7 +150,7 @@ def test_reach_summary_names_the_slowest_joiner():
     slow = reach("open", (), seconds=1.5)
     members = (member(0), member(1, reach=fast), member(2, reach=slow))
     assert diagnose.reach_summary(members) == [Finding(
-        "rdzv.reach", "pass", (1, 2), "2 joiner(s) reached node0:29500; slowest node2 in 1.50 s")]
+        "rdzv.reach", "pass", (1, 2), "2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
     assert diagnose.reach_summary((member(0),)) == []
 
 

@@ -154,21 +154,26 @@ def test_kubeflow_wins_over_torchrun():
     assert launch == Launch("kubeflow", 2, 1, 4, 1, (), KUBEFLOW)
 
 
-def test_torchrun_nnodes_is_world_size_over_local_world_size():
+def test_every_torchrun_worker_is_seated_by_its_global_rank():
     launch = detect_launch(TORCHRUN, None, None, None, local_gpus=0)
-    assert launch == Launch("torchrun", 1, 2, 2, 8, (), TORCHRUN)
+    assert launch == Launch("torchrun", 9, 16, 16, 8, (), TORCHRUN)
 
 
 def test_torchrun_without_local_world_size_uses_nproc_per_node():
     env = {k: v for k, v in TORCHRUN.items() if k != "LOCAL_WORLD_SIZE"}
     launch = detect_launch(env, None, None, 4, local_gpus=0)
-    assert (launch.nnodes_min, launch.nnodes_max, launch.nproc_per_node) == (4, 4, 4)
+    assert (launch.nnodes_min, launch.nnodes_max, launch.nproc_per_node) == (16, 16, 4)
 
 
-def test_a_single_torchrun_worker_is_one_node():
-    env = {"GROUP_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+def test_a_single_torchrun_worker():
+    env = {"RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
     assert detect_launch(env, None, None, None, local_gpus=0) == \
         Launch("torchrun", 0, 1, 1, 1, (), env)
+
+
+def test_torchrun_needs_the_global_rank():
+    env = {"GROUP_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    assert detect_launch(env, None, None, None, local_gpus=0).source == "arrival"
 
 
 def test_a_launcher_needs_both_its_count_and_its_rank():

@@ -1,0 +1,54 @@
+"""torchrun mode on real namespaces: `torchrun ... -m netcheck` with torchrun's own c10d
+rendezvous; every worker process takes part, rank 0 prints the cluster's report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from cluster import NodeSpec
+
+pytestmark = pytest.mark.root_required
+
+RDZV_PORT = 29400
+
+
+def torchrun(tmp_path, *netcheck_args: str, nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{RDZV_PORT}", "--rdzv-id", "job7",
+            "--rdzv-conf", "join_timeout=15,read_timeout=15",
+            "-m", "netcheck", "--json", str(tmp_path / "rank{rank}.json"), *netcheck_args]
+
+
+def run_both(c, argv, timeout=90):
+    procs = [c.popen(i, argv) for i in range(2)]
+    return [p.communicate(timeout=timeout) + (p.returncode,) for p in procs]
+
+
+def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        results = run_both(c, torchrun(tmp_path, "--timeout", "40"))
+    assert [rc for *_, rc in results] == [0, 0], results
+    report = json.loads((tmp_path / "rank0.json").read_text())
+    assert report["role"] == "host" and report["verdict"] == "pass"
+    assert [(n["rank"], n["hostname"]) for n in report["nodes"]] == [
+        (0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")]
+    (topology,) = [f for f in report["findings"] if f["check"] == "launch.topology"]
+    assert topology["severity"] == "pass" and "4 process(es) on 2 host(s)" in topology["summary"]
+    assert "verdict PASS" in results[0][0] and results[1][0] == "", "only rank 0 prints"
+
+
+def test_worker_store_port_blocked_for_one_node_fails_clearly(cluster, tmp_path):
+    """torchrun's own rendezvous port is open, the workers' MASTER_PORT is not: node1's
+    workers say `filtered` in seconds, rank 0 names ranks 2 and 3 missing; nobody hangs."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        c.allow_only_inbound(0, [RDZV_PORT])
+        results = run_both(c, torchrun(tmp_path, "--timeout", "16"), timeout=60)
+    assert [rc for *_, rc in results] != [0, 0]
+    node1_out = results[1][0]
+    assert "FAIL  rdzv.reach" in node1_out and "filtered" in node1_out, results[1]
+    report = json.loads((tmp_path / "rank0.json").read_text())
+    missing = [f for f in report["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
+    assert sorted(r for f in missing for r in f["nodes"]) == [2, 3], report["findings"]
