@@ -6,6 +6,7 @@ Messages carry the offending values, so a user-caused error reads as one clear l
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -93,4 +94,18 @@ def check_config(config: Config) -> Config:
             raise UsageError(str(e)) from None
     if not config.run_id or len(config.run_id) > 128 or "/" in config.run_id:
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-128 characters, no '/'")
+    for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
+                       ("--prom", config.prom_path)):
+        _check_writable(flag, path)
     return config
+
+
+def _check_writable(flag: str, path: str | None) -> None:
+    """Fail before the run, not after it, when a report could not be written."""
+    if path is None or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path.replace("{rank}", "0")))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{flag} {path}: the folder {folder} is not writable")

@@ -108,6 +108,10 @@ def write_file(path: str, text: str) -> None:
     """Write all or nothing: a half-written report is worse than none."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".netcheck-", suffix=".tmp")
+    # mkstemp makes the file private; a report is read by others (the node exporter).
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
     try:
         with os.fdopen(fd, "w") as out:
             out.write(text)

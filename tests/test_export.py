@@ -1,0 +1,151 @@
+"""export: the exclude list and the Prometheus metrics, over reports made of the real records.
+
+The metrics are read back with prometheus_client's own text-format parser, the one the
+Prometheus ecosystem trusts, so a format mistake fails here rather than in a node exporter.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from netcheck import __version__, cli, export
+from netcheck.model import Finding, Launch, NodeEntry, NodeFacts, Report
+from netcheck.nics import NicTable
+
+SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
+
+
+def facts(hostname: str, rank: int) -> NodeFacts:
+    launch = Launch("slurm", rank, 3, 3, 8, SLURM_HOSTS, {"SLURM_JOB_NODELIST": "gpu[01-03]"})
+    return NodeFacts(run_id="4242", hostname=hostname, fqdn=f"{hostname}.cluster",
+                     hostname_addresses=("10.0.0.1",), launch=launch, shm_bytes=1 << 30, gpus=8,
+                     nics=NicTable((), (), None), socket_env={}, reach=None, version=__version__)
+
+
+def report(findings: tuple[Finding, ...], healthy=("gpu01", "gpu02"), faulty=("gpu03",),
+           nodes=(0, 1), timings=None) -> Report:
+    """A host's report: gpu03 (rank 2) never joined unless `nodes` says otherwise."""
+    entries = tuple(NodeEntry(r, SLURM_HOSTS[r], f"10.0.0.{r + 1}", facts(SLURM_HOSTS[r], r))
+                    for r in nodes)
+    return Report(run_id="4242", node_rank=0, role="host", verdict="fail", nodes=entries,
+                  findings=findings, recommend={}, recommend_per_node={}, env_table=(),
+                  bandwidth={}, timings={"local": 0.01, "rendezvous": 12.5} if timings is None else timings,
+                  unfinished=None, healthy_nodes=healthy, faulty_nodes=faulty)
+
+
+MISSING = Finding("rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined", (), "start it")
+CLOCK = Finding("host.clock", "warn", (1,), "gpu02's clock is 3.1 s ahead", (), "time sync")
+PASSED = (Finding("rdzv.listen", "pass", (0,), "the host listens"),
+          Finding("rdzv.join", "pass", (0, 1), "2 nodes joined"))
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of a text exposition: (name, sorted labels) -> value; no duplicates."""
+    seen: dict[tuple[str, tuple], float] = {}
+    for family in text_string_to_metric_families(text):
+        assert family.name.startswith("netcheck_") and family.type == "gauge" and family.documentation
+        for s in family.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in seen, f"duplicate series {key}"
+            seen[key] = s.value
+    return seen
+
+
+def series(text: str, name: str) -> dict[tuple, float]:
+    return {labels: v for (n, labels), v in samples(text).items() if n == name}
+
+
+# --- exclude list -------------------------------------------------------------------------------
+
+
+def test_exclude_is_the_faulty_hostnames_comma_separated_on_one_line():
+    rep = report((MISSING,), healthy=("gpu01",), faulty=("gpu02", "gpu03", "gpu02"))
+    assert export.render_exclude(rep) == "gpu02,gpu03\n"
+
+
+def test_exclude_is_empty_when_no_node_is_faulty():
+    assert export.render_exclude(report(PASSED, healthy=SLURM_HOSTS, faulty=())) == ""
+
+
+def test_exclude_leaves_out_names_that_would_change_the_lists_meaning():
+    rep = report((MISSING,), faulty=("gpu03", "evil,gpu01", "a[1-9]", "two words", ""))
+    assert export.render_exclude(rep) == "gpu03\n"
+
+
+# --- Prometheus metrics -------------------------------------------------------------------------
+
+
+def test_verdict_is_a_state_set_and_info_names_role_and_version():
+    text = export.render_prom(report(PASSED + (MISSING,)))
+    assert series(text, "netcheck_verdict") == {
+        (("severity", "pass"),): 0, (("severity", "warn"),): 0, (("severity", "fail"),): 1}
+    assert series(text, "netcheck_info") == {(("role", "host"), ("version", __version__)): 1}
+
+
+def test_each_check_reports_its_worst_severity_once():
+    checks = series(export.render_prom(report(PASSED + (MISSING, CLOCK))), "netcheck_check")
+    worst = {dict(labels)["check"]: dict(labels)["severity"] for labels, v in checks.items() if v == 1}
+    assert worst == {"rdzv.listen": "pass", "rdzv.join": "fail", "host.clock": "warn"}
+    assert len(checks) == 3 * 3
+
+
+def test_node_metrics_name_a_missing_node_by_its_slurm_hostname():
+    text = export.render_prom(report(PASSED + (MISSING, CLOCK)))
+    assert series(text, "netcheck_node_faulty") == {
+        (("node", "gpu01"),): 0, (("node", "gpu02"),): 0, (("node", "gpu03"),): 1}
+    assert series(text, "netcheck_node_findings") == {
+        (("check", "rdzv.join"), ("node", "gpu03"), ("severity", "fail")): 1,
+        (("check", "host.clock"), ("node", "gpu02"), ("severity", "warn")): 1}
+
+
+def test_a_rank_without_a_known_hostname_is_named_by_rank():
+    lost = Finding("rdzv.join", "fail", (7,), "node rank 7 never joined")
+    findings = series(export.render_prom(report((lost,))), "netcheck_node_findings")
+    assert findings == {(("check", "rdzv.join"), ("node", "rank 7"), ("severity", "fail")): 1}
+
+
+def test_phase_timings_are_seconds_per_phase():
+    text = export.render_prom(report(PASSED, timings={"local": 0.125, "reach": 0, "mesh": 1e-05}))
+    assert series(text, "netcheck_phase_seconds") == {
+        (("phase", "local"),): 0.125, (("phase", "reach"),): 0, (("phase", "mesh"),): 1e-05}
+
+
+def test_two_ranks_on_one_hostname_give_one_series_each():
+    twice = Finding("rdzv.join", "fail", (0, 1), "rank claimed twice")
+    rep = report((twice,), healthy=("gpu01",), faulty=("gpu01",), nodes=(0, 0))
+    text = export.render_prom(rep)
+    assert series(text, "netcheck_node_faulty") == {(("node", "gpu01"),): 1}
+    assert series(text, "netcheck_node_findings") == {
+        (("check", "rdzv.join"), ("node", "gpu01"), ("severity", "fail")): 1,
+        (("check", "rdzv.join"), ("node", "gpu02"), ("severity", "fail")): 1}
+
+
+def test_label_values_from_peers_are_escaped():
+    odd = 'gpu"9\\x\nnext'
+    text = export.render_prom(report((MISSING,), healthy=(odd,), faulty=()))
+    assert series(text, "netcheck_node_faulty") == {(("node", odd),): 0}
+
+
+def test_a_report_with_nothing_in_it_still_parses():
+    empty = Report(run_id="probe", node_rank=None, role="probe", verdict="pass", nodes=(), findings=(),
+                   recommend={}, recommend_per_node={}, env_table=(), bandwidth={}, timings={},
+                   unfinished=None, healthy_nodes=(), faulty_nodes=())
+    assert series(export.render_prom(empty), "netcheck_verdict")[(("severity", "pass"),)] == 1
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_flags_reach_the_config():
+    args = cli.build_parser().parse_args(["--rdzv", "node0", "--exclude-file", "x.txt", "--prom", "m.prom"])
+    config = cli.config_from_args(args, {})
+    assert (config.exclude_path, config.prom_path) == ("x.txt", "m.prom")
+
+
+def test_emit_writes_both_files_and_replaces_a_stale_exclude_list(tmp_path, capsys):
+    exclude, prom = tmp_path / "exclude.txt", tmp_path / "netcheck.prom"
+    exclude.write_text("gpu09\n")
+    rep = report(PASSED, healthy=SLURM_HOSTS, faulty=())
+    cli.emit(rep, None, True, False, str(exclude), str(prom))
+    assert exclude.read_text() == "" and prom.read_text() == export.render_prom(rep)
+    assert capsys.readouterr().out == ""

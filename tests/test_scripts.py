@@ -1,0 +1,205 @@
+"""The launcher scripts: scripts/netcheck.sbatch (Slurm) and scripts/netcheck-job.yaml (Kubernetes).
+
+The sbatch script's own lines run on the namespace cluster with Slurm's variables as srun
+sets them in each task; `srun` is a stand-in that runs the task where it is called, and
+each node runs the script, as srun would run the task on each node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster import NodeSpec
+from netcheck import __version__
+from netcheck.launcher import detect_launch, expand_hostlist, rdzv_from_env
+from nodes import read_report
+from test_export import series
+
+REPO = Path(__file__).resolve().parents[1]
+SBATCH = REPO / "scripts" / "netcheck.sbatch"
+MANIFEST = REPO / "scripts" / "netcheck-job.yaml"
+KUBEFLOW_READS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+SRUN = """#!/bin/sh
+# srun as one node sees it: the options dropped, the task run here.
+while [ "${1#-}" != "$1" ]; do shift; done
+exec "$@"
+"""
+SCONTROL = f"""#!/bin/sh
+# scontrol show hostnames LIST, answered with netcheck's own expansion of Slurm host lists.
+exec {sys.executable} -c 'import sys; from netcheck.launcher import expand_hostlist; print("\\n".join(expand_hostlist(sys.argv[1])))' "$3"
+"""
+
+
+def tool(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(text)
+    (folder / name).chmod(0o755)
+    return folder
+
+
+def first_host(nodelist: str, path: Path | str) -> str:
+    """The script's first_host, sourced (main does not run) with this PATH."""
+    done = subprocess.run([shutil.which("bash"), "-c", 'source "$1"; first_host "$2"', "sh", str(SBATCH), nodelist],
+                          capture_output=True, text=True, env={**os.environ, "PATH": str(path)}, check=True)
+    return done.stdout.strip()
+
+
+# --- the sbatch script, here --------------------------------------------------------------------
+
+
+def test_sbatch_script_parses_and_is_shellcheck_clean():
+    subprocess.run(["bash", "-n", str(SBATCH)], check=True)
+    done = subprocess.run(["shellcheck", str(SBATCH)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+def test_sbatch_asks_for_one_task_per_node():
+    directives = [line.split()[1] for line in SBATCH.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "--ntasks-per-node=1" in directives
+
+
+LISTS = ["node[0-2]", "gpu[07-09,12],login1", "rack[1-2]n[3-4]", "login1,login2", "a", "x-[001-003]-y"]
+
+
+@pytest.mark.parametrize("nodelist", LISTS)
+def test_first_host_without_scontrol_is_netchecks_expansion(nodelist, tmp_path):
+    assert first_host(nodelist, tmp_path) == expand_hostlist(nodelist)[0]
+
+
+@pytest.mark.parametrize("nodelist", LISTS)
+def test_first_host_with_scontrol_takes_its_first_line(nodelist, tmp_path):
+    path = f"{tool(tmp_path / 'bin', 'scontrol', SCONTROL)}:{os.environ['PATH']}"
+    assert first_host(nodelist, path) == expand_hostlist(nodelist)[0]
+
+
+def test_sbatch_script_outside_slurm_says_so():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    done = subprocess.run(["bash", str(SBATCH)], capture_output=True, text=True, env=env)
+    assert done.returncode != 0 and "run this under sbatch or salloc" in done.stderr
+
+
+# --- the sbatch script on the namespace cluster ------------------------------------------------------
+
+
+def slurm_task_env(i: int, n: int, bin_dir: Path) -> dict[str, str | None]:
+    """The variables srun sets in the task of node i of an n-node job, one task per node."""
+    return {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": f"node[0-{n - 1}]", "SLURM_NNODES": str(n),
+            "SLURM_NTASKS": str(n), "SLURM_NTASKS_PER_NODE": "1", "SLURM_NODEID": str(i),
+            "SLURM_PROCID": str(i), "SLURM_LOCALID": "0", "SLURMD_NODENAME": f"node{i}",
+            "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "MASTER_ADDR": None, "MASTER_PORT": None}
+
+
+def sbatch_on(c, nodes: list[int], n: int, tmp_path: Path, args=lambda i: []) -> list[subprocess.Popen]:
+    """The script on each of `nodes` of an n-node allocation, from one submit folder."""
+    bin_dir = tool(tmp_path / "bin", "srun", SRUN)
+    return [c.popen(i, ["bash", str(SBATCH), *args(i)], env=slurm_task_env(i, n, bin_dir), cwd=tmp_path)
+            for i in nodes]
+
+
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str]]:
+    return [(p.returncode, out + err) for p in procs for out, err in [p.communicate(timeout=timeout)]]
+
+
+@pytest.mark.root_required
+def test_sbatch_on_three_healthy_nodes_collects_every_report(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", "30"]), 60)
+    assert [rc for rc, _ in done] == [0, 0, 0], done
+    folder = tmp_path / "netcheck-4242"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "exclude.txt", "netcheck-node0.json", "netcheck-node1.json", "netcheck-node2.json"]
+    host = read_report(folder / "netcheck-node0.json")
+    assert host["role"] == "host" and host["run_id"] == "4242"
+    assert host["healthy_nodes"] == ["node0", "node1", "node2"]
+    assert host["nodes"][0]["facts"]["launch"]["source"] == "slurm"
+    assert read_report(folder / "netcheck-node2.json")["node_rank"] == 2
+    assert (folder / "exclude.txt").read_text() == ""
+
+
+@pytest.mark.root_required
+def test_sbatch_with_a_node_missing_names_it_in_the_exclude_list_and_metrics(cluster, tmp_path):
+    """node2 is in the allocation but never runs; --prom is node-local, one path per node."""
+    prom = lambda i: tmp_path / f"textfile-node{i}.prom"
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path, lambda i: ["--timeout", "12", "--prom", str(prom(i))]),
+                        30)
+    assert [rc for rc, _ in done] == [2, 0], done
+    folder = tmp_path / "netcheck-4242"
+    assert (folder / "exclude.txt").read_text() == "node2\n"
+    assert read_report(folder / "netcheck-node0.json")["faulty_nodes"] == ["node2"]
+    metrics = prom(0).read_text()
+    assert series(metrics, "netcheck_node_faulty") == {
+        (("node", "node0"),): 0, (("node", "node1"),): 0, (("node", "node2"),): 1}
+    assert series(metrics, "netcheck_check")[(("check", "rdzv.join"), ("severity", "fail"))] == 1
+    assert series(prom(1).read_text(), "netcheck_info")[(("role", "joiner"), ("version", __version__))] == 1
+
+
+# --- the Kubernetes manifest ----------------------------------------------------------------------
+
+
+def manifest() -> tuple[dict, dict]:
+    docs = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text())}
+    return docs["Service"], docs["Job"]
+
+
+def container_env(job: dict, index: int) -> dict[str, str]:
+    """The container's environment in pod `index`, the downward API's completion index resolved."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] if "value" in e else str(index) for e in container["env"]}
+
+
+def test_manifest_names_the_variables_netcheck_reads_and_they_agree():
+    service, job = manifest()
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert set(KUBEFLOW_READS) <= set(env)
+    assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert spec["completionMode"] == "Indexed"
+    assert int(env["PET_NNODES"]["value"]) == spec["completions"] == spec["parallelism"]
+    assert pod["subdomain"] == service["metadata"]["name"] and service["spec"]["clusterIP"] == "None"
+    assert env["PET_MASTER_ADDR"]["value"] == f"{job['metadata']['name']}-0.{pod['subdomain']}"
+    assert int(env["PET_MASTER_PORT"]["value"]) == pod["containers"][0]["ports"][0]["containerPort"]
+    (wait,) = pod["initContainers"]
+    assert f"getent hosts {env['PET_MASTER_ADDR']['value']} " in wait["command"][-1]
+
+
+def test_netcheck_reads_the_manifests_variables_as_kubeflows():
+    _, job = manifest()
+    for index in range(job["spec"]["completions"]):
+        env = container_env(job, index)
+        launch = detect_launch(env, None, None, None, local_gpus=0)
+        assert (launch.source, launch.node_rank, launch.nnodes_max) == ("kubeflow", index, 2)
+        assert rdzv_from_env(env) == "netcheck-0.netcheck:29500"
+
+
+@pytest.mark.root_required
+def test_manifests_command_forms_the_cluster_on_namespaces(cluster, tmp_path):
+    """Pods netcheck-0 and netcheck-1, the Service's names in /etc/hosts, the init
+    container's and the container's commands and environment as the manifest gives them."""
+    _, job = manifest()
+    (wait,) = job["spec"]["template"]["spec"]["initContainers"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    argv = [str(Path(sys.executable).parent / container["command"][0]), *container["args"]]
+    names = [f"netcheck-{i}" for i in range(2)]
+    hosts = tuple(f"198.18.0.{10 + i} {name}.netcheck" for i, name in enumerate(names))
+    with cluster([NodeSpec(hostname=name, hosts_extra=hosts) for name in names]) as c:
+        assert [n.addr for n in c.nodes] == [h.split()[0] for h in hosts]
+        assert c.run(1, wait["command"], timeout=5).returncode == 0
+        procs = [c.popen(i, [*argv, "--json", str(tmp_path / f"{names[i]}.json")],
+                         env={**container_env(job, i), "MASTER_ADDR": None, "MASTER_PORT": None})
+                 for i in range(2)]
+        done = wait_all(procs, 150)
+    assert [rc for rc, _ in done] == [0, 0], done
+    host = read_report(tmp_path / "netcheck-0.json")
+    assert host["role"] == "host" and host["healthy_nodes"] == names
+    assert host["nodes"][1]["facts"]["launch"]["source"] == "kubeflow"
