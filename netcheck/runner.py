@@ -233,17 +233,27 @@ def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
 
 
 def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
-    """Listen on every candidate, connect to every peer's, and keep listening until all are done."""
+    """Listen on every candidate and connect to each target peer's; listeners stay open until
+    the host has every node's results, since someone may still be connecting to them.
+
+    A node reads only its targets' offers, and only the host reads every result: a node's
+    cost grows with its sample, not with the cluster.
+    """
     ex, me, ranks = seat.exchange, seat.rank, sorted(names)
     deadline = run.phase_deadline(MESH_PHASE_LIMIT)
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
+    peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.facts.nics) as listeners:
         ex.put(ex.key("mesh-offer", me), listeners.offer())
-        offers = rendezvous.collect(ex, mesh.Offer, "mesh-offer", ranks, deadline)
-        peers = mesh.targets(me, ranks, sample, run.config.run_id)
+        offers = rendezvous.collect(ex, mesh.Offer, "mesh-offer", peers, deadline)
         mine = mesh.probe_peers(me, {r: o for r, o in offers.items() if o.rank == r}, peers, run.facts.nics)
         ex.put(ex.key("mesh-result", me), mesh.MeshResults(me, mine))
+        if run.role != "host":
+            _wait_quietly(ex, ex.key("mesh-done"), deadline)
+            run.findings += recommend.mesh_findings(names, mine)
+            return mine
         results = rendezvous.collect(ex, mesh.MeshResults, "mesh-result", ranks, deadline)
+        ex.put(ex.key("mesh-done"), len(results))
     # Trust nothing: a node speaks only for the connects it made itself.
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
     run.findings += recommend.mesh_findings(names, attempts)
@@ -251,14 +261,25 @@ def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attem
     return attempts
 
 
+def _wait_quietly(ex: rendezvous.Exchange, key: str, deadline: Deadline) -> None:
+    """Wait for the host's go-ahead; without it (the host is gone), the deadline decides."""
+    try:
+        ex.wait(key, deadline)
+    except TimeoutError:
+        pass
+
+
 def _nic(run: Run) -> None:
     """Each library's choice on each node, held against what the mesh proved."""
     members = run.members
-    proven = recommend.proven_interfaces(members, run.attempts) if run.attempts else None
+    # Only the host hears every node's connects, so only it can prove an interface works;
+    # a joiner still checks its own settings and what the libraries would pick.
+    host = run.role == "host"
+    proven = recommend.proven_interfaces(members, run.attempts) if host and run.attempts else None
     run.findings += recommend.route_findings(members, run.attempts)
     run.findings += recommend.nccl_findings(members, proven)
     run.findings += recommend.gloo_findings(members, proven)
-    if run.role != "host":
+    if not host:
         return
     run.findings += recommend.ib_findings(members)
     if proven is not None:
