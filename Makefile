@@ -28,9 +28,10 @@ $(STAMP): requirements-dev.txt setup.cfg
 	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
-# The whole suite: unit tests and the namespace-cluster integration tests.
+# The whole suite: unit tests and the namespace-cluster integration tests, two at a time
+# (most of a cluster test is waiting on deadlines, not computing).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # Unit tests only: seconds, no root needed.
 test-fast: install

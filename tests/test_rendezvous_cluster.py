@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cluster import NodeSpec
-from nodes import PORT, explain, finish, finish_all, start
+from nodes import GRACE, PORT, explain, finish, finish_all, start
 
 pytestmark = pytest.mark.root_required
 
@@ -50,11 +50,13 @@ def test_master_port_dropped_for_one_joiner(cluster, tmp_path):
                 for i in range(3)]
         blocked = finish(runs[2], 10)
         finish_all(runs[:2], 30)
-    assert blocked.rc == 2 and blocked.seconds < 8, explain(runs)
+    assert blocked.rc == 2, explain(runs)
     (reach,) = blocked.findings("rdzv.reach", "fail")
     assert "filtered" in reach["summary"]
+    # Said at the first answer, not after waiting out the join window (timed in benchmarks/).
+    assert blocked.report["nodes"][0]["facts"]["reach"]["attempts"] == 1
     assert runs[1].rc == 0, explain(runs)
-    assert runs[0].rc == 2 and runs[0].seconds < 16 + 3
+    assert runs[0].rc == 2 and runs[0].seconds < 16 + GRACE
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2] and "node2" in missing["summary"]
     assert runs[0].report["faulty_nodes"] == ["node2"]
@@ -78,7 +80,7 @@ def test_joiner_reach_outcomes_without_a_host(cluster, tmp_path):
     assert "unreachable" in runs[2].findings("rdzv.reach", "fail")[0]["summary"]
     nobody = runs[3]
     assert "refused" in nobody.findings("rdzv.reach", "fail")[0]["summary"]
-    assert nobody.report["unfinished"] is None and nobody.seconds < 6 + 3
+    assert nobody.report["unfinished"] is None and nobody.seconds < 6 + GRACE
 
 
 def test_joiner_started_before_the_host_passes(cluster, tmp_path):
@@ -107,7 +109,7 @@ def test_port_held_by_another_process_is_named(cluster, tmp_path):
 def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         runs = finish_all([start(c, i, ranked(i, 3, timeout=12), tmp_path) for i in range(2)], 20)
-    assert runs[0].rc == 2 and runs[0].seconds < 12 + 3, explain(runs)
+    assert runs[0].rc == 2 and runs[0].seconds < 12 + GRACE, explain(runs)
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2]
     assert runs[1].rc == 0, explain(runs)
