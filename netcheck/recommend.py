@@ -7,6 +7,7 @@ that the mesh showed to carry traffic between every pair. Pure: no I/O, no print
 
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
@@ -91,8 +92,26 @@ def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -
                         tuple(text for _, text in problems),
                         "set the variables to interface names that exist on every node; a "
                         "cluster run's export lines name ones that work")]
+    shared = [(m, text) for m in members for text in shared_subnets(m.facts.nics)]
+    if shared:
+        return [Finding(NIC_ROUTE, WARN, tuple(sorted({m.rank for m, _ in shared})),
+                        "two interfaces on one subnet: the kernel may answer from either",
+                        tuple(f"{m.facts.hostname}: {text}" for m, text in shared),
+                        "give each interface its own subnet, or pin the libraries to one of "
+                        "them with the exports below (nccl#913)")]
     return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
                     "the kernel's routes between nodes", _routes(members, attempts))]
+
+
+def shared_subnets(table) -> list[str]:
+    """Running interfaces with addresses in one IPv4 subnet, as "eth0, eth1 on 10.0.0.0/24"."""
+    by_net = defaultdict(list)
+    for nic in table.nics:
+        if nic.running and nic.kind != "loopback":
+            for a in nic.addresses:
+                if a.family == "ipv4":
+                    by_net[ipaddress.ip_interface(f"{a.address}/{a.prefixlen}").network].append(nic.name)
+    return [f"{', '.join(names)} on {net}" for net, names in by_net.items() if len(set(names)) > 1]
 
 
 def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
@@ -214,7 +233,8 @@ def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
                                 "with NCCL_IB_HCA"))
     shapes = [tuple(v) for v in active.values()]
     if len(set(shapes)) > 1:
-        common = max(set(shapes), key=shapes.count)
+        # The most common set is the norm; on a tie, the fuller one (a port went missing).
+        common = max(set(shapes), key=lambda v: (shapes.count(v), len(v)))
         odd = tuple(r for r, v in active.items() if tuple(v) != common)
         findings.append(Finding(NIC_IB, WARN, odd, "nodes have different sets of active InfiniBand "
                                 "ports", tuple(f"{names[r]}: {len(v)} active {v}" for r, v in sorted(active.items())),

@@ -128,3 +128,13 @@ def test_broken_interface_settings_are_named_per_node(cluster, tmp_path):
     assert any(e.startswith("node2: GLOO_SOCKET_IFNAME=198.18.0.12") and "IP address" in e
                for e in route["evidence"])
     assert runs[1].findings("nic.route", "fail"), "the joiner sees its own broken setting too"
+
+
+def test_second_interface_on_the_same_subnet_is_flagged(cluster, tmp_path):
+    """nccl#913: a second NIC on one subnet makes the kernel answer from either."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        c.add_decoy(1, "eth1", "198.18.0.111/24")
+        runs = run_cluster(c, tmp_path)
+    (route,) = runs[0].findings("nic.route")
+    assert route["severity"] == "warn" and route["nodes"] == [1], route
+    assert route["evidence"] == ["node1: eth0, eth1 on 198.18.0.0/24"]

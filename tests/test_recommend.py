@@ -1,0 +1,136 @@
+"""The mesh and nic rules and the recommendation, over hand-built facts and mesh attempts."""
+
+from __future__ import annotations
+
+from netcheck import recommend
+from netcheck.mesh import Attempt
+from netcheck.model import Launch, Member, NodeFacts
+from netcheck.nics import Address, IbPort, Nic, NicTable
+
+
+def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,
+        kind: str = "ethernet", running: bool = True, prefix: int = 24) -> Nic:
+    addrs = (Address("ipv4", address, prefix),) if address else ()
+    return Nic(name, 0, addrs, True, running, mtu, speed, kind, None)
+
+
+def member(rank: int, *nics: Nic, env: dict | None = None, ib: tuple[IbPort, ...] = (),
+           hostname_addresses: tuple[str, ...] | None = None) -> Member:
+    table = NicTable((nic("lo", "127.0.0.1", kind="loopback", prefix=8),) + nics, ib, None)
+    first = next((n.addresses[0].address for n in nics if n.addresses), "127.0.1.1")
+    facts = NodeFacts(run_id="r", hostname=f"node{rank}", fqdn=f"node{rank}.c",
+                      hostname_addresses=hostname_addresses or (first,),
+                      launch=Launch("flags", rank, 3, 3, 1), shm_bytes=None, gpus=0, nics=table,
+                      socket_env=env or {}, reach=None, version="0")
+    return Member(rank, facts)
+
+
+def ok(src: int, dst: int, ifname: str, src_ifname: str = "eth0") -> Attempt:
+    return Attempt(src, dst, ifname, f"198.18.0.{10 + dst}", "ok", 0.1, src_ifname, "connected")
+
+
+def failed(src: int, dst: int, ifname: str, outcome: str = "filtered") -> Attempt:
+    return Attempt(src, dst, ifname, f"198.19.{dst}.1", outcome, None, None, "no answer in 2 s")
+
+
+def full_mesh(ranks, ifname_of, extra=()) -> tuple[Attempt, ...]:
+    return tuple(ok(s, d, ifname_of(d), ifname_of(s)) for s in ranks for d in ranks if s != d) + tuple(extra)
+
+
+NAMES = {0: "eth0", 1: "ens5", 2: "enp3s0f1"}
+THREE = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("ens5", "198.18.0.11")),
+         member(2, nic("enp3s0f1", "198.18.0.12")))
+
+
+def test_proven_interfaces_need_every_peer_that_tried():
+    decoy = [failed(0, 1, "ib0"), ok(2, 1, "ib0")]
+    members = THREE[:1] + (member(1, nic("ib0", "198.19.1.1"), nic("ens5", "198.18.0.11")),) + THREE[2:]
+    proven = recommend.proven_interfaces(members, full_mesh(range(3), NAMES.get, decoy))
+    assert proven == {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
+
+
+def test_recommendation_with_different_names_is_an_exact_nccl_list_and_gloo_per_node():
+    proven = {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
+    rec = recommend.recommendation(THREE, proven)
+    assert rec.cluster == {"NCCL_SOCKET_IFNAME": "=eth0,ens5,enp3s0f1"}
+    assert rec.per_node == {f"node{r}": {"GLOO_SOCKET_IFNAME": n, "TP_SOCKET_IFNAME": n}
+                            for r, n in NAMES.items()}
+
+
+def test_recommendation_with_one_name_everywhere_is_one_value():
+    members = tuple(member(r, nic("eth0", f"198.18.0.{10 + r}")) for r in range(3))
+    rec = recommend.recommendation(members, {r: ["eth0"] for r in range(3)})
+    assert rec.cluster == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0",
+                           "TP_SOCKET_IFNAME": "eth0"} and rec.per_node == {}
+
+
+def test_no_recommendation_when_a_node_has_no_working_interface():
+    rec = recommend.recommendation(THREE, {0: ["eth0"], 1: [], 2: ["enp3s0f1"]})
+    assert rec.cluster == {} and rec.per_node == {} and "node1" in rec.reason
+
+
+def test_mesh_fails_on_a_direction_with_no_path_and_names_it():
+    attempts = (ok(0, 2, "enp3s0f1"), ok(2, 0, "eth0"), ok(1, 0, "eth0"), ok(1, 2, "enp3s0f1"),
+                failed(0, 1, "ens5"), failed(2, 1, "ens5"))
+    (finding,) = recommend.mesh_findings({0: "node0", 1: "node1", 2: "node2"}, attempts)
+    assert (finding.severity, finding.nodes) == ("fail", (0, 1, 2))
+    assert [e.split(":")[0] for e in finding.evidence] == ["node0 -> node1", "node2 -> node1"]
+
+
+def test_mesh_passes_and_lists_interfaces_that_carry_nothing():
+    attempts = full_mesh(range(2), {0: "eth0", 1: "eth0"}.get, [failed(0, 1, "docker0", "local")])
+    (finding,) = recommend.mesh_findings({0: "node0", 1: "node1"}, attempts)
+    assert finding.severity == "pass"
+    assert finding.evidence == ("node1 docker0 carries nothing between nodes: local",)
+
+
+def test_nccl_default_fails_where_the_pick_reaches_no_peer():
+    members = (member(0, nic("eth0", "198.18.0.10")),
+               member(1, nic("ib0", "198.19.1.1", kind="infiniband"), nic("eth0", "198.18.0.11")))
+    (finding,) = recommend.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    assert (finding.severity, finding.nodes) == ("fail", (1,))
+    assert "ib0 reaches no peer" in finding.evidence[0]
+
+
+def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
+    members = (member(0, nic("eth0", "198.18.0.10")),
+               member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)))
+    (finding,) = recommend.gloo_findings(members, None)
+    assert (finding.severity, finding.nodes) == ("fail", (1,))
+    assert "127.0.1.1" in finding.evidence[0]
+
+
+def test_route_fails_on_a_setting_that_names_nothing_here_or_an_address():
+    members = (member(0, nic("eth0", "198.18.0.10"), env={"NCCL_SOCKET_IFNAME": "ens5"}),
+               member(1, nic("eth0", "198.18.0.11"), env={"GLOO_SOCKET_IFNAME": "198.18.0.11"}))
+    (finding,) = recommend.route_findings(members, ())
+    assert (finding.severity, finding.nodes) == ("fail", (0, 1))
+
+
+def test_route_warns_on_two_interfaces_in_one_subnet():
+    members = (member(0, nic("eth0", "10.0.0.5"), nic("eth1", "10.0.0.6")),)
+    (finding,) = recommend.route_findings(members, ())
+    assert finding.severity == "warn" and finding.evidence == ("node0: eth0, eth1 on 10.0.0.0/24",)
+
+
+def test_mtu_mismatch_names_the_odd_node():
+    members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", mtu=9000)),
+               member(2, nic("eth0", "198.18.0.12")))
+    (finding,) = recommend.mtu_findings(members, full_mesh(range(3), lambda r: "eth0"))
+    assert (finding.severity, finding.nodes) == ("warn", (1,))
+
+
+def test_speed_warns_on_the_slow_node_and_passes_when_nothing_is_known():
+    members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", speed=1000)))
+    (slow,) = recommend.speed_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    assert (slow.severity, slow.nodes) == ("warn", (1,))
+    unknown = tuple(member(r, nic("eth0", f"198.18.0.{10 + r}", speed=None)) for r in range(2))
+    assert recommend.speed_findings(unknown, {0: ["eth0"], 1: ["eth0"]})[0].severity == "pass"
+
+
+def test_ib_port_down_fails_and_uneven_hcas_warn():
+    up = IbPort("mlx5_0", 1, "ACTIVE", "InfiniBand", "200 Gb/sec (4X HDR)", "ib0")
+    down = IbPort("mlx5_1", 1, "DOWN", "InfiniBand", "200 Gb/sec (4X HDR)", "ib1")
+    members = (member(0, nic("eth0", "198.18.0.10"), ib=(up, up)), member(1, nic("eth0", "198.18.0.11"), ib=(up, down)))
+    findings = recommend.ib_findings(members)
+    assert [(f.severity, f.nodes) for f in findings] == [("fail", (1,)), ("warn", (1,))]
