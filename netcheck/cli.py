@@ -21,6 +21,7 @@ from netcheck.constants import (
     MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
 from netcheck.launcher import LaunchError, detect_launch, is_torchrun_worker, rdzv_from_env
+from netcheck.local import driver_gpus
 
 EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 PROBE_TIMEOUT_MAX = 3600.0
@@ -92,7 +93,8 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
     if not rdzv:
         raise UsageError("--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)")
     try:
-        launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node, local_gpus=0)
+        launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node,
+                               local_gpus=driver_gpus())
     except LaunchError as e:
         raise UsageError(str(e)) from None
     return check_config(Config(
