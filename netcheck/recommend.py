@@ -35,16 +35,19 @@ class Recommendation:
 def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> dict[int, list[str]]:
     """Per node, its interfaces that every peer which tried could reach (right greeting).
 
-    In the node's getifaddrs order, the order NCCL walks them.
+    In the node's getifaddrs order, the order NCCL walks them. A node no peer tried (its
+    peers died first) is left out: there is no evidence either way, and the rules that
+    need proof skip it rather than fail it.
     """
     tried, reached = defaultdict(set), defaultdict(set)
     for a in attempts:
         tried[(a.dst, a.ifname)].add(a.src)
         if a.outcome == "ok":
             reached[(a.dst, a.ifname)].add(a.src)
+    targets = {a.dst for a in attempts}
     return {m.rank: [n.name for n in m.facts.nics.nics
                      if tried[(m.rank, n.name)] and tried[(m.rank, n.name)] == reached[(m.rank, n.name)]]
-            for m in members}
+            for m in members if m.rank in targets}
 
 
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -129,7 +132,7 @@ def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         picked = [p.name for p in choice.interfaces]
         if choice.bootstrap is None:
             bad.append((m, f"{m.facts.hostname}: NCCL finds no socket interface ({choice.reason})"))
-        elif proven is not None and any(name not in proven[m.rank] for name in picked):
+        elif proven is not None and m.rank in proven and any(n not in proven[m.rank] for n in picked):
             dead = [name for name in picked if name not in proven[m.rank]]
             bad.append((m, f"{m.facts.hostname}: NCCL would use {', '.join(picked)}; "
                            f"{', '.join(dead)} reaches no peer ({choice.reason})"))
@@ -151,7 +154,7 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env,
                                                 list(m.facts.hostname_addresses))
         for d in choice.devices:
-            unproven = proven is not None and d.interface not in proven[m.rank]
+            unproven = proven is not None and m.rank in proven and d.interface not in proven[m.rank]
             if d.error or d.loopback or unproven:
                 bad.append((m, f"{m.facts.hostname}: {choice.reason}"))
                 break
@@ -196,12 +199,12 @@ def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], 
 
 def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) -> list[Finding]:
     """Link speed of the interfaces each node uses: one slow node paces every collective."""
-    speeds = {m.rank: _used_speed(m, proven.get(m.rank, [])) for m in members}
+    speeds = {m.rank: _used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
     known = {r: s for r, s in speeds.items() if s is not None}
     names = {m.rank: m.facts.hostname for m in members}
     evidence = tuple(f"{names[r]}: {f'{s} Mb/s' if s else 'unknown'}" for r, s in sorted(speeds.items()))
     if not known:
-        return [Finding(NIC_SPEED, PASS, tuple(names), "link speeds are not reported (virtual "
+        return [Finding(NIC_SPEED, PASS, tuple(speeds), "link speeds are not reported (virtual "
                         "interfaces); the bandwidth phase measures them", evidence)]
     fastest = max(known.values())
     slow = tuple(r for r, s in speeds.items() if s is None or s < fastest)
@@ -251,7 +254,7 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     lists = [proven.get(m.rank, []) for m in members]
     if not members or not all(lists):
         stuck = [m.facts.hostname for m, names in zip(members, lists) if not names]
-        return Recommendation({}, {}, f"no interface of {', '.join(stuck)} is reachable from every "
+        return Recommendation({}, {}, f"nothing proven to reach {', '.join(stuck)} from every "
                                       "peer: see mesh.connect")
     everything = [[n.name for n in m.facts.nics.nics] for m in members]
     cluster: dict[str, str] = {}
