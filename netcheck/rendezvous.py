@@ -19,8 +19,9 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netcheck import codec
 from netcheck.constants import CLOCK_PINGS, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL
@@ -32,6 +33,7 @@ from netcheck.probe import resolve_addresses
 
 ROOT = "netcheck"
 LOOKUP_TIMEOUT = 2.0
+CONNECT_TRY = 2.0
 
 
 class RendezvousError(Exception):
@@ -86,12 +88,26 @@ def host_store(listener: socket.socket, port: int, deadline: Deadline):
 
 
 def client_store(host: str, port: int, deadline: Deadline):
+    # TCPStore retries a refused connect for up to ~2 times the timeout it is given, so
+    # it gets short tries, each ending well inside the deadline, until the deadline.
     dist = import_distributed()
-    try:
-        return dist.TCPStore(host, port, None, False, _timedelta(deadline.remaining()))
-    except (RuntimeError, OSError) as e:
-        raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
-                              f"{_first_line(e)}") from None
+    while True:
+        try:
+            store = dist.TCPStore(host, port, None, False,
+                                  _timedelta(min(CONNECT_TRY, deadline.remaining() / 3)))
+            store.set_timeout(_timedelta(deadline.remaining()))
+            return store
+        except (RuntimeError, OSError) as e:
+            if deadline.remaining() < 0.1:
+                raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
+                                      f"{_first_line(e)}") from None
+
+
+def store_lost(error: BaseException) -> bool:
+    """A store client's connection broke mid-run (the host died, or the path to it): a
+    fault to report, not a netcheck bug."""
+    dist = sys.modules.get("torch.distributed")
+    return isinstance(error, (ConnectionError, getattr(dist, "DistNetworkError", ConnectionError)))
 
 
 def _first_line(error: BaseException) -> str:
@@ -127,10 +143,18 @@ class Exchange:
         return self.read(cls, key)
 
     def wait(self, key: str, deadline: Deadline) -> None:
+        # Polled, not a blocking store.wait: Python sees Ctrl-C only between calls, and a
+        # blocking wait would hold it until the deadline.
+        pause = 0.002  # quick at first: a clock pong is answered within one host poll
         try:
-            self.store.wait([key], _timedelta(deadline.remaining()))
+            while not self.store.check([key]) and not deadline.expired():
+                time.sleep(pause)
+                pause = min(2 * pause, STORE_POLL_INTERVAL)
+            if self.store.check([key]):
+                return
         except (RuntimeError, OSError) as e:
             raise TimeoutError(f"{key} did not appear in time ({_first_line(e)})") from None
+        raise TimeoutError(f"{key} did not appear in time")
 
 
 # --- every node, the host included -------------------------------------------------------
@@ -150,7 +174,10 @@ class Seat:
         return entry.rank if entry else None
 
     def goodbye(self) -> None:
-        self.exchange.store.set(self.exchange.key("bye", self.arrival), "1")
+        try:
+            self.exchange.store.set(self.exchange.key("bye", self.arrival), "1")
+        except (RuntimeError, OSError):
+            pass  # the host is gone already: nobody is waiting for this goodbye
 
 
 def sign_in(ex: Exchange, facts: NodeFacts) -> int:
@@ -213,6 +240,9 @@ def join(store, facts: NodeFacts, deadline: Deadline) -> tuple[Seat, NodeResults
     try:
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
+        if ex.has(ex.key("roster")):  # too late: published so the host names it, not seated
+            seat = Seat(ex, visitor, publish_facts(ex, facts), ex.read(Roster, ex.key("roster")))
+            return seat, None
         clock = measure_clock(ex, visitor, deadline)
         seat = Seat(ex, visitor, publish_facts(ex, facts))
         seat.roster = ex.wait_read(Roster, ex.key("roster"), deadline)
@@ -235,8 +265,9 @@ class HostState:
     malformed: list[str]
     pings_answered: dict[int, int]
     visitors_seen: int = 0
-    arrivals_seen: int = 0
+    arrivals_seen: int = 0   # every arrival below this one is read
     last_arrival: float = 0.0
+    read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
@@ -273,18 +304,22 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     _answer_pings(ex, state)
     arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
-        if not ex.has(ex.key("node", a)):
-            break  # counted but not written yet: read it on the next poll
-        state.arrivals_seen = a + 1
+        # Counted but not written yet: read on a later poll. Not a reason to stop: a
+        # client that counts itself in and never writes must not hide the nodes after it.
+        if a in state.read or not ex.has(ex.key("node", a)):
+            continue
+        state.read.add(a)
         state.last_arrival = time.monotonic()
         try:
             state.arrivals[a] = ex.read(NodeFacts, ex.key("node", a))
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
+    while state.arrivals_seen in state.read:
+        state.arrivals_seen += 1
 
 
 def _answer_pings(ex: Exchange, state: HostState) -> None:
-    visitors = ex.count(ex.key("visitors", shared=True))
+    visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
     for v in range(visitors):
         k = state.pings_answered.get(v, 0)
         while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
@@ -338,7 +373,7 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) ->
     """
     found: dict = {}
     pending = set(ids)
-    while pending and not deadline.expired():
+    while pending:  # one look at least, also past the deadline: what is there counts
         for i in sorted(pending):
             if ex.has(ex.key(name, i)):
                 pending.discard(i)
@@ -346,8 +381,9 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) ->
                     found[i] = ex.read(cls, ex.key(name, i))
                 except codec.DecodeError:
                     pass
-        if pending:
-            time.sleep(STORE_POLL_INTERVAL)
+        if not pending or deadline.expired():
+            break
+        time.sleep(STORE_POLL_INTERVAL)
     return found
 
 
@@ -363,7 +399,7 @@ def await_goodbyes(ex: Exchange, roster: Roster, me: int, deadline: Deadline) ->
 
 def read_visitors(ex: Exchange) -> list[Visitor]:
     visitors = []
-    for v in range(ex.count(ex.key("visitors", shared=True))):
+    for v in range(min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
         key = ex.key("visitor", v, shared=True)
         try:
             if ex.has(key):

@@ -24,7 +24,7 @@ from netcheck.constants import (
 from netcheck.deadline import Deadline
 from netcheck.envinfo import EnvFacts, gather_env
 from netcheck.launcher import detect_launch, is_torchrun_worker
-from netcheck.local import gather_facts
+from netcheck.local import driver_gpus, gather_facts
 from netcheck.mesh import Attempt
 from netcheck.model import (
     FAIL, WARN, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
@@ -63,6 +63,7 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
     interrupted: bool = False
+    host_lost: bool = False
 
     def __post_init__(self):
         self.deadline = Deadline(self.config.timeout)
@@ -81,15 +82,20 @@ class Run:
     def phase(self, name: str):
         self.progress(f"{name}...")
         start = time.monotonic()
-        self.unfinished = name
+        earlier = self.unfinished  # the first phase that did not finish is the one to name
+        self.unfinished = earlier or name
         try:
             yield
-            self.unfinished = None
+            self.unfinished = earlier
         except KeyboardInterrupt:
             self.interrupted = True
             raise
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
-            self.findings.append(diagnose.internal_finding(name, e))
+            if self.role == "host" or not rendezvous.store_lost(e):
+                self.findings.append(diagnose.internal_finding(name, e))
+            elif not self.host_lost:  # the host died: named once, in the phase it happened
+                self.host_lost = True
+                self.findings += diagnose.lost_findings(name, {0: "the host"}, [0])
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
         if self.deadline.expired():
@@ -251,6 +257,7 @@ def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attem
         if run.role != "host":
             _wait_quietly(ex, ex.key("mesh-done"), deadline)
             run.findings += recommend.mesh_findings(names, mine)
+            run.findings += diagnose.lost_findings("mesh", names, [p for p in peers if p not in offers])
             return mine
         results = rendezvous.collect(ex, mesh.MeshResults, "mesh-result", ranks, deadline)
         ex.put(ex.key("mesh-done"), len(results))
@@ -367,7 +374,7 @@ def exit_code(run: Run) -> int:
 
 def local_only(env) -> Report:
     """`netcheck local`: this node's interfaces and what each library would pick here."""
-    launch = detect_launch(env, None, None, None, local_gpus=0)
+    launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
     facts = gather_facts(env.get("SLURM_JOB_ID") or "netcheck", launch, None)
     me = (Member(launch.node_rank or 0, facts),)
     findings = tuple(recommend.route_findings(me, ()) + recommend.nccl_findings(me, None)

@@ -6,7 +6,10 @@ Each concern lives in its own section of small functions so more can be added be
 from __future__ import annotations
 
 import os
+import time
+import uuid
 
+import psutil
 import pytest
 
 from cluster import Cluster, NodeSpec, namespaces_supported
@@ -71,3 +74,77 @@ def _down_all(clusters: list[Cluster]) -> None:
             errors.append(e)
     if errors:
         raise errors[0]
+
+
+# --------------------------------------------------------------------------------------
+# watchdog (root_required tests): no netcheck process, bandwidth worker or listening
+# socket of one may outlive the test (SPEC "Promises": it leaves no process or listening
+# socket behind). Every process a test starts inherits NETCHECK_WATCHDOG=<tag> from the
+# environment, and so do their children, orphans included, which is how they are found
+# whoever their parent is now, while other tests' netchecks running beside (pytest-xdist,
+# another session) are left alone. The check runs just before a cluster is torn down (the
+# teardown SIGKILLs everything in the namespaces, which would hide a straggler) and once
+# more after the test. Stragglers are killed, and the test fails with their command lines,
+# ages and listening ports.
+
+WATCHDOG_ENV = "NETCHECK_WATCHDOG"
+NETCHECK_PROCESS = ("-m netcheck", "netcheck.worker")
+
+
+@pytest.fixture(autouse=True)
+def netcheck_watchdog(request, monkeypatch):
+    if not request.node.get_closest_marker(ROOT_MARKER):
+        yield
+        return
+    tag = f"{os.getpid()}-{uuid.uuid4().hex}"
+    monkeypatch.setenv(WATCHDOG_ENV, tag)
+    stragglers: list[str] = []
+    tear_down = Cluster.down
+
+    def checked_down(self):
+        stragglers.extend(kill_stragglers(tag))
+        tear_down(self)
+
+    monkeypatch.setattr(Cluster, "down", checked_down)
+    yield
+    stragglers.extend(kill_stragglers(tag))
+    if stragglers:
+        pytest.fail("netcheck processes outlived the test (now killed):\n  " + "\n  ".join(stragglers),
+                    pytrace=False)
+
+
+def kill_stragglers(tag: str) -> list[str]:
+    """Every live netcheck process carrying `tag`, described and then SIGKILLed."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "create_time", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or not any(m in cmdline for m in NETCHECK_PROCESS):
+            continue
+        try:
+            if proc.environ().get(WATCHDOG_ENV) != tag:
+                continue
+            ports = listening_ports(proc.pid)
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+        age = time.time() - proc.info["create_time"]
+        found.append(f"pid {proc.pid}, {age:.0f} s old, listening on {ports or 'nothing'}: {cmdline[:300]}")
+    return found
+
+
+def listening_ports(pid: int) -> list[int]:
+    """TCP ports a process listens on, read in its own network namespace (psutil reads the
+    caller's /proc/net, which does not show a cluster node's sockets)."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return []
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        ports.update(int(r[1].rsplit(":", 1)[1], 16) for r in rows if r[3] == "0A" and r[9] in inodes)
+    return sorted(ports)

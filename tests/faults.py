@@ -1,0 +1,511 @@
+"""Fault injection for the cluster tests: a store agent inside a node, triggers, the fault log.
+
+The agent is this file run as a script inside a node (`Agent.start(c, i, ...)`). It
+connects a torch TCPStore client to the host's store and watches it, printing one line per
+thing that appears, so a test acts at a known point of a run instead of after a guessed
+delay; with --flood it also floods every mesh listener whose offer appears. As `hostile` it
+plays a foreign client: garbage bytes, silent connections, oversized, wrong-schema and
+non-JSON values, another run id's keys, counters pushed far past any cluster.
+
+    python tests/faults.py watch HOST:PORT RUN_ID [--flood SECONDS]
+    python tests/faults.py hostile HOST:PORT RUN_ID ACTION,ACTION[,roster,ACTION...]
+
+On the tests' side it offers `Agent` (read the agent's lines with deadlines), `record` (one
+JSON line per fault case into $NETCHECK_FAULT_LOG, which scripts/fault_table.py renders as
+docs/FAULTS.md) and the checks every fault case shares (`assert_survivor`, `lost_in`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from cluster import NodeSpec
+from nodes import PORT, finish
+
+ROOT = "netcheck"
+POLL = 0.01
+# Every surviving netcheck must end within --timeout plus this. netcheck keeps
+# REPORT_RESERVE (2 s) of --timeout for writing its report; the rest covers starting a
+# Python process and reading its exit on a loaded 2-core runner.
+GRACE = 5.0
+LOG_ENV = "NETCHECK_FAULT_LOG"
+NO_FINDING = r"(?!)"   # a `record` focus that matches nothing: the fault leaves no finding
+
+
+# ---------------------------------------------------------------------------------------
+# the agent, inside a node
+
+def _store(endpoint: str, timeout: float = 30.0):
+    import datetime
+
+    import torch.distributed as dist
+
+    host, port = endpoint.rsplit(":", 1)
+    return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
+
+
+def _say(*words: object) -> None:
+    print(*words, flush=True)
+
+
+class _Keys:
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def __call__(self, *parts: object, shared: bool = False) -> str:
+        scope = (ROOT,) if shared else (ROOT, self.run_id)
+        return "/".join(scope + tuple(str(p) for p in parts))
+
+
+# Per-roster keys the watcher reports, and the word it prints for each.
+WATCHED = (("result", "arrival", "result"), ("mesh-offer", "rank", "offer"),
+           ("mesh-result", "rank", "mesh"), ("env", "rank", "env"), ("bye", "arrival", "bye"))
+
+
+def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> None:
+    """One line per event, in the order the store shows them, until the store goes away:
+
+        arrival A HOSTNAME     roster RANK=HOSTNAME@ARRIVAL ...
+        result A    offer R    mesh R    env R    bye A    flooding R {counts}
+    """
+    store, key = _store(endpoint), _Keys(run_id)
+    flood = _Flood(flood_seconds) if flood_seconds else None
+    _say("connected")
+    said: set[str] = set()
+    arrivals_read = 0
+    roster: list[dict] = []
+    try:
+        while True:
+            for a in range(arrivals_read, store.add(key("arrivals"), 0)):
+                if not store.check([key("node", a)]):
+                    break
+                arrivals_read = a + 1
+                _say("arrival", a, _hostname(store.get(key("node", a))))
+            if not roster and store.check([key("roster")]):
+                roster = json.loads(store.get(key("roster")))["entries"]
+                _say("roster", " ".join(f"{e['rank']}={e['hostname']}@{e['arrival']}" for e in roster))
+            for name, field, word in WATCHED:
+                for i in (e[field] for e in roster):
+                    if f"{name}/{i}" not in said and store.check([key(name, i)]):
+                        said.add(f"{name}/{i}")
+                        _say(word, i)
+                        if flood and name == "mesh-offer":
+                            _say("flooding", i, flood.start(json.loads(store.get(key(name, i)))))
+            time.sleep(POLL)
+    except (RuntimeError, OSError) as e:  # the host's store went away
+        _say("gone", type(e).__name__)
+    if flood:
+        _say("flooded", flood.stop())
+
+
+def _hostname(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw)["hostname"]).split()[0] or "?"
+    except (ValueError, KeyError, TypeError, IndexError):
+        return "?"
+
+
+class _Flood:
+    """Connections to mesh listeners: 100 held open per candidate that never send a byte,
+    and 4 threads per candidate connecting and closing as fast as they can."""
+
+    HELD, CHURN = 100, 4
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.until: float | None = None
+        self.counts = {"held": 0, "churned": 0, "failed": 0}
+        self.held: list[socket.socket] = []
+
+    def start(self, offer: dict) -> str:
+        self.until = self.until or time.monotonic() + self.seconds
+        for c in offer["candidates"]:
+            target = (c["address"], c["port"])
+            for _ in range(self.HELD):
+                self._connect(target, "held", keep=True)
+            for _ in range(self.CHURN):
+                threading.Thread(target=self._churn, args=(target,), daemon=True).start()
+        return json.dumps(self.counts)
+
+    def _connect(self, target: tuple[str, int], counter: str, keep: bool = False) -> None:
+        try:
+            sock = socket.create_connection(target, timeout=1.0)
+            self.counts[counter] += 1
+            self.held.append(sock) if keep else sock.close()
+        except OSError:
+            self.counts["failed"] += 1
+            time.sleep(0.01)
+
+    def _churn(self, target: tuple[str, int]) -> None:
+        while time.monotonic() < self.until:
+            self._connect(target, "churned")
+
+    def stop(self) -> str:
+        self.until = 0.0
+        for sock in self.held:
+            sock.close()
+        return json.dumps(self.counts)
+
+
+# Hostile store writes. Each returns what it did in a few words.
+
+def _bump_and_write(store, key: _Keys, value: bytes) -> int:
+    arrival = store.add(key("arrivals"), 1) - 1
+    store.set(key("node", arrival), value)
+    return arrival
+
+
+OVERSIZED_BYTES = 4 << 20   # over netcheck's 1 MiB limit, under the store's own 8 MiB
+HUGE_BYTES = 64 << 20       # over the store's own limit
+
+
+def _facts_of(size: int) -> bytes:
+    return b'{"hostname": "' + b"x" * size + b'"}'
+
+
+def hostile_oversized(store, key: _Keys) -> str:
+    """A value over netcheck's limit as a node's facts: counted as an arrival, then rejected."""
+    return f"arrival {_bump_and_write(store, key, _facts_of(OVERSIZED_BYTES))}: {OVERSIZED_BYTES} bytes"
+
+
+def hostile_huge(store, key: _Keys) -> str:
+    """64 MiB as a node's facts, on a connection of its own: TCPStore itself refuses values
+    over 8 MiB and drops the connection, so the host never holds them."""
+    try:
+        _bump_and_write(_store(f"{store.host}:{store.port}"), key, _facts_of(HUGE_BYTES))
+    except (RuntimeError, OSError) as e:
+        return f"{HUGE_BYTES} bytes refused by the store: {str(e).splitlines()[0][:80]}"
+    return f"{HUGE_BYTES} bytes accepted by the store"
+
+
+def hostile_schema(store, key: _Keys) -> str:
+    """Small JSON of another shape: a facts schema this netcheck does not know."""
+    doc = {"schema": "netcheck.facts/999", "run_id": key.run_id, "hostname": 42, "launch": "x"}
+    return f"arrival {_bump_and_write(store, key, json.dumps(doc).encode())}: wrong schema"
+
+
+def hostile_notjson(store, key: _Keys) -> str:
+    pickled = b"\x80\x04\x95 a pickle header, never to be unpickled \x00\xff"
+    return f"arrival {_bump_and_write(store, key, pickled)}: not JSON"
+
+
+def hostile_foreign(store, key: _Keys) -> str:
+    """A visitor of another run, with that run's own keys written beside ours."""
+    other = _Keys("intruder-run")
+    visitor = store.add(key("visitors", shared=True), 1) - 1
+    store.set(key("visitor", visitor, shared=True),
+              json.dumps({"run_id": other.run_id, "hostname": "intruder", "node_rank": 0}))
+    store.add(other("arrivals"), 1)
+    store.set(other("node", 0), json.dumps({"hostname": "intruder"}))
+    return f"visitor {visitor}: run id {other.run_id}"
+
+
+def hostile_unwritten(store, key: _Keys) -> str:
+    """An arrival counted and never written: the nodes after it must still be read."""
+    return f"arrival {store.add(key('arrivals'), 1) - 1}: counted, never written"
+
+
+def hostile_counters(store, key: _Keys) -> str:
+    """The shared visitor counter pushed a million past any real cluster."""
+    return f"visitor counter at {store.add(key('visitors', shared=True), 1_000_000)}"
+
+
+def hostile_garbage(endpoint: str) -> str:
+    """Bytes that are no TCPStore request, on three connections."""
+    host, port = endpoint.rsplit(":", 1)
+    sent = 0
+    for payload in (os.urandom(64 << 10), b"\xff" * 4096, b"GET / HTTP/1.0\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            try:
+                s.sendall(payload)
+                sent += len(payload)
+                s.settimeout(1.0)
+                s.recv(1024)
+            except OSError:
+                pass
+    return f"{sent} bytes on 3 connections"
+
+
+SILENT_CONNECTIONS = 20
+
+
+def hold_silent(endpoint: str) -> list[socket.socket]:
+    """Connections that open and never send a byte; held until the agent is killed."""
+    host, port = endpoint.rsplit(":", 1)
+    return [socket.create_connection((host, int(port)), timeout=5) for _ in range(SILENT_CONNECTIONS)]
+
+
+HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hostile_schema,
+           "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
+           "counters": hostile_counters}
+
+
+def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
+    """Do the actions once the host's store answers; `roster` waits for the roster first.
+    Says `did ACTION ...` for each and `done` at the end, then holds on until killed."""
+    store, key = _store(endpoint), _Keys(run_id)
+    store.wait([key("host", shared=True)])
+    held = []
+    for action in actions:
+        if action == "roster":
+            store.wait([key("roster")])
+            _say("roster")
+        elif action == "garbage":
+            _say("did garbage", hostile_garbage(endpoint))
+        elif action == "silent":
+            held += hold_silent(endpoint)
+            _say("did silent", f"{len(held)} connections open, nothing sent")
+        else:
+            _say("did", action, HOSTILE[action](store, key))
+    _say("done")
+    while True:  # the silent connections stay open; the test kills the agent
+        time.sleep(1)
+
+
+def _main(argv: list[str]) -> None:
+    command, endpoint, run_id, *rest = argv
+    if command == "watch":
+        watch(endpoint, run_id, float(rest[1]) if rest[:1] == ["--flood"] else None)
+    elif command == "hostile":
+        hostile(endpoint, run_id, rest[0].split(","))
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+# ---------------------------------------------------------------------------------------
+# the tests' side
+
+class Agent:
+    """An agent process in a node; its lines are read on a thread so waits have deadlines."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    @classmethod
+    def start(cls, c, i: int, command: str, endpoint: str, *rest: str, run_id: str = "netcheck") -> "Agent":
+        return cls(c.popen(i, [sys.executable, str(Path(__file__).resolve()), command, endpoint,
+                               run_id, *rest]))
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # EOF
+
+    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match:
+        """The first line from now on that matches `pattern` (a regex), within `timeout`."""
+        end = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while (left := end - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                self.lines.put(None)
+                break
+            self.seen.append(line)
+            if m := regex.search(line):
+                return m
+        raise AssertionError(f"agent: no line matching {pattern!r} within {timeout} s; it said "
+                             f"{self.seen}; stderr: {self._stderr()}")
+
+    def wait_for_all(self, patterns: list[str], timeout: float = 30.0) -> None:
+        """Lines matching every one of `patterns`, in any order, within `timeout`."""
+        end = time.monotonic() + timeout
+        left = list(patterns)
+        while left:
+            line = self.wait_for("|".join(f"(?:{p})" for p in left), end - time.monotonic()).string
+            left = [p for p in left if not re.search(p, line)]
+
+    def roster(self, timeout: float = 30.0) -> dict[str, tuple[int, int]]:
+        """hostname -> (rank, arrival), once the host has posted the roster."""
+        line = self.wait_for(r"^roster ", timeout).string
+        return {h: (int(r), int(a)) for r, h, a in re.findall(r"(\d+)=(\S+)@(\d+)", line)}
+
+    def _stderr(self) -> str:
+        return "(still running)" if self.proc.poll() is None else self.proc.stderr.read()[-2000:]
+
+
+def arrival_args(timeout: float, join_window: float) -> list[str]:
+    """No ranks: nodes are numbered as they arrive and the host waits for a quiet window."""
+    return ["--rdzv", f"node0:{PORT}", "--join-window", str(join_window), "--timeout", str(timeout)]
+
+
+def ranked_args(i: int, n: int, timeout: float) -> list[str]:
+    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", str(timeout)]
+
+
+def nodes(n: int) -> list[NodeSpec]:
+    return [NodeSpec() for _ in range(n)]
+
+
+def hold_last_joiner(c, runs: dict, agent: Agent) -> int:
+    """SIGSTOP the joiner that arrives last, as soon as it has published its facts.
+
+    It then waits for the roster, so once the join window closes the host waits for its
+    results while the other joiners go on into the mesh and wait there for the host: a
+    known point at which to act on them. Returns the node index held.
+    """
+    joiners = {i for i in runs if i != 0}
+    while True:
+        node = int(agent.wait_for(r"^arrival \d+ node(\d+)")[1])
+        joiners.discard(node)
+        if not joiners:
+            c.kill(runs[node].proc, signal.SIGSTOP)
+            return node
+
+
+def opened_under(pid: int, folder: str) -> bool:
+    """Whether the process has a file under `folder` open (as its mount namespace names it)."""
+    try:
+        return any(f.path.startswith(folder) for f in psutil.Process(pid).open_files())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def dropped_from(c, i: int) -> dict[str, int]:
+    """Packets node i's firewall has dropped so far, by source address (iptables counters)."""
+    out = subprocess.run(["ip", "netns", "exec", c.nodes[i].ns, "iptables", "-L", "INPUT", "-v", "-x", "-n"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split() for line in out.splitlines()[2:] if line.split()[2:3] == ["DROP"]]
+    return {r[7]: int(r[0]) for r in rows}
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.02):
+    """Poll `predicate` until it returns something true; fail the test after `timeout`."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def finish_each(runs, timeout: float):
+    """Wait for every run, each timed when it ends rather than when the test gets to it;
+    a run still going after `timeout` is killed and fails the test as a hang."""
+    end = time.monotonic() + timeout
+    pending = list(runs)
+    while pending and time.monotonic() < end:
+        for run in [r for r in pending if r.proc.poll() is not None]:
+            finish(run, 10)
+            pending.remove(run)
+        time.sleep(0.05)
+    for run in pending:
+        run.proc.kill()
+        run.stderr = run.proc.communicate()[1]
+        raise AssertionError(f"netcheck on node{run.node} still ran {timeout} s after the test "
+                             f"began waiting for it: a hang\n{run.stderr[-3000:]}")
+    return runs
+
+
+def signal_and_finish(c, run, sig: int, within: float):
+    """Send `sig` to a node's netcheck and wait for it to end, which must take under `within` s."""
+    sent = time.monotonic()
+    c.kill(run.proc, sig)
+    finish_each([run], within)
+    return time.monotonic() - sent
+
+
+class PeakMemory:
+    """The high-water mark of a process's resident memory (VmHWM), sampled on a thread
+    until the process ends; the last sample holds the peak of its whole life."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak = pid, 0
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                status = Path(f"/proc/{self.pid}/status").read_text()
+            except OSError:
+                return
+            if m := re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE):
+                self.peak = max(self.peak, int(m[1]) << 10)
+            time.sleep(0.1)
+
+
+def lost_in(report: dict) -> dict[str, set[int]]:
+    """phase -> the ranks a report says stopped answering in it."""
+    out: dict[str, set[int]] = {}
+    for f in report["findings"]:
+        if m := re.search(r"stopped answering during the (\w+) phase", f["summary"]):
+            out.setdefault(m[1], set()).update(f["nodes"])
+    return out
+
+
+def assert_survivor(run, timeout: float, codes: tuple[int, ...] = (2,)) -> dict:
+    """A node that was not the fault's target: it ended on its own within --timeout + GRACE,
+    with an expected exit code, no traceback, no internal error, and a valid JSON report."""
+    detail = f"node{run.node} rc={run.rc} after {run.seconds:.1f} s\n{run.stdout}\n{run.stderr}"
+    assert run.seconds <= timeout + GRACE, detail
+    assert run.rc in codes, detail
+    assert "Traceback" not in run.stderr, detail
+    report = run.report  # validated against the schema
+    assert not [f for f in report["findings"] if f["check"] == "run.internal"], detail
+    return report
+
+
+def assert_interrupted(run, phase: str) -> dict:
+    """Ctrl-C: the report so far on stdout and in the JSON, exit 130, no traceback."""
+    detail = f"node{run.node} rc={run.rc}\n{run.stdout}\n{run.stderr}"
+    assert run.rc == 130 and "Traceback" not in run.stderr, detail
+    assert "interrupted" in run.stderr and "verdict" in run.stdout, detail
+    report = run.report
+    assert report["unfinished"] == phase and phase in report["timings"], report
+    return report
+
+
+# ---------------------------------------------------------------------------------------
+# the fault log: one JSON line per fault case, rendered by scripts/fault_table.py
+
+def record(fault: str, phase: str, timeout: float, runs, roles: dict[int, str],
+           focus: str | None = None) -> None:
+    """Append what every node reported in one fault case to $NETCHECK_FAULT_LOG, if set.
+
+    `roles` names each node's part ("host", "joiner", "victim: SIGKILL at arrival", ...).
+    Every warning and failure is kept; with `focus` (a regex), only those whose check,
+    summary or evidence match it, the others counted.
+    """
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    entry = {"fault": fault, "phase": phase, "timeout": timeout, "grace": GRACE,
+             "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+             "nodes": [_node_entry(r, roles.get(r.node, ""), focus) for r in runs]}
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def _node_entry(run, role: str, focus: str | None) -> dict:
+    entry = {"node": f"node{run.node}", "role": role, "rc": run.rc, "seconds": round(run.seconds, 1)}
+    try:
+        report = json.loads(run.json_path.read_text())
+    except (OSError, ValueError):
+        return {**entry, "report": False, "findings": [], "other_findings": 0}
+    raised = [f for f in report["findings"] if f["severity"] != "pass"]
+    shown = [f for f in raised if focus is None
+             or re.search(focus, " ".join([f["check"], f["summary"], *f["evidence"]]))]
+    return {**entry, "report": True, "rank": report["node_rank"], "unfinished": report["unfinished"],
+            "findings": [[f["check"], f["severity"], f["summary"], *f["evidence"][:1]] for f in shown],
+            "other_findings": len(raised) - len(shown)}
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

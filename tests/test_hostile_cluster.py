@@ -1,0 +1,108 @@
+"""Hostile input on real network namespaces: foreign clients on the rendezvous port and a
+flood of connections to the mesh listeners.
+
+netcheck trusts nothing it receives (SPEC "Promises"): what a foreign client writes is
+reported as a finding, never mixed into the run, never unpickled or executed; the host stays
+within its time and memory bounds, and the real nodes are still judged, and pass.
+The hostile client is tests/faults.py run as an agent in a node of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from faults import (
+    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, SILENT_CONNECTIONS, Agent, PeakMemory, arrival_args,
+    assert_survivor, finish_each, hold_last_joiner, nodes, ranked_args, record,
+)
+from nodes import PORT, start
+
+pytestmark = pytest.mark.root_required
+
+# torch alone takes ~300 MiB; a host that decoded what it was sent, or kept the 64 MiB value,
+# would take several times that.
+HOST_MEMORY_LIMIT = 1 << 30
+
+# What each hostile action did, and the words of the finding that names it (None: it leaves
+# no trace but must not disturb the run).
+HOSTILE_BEFORE_THE_LAST_NODE = {
+    "garbage": ("garbage bytes (random, 0xff, an HTTP request) on the rendezvous port", None),
+    "silent": (f"{SILENT_CONNECTIONS} connections to the rendezvous port that never send a byte", None),
+    "oversized": (f"a {OVERSIZED_BYTES >> 20} MiB value as a node's facts (limit 1 MiB)", "byte limit"),
+    "huge": (f"a {HUGE_BYTES >> 20} MiB value as a node's facts (TCPStore refuses over 8 MiB)", None),
+    "schema": ("JSON of another schema as a node's facts", r"\$\.|missing field"),
+    "notjson": ("bytes that are not JSON (a pickle header) as a node's facts", "not JSON"),
+    "foreign": ("a visitor of another run id, with that run's keys", "intruder-run"),
+    "unwritten": ("an arrival counted and never written", None),
+}
+HOSTILE_AFTER_THE_ROSTER = {"counters": ("the shared visitor counter pushed by 1,000,000", None)}
+
+
+def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_path):
+    """A foreign client does its worst before the last real node starts, and pushes the
+    visitor counter once the roster is posted."""
+    timeout = 16
+    actions = [*HOSTILE_BEFORE_THE_LAST_NODE, "roster", *HOSTILE_AFTER_THE_ROSTER]
+    with cluster(nodes(4)) as c:
+        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
+        memory = PeakMemory(runs[0].proc.pid)
+        agent = Agent.start(c, 3, "hostile", f"node0:{PORT}", ",".join(actions))
+        agent.wait_for_all([f"^did {a} " for a in HOSTILE_BEFORE_THE_LAST_NODE], timeout)
+        runs[2] = start(c, 2, ranked_args(2, 3, timeout), tmp_path)
+        finish_each(runs.values(), timeout + 10)
+        agent.wait_for("^done$", 1)
+    roles = {0: "host", 1: "joiner", 2: "joiner, started after the hostile writes"}
+    for action, (fault, words) in {**HOSTILE_BEFORE_THE_LAST_NODE, **HOSTILE_AFTER_THE_ROSTER}.items():
+        record(fault, "rendezvous", timeout, runs.values(), roles, focus=words or NO_FINDING)
+
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1"), (2, "node2")]
+    warned = [f for f in host["findings"] if f["severity"] == "warn"]
+    assert all(f["check"] == "rdzv.join" for f in warned), host["findings"]
+    for fault, words in HOSTILE_BEFORE_THE_LAST_NODE.values():
+        if words:
+            assert [f for f in warned if _mentions(f, words)], f"{fault}: not named in {warned}"
+    assert host["findings"][-1]["check"] != "run.timeout"
+    assert [f["severity"] for f in host["findings"] if f["check"] == "mesh.connect"] == ["pass"]
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
+    for joiner in (runs[1], runs[2]):
+        assert assert_survivor(joiner, timeout, codes=(0,))["verdict"] == "pass"
+
+
+def _mentions(finding: dict, words: str) -> bool:
+    return bool(re.search(words, " ".join([finding["summary"], *finding["evidence"]])))
+
+
+def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
+    """Every mesh listener is flooded as soon as it is offered (100 connections held open
+    that never send, 4 threads connecting and closing), while the other nodes probe it."""
+    timeout = 16
+    flood_seconds = 4
+    with cluster(nodes(4)) as c:
+        runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(3)}
+        memory = PeakMemory(runs[0].proc.pid)
+        agent = Agent.start(c, 3, "watch", f"node0:{PORT}", "--flood", str(flood_seconds))
+        held = hold_last_joiner(c, runs, agent)
+        (flooded,) = set(runs) - {0, held}
+        ranks = agent.roster(timeout)
+        # The held joiner and the host probe this node only after the held one goes on.
+        agent.wait_for(rf"^flooding {ranks[f'node{flooded}'][0]} ")
+        time.sleep(1.0)
+        c.kill(runs[held].proc, signal.SIGCONT)
+        finish_each(runs.values(), timeout + 10)
+        counts = agent.wait_for(r"^flooded (.*)$", flood_seconds + GRACE)[1]
+    roles = {0: "host", flooded: "joiner, flooded first",
+             held: "joiner (held with SIGSTOP while the flood began)"}
+    record("flood of connections to the mesh listeners", "mesh", timeout, runs.values(), roles, focus="mesh")
+
+    assert '"held": 0' not in counts and '"churned": 0' not in counts, counts
+    host = assert_survivor(runs[0], timeout, codes=(0,))
+    (mesh,) = [f for f in host["findings"] if f["check"] == "mesh.connect"]
+    assert mesh["severity"] == "pass" and mesh["nodes"] == [0, 1, 2], mesh
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
+    for node in (flooded, held):
+        assert_survivor(runs[node], timeout, codes=(0,))
