@@ -226,8 +226,10 @@ def _check_greeting(sock: socket.socket, offer: Offer) -> tuple[str, str]:
             if not chunk:
                 break
             data += chunk
+    except socket.timeout:
+        return "filtered", "connected, then no greeting before the deadline"
     except OSError as e:
-        return "filtered", f"connected, then no greeting: {e.strerror or e}"
+        return "refused", f"connected, then reset: {e.strerror or e} (the listener went away)"
     parts = data.decode("ascii", "replace").split()
     if parts[:1] != [GREETING] or len(parts) != 3:
         return "wrong-peer", "something other than netcheck answered"

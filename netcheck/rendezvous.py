@@ -145,16 +145,14 @@ class Exchange:
     def wait(self, key: str, deadline: Deadline) -> None:
         # Polled, not a blocking store.wait: Python sees Ctrl-C only between calls, and a
         # blocking wait would hold it until the deadline.
+        # A store that breaks (the host died) raises its own error: that is a lost host,
+        # not a slow one, and the phase boundary reports it as such.
         pause = 0.002  # quick at first: a clock pong is answered within one host poll
-        try:
-            while not self.store.check([key]) and not deadline.expired():
-                time.sleep(pause)
-                pause = min(2 * pause, STORE_POLL_INTERVAL)
-            if self.store.check([key]):
-                return
-        except (RuntimeError, OSError) as e:
-            raise TimeoutError(f"{key} did not appear in time ({_first_line(e)})") from None
-        raise TimeoutError(f"{key} did not appear in time")
+        while not self.store.check([key]) and not deadline.expired():
+            time.sleep(pause)
+            pause = min(2 * pause, STORE_POLL_INTERVAL)
+        if not self.store.check([key]):
+            raise TimeoutError(f"{key} did not appear in time")
 
 
 # --- every node, the host included -------------------------------------------------------
@@ -250,6 +248,9 @@ def join(store, facts: NodeFacts, deadline: Deadline) -> tuple[Seat, NodeResults
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
     except codec.DecodeError as e:
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
+    except (RuntimeError, OSError) as e:
+        raise RendezvousError(f"the host stopped answering during the rendezvous: "
+                              f"{_first_line(e)}") from None
     if seat.rank is None:
         return seat, None
     return seat, report_back(seat, clock)

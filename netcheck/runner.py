@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import baseline, diagnose, envdiff, mesh, recommend, rendezvous, topology
+from netcheck import baseline, codec, diagnose, envdiff, mesh, recommend, rendezvous, topology
 from netcheck.config import Config
 from netcheck.constants import (
     ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
@@ -59,6 +59,7 @@ class Run:
     env_table: tuple[EnvRow, ...] = ()
     arrivals: rendezvous.HostState | None = None   # the host's: every process that came
     listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
+    alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
@@ -226,16 +227,43 @@ def _joiner(run: Run) -> rendezvous.Seat | None:
 
 
 def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
-    names = {e.rank: e.hostname for e in seat.roster.entries}
+    run.alive = _still_here(run, seat)
+    if seat.rank not in run.alive:
+        run.findings.append(diagnose.rendezvous_failure(
+            "the host went on without this node: it reported back after the host's deadline",
+            run.my_ranks()))
+        return
     if "mesh" in run.config.phases:
         with run.phase("mesh"):
-            run.attempts = _mesh(run, seat, names)
+            run.attempts = _mesh(run, seat, dict(run.alive))
     if "nic" in run.config.phases:
         with run.phase("nic"):
             _nic(run)
     if "env" in run.config.phases:
         with run.phase("env"):
-            _env(run, seat, names)
+            _env(run, seat, dict(run.alive))
+
+
+def _still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+    """The seated nodes that reported back, as rank -> hostname: later phases wait only for
+    them, so one node lost at the rendezvous does not eat every later phase's time (and get
+    live nodes blamed for it). The host decides and publishes; joiners read it."""
+    ex = seat.exchange
+    seated = {e.rank: e.hostname for e in seat.roster.entries}
+    if run.role == "host":
+        alive = tuple(m.rank for m in run.members if m.results is not None)
+        ex.put(ex.key("alive"), alive)
+    else:
+        try:
+            alive = ex.wait_read(tuple[int, ...], ex.key("alive"), run.phase_deadline(GOODBYE_WAIT))
+        except (TimeoutError, codec.DecodeError):
+            alive = tuple(seated)
+    return {r: seated[r] for r in alive if r in seated}
+
+
+def _drop_lost(run: Run, lost: list[int]) -> None:
+    for rank in lost:
+        run.alive.pop(rank, None)
 
 
 def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -264,12 +292,14 @@ def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attem
     # Trust nothing: a node speaks only for the connects it made itself.
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
     run.findings += recommend.mesh_findings(names, attempts)
-    run.findings += diagnose.lost_findings("mesh", names, [r for r in ranks if r not in results])
+    lost = [r for r in ranks if r not in results]
+    run.findings += diagnose.lost_findings("mesh", names, lost)
+    _drop_lost(run, lost)
     return attempts
 
 
 def _wait_quietly(ex: rendezvous.Exchange, key: str, deadline: Deadline) -> None:
-    """Wait for the host's go-ahead; without it (the host is gone), the deadline decides."""
+    """Wait for the host's go-ahead until the deadline; a host that died raises instead."""
     try:
         ex.wait(key, deadline)
     except TimeoutError:
@@ -307,7 +337,9 @@ def _env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
     run.findings += envdiff.env_findings(envs, names) + envdiff.shm_findings(envs, names)
     run.env_table = tuple(envdiff.env_differences(envs, names, run.config.verbose))
-    run.findings += diagnose.lost_findings("env", names, [r for r in ranks if r not in envs])
+    lost = [r for r in ranks if r not in envs]
+    run.findings += diagnose.lost_findings("env", names, lost)
+    _drop_lost(run, lost)
 
 
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
@@ -328,7 +360,8 @@ def _leave(run: Run, seat: rendezvous.Seat) -> None:
         seat.goodbye()
         return
     with run.phase("goodbye"):
-        arrivals = [e.arrival for e in seat.roster.entries if e.arrival != seat.arrival]
+        arrivals = [e.arrival for e in seat.roster.entries
+                    if e.arrival != seat.arrival and e.rank in run.alive]
         gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, run.phase_deadline(GOODBYE_WAIT))
         silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
         run.findings += diagnose.lost_findings("goodbye", silent, sorted(silent))

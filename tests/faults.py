@@ -21,7 +21,6 @@ import json
 import os
 import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -354,20 +353,16 @@ def nodes(n: int) -> list[NodeSpec]:
     return [NodeSpec() for _ in range(n)]
 
 
-def hold_last_joiner(c, runs: dict, agent: Agent) -> int:
-    """SIGSTOP the joiner that arrives last, as soon as it has published its facts.
-
-    It then waits for the roster, so once the join window closes the host waits for its
-    results while the other joiners go on into the mesh and wait there for the host: a
-    known point at which to act on them. Returns the node index held.
-    """
-    joiners = {i for i in runs if i != 0}
-    while True:
-        node = int(agent.wait_for(r"^arrival \d+ node(\d+)")[1])
-        joiners.discard(node)
-        if not joiners:
-            c.kill(runs[node].proc, signal.SIGSTOP)
-            return node
+def slow_mesh(c, host: int = 0, address: str = "198.19.7.1", peers: tuple[int, ...] | None = None) -> None:
+    """Keep every node in the mesh for the connect timeout (2 s): the host gets a bridge
+    (docker7, which NCCL skips) whose address the others route to, and drops the SYNs to
+    it, so each peer's connect to that candidate waits out its deadline. Faults then land
+    while the mesh runs, whatever the machine's speed."""
+    c.add_decoy(host, "docker7", f"{address}/32")
+    c.run(host, ["iptables", "-w", "-A", "INPUT", "-d", address, "-p", "tcp", "--syn", "-j", "DROP"], 10)
+    for i in range(len(c.nodes)) if peers is None else peers:
+        if i != host:
+            c.run(i, ["ip", "route", "add", f"{address}/32", "via", c.nodes[host].addr], 10)
 
 
 def opened_under(pid: int, folder: str) -> bool:

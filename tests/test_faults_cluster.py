@@ -21,9 +21,8 @@ import signal
 import pytest
 
 from faults import (
-    Agent, arrival_args, assert_interrupted, assert_survivor, dropped_from, finish_each,
-    hold_last_joiner, lost_in, nodes, opened_under, ranked_args, record, signal_and_finish,
-    wait_until,
+    Agent, arrival_args, assert_interrupted, assert_survivor, dropped_from, finish_each, lost_in,
+    nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
 from nodes import PORT, bind_mounted, start
 
@@ -76,48 +75,49 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     interrupted = assert_interrupted(runs[3], "rendezvous")
     assert [f["check"] for f in interrupted["findings"]] == ["rdzv.resolve", "rdzv.reach"]
 
-    assert_survivor(runs[4], timeout)
+    # node4 is healthy: the host told it who was lost, so its own view passes.
+    assert_survivor(runs[4], timeout, codes=(0,))
     latecomer = assert_survivor(runs[5], timeout)
     assert runs[5].seconds < timeout / 2, "a latecomer is told at once, not at its deadline"
     assert any("not seated" in f["summary"] for f in latecomer["findings"] if f["severity"] == "fail")
 
 
 def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
-    """While the mesh waits for a held joiner, one joiner is SIGKILLed with its listeners
-    offered, and another node's firewall starts dropping inbound connections."""
+    """While the mesh runs (slowed by a filtered candidate on the host), one joiner is
+    SIGKILLed with its listeners offered, and another node's firewall starts dropping
+    inbound connections."""
     timeout = 20
     with cluster(nodes(4)) as c:
+        slow_mesh(c)
         runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(4)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
-        held = hold_last_joiner(c, runs, agent)
-        killed, dropped = sorted(set(runs) - {0, held})
         ranks = agent.roster(timeout)
-        agent.wait_for_all([rf"^offer {ranks[f'node{node}'][0]}$" for node in (killed, dropped)])
+        rank = {node: ranks[f"node{node}"][0] for node in runs}
+        killed, dropped, bystander = sorted(set(runs) - {0})
+        agent.wait_for_all([rf"^offer {rank[node]}$" for node in runs])
         c.kill(runs[killed].proc)
         c.drop_inbound(dropped)
-        c.kill(runs[held].proc, signal.SIGCONT)
         finish_each(runs.values(), timeout + 10)
-    roles = {0: "host", held: "joiner (held with SIGSTOP until the faults were in place)",
+    roles = {0: "host", bystander: "joiner",
              killed: "victim: SIGKILL with its mesh listeners offered",
              dropped: "victim: inbound TCP dropped (iptables) once in the mesh"}
-    record("joiner SIGKILL during the mesh", "mesh", timeout, [runs[i] for i in (0, killed, held)], roles)
+    record("joiner SIGKILL during the mesh", "mesh", timeout, [runs[i] for i in (0, killed, bystander)], roles)
     record("iptables DROP of inbound connections added during the mesh", "mesh", timeout,
-           [runs[i] for i in (0, dropped, held)], roles)
+           [runs[i] for i in (0, dropped, bystander)], roles)
 
     host = assert_survivor(runs[0], timeout)
-    rank = {node: ranks[f"node{node}"][0] for node in runs}
-    assert lost_in(host).get("mesh", set()) & {0, rank[held], rank[dropped]} == set(), host["findings"]
+    assert lost_in(host).get("mesh", set()) & {0, rank[bystander], rank[dropped]} == set(), host["findings"]
     assert rank[killed] in lost_in(host)["mesh"], host["findings"]
     (mesh,) = [f for f in host["findings"] if f["check"] == "mesh.connect"]
     assert mesh["severity"] == "fail" and {rank[killed], rank[dropped]} <= set(mesh["nodes"])
     into = {e.split(":")[0].split(" -> ")[1]: e for e in mesh["evidence"]}
     assert "filtered" in into[f"node{dropped}"] and "refused" in into[f"node{killed}"], mesh["evidence"]
     assert runs[killed].rc == -signal.SIGKILL
-    for node in (held, dropped):
-        joiner = assert_survivor(runs[node], timeout)
-        evidence = [e for f in joiner["findings"] for e in f["evidence"]]
-        assert rank[killed] in lost_in(joiner).get("mesh", set()) or any(
-            f"node{killed}" in e and "refused" in e for e in evidence), joiner
+    assert "stopped answering" not in str(lost_in(host).get("env")), "lost once, not again"
+    # The joiners' own views depend on whether their connects to the killed node came
+    # before its death or after; either way they end on time with a valid report.
+    for node in (bystander, dropped):
+        assert_survivor(runs[node], timeout, codes=(0, 2))
 
 
 def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
@@ -150,7 +150,7 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
     host = assert_survivor(runs[0], timeout)
     lost = lost_in(host)
     assert lost["env"] == {2, 3} and not {0, 1} & set().union(*lost.values()), host["findings"]
-    assert lost.get("goodbye") == {2}, "the interrupted node still says goodbye"
+    assert "goodbye" not in lost, "a node lost in env is named once, not again at goodbye"
     envs = {n["rank"]: n["env"] is not None for n in host["nodes"]}
     assert envs == {0: True, 1: True, 2: False, 3: False}
     assert assert_survivor(runs[1], timeout, codes=(0,))["verdict"] == "pass"
@@ -161,30 +161,25 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
 
 
 def test_host_killed_during_the_mesh(cluster, tmp_path):
-    """The host is SIGKILLed while one joiner waits in the mesh and the other (held with
-    SIGSTOP) still waits for the roster."""
+    """The host is SIGKILLed while both joiners are in the mesh (slowed by a filtered
+    candidate on the host): each stops waiting at once and names the host lost there."""
     timeout = 16
     with cluster(nodes(3)) as c:
+        slow_mesh(c)
         runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(3)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
-        held = hold_last_joiner(c, runs, agent)
-        (meshing,) = set(runs) - {0, held}
         ranks = agent.roster(timeout)
-        agent.wait_for(rf"^offer {ranks[f'node{meshing}'][0]}$")
+        agent.wait_for_all([rf"^offer {ranks[f'node{node}'][0]}$" for node in runs])
         c.kill(runs[0].proc)
-        c.kill(runs[held].proc, signal.SIGCONT)
         finish_each(runs.values(), timeout + 10)
-    roles = {0: "victim: the host, SIGKILL", meshing: "joiner in the mesh",
-             held: "joiner waiting for the roster (held with SIGSTOP, continued after the kill)"}
-    record("host SIGKILL mid-run", "mesh", timeout, [runs[i] for i in (0, meshing, held)], roles)
+    roles = {0: "victim: the host, SIGKILL", 1: "joiner in the mesh", 2: "joiner in the mesh"}
+    record("host SIGKILL mid-run", "mesh", timeout, list(runs.values()), roles)
 
     assert runs[0].rc == -signal.SIGKILL
-    in_mesh = assert_survivor(runs[meshing], timeout)
-    assert lost_in(in_mesh) == {"mesh": {0}}, in_mesh["findings"]
-    assert runs[meshing].seconds < timeout, "it stops waiting for a host that is gone"
-    waiting = assert_survivor(runs[held], timeout)
-    (join,) = [f for f in waiting["findings"] if f["check"] == "rdzv.join"]
-    assert join["severity"] == "fail" and "host" in join["summary"], waiting["findings"]
+    for node in (1, 2):
+        in_mesh = assert_survivor(runs[node], timeout)
+        assert lost_in(in_mesh) == {"mesh": {0}}, in_mesh["findings"]
+        assert runs[node].seconds < timeout, "it stops waiting for a host that is gone"
 
 
 def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
