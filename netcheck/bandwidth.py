@@ -32,16 +32,19 @@ from typing import Callable
 
 from netcheck import codec
 from netcheck.constants import (
-    BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_STUCK_AFTER,
+    BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_REPORT_WAIT,
+    BW_STUCK_AFTER,
 )
 from netcheck.deadline import Deadline
 from netcheck.rendezvous import Exchange, RendezvousError, client_store, collect
-from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions
+from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit
 from netcheck.worker import Event
 
-POLL = 0.05          # the watch loop's tick
+POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
+                     # it at once; each idle wake-up takes CPU from the measurement)
 STDERR_LINES = 20    # kept per worker, for the failure's evidence
 DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
+KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck in the kernel
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,15 @@ def run_bandwidth(store_host: str, store_port: int, run_id: str, node_rank: int,
         watch.run()
     except OSError as e:  # could not start a worker (no memory, no processes left)
         watch.spawn_error = f"could not start a worker: {e}"
+        watch.post_abort()
     finally:
         watch.stop("stopped")
     faults = watch.faults()
-    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend), nnodes, deadline)
-    everyone = _merge_faults(faults, reports, node_rank, nnodes)
+    # The nodes' workers end together (the collectives tie them, or the abort does), so
+    # a node whose account is not in within a few seconds is not coming.
+    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend), nnodes,
+                        deadline.within(BW_REPORT_WAIT))
+    everyone = merge_faults(faults, reports, node_rank, nnodes)
     return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
 
 
@@ -117,10 +124,10 @@ def _spawn(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes
     argv = [sys.executable, "-m", "netcheck.worker", "--options", codec.dumps(options),
             "--run-id", run_id, "--deadline-at", repr(deadline.at), "--parent", str(os.getpid())]
     env = worker_env(dict(os.environ), store_host, store_port, node_rank, nnodes, nproc, local_rank)
-    # Its own process group: killed as a group, and a Ctrl-C at the terminal reaches
-    # netcheck only, which then ends its workers itself.
+    # Its own session and process group: killed as a group, and a Ctrl-C at the terminal
+    # reaches netcheck only, which then ends its workers itself.
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, process_group=0)
+                            stderr=subprocess.PIPE, start_new_session=True)
     return Worker(local_rank, node_rank * nproc + local_rank, proc, time.monotonic())
 
 
@@ -216,8 +223,11 @@ class Watch:
     def local_trouble(self) -> bool:
         bad = any(w.fate == "stuck" or (not w.running() and w.proc.returncode != 0) for w in self.workers)
         if bad:
-            self._store(lambda: self.ex.put(self.ex.key("bw/abort"), self.node))
+            self.post_abort()
         return bad
+
+    def post_abort(self) -> None:
+        self._store(lambda: self.ex.put(self.ex.key("bw/abort"), self.node))
 
     def others_aborted(self, now: float) -> bool:
         if now - self.polled < BW_ABORT_POLL:
@@ -234,13 +244,18 @@ class Watch:
             return None
 
     def stop(self, fate: str) -> None:
-        """Kill every worker still running, naming why; reap them all."""
+        """Kill every worker still running, naming why; reap them all (a worker stuck
+        uninterruptibly in the kernel cannot be, and is named by faults())."""
         for w in self.workers:
             if w.running():
                 w.fate = w.fate or fate
                 w.kill()
+        until = time.monotonic() + KILL_WAIT
         for w in self.workers:
-            w.proc.wait()
+            try:
+                w.proc.wait(timeout=max(0.0, until - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
 
     def read(self, sel: selectors.BaseSelector, timeout: float) -> None:
         for key, _ in sel.select(timeout):
@@ -279,18 +294,18 @@ class Watch:
         elif event.kind == "backend":
             self.backend = (event.detail, event.reason)
         elif event.kind == "sweep" and event.sweep is not None:
-            self.keep_sweep(w, event.sweep)
+            self.keep_sweep(event.sweep)
         elif event.kind == "pairs" and len(event.pairs) > len(self.pairs):
             self.pairs = event.pairs
 
-    def keep_sweep(self, w: Worker, sweep: Sweep) -> None:
+    def keep_sweep(self, sweep: Sweep) -> None:
         """Every worker reports the same table; keep the furthest one (any may die first)."""
         key = (sweep.stage, sweep.op)
         old = self.sweeps.get(key)
         if old is not None and len(old.rows) + len(old.skipped) >= len(sweep.rows) + len(sweep.skipped):
             return
         self.sweeps[key] = sweep
-        if self.progress and w.local_rank == 0 and sweep.rows and (old is None or len(sweep.rows) > len(old.rows)):
+        if self.progress and sweep.rows and (old is None or len(sweep.rows) > len(old.rows)):
             row = sweep.rows[-1]
             self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s")
 
@@ -299,6 +314,9 @@ class Watch:
         for w in self.workers:
             verdict = classify(w.fate, w.proc.returncode, w.failure, w.done, w.stage,
                                w.stderr_tail[-1] if w.stderr_tail else "")
+            if w.proc.returncode is None:
+                verdict = ("stuck", f"pid {w.proc.pid} survived SIGKILL in stage {w.stage}: stuck in "
+                                    "the kernel (the GPU driver?) and left behind")
             if verdict:
                 found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict))
         return found
@@ -309,7 +327,8 @@ def classify(fate: str, returncode: int | None, failure: str, done: bool, stage:
     """(kind, detail) for a worker that did not finish well; None for one that did, or one
     the node stopped because another node aborted (not a fault of its own)."""
     if fate == "stuck":
-        return "stuck", f"no heartbeat for {BW_STUCK_AFTER:g} s in stage {stage}: hung (stopped, or holding the GIL)"
+        return "stuck", (f"no heartbeat for {BW_STUCK_AFTER:g} s in stage {stage}: hung "
+                         "(stopped, or holding the GIL)")
     if fate == "timeout":
         return "timeout", f"still in stage {stage} at the phase's deadline"
     if failure:
@@ -324,7 +343,7 @@ def classify(fate: str, returncode: int | None, failure: str, done: bool, stage:
 
 # --- the cluster's picture -------------------------------------------------------------------
 
-def _merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int) -> list[Fault]:
+def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int) -> list[Fault]:
     """Every node's faults; a node that never posted its account is named as silent."""
     faults = list(mine)
     for node in range(nnodes):
@@ -340,23 +359,20 @@ def _merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nn
 
 
 def root_cause(faults: list[Fault]) -> tuple[str | None, str]:
-    """The stage that failed and why: a dead or hung rank first (the others failed because
-    of it), then the earliest failure, then ranks out of time."""
-    for kinds in (("died", "stuck"), ("failed", "silent"), ("timeout",)):
-        hits = [f for f in faults if f.kind in kinds]
-        if hits:
-            first = min(hits, key=lambda f: (STAGES.index(f.stage), f.node, f.rank))
-            who = f"rank {first.rank} (node {first.node}, local rank {first.local_rank})" \
-                if first.rank >= 0 else f"node {first.node}"
-            return first.stage, f"{who}: {first.detail}"
-    return None, ""
+    """The stage that failed and why, from the first culprit."""
+    first = first_culprit(faults)
+    if first is None:
+        return None, ""
+    who = f"rank {first.rank} (node {first.node}, local rank {first.local_rank})" if first.rank >= 0 \
+        else f"node {first.node}"
+    return first.stage, f"{who}: {first.detail}"
 
 
 def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults: list[Fault],
             started: float, reports: dict[int, NodeReport] | None = None) -> BandwidthResult:
-    backend = watch.backend
-    if not backend[0]:  # this node's workers never got that far: another node's may have
-        backend = next(((r.backend, r.backend_reason) for r in (reports or {}).values() if r.backend), ("", ""))
+    # When this node's workers never got as far as choosing, another node's may have.
+    known = [watch.backend] + [(r.backend, r.backend_reason) for r in (reports or {}).values()]
+    backend = next((b for b in known if b[0]), ("", ""))
     order = {op: i for i, op in enumerate(options.op)}
     sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
     stage, why = root_cause(faults)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from netcheck import __version__, export, report
+from netcheck import __version__, export, report, sweep
 from netcheck.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import (
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the faulty nodes and the phase timings there as Prometheus text-format "
                    "metrics (netcheck_*), e.g. into the node exporter's textfile collector "
                    "directory as netcheck.prom")
+    sweep.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
     return p
@@ -102,9 +103,17 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "netcheck",
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
+        sweep=_sweep_options(args),
         baseline=_baseline(args.baseline), json_path=args.json,
         quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
         prom_path=args.prom))
+
+
+def _sweep_options(args: argparse.Namespace) -> sweep.SweepOptions:
+    try:
+        return sweep.options_from_args(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _baseline(path: str | None):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from netcheck.constants import DEFAULT_PORT, PHASES
 from netcheck.mesh import parse_mode
 from netcheck.model import Launch, Report
+from netcheck.sweep import SweepOptions
 
 
 class UsageError(ValueError):
@@ -38,6 +39,7 @@ class Config:
     phases: tuple[str, ...]  # the phases to run, in order
     mesh: str | None        # "full" | "sample:K"; None: full up to MESH_FULL_UP_TO nodes
     hash_paths: tuple[str, ...]  # files or folders whose content is compared across nodes
+    sweep: SweepOptions     # the bandwidth phase's flags, nccl-tests' names and meaning
     baseline: Report | None  # a known-good earlier report to compare this run with
     json_path: str | None
     quiet: bool

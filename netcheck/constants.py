@@ -27,6 +27,7 @@ BW_STRAGGLER = "bw.straggler"
 BW_WRONG = "bw.wrong"
 RUN_TIMEOUT = "run.timeout"
 RUN_INTERNAL = "run.internal"
+RUN_SKIPPED = "run.skipped"
 
 # Phases in the order they run (SPEC "Phases, in order").
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
@@ -90,13 +91,16 @@ BW_DEFAULT_BUDGET = 10.0     # --bw-budget: seconds all sweeps may take together
 BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
 BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
 BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
-BW_HEARTBEAT = 0.5           # a worker says it is alive this often, even while blocked in a collective
+BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
 BW_STUCK_AFTER = 10.0        # a worker silent this long is hung (stopped, or stuck holding the GIL)
-BW_ABORT_POLL = 0.25         # how often a node looks for another node's abort notice in the store
+BW_ABORT_POLL = 1.0          # how often a node looks for another node's abort notice in the store
+                             # (each wake-up costs the measurement: on 2 CPUs 20 Hz cost ~3% of busbw)
 BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
 BW_REPORT_RESERVE = 3.0      # kept from the phase's deadline to exchange node reports (at most 20% of it)
+BW_REPORT_WAIT = 5.0         # once its workers are done, a node waits this long at most for the others' reports
 BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
 BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is dropped
 BW_PAIR_SLOW = 0.5           # bw.pair: a node whose best pair runs below this share of the median
 BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
 BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
+BW_STARTUP_SECONDS = 8.0    # workers start, import torch and join before the first sweep

@@ -7,7 +7,7 @@ from collections import Counter
 
 from netcheck.constants import (
     CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
-    RDZV_RESOLVE, RUN_INTERNAL, RUN_TIMEOUT,
+    RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
 )
 from netcheck.model import FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach
 
@@ -213,6 +213,12 @@ def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
                        "cluster was full or had already started", (),
                        "check --node-rank and --nnodes on every node; see the host's report")
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
+
+
+def skipped_finding(phase: str, why: str) -> Finding:
+    """A phase left out because an earlier failure makes it moot (that failure is named)."""
+    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (),
+                   "fix the failures above, then run again")
 
 
 def timeout_finding(phase: str, seconds: float) -> Finding:

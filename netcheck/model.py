@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from netcheck.constants import REPORT_SCHEMA
 from netcheck.envinfo import EnvFacts
 from netcheck.nics import NicTable
+from netcheck.sweep import BandwidthResult
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SEVERITIES = (PASS, WARN, FAIL)
@@ -194,7 +195,7 @@ class Report:
     recommend: dict[str, str]                     # variable -> value, for every node
     recommend_per_node: dict[str, dict[str, str]]  # hostname -> variable -> value
     env_table: tuple[EnvRow, ...]                 # differing keys; every key with -v
-    bandwidth: dict[str, str]
+    bandwidth: BandwidthResult | None             # None: the bandwidth phase did not run
     timings: dict[str, float]
     unfinished: str | None         # the phase that did not finish, if any
     healthy_nodes: tuple[str, ...]

@@ -16,7 +16,7 @@ import tempfile
 
 from tabulate import tabulate
 
-from netcheck import __version__, codec
+from netcheck import __version__, codec, sweep
 from netcheck.model import NodeEntry, Report
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -29,6 +29,9 @@ def render_text(report: Report, verbose: bool = False) -> str:
         lines += ["", _nodes_table(report)]
     if report.env_table:
         lines += ["", _env_table(report)]
+    if report.bandwidth and report.bandwidth.sweeps:
+        hostnames = {n.rank: n.hostname for n in report.nodes}
+        lines += ["", sweep.render_text(report.bandwidth, hostnames)]
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)

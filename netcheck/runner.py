@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import baseline, codec, diagnose, envdiff, mesh, recommend, rendezvous, topology
+from netcheck import baseline, bwdiag, codec, diagnose, envdiff, mesh, recommend, rendezvous, topology
+from netcheck.bandwidth import run_bandwidth
 from netcheck.config import Config
 from netcheck.constants import (
-    ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
+    BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
     GOODBYE_WAIT, MESH_PHASE_LIMIT, REPORT_RESERVE, RUN_INTERNAL,
 )
 from netcheck.deadline import Deadline
@@ -26,6 +27,7 @@ from netcheck.envinfo import EnvFacts, gather_env
 from netcheck.launcher import detect_launch, is_torchrun_worker
 from netcheck.local import driver_gpus, gather_facts
 from netcheck.mesh import Attempt
+from netcheck.sweep import BandwidthResult
 from netcheck.model import (
     FAIL, WARN, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     verdict_of,
@@ -57,6 +59,7 @@ class Run:
     attempts: tuple[Attempt, ...] = ()
     recommendation: recommend.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
+    bandwidth: BandwidthResult | None = None
     arrivals: rendezvous.HostState | None = None   # the host's: every process that came
     listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
     alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
@@ -242,6 +245,9 @@ def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
     if "env" in run.config.phases:
         with run.phase("env"):
             _env(run, seat, dict(run.alive))
+    if "bandwidth" in run.config.phases:
+        with run.phase("bandwidth"):
+            _bandwidth(run, seat)
 
 
 def _still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
@@ -342,6 +348,53 @@ def _env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     _drop_lost(run, lost)
 
 
+def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
+    """Timed collectives across every node's workers, on the host's store.
+
+    Worker ranks are node_rank * nproc + local_rank, so the phase needs every seat 0..N-1
+    alive; with a node lost, the findings already name it and the sweep would only wait
+    for it. Under torchrun each worker process is a seat and starts one worker of its own.
+    """
+    launch = run.config.launch
+    seats = sorted(e.rank for e in seat.roster.entries)
+    expected = launch.nnodes_min or len(seats)
+    if seats != list(range(len(seats))) or set(run.alive) != set(seats) or len(seats) < expected:
+        if run.role == "host":  # where the missing nodes are named
+            run.findings.append(diagnose.skipped_finding("bandwidth", "not every node rank is present"))
+        return
+    left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
+    if left < needed:
+        run.findings.append(diagnose.skipped_finding(
+            "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s: "
+            "raise --timeout (or lower --bw-budget)"))
+        return
+    if is_torchrun_worker(launch):
+        # torchrun's workers are seats; the phase runs per host, from LOCAL_RANK 0, with
+        # LOCAL_WORLD_SIZE workers of its own, node-numbered by GROUP_RANK.
+        if launch.variables.get("LOCAL_RANK") != "0":
+            return
+        node, nnodes = int(launch.variables["GROUP_RANK"]), len(seats) // launch.nproc_per_node
+        names = {int(m.facts.launch.variables.get("GROUP_RANK", -1)): m.facts.hostname for m in run.members}
+    else:
+        node, nnodes = seat.rank, len(seats)
+        names = {e.rank: e.hostname for e in seat.roster.entries}
+    result = run_bandwidth(run.config.rdzv.host, run.config.rdzv.port, run.config.run_id, node,
+                           nnodes, launch.nproc_per_node, run.config.sweep,
+                           run.phase_deadline().remaining(), run.progress)
+    run.bandwidth = result
+    run.findings += bwdiag.bandwidth_findings(result, names, _line_rates(run), run.config.sweep.expect_busbw)
+
+
+def _line_rates(run: Run) -> dict[int, float | None]:
+    """Gbit/s of the interface each node's traffic to its peers leaves by (None: unknown)."""
+    rates = {}
+    for m in run.members:
+        used = {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"}
+        speeds = [n.speed_mbps for n in m.facts.nics.nics if n.name in used and n.speed_mbps]
+        rates[m.rank] = max(speeds) / 1000 if speeds else None
+    return rates
+
+
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order."""
@@ -379,7 +432,7 @@ def build_report(run: Run) -> Report:
     return Report(
         run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
         nodes=_entries(members), findings=findings, recommend=rec.cluster,
-        recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth={},
+        recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth=run.bandwidth,
         timings=dict(run.timings),
         unfinished=run.unfinished,
         healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
@@ -425,5 +478,5 @@ def probe_only(host: str, port: int, timeout: float) -> Report:
 def _single_node_report(role: str, rank: int | None, nodes: tuple[NodeEntry, ...],
                         findings: tuple[Finding, ...], timings: dict[str, float]) -> Report:
     return Report(run_id=role, node_rank=rank, role=role, verdict=verdict_of(findings), nodes=nodes,
-                  findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth={},
+                  findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
                   timings=timings, unfinished=None, healthy_nodes=(), faulty_nodes=())

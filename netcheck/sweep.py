@@ -100,7 +100,8 @@ def options_from_args(args) -> SweepOptions:
         raise ValueError(f"-b {_size_text(minbytes)} is above -e {_size_text(maxbytes)}")
     options = SweepOptions(
         minbytes=minbytes, maxbytes=maxbytes,
-        stepfactor=_pick(args.stepfactor, d.stepfactor), warmup_iters=_pick(args.warmup_iters, d.warmup_iters),
+        stepfactor=_pick(args.stepfactor, d.stepfactor),
+        warmup_iters=_pick(args.warmup_iters, d.warmup_iters),
         iters=_pick(args.iters, d.iters), check=bool(_pick(args.check, 1)),
         op=parse_ops(args.op) if args.op is not None else d.op,
         dtype=parse_dtype(args.dtype) if args.dtype is not None else d.dtype,
@@ -177,17 +178,29 @@ def size_series(minbytes: int, maxbytes: int, stepfactor: int) -> list[int]:
     return sizes
 
 
-def fits_budget(size: int, last_size: int | None, last_seconds: float, spent: float,
-                budget: float) -> bool:
-    """Whether the next size's step fits what is left of the budget.
+@dataclass
+class Budget:
+    """Which sizes of a sweep run: each, smallest first, while its step fits what is left.
 
     A step's cost is extrapolated linearly from the previous size's: time grows at most in
     proportion to the bytes (less while latency dominates), so this errs on the safe side
-    and a slow link stops the sweep early instead of hanging it. The first size always runs.
+    and a slow link ends the sweep early instead of hanging it. The first size always runs.
+    Every rank feeds it the same numbers, so every rank takes the same decisions.
     """
-    if last_size is None:
-        return True
-    return spent + last_seconds * size / last_size <= budget
+
+    seconds: float
+    spent: float = 0.0
+    last_size: int = 0
+    last_seconds: float = 0.0
+
+    def admits(self, size: int) -> bool:
+        if not self.last_size:
+            return True
+        return self.spent + self.last_seconds * size / self.last_size <= self.seconds
+
+    def spend(self, size: int, seconds: float) -> None:
+        self.spent += seconds
+        self.last_size, self.last_seconds = size, seconds
 
 
 def stage_budgets(budget: float, sweeps: int, with_pairs: bool) -> tuple[float, float]:
@@ -221,7 +234,7 @@ def round_robin(n: int) -> list[list[tuple[int, int]]]:
         pairs = [(a, b) for a, b in zip(seats[:half], reversed(seats[half:])) if None not in (a, b)]
         rounds.append([(min(a, b), max(a, b)) for a, b in pairs])
         seats = [seats[0], seats[-1]] + seats[1:-1]
-    return rounds
+    return [r for r in rounds if r]  # one node alone has no pairs at all
 
 
 # --- data whose correct result is exactly known ----------------------------------------------
@@ -283,7 +296,7 @@ class Collective:
     name: str
     factor: Callable[[int], float]   # busbw = algbw * factor(ranks)
     reduces: bool                    # a sum: the redop column, and values must stay exact
-    inplace: bool                    # torch's call writes the result over the buffer it reads
+    inplace: bool                    # torch's call writes the result over its input (one buffer)
     scaled: tuple[bool, bool]        # (input, output) hold one chunk per rank, not one chunk
     inputs: Callable                 # (index, rank, n, chunk, m) -> this rank's input values
     expected: Callable               # (index, rank, n, chunk, m) -> this rank's correct output
@@ -339,10 +352,6 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                expected=lambda i, r, n, c, m: (i + (r - 1) % n) % m,
                run=_sendrecv, min_ranks=2),
 )}
-
-
-def busbw_factor(op: str, n: int) -> float:
-    return COLLECTIVES[op].factor(n)
 
 
 def bandwidths(coll: Collective, chunk: int, dtype: str, n: int, seconds: float) -> tuple[float, float]:
@@ -453,6 +462,21 @@ class BandwidthResult:
         return tuple(sorted({f.rank for f in self.faults if f.kind in ("died", "stuck")}))
 
 
+# Whom to blame, in order: a dead or hung rank (the others failed because of it), then a
+# rank that failed or a node that never reported, then ranks that ran out of time.
+BLAME_ORDER = (("died", "stuck"), ("failed", "silent"), ("timeout",))
+
+
+def culprits(faults) -> list[Fault]:
+    return next(([f for f in faults if f.kind in kinds] for kinds in BLAME_ORDER
+                 if any(f.kind in kinds for f in faults)), [])
+
+
+def first_culprit(faults) -> Fault | None:
+    """The culprit of the earliest stage (ties: lowest node, then rank)."""
+    return min(culprits(faults), key=lambda f: (STAGES.index(f.stage), f.node, f.rank), default=None)
+
+
 def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[float],
              wrongs: list[int], checked: bool, ranks: list[int]) -> Row:
     """A table row from every member rank's own time and wrong count (nccl-tests' average)."""
@@ -499,7 +523,8 @@ def sweep_text(sweep: Sweep, backend: str) -> str:
         lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
                   f"# Avg bus bandwidth : {_gbps(avg_busbw(sweep))} GB/s"]
     if sweep.skipped:
-        lines.append(f"# skipped to stay inside --bw-budget: {', '.join(_size_text(s) for s in sweep.skipped)}")
+        skipped = ", ".join(_size_text(s) for s in sweep.skipped)
+        lines.append(f"# skipped to stay inside --bw-budget: {skipped}")
     if sweep.note:
         lines.append(f"# {sweep.note}")
     return "\n".join(lines)

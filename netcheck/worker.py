@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import inspect
 import os
 import signal
 import statistics
@@ -34,9 +35,10 @@ from typing import Any
 
 from netcheck import codec
 from netcheck.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
+from netcheck.rendezvous import import_distributed
 from netcheck.sweep import (
-    COLLECTIVES, Collective, Pair, Peers, RankTime, Sweep, SweepOptions, bandwidths,
-    choose_backend, count_wrong, fits_budget, make_row, modulus, pair_size, plan_stages,
+    COLLECTIVES, Budget, Collective, Pair, Peers, RankTime, Sweep, SweepOptions, bandwidths,
+    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages,
     round_robin, size_series, stage_budgets,
 )
 
@@ -44,6 +46,7 @@ PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the
 # control stage: group creation, buffers and checks need the rest.
 BUDGET_SHARE_OF_DEADLINE = 0.5
+MAX_DETAIL = 300  # characters of an error kept: gloo's and NCCL's run long
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,11 @@ class Events:
     def emit(self, event: Event) -> None:
         data = (codec.dumps(event) + "\n").encode()
         with self.lock:
-            while data:
-                data = data[os.write(self.fd, data):]
+            try:
+                while data:
+                    data = data[os.write(self.fd, data):]
+            except BrokenPipeError:
+                os._exit(1)  # netcheck is gone: there is nobody left to measure for
 
     def start_heartbeat(self) -> None:
         threading.Thread(target=self._beat, daemon=True, name="heartbeat").start()
@@ -122,13 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     events = Events(_private_stdout())
     events.start_heartbeat()
     try:
-        done = run(events, args)
+        run(events, args)
     except StageFailed as e:
         events.emit(Event("failed", e.stage, e.detail))
         # A broken communicator can hang in its destructor: leave without running them.
         os._exit(1)
     events.emit(Event("done"))
-    done()
     return 0
 
 
@@ -162,16 +167,17 @@ def stage(events: Events, name: str):
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    line = f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    return line[:MAX_DETAIL]
 
 
-def run(events: Events, args) -> Any:
-    """Every stage in order; returns the clean-up to run once 'done' is sent."""
+def run(events: Events, args) -> None:
+    """Every stage in order."""
     with stage(events, "start"):
         me = Me.from_env(os.environ)
         options = codec.loads(SweepOptions, args.options, 1 << 16)
+        dist = import_distributed()
         import torch
-        import torch.distributed as dist
     with stage(events, "control"):
         h = Harness(torch, dist, me, options, events, args.deadline_at)
         facts = h.control(args.run_id)
@@ -179,7 +185,7 @@ def run(events: Events, args) -> Any:
         h.data_plane([bool(f[0]) for f in facts])
     budget = min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * min(f[1] for f in facts))
     h.sweeps(budget)
-    return dist.destroy_process_group
+    dist.destroy_process_group()
 
 
 @dataclass
@@ -195,7 +201,7 @@ class Harness:
     device: Any = None
     backend: str = "gloo"
     data: Any = None          # the data-plane group over every rank (None: the default group)
-    done: dict[str, Sweep] = field(default_factory=dict)
+    finished: dict[str, Sweep] = field(default_factory=dict)   # stage -> its last sweep
 
     # --- stages ---------------------------------------------------------------------------
 
@@ -219,9 +225,12 @@ class Harness:
         if self.backend == "nccl":
             self.device = torch.device("cuda", self.me.local_rank)
             torch.cuda.set_device(self.device)
-            # device_id makes NCCL set up its communicator now, inside this stage, not
-            # lazily inside the first timed collective.
-            self.data = dist.new_group(backend="nccl", device_id=self.device, timeout=self.timeout())
+            # device_id makes NCCL set up its communicator now, inside this stage, not lazily
+            # inside the first timed collective. Older torch lacks it and stays lazy: the
+            # all_reduce below then still runs the init inside this stage.
+            takes_device = "device_id" in inspect.signature(dist.new_group).parameters
+            eager = {"device_id": self.device} if takes_device else {}
+            self.data = dist.new_group(backend="nccl", timeout=self.timeout(), **eager)
             one = torch.ones(1, device=self.device)
             dist.all_reduce(one, group=self.data)
             self.sync()
@@ -237,7 +246,7 @@ class Harness:
             with stage(self.events, name):
                 group, members = self.group_for(name)
                 for op in o.op:
-                    self.done[name] = self.sweep(name, COLLECTIVES[op], group, members, per_sweep)
+                    self.finished[name] = self.sweep(name, COLLECTIVES[op], group, members, per_sweep)
         if me.nnodes > 1:
             with stage(self.events, "pairs"):
                 self.pairs(pairs_budget)
@@ -256,7 +265,7 @@ class Harness:
 
     # --- one sweep ----------------------------------------------------------------------------
 
-    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], budget: float) -> Sweep:
+    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], seconds: float) -> Sweep:
         """The sizes in order, as long as each fits the budget; every rank takes the same
         decisions, from numbers all ranks share, so no rank waits for a size others skip."""
         o = self.options
@@ -265,22 +274,21 @@ class Harness:
         result = Sweep(name, coll.name, n, len(groups), note=note)
         self.events.emit(Event("sweep", name, sweep=result))
         mine = next((g for g in groups if self.me.rank in g), None)
-        spent, last_size, last_s = 0.0, None, 0.0
+        budget = Budget(seconds)
         for size in size_series(o.minbytes, o.maxbytes, o.stepfactor) if not note else ():
             chunk = coll.chunk(size, o.dtype, n)
             if chunk == 0:
                 continue  # too small to give every rank an element
-            if not fits_budget(size, last_size, last_s, spent, budget):
+            if not budget.admits(size):
                 result = replace(result, skipped=result.skipped + (size,))
             else:
-                table = self.gather(list(self.step(coll, chunk, group, mine)) if mine else [0.0] * 4)
-                last_size, last_s = size, max(t[2] for t in table)  # all waited for the slowest
-                spent += last_s
+                table = self.gather(list(self.step(coll, chunk, group, mine)) if mine else self.idle(4))
+                budget.spend(size, max(t[2] for t in table))  # everyone waited for the slowest
                 result = self.add_row(result, coll, chunk, table, groups)
             self.events.emit(Event("sweep", name, sweep=result))
         return result
 
-    def step(self, coll: Collective, chunk: int, group, ranks: list[int]) -> tuple[float, float, float, float]:
+    def step(self, coll: Collective, chunk: int, group, ranks: list[int]) -> tuple[float, ...]:
         """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1)."""
         o, torch = self.options, self.torch
         started = time.perf_counter()
@@ -288,7 +296,10 @@ class Harness:
         peers = Peers(ranks[0], ranks[(grank + 1) % n], ranks[(grank - 1) % n])
         dtype = getattr(torch, o.dtype)
         # Timed on zeros: repeated sums of zeros never overflow; the check refills below.
-        inp, out = (torch.zeros(e, dtype=dtype, device=self.device) for e in coll.elements(chunk, n))
+        # An in-place collective gets one buffer, not a second one it would never read.
+        n_in, n_out = coll.elements(chunk, n)
+        out = torch.zeros(n_out, dtype=dtype, device=self.device)
+        inp = out if coll.inplace else torch.zeros(n_in, dtype=dtype, device=self.device)
         call = lambda: coll.run(self.dist, inp, out, group, peers)  # noqa: E731
         seconds = self.timed(call)
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
@@ -313,12 +324,16 @@ class Harness:
             call()  # gloo's CPU collectives return once complete
         return (time.perf_counter() - started) / self.options.iters
 
+    def idle(self, values: int) -> list[float]:
+        """A rank outside this step's groups: it only lines up with the others (timed's
+        barrier is on every rank) and reports zeros."""
+        self.dist.barrier()
+        return [0.0] * values
+
     def check(self, coll: Collective, inp, out, call, grank: int, n: int, chunk: int) -> int:
         """One more iteration on data with a known answer; elements that differ from it."""
         m = modulus(self.options.dtype, n, coll.reduces)
-        self.fill(inp, lambda i: coll.inputs(i, grank, n, chunk, m))
-        if coll.inplace:
-            out.copy_(inp)
+        self.fill(inp, lambda i: coll.inputs(i, grank, n, chunk, m))  # in place: inp is out
         call()
         self.sync()
         return self.wrong(out, lambda i: coll.expected(i, grank, n, chunk, m))
@@ -344,15 +359,15 @@ class Harness:
         run in parallel, the rounds one after another."""
         o, me = self.options, self.me
         rounds = round_robin(me.nnodes)
-        sweep = self.done.get("inter") or self.done["all"]
+        sweep = self.finished.get("inter") or self.finished["all"]  # the network's pace
         rate = sweep.rows[-1].busbw * 1e9 if sweep.rows else 0.0
         size = pair_size(size_series(o.minbytes, o.maxbytes, o.stepfactor), rate,
                          budget / len(rounds), o.warmup_iters + o.iters)
         found: tuple[Pair, ...] = ()
         for pairing in rounds:
             mine = next((p for p in pairing if me.node in p), None) if me.local_rank == 0 else None
-            seconds = self.exchange(size, (sum(mine) - me.node) * me.nproc) if mine else 0.0
-            table = self.gather([seconds])
+            peer = (sum(mine) - me.node) * me.nproc if mine else None   # the other node's leader
+            table = self.gather([self.exchange(size, peer)] if mine else self.idle(1))
             found += tuple(_pair(a, b, size, [table[a * me.nproc][0], table[b * me.nproc][0]])
                            for a, b in pairing)
             self.events.emit(Event("pairs", "pairs", pairs=found))

@@ -17,6 +17,7 @@ PORT = 29500
 # What a netcheck process may take beyond its --timeout: Python's start-up before the
 # deadline starts and its shutdown with torch loaded, on a busy 2-core machine.
 GRACE = 5.0
+SKIP_BANDWIDTH = ["--skip", "bandwidth"]
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "netcheck.report.schema.json"
 SCHEMA = Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
@@ -51,10 +52,15 @@ class NodeRun:
 
 
 def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = None,
-          wrapper: tuple[str, ...] = ()) -> NodeRun:
-    """netcheck on node i, its JSON report in tmp; `wrapper` is argv that execs the rest."""
+          wrapper: tuple[str, ...] = (), bandwidth: bool = False) -> NodeRun:
+    """netcheck on node i, its JSON report in tmp; `wrapper` is argv that execs the rest.
+
+    The bandwidth phase is skipped unless asked for (or the args choose phases): it costs
+    seconds per run and has tests of its own."""
     json_path = tmp / f"node{i}-{time.monotonic_ns()}.json"
-    argv = [*wrapper, sys.executable, "-m", "netcheck", *args, "--json", str(json_path)]
+    chosen = bandwidth or "--skip" in args or "--only" in args
+    argv = [*wrapper, sys.executable, "-m", "netcheck", *args, *([] if chosen else SKIP_BANDWIDTH),
+            "--json", str(json_path)]
     return NodeRun(i, c.popen(i, argv, env=env), json_path, time.monotonic())
 
 

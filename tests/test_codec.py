@@ -8,6 +8,7 @@ import json
 import pytest
 
 from netcheck import codec
+from netcheck.sweep import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
 from netcheck.codec import DecodeError
 from netcheck.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
 from netcheck.model import (
@@ -66,7 +67,13 @@ REPORT = Report(
     recommend={"NCCL_SOCKET_IFNAME": "=eno1", "TP_SOCKET_IFNAME": "eno1"},
     recommend_per_node={"gpu01": {"GLOO_SOCKET_IFNAME": "eno1"}, "gpu03": {"GLOO_SOCKET_IFNAME": "ens5"}},
     env_table=(EnvRow("torch.version", "2.13.0", (2,), "gpu03", "fail"),),
-    bandwidth={"busbw": "11.2"}, timings={"local": 0.125, "reach": 0.0},
+    bandwidth=BandwidthResult(
+        "gloo", "no CUDA: using gloo", 2, 2,
+        (Sweep("all", "all_reduce", 4, 1, (Row(1 << 20, 262144, "float32", "sum", 812.5, 1.29, 1.94, 0),),
+               (1 << 24,), (RankTime(3, 1, 830.0),)),),
+        (Pair(0, 1, 1 << 24, 9000.0, 1.86),), "all", "rank 3 died",
+        (Fault(1, 3, 1, "all", "died", "killed by SIGKILL"),), 7.5),
+    timings={"local": 0.125, "reach": 0.0},
     unfinished="rendezvous", healthy_nodes=("gpu01",), faulty_nodes=("gpu02", "gpu03"))
 
 EVERY_RECORD = [

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from netcheck.sweep import SweepOptions
 from netcheck.config import Config, Endpoint, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import DEFAULT_PORT, PHASES
 from netcheck.model import Launch
@@ -171,6 +172,7 @@ GOOD = Config(
     phases=PHASES,
     mesh=None,
     hash_paths=(),
+    sweep=SweepOptions(),
     baseline=None,
     json_path=None,
     quiet=False,

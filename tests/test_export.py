@@ -29,7 +29,7 @@ def report(findings: tuple[Finding, ...], healthy=("gpu01", "gpu02"), faulty=("g
                     for r in nodes)
     return Report(run_id="4242", node_rank=0, role="host", verdict="fail", nodes=entries,
                   findings=findings, recommend={}, recommend_per_node={}, env_table=(),
-                  bandwidth={}, timings={"local": 0.01, "rendezvous": 12.5} if timings is None else timings,
+                  bandwidth=None, timings={"local": 0.01, "rendezvous": 12.5} if timings is None else timings,
                   unfinished=None, healthy_nodes=healthy, faulty_nodes=faulty)
 
 
@@ -128,7 +128,7 @@ def test_label_values_from_peers_are_escaped():
 
 def test_a_report_with_nothing_in_it_still_parses():
     empty = Report(run_id="probe", node_rank=None, role="probe", verdict="pass", nodes=(), findings=(),
-                   recommend={}, recommend_per_node={}, env_table=(), bandwidth={}, timings={},
+                   recommend={}, recommend_per_node={}, env_table=(), bandwidth=None, timings={},
                    unfinished=None, healthy_nodes=(), faulty_nodes=())
     assert series(export.render_prom(empty), "netcheck_verdict")[(("severity", "pass"),)] == 1
 

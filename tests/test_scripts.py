@@ -19,7 +19,7 @@ import yaml
 from cluster import NodeSpec
 from netcheck import __version__
 from netcheck.launcher import detect_launch, expand_hostlist, rdzv_from_env
-from nodes import read_report
+from nodes import SKIP_BANDWIDTH, read_report
 from test_export import series
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, s
 @pytest.mark.root_required
 def test_sbatch_on_three_healthy_nodes_collects_every_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", "30"]), 60)
+        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", "30", *SKIP_BANDWIDTH]), 60)
     assert [rc for rc, _ in done] == [0, 0, 0], done
     folder = tmp_path / "netcheck-4242"
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -195,7 +195,7 @@ def test_manifests_command_forms_the_cluster_on_namespaces(cluster, tmp_path):
     with cluster([NodeSpec(hostname=name, hosts_extra=hosts) for name in names]) as c:
         assert [n.addr for n in c.nodes] == [h.split()[0] for h in hosts]
         assert c.run(1, wait["command"], timeout=5).returncode == 0
-        procs = [c.popen(i, [*argv, "--json", str(tmp_path / f"{names[i]}.json")],
+        procs = [c.popen(i, [*argv, *SKIP_BANDWIDTH, "--json", str(tmp_path / f"{names[i]}.json")],
                          env={**container_env(job, i), "MASTER_ADDR": None, "MASTER_PORT": None})
                  for i in range(2)]
         done = wait_all(procs, 150)

@@ -1,0 +1,247 @@
+"""Rules for the bandwidth phase: a BandwidthResult in, findings out.
+
+    bw.stage      the stages ran (backend and why), or which stage stopped, where and why
+    bw.wrong      corrupted elements, with the ranks that received them
+    bw.busbw      below --expect-busbw, or far below the line rate of the NICs in use
+    bw.pair       a node whose best pair runs well below the other nodes' (named)
+    bw.straggler  a rank (or a node's intra-node sweep) far slower than the rest
+
+Rules never print and never touch the network.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from netcheck.constants import (
+    BW_BUSBW, BW_LINE_RATE_WARN, BW_PAIR, BW_PAIR_SLOW, BW_STAGE, BW_STRAGGLER,
+    BW_STRAGGLER_RATIO, BW_WRONG,
+)
+from netcheck.model import FAIL, PASS, WARN, Finding
+from netcheck.sweep import BandwidthResult, Fault, Sweep, culprits, first_culprit, peak_busbw
+
+STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
+               "all": "sweep across all ranks", "intra": "intra-node sweep",
+               "inter": "inter-node sweep", "pairs": "node pairs"}
+FIXES = {
+    "died": "the worker process died: look at that node's kernel log (dmesg: the OOM killer?) "
+            "and its GPU; the rows measured before it are kept",
+    "stuck": "the rank stopped responding: look for a hung GPU (nvidia-smi), a process in D "
+             "state, or a stopped job on that node",
+    "silent": "run netcheck on every node; that node's own report says where it stopped",
+    "timeout": "give the run more time (--timeout) or the sweep less (--bw-budget, -e)",
+    "start": "the worker could not start or reach the host's store: the detail says why (a "
+             "broken torch install, or the host's netcheck gone)",
+    "control": "gloo could not connect the ranks: check mesh.connect and nic.gloo_default, and "
+               "set GLOO_SOCKET_IFNAME as recommended",
+    "data": "the data backend did not start: check nic.nccl_default and set NCCL_SOCKET_IFNAME as "
+            "recommended; NCCL_DEBUG=INFO says more",
+    "sweep": "a collective failed mid-sweep: the evidence names the peer that went away",
+}
+
+
+def bandwidth_findings(result: BandwidthResult, hostnames: dict[int, str],
+                       line_rate_gbps: dict[int, float | None],
+                       expect_busbw: float | None) -> list[Finding]:
+    """Every bandwidth check, cluster-wide.
+
+    hostnames: node rank -> hostname. line_rate_gbps: node rank -> the link speed, in
+    Gbit/s, of the interface its inter-node traffic uses (None: unknown, as on virtual
+    links). expect_busbw: --expect-busbw, in GB/s (nccl-tests' unit), or None.
+    """
+    names = _Names(hostnames)
+    return (stage_findings(result, names) + wrong_findings(result, names)
+            + busbw_findings(result, names, line_rate_gbps, expect_busbw)
+            + pair_findings(result, names) + straggler_findings(result, names))
+
+
+class _Names:
+    def __init__(self, hostnames: dict[int, str]):
+        self.hostnames = hostnames
+
+    def node(self, n: int) -> str:
+        return self.hostnames.get(n, f"node {n}")
+
+    def rank(self, f: Fault) -> str:
+        return f"rank {f.rank} ({self.node(f.node)}, local rank {f.local_rank})" if f.rank >= 0 \
+            else self.node(f.node)
+
+
+# --- bw.stage -----------------------------------------------------------------------------
+
+def stage_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+    if result.failed_stage is None:
+        world = result.nnodes * result.nproc_per_node
+        return [Finding(BW_STAGE, PASS, tuple(range(result.nnodes)),
+                        f"every stage ran on {world} ranks ({result.nnodes} nodes x "
+                        f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
+    blamed, first = culprits(result.faults), first_culprit(result.faults)
+    measured = sum(len(s.rows) for s in result.sweeps)
+    evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}" for f in result.faults)
+    evidence += (f"kept: {measured} rows measured before it stopped",)
+    if result.backend:
+        evidence += (f"backend {result.backend}: {result.backend_reason}",)
+    return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
+                    f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
+                    f"{names.rank(first)} {_what(first)}", evidence, _fix(first))]
+
+
+def _what(f: Fault) -> str:
+    return {"died": "died", "stuck": "hung", "silent": "never reported",
+            "timeout": "ran out of time"}.get(f.kind, "failed") + f" ({f.detail})"
+
+
+def _fix(f: Fault) -> str:
+    if f.kind != "failed":
+        return FIXES[f.kind]
+    return FIXES.get(f.stage, FIXES["sweep"])
+
+
+# --- bw.wrong -------------------------------------------------------------------------------
+
+def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+    checked = [(s, r) for s in result.sweeps for r in s.rows if r.wrong is not None]
+    if not checked:
+        return []
+    bad = [(s, r) for s, r in checked if r.wrong]
+    if not bad:
+        return [Finding(BW_WRONG, PASS, tuple(range(result.nnodes)),
+                        f"0 wrong elements in {len(checked)} checked results")]
+    nproc = result.nproc_per_node
+    nodes = tuple(sorted({rank // nproc for _, r in bad for rank in r.wrong_ranks}))
+    evidence = tuple(f"{s.op} {s.stage} {r.size} B: {r.wrong} wrong on rank(s) "
+                     f"{', '.join(str(k) for k in r.wrong_ranks)}" for s, r in bad)
+    return [Finding(BW_WRONG, FAIL, nodes,
+                    f"{sum(r.wrong for _, r in bad)} corrupted elements received on "
+                    f"{', '.join(names.node(n) for n in nodes)}", evidence,
+                    "data changed in transit or on the device: check GPU memory errors (nvidia-smi "
+                    "-q -d ECC, dcgmi diag), NIC firmware and cabling, then rerun with -c 1")]
+
+
+# --- bw.busbw -------------------------------------------------------------------------------
+
+def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[int, float | None],
+                   expect_busbw: float | None) -> list[Finding]:
+    all_ranks = [s for s in result.sweeps if s.stage == "all" and s.rows]
+    if not all_ranks:
+        return []
+    everyone = tuple(range(result.nnodes))
+    findings = [_expect_finding(s, expect_busbw, everyone) for s in all_ranks] if expect_busbw else []
+    line = _line_rate_finding(result, names, line_rate_gbps)
+    findings += [line] if line else []
+    if not any(f.severity != PASS for f in findings):
+        best = max(all_ranks, key=peak_busbw)
+        findings = [Finding(BW_BUSBW, PASS, everyone, f"{best.op} busbw peaks at "
+                            f"{peak_busbw(best):.3g} GB/s over {best.ranks} ranks ({result.backend})",
+                            tuple(f.summary for f in findings))]
+    return findings
+
+
+def _expect_finding(sweep: Sweep, expect: float, nodes: tuple[int, ...]) -> Finding:
+    peak = peak_busbw(sweep)
+    summary = (f"{sweep.op} busbw peaks at {peak:.3g} GB/s over {sweep.ranks} ranks: "
+               f"{100 * peak / expect:.0f}% of --expect-busbw {expect:g} GB/s")
+    if peak >= expect:
+        return Finding(BW_BUSBW, PASS, nodes, summary)
+    return Finding(BW_BUSBW, FAIL, nodes, summary, _largest_rows(sweep),
+                   "find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME in use) "
+                   "before blaming the job; lower --expect-busbw only if the hardware cannot do more")
+
+
+def _line_rate_finding(result: BandwidthResult, names: _Names,
+                       line_rate_gbps: dict[int, float | None]) -> Finding | None:
+    """busbw over the network against the slowest used NIC (busbw is comparable to it)."""
+    if result.nnodes < 2:
+        return None
+    sweep = next((s for s in result.sweeps if s.stage == "inter" and s.rows), None) \
+        or next(s for s in result.sweeps if s.stage == "all" and s.rows)
+    known = {n: r for n, r in line_rate_gbps.items() if r}
+    if not known:
+        return None
+    slowest = min(known, key=known.get)
+    line = known[slowest] / 8  # Gbit/s -> GB/s
+    efficiency = peak_busbw(sweep) / line
+    summary = (f"{sweep.op} busbw over the network peaks at {peak_busbw(sweep):.3g} GB/s, "
+               f"{100 * efficiency:.0f}% of the slowest NIC's line rate ({names.node(slowest)}: "
+               f"{known[slowest]:g} Gb/s = {line:.3g} GB/s)")
+    if efficiency >= BW_LINE_RATE_WARN:
+        return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary)
+    if result.backend != "nccl":
+        # gloo on CPUs is bound by the CPUs far below any NIC's rate: a number, not a warning.
+        return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary + " (gloo: far below NCCL's)")
+    return Finding(BW_BUSBW, WARN, tuple(sorted(known)), summary, _largest_rows(sweep),
+                   "traffic may take a slower interface than the one rated (check NCCL_SOCKET_IFNAME "
+                   "against nic.route), or the link negotiated down: compare ethtool on both ends")
+
+
+def _largest_rows(sweep: Sweep) -> tuple[str, ...]:
+    return tuple(f"{r.size} B: time {r.time_us:.1f} us, algbw {r.algbw:.3g}, busbw {r.busbw:.3g} GB/s"
+                 for r in sweep.rows[-3:])
+
+
+# --- bw.pair --------------------------------------------------------------------------------
+
+def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+    if not result.pairs:
+        return []
+    evidence = tuple(f"{names.node(p.a)} <-> {names.node(p.b)}: {p.busbw:.3g} GB/s each way"
+                     for p in result.pairs)
+    everyone = tuple(range(result.nnodes))
+    if result.nnodes < 3:
+        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pair measured; with two "
+                        "nodes a slow node cannot be told from its peer", evidence)]
+    # A node's best pair is its own link's speed when its peers are healthy.
+    best = {n: max(p.busbw for p in result.pairs if n in (p.a, p.b)) for n in everyone
+            if any(n in (p.a, p.b) for p in result.pairs)}
+    median = statistics.median(best.values())
+    slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
+    if not slow:
+        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs within "
+                        f"{100 * BW_PAIR_SLOW:.0f}% of the median ({median:.3g} GB/s)", evidence)]
+    detail = ", ".join(f"{names.node(n)} at best {best[n]:.3g} GB/s" for n in slow)
+    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node reaches {median:.3g} GB/s",
+                    evidence, "every collective runs at the slowest node's pace: check that node's "
+                    "link speed and errors (ethtool -S), its cabling and switch port, and the "
+                    "interface its traffic takes (nic.route); or exclude it")]
+
+
+# --- bw.straggler ---------------------------------------------------------------------------
+
+def straggler_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+    findings = [f for s in result.sweeps if s.stage == "all" for f in _slow_ranks(s, names)]
+    findings += [f for s in result.sweeps if s.stage == "intra" for f in _slow_intra(s, names)]
+    if findings or not any(s.rank_times for s in result.sweeps):
+        return findings
+    return [Finding(BW_STRAGGLER, PASS, tuple(range(result.nnodes)), "no rank or node ran more than "
+                    f"{BW_STRAGGLER_RATIO:g}x slower than the median")]
+
+
+def _slow_ranks(sweep: Sweep, names: _Names) -> list[Finding]:
+    if len(sweep.rank_times) < 2:
+        return []
+    median = statistics.median(t.time_us for t in sweep.rank_times)
+    slow = [t for t in sweep.rank_times if t.time_us > BW_STRAGGLER_RATIO * median]
+    if not slow:
+        return []
+    return [Finding(BW_STRAGGLER, WARN, tuple(sorted({t.node for t in slow})),
+                    f"{len(slow)} rank(s) took over {BW_STRAGGLER_RATIO:g}x the median time in "
+                    f"{sweep.op} at {sweep.rows[-1].size} B",
+                    tuple(f"rank {t.rank} ({names.node(t.node)}): {t.time_us:.1f} us, median "
+                          f"{median:.1f} us" for t in slow),
+                    "a slow rank holds every collective back: check its CPU/GPU load, clocks "
+                    "and NUMA placement")]
+
+
+def _slow_intra(sweep: Sweep, names: _Names) -> list[Finding]:
+    if len(sweep.node_busbw) < 2:
+        return []
+    median = statistics.median(sweep.node_busbw.values())
+    slow = {int(n): b for n, b in sweep.node_busbw.items() if b < BW_PAIR_SLOW * median}
+    if not slow:
+        return []
+    return [Finding(BW_STRAGGLER, WARN, tuple(sorted(slow)),
+                    f"intra-node {sweep.op} busbw on {', '.join(names.node(n) for n in sorted(slow))} "
+                    f"is below {100 * BW_PAIR_SLOW:.0f}% of the median node ({median:.3g} GB/s)",
+                    tuple(f"{names.node(int(n))}: {b:.3g} GB/s" for n, b in sorted(sweep.node_busbw.items())),
+                    "inside that node the ranks talk slowly: check GPU topology (nvidia-smi topo -m), "
+                    "PCIe/NVLink state, /dev/shm size and CPU load")]

@@ -1,0 +1,239 @@
+"""Phase 7, bandwidth, on real network namespaces (gloo on CPU): run_bandwidth on every node.
+
+Until the CLI runs the phase, each node runs this file as a small driver (`main` below):
+node 0 serves the TCPStore first, as netcheck's host does, then every node calls
+run_bandwidth with nccl-tests' flags and prints its BandwidthResult as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+from cluster import NodeSpec
+import nodes
+from netcheck import codec
+from netcheck.bwdiag import bandwidth_findings
+from netcheck.sweep import BandwidthResult, add_arguments, options_from_args
+
+pytestmark = pytest.mark.root_required
+
+PORT = 29500
+DEADLINE = 40.0
+SMALL = ["-b", "1K", "-e", "256K", "-f", "4", "-w", "1", "-n", "3", "--bw-budget", "3"]
+
+
+@dataclass
+class Driver:
+    """One node's driver process, its stderr (progress lines) read as it comes."""
+
+    node: int
+    proc: subprocess.Popen
+    started: float
+    err: list[str] = field(default_factory=list)
+    out: str = ""
+    seconds: float = 0.0
+
+    def read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self.err.append(line.rstrip("\n"))
+
+    @property
+    def result(self) -> BandwidthResult:
+        lines = self.out.strip().splitlines()
+        assert lines, f"node {self.node} printed no result:\n" + "\n".join(self.err[-30:])
+        return codec.loads(BandwidthResult, lines[-1], 1 << 24)
+
+
+def start_all(c, run_id: str, nproc: int, flags: list[str]) -> list[Driver]:
+    n = len(c.nodes)
+    drivers = []
+    for i in range(n):
+        argv = [sys.executable, __file__, "--node", str(i), "--nnodes", str(n), "--nproc", str(nproc),
+                "--run-id", run_id, *flags]
+        d = Driver(i, c.popen(i, argv, env={"MASTER_ADDR": None, "RANK": None}), time.monotonic())
+        threading.Thread(target=d.read_stderr, daemon=True).start()
+        drivers.append(d)
+    return drivers
+
+
+def finish_all(drivers: list[Driver], timeout: float) -> list[Driver]:
+    for d in drivers:
+        try:
+            d.out = d.proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - d.started)))[0]
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"node {d.node} hung past {timeout} s:\n" + "\n".join(d.err[-30:]))
+        d.seconds = time.monotonic() - d.started
+    return drivers
+
+
+def leftover_workers(run_id: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "netcheck.worker" in (p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+
+
+def findings(result: BandwidthResult, expect: float | None = None) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in bandwidth_findings(result, {i: f"node{i}" for i in range(result.nnodes)}, {}, expect):
+        out.setdefault(f.check, []).append(f)
+    return out
+
+
+def explain(drivers: list[Driver]) -> str:
+    return "\n".join(f"--- node {d.node} rc={d.proc.returncode}\n" + "\n".join(d.err[-40:]) for d in drivers)
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+def test_two_healthy_nodes_two_ranks_each(cluster, tmp_path):
+    run_id = f"bwok{time.monotonic_ns()}"
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        drivers = finish_all(start_all(c, run_id, 2, SMALL), DEADLINE + 30)
+    assert [d.proc.returncode for d in drivers] == [0, 0], explain(drivers)
+    host, joiner = drivers[0].result, drivers[1].result
+    assert host.failed_stage is None and not host.faults, explain(drivers)
+    assert (host.backend, host.backend_reason) == ("gloo", "no CUDA: using gloo")
+    assert [(s.stage, s.ranks, s.groups) for s in host.sweeps] == [("all", 4, 1), ("intra", 2, 2), ("inter", 2, 1)]
+    for sweep in host.sweeps:
+        assert sweep.rows and all(r.wrong == 0 and r.busbw > 0 for r in sweep.rows), sweep
+    assert [r.size for r in host.sweeps[0].rows][:3] == [1024, 4096, 16384]
+    assert sorted(t.rank for t in host.sweeps[0].rank_times) == [0, 1, 2, 3]
+    assert set(host.sweeps[1].node_busbw) == {"0", "1"}
+    assert [(p.a, p.b) for p in host.pairs] == [(0, 1)] and host.pairs[0].busbw > 0
+    assert joiner.sweeps == host.sweeps and joiner.pairs == host.pairs
+    found = findings(host)
+    assert [f.severity for f in found["bw.stage"] + found["bw.wrong"]] == ["pass", "pass"]
+    assert not leftover_workers(run_id)
+
+
+def test_a_shaped_node_is_named_by_bw_pair_and_fails_expect_busbw(cluster, tmp_path):
+    run_id = f"bwslow{time.monotonic_ns()}"
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.shape(2, "20mbit")  # 2.5 MB/s: a fifth of nothing the other links come near
+        flags = ["-b", "1K", "-e", "1M", "-f", "4", "-w", "1", "-n", "4", "--bw-budget", "4",
+                 "--expect-busbw", "0.05"]
+        drivers = finish_all(start_all(c, run_id, 1, flags), DEADLINE + 30)
+    assert [d.proc.returncode for d in drivers] == [0, 0, 0], explain(drivers)
+    host = drivers[0].result
+    assert host.failed_stage is None, explain(drivers)
+    assert sorted((p.a, p.b) for p in host.pairs) == [(0, 1), (0, 2), (1, 2)]
+    fast = next(p.busbw for p in host.pairs if (p.a, p.b) == (0, 1))
+    assert all(p.busbw < fast / 5 for p in host.pairs if 2 in (p.a, p.b)), host.pairs
+    found = findings(host, expect=0.05)
+    (pair,) = found["bw.pair"]
+    assert pair.severity == "fail" and pair.nodes == (2,), pair
+    (busbw,) = found["bw.busbw"]
+    assert busbw.severity == "fail" and "--expect-busbw 0.05 GB/s" in busbw.summary
+    assert host.sweeps[0].rows[-1].busbw < 0.01  # the ring runs at the shaped link's pace
+
+
+LONG = ["-b", "1K", "-e", "4M", "-f", "2", "-w", "2", "-n", "20", "--bw-budget", "30"]
+
+
+@pytest.mark.parametrize("sig,says", [(signal.SIGKILL, "killed by SIGKILL"), (signal.SIGSTOP, "no heartbeat")])
+def test_a_dead_or_hung_worker_ends_every_node_and_is_named(cluster, tmp_path, sig, says):
+    run_id = f"bwkill{time.monotonic_ns()}"
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        drivers = start_all(c, run_id, 2, LONG)
+        wait_for_row(drivers[0])
+        (victim,) = [p for p in leftover_workers(run_id) if p.environ().get("RANK") == "3"]
+        victim.send_signal(sig)
+        finish_all(drivers, DEADLINE + 15)
+    assert all(d.seconds < DEADLINE for d in drivers), [d.seconds for d in drivers]
+    for d in drivers:
+        res = d.result
+        assert res.dead_ranks == (3,), (d.node, res.faults)
+        assert res.failed_stage in ("all", "intra", "inter") and "rank 3 (node 1, local rank 1)" in res.failure
+        assert says in res.failure
+    host = drivers[0].result
+    assert host.sweeps[0].rows, "the rows measured before the kill are kept"
+    (stage,) = findings(host)["bw.stage"]
+    assert stage.severity == "fail" and stage.nodes == (1,)
+    assert not psutil.pid_exists(victim.pid) and not leftover_workers(run_id)
+
+
+def test_workers_die_with_a_sigkilled_netcheck(cluster, tmp_path):
+    run_id = f"bworphan{time.monotonic_ns()}"
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        drivers = start_all(c, run_id, 2, LONG)
+        wait_for_row(drivers[0])
+        drivers[1].proc.send_signal(signal.SIGKILL)  # no finally runs on node 1
+        host = finish_all(drivers[:1], DEADLINE + 15)[0]
+        deadline = time.monotonic() + 5
+        while leftover_workers(run_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not leftover_workers(run_id)
+    res = host.result
+    assert host.seconds < DEADLINE and res.failed_stage is not None
+    assert any(f.node == 1 and f.kind == "silent" for f in res.faults), res.faults
+
+
+def wait_for_row(host: Driver) -> None:
+    """Until the host has reported a measured row: the sweep is under way."""
+    until = time.monotonic() + DEADLINE
+    while not any(line.startswith("bandwidth all") for line in host.err):
+        assert time.monotonic() < until, "no row was ever measured:\n" + "\n".join(host.err)
+        time.sleep(0.05)
+
+
+# --- the driver each node runs ---------------------------------------------------------------------
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="run_bandwidth on one node of a test cluster")
+    p.add_argument("--node", type=int, required=True)
+    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--nproc", type=int, required=True)
+    p.add_argument("--run-id", required=True)
+    add_arguments(p)
+    args = p.parse_args()
+    from netcheck.bandwidth import run_bandwidth
+    from netcheck.rendezvous import import_distributed
+
+    dist = import_distributed()
+    timeout = datetime.timedelta(seconds=DEADLINE + 20)
+    store = dist.TCPStore("0.0.0.0", PORT, None, True, timeout, wait_for_workers=False) \
+        if args.node == 0 else dist.TCPStore("node0", PORT, None, False, timeout)
+    result = run_bandwidth("node0", PORT, args.run_id, args.node, args.nnodes, args.nproc,
+                           options_from_args(args), DEADLINE,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(codec.dumps(result), flush=True)
+    # As netcheck's host does: the store stays up until every node is done with it (or
+    # has plainly gone: a node killed by a test never says goodbye).
+    store.set(f"driver/{args.run_id}/bye/{args.node}", "1")
+    if args.node == 0:
+        try:
+            store.wait([f"driver/{args.run_id}/bye/{k}" for k in range(args.nnodes)],
+                       datetime.timedelta(seconds=5))
+        except RuntimeError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
+    """The whole command, bandwidth included: 2 nodes x 2 processes, -c on."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        args = lambda i: ["--rdzv", "node0:29500", "--nnodes", "2", "--node-rank", str(i),
+                          "--nproc-per-node", "2", "--timeout", "60", "--bw-budget", "4", "-c", "1"]
+        runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(2)], 90)
+    # 4 gloo workers share this machine's 2 cores: a straggler warning is the truth here.
+    assert all(r.rc in (0, 1) for r in runs), nodes.explain(runs)
+    assert not [f for f in runs[0].report["findings"] if f["severity"] == "fail"], nodes.explain(runs)
+    bw = runs[0].report["bandwidth"]
+    assert bw["backend"] == "gloo" and "no CUDA" in bw["backend_reason"]
+    stages = {s["stage"] for s in bw["sweeps"]}
+    assert stages == {"all", "intra", "inter"} and len(bw["pairs"]) == 1
+    assert all(row["wrong"] == 0 for s in bw["sweeps"] for row in s["rows"])
+    assert "Avg bus bandwidth" in runs[0].stdout and runs[0].findings("bw.wrong", "pass")

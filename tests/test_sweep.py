@@ -1,0 +1,406 @@
+"""The bandwidth phase's pure parts: flags, sizes, budget, busbw maths, data and its check,
+round-robin pairing, tables; and the node side's pure helpers (worker environment, event
+lines, how a worker's end is classified, whom to blame)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from netcheck import codec
+from netcheck.bandwidth import Lines, NodeReport, classify, merge_faults, root_cause, worker_env
+from netcheck.sweep import (
+    COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions, add_arguments,
+    bandwidths, choose_backend, count_wrong, make_row, modulus, options_from_args, pair_matrix,
+    pair_size, parse_size, plan_stages, render_text, ring_sum, round_robin, size_series,
+    stage_budgets, table_rows,
+)
+from netcheck.worker import Event
+
+
+def parse(*argv: str) -> SweepOptions:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return options_from_args(p.parse_args(list(argv)))
+
+
+# --- busbw maths ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75), ("all_reduce", 1, 0.0),
+    ("all_gather", 4, 0.75), ("reduce_scatter", 4, 0.75), ("alltoall", 8, 0.875),
+    ("broadcast", 4, 1.0), ("sendrecv", 2, 1.0),
+])
+def test_busbw_factors_are_nccl_tests(op, n, factor):
+    assert COLLECTIVES[op].factor(n) == pytest.approx(factor)
+
+
+def test_algbw_is_bytes_over_time_and_busbw_scales_it():
+    # 1 MiB all_reduce over 4 ranks in 1 ms: algbw 1.048576 GB/s, busbw x 2(n-1)/n.
+    algbw, busbw = bandwidths(COLLECTIVES["all_reduce"], (1 << 20) // 4, "float32", 4, 1e-3)
+    assert algbw == pytest.approx(1.048576) and busbw == pytest.approx(1.048576 * 1.5)
+
+
+def test_split_collectives_count_a_chunk_and_size_the_whole():
+    # nccl-tests: all_gather's count column is the per-rank chunk, its size the gathered total.
+    gather = COLLECTIVES["all_gather"]
+    chunk = gather.chunk(1 << 20, "float32", 4)
+    assert chunk == (1 << 20) // 16 and gather.bytes(chunk, "float32", 4) == 1 << 20
+    assert gather.elements(chunk, 4) == (chunk, 4 * chunk)
+    assert COLLECTIVES["reduce_scatter"].elements(chunk, 4) == (4 * chunk, chunk)
+    assert COLLECTIVES["alltoall"].elements(chunk, 4) == (4 * chunk, 4 * chunk)
+    assert COLLECTIVES["all_reduce"].chunk(100, "float64", 4) == 12
+
+
+def test_row_averages_times_across_ranks_and_sums_wrong():
+    row = make_row(COLLECTIVES["all_reduce"], 1 << 18, "float32", 2, [1e-3, 3e-3], [0, 5], True, [0, 1])
+    assert row.time_us == pytest.approx(2000) and row.size == 1 << 20
+    assert row.algbw == pytest.approx((1 << 20) / 2e-3 / 1e9, rel=1e-5)
+    assert row.wrong == 5 and row.wrong_ranks == (1,) and row.redop == "sum"
+    unchecked = make_row(COLLECTIVES["broadcast"], 8, "float32", 2, [1e-3], [0], False, [0])
+    assert unchecked.wrong is None and unchecked.redop == "none"
+
+
+# --- flags and sizes -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,value", [("8", 8), ("64K", 65536), ("32M", 32 << 20), ("1G", 1 << 30),
+                                        ("1g", 1 << 30), ("16MB", 16 << 20), (" 4k ", 4096)])
+def test_sizes_take_nccl_tests_suffixes(text, value):
+    assert parse_size("-b", text) == value
+
+
+@pytest.mark.parametrize("text", ["12X", "", "0", "-1", "1.5M", "2T", "M", "99999999999999999G"])
+def test_bad_sizes_name_the_flag_and_value(text):
+    with pytest.raises(ValueError, match=rf"^-e {text!r}: expected a byte count"):
+        parse_size("-e", text)
+
+
+def test_no_flags_give_the_defaults_and_flags_are_read():
+    assert parse() == SweepOptions()
+    o = parse("-b", "1K", "-e", "1M", "-f", "4", "-w", "0", "-n", "3", "-c", "0", "--op",
+              "all_gather,alltoall", "--dtype", "half", "--backend", "gloo", "--expect-busbw", "2.5",
+              "--bw-budget", "4")
+    assert o == SweepOptions(1024, 1 << 20, 4, 0, 3, False, ("all_gather", "alltoall"), "float16",
+                             "gloo", 2.5, 4.0)
+    assert parse("--op", "all").op == tuple(COLLECTIVES)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-b", "64M", "-e", "32M"], "-b 64M is above -e 32M"),
+    (["-f", "1"], "-f 1: the step factor must be 2 or more"),
+    (["-n", "0"], "-n 0: at least 1 timed iteration"),
+    (["-w", "-1"], "-w -1: warm-up"),
+    (["-c", "2"], "-c 2: 0 (no check) or 1"),
+    (["--op", "allreduce"], "--op 'allreduce': one or more of all_reduce"),
+    (["--dtype", "fp8"], "--dtype 'fp8': one of float32"),
+    (["--backend", "cuda"], "--backend cuda: one of auto, nccl, gloo"),
+    (["--expect-busbw", "nan"], "--expect-busbw nan: a positive number"),
+    (["--expect-busbw", "0"], "--expect-busbw 0: a positive number"),
+    (["--bw-budget", "inf"], "--bw-budget inf: must be more than 0 seconds"),
+])
+def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
+    with pytest.raises(ValueError) as e:
+        parse(*argv)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_size_series_steps_like_nccl_tests():
+    assert size_series(8, 128 << 20, 2) == [8 << k for k in range(25)]
+    assert size_series(1 << 20, 1 << 20, 2) == [1 << 20]
+    assert size_series(1024, 70000, 4) == [1024, 4096, 16384, 65536]
+
+
+# --- the time budget ---------------------------------------------------------------------------
+
+def run_budgeted(sizes: list[int], seconds: float, latency: float, rate: float) -> tuple[list[int], float]:
+    """The worker's loop against a link of a given latency and rate: (sizes run, time spent)."""
+    budget, ran = Budget(seconds), []
+    for size in sizes:
+        if budget.admits(size):
+            budget.spend(size, latency + size / rate)
+            ran.append(size)
+    return ran, budget.spent
+
+
+def test_a_fast_link_runs_every_size():
+    sizes = size_series(8, 128 << 20, 2)
+    assert run_budgeted(sizes, 10.0, 1e-4, 10e9)[0] == sizes
+
+
+def test_a_slow_link_stops_early_inside_the_budget():
+    sizes = size_series(8, 128 << 20, 2)
+    ran, spent = run_budgeted(sizes, 2.0, 1e-4, 2.5e6)  # 20 Mbit/s
+    assert spent <= 2.0
+    assert ran == sizes[:len(ran)] and 8 < len(ran) < len(sizes)
+    assert ran[-1] <= 2.0 * 2.5e6  # nothing larger than the budget could carry
+
+
+@pytest.mark.parametrize("latency,rate", [(0.0, 1e6), (5e-3, 1e6), (1e-4, 1e9), (2e-2, 1e5)])
+def test_the_budget_is_never_overrun_on_an_affine_link(latency, rate):
+    # The first step always runs; from then on extrapolation overestimates an affine cost.
+    sizes = size_series(1024, 1 << 30, 2)
+    _, spent = run_budgeted(sizes, 3.0, latency, rate)
+    assert spent <= max(3.0, latency + 1024 / rate)
+
+
+def test_budget_shares_and_pair_size():
+    assert stage_budgets(10.0, 3, True) == (2.5, 2.5)
+    assert stage_budgets(10.0, 1, False) == (10.0, 0.0)
+    sizes = size_series(1024, 64 << 20, 2)
+    # 25 transfers of S at 2.5 MB/s in 1 s: S <= 100 kB, so 64 KiB.
+    assert pair_size(sizes, 2.5e6, 1.0, 25) == 65536
+    assert pair_size(sizes, 1e12, 1.0, 25) == 64 << 20
+    assert pair_size(sizes, 0.0, 1.0, 25) == 1024
+
+
+@pytest.mark.parametrize("nnodes,nproc,stages", [
+    (1, 1, ("all",)), (3, 1, ("all",)), (1, 8, ("all",)), (2, 2, ("all", "intra", "inter")),
+])
+def test_intra_and_inter_sweeps_only_when_both_exist(nnodes, nproc, stages):
+    assert plan_stages(nnodes, nproc) == stages
+
+
+# --- round-robin pairing -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", range(2, 12))
+def test_round_robin_meets_every_pair_once(n):
+    rounds = round_robin(n)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == list(itertools.combinations(range(n), 2))
+    for r in rounds:
+        nodes = [x for p in r for x in p]
+        assert len(nodes) == len(set(nodes)), "a node twice in one round"
+        assert len(r) == n // 2, "odd n: exactly one node rests (the bye) per round"
+
+
+def test_round_robin_of_one_node_is_empty():
+    assert round_robin(1) == []
+
+
+# --- data with one correct answer, and the checker ------------------------------------------------
+
+@pytest.mark.parametrize("n,m", [(1, 5), (3, 5), (5, 5), (7, 5), (13, 4), (4, 1 << 20), (2, 1)])
+def test_ring_sum_closed_form_matches_brute_force(n, m):
+    x = torch.arange(0, 3 * m + 7, dtype=torch.int64)
+    brute = sum((x + r) % m for r in range(n))
+    assert torch.equal(ring_sum(x, n, m), brute)
+    assert ring_sum(11, n, m) == sum((11 + r) % m for r in range(n))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("n", [1, 2, 4, 64, 1000])
+def test_sums_stay_exact_in_every_type(dtype, n):
+    m = modulus(dtype, n, reduces=True)
+    assert n * (m - 1) <= DTYPES[dtype][1]
+
+
+def reference(op: str, inputs: list[torch.Tensor], chunk: int) -> list[torch.Tensor]:
+    """What each rank must receive, straight from the collective's definition."""
+    n = len(inputs)
+    total = inputs[0].clone()
+    for t in inputs[1:]:
+        total += t  # in the type, as the backend adds
+    return {
+        "all_reduce": lambda: [total.clone() for _ in range(n)],
+        "all_gather": lambda: [torch.cat(inputs) for _ in range(n)],
+        "reduce_scatter": lambda: [total[r * chunk:(r + 1) * chunk] for r in range(n)],
+        "alltoall": lambda: [torch.cat([inputs[s][r * chunk:(r + 1) * chunk] for s in range(n)])
+                             for r in range(n)],
+        "broadcast": lambda: [inputs[0].clone() for _ in range(n)],
+        "sendrecv": lambda: [inputs[(r - 1) % n].clone() for r in range(n)],
+    }[op]()
+
+
+def simulate(op: str, n: int, chunk: int, dtype: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(what each rank receives, what the checker expects) for a simulated run."""
+    coll = COLLECTIVES[op]
+    m = modulus(dtype, n, coll.reduces)
+    tdtype = getattr(torch, dtype)
+    n_in, n_out = coll.elements(chunk, n)
+    inputs = [coll.inputs(torch.arange(n_in), r, n, chunk, m).to(tdtype) for r in range(n)]
+    expected = [coll.expected(torch.arange(n_out), r, n, chunk, m).to(tdtype) for r in range(n)]
+    return reference(op, inputs, chunk), expected
+
+
+@pytest.mark.parametrize("op", list(COLLECTIVES))
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int8", "uint8"])
+def test_expected_results_match_the_collectives_definition(op, n, dtype):
+    received, expected = simulate(op, n, 37, dtype)
+    assert [count_wrong(got, want) for got, want in zip(received, expected)] == [0] * n
+
+
+@pytest.mark.parametrize("op", list(COLLECTIVES))
+def test_checker_counts_a_corrupted_element(op):
+    received, expected = simulate(op, 4, 37, "float32")
+    received[2][17] += 1
+    assert [count_wrong(got, want) for got, want in zip(received, expected)] == [0, 0, 1, 0]
+
+
+@pytest.mark.parametrize("op", ["all_gather", "alltoall"])
+def test_checker_catches_chunks_from_the_wrong_rank(op):
+    # Every rank's data differs, so chunks delivered in the wrong places are wrong throughout.
+    received, expected = simulate(op, 4, 37, "float32")
+    got = received[2]
+    got[:37], got[37:74] = got[37:74].clone(), got[:37].clone()
+    assert count_wrong(got, expected[2]) == 74
+
+
+def test_checker_catches_sendrecv_from_the_wrong_peer():
+    received, expected = simulate("sendrecv", 4, 37, "float32")
+    assert count_wrong(received[2], expected[3]) == 37
+
+
+def test_checker_counts_nan_as_wrong():
+    assert count_wrong(torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([1.0, 2.0, 3.0])) == 1
+
+
+# --- backend choice ---------------------------------------------------------------------------------
+
+def test_backend_is_nccl_only_when_every_rank_has_cuda():
+    assert choose_backend("auto", [True] * 4, 2) == ("nccl", "CUDA on every rank: using nccl")
+    assert choose_backend("auto", [False] * 4, 2) == ("gloo", "no CUDA: using gloo")
+    assert choose_backend("auto", [True, True, False, False], 2) == \
+        ("gloo", "no CUDA on node 1 (rank 2, 3): using gloo")
+    assert choose_backend("gloo", [True] * 2, 1) == ("gloo", "--backend gloo")
+
+
+def test_nccl_asked_for_without_cuda_names_the_node():
+    with pytest.raises(ValueError, match=r"--backend nccl, but no CUDA device for NCCL on node 1 \(rank 3\)"):
+        choose_backend("nccl", [True, True, True, False], 2)
+
+
+# --- tables -------------------------------------------------------------------------------------------
+
+def sample_result() -> BandwidthResult:
+    coll = COLLECTIVES["all_reduce"]
+    rows = tuple(make_row(coll, s // 4, "float32", 4, [s / 1e9], [0, 0, 0, 0], True, [0, 1, 2, 3])
+                 for s in (1024, 2048))
+    return BandwidthResult("gloo", "no CUDA: using gloo", 2, 2,
+                           (Sweep("all", "all_reduce", 4, 1, rows, skipped=(4096,)),
+                            Sweep("intra", "all_reduce", 2, 2, rows[:1]), Sweep("inter", "all_reduce", 2, 1, rows)),
+                           (Pair(0, 1, 1024, 10.0, 0.1024),), None, "", (), 1.0)
+
+
+def test_table_has_nccl_tests_columns_and_the_average_line():
+    result = sample_result()
+    # 1024 B in 1.024 us: algbw 1 GB/s, busbw 1.5 over 4 ranks.
+    assert table_rows(result.sweeps[0])[0] == (1024, 256, "float32", "sum", "1.0", "1.00", "1.50", 0)
+    text = render_text(result, {0: "node0", 1: "node1"})
+    assert "size    count    type     redop    time (us)    algbw (GB/s)    busbw (GB/s)    #wrong" in text
+    assert "# Avg bus bandwidth : 1.50 GB/s" in text
+    assert "# skipped to stay inside --bw-budget: 4K" in text
+    assert "intra busbw    inter busbw" in text
+    assert "node0   -        0.102" in text and "node1   0.102    -" in text
+
+
+def test_unchecked_rows_say_n_a():
+    rows = (make_row(COLLECTIVES["broadcast"], 8, "int8", 2, [1e-5], [0], False, [0]),)
+    assert table_rows(Sweep("all", "broadcast", 2, 1, rows))[0][-1] == "N/A"
+
+
+def test_result_survives_the_json_codec():
+    result = sample_result()
+    assert codec.loads(BandwidthResult, codec.dumps(result), 1 << 20) == result
+    event = Event("sweep", "all", sweep=result.sweeps[0])
+    assert codec.loads(Event, codec.dumps(event), 1 << 20) == event
+
+
+def test_pair_matrix_is_symmetric():
+    text = pair_matrix((Pair(0, 1, 8, 1.0, 2.0), Pair(0, 2, 8, 1.0, 0.5), Pair(1, 2, 8, 1.0, 0.25)), {})
+    lines = text.splitlines()
+    assert lines[2].split() == ["0", "-", "2.00", "0.5"]
+    assert lines[4].split() == ["2", "0.5", "0.25", "-"]
+
+
+# --- node side: environment, event lines, endings, blame ----------------------------------------------
+
+def test_workers_get_torchrun_variables():
+    env = worker_env({"PATH": "/bin", "RANK": "9"}, "node0", 29500, node_rank=1, nnodes=3, nproc=4,
+                     local_rank=2)
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "6", "LOCAL_RANK": "2", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+        "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in worker_env({}, "h", 1, 0, 1, 1, 0)
+    assert worker_env({"OMP_NUM_THREADS": "8"}, "h", 1, 0, 1, 2, 0)["OMP_NUM_THREADS"] == "8"
+
+
+def test_event_lines_are_split_and_overlong_ones_dropped():
+    lines = Lines(limit=10)
+    assert lines.feed(b'{"a"') == [] and lines.feed(b':1}\n{"b":2}\npart') == [b'{"a":1}', b'{"b":2}']
+    assert lines.feed(b"x" * 20) == [] and lines.feed(b"tail\nok\n") == [b"ok"]
+
+
+@pytest.mark.parametrize("fate,rc,failure,done,kind", [
+    ("", 0, "", True, None),
+    ("stopped", -9, "", False, None),
+    ("", -signal.SIGKILL, "", False, "died"),
+    ("", 1, "", False, "died"),
+    ("", 1, "RuntimeError: Connection closed by peer", False, "failed"),
+    ("stuck", -9, "", False, "stuck"),
+    ("timeout", -9, "", False, "timeout"),
+])
+def test_a_workers_end_is_classified(fate, rc, failure, done, kind):
+    verdict = classify(fate, rc, failure, done, "all", "Traceback: MemoryError")
+    assert (verdict and verdict[0]) == kind
+    if kind == "died" and rc < 0:
+        assert verdict[1] == "killed by SIGKILL in stage all"
+    if kind == "died" and rc > 0:
+        assert verdict[1].endswith("status 1 in stage all: Traceback: MemoryError")
+
+
+def test_a_dead_rank_is_blamed_before_the_peers_it_broke():
+    faults = [Fault(0, 0, 0, "all", "failed", "Connection closed by peer"),
+              Fault(1, 3, 1, "all", "died", "killed by SIGKILL in stage all"),
+              Fault(1, 2, 0, "all", "timeout", "still in stage all")]
+    assert root_cause(faults) == ("all", "rank 3 (node 1, local rank 1): killed by SIGKILL in stage all")
+    assert root_cause([faults[0], faults[2]])[1].startswith("rank 0 (node 0")
+    assert root_cause([]) == (None, "")
+
+
+def test_nodes_that_never_report_are_named_and_speak_only_for_themselves():
+    lie = Fault(0, 0, 0, "all", "died", "node 1 says node 0 died")
+    reports = {1: NodeReport(1, (lie, Fault(1, 1, 0, "data", "failed", "nccl")), "gloo", "")}
+    merged = merge_faults([], reports, me=0, nnodes=3)
+    assert [(f.node, f.kind) for f in merged] == [(1, "failed"), (2, "silent")]
+
+
+# A worker that could not notice on its own (it never writes, as one wedged in a call
+# holding the GIL), whose parent is SIGKILLed so that no clean-up of the parent runs.
+ORPHAN = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import os, time; from netcheck.worker import "
+                          "_die_with_parent; _die_with_parent(os.getppid()); print('ready', flush=True); "
+                          "time.sleep(60)"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_dies_with_its_sigkilled_parent():
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert parent.stdout.readline().strip() == "ready"
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    until = time.monotonic() + 5
+    while child.is_running() and child.status() != psutil.STATUS_ZOMBIE and time.monotonic() < until:
+        time.sleep(0.05)
+    alive = child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    if alive:
+        child.kill()
+    assert not alive, "the worker outlived its parent"
