@@ -25,9 +25,11 @@ BW_BUSBW = "bw.busbw"
 BW_PAIR = "bw.pair"
 BW_STRAGGLER = "bw.straggler"
 BW_WRONG = "bw.wrong"
+BW_STAGE = "bw.stage"        # the bandwidth phase's stages and workers: a failure names stage, node, rank
 RUN_TIMEOUT = "run.timeout"
 RUN_INTERNAL = "run.internal"
-RUN_SKIPPED = "run.skipped"
+RUN_SKIPPED = "run.skipped"    # a phase left out, and why
+BASELINE_DRIFT = "baseline.drift"
 
 # Phases in the order they run (SPEC "Phases, in order").
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
@@ -76,12 +78,10 @@ SHM_WARN_FLOOR_BYTES = 1 << 30
 SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 # --baseline: drift since a known-good report.
-BASELINE_DRIFT = "baseline.drift"
 MAX_BASELINE_BYTES = 64 << 20
 ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
 
 # Bandwidth phase (sweep / worker / bandwidth / bwdiag).
-BW_STAGE = "bw.stage"        # check id: the phase's stages and workers; a failure names stage, node, rank
 BW_DEFAULT_MINBYTES = 8      # -b, as nccl-tests' README runs it (-b 8 -e 128M -f 2)
 BW_DEFAULT_MAXBYTES = 128 << 20   # -e
 BW_DEFAULT_STEPFACTOR = 2    # -f
