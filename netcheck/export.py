@@ -26,6 +26,7 @@ from collections import Counter
 
 from netcheck import __version__
 from netcheck.model import PASS, SEVERITIES, Report
+from netcheck.sweep import avg_busbw
 
 # What a scheduler's node list can hold; anything else (a comma, a bracket, a space from a
 # peer's malformed hostname) would change the list's meaning, so it is left out.
@@ -56,8 +57,23 @@ def render_prom(report: Report) -> str:
          "severity.", _node_findings(report)),
         ("netcheck_phase_seconds", "Seconds each phase took.",
          [({"phase": phase}, seconds) for phase, seconds in report.timings.items()]),
+        ("netcheck_bw_busbw_gbps", "Average bus bandwidth of each sweep, GB/s (nccl-tests' "
+         "'Avg bus bandwidth'), by collective and stage (all, intra, inter).", _busbw(report)),
+        ("netcheck_bw_pair_busbw_gbps", "Bandwidth between two nodes, GB/s each way.", _pairs(report)),
     )
     return "".join(_family(name, text, samples) for name, text, samples in families)
+
+
+def _busbw(report: Report) -> list[Sample]:
+    sweeps = report.bandwidth.sweeps if report.bandwidth else ()
+    return [({"op": s.op, "stage": s.stage}, avg_busbw(s)) for s in sweeps if s.rows]
+
+
+def _pairs(report: Report) -> list[Sample]:
+    names = _hostnames_by_rank(report)
+    pairs = report.bandwidth.pairs if report.bandwidth else ()
+    return [({"node": names.get(p.a, f"rank {p.a}"), "peer": names.get(p.b, f"rank {p.b}")}, p.busbw)
+            for p in pairs]
 
 
 def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:

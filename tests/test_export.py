@@ -6,11 +6,14 @@ Prometheus ecosystem trusts, so a format mistake fails here rather than in a nod
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from netcheck import __version__, cli, export
 from netcheck.model import Finding, Launch, NodeEntry, NodeFacts, Report
 from netcheck.nics import NicTable
+from netcheck.sweep import BandwidthResult, Pair, Row, Sweep
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 
@@ -108,6 +111,16 @@ def test_phase_timings_are_seconds_per_phase():
     text = export.render_prom(report(PASSED, timings={"local": 0.125, "reach": 0, "mesh": 1e-05}))
     assert series(text, "netcheck_phase_seconds") == {
         (("phase", "local"),): 0.125, (("phase", "reach"),): 0, (("phase", "mesh"),): 1e-05}
+
+
+def test_bandwidth_gives_each_sweeps_average_and_each_pair():
+    rows = (Row(1 << 20, 262144, "float32", "sum", 800.0, 1.0, 1.5, 0),
+            Row(1 << 21, 524288, "float32", "sum", 1500.0, 1.4, 2.1, 0))
+    bw = BandwidthResult("gloo", "no CUDA: using gloo", 2, 1, (Sweep("all", "all_reduce", 2, 1, rows),),
+                         (Pair(0, 1, 1 << 24, 9000.0, 1.86),), None, "", (), 5.0)
+    text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
+    assert series(text, "netcheck_bw_busbw_gbps") == {(("op", "all_reduce"), ("stage", "all")): 1.8}
+    assert series(text, "netcheck_bw_pair_busbw_gbps") == {(("node", "gpu01"), ("peer", "gpu02")): 1.86}
 
 
 def test_two_ranks_on_one_hostname_give_one_series_each():
