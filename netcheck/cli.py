@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Sequence
 
@@ -28,7 +29,7 @@ PROBE_TIMEOUT_MAX = 3600.0
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
-a phase (internal error), 64 unusable command line, 130 interrupted.
+a phase (internal error), 64 unusable command line, 130 interrupted, 143 terminated.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone).
 """
 
@@ -146,9 +147,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_and_render(config)
 
 
+class _Stop:
+    """SIGTERM (scancel, a pod deleted) ends the run the way Ctrl-C does: the report so far,
+    then exit 128 + SIGTERM, never a silent death."""
+
+    signum: int | None = None
+
+    @classmethod
+    def on_signal(cls, signum, frame):
+        cls.signum = signum
+        raise KeyboardInterrupt
+
+
 def run_and_render(config: Config) -> int:
     from netcheck.runner import run_check
 
+    signal.signal(signal.SIGTERM, _Stop.on_signal)
     outcome = run_check(config, progress_printer(config.quiet))
     rep = outcome.report
     # Under torchrun every worker runs netcheck: rank 0 speaks for the cluster, the
@@ -159,7 +173,9 @@ def run_and_render(config: Config) -> int:
     paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path)]
     emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
     if outcome.exit_code == EXIT_INTERRUPTED:
-        print("netcheck: interrupted; the report above holds what was learnt", file=sys.stderr)
+        how = "terminated" if _Stop.signum else "interrupted"
+        print(f"netcheck: {how}; the report above holds what was learnt", file=sys.stderr)
+        return 128 + _Stop.signum if _Stop.signum else EXIT_INTERRUPTED
     return outcome.exit_code
 
 
