@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mesh", metavar="full|sample:K", help="which node pairs the mesh phase "
                    f"connects: every pair (default up to {MESH_FULL_UP_TO} nodes), or ring "
                    f"neighbours plus K random peers per node (default above: sample:{MESH_SAMPLE_PEERS})")
+    p.add_argument("--token", metavar="SECRET", help="a secret every node must be given: nodes "
+                   "sign what they publish (HMAC-SHA256) and a node without it is not seated. "
+                   "Default: $NETCHECK_TOKEN; without one the rendezvous port, like torchrun's, "
+                   "is unauthenticated")
     p.add_argument("--hash", action="append", default=[], metavar="PATH", help="a file or "
                    "folder whose content must be the same on every node (code, configs); repeatable")
     p.add_argument("--baseline", metavar="REPORT.json", help="a known-good earlier JSON report: "
@@ -105,7 +109,8 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         sweep=_sweep_options(args),
-        baseline=_baseline(args.baseline), json_path=args.json,
+        baseline=_baseline(args.baseline), token=args.token or env.get("NETCHECK_TOKEN") or None,
+        json_path=args.json,
         quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
         prom_path=args.prom))
 

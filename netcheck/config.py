@@ -41,6 +41,7 @@ class Config:
     hash_paths: tuple[str, ...]  # files or folders whose content is compared across nodes
     sweep: SweepOptions     # the bandwidth phase's flags, nccl-tests' names and meaning
     baseline: Report | None  # a known-good earlier report to compare this run with
+    token: str | None       # a secret the nodes prove they share (HMAC); None: unauthenticated
     json_path: str | None
     quiet: bool
     verbose: bool

@@ -17,6 +17,8 @@ Every wait has a deadline; nothing received is unpickled or executed.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import os
 import socket
 import sys
@@ -32,6 +34,7 @@ from netcheck.model import (
 from netcheck.probe import resolve_addresses
 
 ROOT = "netcheck"
+MAC_SUFFIX = "#mac"
 LOOKUP_TIMEOUT = 2.0
 CONNECT_TRY = 2.0
 
@@ -115,18 +118,31 @@ def _first_line(error: BaseException) -> str:
 
 
 class Exchange:
-    """Typed, bounded JSON over the store; the one place store keys are read and written."""
+    """Typed, bounded JSON over the store; the one place store keys are read and written.
 
-    def __init__(self, store, run_id: str):
+    With a token (--token / NETCHECK_TOKEN) every value carries an HMAC-SHA256 of its bytes
+    under KEY#mac, and a value whose MAC is missing or wrong reads as malformed: nodes
+    prove they share the secret. Visitor records stay unsigned, so nodes of other runs
+    (or without the token) are still named.
+    """
+
+    def __init__(self, store, run_id: str, token: str | None = None):
         self.store = store
         self.run_id = run_id
+        self.token = token
 
     def key(self, *parts: object, shared: bool = False) -> str:
         scope = (ROOT,) if shared else (ROOT, self.run_id)
         return "/".join(scope + tuple(str(p) for p in parts))
 
-    def put(self, key: str, value: object) -> None:
-        self.store.set(key, codec.dumps(value))
+    def put(self, key: str, value: object, signed: bool = True) -> None:
+        text = codec.dumps(value)
+        if self.token and signed:
+            self.store.set(key + MAC_SUFFIX, self._mac(text.encode()))
+        self.store.set(key, text)
+
+    def _mac(self, data: bytes) -> str:
+        return hmac.new(self.token.encode(), data, hashlib.sha256).hexdigest()
 
     def has(self, key: str) -> bool:
         return self.store.check([key])
@@ -134,9 +150,14 @@ class Exchange:
     def count(self, key: str, add: int = 0) -> int:
         return self.store.add(key, add)
 
-    def read(self, cls, key: str):
+    def read(self, cls, key: str, signed: bool = True):
         """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
-        return codec.loads(cls, self.store.get(key), MAX_FACTS_BYTES)
+        data = self.store.get(key)
+        if self.token and signed:
+            mac = self.store.get(key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
+            if not hmac.compare_digest(mac, self._mac(data).encode()):
+                raise codec.DecodeError("not signed with this --token")
+        return codec.loads(cls, data, MAX_FACTS_BYTES)
 
     def wait_read(self, cls, key: str, deadline: Deadline):
         self.wait(key, deadline)
@@ -173,7 +194,7 @@ class Seat:
 
     def goodbye(self) -> None:
         try:
-            self.exchange.store.set(self.exchange.key("bye", self.arrival), "1")
+            self.exchange.put(self.exchange.key("bye", self.arrival), 1)
         except (RuntimeError, OSError):
             pass  # the host is gone already: nobody is waiting for this goodbye
 
@@ -182,7 +203,7 @@ def sign_in(ex: Exchange, facts: NodeFacts) -> int:
     """Register as a visitor (any run id), so the host can name nodes of other runs."""
     visitor = ex.count(ex.key("visitors", shared=True), 1) - 1
     ex.put(ex.key("visitor", visitor, shared=True),
-           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank))
+           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank), signed=False)
     return visitor
 
 
@@ -232,9 +253,10 @@ def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
 
 # --- joiner ---------------------------------------------------------------------------------
 
-def join(store, facts: NodeFacts, deadline: Deadline) -> tuple[Seat, NodeResults | None]:
+def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
+         ) -> tuple[Seat, NodeResults | None]:
     """Take a seat at the host's store; returns once the roster is known (or raises)."""
-    ex = Exchange(store, facts.run_id)
+    ex = Exchange(store, facts.run_id, token)
     try:
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
@@ -324,7 +346,7 @@ def _answer_pings(ex: Exchange, state: HostState) -> None:
     for v in range(visitors):
         k = state.pings_answered.get(v, 0)
         while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
-            ex.store.set(ex.key("pong", v, k, shared=True), repr(time.time()))
+            ex.put(ex.key("pong", v, k, shared=True), time.time())
             k += 1
         state.pings_answered[v] = k
 
@@ -404,7 +426,7 @@ def read_visitors(ex: Exchange) -> list[Visitor]:
         key = ex.key("visitor", v, shared=True)
         try:
             if ex.has(key):
-                visitors.append(ex.read(Visitor, key))
+                visitors.append(ex.read(Visitor, key, signed=False))
         except codec.DecodeError:
             continue
     return visitors

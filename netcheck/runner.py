@@ -190,7 +190,7 @@ def _host(run: Run) -> rendezvous.Seat | None:
     with run.phase("rendezvous"):
         store = rendezvous.host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
             if run.listener else rendezvous.client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
-        ex = rendezvous.Exchange(store, cfg.run_id)
+        ex = rendezvous.Exchange(store, cfg.run_id, cfg.token)
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
             ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
@@ -216,7 +216,7 @@ def _joiner(run: Run) -> rendezvous.Seat | None:
     with run.phase("rendezvous"):
         try:
             store = rendezvous.client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
-            seat, results = rendezvous.join(store, run.facts, run.phase_deadline())
+            seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
         except rendezvous.RendezvousError as e:
             run.findings.append(diagnose.rendezvous_failure(str(e), run.my_ranks()))
             return None

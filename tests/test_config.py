@@ -174,6 +174,7 @@ GOOD = Config(
     hash_paths=(),
     sweep=SweepOptions(),
     baseline=None,
+    token=None,
     json_path=None,
     quiet=False,
     verbose=False,

@@ -100,3 +100,21 @@ def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
     assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
     for node in (1, 2):
         assert_survivor(runs[node], timeout, codes=(0,))
+
+
+def test_a_node_without_the_token_is_not_seated(cluster, tmp_path):
+    """--token: node2 does not have the secret; node1 has it through NETCHECK_TOKEN."""
+    timeout = 20
+    with cluster(nodes(3)) as c:
+        args = arrival_args(timeout, join_window=3)
+        runs = {0: start(c, 0, args + ["--token", "s3cret"], tmp_path),
+                1: start(c, 1, args, tmp_path, env={"NETCHECK_TOKEN": "s3cret"}),
+                2: start(c, 2, args, tmp_path)}
+        finish_each(runs.values(), timeout + 10)
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    assert [n["hostname"] for n in host["nodes"]] == ["node0", "node1"], host["nodes"]
+    (rejected,) = [f for f in host["findings"] if f["check"] == "rdzv.join" and f["severity"] == "warn"]
+    assert "not signed with this --token" in rejected["evidence"][0], rejected
+    assert_survivor(runs[1], timeout, codes=(0,))
+    outsider = assert_survivor(runs[2], timeout)
+    assert any(f["check"] == "rdzv.join" and f["severity"] == "fail" for f in outsider["findings"])
