@@ -8,8 +8,9 @@ settings. Pure: two reports' data in, findings out.
 from __future__ import annotations
 
 from netcheck import codec
-from netcheck.constants import BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA
+from netcheck.constants import BASELINE_BW_DROP, BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.model import PASS, WARN, Finding, NodeEntry, Report
+from netcheck.sweep import BandwidthResult, avg_busbw
 
 
 class BaselineError(ValueError):
@@ -32,7 +33,8 @@ def load_baseline(path: str) -> Report:
     return report
 
 
-def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str]) -> list[Finding]:
+def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],
+                   bandwidth: BandwidthResult | None = None) -> list[Finding]:
     before = {n.hostname: n for n in old.nodes}
     changes: list[tuple[int, str]] = []
     for node in nodes:
@@ -44,6 +46,7 @@ def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[st
     now = {n.hostname for n in nodes}
     changes += [(-1, f"{host}: in the baseline, not in this run") for host in sorted(set(before) - now)]
     changes += [(-1, f"recommended {text}") for text in _dict_changes(old.recommend, recommend)]
+    changes += [(-1, text) for text in _bandwidth_drops(old.bandwidth, bandwidth)]
     if not changes:
         return [Finding(BASELINE_DRIFT, PASS, tuple(n.rank for n in nodes),
                         f"nothing drifted since the baseline (run {old.run_id!r})")]
@@ -75,3 +78,17 @@ def _dict_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
         if old.get(key) != new.get(key):
             out.append(f"{key}: {old.get(key, '(none)')} -> {new.get(key, '(none)')}")
     return out
+
+
+def _bandwidth_drops(old: BandwidthResult | None, new: BandwidthResult | None) -> list[str]:
+    """Sweeps whose average busbw fell by more than BASELINE_BW_DROP since the baseline."""
+    if not old or not new:
+        return []
+    before = {(s.stage, s.op): avg_busbw(s) for s in old.sweeps if s.rows}
+    drops = []
+    for s in new.sweeps:
+        was, now = before.get((s.stage, s.op)), avg_busbw(s) if s.rows else None
+        if was and now is not None and now < was * (1 - BASELINE_BW_DROP):
+            drops.append(f"{s.op} ({s.stage}) average busbw: {was:.3g} -> {now:.3g} GB/s")
+    return drops
+

@@ -78,6 +78,7 @@ SHM_WARN_FLOOR_BYTES = 1 << 30
 SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 # --baseline: drift since a known-good report.
+BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the baseline's is drift
 MAX_BASELINE_BYTES = 64 << 20
 ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
 

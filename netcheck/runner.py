@@ -117,7 +117,7 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
         run.interrupted = True
     if config.baseline is not None:
         draft = build_report(run)
-        run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend)
+        run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend, draft.bandwidth)
     return Outcome(build_report(run), exit_code(run))
 
 

@@ -1,0 +1,62 @@
+"""--baseline: what drifted between a saved report and this run, over hand-built reports."""
+
+from __future__ import annotations
+
+
+from netcheck.baseline import drift_findings
+from netcheck.envinfo import EnvFacts
+from netcheck.model import Launch, NodeEntry, NodeFacts, Report
+from netcheck.nics import Address, Nic, NicTable
+from netcheck.sweep import BandwidthResult, Row, Sweep
+
+
+def entry(rank: int, env: dict[str, str], mtu: int = 1500) -> NodeEntry:
+    nic = Nic("eth0", 2, (Address("ipv4", f"10.0.0.{rank + 1}", 24),), True, True, mtu, 10000, "ethernet", None)
+    facts = NodeFacts(run_id="r", hostname=f"node{rank}", fqdn=f"node{rank}.c", hostname_addresses=(),
+                      launch=Launch("flags", rank, 2, 2, 1), shm_bytes=None, gpus=0,
+                      nics=NicTable((nic,), (), "eth0"), socket_env={}, reach=None, version="0")
+    return NodeEntry(rank, f"node{rank}", f"10.0.0.{rank + 1}", facts, EnvFacts(env))
+
+
+def sweep_of(busbw: float) -> BandwidthResult:
+    row = Row(1 << 20, 262144, "float32", "sum", 800.0, busbw, busbw, 0)
+    return BandwidthResult("gloo", "no CUDA", 2, 1, (Sweep("all", "all_reduce", 2, 1, (row,)),), (), None, "", (), 1.0)
+
+
+ENV = {"torch.version": "2.13.0", "hash./code": "sha256 aa"}
+NODES = (entry(0, ENV), entry(1, ENV))
+
+
+def baseline(nodes=NODES, recommend=None, bandwidth=None) -> Report:
+    return Report(run_id="last-week", node_rank=0, role="host", verdict="pass", nodes=nodes, findings=(),
+                  recommend=recommend or {"NCCL_SOCKET_IFNAME": "eth0"}, recommend_per_node={}, env_table=(),
+                  bandwidth=bandwidth, timings={}, unfinished=None, healthy_nodes=(), faulty_nodes=())
+
+
+def test_nothing_drifted_passes():
+    (finding,) = drift_findings(baseline(), NODES, {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert finding.severity == "pass" and "last-week" in finding.summary
+
+
+def test_a_changed_hash_variable_and_interface_are_named_per_node():
+    now = (entry(0, ENV), entry(1, {**ENV, "hash./code": "sha256 bb", "var.NCCL_DEBUG": "INFO"}, mtu=9000))
+    (finding,) = drift_findings(baseline(), now, {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert (finding.severity, finding.nodes) == ("warn", (1,))
+    assert finding.evidence == ("node1: hash./code: sha256 aa -> sha256 bb",
+                                "node1: var.NCCL_DEBUG: (none) -> INFO",
+                                "node1: interface eth0: 10.0.0.2, mtu 1500, running -> 10.0.0.2, mtu 9000, running")
+
+
+def test_nodes_come_and_go_and_the_recommendation_changes():
+    now = (entry(0, ENV), entry(2, ENV))
+    (finding,) = drift_findings(baseline(), now, {"NCCL_SOCKET_IFNAME": "=eth0,ens5"})
+    assert finding.evidence == ("node2: not in the baseline", "node1: in the baseline, not in this run",
+                                "recommended NCCL_SOCKET_IFNAME: eth0 -> =eth0,ens5")
+
+
+def test_a_bandwidth_drop_beyond_a_fifth_is_drift_and_a_small_one_is_not():
+    old = baseline(bandwidth=sweep_of(2.0))
+    (small,) = drift_findings(old, NODES, {"NCCL_SOCKET_IFNAME": "eth0"}, sweep_of(1.7))
+    assert small.severity == "pass"
+    (drop,) = drift_findings(old, NODES, {"NCCL_SOCKET_IFNAME": "eth0"}, sweep_of(1.0))
+    assert drop.evidence == ("all_reduce (all) average busbw: 2 -> 1 GB/s",)
