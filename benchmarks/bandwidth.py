@@ -17,7 +17,12 @@ Reproduce (root; needs ip netns, tc, iperf3; about 6 minutes):
     cd /work/main && .venv/bin/python benchmarks/bandwidth.py
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
-    1. 64 MiB: netcheck / reference busbw, median 1.000 over all 12 pairs (...); median ... over the steady pairs
+    1. 64 MiB: best of 20: netcheck 1.208 GB/s, reference 1.205 GB/s, ratio 1.002
+    1. 64 MiB: netcheck / reference busbw, median 1.006 over all 20 pairs (min 0.901, max 1.116); ...
+    2. tbf 1gbit = 0.1250 GB/s:
+         32 MiB: busbw 0.1195 GB/s = 95.6% of the shaped rate
+         iperf3 TCP node1 -> node0, 5 s: 0.9570 Gbit/s = 0.1196 GB/s = 95.7% of the shaped rate; ...
+    3. default sweep, 3 nodes: slowest node's wall 10.7 s (torch import and worker start included); ...
 """
 
 from __future__ import annotations
