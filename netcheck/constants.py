@@ -48,6 +48,8 @@ DEFAULT_JOIN_WINDOW = 5.0
 PROBE_TIMEOUT = 3.0          # a SYN unanswered this long is "filtered"
 PROBE_RETRY_INTERVAL = 0.5   # between probes while the host is not listening yet
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
+RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups, 2 s each, in parallel)
+MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
 STORE_POLL_INTERVAL = 0.05
 

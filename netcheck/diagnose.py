@@ -215,10 +215,9 @@ def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
 
 
-def skipped_finding(phase: str, why: str) -> Finding:
-    """A phase left out because an earlier failure makes it moot (that failure is named)."""
-    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (),
-                   "fix the failures above, then run again")
+def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
+    """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
+    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix)
 
 
 def timeout_finding(phase: str, seconds: float) -> Finding:

@@ -31,7 +31,7 @@ from netcheck.deadline import Deadline
 from netcheck.model import (
     ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor, node_address,
 )
-from netcheck.probe import resolve_addresses
+from netcheck.probe import resolve_many
 
 ROOT = "netcheck"
 MAC_SUFFIX = "#mac"
@@ -237,12 +237,9 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
 
 def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
     """Resolve every other node's FQDN from here, as its workers would resolve MASTER_ADDR."""
-    out = []
-    for entry in roster.entries:
-        if entry.arrival != me:
-            addresses, error = resolve_addresses(entry.fqdn, LOOKUP_TIMEOUT)
-            out.append(Resolution(entry.rank, entry.fqdn, addresses, error))
-    return tuple(out)
+    peers = [e for e in roster.entries if e.arrival != me]
+    answers = resolve_many([e.fqdn for e in peers], LOOKUP_TIMEOUT)
+    return tuple(Resolution(e.rank, e.fqdn, *answers[e.fqdn]) for e in peers)
 
 
 def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:

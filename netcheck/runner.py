@@ -20,7 +20,7 @@ from netcheck.bandwidth import run_bandwidth
 from netcheck.config import Config
 from netcheck.constants import (
     BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
-    GOODBYE_WAIT, MESH_PHASE_LIMIT, REPORT_RESERVE, RUN_INTERNAL,
+    GOODBYE_WAIT, MESH_PHASE_LIMIT, MIN_PHASE_SECONDS, REPORT_RESERVE, RESULTS_WAIT, RUN_INTERNAL,
 )
 from netcheck.deadline import Deadline
 from netcheck.envinfo import EnvFacts, gather_env
@@ -199,7 +199,7 @@ def _host(run: Run) -> rendezvous.Seat | None:
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
         results = rendezvous.collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
-                                     run.phase_deadline(GOODBYE_WAIT))
+                                     run.phase_deadline(RESULTS_WAIT))
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
                                         launch.nnodes_max, launch.hostnames, malformed, waited)
         run.members = gathered.members
@@ -236,18 +236,29 @@ def _after_rendezvous(run: Run, seat: rendezvous.Seat) -> None:
             "the host went on without this node: it reported back after the host's deadline",
             run.my_ranks()))
         return
-    if "mesh" in run.config.phases:
+    if "mesh" in run.config.phases and _time_for(run, "mesh"):
         with run.phase("mesh"):
             run.attempts = _mesh(run, seat, dict(run.alive))
     if "nic" in run.config.phases:
         with run.phase("nic"):
             _nic(run)
-    if "env" in run.config.phases:
+    if "env" in run.config.phases and _time_for(run, "env"):
         with run.phase("env"):
             _env(run, seat, dict(run.alive))
     if "bandwidth" in run.config.phases:
         with run.phase("bandwidth"):
             _bandwidth(run, seat)
+
+
+def _time_for(run: Run, phase: str) -> bool:
+    """Whether --timeout leaves a phase the time to finish: one started with nothing left
+    would name live nodes lost for the host's own lack of time."""
+    left = run.phase_deadline().remaining()
+    if left >= MIN_PHASE_SECONDS:
+        return True
+    run.findings.append(diagnose.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
+                                                 "raise --timeout: waiting for the nodes above took the rest"))
+    return False
 
 
 def _still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
@@ -365,7 +376,7 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
     if left < needed:
         run.findings.append(diagnose.skipped_finding(
-            "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s: "
+            "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
             "raise --timeout (or lower --bw-budget)"))
         return
     if is_torchrun_worker(launch):

@@ -78,8 +78,11 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     interrupted = assert_interrupted(runs[3], "rendezvous")
     assert [f["check"] for f in interrupted["findings"]] == ["rdzv.resolve", "rdzv.reach"]
 
-    # node4 is healthy: the host told it who was lost, so its own view passes.
-    assert_survivor(runs[4], timeout, codes=(0,))
+    # node4 is healthy and never blamed; waiting out the lost nodes may leave it too little
+    # of --timeout for the later phases, which it then says (run.skipped), not fails.
+    healthy = assert_survivor(runs[4], timeout, codes=(0, 1))
+    assert {f["check"] for f in healthy["findings"] if f["severity"] != "pass"} <= {"run.skipped"}
+    assert ranks["node4"][0] not in set().union(*lost.values()), host["findings"]
     latecomer = assert_survivor(runs[5], timeout)
     assert runs[5].seconds < timeout / 2, "a latecomer is told at once, not at its deadline"
     assert any("not seated" in f["summary"] for f in latecomer["findings"] if f["severity"] == "fail")
