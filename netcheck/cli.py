@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Sequence
 
-from netcheck import __version__, export, report, sweep
+from netcheck import __version__, export, plot, report, sweep
 from netcheck.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import (
@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "metrics (netcheck_*), e.g. into the node exporter's textfile collector "
                    "directory as netcheck.prom")
     sweep.add_arguments(p)
+    p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
+                   "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
     return p
@@ -110,6 +112,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         sweep=_sweep_options(args),
         baseline=_baseline(args.baseline), token=args.token or env.get("NETCHECK_TOKEN") or None,
+        plot_path=_plot_path(args.plot),
         json_path=args.json,
         quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
         prom_path=args.prom))
@@ -120,6 +123,15 @@ def _sweep_options(args: argparse.Namespace) -> sweep.SweepOptions:
         return sweep.options_from_args(args)
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+
+def _plot_path(path: str | None) -> str | None:
+    if path is not None:
+        try:
+            plot.check_available()
+        except plot.PlotUnavailable as e:
+            raise UsageError(str(e)) from None
+    return path
 
 
 def _baseline(path: str | None):
@@ -175,8 +187,11 @@ def run_and_render(config: Config) -> int:
     # and write files only where the path names their rank ("report-{rank}.json").
     worker = is_torchrun_worker(config.launch) and rep.role != "host"
     quiet = config.quiet or (worker and rep.verdict != "fail")
-    paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path)]
+    paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path,
+                                                     config.plot_path)]
     emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
+    if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
+        plot.write_plot(rep.bandwidth, {n.rank: n.hostname for n in rep.nodes}, paths[3])
     if outcome.exit_code == EXIT_INTERRUPTED:
         how = "terminated" if _Stop.signum else "interrupted"
         print(f"netcheck: {how}; the report above holds what was learnt", file=sys.stderr)

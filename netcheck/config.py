@@ -47,6 +47,7 @@ class Config:
     verbose: bool
     exclude_path: str | None = None  # --exclude-file: faulty hostnames for `sbatch --exclude`
     prom_path: str | None = None     # --prom: Prometheus text-format metrics
+    plot_path: str | None = None     # --plot: the bandwidth sweeps and pair matrix as a PNG
 
 
 def parse_endpoint(text: str) -> Endpoint:
@@ -98,7 +99,7 @@ def check_config(config: Config) -> Config:
     if not config.run_id or len(config.run_id) > 128 or "/" in config.run_id:
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-128 characters, no '/'")
     for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
-                       ("--prom", config.prom_path)):
+                       ("--prom", config.prom_path), ("--plot", config.plot_path)):
         _check_writable(flag, path)
     return config
 
