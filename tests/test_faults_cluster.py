@@ -37,7 +37,7 @@ LOCAL_STORE = f"127.0.0.1:{PORT}"   # the watch agent runs on the host's node
 def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     """Three joiners are SIGKILLed, SIGTERMed and SIGINTed as soon as they have published
     their facts; a sixth node starts only once the roster is posted."""
-    timeout = 20
+    timeout = 30  # six nodes import torch on 2 cores: room for a busy CI machine
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     # The join window outlasts the join deadline: the host closes at its deadline.
     args = arrival_args(timeout, join_window=timeout)
@@ -92,7 +92,7 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
     """While the mesh runs (slowed by a filtered candidate on the host), one joiner is
     SIGKILLed with its listeners offered, and another node's firewall starts dropping
     inbound connections."""
-    timeout = 20
+    timeout = 30  # four nodes import torch on 2 cores, then a 2 s mesh: room for a busy CI
     with cluster(nodes(4)) as c:
         slow_mesh(c)
         runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(4)}
@@ -123,7 +123,7 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
     # The joiners' own views depend on whether their connects to the killed node came
     # before its death or after; either way they end on time with a valid report.
     for node in (bystander, dropped):
-        assert_survivor(runs[node], timeout, codes=(0, 2))
+        assert_survivor(runs[node], timeout, codes=(0, 1, 2))
 
 
 def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
