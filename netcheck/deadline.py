@@ -16,9 +16,6 @@ class Deadline:
     def expired(self) -> bool:
         return time.monotonic() >= self.at
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
     def within(self, seconds: float) -> "Deadline":
         """A nested deadline: at most `seconds` from now, never past this one."""
         return Deadline(min(seconds, self.remaining()))

@@ -407,16 +407,6 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) ->
     return found
 
 
-def await_goodbyes(ex: Exchange, roster: Roster, me: int, deadline: Deadline) -> set[int]:
-    """Keep the store up until every node said goodbye (FAILURES row 17), or the deadline."""
-    pending = {e.arrival for e in roster.entries if e.arrival != me}
-    while pending and not deadline.expired():
-        pending = {a for a in pending if not ex.has(ex.key("bye", a))}
-        if pending:
-            time.sleep(STORE_POLL_INTERVAL)
-    return {e.arrival for e in roster.entries} - pending
-
-
 def read_visitors(ex: Exchange) -> list[Visitor]:
     visitors = []
     for v in range(min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
