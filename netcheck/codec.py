@@ -18,7 +18,14 @@ T = TypeVar("T")
 
 
 class DecodeError(ValueError):
-    """Received JSON that does not have the expected shape."""
+    """Received JSON that does not have the expected shape.
+
+    The message quotes what was received (keys, types), so control characters in it are
+    escaped: it must stay one line in a report or on a terminal.
+    """
+
+    def __init__(self, message: str):
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
 
 
 def to_plain(value: Any) -> Any:
