@@ -103,7 +103,8 @@ def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -
                         "give each interface its own subnet, or pin the libraries to one of "
                         "them with the exports below (nccl#913)")]
     return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
-                    "the kernel's routes between nodes", _routes(members, attempts))]
+                    "interface settings match every node's interfaces; routes to peers below (-v)",
+                    _routes(members, attempts))]
 
 
 def shared_subnets(table) -> list[str]:

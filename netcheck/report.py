@@ -58,10 +58,11 @@ def _env_table(report: Report) -> str:
 def _exports(report: Report) -> list[str]:
     if not report.recommend and not report.recommend_per_node:
         return []
-    lines = ["", "# proven between every pair of nodes; paste into the job's environment:"]
-    lines += [f"export {k}={v}" for k, v in report.recommend.items()]
+    lines = ["", "# proven between every pair of nodes; paste into the job's environment"]
+    if report.recommend:
+        lines += ["# on every node:"] + [f"export {k}={v}" for k, v in report.recommend.items()]
     for hostname, values in report.recommend_per_node.items():
-        lines += [f"export {k}={v}  # on {hostname} only" for k, v in values.items()]
+        lines += [f"# on {hostname} only:"] + [f"export {k}={v}" for k, v in values.items()]
     return lines
 
 
