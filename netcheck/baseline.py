@@ -10,6 +10,7 @@ from __future__ import annotations
 from netcheck import codec
 from netcheck.constants import BASELINE_BW_DROP, BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.model import PASS, WARN, Finding, NodeEntry, Report
+from netcheck.probe import error_text
 from netcheck.sweep import BandwidthResult, avg_busbw
 
 
@@ -22,7 +23,7 @@ def load_baseline(path: str) -> Report:
         with open(path, "rb") as f:
             text = f.read(MAX_BASELINE_BYTES + 1)
     except OSError as e:
-        raise BaselineError(f"--baseline {path}: {e.strerror or e}") from None
+        raise BaselineError(f"--baseline {path}: {error_text(e)}") from None
     try:
         report = codec.loads(Report, text, MAX_BASELINE_BYTES)
     except codec.DecodeError as e:

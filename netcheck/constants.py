@@ -2,7 +2,6 @@
 
 DEFAULT_PORT = 29500
 REPORT_SCHEMA = "netcheck.report/1"
-FACTS_SCHEMA = "netcheck.facts/1"
 
 # Check ids are a public contract (README, JSON, runbooks): add, never rename.
 RDZV_RESOLVE = "rdzv.resolve"

@@ -9,7 +9,10 @@ from netcheck.constants import (
     CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
     RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
 )
-from netcheck.model import FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach
+from netcheck.model import (
+    FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
+)
+from netcheck.nics import address_owners
 
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "
@@ -83,11 +86,11 @@ def join_findings(g: Gathering) -> list[Finding]:
             tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
             "start netcheck on that node; if it was started, read its own report "
             "(rdzv.reach / rdzv.resolve say why it could not get here)"))
-    for rank, hostnames in sorted(g.duplicates.items()):
+    for rank, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
-            RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(hostnames)} nodes: "
-            f"{', '.join(hostnames)}; only the first was seated",
-            tuple(f"{h} claims node rank {rank}" for h in hostnames), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
+            RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
+            f"{', '.join(claimants)}; only the first was seated",
+            tuple(f"{h} claims node rank {rank}" for h in claimants), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)"))
     for text in g.unseated:
         findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
@@ -101,7 +104,7 @@ def join_findings(g: Gathering) -> list[Finding]:
         findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
                                 (text,), "something other than netcheck writes to this port"))
     lost = [m.rank for m in g.members if m.results is None]
-    findings += lost_findings("rendezvous", {m.rank: m.facts.hostname for m in g.members}, lost)
+    findings += lost_findings("rendezvous", hostnames(g.members), lost)
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{len(g.members)} node(s) joined in {g.waited:.1f} s"))
@@ -140,7 +143,7 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[F
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Every node must resolve every other node's FQDN to one of that node's own addresses."""
     own = {m.rank: _own_addresses(m) for m in members}
-    hostname = {m.rank: m.facts.hostname for m in members}
+    hostname = hostnames(members)
     problems, evidence = set(), []
     for m in members:
         for r in (m.results.resolutions if m.results else ()):
@@ -159,7 +162,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
 
 
 def _own_addresses(m: Member) -> set[str]:
-    return {a.address for n in m.facts.nics.nics for a in n.addresses}
+    return set(address_owners(m.facts.nics))
 
 
 def _bad_resolution(addresses: tuple[str, ...], error: str | None, own: set[str]) -> str | None:
@@ -191,7 +194,7 @@ def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
         return []
     common = Counter(families.values()).most_common(1)[0][0]
     odd = tuple(sorted(r for r, f in families.items() if f != common))
-    hostname = {m.rank: m.facts.hostname for m in members}
+    hostname = hostnames(members)
     return [Finding(RDZV_RESOLVE, WARN, odd,
                     "the rendezvous host resolves to different address families across nodes",
                     tuple(f"{hostname[r]}: {f}" for r, f in sorted(families.items())),

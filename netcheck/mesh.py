@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from netcheck.constants import MESH_CONNECT_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS
-from netcheck.nics import NicTable
+from netcheck.nics import NicTable, address_owners
+from netcheck.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
@@ -175,13 +176,9 @@ def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicT
     jobs = [(offers[p], c) for p in peers if p in offers for c in offers[p].candidates]
     if not jobs:
         return ()
-    owners = _address_owners(table)
+    owners = address_owners(table)
     with ThreadPoolExecutor(max_workers=min(64, len(jobs))) as pool:
         return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, timeout), jobs))
-
-
-def _address_owners(table: NicTable) -> dict[str, str]:
-    return {a.address: nic.name for nic in table.nics for a in nic.addresses}
 
 
 def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
@@ -205,12 +202,8 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], timeou
             source = owners.get(sock.getsockname()[0])
             outcome, detail = _check_greeting(sock, offer)
             return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
-        except socket.timeout:
-            return _failed(me, offer, c, "filtered", f"no answer in {timeout:g} s")
-        except ConnectionRefusedError:
-            return _failed(me, offer, c, "refused", "connection refused")
         except OSError as e:
-            return _failed(me, offer, c, "unreachable", e.strerror or str(e))
+            return _failed(me, offer, c, *failed_connect(e, timeout))
 
 
 def _failed(me: int, offer: Offer, c: Candidate, outcome: str, detail: str) -> Attempt:
@@ -229,7 +222,7 @@ def _check_greeting(sock: socket.socket, offer: Offer) -> tuple[str, str]:
     except socket.timeout:
         return "filtered", "connected, then no greeting before the deadline"
     except OSError as e:
-        return "refused", f"connected, then reset: {e.strerror or e} (the listener went away)"
+        return "refused", f"connected, then reset: {error_text(e)} (the listener went away)"
     parts = data.decode("ascii", "replace").split()
     if parts[:1] != [GREETING] or len(parts) != 3:
         return "wrong-peer", "something other than netcheck answered"

@@ -122,6 +122,11 @@ class Member:
         return node_address(self.facts)
 
 
+def hostnames(members) -> dict[int, str]:
+    """rank -> hostname of the given members."""
+    return {m.rank: m.facts.hostname for m in members}
+
+
 def node_address(facts: NodeFacts) -> str:
     """The address peers reach a node at: its default-route interface's, else its name's."""
     for nic in facts.nics.nics:

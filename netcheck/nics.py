@@ -260,6 +260,11 @@ def _usable(flags_hex: str) -> bool:
     return bool(flags & RTF_UP) and not flags & RTF_REJECT
 
 
+def address_owners(table: NicTable) -> dict[str, str]:
+    """Every address of this node -> the interface holding it."""
+    return {a.address: nic.name for nic in table.nics for a in nic.addresses}
+
+
 def route_to(peer_address: str) -> tuple[str | None, str | None]:
     """(interface, source address) the kernel uses toward a peer IP address.
 

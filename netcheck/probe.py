@@ -23,7 +23,6 @@ from netcheck.deadline import Deadline
 from netcheck.model import Holder, Probe, Reach
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
-_UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
 
 
@@ -53,7 +52,7 @@ def resolve(host: str, port: int, timeout: float) -> tuple[list[tuple[int, tuple
     infos, error = call_with_timeout(
         lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
     if error is not None:
-        return [], _error_text(error)
+        return [], error_text(error)
     seen, out = set(), []
     for family, _, _, _, sockaddr in infos:
         if family in FAMILY_NAMES and sockaddr[0] not in seen:
@@ -93,10 +92,9 @@ def resolve_many(names: list[str], timeout: float, workers: int = 64) -> dict[st
     return {n: found.get(n, ((), f"no answer in {timeout:g} s")) for n in names}
 
 
-def _error_text(error: BaseException) -> str:
-    if isinstance(error, socket.gaierror):
-        return error.strerror or str(error)
-    return str(error)
+def error_text(error: BaseException) -> str:
+    """The OS's words for an error (strerror) where it has them."""
+    return getattr(error, "strerror", None) or str(error)
 
 
 def probe_address(family: int, sockaddr: tuple, timeout: float) -> Probe:
@@ -112,14 +110,18 @@ def _connect(family: int, sockaddr: tuple, timeout: float) -> tuple[str, str]:
         try:
             sock.connect(sockaddr)
             return "open", "connected"
-        except socket.timeout:
-            return "filtered", f"no answer in {timeout:g} s"
-        except ConnectionRefusedError:
-            return "refused", "connection refused: nothing listens there, or a REJECT rule"
         except OSError as e:
-            if e.errno in _FILTERED:
-                return "filtered", e.strerror or str(e)
-            return "unreachable", e.strerror or str(e)
+            return failed_connect(e, timeout)
+
+
+def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
+    """(outcome, detail) of a TCP connect that failed: refused, filtered (no answer, or a
+    local firewall), unreachable. The reach probe and the mesh classify alike."""
+    if isinstance(error, socket.timeout):
+        return "filtered", f"no answer in {timeout:g} s"
+    if isinstance(error, ConnectionRefusedError):
+        return "refused", "connection refused: nothing listens there, or a REJECT rule"
+    return ("filtered" if error.errno in _FILTERED else "unreachable"), error_text(error)
 
 
 def probe_all(addresses: list[tuple[int, tuple]], timeout: float) -> tuple[Probe, ...]:

@@ -17,7 +17,7 @@ from netcheck.constants import (
     MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
 )
 from netcheck.mesh import Attempt
-from netcheck.model import FAIL, PASS, WARN, Finding, Member
+from netcheck.model import FAIL, PASS, WARN, Finding, Member, hostnames
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "
@@ -119,7 +119,7 @@ def shared_subnets(table) -> list[str]:
 
 
 def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
-    names = {m.rank: m.facts.hostname for m in members}
+    names = hostnames(members)
     used = sorted({(a.src, a.src_ifname, a.dst, a.ifname) for a in attempts
                    if a.outcome == "ok" and a.src in names})
     return tuple(f"{names[s]} {si} -> {names.get(d, f'rank {d}')} {di}" for s, si, d, di in used)
@@ -174,7 +174,7 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """The two ends of each working path should agree on MTU (FAILURES row 13)."""
     nic = {(m.rank, n.name): n for m in members for n in m.facts.nics.nics}
-    names = {m.rank: m.facts.hostname for m in members}
+    names = hostnames(members)
     pairs = set()
     for a in attempts:
         src, dst = nic.get((a.src, a.src_ifname)), nic.get((a.dst, a.ifname))
@@ -202,7 +202,7 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     """Link speed of the interfaces each node uses: one slow node paces every collective."""
     speeds = {m.rank: _used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
     known = {r: s for r, s in speeds.items() if s is not None}
-    names = {m.rank: m.facts.hostname for m in members}
+    names = hostnames(members)
     evidence = tuple(f"{names[r]}: {f'{s} Mb/s' if s else 'unknown'}" for r, s in sorted(speeds.items()))
     if not known:
         return [Finding(NIC_SPEED, PASS, tuple(speeds), "link speeds are not reported (virtual "
@@ -224,7 +224,7 @@ def _used_speed(m: Member, proven: list[str]) -> int | None:
 
 def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
     """HCA ports that are not ACTIVE, and nodes whose active HCA ports differ from the rest."""
-    names = {m.rank: m.facts.hostname for m in members}
+    names = hostnames(members)
     down = [(m, p) for m in members for p in m.facts.nics.ib_ports if p.state != "ACTIVE"]
     active = {m.rank: sorted((p.link_layer, p.rate) for p in m.facts.nics.ib_ports if p.state == "ACTIVE")
               for m in members}

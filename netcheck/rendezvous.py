@@ -284,7 +284,6 @@ class HostState:
     arrivals: dict[int, NodeFacts]
     malformed: list[str]
     pings_answered: dict[int, int]
-    visitors_seen: int = 0
     arrivals_seen: int = 0   # every arrival below this one is read
     last_arrival: float = 0.0
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap

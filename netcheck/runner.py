@@ -27,10 +27,11 @@ from netcheck.envinfo import EnvFacts, gather_env
 from netcheck.launcher import detect_launch, is_torchrun_worker
 from netcheck.local import driver_gpus, gather_facts
 from netcheck.mesh import Attempt
+from netcheck.nics import address_owners
 from netcheck.sweep import BandwidthResult
 from netcheck.model import (
     FAIL, WARN, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
-    verdict_of,
+    hostnames, verdict_of,
 )
 from netcheck.probe import PortTaken, listen, reach, resolve_addresses
 
@@ -180,7 +181,7 @@ def _take_role(run: Run) -> bool:
 
 def _rdzv_is_local(run: Run) -> bool:
     addresses, _ = resolve_addresses(run.config.rdzv.host, 2.0)
-    own = {a.address for n in run.facts.nics.nics for a in n.addresses}
+    own = address_owners(run.facts.nics)
     return any(a in own for a in addresses)
 
 
@@ -437,7 +438,7 @@ def build_report(run: Run) -> Report:
     members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
                               if run.facts else ())
     faulty_ranks = {r for f in findings if f.severity == FAIL for r in f.nodes}
-    by_rank = {m.rank: m.facts.hostname for m in members}
+    by_rank = hostnames(members)
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or recommend.Recommendation({}, {}, "")
     return Report(
