@@ -386,19 +386,26 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
         if launch.variables.get("LOCAL_RANK") != "0":
             return
         node, nnodes = int(launch.variables["GROUP_RANK"]), len(seats) // launch.nproc_per_node
-        names = {int(m.facts.launch.variables.get("GROUP_RANK", -1)): m.facts.hostname for m in run.members}
     else:
         node, nnodes = seat.rank, len(seats)
-        names = {e.rank: e.hostname for e in seat.roster.entries}
     result = run_bandwidth(run.config.rdzv.host, run.config.rdzv.port, run.config.run_id, node,
                            nnodes, launch.nproc_per_node, run.config.sweep,
                            run.phase_deadline().remaining(), run.progress)
     run.bandwidth = result
-    run.findings += bwdiag.bandwidth_findings(result, names, _line_rates(run), run.config.sweep.expect_busbw)
+    # The rules speak of bandwidth nodes; the report's `nodes` are seats: under torchrun,
+    # node n's processes are ranks n*P .. n*P+P-1 (torchrun's own numbering).
+    per_node = launch.nproc_per_node if is_torchrun_worker(launch) else 1
+    seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
+    seat_names, rates = {e.rank: e.hostname for e in seat.roster.entries}, _line_rates(run)
+    findings = bwdiag.bandwidth_findings(result, {n: seat_names[s[0]] for n, s in seats_of.items()},
+                                         {n: rates.get(s[0]) for n, s in seats_of.items()},
+                                         run.config.sweep.expect_busbw)
+    run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
+                     for f in findings]
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:
-    """Gbit/s of the interface each node's traffic to its peers leaves by (None: unknown)."""
+    """Gbit/s of the interface each seat's traffic to its peers leaves by (None: unknown)."""
     rates = {}
     for m in run.members:
         used = {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"}
