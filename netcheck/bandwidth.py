@@ -10,7 +10,9 @@ A dead worker (it exited or was killed), a hung one (no heartbeat for BW_STUCK_A
 a failed one ends the phase for every node: this node posts an abort notice in the store,
 every node sees it within BW_ABORT_POLL s, gives its workers BW_ABORT_GRACE s to report
 what they measured, and kills them. Then each node posts an account of its workers and
-reads everyone's, so every node's result names the dead rank and its node.
+reads everyone's, so every node's result names the dead rank and its node. A node that
+loses the host's store (the host died, or the link to it: a request unanswered for
+STORE_REPLY_TIMEOUT s) stops its workers the same way, and names the host.
 
 Store keys, under netcheck/RUN/bw/:
     pg/...     the workers' process groups (PrefixStore)
@@ -36,7 +38,7 @@ from netcheck.constants import (
     BW_STUCK_AFTER,
 )
 from netcheck.deadline import Deadline
-from netcheck.rendezvous import Exchange, RendezvousError, client_store, collect
+from netcheck.rendezvous import Exchange, collect
 from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit
 from netcheck.worker import Event
 
@@ -57,28 +59,24 @@ class NodeReport:
     backend_reason: str
 
 
-def run_bandwidth(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes: int,
+def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,
                   nproc_per_node: int, options: SweepOptions, deadline_s: float,
                   progress: Callable[[str], None] | None = None) -> BandwidthResult:
     """Run this node's share of the phase; returns the cluster-wide result as this node saw it.
 
-    nproc_per_node must be the same on every node (ranks are node_rank * nproc + local_rank,
-    as torchrun numbers them). Returns within deadline_s, having ended every worker.
+    ex: this node's connection to the host's store; the workers connect to
+    store_host:store_port themselves. nproc_per_node must be the same on every node (ranks
+    are node_rank * nproc + local_rank, as torchrun numbers them). Returns within
+    deadline_s, having ended every worker.
     """
     started = time.monotonic()
     deadline = Deadline(deadline_s)
-    try:
-        ex = Exchange(client_store(store_host, store_port, deadline), run_id)
-    except RendezvousError as e:
-        fault = Fault(node_rank, -1, -1, "start", "failed", str(e))
-        return _result(nnodes, nproc_per_node, options, Watch(node_rank, [], None, deadline),
-                       [fault], started)
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, [], ex, workers_deadline, progress)
     try:
         for local in range(nproc_per_node):
-            watch.workers.append(_spawn(store_host, store_port, run_id, node_rank, nnodes,
+            watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
                                         nproc_per_node, local, options, workers_deadline))
         watch.run()
     except OSError as e:  # could not start a worker (no memory, no processes left)
@@ -91,7 +89,9 @@ def run_bandwidth(store_host: str, store_port: int, run_id: str, node_rank: int,
     # a node whose account is not in within a few seconds is not coming.
     reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend), nnodes,
                         deadline.within(BW_REPORT_WAIT))
-    everyone = merge_faults(faults, reports, node_rank, nnodes)
+    silence = (f"this node lost the host's store ({ex.lost}), so it cannot know more" if ex.lost
+               else "its netcheck ended early or hung, or lost the host's store")
+    everyone = merge_faults(faults, reports, node_rank, nnodes, watch.furthest_stage(), silence)
     return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
 
 
@@ -183,7 +183,7 @@ class Watch:
 
     node: int
     workers: list[Worker]
-    ex: Exchange | None
+    ex: Exchange
     deadline: Deadline
     progress: Callable[[str], None] | None = None
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)
@@ -213,7 +213,9 @@ class Watch:
             if w.running() and now - w.heard > BW_STUCK_AFTER:
                 w.fate = "stuck"
                 w.kill()
-        if self.abort_at is None and (self.local_trouble() or self.others_aborted(now)):
+        # Without the host's store this node can neither hear of an abort nor report: its
+        # sweep is over (the workers' peers see them go).
+        if self.abort_at is None and (self.local_trouble() or self.others_aborted(now) or self.ex.lost):
             self.abort_at = now + BW_ABORT_GRACE
         if self.deadline.expired():
             self.stop("timeout")
@@ -236,8 +238,8 @@ class Watch:
         return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
 
     def _store(self, call):
-        # A store that has gone (the host died) must not end the watch: the workers'
-        # own connections fail and say so.
+        # A store that has gone raises here once, then at once (Exchange.lost): ends_now
+        # sees it.
         try:
             return call()
         except (RuntimeError, OSError):
@@ -309,6 +311,9 @@ class Watch:
             row = sweep.rows[-1]
             self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s")
 
+    def furthest_stage(self) -> str:
+        return max((w.stage for w in self.workers), key=STAGES.index, default="start")
+
     def faults(self) -> list[Fault]:
         found = [Fault(self.node, -1, -1, "start", "died", self.spawn_error)] if self.spawn_error else []
         for w in self.workers:
@@ -343,8 +348,11 @@ def classify(fate: str, returncode: int | None, failure: str, done: bool, stage:
 
 # --- the cluster's picture -------------------------------------------------------------------
 
-def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int) -> list[Fault]:
-    """Every node's faults; a node that never posted its account is named as silent."""
+def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int,
+                 stage: str, silence: str) -> list[Fault]:
+    """Every node's faults; a node that never posted its account is named as silent, in
+    `stage`, the furthest this node's own workers got (the collectives tie the nodes), with
+    `silence` as the likely reason."""
     faults = list(mine)
     for node in range(nnodes):
         if node == me:
@@ -352,9 +360,8 @@ def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nno
         if node in reports:
             faults += [f for f in reports[node].faults if f.node == node]  # a node speaks for itself only
         else:
-            faults.append(Fault(node, -1, -1, "start", "silent",
-                                f"node {node} did not report on its workers: its netcheck did not "
-                                "reach the bandwidth phase, or ended early"))
+            faults.append(Fault(node, -1, -1, stage, "silent",
+                                f"node {node} sent no account of its workers: {silence}"))
     return sorted(faults, key=lambda f: (f.node, f.rank))
 
 

@@ -191,7 +191,7 @@ def run_and_render(config: Config) -> int:
                                                      config.plot_path)]
     emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
     if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
-        plot.write_plot(rep.bandwidth, {n.rank: n.hostname for n in rep.nodes}, paths[3])
+        plot.write_plot(rep.bandwidth, paths[3])
     if outcome.exit_code == EXIT_INTERRUPTED:
         how = "terminated" if _Stop.signum else "interrupted"
         print(f"netcheck: {how}; the report above holds what was learnt", file=sys.stderr)

@@ -51,6 +51,7 @@ RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
 STORE_POLL_INTERVAL = 0.05
+STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 
 # Trust limits on what peers send.
 MAX_FACTS_BYTES = 1 << 20

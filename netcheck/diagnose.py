@@ -137,7 +137,8 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[F
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
                     f"{', '.join(names.get(r, f'rank {r}') for r in ranks)} stopped answering "
                     f"during the {phase} phase", (),
-                    "that node's netcheck died or hung: look at that node")]
+                    "that node's netcheck died or hung, or the network path to it broke: look "
+                    "at that node and its link")]
 
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:

@@ -70,10 +70,11 @@ def _busbw(report: Report) -> list[Sample]:
 
 
 def _pairs(report: Report) -> list[Sample]:
-    names = _hostnames_by_rank(report)
-    pairs = report.bandwidth.pairs if report.bandwidth else ()
-    return [({"node": names.get(p.a, f"rank {p.a}"), "peer": names.get(p.b, f"rank {p.b}")}, p.busbw)
-            for p in pairs]
+    if report.bandwidth is None:
+        return []
+    names = report.bandwidth.hostnames
+    return [({"node": names.get(str(p.a), f"node {p.a}"), "peer": names.get(str(p.b), f"node {p.b}")}, p.busbw)
+            for p in report.bandwidth.pairs]
 
 
 def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:

@@ -27,13 +27,13 @@ def check_available() -> None:
     _pyplot()
 
 
-def write_plot(result: BandwidthResult, hostnames: dict[int, str], path: str) -> None:
+def write_plot(result: BandwidthResult, path: str) -> None:
     plt = _pyplot()
     panels = 2 if result.pairs else 1
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
     _busbw_lines(axes[0][0], result)
     if result.pairs:
-        _pair_heatmap(fig, axes[0][1], result, hostnames)
+        _pair_heatmap(fig, axes[0][1], result)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -53,14 +53,14 @@ def _busbw_lines(ax, result: BandwidthResult) -> None:
         ax.legend(fontsize="small")
 
 
-def _pair_heatmap(fig, ax, result: BandwidthResult, hostnames: dict[int, str]) -> None:
+def _pair_heatmap(fig, ax, result: BandwidthResult) -> None:
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
     index = {n: i for i, n in enumerate(nodes)}
     grid = [[float("nan")] * len(nodes) for _ in nodes]
     for p in result.pairs:
         grid[index[p.a]][index[p.b]] = grid[index[p.b]][index[p.a]] = p.busbw
     image = ax.imshow(grid, cmap="viridis")
-    names = [hostnames.get(n, str(n)) for n in nodes]
+    names = [result.hostnames.get(str(n), str(n)) for n in nodes]
     ax.set_xticks(range(len(nodes)), names, rotation=45, ha="right")
     ax.set_yticks(range(len(nodes)), names)
     ax.set_title("node pairs (GB/s each way)")

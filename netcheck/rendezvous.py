@@ -21,12 +21,16 @@ import hashlib
 import hmac
 import os
 import socket
+import stat
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
 
 from netcheck import codec
-from netcheck.constants import CLOCK_PINGS, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL
+from netcheck.constants import (
+    CLOCK_PINGS, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+)
 from netcheck.deadline import Deadline
 from netcheck.model import (
     ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor, node_address,
@@ -96,14 +100,56 @@ def client_store(host: str, port: int, deadline: Deadline):
     dist = import_distributed()
     while True:
         try:
+            before = _socket_fds()
             store = dist.TCPStore(host, port, None, False,
                                   _timedelta(min(CONNECT_TRY, deadline.remaining() / 3)))
             store.set_timeout(_timedelta(deadline.remaining()))
+            _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
             return store
         except (RuntimeError, OSError) as e:
             if deadline.remaining() < 0.1:
                 raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
                                       f"{_first_line(e)}") from None
+
+
+def _socket_fds() -> set[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    fds = set()
+    for name in names:
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                fds.add(int(name))
+        except OSError:
+            continue  # closed meanwhile (listdir's own descriptor among them)
+    return fds
+
+
+def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
+    """A receive/send timeout on the store client's socket (the new one connected to port).
+
+    TCPStore's own timeout bounds waiting for a key, not a reply: over a link cut mid-run
+    (packets dropped, no RST) a plain check() sat in recv for as long as TCP retries, over
+    100 s here with every timeout set to 2 s. With SO_RCVTIMEO the call raises
+    DistNetworkError ("Socket Timeout") instead, which reads as a lost host.
+    """
+    timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    for fd in fds:
+        copy = os.dup(fd)  # socket options are the socket's: set through a copy, closed after
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # a family Python does not know (netlink): not the store's
+            os.close(copy)
+            continue
+        with sock:
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+            except OSError:
+                continue  # not connected: not the store's
 
 
 def store_lost(error: BaseException) -> bool:
@@ -127,9 +173,22 @@ class Exchange:
     """
 
     def __init__(self, store, run_id: str, token: str | None = None):
-        self.store = store
+        self._store = store
         self.run_id = run_id
         self.token = token
+        self.lost: str | None = None  # why the store connection broke, once it has
+
+    def _call(self, method: str, *args):
+        # After a broken request (a reply timed out) the stream is out of step: a late
+        # reply would answer the next request. So the first break is final.
+        if self.lost is not None:
+            raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
+        try:
+            return getattr(self._store, method)(*args)
+        except Exception as e:
+            if store_lost(e):
+                self.lost = _first_line(e)
+            raise
 
     def key(self, *parts: object, shared: bool = False) -> str:
         scope = (ROOT,) if shared else (ROOT, self.run_id)
@@ -138,23 +197,23 @@ class Exchange:
     def put(self, key: str, value: object, signed: bool = True) -> None:
         text = codec.dumps(value)
         if self.token and signed:
-            self.store.set(key + MAC_SUFFIX, self._mac(text.encode()))
-        self.store.set(key, text)
+            self._call("set", key + MAC_SUFFIX, self._mac(text.encode()))
+        self._call("set", key, text)
 
     def _mac(self, data: bytes) -> str:
         return hmac.new(self.token.encode(), data, hashlib.sha256).hexdigest()
 
     def has(self, key: str) -> bool:
-        return self.store.check([key])
+        return self._call("check", [key])
 
     def count(self, key: str, add: int = 0) -> int:
-        return self.store.add(key, add)
+        return self._call("add", key, add)
 
     def read(self, cls, key: str, signed: bool = True):
         """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
-        data = self.store.get(key)
+        data = self._call("get", key)
         if self.token and signed:
-            mac = self.store.get(key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
+            mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
             if not hmac.compare_digest(mac, self._mac(data).encode()):
                 raise codec.DecodeError("not signed with this --token")
         return codec.loads(cls, data, MAX_FACTS_BYTES)
@@ -169,10 +228,10 @@ class Exchange:
         # A store that breaks (the host died) raises its own error: that is a lost host,
         # not a slow one, and the phase boundary reports it as such.
         pause = 0.002  # quick at first: a clock pong is answered within one host poll
-        while not self.store.check([key]) and not deadline.expired():
+        while not self.has(key) and not deadline.expired():
             time.sleep(pause)
             pause = min(2 * pause, STORE_POLL_INTERVAL)
-        if not self.store.check([key]):
+        if not self.has(key):
             raise TimeoutError(f"{key} did not appear in time")
 
 
@@ -220,7 +279,7 @@ def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample
     best = None
     for k in range(CLOCK_PINGS):
         sent = time.time()
-        ex.store.set(ex.key("ping", visitor, k, shared=True), "")
+        ex.put(ex.key("ping", visitor, k, shared=True), "", signed=False)
         host_time = float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True), deadline))
         back = time.time()
         sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))

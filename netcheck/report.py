@@ -30,8 +30,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
-        hostnames = {n.rank: n.hostname for n in report.nodes}
-        lines += ["", sweep.render_text(report.bandwidth, hostnames)]
+        lines += ["", sweep.render_text(report.bandwidth)]
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)

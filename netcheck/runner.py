@@ -98,13 +98,18 @@ class Run:
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
             if self.role == "host" or not rendezvous.store_lost(e):
                 self.findings.append(diagnose.internal_finding(name, e))
-            elif not self.host_lost:  # the host died: named once, in the phase it happened
-                self.host_lost = True
-                self.findings += diagnose.lost_findings(name, {0: "the host"}, [0])
+            else:
+                self.lose_host(name)
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
         if self.deadline.expired():
             self.findings.append(diagnose.timeout_finding(name, self.config.timeout))
+
+    def lose_host(self, phase: str) -> None:
+        """The host died, or the path to it: named once, in the phase it happened."""
+        if not self.host_lost:
+            self.host_lost = True
+            self.findings += diagnose.lost_findings(phase, {0: "the host"}, [0])
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)
@@ -388,20 +393,26 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
         node, nnodes = int(launch.variables["GROUP_RANK"]), len(seats) // launch.nproc_per_node
     else:
         node, nnodes = seat.rank, len(seats)
-    result = run_bandwidth(run.config.rdzv.host, run.config.rdzv.port, run.config.run_id, node,
-                           nnodes, launch.nproc_per_node, run.config.sweep,
-                           run.phase_deadline().remaining(), run.progress)
-    run.bandwidth = result
-    # The rules speak of bandwidth nodes; the report's `nodes` are seats: under torchrun,
-    # node n's processes are ranks n*P .. n*P+P-1 (torchrun's own numbering).
+    result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
+                           launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
+                           run.progress)
+    if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
+        run.lose_host("bandwidth")
+    # The phase numbers nodes; the report's `nodes` are seats: under torchrun, node n's
+    # processes are ranks n*P .. n*P+P-1 (torchrun's own numbering).
     per_node = launch.nproc_per_node if is_torchrun_worker(launch) else 1
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
     seat_names, rates = {e.rank: e.hostname for e in seat.roster.entries}, _line_rates(run)
-    findings = bwdiag.bandwidth_findings(result, {n: seat_names[s[0]] for n, s in seats_of.items()},
-                                         {n: rates.get(s[0]) for n, s in seats_of.items()},
+    names = {n: seat_names[s[0]] for n, s in seats_of.items()}
+    run.bandwidth = dataclasses.replace(result, hostnames={str(n): h for n, h in names.items()})
+    findings = bwdiag.bandwidth_findings(result, names, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw)
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
+    if run.role == "host":  # a node whose account never came is gone, as in any other phase
+        silent = sorted(r for f in result.faults if f.kind == "silent" for r in seats_of[f.node])
+        run.findings += diagnose.lost_findings("bandwidth", seat_names, silent)
+        _drop_lost(run, silent)
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:

@@ -456,6 +456,7 @@ class BandwidthResult:
     failure: str                    # why, in one line ("" when none)
     faults: tuple[Fault, ...]       # every node's workers that died, hung or failed
     seconds: float
+    hostnames: dict[str, str] = field(default_factory=dict)  # node (as in pairs, faults) -> hostname
 
     @property
     def dead_ranks(self) -> tuple[int, ...]:
@@ -539,16 +540,16 @@ def side_by_side(intra: Sweep, inter: Sweep) -> str:
                     disable_numparse=True)
 
 
-def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[int, str]) -> str:
+def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[str, str]) -> str:
     """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
     nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
     cell = {(p.a, p.b): _gbps(p.busbw) for p in pairs} | {(p.b, p.a): _gbps(p.busbw) for p in pairs}
-    names = [hostnames.get(n, str(n)) for n in nodes]
+    names = [hostnames.get(str(n), str(n)) for n in nodes]
     rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
     return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
 
 
-def render_text(result: BandwidthResult, hostnames: dict[int, str]) -> str:
+def render_text(result: BandwidthResult) -> str:
     """Every table of the phase, for the text report."""
     parts = [sweep_text(s, result.backend) for s in result.sweeps]
     by_stage = {(s.stage, s.op): s for s in result.sweeps}
@@ -557,5 +558,5 @@ def render_text(result: BandwidthResult, hostnames: dict[int, str]) -> str:
             parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
     if result.pairs:
         parts.append(f"# node pairs, {_size_text(result.pairs[0].size)} both ways at once:\n"
-                     + pair_matrix(result.pairs, hostnames))
+                     + pair_matrix(result.pairs, result.hostnames))
     return "\n\n".join(parts)

@@ -510,6 +510,11 @@ class Cluster:
     def _ipt(self, i: int, ipt: str, *args: str) -> None:
         _run(_in_ns(self.nodes[i].ns, ipt, "-w", *args))
 
+    def cut_link(self, i: int) -> None:
+        """Node i's cable pulled: its switch port goes down, so nothing passes either way
+        and no peer ever hears a reset; node i's interface loses carrier."""
+        _run(_in_ns(self.switch_ns, "ip", "link", "set", self.nodes[i].port, "down"))
+
     def shape(self, i: int, rate: str) -> None:
         """Limit node i's link to `rate` (tc syntax, e.g. "100mbit") both ways: tbf on
         the node's egress and on its switch port's egress (= the node's ingress).

@@ -403,7 +403,7 @@ def finish_each(runs, timeout: float):
         time.sleep(0.05)
     for run in pending:
         run.proc.kill()
-        run.stderr = run.proc.communicate()[1]
+        run.stderr = run.proc.communicate()[1] or "\n".join(run.progress)
         raise AssertionError(f"netcheck on node{run.node} still ran {timeout} s after the test "
                              f"began waiting for it: a hang\n{run.stderr[-3000:]}")
     return runs

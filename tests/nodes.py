@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
@@ -42,9 +45,36 @@ class NodeRun:
     stderr: str = ""
     seconds: float = 0.0
 
+    progress: list[str] = field(default_factory=list)   # stderr lines, when it is a terminal
+    terminal: threading.Thread | None = None            # reads them
+
     @property
     def report(self) -> dict:
         return read_report(self.json_path)
+
+    def read_terminal(self, fd: int) -> None:
+        with open(fd, "rb", buffering=0) as terminal:
+            pending = b""
+            while True:
+                try:
+                    data = terminal.read(4096)
+                except OSError:  # EIO: every writer has closed the pty
+                    data = b""
+                if not data:
+                    break
+                *lines, pending = (pending + data).split(b"\n")
+                self.progress += [line.decode(errors="replace").rstrip("\r") for line in lines]
+        self.stderr = "\n".join(self.progress + [pending.decode(errors="replace")])
+
+    def wait_for_progress(self, prefix: str, timeout: float) -> str:
+        """The first progress line that starts with `prefix`, within `timeout` s."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if line := next((ln for ln in self.progress if ln.startswith(prefix)), None):
+                return line
+            assert self.proc.poll() is None, f"node{self.node} ended first:\n" + "\n".join(self.progress)
+            time.sleep(0.05)
+        raise AssertionError(f"node{self.node}: no {prefix!r} line in {timeout} s:\n" + "\n".join(self.progress))
 
     def findings(self, check: str, severity: str | None = None) -> list[dict]:
         return [f for f in self.report["findings"]
@@ -52,29 +82,48 @@ class NodeRun:
 
 
 def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = None,
-          wrapper: tuple[str, ...] = (), bandwidth: bool = False) -> NodeRun:
+          wrapper: tuple[str, ...] = (), bandwidth: bool = False, terminal: bool = False) -> NodeRun:
     """netcheck on node i, its JSON report in tmp; `wrapper` is argv that execs the rest.
 
     The bandwidth phase is skipped unless asked for (or the args choose phases): it costs
-    seconds per run and has tests of its own."""
+    seconds per run and has tests of its own. With `terminal`, stderr is a terminal (a pty),
+    as a person's is, so netcheck prints its progress lines there (`NodeRun.progress`)."""
     json_path = tmp / f"node{i}-{time.monotonic_ns()}.json"
     chosen = bandwidth or "--skip" in args or "--only" in args
     argv = [*wrapper, sys.executable, "-m", "netcheck", *args, *([] if chosen else SKIP_BANDWIDTH),
             "--json", str(json_path)]
-    return NodeRun(i, c.popen(i, argv, env=env), json_path, time.monotonic())
+    if not terminal:
+        return NodeRun(i, c.popen(i, argv, env=env), json_path, time.monotonic())
+    reader, writer = pty.openpty()
+    try:
+        run = NodeRun(i, c.popen(i, argv, env=env, stderr=writer), json_path, time.monotonic())
+    finally:
+        os.close(writer)
+    run.terminal = threading.Thread(target=run.read_terminal, args=(reader,), daemon=True)
+    run.terminal.start()
+    return run
 
 
 def finish(run: NodeRun, timeout: float) -> NodeRun:
     """Wait for a node's netcheck; a run past `timeout` is a hang and fails the test."""
     try:
-        run.stdout, run.stderr = run.proc.communicate(timeout=timeout)
+        run.stdout, err = run.proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         run.proc.kill()
-        run.stdout, run.stderr = run.proc.communicate()
+        run.stdout, err = run.proc.communicate()
+        _read_stderr(run, err)
         raise AssertionError(f"netcheck on node {run.node} hung past {timeout} s:\n{run.stderr}")
     run.rc = run.proc.returncode
     run.seconds = time.monotonic() - run.started
+    _read_stderr(run, err)
     return run
+
+
+def _read_stderr(run: NodeRun, piped: str | None) -> None:
+    if run.terminal is None:
+        run.stderr = piped
+    else:
+        run.terminal.join(timeout=5)  # the terminal reader sets run.stderr when the pty closes
 
 
 def finish_all(runs: list[NodeRun], timeout: float) -> list[NodeRun]:

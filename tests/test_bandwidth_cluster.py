@@ -196,25 +196,23 @@ def main() -> int:
     add_arguments(p)
     args = p.parse_args()
     from netcheck.bandwidth import run_bandwidth
-    from netcheck.rendezvous import import_distributed
+    from netcheck.deadline import Deadline
+    from netcheck.rendezvous import Exchange, client_store, collect, import_distributed
 
-    dist = import_distributed()
-    timeout = datetime.timedelta(seconds=DEADLINE + 20)
-    store = dist.TCPStore("0.0.0.0", PORT, None, True, timeout, wait_for_workers=False) \
-        if args.node == 0 else dist.TCPStore("node0", PORT, None, False, timeout)
-    result = run_bandwidth("node0", PORT, args.run_id, args.node, args.nnodes, args.nproc,
-                           options_from_args(args), DEADLINE,
-                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+    server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
+                                           wait_for_workers=False) if args.node == 0 else None
+    ex = Exchange(client_store("node0", PORT, Deadline(DEADLINE)), args.run_id)
+    result = run_bandwidth(ex, "node0", PORT, args.node, args.nnodes, args.nproc, options_from_args(args),
+                           DEADLINE, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(codec.dumps(result), flush=True)
     # As netcheck's host does: the store stays up until every node is done with it (or
     # has plainly gone: a node killed by a test never says goodbye).
-    store.set(f"driver/{args.run_id}/bye/{args.node}", "1")
-    if args.node == 0:
-        try:
-            store.wait([f"driver/{args.run_id}/bye/{k}" for k in range(args.nnodes)],
-                       datetime.timedelta(seconds=5))
-        except RuntimeError:
-            pass
+    try:
+        ex.put(ex.key("driver-bye", args.node), 1)
+        if server is not None:
+            collect(ex, int, "driver-bye", list(range(args.nnodes)), Deadline(5))
+    except (RuntimeError, OSError):
+        pass
     return 0
 
 

@@ -215,7 +215,7 @@ def test_join_lost_nodes_are_named_together():
     g = gathering((member(0), member(1, results=False), member(2, results=False)))
     assert diagnose.join_findings(g) == [Finding(
         "rdzv.join", "fail", (1, 2), "node1, node2 stopped answering during the rendezvous phase", (),
-        "that node's netcheck died or hung: look at that node")]
+        "that node's netcheck died or hung, or the network path to it broke: look at that node and its link")]
 
 
 def test_join_everything_at_once_in_a_stable_order():

@@ -117,7 +117,7 @@ def test_bandwidth_gives_each_sweeps_average_and_each_pair():
     rows = (Row(1 << 20, 262144, "float32", "sum", 800.0, 1.0, 1.5, 0),
             Row(1 << 21, 524288, "float32", "sum", 1500.0, 1.4, 2.1, 0))
     bw = BandwidthResult("gloo", "no CUDA: using gloo", 2, 1, (Sweep("all", "all_reduce", 2, 1, rows),),
-                         (Pair(0, 1, 1 << 24, 9000.0, 1.86),), None, "", (), 5.0)
+                         (Pair(0, 1, 1 << 24, 9000.0, 1.86),), None, "", (), 5.0, {"0": "gpu01", "1": "gpu02"})
     text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
     assert series(text, "netcheck_bw_busbw_gbps") == {(("op", "all_reduce"), ("stage", "all")): 1.8}
     assert series(text, "netcheck_bw_pair_busbw_gbps") == {(("node", "gpu01"), ("peer", "gpu02")): 1.86}

@@ -232,3 +232,87 @@ def test_joiners_lost_during_reach(cluster, tmp_path):
     assert assert_survivor(runs[2], timeout, codes=(0,))["verdict"] == "pass"
     assert took < 3 and runs[3].rc == -signal.SIGKILL
     assert_interrupted(runs[1], "reach")
+
+
+# --- the bandwidth phase -------------------------------------------------------------------
+# A sweep far longer than any test waits for (--bw-budget ends it); the host's progress line
+# for a measured row says it is under way.
+LONG_SWEEP = ["-b", "64K", "-e", "64M", "-f", "2", "-w", "1", "-n", "50"]
+A_ROW = "netcheck: bandwidth all "
+
+
+def start_sweeping(c, n: int, timeout: float, budget: float, tmp_path) -> dict:
+    runs = {i: start(c, i, ranked_args(i, n, timeout) + LONG_SWEEP + ["--bw-budget", str(budget)], tmp_path,
+                     bandwidth=True, terminal=i == 0) for i in range(n)}
+    runs[0].wait_for_progress(A_ROW, timeout)
+    return runs
+
+
+def bw_stage(report: dict) -> dict:
+    (stage,) = [f for f in report["findings"] if f["check"] == "bw.stage"]
+    return stage
+
+
+def test_joiners_lost_during_the_sweep(cluster, tmp_path):
+    """Once the host has measured a row, three joiners are SIGKILLed, SIGTERMed and
+    interrupted (Ctrl-C): their workers go with them, and the others stop at once."""
+    timeout = 45  # four nodes and four workers import torch on 2 cores before the sweep
+    victims = {1: signal.SIGKILL, 2: signal.SIGTERM, 3: signal.SIGINT}
+    with cluster(nodes(4)) as c:
+        runs = start_sweeping(c, 4, timeout, 20, tmp_path)
+        for node, sig in victims.items():
+            c.kill(runs[node].proc, sig)
+        finish_each(runs.values(), timeout + 10)
+    roles = {0: "host, sweeping", 1: "victim: SIGKILL mid-sweep", 2: "victim: SIGTERM mid-sweep",
+             3: "victim: SIGINT (Ctrl-C) mid-sweep"}
+    for node, name in ((1, "SIGKILL"), (2, "SIGTERM"), (3, "SIGINT (Ctrl-C)")):
+        record(f"joiner {name} during the bandwidth sweep", "bandwidth", timeout, [runs[0], runs[node]], roles)
+
+    host = assert_survivor(runs[0], timeout)
+    assert lost_in(host) == {"bandwidth": {1, 2, 3}}, host["findings"]
+    assert bw_stage(host)["severity"] == "fail" and host["unfinished"] is None
+    assert host["bandwidth"]["sweeps"][0]["rows"], "the rows measured before the fault are kept"
+    assert runs[0].seconds < timeout, "the host's workers see theirs go: no wait for the deadline"
+    assert runs[1].rc == -signal.SIGKILL
+    assert runs[2].rc == 143 and runs[2].report["unfinished"] == "bandwidth", runs[2].stderr
+    assert_interrupted(runs[3], "bandwidth")
+
+
+def test_link_cut_during_the_sweep(cluster, tmp_path):
+    """Once the host has measured a row, node1's cable is pulled (its switch port goes
+    down): no packet and no reset either way, the store connection and the workers' links
+    just go quiet. Each side names the other, lost in the bandwidth phase."""
+    timeout = 30
+    with cluster(nodes(2)) as c:
+        runs = start_sweeping(c, 2, timeout, 15, tmp_path)
+        c.cut_link(1)
+        finish_each(runs.values(), timeout + 10)
+    record("link cut (switch port down) during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
+           {0: "host, sweeping", 1: "victim: its link cut mid-sweep"})
+
+    host, cut = assert_survivor(runs[0], timeout), assert_survivor(runs[1], timeout)
+    assert lost_in(host) == {"bandwidth": {1}}, host["findings"]
+    assert lost_in(cut) == {"bandwidth": {0}}, cut["findings"]
+    for report in (host, cut):
+        assert bw_stage(report)["severity"] == "fail" and report["bandwidth"]["sweeps"][0]["rows"]
+    # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT);
+    # the host's workers wait in their collective until the phase's deadline.
+    assert runs[1].seconds < runs[0].seconds
+
+
+def test_host_killed_during_the_sweep(cluster, tmp_path):
+    """The host is SIGKILLed once it has measured a row: the joiner stops its workers and
+    names the host, lost in the bandwidth phase."""
+    timeout = 30
+    with cluster(nodes(2)) as c:
+        runs = start_sweeping(c, 2, timeout, 15, tmp_path)
+        c.kill(runs[0].proc)
+        finish_each(runs.values(), timeout + 10)
+    record("host SIGKILL during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
+           {0: "victim: the host, SIGKILL mid-sweep", 1: "joiner, sweeping"})
+
+    assert runs[0].rc == -signal.SIGKILL
+    joiner = assert_survivor(runs[1], timeout)
+    assert lost_in(joiner) == {"bandwidth": {0}}, joiner["findings"]
+    assert bw_stage(joiner)["severity"] == "fail"
+    assert runs[1].seconds < timeout, "it stops waiting for a host that is gone"

@@ -288,14 +288,14 @@ def sample_result() -> BandwidthResult:
     return BandwidthResult("gloo", "no CUDA: using gloo", 2, 2,
                            (Sweep("all", "all_reduce", 4, 1, rows, skipped=(4096,)),
                             Sweep("intra", "all_reduce", 2, 2, rows[:1]), Sweep("inter", "all_reduce", 2, 1, rows)),
-                           (Pair(0, 1, 1024, 10.0, 0.1024),), None, "", (), 1.0)
+                           (Pair(0, 1, 1024, 10.0, 0.1024),), None, "", (), 1.0, {"0": "node0", "1": "node1"})
 
 
 def test_table_has_nccl_tests_columns_and_the_average_line():
     result = sample_result()
     # 1024 B in 1.024 us: algbw 1 GB/s, busbw 1.5 over 4 ranks.
     assert table_rows(result.sweeps[0])[0] == (1024, 256, "float32", "sum", "1.0", "1.00", "1.50", 0)
-    text = render_text(result, {0: "node0", 1: "node1"})
+    text = render_text(result)
     assert "size    count    type     redop    time (us)    algbw (GB/s)    busbw (GB/s)    #wrong" in text
     assert "# Avg bus bandwidth : 1.50 GB/s" in text
     assert "# skipped to stay inside --bw-budget: 4K" in text
@@ -372,8 +372,10 @@ def test_a_dead_rank_is_blamed_before_the_peers_it_broke():
 def test_nodes_that_never_report_are_named_and_speak_only_for_themselves():
     lie = Fault(0, 0, 0, "all", "died", "node 1 says node 0 died")
     reports = {1: NodeReport(1, (lie, Fault(1, 1, 0, "data", "failed", "nccl")), "gloo", "")}
-    merged = merge_faults([], reports, me=0, nnodes=3)
+    merged = merge_faults([], reports, me=0, nnodes=3, stage="inter", silence="it ended early")
     assert [(f.node, f.kind) for f in merged] == [(1, "failed"), (2, "silent")]
+    assert merged[1].stage == "inter", "where this node's own workers were when node 2 went quiet"
+    assert merged[1].detail == "node 2 sent no account of its workers: it ended early"
 
 
 # A worker that could not notice on its own (it never writes, as one wedged in a call
