@@ -126,6 +126,28 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
         assert_survivor(runs[node], timeout, codes=(0, 1, 2))
 
 
+def test_link_cut_during_the_mesh(cluster, tmp_path):
+    """node2's cable is pulled (its switch port goes down) while every node is in the mesh:
+    no packet and no reset either way. The host and node2 each name the other, lost in the
+    mesh; node1 carries on."""
+    timeout = 20
+    with cluster(nodes(3)) as c:
+        slow_mesh(c)
+        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(3)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        agent.wait_for_all([rf"^offer {node}$" for node in runs])
+        c.cut_link(2)
+        finish_each(runs.values(), timeout + 10)
+    record("link cut (switch port down) during the mesh", "mesh", timeout, list(runs.values()),
+           {0: "host", 1: "joiner", 2: "victim: its link cut in the mesh"})
+
+    host = assert_survivor(runs[0], timeout)
+    assert lost_in(host) == {"mesh": {2}}, host["findings"]
+    cut = assert_survivor(runs[2], timeout)
+    assert lost_in(cut) == {"mesh": {0}}, cut["findings"]
+    assert_survivor(runs[1], timeout, codes=(0, 1, 2))
+
+
 def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
     """Two joiners hash a 1.25 GiB --hash folder (sparse files): one is SIGKILLed and one
     interrupted (Ctrl-C) with a file of it open; the other two nodes hash a small folder."""
