@@ -219,9 +219,20 @@ def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
 
 
+SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
+
+
 def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
     """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
     return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix)
+
+
+def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
+    """Goodbyes the host had no time left to wait for: not counted as lost nodes."""
+    if not names:
+        return []
+    return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {', '.join(names.values())} "
+                    "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX)]
 
 
 def timeout_finding(phase: str, seconds: float) -> Finding:

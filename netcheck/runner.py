@@ -263,7 +263,7 @@ def _time_for(run: Run, phase: str) -> bool:
     if left >= MIN_PHASE_SECONDS:
         return True
     run.findings.append(diagnose.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
-                                                 "raise --timeout: waiting for the nodes above took the rest"))
+                                                 diagnose.SHORT_OF_TIME_FIX))
     return False
 
 
@@ -445,9 +445,14 @@ def _leave(run: Run, seat: rendezvous.Seat) -> None:
     with run.phase("goodbye"):
         arrivals = [e.arrival for e in seat.roster.entries
                     if e.arrival != seat.arrival and e.rank in run.alive]
-        gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, run.phase_deadline(GOODBYE_WAIT))
+        deadline = run.phase_deadline(GOODBYE_WAIT)
+        # Joiners started their --timeout a little after the host: with the host's time
+        # all but spent, a goodbye not yet in says nothing about the node.
+        fair = deadline.remaining() >= MIN_PHASE_SECONDS
+        gone = rendezvous.collect(seat.exchange, int, "bye", arrivals, deadline)
         silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
-        run.findings += diagnose.lost_findings("goodbye", silent, sorted(silent))
+        run.findings += (diagnose.lost_findings("goodbye", silent, sorted(silent)) if fair
+                         else diagnose.unheard_goodbyes(silent))
         _judge_launch(run, seat)
 
 

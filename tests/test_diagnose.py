@@ -387,3 +387,10 @@ def test_timeout_and_internal_findings():
     internal = diagnose.internal_finding("mesh", KeyError("eno1"))
     assert (internal.check, internal.severity) == ("run.internal", "fail")
     assert internal.summary == "netcheck could not run the mesh phase: KeyError: 'eno1'"
+
+
+def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
+    (finding,) = diagnose.unheard_goodbyes({1: "node1", 3: "node3"})
+    assert (finding.check, finding.severity, finding.nodes) == ("run.skipped", "warn", ())
+    assert "node1, node3 said goodbye; not counted as lost" in finding.summary
+    assert diagnose.unheard_goodbyes({}) == []

@@ -257,15 +257,16 @@ def test_joiners_lost_during_reach(cluster, tmp_path):
 
 
 # --- the bandwidth phase -------------------------------------------------------------------
-# A sweep far longer than any test waits for (--bw-budget ends it); the host's progress line
-# for a measured row says it is under way.
-LONG_SWEEP = ["-b", "64K", "-e", "64M", "-f", "2", "-w", "1", "-n", "50"]
+# Sizes and iterations for far longer than any test waits (the 10 s budget ends the sweep;
+# the phase needs it plus 8 s of --timeout left); the host's progress line for a measured
+# row says the sweep is under way.
+LONG_SWEEP = ["-b", "64K", "-e", "64M", "-f", "2", "-w", "1", "-n", "50", "--bw-budget", "10"]
 A_ROW = "netcheck: bandwidth all "
 
 
-def start_sweeping(c, n: int, timeout: float, budget: float, tmp_path) -> dict:
-    runs = {i: start(c, i, ranked_args(i, n, timeout) + LONG_SWEEP + ["--bw-budget", str(budget)], tmp_path,
-                     bandwidth=True, terminal=i == 0) for i in range(n)}
+def start_sweeping(c, n: int, timeout: float, tmp_path) -> dict:
+    runs = {i: start(c, i, ranked_args(i, n, timeout) + LONG_SWEEP, tmp_path, bandwidth=True, terminal=i == 0)
+            for i in range(n)}
     runs[0].wait_for_progress(A_ROW, timeout)
     return runs
 
@@ -278,10 +279,10 @@ def bw_stage(report: dict) -> dict:
 def test_joiners_lost_during_the_sweep(cluster, tmp_path):
     """Once the host has measured a row, three joiners are SIGKILLed, SIGTERMed and
     interrupted (Ctrl-C): their workers go with them, and the others stop at once."""
-    timeout = 45  # four nodes and four workers import torch on 2 cores before the sweep
+    timeout = 40  # four nodes and four workers import torch on 2 cores before the sweep
     victims = {1: signal.SIGKILL, 2: signal.SIGTERM, 3: signal.SIGINT}
     with cluster(nodes(4)) as c:
-        runs = start_sweeping(c, 4, timeout, 20, tmp_path)
+        runs = start_sweeping(c, 4, timeout, tmp_path)
         for node, sig in victims.items():
             c.kill(runs[node].proc, sig)
         finish_each(runs.values(), timeout + 10)
@@ -306,7 +307,7 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     just go quiet. Each side names the other, lost in the bandwidth phase."""
     timeout = 30
     with cluster(nodes(2)) as c:
-        runs = start_sweeping(c, 2, timeout, 15, tmp_path)
+        runs = start_sweeping(c, 2, timeout, tmp_path)
         c.cut_link(1)
         finish_each(runs.values(), timeout + 10)
     record("link cut (switch port down) during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
@@ -327,7 +328,7 @@ def test_host_killed_during_the_sweep(cluster, tmp_path):
     names the host, lost in the bandwidth phase."""
     timeout = 30
     with cluster(nodes(2)) as c:
-        runs = start_sweeping(c, 2, timeout, 15, tmp_path)
+        runs = start_sweeping(c, 2, timeout, tmp_path)
         c.kill(runs[0].proc)
         finish_each(runs.values(), timeout + 10)
     record("host SIGKILL during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
