@@ -433,8 +433,10 @@ def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
     ranks = {e.arrival: e.rank for e in seat.roster.entries}
     late = {a: f for a, f in run.arrivals.arrivals.items() if a not in seen}
     run.findings += diagnose.latecomer_findings(list(late.values()), seat.roster)
+    devices = {m.rank: uuid for m in run.members
+               if m.env and (uuid := topology.device_uuid(m.facts, m.env.values))}
     run.findings += topology.launch_findings(
-        [(ranks.get(a), f) for a, f in sorted(run.arrivals.arrivals.items())])
+        [(ranks.get(a), f) for a, f in sorted(run.arrivals.arrivals.items())], devices)
 
 
 def _leave(run: Run, seat: rendezvous.Seat) -> None:

@@ -18,11 +18,13 @@ ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
                 "`srun --ntasks-per-node=1`; torchrun then starts the per-GPU processes itself")
 
 
-def launch_findings(processes: list[tuple[int | None, NodeFacts]]) -> list[Finding]:
-    """`processes`: (seated rank or None, facts) for every arrival."""
+def launch_findings(processes: list[tuple[int | None, NodeFacts]],
+                    devices: dict[int, str] | None = None) -> list[Finding]:
+    """`processes`: (seated rank or None, facts) for every arrival; `devices`: seated rank ->
+    UUID of the GPU it would drive (`device_uuid`), where the env phase learnt it."""
     findings = (_crowded_hosts(processes) + _nnodes_disagree(processes)
                 + _nproc_disagree(processes) + _device_problems(processes)
-                + _torchrun_layout(processes))
+                + _shared_gpus(processes, devices or {}) + _torchrun_layout(processes))
     if findings:
         return findings
     seated = tuple(sorted(r for r, _ in processes if r is not None))
@@ -141,6 +143,38 @@ def _device_problems(processes) -> list[Finding]:
                     tuple(text for _, _, text in bad),
                     "use LOCAL_RANK (not RANK) as the device index, and at most one process per "
                     "visible GPU")]
+
+
+def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
+    """The GPU a launched process would drive, from its own env facts: cuda:LOCAL_RANK, or
+    cuda:0 when it sees a single GPU (a launcher binding one GPU per task through
+    CUDA_VISIBLE_DEVICES). None when it has no local rank or no GPU, or the UUID is unknown."""
+    count = env.get("gpu.count", "")
+    local = facts.launch.variables.get("LOCAL_RANK") or facts.launch.variables.get("SLURM_LOCALID")
+    if not count.isdigit() or int(count) == 0 or local is None or not local.isdigit():
+        return None
+    uuid = env.get(f"gpu.{0 if count == '1' else int(local)}.uuid")
+    return uuid if uuid and uuid != "unknown" else None
+
+
+def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
+    """(host, GPU) unique: two processes on one GPU fail NCCL's init with `Duplicate GPU
+    detected` (FAILURES row 4)."""
+    hosts = {r: f.hostname for r, f in processes if r is not None}
+    users = defaultdict(list)
+    for rank, uuid in devices.items():
+        if rank in hosts:
+            users[(hosts[rank], uuid)].append(rank)
+    shared = {key: sorted(ranks) for key, ranks in sorted(users.items()) if len(ranks) > 1}
+    if not shared:
+        return []
+    return [Finding(LAUNCH_TOPOLOGY, FAIL, tuple(sorted(r for ranks in shared.values() for r in ranks)),
+                    f"{len(shared)} GPU(s) would be driven by more than one process: "
+                    "`Duplicate GPU detected`",
+                    tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
+                          for (host, uuid), ranks in shared.items()),
+                    "one GPU per process: LOCAL_RANK as the device index, and the same "
+                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)")]
 
 
 def _ranks(procs) -> tuple[int, ...]:

@@ -1,0 +1,77 @@
+"""launch.topology's rules over every process's launcher variables (and, for GPUs, its env
+facts): the launch mistakes of FAILURES rows 4 and 5."""
+
+from __future__ import annotations
+
+from netcheck.model import Launch, NicTable, NodeFacts
+from netcheck.topology import device_uuid, launch_findings
+
+
+def worker(host: str, rank: int, local: int, nproc: int = 2, gpus: int = 2, **extra: str) -> tuple[int, NodeFacts]:
+    """A torchrun worker: RANK, LOCAL_RANK, GROUP_RANK as torchrun sets them."""
+    variables = {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "4",
+                 "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(rank // nproc), **extra}
+    launch = Launch("torchrun", rank, 2, 2, nproc, (), variables)
+    return rank, NodeFacts(run_id="r", hostname=host, fqdn=host, hostname_addresses=(), launch=launch,
+                           shm_bytes=1 << 30, gpus=gpus, nics=NicTable((), (), None), socket_env={},
+                           reach=None, version="0")
+
+
+def env(*uuids: str) -> dict[str, str]:
+    return {"gpu.count": str(len(uuids))} | {f"gpu.{i}.uuid": u for i, u in enumerate(uuids)}
+
+
+TWO_BY_TWO = [worker("a", 0, 0), worker("a", 1, 1), worker("b", 2, 0), worker("b", 3, 1)]
+
+
+def checks(findings) -> list[tuple[str, str]]:
+    return [(f.severity, f.summary) for f in findings]
+
+
+def test_a_sound_torchrun_launch_passes():
+    (finding,) = launch_findings(TWO_BY_TWO, {0: "GPU-a0", 1: "GPU-a1", 2: "GPU-b0", 3: "GPU-b1"})
+    assert finding.severity == "pass" and finding.nodes == (0, 1, 2, 3)
+    assert "4 process(es) on 2 host(s)" in finding.summary
+
+
+def test_two_ranks_on_one_gpu_fail_as_duplicate_gpu():
+    (finding,) = launch_findings(TWO_BY_TWO, {0: "GPU-a0", 1: "GPU-a0", 2: "GPU-b0", 3: "GPU-b1"})
+    assert finding.severity == "fail" and finding.nodes == (0, 1)
+    assert "Duplicate GPU detected" in finding.summary
+    assert finding.evidence == ("a: ranks 0, 1 on GPU-a0",)
+
+
+def test_the_same_gpu_uuid_on_two_hosts_is_not_shared():
+    # A UUID is unique per GPU; equal strings on two hosts (an unreadable placeholder) say nothing.
+    (finding,) = launch_findings(TWO_BY_TWO, {0: "GPU-x", 2: "GPU-x"})
+    assert finding.severity == "pass"
+
+
+def test_the_device_a_process_drives_is_its_local_rank_or_its_only_gpu():
+    _, second = worker("a", 1, 1)
+    assert device_uuid(second, env("GPU-0", "GPU-1")) == "GPU-1"
+    assert device_uuid(second, env("GPU-1")) == "GPU-1", "one GPU bound to the task: cuda:0"
+    assert device_uuid(second, {"gpu.count": "no CUDA"}) is None
+    assert device_uuid(second, env("GPU-0", "unknown")) is None
+
+
+def test_local_rank_beyond_the_visible_devices_is_invalid_device_ordinal():
+    procs = [worker("a", 0, 0, gpus=1), worker("a", 1, 1, gpus=1, CUDA_VISIBLE_DEVICES="0")]
+    (finding, *_) = launch_findings(procs)
+    assert finding.severity == "fail" and 1 in finding.nodes
+    assert any("local rank 1, but only 1 visible device(s)" in e for e in finding.evidence)
+
+
+def test_workers_laid_out_wrongly_are_each_named():
+    procs = [worker("a", 0, 0), worker("a", 2, 0), worker("b", 1, 1), worker("b", 3, 1)]
+    (finding,) = [f for f in launch_findings(procs) if "torchrun laid out" in f.summary]
+    assert finding.severity == "fail"
+    assert "a: LOCAL_RANK repeats: 0, 0" in finding.evidence
+    assert "a: ranks [0, 2] are not contiguous" in finding.evidence
+
+
+def test_more_processes_than_gpus_on_a_host_fail():
+    procs = [worker("a", r, r, nproc=4, gpus=2) for r in range(2)]
+    findings = launch_findings(procs)
+    assert any(f.severity == "fail" and "would address a GPU that is not there, or share one" in f.summary
+               for f in findings), checks(findings)
