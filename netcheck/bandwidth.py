@@ -39,7 +39,9 @@ from netcheck.constants import (
 )
 from netcheck.deadline import Deadline
 from netcheck.rendezvous import Exchange, collect
-from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit
+from netcheck.sweep import (
+    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit, progress_bar,
+)
 from netcheck.worker import Event
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
@@ -73,7 +75,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     deadline = Deadline(deadline_s)
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
-    watch = Watch(node_rank, [], ex, workers_deadline, progress)
+    watch = Watch(node_rank, [], ex, workers_deadline, progress, options.budget_s)
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
@@ -186,6 +188,8 @@ class Watch:
     ex: Exchange
     deadline: Deadline
     progress: Callable[[str], None] | None = None
+    budget_s: float = 0.0                 # --bw-budget, for the progress bar
+    first_row_at: float | None = None     # the budget's clock starts with the first row
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)
     pairs: tuple[Pair, ...] = ()
     backend: tuple[str, str] = ("", "")
@@ -308,8 +312,10 @@ class Watch:
             return
         self.sweeps[key] = sweep
         if self.progress and sweep.rows and (old is None or len(sweep.rows) > len(old.rows)):
-            row = sweep.rows[-1]
-            self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s")
+            row, now = sweep.rows[-1], time.monotonic()
+            self.first_row_at = self.first_row_at or now
+            self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s "
+                          + progress_bar(now - self.first_row_at, self.budget_s))
 
     def furthest_stage(self) -> str:
         return max((w.stage for w in self.workers), key=STAGES.index, default="start")

@@ -464,8 +464,9 @@ class BandwidthResult:
 
 
 # Whom to blame, in order: a dead or hung rank (the others failed because of it), then a
-# rank that failed or a node that never reported, then ranks that ran out of time.
-BLAME_ORDER = (("died", "stuck"), ("failed", "silent"), ("timeout",))
+# node that never reported (its ranks went with it: the others' reads from them failed),
+# then a rank that failed, then ranks that ran out of time.
+BLAME_ORDER = (("died", "stuck"), ("silent",), ("failed",), ("timeout",))
 
 
 def culprits(faults) -> list[Fault]:
@@ -538,6 +539,12 @@ def side_by_side(intra: Sweep, inter: Sweep) -> str:
             for r in intra.rows]
     return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
                     disable_numparse=True)
+
+
+def progress_bar(spent: float, budget: float, width: int = 20) -> str:
+    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
+    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
+    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
 
 
 def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[str, str]) -> str:

@@ -20,7 +20,7 @@ from netcheck.bandwidth import Lines, NodeReport, classify, merge_faults, root_c
 from netcheck.sweep import (
     COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions, add_arguments,
     bandwidths, choose_backend, count_wrong, make_row, modulus, options_from_args, pair_matrix,
-    pair_size, parse_size, plan_stages, render_text, ring_sum, round_robin, size_series,
+    pair_size, parse_size, plan_stages, progress_bar, render_text, ring_sum, round_robin, size_series,
     stage_budgets, table_rows,
 )
 from netcheck.worker import Event
@@ -315,6 +315,12 @@ def test_result_survives_the_json_codec():
     assert codec.loads(Event, codec.dumps(event), 1 << 20) == event
 
 
+def test_progress_bar_shows_the_budget_spent():
+    assert progress_bar(0, 10) == "[--------------------] 0/10 s"
+    assert progress_bar(2.5, 10, width=8) == "[##------] 2/10 s"
+    assert progress_bar(14, 10, width=4) == "[####] 14/10 s", "past the budget: full, and the real time"
+
+
 def test_pair_matrix_is_symmetric():
     text = pair_matrix((Pair(0, 1, 8, 1.0, 2.0), Pair(0, 2, 8, 1.0, 0.5), Pair(1, 2, 8, 1.0, 0.25)), {})
     lines = text.splitlines()
@@ -406,3 +412,9 @@ def test_a_worker_dies_with_its_sigkilled_parent():
     if alive:
         child.kill()
     assert not alive, "the worker outlived its parent"
+
+
+def test_a_node_that_went_silent_is_blamed_before_the_ranks_whose_reads_from_it_failed():
+    faults = [Fault(0, 0, 0, "all", "failed", "Read error [198.18.0.11]: Connection reset by peer"),
+              Fault(1, -1, -1, "all", "silent", "node 1 sent no account of its workers")]
+    assert root_cause(faults) == ("all", "node 1: node 1 sent no account of its workers")
