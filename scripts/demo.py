@@ -38,7 +38,7 @@ def run_in_namespaces() -> list[subprocess.CompletedProcess]:
     with Cluster(specs) as c:
         names = ", ".join(f"{n.hostname} {n.ifname}" for n in c.nodes)
         print(f"netcheck demo: {NODES} nodes in network namespaces ({names})\n", flush=True)
-        procs = [c.popen(i, netcheck_argv(f"node0:{PORT}", i)) for i in range(NODES)]
+        procs = [c.popen(i, netcheck_argv(f"node0:{PORT}", i), stderr=_stderr(i)) for i in range(NODES)]
         return [_finish(p) for p in procs]
 
 
@@ -46,13 +46,18 @@ def run_on_loopback() -> list[subprocess.CompletedProcess]:
     print(f"netcheck demo: not root, so no network namespaces: {NODES} netcheck processes "
           f"on 127.0.0.1 instead\n", flush=True)
     procs = [subprocess.Popen(netcheck_argv(f"127.0.0.1:{PORT}", i), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(NODES)]
+                              stderr=_stderr(i), text=True) for i in range(NODES)]
     return [_finish(p) for p in procs]
+
+
+def _stderr(rank: int):
+    """The host's stderr is the demo's own: on a terminal its progress shows as it runs."""
+    return None if rank == 0 else subprocess.PIPE
 
 
 def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
     out, err = proc.communicate(timeout=TIMEOUT + 15)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
 
 
 def main() -> int:
