@@ -13,6 +13,7 @@ MESH_CONNECT = "mesh.connect"
 NIC_ROUTE = "nic.route"
 NIC_NCCL_DEFAULT = "nic.nccl_default"
 NIC_GLOO_DEFAULT = "nic.gloo_default"
+NIC_TP_DEFAULT = "nic.tp_default"  # TensorPipe: torch.distributed.rpc only, so it warns
 NIC_MTU = "nic.mtu"
 NIC_SPEED = "nic.speed"
 NIC_IB = "nic.ib"

@@ -15,6 +15,7 @@ from statistics import median
 from netcheck import ifselect
 from netcheck.constants import (
     MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
+    NIC_TP_DEFAULT,
 )
 from netcheck.mesh import Attempt
 from netcheck.model import FAIL, PASS, WARN, Finding, Member, hostnames
@@ -169,6 +170,25 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
                         "resolves to the node's real address, not 127.0.1.1")]
     return [Finding(NIC_GLOO_DEFAULT, PASS, tuple(m.rank for m in members),
                     "gloo's address works on every node")]
+
+
+def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
+    """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
+    uses it, not DDP or FSDP, so a bad one warns."""
+    bad = []
+    for m in members:
+        choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        unproven = proven is not None and m.rank in proven and choice.interface not in proven[m.rank]
+        if choice.loopback or choice.fallback or unproven:
+            bad.append((m, f"{m.facts.hostname}: {choice.interface or '?'} ({choice.address}): {choice.reason}"))
+    if bad:
+        return [Finding(NIC_TP_DEFAULT, WARN, tuple(m.rank for m, _ in bad),
+                        "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach on "
+                        f"{', '.join(m.facts.hostname for m, _ in bad)}", tuple(text for _, text in bad),
+                        "only RPC-based jobs care: set TP_SOCKET_IFNAME to an interface that reaches "
+                        "every peer (a cluster run's export lines name one per node)")]
+    return [Finding(NIC_TP_DEFAULT, PASS, tuple(m.rank for m in members),
+                    "TensorPipe's address works on every node")]
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:

@@ -339,6 +339,7 @@ def _nic(run: Run) -> None:
     run.findings += recommend.route_findings(members, run.attempts)
     run.findings += recommend.nccl_findings(members, proven)
     run.findings += recommend.gloo_findings(members, proven)
+    run.findings += recommend.tp_findings(members, proven)
     if not host:
         return
     run.findings += recommend.ib_findings(members)
@@ -501,7 +502,8 @@ def local_only(env) -> Report:
     facts = gather_facts(env.get("SLURM_JOB_ID") or "netcheck", launch, None)
     me = (Member(launch.node_rank or 0, facts),)
     findings = tuple(recommend.route_findings(me, ()) + recommend.nccl_findings(me, None)
-                     + recommend.gloo_findings(me, None) + recommend.ib_findings(me))
+                     + recommend.gloo_findings(me, None) + recommend.tp_findings(me, None)
+                     + recommend.ib_findings(me))
     return _single_node_report("local", launch.node_rank, _entries(me), findings, {})
 
 

@@ -88,8 +88,10 @@ def test_hostname_on_loopback_fails_gloo_default_and_the_fix_works(cluster, tmp_
         assert runs[0].rc == 2, explain(runs)
         (gloo,) = runs[0].findings("nic.gloo_default", "fail")
         assert gloo["nodes"] == [1] and "127.0.1.1" in gloo["evidence"][0]
+        (tp,) = runs[0].findings("nic.tp_default", "warn")  # TensorPipe binds the same way
+        assert tp["nodes"] == [1] and "127.0.1.1" in tp["evidence"][0]
         env = recommended_env(host, "node1")
-        assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "eth0"
         results = gloo_allreduce(c, [recommended_env(host, f"node{i}") for i in range(3)])
     assert [rc for _, _, rc in results] == [0, 0, 0], results
 

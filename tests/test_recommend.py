@@ -100,6 +100,18 @@ def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
     assert "127.0.1.1" in finding.evidence[0]
 
 
+def test_tp_default_warns_on_loopback_or_an_unproven_interface():
+    members = (member(0, nic("eth0", "198.18.0.10"), hostname_addresses=("198.18.0.10",)),
+               member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)),
+               member(2, nic("eth0", "198.18.0.12"), nic("docker0", "198.19.0.1", kind="virtual"),
+                      hostname_addresses=("198.19.0.1",)))
+    (finding,) = recommend.tp_findings(members, {0: ["eth0"], 1: ["eth0"], 2: ["eth0"]})
+    assert (finding.check, finding.severity, finding.nodes) == ("nic.tp_default", "warn", (1, 2))
+    assert "127.0.1.1" in finding.evidence[0] and "docker0" in finding.evidence[1]
+    (passing,) = recommend.tp_findings(members[:1], {0: ["eth0"]})
+    assert passing.severity == "pass"
+
+
 def test_route_fails_on_a_setting_that_names_nothing_here_or_an_address():
     members = (member(0, nic("eth0", "198.18.0.10"), env={"NCCL_SOCKET_IFNAME": "ens5"}),
                member(1, nic("eth0", "198.18.0.11"), env={"GLOO_SOCKET_IFNAME": "198.18.0.11"}))
