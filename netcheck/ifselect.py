@@ -128,11 +128,6 @@ def nccl_matches(spec: NcclIfSpec, name: str) -> bool:
     return hit != spec.exclude
 
 
-def nccl_socket_interfaces(table: NicTable, env: Mapping[str, str]) -> list[Nic]:
-    by_name = {n.name: n for n in table.nics}
-    return [by_name[p.name] for p in nccl_choice(table, env).interfaces]
-
-
 def nccl_choice(table: NicTable, env: Mapping[str, str]) -> NcclChoice:
     family = NCCL_FAMILIES.get(env.get("NCCL_SOCKET_FAMILY", ""))
     value = env.get("NCCL_SOCKET_IFNAME", "")

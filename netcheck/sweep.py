@@ -458,10 +458,6 @@ class BandwidthResult:
     seconds: float
     hostnames: dict[str, str] = field(default_factory=dict)  # node (as in pairs, faults) -> hostname
 
-    @property
-    def dead_ranks(self) -> tuple[int, ...]:
-        return tuple(sorted({f.rank for f in self.faults if f.kind in ("died", "stuck")}))
-
 
 # Whom to blame, in order: a dead or hung rank (the others failed because of it), then a
 # node that never reported (its ranks went with it: the others' reads from them failed),

@@ -151,7 +151,7 @@ def test_a_dead_or_hung_worker_ends_every_node_and_is_named(cluster, tmp_path, s
     assert all(d.seconds < DEADLINE for d in drivers), [d.seconds for d in drivers]
     for d in drivers:
         res = d.result
-        assert res.dead_ranks == (3,), (d.node, res.faults)
+        assert {f.rank for f in res.faults if f.kind in ("died", "stuck")} == {3}, (d.node, res.faults)
         assert res.failed_stage in ("all", "intra", "inter") and "rank 3 (node 1, local rank 1)" in res.failure
         assert says in res.failure
     host = drivers[0].result

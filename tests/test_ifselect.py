@@ -11,7 +11,6 @@ from netcheck.ifselect import (
     gloo_device_addresses,
     nccl_choice,
     nccl_matches,
-    nccl_socket_interfaces,
     parse_nccl_ifname,
     tp_interface,
     validate_setting,
@@ -188,10 +187,6 @@ def test_value_matching_nothing_fails_bootstrap():
     choice = nccl_choice(table(LO, ENO1), {"NCCL_SOCKET_IFNAME": "eth"})
     assert choice.interfaces == () and choice.bootstrap is None
     assert "no socket interface found" in choice.reason
-
-
-def test_nccl_socket_interfaces_returns_the_nics():
-    assert nccl_socket_interfaces(table(LO, ENO1, IB0), {}) == [IB0]
 
 
 # --------------------------------------------------------------------------------------
