@@ -39,9 +39,8 @@ from netcheck.constants import (
 )
 from netcheck.deadline import Deadline
 from netcheck.rendezvous import Exchange, collect
-from netcheck.sweep import (
-    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit, progress_bar,
-)
+from netcheck.bwtables import progress_bar
+from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit
 from netcheck.worker import Event
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake

@@ -16,7 +16,7 @@ import tempfile
 
 from tabulate import tabulate
 
-from netcheck import __version__, codec, sweep
+from netcheck import __version__, bwtables, codec
 from netcheck.model import NodeEntry, Report
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -30,7 +30,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
-        lines += ["", sweep.render_text(report.bandwidth)]
+        lines += ["", bwtables.render_text(report.bandwidth)]
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)

@@ -1,16 +1,11 @@
-"""The bandwidth sweep's pure half: options, sizes, collectives, busbw maths, data, tables.
+"""The bandwidth sweep's pure half: options, sizes, collectives, busbw maths, data, results.
 
 nccl-tests' meaning throughout: a size S is the larger of a rank's send and receive buffer,
 time is per iteration averaged across ranks, algbw = S / time and busbw = algbw x the
 collective's factor, so that busbw is comparable with the link's speed whatever the
 collective and rank count. Nothing here starts a process or touches the network; torch is
 never imported (the worker hands its `dist` module and tensors in), so the CLI can add the
-flags before torch loads.
-
-    size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong
-    1024  256    float32  sum    61.2       0.02          0.03          0
-    ...
-    # Avg bus bandwidth : 1.07 GB/s
+flags before torch loads. The tables are drawn by bwtables.
 """
 
 from __future__ import annotations
@@ -19,9 +14,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-from tabulate import tabulate
+from typing import Callable
 
 from netcheck.constants import (
     BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
@@ -69,9 +62,9 @@ def add_arguments(parser) -> None:
     """The bandwidth flags, on an argparse parser (values are checked by options_from_args)."""
     g = parser.add_argument_group("bandwidth", "nccl-tests' flags, with nccl-tests' meaning")
     g.add_argument("-b", "--minbytes", metavar="SIZE",
-                   help=f"smallest size, bytes; K/M/G suffixes (default {_size_text(BW_DEFAULT_MINBYTES)})")
+                   help=f"smallest size, bytes; K/M/G suffixes (default {size_text(BW_DEFAULT_MINBYTES)})")
     g.add_argument("-e", "--maxbytes", metavar="SIZE", help="largest size (default "
-                   f"{_size_text(BW_DEFAULT_MAXBYTES)}; sizes that would overrun --bw-budget are skipped)")
+                   f"{size_text(BW_DEFAULT_MAXBYTES)}; sizes that would overrun --bw-budget are skipped)")
     g.add_argument("-f", "--stepfactor", type=int, metavar="F",
                    help=f"multiply the size by F each step (default {BW_DEFAULT_STEPFACTOR})")
     g.add_argument("-w", "--warmup_iters", type=int, metavar="N",
@@ -97,7 +90,7 @@ def options_from_args(args) -> SweepOptions:
     minbytes = parse_size("-b", args.minbytes) if args.minbytes is not None else d.minbytes
     maxbytes = parse_size("-e", args.maxbytes) if args.maxbytes is not None else d.maxbytes
     if minbytes > maxbytes:
-        raise ValueError(f"-b {_size_text(minbytes)} is above -e {_size_text(maxbytes)}")
+        raise ValueError(f"-b {size_text(minbytes)} is above -e {size_text(maxbytes)}")
     options = SweepOptions(
         minbytes=minbytes, maxbytes=maxbytes,
         stepfactor=_pick(args.stepfactor, d.stepfactor),
@@ -139,7 +132,7 @@ def parse_size(flag: str, text: str) -> int:
     value = int(match[1]) * UNITS[match[2].upper()] if match else 0
     if not match or not 1 <= value <= BW_MAX_BYTES:
         raise ValueError(f"{flag} {text!r}: expected a byte count from 1 to "
-                         f"{_size_text(BW_MAX_BYTES)}, such as 8, 64K, 32M or 1G")
+                         f"{size_text(BW_MAX_BYTES)}, such as 8, 64K, 32M or 1G")
     return value
 
 
@@ -160,7 +153,7 @@ def parse_dtype(text: str) -> str:
     return name
 
 
-def _size_text(n: int) -> str:
+def size_text(n: int) -> str:
     for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
@@ -493,73 +486,3 @@ def avg_busbw(sweep: Sweep) -> float:
 
 def peak_busbw(sweep: Sweep) -> float:
     return max((r.busbw for r in sweep.rows), default=0.0)
-
-
-# --- tables -------------------------------------------------------------------------------------
-
-HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
-
-
-def _gbps(value: float) -> str:
-    # Two decimals as nccl-tests prints, but a shaped or broken link's 0.0025 must not read 0.00.
-    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
-
-
-def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:
-    return [(r.size, r.count, r.dtype, r.redop, f"{r.time_us:.1f}", _gbps(r.algbw), _gbps(r.busbw),
-             "N/A" if r.wrong is None else r.wrong) for r in sweep.rows]
-
-
-def sweep_title(sweep: Sweep, backend: str) -> str:
-    groups = f", {sweep.groups} groups at once" if sweep.groups > 1 else ""
-    return f"# {sweep.op}, {STAGE_TITLES[sweep.stage]}: {sweep.ranks} ranks{groups} ({backend})"
-
-
-def sweep_text(sweep: Sweep, backend: str) -> str:
-    lines = [sweep_title(sweep, backend)]
-    if sweep.rows:
-        lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
-                  f"# Avg bus bandwidth : {_gbps(avg_busbw(sweep))} GB/s"]
-    if sweep.skipped:
-        skipped = ", ".join(_size_text(s) for s in sweep.skipped)
-        lines.append(f"# skipped to stay inside --bw-budget: {skipped}")
-    if sweep.note:
-        lines.append(f"# {sweep.note}")
-    return "\n".join(lines)
-
-
-def side_by_side(intra: Sweep, inter: Sweep) -> str:
-    """busbw inside the nodes against across them, size by size."""
-    across = {r.size: r.busbw for r in inter.rows}
-    rows = [(r.size, _gbps(r.busbw), _gbps(across[r.size]) if r.size in across else "-")
-            for r in intra.rows]
-    return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
-                    disable_numparse=True)
-
-
-def progress_bar(spent: float, budget: float, width: int = 20) -> str:
-    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
-    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
-    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
-
-
-def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[str, str]) -> str:
-    """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
-    nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
-    cell = {(p.a, p.b): _gbps(p.busbw) for p in pairs} | {(p.b, p.a): _gbps(p.busbw) for p in pairs}
-    names = [hostnames.get(str(n), str(n)) for n in nodes]
-    rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
-    return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
-
-
-def render_text(result: BandwidthResult) -> str:
-    """Every table of the phase, for the text report."""
-    parts = [sweep_text(s, result.backend) for s in result.sweeps]
-    by_stage = {(s.stage, s.op): s for s in result.sweeps}
-    for op in dict.fromkeys(s.op for s in result.sweeps):
-        if ("intra", op) in by_stage and ("inter", op) in by_stage:
-            parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
-    if result.pairs:
-        parts.append(f"# node pairs, {_size_text(result.pairs[0].size)} both ways at once:\n"
-                     + pair_matrix(result.pairs, result.hostnames))
-    return "\n\n".join(parts)

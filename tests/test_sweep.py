@@ -17,11 +17,11 @@ import torch
 
 from netcheck import codec
 from netcheck.bandwidth import Lines, NodeReport, classify, merge_faults, root_cause, worker_env
+from netcheck.bwtables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.sweep import (
     COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions, add_arguments,
-    bandwidths, choose_backend, count_wrong, make_row, modulus, options_from_args, pair_matrix,
-    pair_size, parse_size, plan_stages, progress_bar, render_text, ring_sum, round_robin, size_series,
-    stage_budgets, table_rows,
+    bandwidths, choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size,
+    parse_size, plan_stages, ring_sum, round_robin, size_series, stage_budgets,
 )
 from netcheck.worker import Event
 

@@ -1,0 +1,83 @@
+"""The bandwidth phase's text: nccl-tests' table per sweep, intra against inter, the node
+pair matrix, the progress bar.
+
+    size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong
+    1024  256    float32  sum    61.2       0.02          0.03          0
+    ...
+    # Avg bus bandwidth : 1.07 GB/s
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from netcheck.sweep import STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw, size_text
+
+HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
+
+
+def _gbps(value: float) -> str:
+    # Two decimals as nccl-tests prints, but a shaped or broken link's 0.0025 must not read 0.00.
+    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:
+    return [(r.size, r.count, r.dtype, r.redop, f"{r.time_us:.1f}", _gbps(r.algbw), _gbps(r.busbw),
+             "N/A" if r.wrong is None else r.wrong) for r in sweep.rows]
+
+
+def sweep_title(sweep: Sweep, backend: str) -> str:
+    groups = f", {sweep.groups} groups at once" if sweep.groups > 1 else ""
+    return f"# {sweep.op}, {STAGE_TITLES[sweep.stage]}: {sweep.ranks} ranks{groups} ({backend})"
+
+
+def sweep_text(sweep: Sweep, backend: str) -> str:
+    lines = [sweep_title(sweep, backend)]
+    if sweep.rows:
+        lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
+                  f"# Avg bus bandwidth : {_gbps(avg_busbw(sweep))} GB/s"]
+    if sweep.skipped:
+        skipped = ", ".join(size_text(s) for s in sweep.skipped)
+        lines.append(f"# skipped to stay inside --bw-budget: {skipped}")
+    if sweep.note:
+        lines.append(f"# {sweep.note}")
+    return "\n".join(lines)
+
+
+def side_by_side(intra: Sweep, inter: Sweep) -> str:
+    """busbw inside the nodes against across them, size by size."""
+    across = {r.size: r.busbw for r in inter.rows}
+    rows = [(r.size, _gbps(r.busbw), _gbps(across[r.size]) if r.size in across else "-")
+            for r in intra.rows]
+    return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
+                    disable_numparse=True)
+
+
+def progress_bar(spent: float, budget: float, width: int = 20) -> str:
+    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
+    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
+    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
+
+
+def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[str, str]) -> str:
+    """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
+    nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
+    cell = {(p.a, p.b): _gbps(p.busbw) for p in pairs} | {(p.b, p.a): _gbps(p.busbw) for p in pairs}
+    names = [hostnames.get(str(n), str(n)) for n in nodes]
+    rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
+    return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
+
+
+def render_text(result: BandwidthResult) -> str:
+    """Every table of the phase, for the text report."""
+    parts = [sweep_text(s, result.backend) for s in result.sweeps]
+    by_stage = {(s.stage, s.op): s for s in result.sweeps}
+    for op in dict.fromkeys(s.op for s in result.sweeps):
+        if ("intra", op) in by_stage and ("inter", op) in by_stage:
+            parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
+    if result.pairs:
+        parts.append(f"# node pairs, {size_text(result.pairs[0].size)} both ways at once:\n"
+                     + pair_matrix(result.pairs, result.hostnames))
+    return "\n\n".join(parts)
