@@ -65,18 +65,26 @@ def _exports(report: Report) -> list[str]:
     return lines
 
 
+def _seat(report: Report) -> str:
+    """What a seat is called: under torchrun every worker process is one, by its RANK."""
+    return "rank" if any(n.facts and n.facts.launch.source == "torchrun" for n in report.nodes) \
+        else "node rank"
+
+
 def _header(report: Report) -> str:
     rank = "?" if report.node_rank is None else report.node_rank
-    return (f"netcheck {__version__} - run {report.run_id!r} - {report.role} (node rank {rank}) "
+    return (f"netcheck {__version__} - run {report.run_id!r} - {report.role} ({_seat(report)} {rank}) "
             f"- verdict {LABELS[report.verdict]}")
 
 
 def _findings(report: Report, verbose: bool) -> list[str]:
     hostnames = {n.rank: n.hostname for n in report.nodes}
+    word = "rank" if _seat(report) == "rank" else "node"
     width = max((len(f.check) for f in report.findings), default=0)
     lines = []
     for f in report.findings:
-        lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{_at(f.nodes, hostnames, f.severity)}")
+        at = _at(f.nodes, hostnames, word) if f.severity != "pass" else ""
+        lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
         if f.severity != "pass" or verbose:
             lines += [f"      {e}" for e in f.evidence]
         if f.fix and f.severity != "pass":
@@ -84,11 +92,11 @@ def _findings(report: Report, verbose: bool) -> list[str]:
     return lines
 
 
-def _at(ranks: tuple[int, ...], hostnames: dict[int, str], severity: str) -> str:
-    if severity == "pass" or not ranks:
+def _at(ranks: tuple[int, ...], hostnames: dict[int, str], word: str) -> str:
+    if not ranks:
         return ""
     named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in ranks]
-    return f"  [node {', '.join(named)}]"
+    return f"  [{word} {', '.join(named)}]"
 
 
 def _nodes_table(report: Report) -> str:

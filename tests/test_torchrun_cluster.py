@@ -43,7 +43,7 @@ def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
         (0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")]
     (topology,) = [f for f in report["findings"] if f["check"] == "launch.topology"]
     assert topology["severity"] == "pass" and "4 process(es) on 2 host(s)" in topology["summary"]
-    assert "verdict " in results[0][0] and results[1][0] == "", "only rank 0 prints"
+    assert "host (rank 0) - verdict " in results[0][0] and results[1][0] == "", "only rank 0 prints"
     # The bandwidth phase runs per host (from LOCAL_RANK 0): 2 nodes x 2 workers.
     bw = report["bandwidth"]
     assert (bw["nnodes"], bw["nproc_per_node"], bw["sweeps"][0]["ranks"]) == (2, 2, 4), bw
