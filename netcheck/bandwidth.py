@@ -12,11 +12,14 @@ every node sees it within BW_ABORT_POLL s, gives its workers BW_ABORT_GRACE s to
 what they measured, and kills them. Then each node posts an account of its workers and
 reads everyone's, so every node's result names the dead rank and its node. A node that
 loses the host's store (the host died, or the link to it: a request unanswered for
-STORE_REPLY_TIMEOUT s) stops its workers the same way, and names the host.
+STORE_REPLY_TIMEOUT s) stops its workers the same way, and names the host. Each node beats
+in the store while it watches; the host aborts for a node whose beat stops for
+BW_STUCK_AFTER s (its netcheck hung, or its link was cut: nothing else would tell).
 
 Store keys, under netcheck/RUN/bw/:
     pg/...     the workers' process groups (PrefixStore)
-    abort      a node saw a worker die, hang or fail: everyone stops
+    alive/K    node K's beat, a counter it raises every BW_ABORT_POLL s
+    abort      a node saw a worker die, hang or fail, or the host a node go quiet: everyone stops
     node/K     node K's account of its workers (NodeReport)
 """
 
@@ -74,7 +77,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     deadline = Deadline(deadline_s)
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
-    watch = Watch(node_rank, [], ex, workers_deadline, progress, options.budget_s)
+    watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options.budget_s)
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
@@ -88,19 +91,19 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     faults = watch.faults()
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
-    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend), nnodes,
-                        deadline.within(BW_REPORT_WAIT))
+    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend),
+                        [n for n in range(nnodes) if n not in watch.quiet], deadline.within(BW_REPORT_WAIT))
     silence = (f"this node lost the host's store ({ex.lost}), so it cannot know more" if ex.lost
-               else "its netcheck ended early or hung, or lost the host's store")
+               else "its netcheck ended early or hung, or its link to the host broke")
     everyone = merge_faults(faults, reports, node_rank, nnodes, watch.furthest_stage(), silence)
     return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
 
 
-def _exchange(ex: Exchange, mine: NodeReport, nnodes: int, deadline: Deadline) -> dict[int, NodeReport]:
-    """Post this node's account and read every node's, until all are in or the deadline."""
+def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadline) -> dict[int, NodeReport]:
+    """Post this node's account and read the given nodes', until all are in or the deadline."""
     try:
         ex.put(ex.key("bw/node", mine.node), mine)
-        return collect(ex, NodeReport, "bw/node", list(range(nnodes)), deadline)
+        return collect(ex, NodeReport, "bw/node", nodes, deadline)
     except (RuntimeError, OSError):  # the host's store is gone: this node's own view must do
         return {mine.node: mine}
 
@@ -183,6 +186,7 @@ class Watch:
     """This node's workers until they are done, dead, hung, aborted or out of time."""
 
     node: int
+    nnodes: int
     workers: list[Worker]
     ex: Exchange
     deadline: Deadline
@@ -195,6 +199,8 @@ class Watch:
     abort_at: float | None = None
     polled: float = 0.0
     spawn_error: str = ""
+    beats: dict[int, tuple[int, float]] = field(default_factory=dict)  # host: node -> (count, when it rose)
+    quiet: list[int] = field(default_factory=list)  # host: nodes whose beat stopped
 
     def run(self) -> None:
         with selectors.DefaultSelector() as sel:
@@ -235,10 +241,28 @@ class Watch:
         self._store(lambda: self.ex.put(self.ex.key("bw/abort"), self.node))
 
     def others_aborted(self, now: float) -> bool:
+        """Every BW_ABORT_POLL s: beat, and look for an abort; the host also listens to
+        the others' beats and aborts for a node gone quiet."""
         if now - self.polled < BW_ABORT_POLL:
             return False
         self.polled = now
+        self._store(lambda: self.ex.count(self.ex.key("bw/alive", self.node), 1))
+        if self.node == 0 and self.heard_quiet(now):
+            self.post_abort()
+            return True
         return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
+
+    def heard_quiet(self, now: float) -> bool:
+        """Whether a node that was beating has stopped for BW_STUCK_AFTER s: its netcheck
+        hung, or its link was cut. The host's workers may be waiting on that node's in a
+        collective that no reset will ever end, so the host cannot rely on them to notice.
+        A node that never beat is not judged here: it may still be starting."""
+        for n in range(1, self.nnodes):
+            count = self._store(lambda: self.ex.count(self.ex.key("bw/alive", n), 0))
+            if count and count > self.beats.get(n, (0, now))[0]:
+                self.beats[n] = (count, now)
+        self.quiet = sorted(n for n, (_, rose) in self.beats.items() if now - rose > BW_STUCK_AFTER)
+        return bool(self.quiet)
 
     def _store(self, call):
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now

@@ -17,6 +17,7 @@ turns that into docs/FAULTS.md).
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -24,6 +25,7 @@ from faults import (
     Agent, arrival_args, assert_interrupted, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
+from netcheck.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
 from nodes import PORT, bind_mounted, start
 
 pytestmark = pytest.mark.root_required
@@ -305,10 +307,11 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     """Once the host has measured a row, node1's cable is pulled (its switch port goes
     down): no packet and no reset either way, the store connection and the workers' links
     just go quiet. Each side names the other, lost in the bandwidth phase."""
-    timeout = 30
+    timeout = 40
     with cluster(nodes(2)) as c:
         runs = start_sweeping(c, 2, timeout, tmp_path)
         c.cut_link(1)
+        cut_at = time.monotonic() - runs[0].started
         finish_each(runs.values(), timeout + 10)
     record("link cut (switch port down) during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
            {0: "host, sweeping", 1: "victim: its link cut mid-sweep"})
@@ -318,9 +321,11 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     assert lost_in(cut) == {"bandwidth": {0}}, cut["findings"]
     for report in (host, cut):
         assert bw_stage(report)["severity"] == "fail" and report["bandwidth"]["sweeps"][0]["rows"]
-    # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT);
-    # the host's workers wait in their collective until the phase's deadline.
-    assert runs[1].seconds < runs[0].seconds
+    # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT,
+    # 5 s), the host from the cut node's beat stopping (BW_STUCK_AFTER, 10 s): its own
+    # workers would wait in their collective until its deadline, about --timeout.
+    assert runs[1].seconds < cut_at + STORE_REPLY_TIMEOUT + 8, (cut_at, runs[1].seconds)
+    assert runs[0].seconds < cut_at + BW_STUCK_AFTER + 8, (cut_at, runs[0].seconds)
 
 
 def test_host_killed_during_the_sweep(cluster, tmp_path):
