@@ -328,6 +328,29 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     assert runs[0].seconds < cut_at + BW_STUCK_AFTER + 8, (cut_at, runs[0].seconds)
 
 
+def test_joiner_hung_during_the_sweep(cluster, tmp_path):
+    """node1's netcheck is SIGSTOPped once the host has measured a row (a hung process: its
+    sockets stay open, so nobody hears a reset). The host names it lost in the bandwidth
+    phase once its beat has stopped; node2 stops with the host's abort."""
+    timeout = 40
+    with cluster(nodes(3)) as c:
+        runs = start_sweeping(c, 3, timeout, tmp_path)
+        c.kill(runs[1].proc, signal.SIGSTOP)
+        finish_each([runs[0], runs[2]], timeout + 10)
+        c.kill(runs[1].proc)  # its workers go with it (PR_SET_PDEATHSIG)
+        finish_each([runs[1]], 10)
+    record("joiner SIGSTOP (hung) during the bandwidth sweep", "bandwidth", timeout, [runs[0], runs[1], runs[2]],
+           {0: "host, sweeping", 1: "victim: SIGSTOP mid-sweep (SIGKILLed after the others ended)",
+            2: "joiner, sweeping"})
+
+    host = assert_survivor(runs[0], timeout)
+    assert lost_in(host) == {"bandwidth": {1}}, host["findings"]
+    assert bw_stage(host)["severity"] == "fail"
+    assert runs[0].seconds < timeout - 5, "the beat ends it, not the deadline"
+    bystander = assert_survivor(runs[2], timeout)
+    assert bw_stage(bystander)["severity"] == "fail" and 1 in bw_stage(bystander)["nodes"], bystander["findings"]
+
+
 def test_host_killed_during_the_sweep(cluster, tmp_path):
     """The host is SIGKILLed once it has measured a row: the joiner stops its workers and
     names the host, lost in the bandwidth phase."""
