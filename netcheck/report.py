@@ -58,6 +58,8 @@ def _exports(report: Report) -> list[str]:
     if not report.recommend and not report.recommend_per_node:
         return []
     lines = ["", "# proven between every pair of nodes; paste into the job's environment"]
+    if report.recommend.get("NCCL_SOCKET_IFNAME", "").startswith("="):
+        lines.append("# (NCCL_SOCKET_IFNAME's leading '=' is NCCL's syntax for exact names, not prefixes)")
     if report.recommend:
         lines += ["# on every node:"] + [f"export {k}={v}" for k, v in report.recommend.items()]
     for hostname, values in report.recommend_per_node.items():

@@ -39,3 +39,11 @@ def test_under_torchrun_findings_point_at_process_ranks():
 def test_a_passing_finding_points_nowhere():
     text = render_text(dataclasses.replace(report("flags"), findings=(dataclasses.replace(SLOW, severity="pass"),)))
     assert "[node" not in text
+
+
+def test_an_exact_nccl_list_is_explained_where_it_is_pasted_from():
+    rep = dataclasses.replace(report("flags"), recommend={"NCCL_SOCKET_IFNAME": "=eth0,ens5"})
+    text = render_text(rep)
+    assert "'=' is NCCL's syntax for exact names" in text and "export NCCL_SOCKET_IFNAME==eth0,ens5" in text
+    plain = render_text(dataclasses.replace(rep, recommend={"NCCL_SOCKET_IFNAME": "eth0"}))
+    assert "exact names" not in plain
