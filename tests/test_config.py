@@ -112,21 +112,22 @@ def test_a_host_without_a_port_gets_the_default(host):
 @example("\x00")
 @example("[[::1]]:80")
 def test_arbitrary_text_raises_nothing_but_usage_error(text):
+    assert_parsed_or_refused(text)
+
+
+@given(st.text(alphabet=string.digits + ":[]." + "a", max_size=12))
+def test_arbitrary_endpoint_like_text_raises_nothing_but_usage_error(text):
+    assert_parsed_or_refused(text)
+
+
+def assert_parsed_or_refused(text: str) -> None:
+    """--rdzv text either parses to a usable endpoint or is refused with one UsageError."""
     try:
         endpoint = parse_endpoint(text)
     except UsageError:
         return
     assert 1 <= endpoint.port <= 65535
     assert endpoint.host and endpoint.host == endpoint.host.strip("[]")
-
-
-@given(st.text(alphabet=string.digits + ":[]." + "a", max_size=12))
-def test_arbitrary_endpoint_like_text_raises_nothing_but_usage_error(text):
-    try:
-        endpoint = parse_endpoint(text)
-    except UsageError:
-        return
-    assert 1 <= endpoint.port <= 65535
 
 
 # --- select_phases ---------------------------------------------------------------------------------
