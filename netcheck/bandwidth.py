@@ -199,6 +199,7 @@ class Watch:
     abort_at: float | None = None
     polled: float = 0.0
     spawn_error: str = ""
+    stopped: bool = False
     beats: dict[int, tuple[int, float]] = field(default_factory=dict)  # host: node -> (count, when it rose)
     quiet: list[int] = field(default_factory=list)  # host: nodes whose beat stopped
 
@@ -274,7 +275,11 @@ class Watch:
 
     def stop(self, fate: str) -> None:
         """Kill every worker still running, naming why; reap them all (a worker stuck
-        uninterruptibly in the kernel cannot be, and is named by faults())."""
+        uninterruptibly in the kernel cannot be, and is named by faults()). Once: a later
+        call would wait KILL_WAIT again for such a worker, past the phase's deadline."""
+        if self.stopped:
+            return
+        self.stopped = True
         for w in self.workers:
             if w.running():
                 w.fate = w.fate or fate
@@ -405,9 +410,9 @@ def root_cause(faults: list[Fault]) -> tuple[str | None, str]:
 
 
 def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults: list[Fault],
-            started: float, reports: dict[int, NodeReport] | None = None) -> BandwidthResult:
+            started: float, reports: dict[int, NodeReport]) -> BandwidthResult:
     # When this node's workers never got as far as choosing, another node's may have.
-    known = [watch.backend] + [(r.backend, r.backend_reason) for r in (reports or {}).values()]
+    known = [watch.backend] + [(r.backend, r.backend_reason) for r in reports.values()]
     backend = next((b for b in known if b[0]), ("", ""))
     order = {op: i for i, op in enumerate(options.op)}
     sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
