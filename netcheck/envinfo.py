@@ -28,6 +28,7 @@ import ctypes
 import hashlib
 import importlib.metadata
 import os
+import stat
 import platform
 import re
 import sys
@@ -36,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from netcheck.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
-from netcheck.hashing import hash_path, read_rest, unreadable
+from netcheck.hashing import hash_path, unreadable
 
 # Packages whose versions are always recorded ("absent" when not installed). Every other
 # installed nvidia-* distribution (the CUDA libraries torch's wheels pull in) is added.
@@ -376,19 +377,20 @@ def nccl_conf_facts(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def conf_file(path: str) -> str:
-    """"absent", or the content's hash followed by the settings when the file is small."""
+    """"absent", or the content's hash followed by the settings when the file is small.
+    NCCL_CONF_FILE may name anything: a FIFO would block the open, a device never end."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return unreadable(f"{path} is not a regular file")
         with open(path, "rb") as f:
             data = f.read(CONF_INLINE_BYTES + 1)
-            digest = hashlib.sha256(data)
-            size = len(data) + read_rest(f, digest)
     except FileNotFoundError:
         return ABSENT
     except OSError as e:
         return unreadable(e)
-    head = f"sha256 {digest.hexdigest()[:16]}, {size} bytes"
-    if size > CONF_INLINE_BYTES:
-        return head
+    if len(data) > CONF_INLINE_BYTES:
+        return hash_path(path)  # bounded in bytes and time
+    head = f"sha256 {hashlib.sha256(data).hexdigest()[:16]}, {len(data)} bytes"
     lines = [ln.strip() for ln in data.decode(errors="replace").splitlines()]
     settings = "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
     return f"{head}: {settings or '(no settings)'}"

@@ -25,15 +25,6 @@ def unreadable(error: BaseException | str) -> str:
 
 
 
-def read_rest(f, digest) -> int:
-    """Feed the rest of an open file to `digest`; the number of bytes read."""
-    size = 0
-    while chunk := f.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return size
-
-
 class _BoundHit(Exception):
     """Hashing stopped at the byte or time bound; the message says which."""
 

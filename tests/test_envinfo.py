@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -160,6 +161,24 @@ def test_nccl_conf_small_file_is_recorded_with_its_hash(tmp_path):
     assert conf_file(str(tmp_path / "none")) == "absent"
     facts = gather_env(env={"HOME": str(tmp_path), "NCCL_CONF_FILE": str(conf)}).values
     assert facts["file.~/.nccl.conf"] == facts["file.$NCCL_CONF_FILE"] == conf_file(str(conf))
+
+
+def test_nccl_conf_file_naming_a_fifo_or_a_device_is_unreadable_at_once(tmp_path):
+    fifo = tmp_path / "conf.fifo"
+    os.mkfifo(fifo)  # opening it to read would block until a writer came
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(conf_file(p) for p in (str(fifo), "/dev/zero")),
+                              daemon=True)
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive(), "conf_file blocked"
+    assert said == [f"unreadable: {fifo} is not a regular file", "unreadable: /dev/zero is not a regular file"]
+
+
+def test_a_large_nccl_conf_file_gets_a_bounded_hash_only(tmp_path):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_DEBUG=WARN\n" * 10_000)
+    assert conf_file(str(conf)).startswith("sha256 ") and "NCCL_DEBUG" not in conf_file(str(conf))
 
 
 def test_driver_version_from_both_module_flavours():
