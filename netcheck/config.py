@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from netcheck.constants import DEFAULT_PORT, PHASES
+from netcheck.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
 from netcheck.mesh import parse_mode
 from netcheck.model import Launch, Report
 from netcheck.sweep import SweepOptions
@@ -71,8 +71,22 @@ def select_phases(skip: str | None, only: str | None) -> tuple[str, ...]:
     if unknown:
         raise UsageError(f"unknown phase {', '.join(unknown)}: phases are {', '.join(PHASES)}")
     if only:
-        return tuple(p for p in PHASES if p in named)
-    return tuple(p for p in PHASES if p not in named)
+        needed = {f for p in named for f in _standing_on(p)}
+        return tuple(p for p in PHASES if p in named or p in needed)
+    kept = [p for p in PHASES if p not in named]
+    under = [p for p in named if any(p in _standing_on(k) for k in kept)]
+    if under:
+        raise UsageError(f"--skip {', '.join(under)}: later phases stand on "
+                         f"{'it' if len(under) == 1 else 'them'}; to stop early, use --only with the first phases")
+    return tuple(kept)
+
+
+def _standing_on(phase: str) -> tuple[str, ...]:
+    """The foundation phases `phase` needs, itself included when it is one: `--only mesh`
+    needs the rendezvous to find its peers."""
+    if phase in FOUNDATION_PHASES:
+        return FOUNDATION_PHASES[:FOUNDATION_PHASES.index(phase) + 1]
+    return FOUNDATION_PHASES
 
 
 def check_config(config: Config) -> Config:

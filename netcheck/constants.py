@@ -33,6 +33,8 @@ BASELINE_DRIFT = "baseline.drift"
 
 # Phases in the order they run (SPEC "Phases, in order").
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
+# Every later phase stands on these: the node's facts, the endpoint reached, the store met.
+FOUNDATION_PHASES = ("local", "reach", "rendezvous")
 
 # Exit codes: the monitoring convention (SPEC "Output").
 EXIT_PASS = 0

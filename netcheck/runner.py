@@ -130,7 +130,7 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
 def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch, None)
-    if run.facts is None or not _take_role(run):
+    if run.facts is None or "reach" not in run.config.phases or not _take_role(run):
         return
     if run.listener is None and not _reached(run):
         return

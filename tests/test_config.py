@@ -145,8 +145,19 @@ def test_skip_removes_the_named_phases_and_keeps_the_order():
 
 
 def test_only_keeps_the_named_phases_in_run_order_not_in_the_order_given():
-    assert select_phases(None, "bandwidth,reach") == ("reach", "bandwidth")
-    assert select_phases(None, "mesh") == ("mesh",)
+    # ... with the foundation they stand on: a mesh needs the rendezvous to find its peers.
+    assert select_phases(None, "bandwidth,reach") == ("local", "reach", "rendezvous", "bandwidth")
+    assert select_phases(None, "mesh") == ("local", "reach", "rendezvous", "mesh")
+    assert select_phases(None, "reach") == ("local", "reach")
+    assert select_phases(None, "local") == ("local",)
+
+
+def test_skip_of_a_phase_that_later_ones_stand_on_is_refused():
+    assert select_phases("rendezvous,mesh,nic,env,bandwidth", None) == ("local", "reach")
+    with pytest.raises(UsageError, match=r"^--skip reach: later phases stand on it; to stop early"):
+        select_phases("reach", None)
+    with pytest.raises(UsageError, match=r"^--skip local, rendezvous: later phases stand on them"):
+        select_phases("local,rendezvous", None)
 
 
 @pytest.mark.parametrize("skip, only, message", [

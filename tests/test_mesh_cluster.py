@@ -140,3 +140,14 @@ def test_second_interface_on_the_same_subnet_is_flagged(cluster, tmp_path):
     (route,) = runs[0].findings("nic.route")
     assert route["severity"] == "warn" and route["nodes"] == [1], route
     assert route["evidence"] == ["node1: eth0, eth1 on 198.18.0.0/24"]
+
+
+def test_only_mesh_runs_the_mesh_on_the_rendezvous_it_needs(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", str(i), "--timeout", "30",
+                          "--only", "mesh"]
+        runs = finish_all([start(c, i, args(i), tmp_path) for i in range(2)], 60)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    host = runs[0].report
+    assert set(host["timings"]) == {"local", "reach", "rendezvous", "mesh", "goodbye"}, host["timings"]
+    assert runs[0].findings("mesh.connect", "pass") and not runs[0].findings("env.mismatch")
