@@ -19,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,7 +230,8 @@ def _port_netdev(sysfs: str, netdevs: list[str], port: int) -> str | None:
 
 def default_route_ifname(proc: str = "/proc") -> str | None:
     """The main table's default route (IPv4 preferred, else IPv6), lowest metric first.
-    Policy routing rules are not in /proc/net; route_to() asks the kernel per peer."""
+    Policy routing rules are not in /proc/net: the interface toward each peer is what the
+    mesh's connects were made from (their getsockname)."""
     return _ipv4_default(Path(proc, "net/route")) or _ipv6_default(Path(proc, "net/ipv6_route"))
 
 
@@ -263,71 +263,6 @@ def _usable(flags_hex: str) -> bool:
 def address_owners(table: NicTable) -> dict[str, str]:
     """Every address of this node -> the interface holding it."""
     return {a.address: nic.name for nic in table.nics for a in nic.addresses}
-
-
-def route_to(peer_address: str) -> tuple[str | None, str | None]:
-    """(interface, source address) the kernel uses toward a peer IP address.
-
-    The source comes from a connected UDP socket's getsockname (connect sends nothing);
-    the interface from an RTM_GETROUTE netlink query, the question `ip route get` asks,
-    so policy routing is honoured. Names are not resolved here: (None, None) for them.
-    """
-    try:
-        info = socket.getaddrinfo(
-            peer_address, 9, type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST
-        )[0]
-    except socket.gaierror:
-        return None, None
-    family, _, _, _, sockaddr = info
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(sockaddr)
-        except OSError:  # no route, network unreachable
-            return None, None
-        source = s.getsockname()[0].split("%", 1)[0]
-    if family == socket.AF_INET6 and sockaddr[3]:  # "fe80::1%eth0" names its interface
-        return socket.if_indextoname(sockaddr[3]), source
-    return _egress_ifname(family, ipaddress.ip_address(sockaddr[0].split("%", 1)[0])), source
-
-
-# <linux/netlink.h>, <linux/rtnetlink.h>
-NLMSG_HEADER = struct.Struct("=IHHII")      # len, type, flags, seq, pid
-# family, dst_len, src_len, tos, table, protocol, scope, type, flags
-RTMSG = struct.Struct("=BBBBBBBBI")
-RTATTR = struct.Struct("=HH")               # len, type
-RTM_GETROUTE, RTM_NEWROUTE, NLM_F_REQUEST = 26, 24, 1
-RTA_DST, RTA_OIF = 1, 4
-NETLINK_TIMEOUT = 1.0
-
-
-def _egress_ifname(family: int, dest) -> str | None:
-    attr = RTATTR.pack(RTATTR.size + len(dest.packed), RTA_DST) + dest.packed
-    body = RTMSG.pack(family, dest.max_prefixlen, 0, 0, 0, 0, 0, 0, 0) + attr
-    header = NLMSG_HEADER.pack(NLMSG_HEADER.size + len(body), RTM_GETROUTE, NLM_F_REQUEST, 1, 0)
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as s:
-            s.settimeout(NETLINK_TIMEOUT)
-            s.sendto(header + body, (0, 0))
-            reply = s.recv(65536)
-        oif = _route_oif(reply)
-        return socket.if_indextoname(oif) if oif else None
-    except (OSError, struct.error):
-        return None
-
-
-def _route_oif(reply: bytes) -> int | None:
-    _, kind, _, _, _ = NLMSG_HEADER.unpack_from(reply)
-    if kind != RTM_NEWROUTE:  # NLMSG_ERROR: no route
-        return None
-    offset = NLMSG_HEADER.size + RTMSG.size
-    while offset + RTATTR.size <= len(reply):
-        length, kind = RTATTR.unpack_from(reply, offset)
-        if length < RTATTR.size:
-            break
-        if kind == RTA_OIF:
-            return struct.unpack_from("=I", reply, offset + RTATTR.size)[0]
-        offset += (length + 3) & ~3  # attributes are 4-byte aligned
-    return None
 
 
 def _read(path: Path) -> str | None:

@@ -18,7 +18,6 @@ from netcheck.nics import (
     getifaddrs_order,
     read_ib_ports,
     read_nic_table,
-    route_to,
 )
 
 Entry = namedtuple("Entry", "family address netmask")
@@ -238,11 +237,6 @@ def test_real_machine_order_is_getifaddrs_order():
     inet = [(name, addr) for name, family, addr in entries if family in (socket.AF_INET, socket.AF_INET6)]
     assert [n.name for n in table.nics] == [n for n in links if n in {x.name for x in table.nics}]
     assert [(n.name, a.address) for n, a in getifaddrs_walk(table)] == inet
-
-
-def test_route_to_loopback_and_non_addresses():
-    assert route_to("127.0.0.1") == ("lo", "127.0.0.1")
-    assert route_to("not-an-address.example") == (None, None)
 
 
 class _Sockaddr(ctypes.Structure):
