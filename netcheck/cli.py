@@ -17,14 +17,12 @@ from netcheck import __version__, export, plot, report, sweep
 from netcheck.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.constants import (
-    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_PASS,
-    EXIT_USAGE, EXIT_WARN,
+    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED, EXIT_USAGE,
     MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
-from netcheck.launcher import LaunchError, detect_launch, is_torchrun_worker, rdzv_from_env
+from netcheck.launcher import LaunchError, default_run_id, detect_launch, is_torchrun_worker, rdzv_from_env
 from netcheck.local import driver_gpus
 
-EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 PROBE_TIMEOUT_MAX = 3600.0
 
 EPILOG = """\
@@ -58,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, metavar="P",
                    help="processes per node (default: local GPU count, else 1)")
     p.add_argument("--rdzv-id", metavar="ID", help="keeps runs apart; nodes of another run "
-                   "are reported, never mixed in (default: $SLURM_JOB_ID, else 'netcheck')")
+                   "are reported, never mixed in (default: $SLURM_JOB_ID, else $TORCHELASTIC_RUN_ID, "
+                   "else 'netcheck')")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); the host "
                    "waits for joiners for half of it")
@@ -107,7 +106,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         raise UsageError(str(e)) from None
     return check_config(Config(
         rdzv=parse_endpoint(rdzv), launch=launch,
-        run_id=args.rdzv_id or env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "netcheck",
+        run_id=args.rdzv_id or default_run_id(env),
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         sweep=_sweep_options(args),

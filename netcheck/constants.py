@@ -43,6 +43,7 @@ EXIT_FAIL = 2
 EXIT_INTERNAL = 3
 EXIT_USAGE = 64
 EXIT_INTERRUPTED = 130
+EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 
 # Deadlines, in seconds.
 DEFAULT_TIMEOUT = 60.0
@@ -54,6 +55,7 @@ RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
 STORE_POLL_INTERVAL = 0.05
+LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 
 # Trust limits on what peers send.

@@ -21,6 +21,11 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
 
 
+def default_run_id(env: Mapping[str, str]) -> str:
+    """The run id when --rdzv-id is not given: the launcher's job id, else "netcheck"."""
+    return env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "netcheck"
+
+
 class LaunchError(ValueError):
     """The launcher's variables contradict themselves (a user-fixable error)."""
 

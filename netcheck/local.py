@@ -7,12 +7,11 @@ import socket
 from typing import Mapping
 
 from netcheck import __version__
-from netcheck.constants import MAX_FACTS_BYTES
+from netcheck.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.model import Launch, NodeFacts, Reach
 from netcheck.nics import read_nic_table
 from netcheck.probe import call_with_timeout, resolve_addresses
 
-LOOKUP_TIMEOUT = 2.0
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
 
 

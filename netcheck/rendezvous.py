@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from netcheck import codec
 from netcheck.constants import (
-    CLOCK_PINGS, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+    CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
 )
 from netcheck.deadline import Deadline
 from netcheck.model import (
@@ -39,7 +39,6 @@ from netcheck.probe import resolve_many
 
 ROOT = "netcheck"
 MAC_SUFFIX = "#mac"
-LOOKUP_TIMEOUT = 2.0
 CONNECT_TRY = 2.0
 
 
@@ -232,11 +231,11 @@ class Exchange:
         # A store that breaks (the host died) raises its own error: that is a lost host,
         # not a slow one, and the phase boundary reports it as such.
         pause = 0.002  # quick at first: a clock pong is answered within one host poll
-        while not self.has(key) and not deadline.expired():
+        while not self.has(key):  # one look at least, also past the deadline
+            if deadline.expired():
+                raise TimeoutError(f"{key} did not appear in time")
             time.sleep(pause)
             pause = min(2 * pause, STORE_POLL_INTERVAL)
-        if not self.has(key):
-            raise TimeoutError(f"{key} did not appear in time")
 
 
 # --- every node, the host included -------------------------------------------------------

@@ -19,18 +19,18 @@ from netcheck import baseline, bwdiag, codec, diagnose, envdiff, mesh, recommend
 from netcheck.bandwidth import run_bandwidth
 from netcheck.config import Config
 from netcheck.constants import (
-    BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PASS, EXIT_WARN,
-    GOODBYE_WAIT, MESH_PHASE_LIMIT, MIN_PHASE_SECONDS, REPORT_RESERVE, RESULTS_WAIT, RUN_INTERNAL,
+    BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED,
+    GOODBYE_WAIT, LOOKUP_TIMEOUT, MESH_PHASE_LIMIT, MIN_PHASE_SECONDS, REPORT_RESERVE, RESULTS_WAIT, RUN_INTERNAL,
 )
 from netcheck.deadline import Deadline
 from netcheck.envinfo import EnvFacts, gather_env
-from netcheck.launcher import detect_launch, is_torchrun_worker
+from netcheck.launcher import default_run_id, detect_launch, is_torchrun_worker
 from netcheck.local import driver_gpus, gather_facts
 from netcheck.mesh import Attempt
 from netcheck.nics import address_owners
 from netcheck.sweep import BandwidthResult
 from netcheck.model import (
-    FAIL, WARN, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
+    FAIL, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     hostnames, verdict_of,
 )
 from netcheck.probe import PortTaken, listen, reach, resolve_addresses
@@ -185,7 +185,7 @@ def _take_role(run: Run) -> bool:
 
 
 def _rdzv_is_local(run: Run) -> bool:
-    addresses, _ = resolve_addresses(run.config.rdzv.host, 2.0)
+    addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
     own = address_owners(run.facts.nics)
     return any(a in own for a in addresses)
 
@@ -492,14 +492,13 @@ def exit_code(run: Run) -> int:
         return EXIT_INTERRUPTED
     if any(f.check == RUN_INTERNAL for f in run.findings):
         return EXIT_INTERNAL
-    verdict = verdict_of(run.findings)
-    return EXIT_FAIL if verdict == FAIL else EXIT_WARN if verdict == WARN else EXIT_PASS
+    return EXIT_BY_VERDICT[verdict_of(run.findings)]
 
 
 def local_only(env) -> Report:
     """`netcheck local`: this node's interfaces and what each library would pick here."""
     launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
-    facts = gather_facts(env.get("SLURM_JOB_ID") or "netcheck", launch, None)
+    facts = gather_facts(default_run_id(env), launch, None)
     me = (Member(launch.node_rank or 0, facts),)
     findings = tuple(recommend.route_findings(me, ()) + recommend.nccl_findings(me, None)
                      + recommend.gloo_findings(me, None) + recommend.tp_findings(me, None)
