@@ -179,7 +179,7 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
     for m in members:
         choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
         unproven = proven is not None and m.rank in proven and choice.interface not in proven[m.rank]
-        if choice.loopback or choice.fallback or unproven:
+        if choice.loopback or unproven:  # TensorPipe's fallback is loopback too
             bad.append((m, f"{m.facts.hostname}: {choice.interface or '?'} ({choice.address}): {choice.reason}"))
     if bad:
         return [Finding(NIC_TP_DEFAULT, WARN, tuple(m.rank for m, _ in bad),

@@ -17,6 +17,7 @@ import tempfile
 from tabulate import tabulate
 
 from netcheck import __version__, bwtables, codec
+from netcheck.launcher import is_torchrun_worker
 from netcheck.model import NodeEntry, Report
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -69,8 +70,7 @@ def _exports(report: Report) -> list[str]:
 
 def _seat(report: Report) -> str:
     """What a seat is called: under torchrun every worker process is one, by its RANK."""
-    return "rank" if any(n.facts and n.facts.launch.source == "torchrun" for n in report.nodes) \
-        else "node rank"
+    return "rank" if any(n.facts and is_torchrun_worker(n.facts.launch) for n in report.nodes) else "node rank"
 
 
 def _header(report: Report) -> str:

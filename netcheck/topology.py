@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from netcheck.constants import LAUNCH_TOPOLOGY
+from netcheck.launcher import is_torchrun_worker
 from netcheck.model import FAIL, PASS, WARN, Finding, NodeFacts
 
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
@@ -38,7 +39,7 @@ def _torchrun_layout(processes) -> list[Finding]:
     LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data, FAILURES row 4)."""
     per_host = defaultdict(list)
     for rank, f in processes:
-        if f.launch.source == "torchrun":
+        if is_torchrun_worker(f.launch):
             per_host[f.hostname].append((rank, f.launch.variables))
     problems = [text for host, procs in sorted(per_host.items()) for text in _host_layout(host, procs)]
     if not problems:
