@@ -128,67 +128,71 @@ def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
-    bad = []
-    for m in members:
-        choice = ifselect.nccl_choice(m.facts.nics, m.facts.socket_env)
-        picked = [p.name for p in choice.interfaces]
-        if choice.bootstrap is None:
-            bad.append((m, f"{m.facts.hostname}: NCCL finds no socket interface ({choice.reason})"))
-        elif proven is not None and m.rank in proven and any(n not in proven[m.rank] for n in picked):
-            dead = [name for name in picked if name not in proven[m.rank]]
-            bad.append((m, f"{m.facts.hostname}: NCCL would use {', '.join(picked)}; "
-                           f"{', '.join(dead)} reaches no peer ({choice.reason})"))
-    if bad:
-        return [Finding(NIC_NCCL_DEFAULT, FAIL, tuple(m.rank for m, _ in bad),
-                        f"NCCL's interface choice fails on {', '.join(m.facts.hostname for m, _ in bad)}",
-                        tuple(text for _, text in bad), "set NCCL_SOCKET_IFNAME to an interface that "
-                        "reaches every peer: a cluster run's export lines name one")]
-    return [Finding(NIC_NCCL_DEFAULT, PASS, tuple(m.rank for m in members),
-                    "NCCL's interface choice works on every node",
-                    tuple(f"{m.facts.hostname}: {ifselect.nccl_choice(m.facts.nics, m.facts.socket_env).reason}"
-                          for m in members))]
+    choices = [(m, ifselect.nccl_choice(m.facts.nics, m.facts.socket_env)) for m in members]
+    return _library_finding(
+        NIC_NCCL_DEFAULT, FAIL, members, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
+        "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
+        "peer: a cluster run's export lines name one", "NCCL's interface choice works on every node",
+        tuple(f"{m.facts.hostname}: {c.reason}" for m, c in choices))
+
+
+def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
+    picked = [p.name for p in choice.interfaces]
+    if choice.bootstrap is None:
+        return f"{m.facts.hostname}: NCCL finds no socket interface ({choice.reason})"
+    if dead := _unproven(proven, m.rank, picked):
+        return (f"{m.facts.hostname}: NCCL would use {', '.join(picked)}; {', '.join(dead)} reaches no "
+                f"peer ({choice.reason})")
+    return None
 
 
 def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
-    bad = []
-    for m in members:
-        choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env,
-                                                list(m.facts.hostname_addresses))
-        for d in choice.devices:
-            unproven = proven is not None and m.rank in proven and d.interface not in proven[m.rank]
-            if d.error or d.loopback or unproven:
-                bad.append((m, f"{m.facts.hostname}: {choice.reason}"))
-                break
-    if bad:
-        return [Finding(NIC_GLOO_DEFAULT, FAIL, tuple(m.rank for m, _ in bad),
-                        f"gloo would use an address peers cannot reach on "
-                        f"{', '.join(m.facts.hostname for m, _ in bad)}",
-                        tuple(text for _, text in bad),
-                        "set GLOO_SOCKET_IFNAME to an interface that reaches every peer (a cluster "
-                        "run's export lines name one per node), or fix /etc/hosts so the hostname "
-                        "resolves to the node's real address, not 127.0.1.1")]
-    return [Finding(NIC_GLOO_DEFAULT, PASS, tuple(m.rank for m in members),
-                    "gloo's address works on every node")]
+    def trouble(m: Member) -> str | None:
+        choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        bad = any(d.error or d.loopback or _unproven(proven, m.rank, [d.interface]) for d in choice.devices)
+        return f"{m.facts.hostname}: {choice.reason}" if bad else None
+
+    return _library_finding(
+        NIC_GLOO_DEFAULT, FAIL, members, [(m, trouble(m)) for m in members],
+        "gloo would use an address peers cannot reach", "set GLOO_SOCKET_IFNAME to an interface that "
+        "reaches every peer (a cluster run's export lines name one per node), or fix /etc/hosts so the "
+        "hostname resolves to the node's real address, not 127.0.1.1", "gloo's address works on every node")
 
 
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
-    bad = []
-    for m in members:
+    def trouble(m: Member) -> str | None:
         choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
-        unproven = proven is not None and m.rank in proven and choice.interface not in proven[m.rank]
-        if choice.loopback or unproven:  # TensorPipe's fallback is loopback too
-            bad.append((m, f"{m.facts.hostname}: {choice.interface or '?'} ({choice.address}): {choice.reason}"))
-    if bad:
-        return [Finding(NIC_TP_DEFAULT, WARN, tuple(m.rank for m, _ in bad),
-                        "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach on "
-                        f"{', '.join(m.facts.hostname for m, _ in bad)}", tuple(text for _, text in bad),
-                        "only RPC-based jobs care: set TP_SOCKET_IFNAME to an interface that reaches "
-                        "every peer (a cluster run's export lines name one per node)")]
-    return [Finding(NIC_TP_DEFAULT, PASS, tuple(m.rank for m in members),
-                    "TensorPipe's address works on every node")]
+        # TensorPipe's silent fallback is loopback too.
+        bad = choice.loopback or _unproven(proven, m.rank, [choice.interface])
+        return f"{m.facts.hostname}: {choice.interface or '?'} ({choice.address}): {choice.reason}" \
+            if bad else None
+
+    return _library_finding(
+        NIC_TP_DEFAULT, WARN, members, [(m, trouble(m)) for m in members],
+        "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
+        "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
+        "lines name one per node)", "TensorPipe's address works on every node")
+
+
+def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | None]) -> list[str | None]:
+    """The names the mesh did not prove on this node; none where it has no proof (a joiner)."""
+    if proven is None or rank not in proven:
+        return []
+    return [n for n in names if n not in proven[rank]]
+
+
+def _library_finding(check: str, severity: str, members: tuple[Member, ...],
+                     troubles: list[tuple[Member, str | None]], summary: str, fix: str, passed: str,
+                     passed_evidence: tuple[str, ...] = ()) -> list[Finding]:
+    """One library's choice judged node by node: the nodes with trouble, else a pass."""
+    bad = [(m, text) for m, text in troubles if text]
+    if not bad:
+        return [Finding(check, PASS, tuple(m.rank for m in members), passed, passed_evidence)]
+    return [Finding(check, severity, tuple(m.rank for m, _ in bad),
+                    f"{summary} on {', '.join(m.facts.hostname for m, _ in bad)}", tuple(t for _, t in bad), fix)]
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
