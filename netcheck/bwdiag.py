@@ -40,27 +40,26 @@ FIXES = {
 }
 
 
-def bandwidth_findings(result: BandwidthResult, hostnames: dict[int, str],
-                       line_rate_gbps: dict[int, float | None],
+def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
                        expect_busbw: float | None) -> list[Finding]:
     """Every bandwidth check, cluster-wide.
 
-    hostnames: node rank -> hostname. line_rate_gbps: node rank -> the link speed, in
+    Nodes are named by result.node_name. line_rate_gbps: node rank -> the link speed, in
     Gbit/s, of the interface its inter-node traffic uses (None: unknown, as on virtual
     links). expect_busbw: --expect-busbw, in GB/s (nccl-tests' unit), or None.
     """
-    names = _Names(hostnames)
+    names = _Names(result)
     return (stage_findings(result, names) + wrong_findings(result, names)
             + busbw_findings(result, names, line_rate_gbps, expect_busbw)
             + pair_findings(result, names) + straggler_findings(result, names))
 
 
 class _Names:
-    def __init__(self, hostnames: dict[int, str]):
-        self.hostnames = hostnames
+    def __init__(self, result: BandwidthResult):
+        self.result = result
 
     def node(self, n: int) -> str:
-        return self.hostnames.get(n, f"node {n}")
+        return self.result.node_name(n)
 
     def rank(self, f: Fault) -> str:
         return f"rank {f.rank} ({self.node(f.node)}, local rank {f.local_rank})" if f.rank >= 0 \

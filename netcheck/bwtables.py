@@ -9,7 +9,7 @@ pair matrix, the progress bar.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from tabulate import tabulate
 
@@ -61,11 +61,11 @@ def progress_bar(spent: float, budget: float, width: int = 20) -> str:
     return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
 
 
-def pair_matrix(pairs: tuple[Pair, ...], hostnames: dict[str, str]) -> str:
+def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str]) -> str:
     """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
     nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
     cell = {(p.a, p.b): _gbps(p.busbw) for p in pairs} | {(p.b, p.a): _gbps(p.busbw) for p in pairs}
-    names = [hostnames.get(str(n), str(n)) for n in nodes]
+    names = [name(n) for n in nodes]
     rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
     return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
 
@@ -79,5 +79,5 @@ def render_text(result: BandwidthResult) -> str:
             parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
     if result.pairs:
         parts.append(f"# node pairs, {size_text(result.pairs[0].size)} both ways at once:\n"
-                     + pair_matrix(result.pairs, result.hostnames))
+                     + pair_matrix(result.pairs, result.node_name))
     return "\n\n".join(parts)

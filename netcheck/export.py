@@ -72,9 +72,8 @@ def _busbw(report: Report) -> list[Sample]:
 def _pairs(report: Report) -> list[Sample]:
     if report.bandwidth is None:
         return []
-    names = report.bandwidth.hostnames
-    return [({"node": names.get(str(p.a), f"node {p.a}"), "peer": names.get(str(p.b), f"node {p.b}")}, p.busbw)
-            for p in report.bandwidth.pairs]
+    name = report.bandwidth.node_name
+    return [({"node": name(p.a), "peer": name(p.b)}, p.busbw) for p in report.bandwidth.pairs]
 
 
 def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:

@@ -60,7 +60,7 @@ def _pair_heatmap(fig, ax, result: BandwidthResult) -> None:
     for p in result.pairs:
         grid[index[p.a]][index[p.b]] = grid[index[p.b]][index[p.a]] = p.busbw
     image = ax.imshow(grid, cmap="viridis")
-    names = [result.hostnames.get(str(n), str(n)) for n in nodes]
+    names = [result.node_name(n) for n in nodes]
     ax.set_xticks(range(len(nodes)), names, rotation=45, ha="right")
     ax.set_yticks(range(len(nodes)), names)
     ax.set_title("node pairs (GB/s each way)")

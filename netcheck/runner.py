@@ -404,9 +404,8 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     per_node = launch.nproc_per_node if is_torchrun_worker(launch) else 1
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
     seat_names, rates = {e.rank: e.hostname for e in seat.roster.entries}, _line_rates(run)
-    names = {n: seat_names[s[0]] for n, s in seats_of.items()}
-    run.bandwidth = dataclasses.replace(result, hostnames={str(n): h for n, h in names.items()})
-    findings = bwdiag.bandwidth_findings(result, names, {n: rates.get(s[0]) for n, s in seats_of.items()},
+    run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
+    findings = bwdiag.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw)
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]

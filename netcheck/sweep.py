@@ -451,6 +451,9 @@ class BandwidthResult:
     seconds: float
     hostnames: dict[str, str] = field(default_factory=dict)  # node (as in pairs, faults) -> hostname
 
+    def node_name(self, node: int) -> str:
+        return self.hostnames.get(str(node), f"node {node}")
+
 
 # Whom to blame, in order: a dead or hung rank (the others failed because of it), then a
 # node that never reported (its ranks went with it: the others' reads from them failed),

@@ -8,6 +8,7 @@ run_bandwidth with nccl-tests' flags and prints its BandwidthResult as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import signal
 import subprocess
@@ -83,7 +84,8 @@ def leftover_workers(run_id: str) -> list[psutil.Process]:
 
 def findings(result: BandwidthResult, expect: float | None = None) -> dict[str, list]:
     out: dict[str, list] = {}
-    for f in bandwidth_findings(result, {i: f"node{i}" for i in range(result.nnodes)}, {}, expect):
+    named = dataclasses.replace(result, hostnames={str(i): f"node{i}" for i in range(result.nnodes)})
+    for f in bandwidth_findings(named, {}, expect):
         out.setdefault(f.check, []).append(f)
     return out
 

@@ -46,7 +46,8 @@ def by_check(findings, check):
 
 
 def findings_of(res, line=None, expect=None):
-    return bandwidth_findings(res, NAMES, line or {}, expect)
+    named = replace(res, hostnames={str(n): h for n, h in NAMES.items()})
+    return bandwidth_findings(named, line or {}, expect)
 
 
 def test_a_healthy_run_passes_every_check_with_the_backend_named():

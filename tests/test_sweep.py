@@ -322,7 +322,7 @@ def test_progress_bar_shows_the_budget_spent():
 
 
 def test_pair_matrix_is_symmetric():
-    text = pair_matrix((Pair(0, 1, 8, 1.0, 2.0), Pair(0, 2, 8, 1.0, 0.5), Pair(1, 2, 8, 1.0, 0.25)), {})
+    text = pair_matrix((Pair(0, 1, 8, 1.0, 2.0), Pair(0, 2, 8, 1.0, 0.5), Pair(1, 2, 8, 1.0, 0.25)), str)
     lines = text.splitlines()
     assert lines[2].split() == ["0", "-", "2.00", "0.5"]
     assert lines[4].split() == ["2", "0.5", "0.25", "-"]
