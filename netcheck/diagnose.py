@@ -119,7 +119,7 @@ def _expected_name(g: Gathering, rank: int) -> str:
 
 def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
     """Processes that came after the roster was posted: named, never seated."""
-    seated = {e.rank: e.hostname for e in roster.entries}
+    seated = roster.hostnames()
     findings = []
     for f in late:
         claimed = f.launch.node_rank

@@ -69,6 +69,10 @@ class Roster:
     def by_arrival(self, arrival: int) -> RosterEntry | None:
         return next((e for e in self.entries if e.arrival == arrival), None)
 
+    def hostnames(self) -> dict[int, str]:
+        """rank -> hostname of every seated node."""
+        return {e.rank: e.hostname for e in self.entries}
+
 
 def import_distributed():
     """torch.distributed, imported late and quietly: the probe must answer before torch loads."""

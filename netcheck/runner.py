@@ -105,6 +105,12 @@ class Run:
         if self.deadline.expired():
             self.findings.append(diagnose.timeout_finding(name, self.config.timeout))
 
+    def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
+        """Nodes that stopped answering in `phase`: named there, and not waited for again."""
+        self.findings += diagnose.lost_findings(phase, names, ranks)
+        for rank in ranks:
+            self.alive.pop(rank, None)
+
     def lose_host(self, phase: str) -> None:
         """The host died, or the path to it: named once, in the phase it happened."""
         if not self.host_lost:
@@ -272,7 +278,7 @@ def _still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     them, so one node lost at the rendezvous does not eat every later phase's time (and get
     live nodes blamed for it). The host decides and publishes; joiners read it."""
     ex = seat.exchange
-    seated = {e.rank: e.hostname for e in seat.roster.entries}
+    seated = seat.roster.hostnames()
     if run.role == "host":
         alive = tuple(m.rank for m in run.members if m.results is not None)
         ex.put(ex.key("alive"), alive)
@@ -282,11 +288,6 @@ def _still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
         except (TimeoutError, codec.DecodeError):
             alive = tuple(seated)
     return {r: seated[r] for r in alive if r in seated}
-
-
-def _drop_lost(run: Run, lost: list[int]) -> None:
-    for rank in lost:
-        run.alive.pop(rank, None)
 
 
 def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -316,8 +317,7 @@ def _mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attem
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
     run.findings += recommend.mesh_findings(names, attempts)
     lost = [r for r in ranks if r not in results]
-    run.findings += diagnose.lost_findings("mesh", names, lost)
-    _drop_lost(run, lost)
+    run.lose("mesh", names, lost)
     return attempts
 
 
@@ -362,8 +362,7 @@ def _env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     run.findings += envdiff.env_findings(envs, names) + envdiff.shm_findings(envs, names)
     run.env_table = tuple(envdiff.env_differences(envs, names, run.config.verbose))
     lost = [r for r in ranks if r not in envs]
-    run.findings += diagnose.lost_findings("env", names, lost)
-    _drop_lost(run, lost)
+    run.lose("env", names, lost)
 
 
 def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
@@ -386,24 +385,23 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
             "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
             "raise --timeout (or lower --bw-budget)"))
         return
+    # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
+    # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
+    # GROUP_RANK, and node n's processes are ranks n*P .. n*P+P-1 (torchrun's numbering).
     if is_torchrun_worker(launch):
-        # torchrun's workers are seats; the phase runs per host, from LOCAL_RANK 0, with
-        # LOCAL_WORLD_SIZE workers of its own, node-numbered by GROUP_RANK.
         if launch.variables.get("LOCAL_RANK") != "0":
             return
-        node, nnodes = int(launch.variables["GROUP_RANK"]), len(seats) // launch.nproc_per_node
+        node, per_node = int(launch.variables["GROUP_RANK"]), launch.nproc_per_node
     else:
-        node, nnodes = seat.rank, len(seats)
+        node, per_node = seat.rank, 1
+    nnodes = len(seats) // per_node
     result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
                            launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
                            run.progress)
     if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
         run.lose_host("bandwidth")
-    # The phase numbers nodes; the report's `nodes` are seats: under torchrun, node n's
-    # processes are ranks n*P .. n*P+P-1 (torchrun's own numbering).
-    per_node = launch.nproc_per_node if is_torchrun_worker(launch) else 1
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
-    seat_names, rates = {e.rank: e.hostname for e in seat.roster.entries}, _line_rates(run)
+    seat_names, rates = seat.roster.hostnames(), _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
     findings = bwdiag.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw)
@@ -411,8 +409,7 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
                      for f in findings]
     if run.role == "host":  # a node whose account never came is gone, as in any other phase
         silent = sorted(r for f in result.faults if f.kind == "silent" for r in seats_of[f.node])
-        run.findings += diagnose.lost_findings("bandwidth", seat_names, silent)
-        _drop_lost(run, silent)
+        run.lose("bandwidth", seat_names, silent)
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:
