@@ -9,6 +9,7 @@ from netcheck.constants import (
     CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
     RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
 )
+from netcheck.config import Endpoint
 from netcheck.model import (
     FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
 )
@@ -27,7 +28,7 @@ REACH_FIXES = {
 
 def reach_findings(reach: Reach, ranks: tuple[int, ...]) -> list[Finding]:
     """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding."""
-    endpoint = f"{reach.host}:{reach.port}"
+    endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
     if reach.outcome == "dns":
         return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node",
                         (f"getaddrinfo({reach.host!r}): {reach.resolve_error}",), REACH_FIXES["dns"])]

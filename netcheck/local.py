@@ -8,7 +8,7 @@ from typing import Mapping
 
 from netcheck import __version__
 from netcheck.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
-from netcheck.model import Launch, NodeFacts, Reach
+from netcheck.model import Launch, NodeFacts
 from netcheck.nics import read_nic_table
 from netcheck.probe import call_with_timeout, resolve_addresses
 
@@ -61,7 +61,8 @@ def driver_gpus(proc: str = "/proc") -> int:
         return 0
 
 
-def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
+def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
+    """This node's facts; `reach` is filled in by the reach phase, which runs after."""
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
     return NodeFacts(
@@ -74,6 +75,6 @@ def gather_facts(run_id: str, launch: Launch, reach: Reach | None) -> NodeFacts:
         gpus=driver_gpus(),
         nics=read_nic_table(),
         socket_env=socket_env(os.environ),
-        reach=reach,
+        reach=None,
         version=__version__,
     )

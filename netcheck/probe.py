@@ -66,9 +66,12 @@ def resolve_addresses(name: str, timeout: float) -> tuple[tuple[str, ...], str |
     return tuple(sockaddr[0] for _, sockaddr in addresses), error
 
 
-def resolve_many(names: list[str], timeout: float, workers: int = 64) -> dict[str, tuple[tuple[str, ...], str | None]]:
-    """resolve_addresses for many names at once, `workers` at a time, in daemon threads:
-    a thousand peers whose DNS hangs cost about thousand / workers timeouts, not a thousand."""
+RESOLVE_WORKERS = 64
+
+
+def resolve_many(names: list[str], timeout: float) -> dict[str, tuple[tuple[str, ...], str | None]]:
+    """resolve_addresses for many names at once, RESOLVE_WORKERS at a time, in daemon threads:
+    a thousand peers whose DNS hangs cost about a thousand / 64 timeouts, not a thousand."""
     pending = queue.SimpleQueue()
     for name in dict.fromkeys(names):
         pending.put(name)
@@ -82,7 +85,7 @@ def resolve_many(names: list[str], timeout: float, workers: int = 64) -> dict[st
                 return
             found[name] = resolve_addresses(name, timeout)
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(names)))]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(RESOLVE_WORKERS, len(names)))]
     for t in threads:
         t.start()
     rounds = -(-len(names) // max(1, len(threads)))

@@ -249,7 +249,6 @@ class Seat:
     """A node's place in the rendezvous, used by the later phases and for goodbye."""
 
     exchange: Exchange
-    visitor: int
     arrival: int
     roster: Roster | None = None
 
@@ -324,10 +323,10 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
         if ex.has(ex.key("roster")):  # too late: published so the host names it, not seated
-            seat = Seat(ex, visitor, publish_facts(ex, facts), ex.read(Roster, ex.key("roster")))
+            seat = Seat(ex, publish_facts(ex, facts), ex.read(Roster, ex.key("roster")))
             return seat, None
         clock = measure_clock(ex, visitor, deadline)
-        seat = Seat(ex, visitor, publish_facts(ex, facts))
+        seat = Seat(ex, publish_facts(ex, facts))
         seat.roster = ex.wait_read(Roster, ex.key("roster"), deadline)
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
@@ -364,7 +363,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     """Wait for the nodes to arrive (answering clock pings meanwhile) until done or deadline."""
     low, high = expected
     state = HostState({}, [], {}, last_arrival=time.monotonic())
-    visitor = sign_in(ex, facts)
+    sign_in(ex, facts)  # the host is a visitor too: every node that came is listed
     arrival = publish_facts(ex, facts)
     start = time.monotonic()
     while not deadline.expired():
@@ -374,7 +373,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
             break
         time.sleep(STORE_POLL_INTERVAL)
     _answer_pings(ex, state)
-    return Seat(ex, visitor, arrival), state, time.monotonic() - start
+    return Seat(ex, arrival), state, time.monotonic() - start
 
 
 def _everyone_in(count: int, low: int | None, high: int | None, last: float, window: float) -> bool:

@@ -135,7 +135,7 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
 
 def _run_phases(run: Run) -> None:
     with run.phase("local"):
-        run.facts = gather_facts(run.config.run_id, run.config.launch, None)
+        run.facts = gather_facts(run.config.run_id, run.config.launch)
     if run.facts is None or "reach" not in run.config.phases or not _take_role(run):
         return
     if run.listener is None and not _reached(run):
@@ -494,7 +494,7 @@ def exit_code(run: Run) -> int:
 def local_only(env) -> Report:
     """`netcheck local`: this node's interfaces and what each library would pick here."""
     launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
-    facts = gather_facts(default_run_id(env), launch, None)
+    facts = gather_facts(default_run_id(env), launch)
     me = (Member(launch.node_rank or 0, facts),)
     findings = tuple(recommend.route_findings(me, ()) + recommend.nccl_findings(me, None)
                      + recommend.gloo_findings(me, None) + recommend.tp_findings(me, None)

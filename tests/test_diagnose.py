@@ -394,3 +394,9 @@ def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
     assert (finding.check, finding.severity, finding.nodes) == ("run.skipped", "warn", ())
     assert "node1, node3 said goodbye; not counted as lost" in finding.summary
     assert diagnose.unheard_goodbyes({}) == []
+
+
+def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():
+    probe = Probe("::1", "ipv6", "refused", "connection refused", 0.0001)
+    found = diagnose.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
+    assert found[1].summary.startswith("[::1]:29500 refused the connection")
