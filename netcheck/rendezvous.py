@@ -418,6 +418,7 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: 
     numbered from the lowest free rank. Returns (arrival -> rank, duplicate claims, extras)."""
     order = sorted(arrivals, key=lambda a: (a != host_arrival, a))
     ranks: dict[int, int] = {}
+    taken: set[int] = set()  # ranks.values(), for lookups in O(1): the host runs this every poll
     claims: dict[int, list[str]] = {}
     extras = []
     for a in order:
@@ -426,9 +427,10 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: 
             extras.append(a)
         elif claimed is not None:
             claims.setdefault(claimed, []).append(arrivals[a].hostname)
-            if claimed not in ranks.values():
+            if claimed not in taken:
                 ranks[a] = claimed
-    free = (r for r in range(MAX_NODES) if r not in ranks.values())
+                taken.add(claimed)
+    free = (r for r in range(MAX_NODES) if r not in taken)
     for a in order:
         if arrivals[a].launch.node_rank is None:
             rank = next(free)
