@@ -300,7 +300,8 @@ def _has(ranks: tuple[int, ...]) -> str:
 
 
 def _names(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
-    names = [hostnames.get(r) or f"rank {r}" for r in ranks]
+    # Under torchrun every process of a host is a rank: name each host once.
+    names = list(dict.fromkeys(hostnames.get(r) or f"rank {r}" for r in ranks))
     if len(names) <= NAMES_SHOWN:
         return ", ".join(names)
     return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"

@@ -260,3 +260,12 @@ def test_several_small_nodes_make_one_finding():
     [mixed] = shm_findings(facts, NAMES)
     assert mixed.summary == ("/dev/shm is too small for NCCL or of unknown size on 2 nodes: "
                              "node0, node2")
+
+
+def test_processes_of_one_host_are_named_once():
+    per_host = {r: f"gpu0{r // 4}" for r in range(8)}  # torchrun: 4 ranks on each of 2 hosts
+    facts = cluster(8, torch__version={r: "2.13.0+cu124" for r in range(4)})
+    [finding] = [f for f in env_findings(facts, per_host) if f.severity != PASS]
+    assert finding.summary == ("torch.version splits the nodes with no majority: gpu00 have 2.13.0+cu124; "
+                               "gpu01 have 2.14.1+cu124")
+    assert finding.evidence == ("torch.version: 2.13.0+cu124 on gpu00", "torch.version: 2.14.1+cu124 on gpu01")
