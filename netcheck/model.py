@@ -205,6 +205,7 @@ class Report:
     unfinished: str | None         # the phase that did not finish, if any
     healthy_nodes: tuple[str, ...]
     faulty_nodes: tuple[str, ...]
+    recommend_note: str = ""       # why there are no settings to recommend, when there are none
     schema: str = REPORT_SCHEMA
 
 

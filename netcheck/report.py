@@ -57,7 +57,7 @@ def _env_table(report: Report) -> str:
 
 def _exports(report: Report) -> list[str]:
     if not report.recommend and not report.recommend_per_node:
-        return []
+        return ["", f"# no settings to paste: {report.recommend_note}"] if report.recommend_note else []
     lines = ["", "# proven between every pair of nodes; paste into the job's environment"]
     if report.recommend.get("NCCL_SOCKET_IFNAME", "").startswith("="):
         lines.append("# (NCCL_SOCKET_IFNAME's leading '=' is NCCL's syntax for exact names, not prefixes)")

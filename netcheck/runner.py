@@ -470,7 +470,8 @@ def build_report(run: Run) -> Report:
         timings=dict(run.timings),
         unfinished=run.unfinished,
         healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
-        faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing)
+        faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing,
+        recommend_note=rec.reason)
 
 
 def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:

@@ -108,6 +108,7 @@ def test_only_master_port_open_passes_rendezvous_fails_mesh(cluster, tmp_path):
     assert broken == ["node0 -> node1", "node2 -> node1"]
     assert all("filtered" in e for e in mesh["evidence"])
     assert host.report["recommend"] == {} and host.report["verdict"] == "fail"
+    assert "# no settings to paste: nothing proven to reach node1 from every peer: see mesh.connect" in host.stdout
 
 
 def test_mtu_mismatch_is_named(cluster, tmp_path):

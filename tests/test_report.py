@@ -47,3 +47,9 @@ def test_an_exact_nccl_list_is_explained_where_it_is_pasted_from():
     assert "'=' is NCCL's syntax for exact names" in text and "export NCCL_SOCKET_IFNAME==eth0,ens5" in text
     plain = render_text(dataclasses.replace(rep, recommend={"NCCL_SOCKET_IFNAME": "eth0"}))
     assert "exact names" not in plain
+
+
+def test_no_settings_to_paste_says_why():
+    text = render_text(dataclasses.replace(report("flags"), recommend_note="nothing proven to reach node1"))
+    assert "# no settings to paste: nothing proven to reach node1" in text
+    assert "no settings to paste" not in render_text(report("flags"))
