@@ -224,7 +224,7 @@ def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], 
 
 def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) -> list[Finding]:
     """Link speed of the interfaces each node uses: one slow node paces every collective."""
-    speeds = {m.rank: _used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
+    speeds = {m.rank: used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
     known = {r: s for r, s in speeds.items() if s is not None}
     names = hostnames(members)
     evidence = tuple(f"{names[r]}: {f'{s} Mb/s' if s else 'unknown'}" for r, s in sorted(speeds.items()))
@@ -240,9 +240,10 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
                     "check cabling, autonegotiation (ethtool IF) and the switch port")]
 
 
-def _used_speed(m: Member, proven: list[str]) -> int | None:
+def used_speed(m: Member, names) -> int | None:
+    """Mb/s of the fastest of these interfaces of a node that reports a speed; None: none does."""
     nics = {n.name: n for n in m.facts.nics.nics}
-    speeds = [nics[name].speed_mbps for name in proven if name in nics]
+    speeds = [nics[name].speed_mbps for name in names if name in nics]
     return max((s for s in speeds if s), default=None)
 
 

@@ -416,9 +416,8 @@ def _line_rates(run: Run) -> dict[int, float | None]:
     """Gbit/s of the interface each seat's traffic to its peers leaves by (None: unknown)."""
     rates = {}
     for m in run.members:
-        used = {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"}
-        speeds = [n.speed_mbps for n in m.facts.nics.nics if n.name in used and n.speed_mbps]
-        rates[m.rank] = max(speeds) / 1000 if speeds else None
+        mbps = recommend.used_speed(m, {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"})
+        rates[m.rank] = mbps / 1000 if mbps else None
     return rates
 
 
