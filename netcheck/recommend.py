@@ -8,7 +8,7 @@ that the mesh showed to carry traffic between every pair. Pure: no I/O, no print
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from statistics import median
 
@@ -215,9 +215,10 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
 
 
 def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], int]) -> tuple[int, ...]:
-    """The nodes whose MTU differs from the most common one."""
-    values = list(mtu_by_iface.values())
-    common = max(set(values), key=values.count)
+    """The nodes whose MTU differs from the most common one; every node on a mismatched
+    path when no MTU is more common than the others (two nodes: either could be wrong)."""
+    counts = Counter(mtu_by_iface.values()).most_common()
+    common = counts[0][0] if len(counts) == 1 or counts[0][1] > counts[1][1] else None
     odd_hosts = {h for (h, _), mtu in mtu_by_iface.items() if mtu != common}
     return tuple(m.rank for m in members if m.facts.hostname in odd_hosts)
 

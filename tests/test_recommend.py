@@ -132,6 +132,12 @@ def test_mtu_mismatch_names_the_odd_node():
     assert (finding.severity, finding.nodes) == ("warn", (1,))
 
 
+def test_mtu_mismatch_between_two_nodes_names_both():
+    members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", mtu=9000)))
+    (finding,) = recommend.mtu_findings(members, full_mesh(range(2), lambda r: "eth0"))
+    assert (finding.severity, finding.nodes) == ("warn", (0, 1)), "either side could be the wrong one"
+
+
 def test_speed_warns_on_the_slow_node_and_passes_when_nothing_is_known():
     members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", speed=1000)))
     (slow,) = recommend.speed_findings(members, {0: ["eth0"], 1: ["eth0"]})
