@@ -48,6 +48,7 @@ EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 # Deadlines, in seconds.
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_JOIN_WINDOW = 5.0
+ARRIVAL_MIN_NODES = 2        # without --nnodes: the host and one joiner at least, or nothing is proven
 PROBE_TIMEOUT = 3.0          # a SYN unanswered this long is "filtered"
 PROBE_RETRY_INTERVAL = 0.5   # between probes while the host is not listening yet
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
@@ -55,6 +56,7 @@ RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
 STORE_POLL_INTERVAL = 0.05
+POLL_SLICE = 0.5            # the host's store requests per scan of a counter anyone can push
 LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 

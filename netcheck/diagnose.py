@@ -6,7 +6,7 @@ import ipaddress
 from collections import Counter
 
 from netcheck.constants import (
-    CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
+    ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
     RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
 )
 from netcheck.config import Endpoint
@@ -79,7 +79,7 @@ def listen_pass(port: int) -> Finding:
 
 
 def join_findings(g: Gathering) -> list[Finding]:
-    findings = []
+    findings = _alone(g)
     for rank in g.missing_ranks:
         findings.append(Finding(
             RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({_expected_name(g, rank)}) never joined "
@@ -110,6 +110,18 @@ def join_findings(g: Gathering) -> list[Finding]:
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{len(g.members)} node(s) joined in {g.waited:.1f} s"))
     return findings
+
+
+def _alone(g: Gathering) -> list[Finding]:
+    """Without --nnodes nobody is owed, but a host that heard from no other node has proven
+    nothing about the network: that is no pass."""
+    if g.expected is not None or len(g.members) >= ARRIVAL_MIN_NODES:
+        return []
+    return [Finding(RDZV_JOIN, FAIL, tuple(m.rank for m in g.members),
+                    f"no other node joined in {g.waited:.0f} s", (),
+                    "start netcheck with the same --rdzv on the other nodes (or give --nnodes); "
+                    "if they were started, read their reports: rdzv.reach and rdzv.resolve say "
+                    "why they could not get here")]
 
 
 def _expected_name(g: Gathering, rank: int) -> str:

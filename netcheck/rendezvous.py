@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from netcheck import codec
 from netcheck.constants import (
-    CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+    ARRIVAL_MIN_NODES, CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
+    STORE_REPLY_TIMEOUT,
 )
 from netcheck.deadline import Deadline
 from netcheck.model import (
@@ -352,6 +353,7 @@ class HostState:
     arrivals_seen: int = 0   # every arrival below this one is read
     last_arrival: float = 0.0
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
+    ping_cursor: int = 0     # the visitor the next ping scan starts at
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
@@ -360,36 +362,59 @@ def announce(ex: Exchange, facts: NodeFacts) -> None:
 
 def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
                 join_window: float, deadline: Deadline) -> tuple[Seat, HostState, float]:
-    """Wait for the nodes to arrive (answering clock pings meanwhile) until done or deadline."""
+    """Wait for the nodes to arrive (answering clock pings meanwhile) until done or deadline.
+
+    The host's own facts are in from the start, and the store is read at least once, also
+    when start-up (torch's import, the store) has already spent the join deadline: a late
+    poll still seats whoever came, the host included.
+    """
     low, high = expected
     state = HostState({}, [], {}, last_arrival=time.monotonic())
     sign_in(ex, facts)  # the host is a visitor too: every node that came is listed
     arrival = publish_facts(ex, facts)
+    state.arrivals[arrival] = facts
+    state.read.add(arrival)
     start = time.monotonic()
-    while not deadline.expired():
+    while True:
         poll_arrivals(ex, state)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
-        if _everyone_in(len(ranked), low, high, state.last_arrival, join_window):
+        quiet = time.monotonic() - state.last_arrival
+        if rendezvous_closed(len(ranked), low, high, quiet, join_window) or deadline.expired():
             break
         time.sleep(STORE_POLL_INTERVAL)
-    _answer_pings(ex, state)
     return Seat(ex, arrival), state, time.monotonic() - start
 
 
-def _everyone_in(count: int, low: int | None, high: int | None, last: float, window: float) -> bool:
-    if high is not None and count >= high:
+def rendezvous_closed(seated: int, low: int | None, high: int | None, quiet_for: float,
+                      window: float) -> bool:
+    """Whether the host stops waiting for joiners before its deadline, by torchrun's rules:
+
+    - `--nnodes N`: once N nodes are seated;
+    - `--nnodes MIN:MAX`: once MAX are, or MIN are and nobody came for the join window;
+    - no count (nodes numbered as they arrive): once someone besides the host came and
+      nobody came for the join window. A host alone keeps waiting: a rendezvous that
+      heard from no other node has proven nothing.
+    """
+    if high is not None and seated >= high:
         return True
-    quiet = time.monotonic() - last >= window
-    return low != high and count >= (low or 1) and quiet
+    return seated >= (low or ARRIVAL_MIN_NODES) and quiet_for >= window
 
 
 def poll_arrivals(ex: Exchange, state: HostState) -> None:
-    """Read arrivals not seen yet (also after the roster: latecomers are named too)."""
-    _answer_pings(ex, state)
+    """Read arrivals not seen yet (also after the roster: latecomers are named too).
+
+    Counters are anyone's to push, so each scan (pings, arrivals) stops after POLL_SLICE
+    seconds of store requests and the next poll goes on from there: a poll is bounded
+    whatever a foreign client counted in.
+    """
+    _answer_pings(ex, state, Deadline(POLL_SLICE))
+    scan = Deadline(POLL_SLICE)
     arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
         # Counted but not written yet: read on a later poll. Not a reason to stop: a
         # client that counts itself in and never writes must not hide the nodes after it.
+        if scan.expired():
+            break
         if a in state.read or not ex.has(ex.key("node", a)):
             continue
         state.read.add(a)
@@ -402,14 +427,19 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
         state.arrivals_seen += 1
 
 
-def _answer_pings(ex: Exchange, state: HostState) -> None:
+def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
+    """Answer clock pings, visitor by visitor from where the last scan stopped."""
     visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
-    for v in range(visitors):
+    for step in range(visitors):
+        if scan.expired():
+            return
+        v = (state.ping_cursor + step) % visitors
         k = state.pings_answered.get(v, 0)
         while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
             ex.put(ex.key("pong", v, k, shared=True), time.time())
             k += 1
         state.pings_answered[v] = k
+        state.ping_cursor = v + 1
 
 
 def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: int | None
@@ -473,9 +503,12 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) ->
     return found
 
 
-def read_visitors(ex: Exchange) -> list[Visitor]:
+def read_visitors(ex: Exchange, deadline: Deadline) -> list[Visitor]:
+    """Every visitor record there is, as far as the deadline allows (the counter is anyone's)."""
     visitors = []
     for v in range(min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
+        if deadline.expired():
+            break
         key = ex.key("visitor", v, shared=True)
         try:
             if ex.has(key):
@@ -486,14 +519,18 @@ def read_visitors(ex: Exchange) -> list[Visitor]:
 
 
 def gathering(ex: Exchange, roster: Roster, arrivals: dict[int, NodeFacts],
-              results: dict[int, NodeResults], duplicates, extras: list[int], expected_n: int | None,
-              expected_hostnames: tuple[str, ...], malformed: list[str], waited: float) -> Gathering:
+              results: dict[int, NodeResults], duplicates, extras: list[int],
+              expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
+              malformed: list[str], waited: float, deadline: Deadline) -> Gathering:
+    """What the rules need of the rendezvous; expected is (MIN, MAX) of --nnodes: ranks below
+    MIN are owed, seats up to MAX may be taken."""
+    low, high = expected
     members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
     ranks = {e.rank for e in roster.entries}
-    missing = tuple(r for r in range(expected_n or 0) if r not in ranks)
-    unseated = tuple(_unseated_reason(arrivals[a], expected_n) for a in extras)
-    foreign = tuple(v for v in read_visitors(ex) if v.run_id != ex.run_id)
-    return Gathering(members, expected_n, missing, expected_hostnames, duplicates, unseated,
+    missing = tuple(r for r in range(low or 0) if r not in ranks)
+    unseated = tuple(_unseated_reason(arrivals[a], high) for a in extras)
+    foreign = tuple(v for v in read_visitors(ex, deadline) if v.run_id != ex.run_id)
+    return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(malformed), round(waited, 3))
 
 

@@ -213,7 +213,8 @@ def _host(run: Run) -> rendezvous.Seat | None:
         results = rendezvous.collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
                                      run.phase_deadline(RESULTS_WAIT))
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
-                                        launch.nnodes_max, launch.hostnames, malformed, waited)
+                                        (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
+                                        malformed, waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members
         run.findings += diagnose.reach_summary(run.members)
         run.findings += diagnose.join_findings(gathered)

@@ -188,6 +188,17 @@ def test_join_missing_node_without_hostnames():
     ]
 
 
+def test_join_without_a_count_passes_with_one_joiner():
+    g = gathering((member(0), member(1)), expected=None)
+    assert [(f.severity, f.nodes) for f in diagnose.join_findings(g)] == [("pass", (0, 1))]
+
+
+def test_join_without_a_count_fails_when_the_host_heard_from_nobody():
+    found = diagnose.join_findings(gathering((member(0),), expected=None, waited=6.0))
+    assert [(f.check, f.severity, f.nodes, f.summary) for f in found] == [
+        ("rdzv.join", "fail", (0,), "no other node joined in 6 s")]
+
+
 def test_join_duplicate_claims_name_every_claimant():
     g = gathering((member(0), member(1), member(2)), duplicates={"1": ("node1", "node1-clone")})
     assert diagnose.join_findings(g) == [Finding(

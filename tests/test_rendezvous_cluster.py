@@ -155,12 +155,31 @@ def test_ipv6_loopback_endpoint(cluster, tmp_path):
 
 
 def test_host_without_ranks_is_the_node_owning_the_address(cluster, tmp_path):
-    """Arrival numbering: no ranks anywhere, the host waits for --join-window of quiet."""
+    """Arrival numbering: no ranks anywhere, the host closes after --join-window of quiet,
+    not at its join deadline (half of --timeout: 60 s here)."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = RDZV + ["--join-window", "3", "--timeout", "30"]
+        args = RDZV + ["--join-window", "3", "--timeout", "120"]
         runs = finish_all([start(c, i, args, tmp_path) for i in range(2)], 60)
     assert [r.rc for r in runs] == [0, 0], explain(runs)
     assert runs[0].report["role"] == "host" and runs[1].report["node_rank"] == 1
+    assert runs[0].report["timings"]["rendezvous"] < 30, explain(runs)
+
+
+def test_a_host_nobody_joins_fails(cluster, tmp_path):
+    """Nobody else comes: with --nnodes the missing rank is named, also when --timeout is
+    shorter than the host's own start-up; without it, 'no other node joined'. Never a pass."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, 0, ranked(0, 2, timeout=3), tmp_path),
+                           start(c, 1, RDZV[:1] + [f"node1:{PORT}", "--join-window", "1", "--timeout", "8"],
+                                 tmp_path)], 8 + GRACE + 5)
+    assert [r.rc for r in runs] == [2, 2], explain(runs)
+    counted, alone = runs[0].report, runs[1].report
+    assert [n["hostname"] for n in counted["nodes"]] == ["node0"], explain(runs)
+    assert [f["nodes"] for f in runs[0].findings("rdzv.join", "fail")] == [[1]], explain(runs)
+    (nobody,) = runs[1].findings("rdzv.join", "fail")
+    assert nobody["summary"].startswith("no other node joined") and nobody["nodes"] == [0], explain(runs)
+    assert not runs[0].findings("rdzv.join", "pass") and not runs[1].findings("rdzv.join", "pass")
+    assert alone["role"] == "host"
 
 
 def test_probe_subcommand_needs_no_torch(cluster, tmp_path):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from netcheck.model import Launch, Member, NodeFacts
 from netcheck.nics import Address, Nic, NicTable
 from netcheck.model import node_address
-from netcheck.rendezvous import assign_ranks
+from netcheck.deadline import Deadline
+from netcheck.rendezvous import Exchange, assign_ranks, host_gather, import_distributed, rendezvous_closed
 
 
 def nic(name: str, *addrs: str) -> Nic:
@@ -107,6 +110,46 @@ def test_the_arrivals_passed_in_are_not_changed():
     before = dict(nodes)
     assign_ranks(nodes, 0, 2)
     assert nodes == before
+
+
+# --- rendezvous_closed: when the host stops waiting -------------------------------------------
+
+WINDOW = 5.0
+
+
+@pytest.mark.parametrize("seated, low, high, quiet, closed", [
+    # --nnodes N: all N seats, whatever the quiet; never the window alone.
+    (2, 3, 3, 100.0, False),
+    (3, 3, 3, 0.0, True),
+    (1, 1, 1, 0.0, True),
+    # --nnodes MIN:MAX: all MAX at once; MIN once quiet for the window, not a moment before.
+    (4, 2, 4, 0.0, True),
+    (2, 2, 4, WINDOW - 0.01, False),
+    (2, 2, 4, WINDOW, True),
+    (3, 2, 4, WINDOW, True),
+    (1, 2, 4, 100.0, False),
+    # No count (arrival numbering): someone besides the host, then the window.
+    (2, None, None, WINDOW, True),
+    (2, None, None, WINDOW - 0.01, False),
+    (5, None, None, WINDOW, True),
+    (1, None, None, 100.0, False),     # the host alone proves nothing: it waits on
+    (0, None, None, 100.0, False),
+])
+def test_rendezvous_closes_by_torchruns_rules(seated, low, high, quiet, closed):
+    assert rendezvous_closed(seated, low, high, quiet, WINDOW) is closed
+
+
+def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_came():
+    """The join deadline is past before the first poll (a slow torch import): the host
+    polls once anyway, and the roster has the host and the node already in the store."""
+    dist = import_distributed()
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    ex = Exchange(store, "netcheck")
+    early = Exchange(dist.TCPStore("127.0.0.1", store.port, None, False, timedelta(seconds=10)), "netcheck")
+    early.put(early.key("node", early.count(early.key("arrivals"), 1) - 1), facts("early", 1))
+    seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
+    assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
+    assert assign_ranks(state.arrivals, seat.arrival, 2)[0] == {0: 1, 1: 0}
 
 
 # --- node_address ------------------------------------------------------------------------------
