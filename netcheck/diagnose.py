@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
 
 from netcheck.constants import (
     ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
     RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
 )
 from netcheck.config import Endpoint
+from netcheck.majority import split
 from netcheck.model import (
     FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
 )
@@ -204,10 +204,9 @@ def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
 def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
     """HOST resolving to IPv6 on some nodes and IPv4 on others breaks NCCL (FAILURES row 14)."""
     families = {m.rank: _families(m.facts.reach.addresses) for m in members if m.facts.reach}
-    if len(set(families.values())) <= 1:
+    odd = split(families).odd
+    if not odd:
         return []
-    common = Counter(families.values()).most_common(1)[0][0]
-    odd = tuple(sorted(r for r, f in families.items() if f != common))
     hostname = hostnames(members)
     return [Finding(RDZV_RESOLVE, WARN, odd,
                     "the rendezvous host resolves to different address families across nodes",

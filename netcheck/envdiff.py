@@ -26,6 +26,7 @@ from netcheck.constants import (
     ENV_MISMATCH, HOST_SHM, SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES,
 )
 from netcheck.envinfo import ABSENT, EnvFacts
+from netcheck import majority
 from netcheck.hashing import human_bytes
 from netcheck.model import FAIL, PASS, WARN, EnvRow, Finding
 
@@ -180,20 +181,20 @@ def compare(facts_by_rank: Mapping[int, EnvFacts]) -> list[Split]:
 
 
 def _split(key: str, facts_by_rank: Mapping[int, EnvFacts]) -> Split:
+    """Versions that differ only in how they are written (2.13.0 vs 2.13.0.post0) group
+    together, shown as the first node's spelling."""
     shown: dict[object, str] = {}
-    members: dict[object, list[int]] = defaultdict(list)
+    same_as: dict[int, object] = {}
     for rank in sorted(facts_by_rank):
         value = facts_by_rank[rank].values.get(key, _missing(key))
-        same_as = (version_key(value) if _is_version_key(key) else None) or value
-        shown.setdefault(same_as, value)
-        members[same_as].append(rank)
-    groups = sorted(((shown[k], tuple(r)) for k, r in members.items()),
-                    key=lambda g: (-len(g[1]), g[1]))
+        same_as[rank] = (version_key(value) if _is_version_key(key) else None) or value
+        shown.setdefault(same_as[rank], value)
+    split = majority.split(same_as)
+    groups = tuple((shown[v], ranks) for v, ranks in split.groups)
+    top = groups[0][0] if split.has_majority else None
     if len(groups) == 1:
-        return Split(key, SAME, tuple(groups), groups[0][0])
-    top = len(groups[0][1])
-    majority = groups[0][0] if top > 1 and top > len(groups[1][1]) else None
-    return Split(key, _severity(key, groups), tuple(groups), majority)
+        return Split(key, SAME, groups, top)
+    return Split(key, _severity(key, groups), groups, top)
 
 
 def _severity(key: str, groups) -> str:

@@ -8,7 +8,7 @@ that the mesh showed to carry traffic between every pair. Pure: no I/O, no print
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
@@ -17,6 +17,7 @@ from netcheck.constants import (
     MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
     NIC_TP_DEFAULT,
 )
+from netcheck.majority import split
 from netcheck.mesh import Attempt
 from netcheck.model import FAIL, PASS, WARN, Finding, Member, hostnames
 
@@ -217,9 +218,7 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
 def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], int]) -> tuple[int, ...]:
     """The nodes whose MTU differs from the most common one; every node on a mismatched
     path when no MTU is more common than the others (two nodes: either could be wrong)."""
-    counts = Counter(mtu_by_iface.values()).most_common()
-    common = counts[0][0] if len(counts) == 1 or counts[0][1] > counts[1][1] else None
-    odd_hosts = {h for (h, _), mtu in mtu_by_iface.items() if mtu != common}
+    odd_hosts = {h for h, _ in split(mtu_by_iface).odd}
     return tuple(m.rank for m in members if m.facts.hostname in odd_hosts)
 
 
@@ -261,11 +260,8 @@ def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
                                 tuple(f"{names[m.rank]} {p.device} port {p.port}: {p.state}" for m, p in down),
                                 "check the cable and the subnet manager (ibstat), or exclude the HCA "
                                 "with NCCL_IB_HCA"))
-    shapes = [tuple(v) for v in active.values()]
-    if len(set(shapes)) > 1:
-        # The most common set is the norm; on a tie, the fuller one (a port went missing).
-        common = max(set(shapes), key=lambda v: (shapes.count(v), len(v)))
-        odd = tuple(r for r, v in active.items() if tuple(v) != common)
+    odd = split({r: tuple(v) for r, v in active.items()}).odd
+    if odd:
         findings.append(Finding(NIC_IB, WARN, odd, "nodes have different sets of active InfiniBand "
                                 "ports", tuple(f"{names[r]}: {len(v)} active {v}" for r, v in sorted(active.items())),
                                 "uneven HCAs make NCCL fall back or fail: make every node's ports alike"))

@@ -9,10 +9,11 @@ not exist (`invalid device ordinal`).
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from netcheck.constants import LAUNCH_TOPOLOGY
 from netcheck.launcher import is_torchrun_worker
+from netcheck.majority import split
 from netcheck.model import FAIL, PASS, WARN, Finding, NodeFacts
 
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
@@ -108,12 +109,12 @@ def _nproc_disagree(processes) -> list[Finding]:
 
 
 def _disagreement(processes, view, what: str, fix: str) -> Finding:
-    values = Counter(view(f) for _, f in processes)
-    common = values.most_common(1)[0][0]
-    odd = [(r, f) for r, f in processes if view(f) != common]
+    views = split({i: view(f) for i, (_, f) in enumerate(processes)})
+    odd = [processes[i] for i in views.odd]
+    others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
     return Finding(LAUNCH_TOPOLOGY, FAIL, _ranks(odd),
                    f"nodes disagree about {what}: {', '.join(f.hostname for _, f in odd)} say "
-                   f"{', '.join(sorted({view(f) for _, f in odd}))}; the others {common}",
+                   f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
                    tuple(f"{f.hostname}: {view(f)}" for _, f in processes), fix)
 
 

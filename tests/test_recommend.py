@@ -151,4 +151,9 @@ def test_ib_port_down_fails_and_uneven_hcas_warn():
     down = IbPort("mlx5_1", 1, "DOWN", "InfiniBand", "200 Gb/sec (4X HDR)", "ib1")
     members = (member(0, nic("eth0", "198.18.0.10"), ib=(up, up)), member(1, nic("eth0", "198.18.0.11"), ib=(up, down)))
     findings = recommend.ib_findings(members)
-    assert [(f.severity, f.nodes) for f in findings] == [("fail", (1,)), ("warn", (1,))]
+    # The down port names node1; two nodes whose sets differ have no majority, so both are
+    # named as uneven (majority.split's one tie policy). A third node breaks the tie.
+    assert [(f.severity, f.nodes) for f in findings] == [("fail", (1,)), ("warn", (0, 1))]
+    third = member(2, nic("eth0", "198.18.0.12"), ib=(up, up))
+    assert [(f.severity, f.nodes) for f in recommend.ib_findings(members + (third,))] == [
+        ("fail", (1,)), ("warn", (1,))]
