@@ -430,10 +430,11 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Answer clock pings, visitor by visitor from where the last scan stopped."""
     visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
+    first = state.ping_cursor
     for step in range(visitors):
         if scan.expired():
             return
-        v = (state.ping_cursor + step) % visitors
+        v = (first + step) % visitors
         k = state.pings_answered.get(v, 0)
         while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
             ex.put(ex.key("pong", v, k, shared=True), time.time())

@@ -10,7 +10,9 @@ from netcheck.model import Launch, Member, NodeFacts
 from netcheck.nics import Address, Nic, NicTable
 from netcheck.model import node_address
 from netcheck.deadline import Deadline
-from netcheck.rendezvous import Exchange, assign_ranks, host_gather, import_distributed, rendezvous_closed
+from netcheck.rendezvous import (
+    Exchange, HostState, _answer_pings, assign_ranks, host_gather, import_distributed, rendezvous_closed,
+)
 
 
 def nic(name: str, *addrs: str) -> Nic:
@@ -142,14 +144,32 @@ def test_rendezvous_closes_by_torchruns_rules(seated, low, high, quiet, closed):
 def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_came():
     """The join deadline is past before the first poll (a slow torch import): the host
     polls once anyway, and the roster has the host and the node already in the store."""
-    dist = import_distributed()
-    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
-    ex = Exchange(store, "netcheck")
-    early = Exchange(dist.TCPStore("127.0.0.1", store.port, None, False, timedelta(seconds=10)), "netcheck")
+    ex = local_store()
+    early = Exchange(import_distributed().TCPStore("127.0.0.1", ex._store.port, None, False,
+                                                   timedelta(seconds=10)), "netcheck")
     early.put(early.key("node", early.count(early.key("arrivals"), 1) - 1), facts("early", 1))
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
     assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
     assert assign_ranks(state.arrivals, seat.arrival, 2)[0] == {0: 1, 1: 0}
+
+
+def local_store():
+    dist = import_distributed()
+    server = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    return Exchange(server, "netcheck")
+
+
+def test_one_ping_scan_answers_every_visitor_and_a_cut_short_scan_resumes():
+    ex = local_store()
+    state = HostState({}, [], {})
+    ex.count(ex.key("visitors", shared=True), 4)
+    for v in (1, 2, 3):
+        ex.put(ex.key("ping", v, 0, shared=True), "", signed=False)
+    _answer_pings(ex, state, Deadline(0.0))     # out of time before the first visitor
+    assert not any(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
+    _answer_pings(ex, state, Deadline(10.0))
+    assert all(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
+    assert state.pings_answered == {0: 0, 1: 1, 2: 1, 3: 1}
 
 
 # --- node_address ------------------------------------------------------------------------------
