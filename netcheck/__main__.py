@@ -1,5 +1,3 @@
-import sys
+from netcheck.cli import entry
 
-from netcheck.cli import main
-
-sys.exit(main())
+entry()

@@ -31,14 +31,10 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
-from nodes import PORT, finish
+from nodes import GRACE, PORT, finish
 
 ROOT = "netcheck"
 POLL = 0.01
-# Every surviving netcheck must end within --timeout plus this. netcheck keeps
-# REPORT_RESERVE (2 s) of --timeout for writing its report; the rest covers starting a
-# Python process and reading its exit on a loaded 2-core runner.
-GRACE = 5.0
 LOG_ENV = "NETCHECK_FAULT_LOG"
 NO_FINDING = r"(?!)"   # a `record` focus that matches nothing: the fault leaves no finding
 
@@ -343,6 +339,12 @@ class Agent:
 def arrival_args(timeout: float, join_window: float) -> list[str]:
     """No ranks: nodes are numbered as they arrive and the host waits for a quiet window."""
     return ["--rdzv", f"node0:{PORT}", "--join-window", str(join_window), "--timeout", str(timeout)]
+
+
+def counted_args(n: int, timeout: float) -> list[str]:
+    """--nnodes without ranks: numbered as they arrive, and the host closes once all n are
+    in (an event, whatever the machine's speed), not after a quiet window."""
+    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--timeout", str(timeout)]
 
 
 def ranked_args(i: int, n: int, timeout: float) -> list[str]:

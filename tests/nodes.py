@@ -17,9 +17,20 @@ from jsonschema import Draft202012Validator
 from cluster import Cluster
 
 PORT = 29500
+# The one multiplier for time in the cluster tests: every --timeout a test gives netcheck,
+# and every wait it allows beyond one, is scaled(SECONDS). The figures are sized for a busy
+# 2-core machine; on a slower one set NETCHECK_TEST_TIME_SCALE (say 2). Tests otherwise wait
+# on events (a line, a file, a store key), never on a guess of how long torch takes.
+TIME_SCALE = float(os.environ.get("NETCHECK_TEST_TIME_SCALE", "1"))
+
+
+def scaled(seconds: float) -> float:
+    return seconds * TIME_SCALE
+
+
 # What a netcheck process may take beyond its --timeout: Python's start-up before the
-# deadline starts and its shutdown with torch loaded, on a busy 2-core machine.
-GRACE = 5.0
+# deadline starts and its shutdown, on a busy 2-core machine.
+GRACE = scaled(5.0)
 SKIP_BANDWIDTH = ["--skip", "bandwidth"]
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "netcheck.report.schema.json"
 SCHEMA = Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))

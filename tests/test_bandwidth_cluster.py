@@ -22,6 +22,7 @@ import pytest
 
 from cluster import NodeSpec
 import nodes
+from nodes import scaled
 from netcheck import codec
 from netcheck.bwdiag import bandwidth_findings
 from netcheck.sweep import BandwidthResult, add_arguments, options_from_args
@@ -226,7 +227,7 @@ def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
     """The whole command, bandwidth included: 2 nodes x 2 processes, -c on."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
         args = lambda i: ["--rdzv", "node0:29500", "--nnodes", "2", "--node-rank", str(i),
-                          "--nproc-per-node", "2", "--timeout", "60", "--bw-budget", "4", "-c", "1",
+                          "--nproc-per-node", "2", "--timeout", str(scaled(60)), "--bw-budget", "4", "-c", "1",
                           "--plot", str(tmp_path / "bw-{rank}.png")]
         runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(2)], 90)
     # 4 gloo workers share this machine's 2 cores: a straggler warning is the truth here.

@@ -9,13 +9,13 @@ import re
 import pytest
 
 from cluster import NodeSpec
-from nodes import PORT, bind_mounted, explain, finish_all, start
+from nodes import PORT, bind_mounted, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
 
 def ranked(i: int, n: int, *extra: str) -> list[str]:
-    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", "40",
+    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", str(scaled(40)),
             *extra]
 
 
@@ -56,7 +56,7 @@ def test_broken_slurm_launch_fails_launch_topology(cluster, tmp_path):
     the ones with SLURM_LOCALID 1 and 2 would use GPUs that CUDA_VISIBLE_DEVICES=0 lacks."""
     base = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[0-1]"}
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = ["--rdzv", f"node0:{PORT}", "--timeout", "30"]
+        args = ["--rdzv", f"node0:{PORT}", "--timeout", str(scaled(30))]
         runs = [start(c, 0, args, tmp_path, env={**base, "SLURM_NODEID": "0"})]
         runs += [start(c, 1, args, tmp_path, env={**base, "SLURM_NODEID": "1", "SLURM_LOCALID": str(k),
                                                    "SLURM_NTASKS_PER_NODE": "3", "CUDA_VISIBLE_DEVICES": "0"})
@@ -100,6 +100,6 @@ def test_unusable_baseline_is_a_usage_error(tmp_path):
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-m", "netcheck", "--rdzv", "node0", "--baseline", str(bad)],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=scaled(30))
     assert done.returncode == 64 and done.stderr.count("\n") == 1, done.stderr
     assert "not a netcheck.report/1 report" in done.stderr

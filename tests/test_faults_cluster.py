@@ -22,11 +22,11 @@ import time
 import pytest
 
 from faults import (
-    Agent, arrival_args, assert_interrupted, assert_survivor, dropped_from, finish_each, lost_in,
+    Agent, arrival_args, assert_interrupted, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
 from netcheck.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
-from nodes import PORT, bind_mounted, start
+from nodes import PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required
 
@@ -39,7 +39,7 @@ LOCAL_STORE = f"127.0.0.1:{PORT}"   # the watch agent runs on the host's node
 def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     """Three joiners are SIGKILLed, SIGTERMed and SIGINTed as soon as they have published
     their facts; a sixth node starts only once the roster is posted."""
-    timeout = 30  # six nodes import torch on 2 cores: room for a busy CI machine
+    timeout = scaled(30)  # six nodes import torch on 2 cores: room for a busy CI machine
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     # The join window outlasts the join deadline: the host closes at its deadline.
     args = arrival_args(timeout, join_window=timeout)
@@ -50,7 +50,7 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
         while pending:
             node = int(agent.wait_for(r"^arrival \d+ node(\d+)")[1])
             if pending.pop(node, None) == "SIGINT":
-                took = signal_and_finish(c, runs[node], signal.SIGINT, within=3)
+                took = signal_and_finish(c, runs[node], signal.SIGINT, within=scaled(3))
             elif node in victims:
                 c.kill(runs[node].proc, getattr(signal, victims[node]))
         ranks = agent.roster(timeout)
@@ -76,7 +76,7 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     # SIGTERM (scancel, a pod deleted) is handled like Ctrl-C: the report so far, exit 143.
     assert runs[2].rc == 128 + signal.SIGTERM and "terminated" in runs[2].stderr, runs[2].stderr
     assert runs[2].report["unfinished"] == "rendezvous"
-    assert took < 3
+    assert took < scaled(3)
     interrupted = assert_interrupted(runs[3], "rendezvous")
     assert [f["check"] for f in interrupted["findings"]] == ["rdzv.resolve", "rdzv.reach"]
 
@@ -94,10 +94,10 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
     """While the mesh runs (slowed by a filtered candidate on the host), one joiner is
     SIGKILLed with its listeners offered, and another node's firewall starts dropping
     inbound connections."""
-    timeout = 30  # four nodes import torch on 2 cores, then a 2 s mesh: room for a busy CI
+    timeout = scaled(30)  # four nodes import torch on 2 cores, then a 2 s mesh: room for a busy CI
     with cluster(nodes(4)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(4)}
+        runs = {i: start(c, i, counted_args(4, timeout), tmp_path) for i in range(4)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         ranks = agent.roster(timeout)
         rank = {node: ranks[f"node{node}"][0] for node in runs}
@@ -132,7 +132,7 @@ def test_link_cut_during_the_mesh(cluster, tmp_path):
     """node2's cable is pulled (its switch port goes down) while every node is in the mesh:
     no packet and no reset either way. The host and node2 each name the other, lost in the
     mesh; node1 carries on."""
-    timeout = 20
+    timeout = scaled(20)
     with cluster(nodes(3)) as c:
         slow_mesh(c)
         runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(3)}
@@ -153,7 +153,7 @@ def test_link_cut_during_the_mesh(cluster, tmp_path):
 def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
     """Two joiners hash a 1.25 GiB --hash folder (sparse files): one is SIGKILLed and one
     interrupted (Ctrl-C) with a file of it open; the other two nodes hash a small folder."""
-    timeout = 20
+    timeout = scaled(20)
     code, big = tmp_path / "code", tmp_path / "big"
     for folder, files, size in ((code, 1, 100), (big, 5, 256 << 20)):
         folder.mkdir()
@@ -167,7 +167,7 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
         for node, sig in hashing.items():
             wait_until(lambda: opened_under(runs[node].proc.pid, str(code)), timeout, f"node{node} hashing")
             if sig == "SIGINT":
-                took = signal_and_finish(c, runs[node], signal.SIGINT, within=3)
+                took = signal_and_finish(c, runs[node], signal.SIGINT, within=scaled(3))
             else:
                 c.kill(runs[node].proc)
         finish_each(runs.values(), timeout + 10)
@@ -184,7 +184,7 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
     envs = {n["rank"]: n["env"] is not None for n in host["nodes"]}
     assert envs == {0: True, 1: True, 2: False, 3: False}
     assert assert_survivor(runs[1], timeout, codes=(0,))["verdict"] == "pass"
-    assert runs[2].rc == -signal.SIGKILL and took < 3
+    assert runs[2].rc == -signal.SIGKILL and took < scaled(3)
     interrupted = assert_interrupted(runs[3], "env")
     assert {"rdzv.join", "mesh.connect"} <= {f["check"] for f in interrupted["findings"]}
     assert "mesh.connect" in runs[3].stdout, "what it had learnt is printed"
@@ -193,10 +193,10 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
 def test_host_killed_during_the_mesh(cluster, tmp_path):
     """The host is SIGKILLed while both joiners are in the mesh (slowed by a filtered
     candidate on the host): each stops waiting at once and names the host lost there."""
-    timeout = 16
+    timeout = scaled(30)  # events end it; the room is for three torch imports on a busy machine
     with cluster(nodes(3)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(3)}
+        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(3)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         ranks = agent.roster(timeout)
         agent.wait_for_all([rf"^offer {ranks[f'node{node}'][0]}$" for node in runs])
@@ -214,17 +214,17 @@ def test_host_killed_during_the_mesh(cluster, tmp_path):
 
 def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
     """Ctrl-C on the host while it waits for a node that never comes."""
-    timeout = 16
+    timeout = scaled(30)  # the host's start-up under load must leave it waiting when node1 arrives
     with cluster(nodes(3)) as c:
         runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         agent.wait_for(r"^arrival \d+ node1$")
-        took = signal_and_finish(c, runs[0], signal.SIGINT, within=3)
+        took = signal_and_finish(c, runs[0], signal.SIGINT, within=scaled(3))
         finish_each(runs.values(), timeout + 10)
     record("host SIGINT (Ctrl-C) while it waits for joiners", "rendezvous", timeout, list(runs.values()),
            {0: "victim: the host, SIGINT (Ctrl-C)", 1: "joiner waiting for the roster"})
 
-    assert took < 3
+    assert took < scaled(3)
     host = assert_interrupted(runs[0], "rendezvous")
     assert host["role"] == "host" and "rdzv.listen" in runs[0].stdout
     joiner = assert_survivor(runs[1], timeout)
@@ -235,14 +235,14 @@ def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
 def test_joiners_lost_during_reach(cluster, tmp_path):
     """Two joiners whose SYNs the host's firewall drops are in their reach probe: one is
     interrupted (Ctrl-C), one SIGKILLed; a third joiner gets through."""
-    timeout = 12
+    timeout = scaled(20)  # the host waits half of it for the two that never come
     with cluster(nodes(4)) as c:
         for victim in (1, 3):
             c.drop_inbound(0, PORT, source=victim)
         runs = {i: start(c, i, ranked_args(i, 4, timeout), tmp_path) for i in range(4)}
         sources = [c.nodes[v].addr for v in (1, 3)]
         wait_until(lambda: all(dropped_from(c, 0).get(a) for a in sources), timeout, "probes dropped")
-        took = signal_and_finish(c, runs[1], signal.SIGINT, within=3)
+        took = signal_and_finish(c, runs[1], signal.SIGINT, within=scaled(3))
         c.kill(runs[3].proc)
         finish_each(runs.values(), timeout + 10)
     roles = {0: "host", 2: "joiner", 1: "victim: SIGINT (Ctrl-C) in its reach probe (SYNs dropped)",
@@ -254,7 +254,7 @@ def test_joiners_lost_during_reach(cluster, tmp_path):
     never = {tuple(f["nodes"]) for f in host["findings"] if "never joined" in f["summary"]}
     assert never == {(1,), (3,)}, host["findings"]
     assert assert_survivor(runs[2], timeout, codes=(0,))["verdict"] == "pass"
-    assert took < 3 and runs[3].rc == -signal.SIGKILL
+    assert took < scaled(3) and runs[3].rc == -signal.SIGKILL
     assert_interrupted(runs[1], "reach")
 
 
@@ -281,7 +281,7 @@ def bw_stage(report: dict) -> dict:
 def test_joiners_lost_during_the_sweep(cluster, tmp_path):
     """Once the host has measured a row, three joiners are SIGKILLed, SIGTERMed and
     interrupted (Ctrl-C): their workers go with them, and the others stop at once."""
-    timeout = 40  # four nodes and four workers import torch on 2 cores before the sweep
+    timeout = scaled(40)  # four nodes and four workers import torch on 2 cores before the sweep
     victims = {1: signal.SIGKILL, 2: signal.SIGTERM, 3: signal.SIGINT}
     with cluster(nodes(4)) as c:
         runs = start_sweeping(c, 4, timeout, tmp_path)
@@ -307,7 +307,7 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     """Once the host has measured a row, node1's cable is pulled (its switch port goes
     down): no packet and no reset either way, the store connection and the workers' links
     just go quiet. Each side names the other, lost in the bandwidth phase."""
-    timeout = 40
+    timeout = scaled(40)
     with cluster(nodes(2)) as c:
         runs = start_sweeping(c, 2, timeout, tmp_path)
         c.cut_link(1)
@@ -332,7 +332,7 @@ def test_joiner_hung_during_the_sweep(cluster, tmp_path):
     """node1's netcheck is SIGSTOPped once the host has measured a row (a hung process: its
     sockets stay open, so nobody hears a reset). The host names it lost in the bandwidth
     phase once its beat has stopped; node2 stops with the host's abort."""
-    timeout = 40
+    timeout = scaled(40)
     with cluster(nodes(3)) as c:
         runs = start_sweeping(c, 3, timeout, tmp_path)
         c.kill(runs[1].proc, signal.SIGSTOP)
@@ -354,7 +354,7 @@ def test_joiner_hung_during_the_sweep(cluster, tmp_path):
 def test_host_killed_during_the_sweep(cluster, tmp_path):
     """The host is SIGKILLed once it has measured a row: the joiner stops its workers and
     names the host, lost in the bandwidth phase."""
-    timeout = 30
+    timeout = scaled(30)
     with cluster(nodes(2)) as c:
         runs = start_sweeping(c, 2, timeout, tmp_path)
         c.kill(runs[0].proc)

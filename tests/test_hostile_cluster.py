@@ -14,10 +14,10 @@ import re
 import pytest
 
 from faults import (
-    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, SILENT_CONNECTIONS, Agent, PeakMemory, arrival_args,
+    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, SILENT_CONNECTIONS, Agent, PeakMemory, counted_args,
     assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
-from nodes import PORT, start
+from nodes import PORT, scaled, start
 
 pytestmark = pytest.mark.root_required
 
@@ -43,7 +43,9 @@ HOSTILE_AFTER_THE_ROSTER = {"counters": ("the shared visitor counter pushed by 1
 def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_path):
     """A foreign client does its worst before the last real node starts, and pushes the
     visitor counter once the roster is posted."""
-    timeout = 16
+    # node2 starts only after the hostile writes, which wait for the host's store: two torch
+    # imports in a row inside the host's join deadline (half of this) on a busy machine.
+    timeout = scaled(40)
     actions = [*HOSTILE_BEFORE_THE_LAST_NODE, "roster", *HOSTILE_AFTER_THE_ROSTER]
     with cluster(nodes(4)) as c:
         runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
@@ -79,11 +81,11 @@ def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
     """Every mesh listener is flooded as soon as it is offered (100 connections held open
     that never send, 4 threads connecting and closing), while the other nodes probe it; a
     filtered candidate on the host keeps the mesh open for its 2 s connect timeout."""
-    timeout = 16
+    timeout = scaled(30)
     flood_seconds = 4
     with cluster(nodes(4)) as c:
         slow_mesh(c, peers=(1, 2))  # not node3, whose flood would wait on the filtered address
-        runs = {i: start(c, i, arrival_args(timeout, join_window=2), tmp_path) for i in range(3)}
+        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(3)}
         memory = PeakMemory(runs[0].proc.pid)
         agent = Agent.start(c, 3, "watch", f"node0:{PORT}", "--flood", str(flood_seconds))
         ranks = agent.roster(timeout)
@@ -103,13 +105,15 @@ def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
 
 
 def test_a_node_without_the_token_is_not_seated(cluster, tmp_path):
-    """--token: node2 does not have the secret; node1 has it through NETCHECK_TOKEN."""
-    timeout = 20
+    """--token: node2 does not have the secret; node1 has it through NETCHECK_TOKEN and
+    starts once the host has read node2's unsigned facts (so they are judged before the
+    roster, not as a latecomer's)."""
+    timeout = scaled(30)
     with cluster(nodes(3)) as c:
-        args = arrival_args(timeout, join_window=3)
-        runs = {0: start(c, 0, args + ["--token", "s3cret"], tmp_path),
-                1: start(c, 1, args, tmp_path, env={"NETCHECK_TOKEN": "s3cret"}),
-                2: start(c, 2, args, tmp_path)}
+        args = counted_args(2, timeout)
+        runs = {0: start(c, 0, args + ["--token", "s3cret"], tmp_path), 2: start(c, 2, args, tmp_path)}
+        Agent.start(c, 0, "watch", f"127.0.0.1:{PORT}").wait_for(r"^arrival \d+ node2$", timeout)
+        runs[1] = start(c, 1, args, tmp_path, env={"NETCHECK_TOKEN": "s3cret"})
         finish_each(runs.values(), timeout + 10)
     host = assert_survivor(runs[0], timeout, codes=(1,))
     assert [n["hostname"] for n in host["nodes"]] == ["node0", "node1"], host["nodes"]

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from cluster import NodeSpec
-from nodes import PORT, explain, finish_all, start
+from nodes import PORT, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
 ALLREDUCE = str(Path(__file__).with_name("gloo_allreduce.py"))
 
 
-def run_cluster(c, tmp_path, envs=None, timeout=30):
+def run_cluster(c, tmp_path, envs=None, timeout=scaled(30)):
     n = len(c.nodes)
     envs = envs or [None] * n
     args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
@@ -32,7 +32,7 @@ def gloo_allreduce(c, env_per_node):
     n = len(c.nodes)
     procs = [c.popen(i, [sys.executable, ALLREDUCE, "node0:29600", str(i), str(n)], env=env_per_node[i])
              for i in range(n)]
-    return [p.communicate(timeout=60) + (p.returncode,) for p in procs]
+    return [p.communicate(timeout=scaled(60)) + (p.returncode,) for p in procs]
 
 
 def recommended_env(report: dict, hostname: str) -> dict:
@@ -145,7 +145,7 @@ def test_second_interface_on_the_same_subnet_is_flagged(cluster, tmp_path):
 
 def test_only_mesh_runs_the_mesh_on_the_rendezvous_it_needs(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", str(i), "--timeout", "30",
+        args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", str(i), "--timeout", str(scaled(30)),
                           "--only", "mesh"]
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(2)], 60)
     assert [r.rc for r in runs] == [0, 0], explain(runs)

@@ -13,14 +13,14 @@ import time
 import pytest
 
 from cluster import NodeSpec
-from nodes import GRACE, PORT, explain, finish, finish_all, start
+from nodes import GRACE, PORT, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
 RDZV = ["--rdzv", f"node0:{PORT}"]
 
 
-def ranked(i: int, n: int, timeout: float = 30) -> list[str]:
+def ranked(i: int, n: int, timeout: float = scaled(30)) -> list[str]:
     return RDZV + ["--nnodes", str(n), "--node-rank", str(i), "--timeout", str(timeout)]
 
 
@@ -46,7 +46,7 @@ def test_master_port_dropped_for_one_joiner(cluster, tmp_path):
     """The joiner says `filtered` in seconds; the host names it missing by rank and hostname."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.drop_inbound(0, PORT, source=2)
-        runs = [start(c, i, RDZV + ["--timeout", "16"], tmp_path, env=slurm_env(i, 3))
+        runs = [start(c, i, RDZV + ["--timeout", str(scaled(16))], tmp_path, env=slurm_env(i, 3))
                 for i in range(3)]
         blocked = finish(runs[2], 10)
         finish_all(runs[:2], 30)
@@ -56,7 +56,7 @@ def test_master_port_dropped_for_one_joiner(cluster, tmp_path):
     # Said at the first answer, not after waiting out the join window (timed in benchmarks/).
     assert blocked.report["nodes"][0]["facts"]["reach"]["attempts"] == 1
     assert runs[1].rc == 0, explain(runs)
-    assert runs[0].rc == 2 and runs[0].seconds < 16 + GRACE
+    assert runs[0].rc == 2 and runs[0].seconds < scaled(16) + GRACE
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2] and "node2" in missing["summary"]
     assert runs[0].report["faulty_nodes"] == ["node2"]
@@ -66,7 +66,7 @@ def test_joiner_reach_outcomes_without_a_host(cluster, tmp_path):
     """refused (REJECT), dns, unreachable and nothing-listening, each its own verdict."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.reject_inbound(0, PORT)
-        args = ["--node-rank", "1", "--nnodes", "2", "--timeout", "6"]
+        args = ["--node-rank", "1", "--nnodes", "2", "--timeout", str(scaled(6))]
         runs = [
             start(c, 1, RDZV + args, tmp_path),                               # REJECT -> refused
             start(c, 2, ["--rdzv", "nosuchnode.invalid:29500"] + args, tmp_path),
@@ -80,7 +80,7 @@ def test_joiner_reach_outcomes_without_a_host(cluster, tmp_path):
     assert "unreachable" in runs[2].findings("rdzv.reach", "fail")[0]["summary"]
     nobody = runs[3]
     assert "refused" in nobody.findings("rdzv.reach", "fail")[0]["summary"]
-    assert nobody.report["unfinished"] is None and nobody.seconds < 6 + GRACE
+    assert nobody.report["unfinished"] is None and nobody.seconds < scaled(6) + GRACE
 
 
 def test_joiner_started_before_the_host_passes(cluster, tmp_path):
@@ -108,8 +108,8 @@ def test_port_held_by_another_process_is_named(cluster, tmp_path):
 
 def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, i, ranked(i, 3, timeout=12), tmp_path) for i in range(2)], 20)
-    assert runs[0].rc == 2 and runs[0].seconds < 12 + GRACE, explain(runs)
+        runs = finish_all([start(c, i, ranked(i, 3, timeout=scaled(12)), tmp_path) for i in range(2)], 20)
+    assert runs[0].rc == 2 and runs[0].seconds < scaled(12) + GRACE, explain(runs)
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2]
     assert runs[1].rc == 0, explain(runs)
@@ -117,10 +117,10 @@ def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
 
 def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = [start(c, 0, ranked(0, 3, timeout=14), tmp_path),
-                start(c, 1, ranked(1, 3, timeout=14), tmp_path),
-                start(c, 2, ranked(1, 3, timeout=14), tmp_path),
-                start(c, 3, ranked(2, 3, timeout=14) + ["--rdzv-id", "other-job"], tmp_path)]
+        runs = [start(c, 0, ranked(0, 3, timeout=scaled(14)), tmp_path),
+                start(c, 1, ranked(1, 3, timeout=scaled(14)), tmp_path),
+                start(c, 2, ranked(1, 3, timeout=scaled(14)), tmp_path),
+                start(c, 3, ranked(2, 3, timeout=scaled(14)) + ["--rdzv-id", "other-job"], tmp_path)]
         finish_all(runs, 30)
     host = runs[0].report
     assert runs[0].rc == 2, explain(runs)
@@ -147,7 +147,7 @@ def test_unresolvable_fqdn_names_both_nodes(cluster, tmp_path):
 
 def test_ipv6_loopback_endpoint(cluster, tmp_path):
     with cluster([NodeSpec()]) as c:
-        args = ["--rdzv", f"[::1]:{PORT}", "--nnodes", "2", "--timeout", "30"]
+        args = ["--rdzv", f"[::1]:{PORT}", "--nnodes", "2", "--timeout", str(scaled(30))]
         runs = finish_all([start(c, 0, args + ["--node-rank", "0"], tmp_path),
                            start(c, 0, args + ["--node-rank", "1"], tmp_path)], 60)
     assert [r.rc for r in runs] == [0, 0], explain(runs)
@@ -158,7 +158,7 @@ def test_host_without_ranks_is_the_node_owning_the_address(cluster, tmp_path):
     """Arrival numbering: no ranks anywhere, the host closes after --join-window of quiet,
     not at its join deadline (half of --timeout: 60 s here)."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = RDZV + ["--join-window", "3", "--timeout", "120"]
+        args = RDZV + ["--join-window", "3", "--timeout", str(scaled(120))]
         runs = finish_all([start(c, i, args, tmp_path) for i in range(2)], 60)
     assert [r.rc for r in runs] == [0, 0], explain(runs)
     assert runs[0].report["role"] == "host" and runs[1].report["node_rank"] == 1
@@ -169,9 +169,9 @@ def test_a_host_nobody_joins_fails(cluster, tmp_path):
     """Nobody else comes: with --nnodes the missing rank is named, also when --timeout is
     shorter than the host's own start-up; without it, 'no other node joined'. Never a pass."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, 0, ranked(0, 2, timeout=3), tmp_path),
-                           start(c, 1, RDZV[:1] + [f"node1:{PORT}", "--join-window", "1", "--timeout", "8"],
-                                 tmp_path)], 8 + GRACE + 5)
+        runs = finish_all([start(c, 0, ranked(0, 2, timeout=scaled(3)), tmp_path),
+                           start(c, 1, RDZV[:1] + [f"node1:{PORT}", "--join-window", "1", "--timeout", str(scaled(8))],
+                                 tmp_path)], scaled(8) + GRACE + 5)
     assert [r.rc for r in runs] == [2, 2], explain(runs)
     counted, alone = runs[0].report, runs[1].report
     assert [n["hostname"] for n in counted["nodes"]] == ["node0"], explain(runs)
@@ -187,6 +187,6 @@ def test_probe_subcommand_needs_no_torch(cluster, tmp_path):
         c.drop_inbound(0, PORT)
         code = ("import sys, netcheck.cli as m; rc = m.main(['probe', 'node0:29500', '--timeout', '1']);"
                 " print('torch' in sys.modules); sys.exit(rc)")
-        done = c.run(1, [sys.executable, "-c", code], timeout=15)
+        done = c.run(1, [sys.executable, "-c", code], timeout=scaled(15))
     assert done.returncode == 2 and done.stdout.strip().endswith("False"), done.stdout + done.stderr
     assert "filtered" in done.stdout

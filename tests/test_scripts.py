@@ -19,7 +19,7 @@ import yaml
 from cluster import NodeSpec
 from netcheck import __version__
 from netcheck.launcher import detect_launch, expand_hostlist, rdzv_from_env
-from nodes import SKIP_BANDWIDTH, read_report
+from nodes import SKIP_BANDWIDTH, read_report, scaled
 from test_export import series
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, s
 @pytest.mark.root_required
 def test_sbatch_on_three_healthy_nodes_collects_every_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", "30", *SKIP_BANDWIDTH]), 60)
+        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", str(scaled(30)), *SKIP_BANDWIDTH]), 60)
     assert [rc for rc, _ in done] == [0, 0, 0], done
     folder = tmp_path / "netcheck-4242"
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -130,8 +130,8 @@ def test_sbatch_with_a_node_missing_names_it_in_the_exclude_list_and_metrics(clu
     """node2 is in the allocation but never runs; --prom is node-local, one path per node."""
     prom = lambda i: tmp_path / f"textfile-node{i}.prom"
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path, lambda i: ["--timeout", "12", "--prom", str(prom(i))]),
-                        30)
+        done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path, lambda i: ["--timeout", str(scaled(20)), "--prom", str(prom(i))]),
+                        scaled(20) + 15)
     assert [rc for rc, _ in done] == [2, 0], done
     folder = tmp_path / "netcheck-4242"
     assert (folder / "exclude.txt").read_text() == "node2\n"
@@ -194,7 +194,7 @@ def test_manifests_command_forms_the_cluster_on_namespaces(cluster, tmp_path):
     hosts = tuple(f"198.18.0.{10 + i} {name}.netcheck" for i, name in enumerate(names))
     with cluster([NodeSpec(hostname=name, hosts_extra=hosts) for name in names]) as c:
         assert [n.addr for n in c.nodes] == [h.split()[0] for h in hosts]
-        assert c.run(1, wait["command"], timeout=5).returncode == 0
+        assert c.run(1, wait["command"], timeout=scaled(5)).returncode == 0
         procs = [c.popen(i, [*argv, *SKIP_BANDWIDTH, "--json", str(tmp_path / f"{names[i]}.json")],
                          env={**container_env(job, i), "MASTER_ADDR": None, "MASTER_PORT": None})
                  for i in range(2)]

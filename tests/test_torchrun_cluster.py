@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cluster import NodeSpec
-from nodes import SKIP_BANDWIDTH
+from nodes import SKIP_BANDWIDTH, scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -23,14 +23,14 @@ def torchrun(tmp_path, *netcheck_args: str, nproc: int = 2) -> list[str]:
             "-m", "netcheck", "--json", str(tmp_path / "rank{rank}.json"), *netcheck_args]
 
 
-def run_both(c, argv, timeout=90):
+def run_both(c, argv, timeout=scaled(90)):
     procs = [c.popen(i, argv) for i in range(2)]
     return [p.communicate(timeout=timeout) + (p.returncode,) for p in procs]
 
 
 def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        results = run_both(c, torchrun(tmp_path, "--timeout", "60", "--bw-budget", "4"), timeout=120)
+        results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(60)), "--bw-budget", "4"), timeout=scaled(120))
     report = json.loads((tmp_path / "rank0.json").read_text())
     # 4 gloo workers, 4 netcheck ranks and 2 agents share this machine's 2 cores: one node's
     # intra-node sweep running at a third of the other's (bw.straggler) is the truth here.
@@ -57,7 +57,7 @@ def test_worker_store_port_blocked_for_one_node_fails_clearly(cluster, tmp_path)
     workers say `filtered` in seconds, rank 0 names ranks 2 and 3 missing; nobody hangs."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
         c.allow_only_inbound(0, [RDZV_PORT])
-        results = run_both(c, torchrun(tmp_path, "--timeout", "16", *SKIP_BANDWIDTH), timeout=60)
+        results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(16)), *SKIP_BANDWIDTH), timeout=scaled(60))
     assert [rc for *_, rc in results] != [0, 0]
     node1_out = results[1][0]
     assert "FAIL  rdzv.reach" in node1_out and "filtered" in node1_out, results[1]
