@@ -38,7 +38,9 @@ LOCAL_STORE = f"127.0.0.1:{PORT}"   # the watch agent runs on the host's node
 
 def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     """Three joiners are SIGKILLed, SIGTERMed and SIGINTed as soon as they have published
-    their facts; a sixth node starts only once the roster is posted."""
+    their facts; a sixth node starts only once the roster is posted. node4 is held
+    (SIGSTOP) from the roster until the latecomer has arrived, so the host, waiting for
+    node4's mesh offer, is still there to name it, whatever the machine's speed."""
     timeout = scaled(30)  # six nodes import torch on 2 cores: room for a busy CI machine
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     # The join window outlasts the join deadline: the host closes at its deadline.
@@ -54,7 +56,11 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
             elif node in victims:
                 c.kill(runs[node].proc, getattr(signal, victims[node]))
         ranks = agent.roster(timeout)
+        agent.wait_for(rf"^result {ranks['node4'][1]}$", timeout)   # seated and reported back
+        c.kill(runs[4].proc, signal.SIGSTOP)
         runs[5] = start(c, 5, args, tmp_path)
+        agent.wait_for(r"^arrival \d+ node5$", timeout)
+        c.kill(runs[4].proc, signal.SIGCONT)
         finish_each(runs.values(), timeout + 10)
     roles = {0: "host", 4: "joiner", 5: "latecomer: started once the roster was posted",
              **{v: f"victim: {sig} once arrived" for v, sig in victims.items()}}

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cluster import NodeSpec
+from faults import Agent
 from nodes import GRACE, PORT, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -116,12 +117,21 @@ def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
 
 
 def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path):
-    with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = [start(c, 0, ranked(0, 3, timeout=scaled(14)), tmp_path),
-                start(c, 1, ranked(1, 3, timeout=scaled(14)), tmp_path),
-                start(c, 2, ranked(1, 3, timeout=scaled(14)), tmp_path),
-                start(c, 3, ranked(2, 3, timeout=scaled(14)) + ["--rdzv-id", "other-job"], tmp_path)]
-        finish_all(runs, 30)
+    """node1 and node2 both claim rank 1, node3 comes with another run id; node4 (rank 2)
+    starts once the host has read both claims and node3 has been turned away, so the host
+    closes on the last seat, not at a deadline (half of --timeout: room for two torch
+    imports in a row on a busy machine)."""
+    timeout = scaled(40)
+    with cluster([NodeSpec() for _ in range(5)]) as c:
+        runs = [start(c, 0, ranked(0, 3, timeout), tmp_path),
+                start(c, 1, ranked(1, 3, timeout), tmp_path),
+                start(c, 2, ranked(1, 3, timeout), tmp_path),
+                start(c, 3, ranked(2, 3, timeout) + ["--rdzv-id", "other-job"], tmp_path)]
+        watch = Agent.start(c, 0, "watch", f"127.0.0.1:{PORT}")
+        watch.wait_for_all([r"^arrival \d+ node1$", r"^arrival \d+ node2$"], timeout)
+        finish(runs[3], timeout)
+        runs.append(start(c, 4, ranked(2, 3, timeout), tmp_path))
+        finish_all(runs[:3] + runs[4:], timeout + GRACE)
     host = runs[0].report
     assert runs[0].rc == 2, explain(runs)
     summaries = [f["summary"] for f in runs[0].findings("rdzv.join")]
@@ -129,7 +139,7 @@ def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path
     assert dup["nodes"] == [1] and {e.split()[0] for e in dup["evidence"]} == {"node1", "node2"}
     assert any("node3" in s and "other-job" in s for s in summaries), summaries
     seated = [n["hostname"] for n in host["nodes"]]
-    assert seated[0] == "node0" and len(seated) == 2 and "node3" not in seated
+    assert seated[0] == "node0" and seated[2] == "node4" and len(seated) == 3 and "node3" not in seated
     unseated = runs[1] if seated[1] == "node2" else runs[2]
     assert unseated.rc == 2 and unseated.findings("rdzv.join", "fail"), explain(runs)
     assert runs[3].rc == 2 and "serves run id 'netcheck'" in runs[3].findings("rdzv.join")[0]["summary"]
