@@ -2,13 +2,14 @@
 
 Per repeat, on a fresh 3-node namespace cluster:
   1. `netcheck --rdzv node0:29500 --nnodes 3 --node-rank i --timeout 60 --json PATH` on
-     node i = 0, 1, 2, all started together: each process's wall time, when its text
+     node i = 0, 1, 2 (with --arrival: no --nnodes/--node-rank; with --skip-bandwidth:
+     phases 1-6), all started together: each process's wall time, when its text
      report reached stdout, its exit code and verdict, and its JSON report's phase timings;
   2. three `python -c 'import torch'` at once (one per node), then one alone.
 One untimed `import torch` first warms the page cache. Median and min over the repeats.
 
 Reproduce (root; needs ip netns, iptables, unshare; about 1 minute):
-    cd /work/main && .venv/bin/python benchmarks/healthy_cluster.py
+    cd /work/main && .venv/bin/python benchmarks/healthy_cluster.py [--arrival] [--skip-bandwidth]
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     repeat 1:
@@ -43,15 +44,18 @@ NODES = 3
 CAP = 120.0  # a run past this is a hang: netcheck's own --timeout is 60
 
 
-def netcheck_argv(i: int, json_path: Path) -> list[str]:
-    return [PY, "-m", "netcheck", "--rdzv", f"node0:{PORT}", "--nnodes", str(NODES),
-            "--node-rank", str(i), "--timeout", "60", "--json", str(json_path)]
+def netcheck_argv(i: int, json_path: Path, arrival: bool, phases: list[str]) -> list[str]:
+    """Ranked (--nnodes/--node-rank) or, with `arrival`, the README's one-shot form: no
+    count, the host closes after --join-window (5 s) of quiet."""
+    ranks = [] if arrival else ["--nnodes", str(NODES), "--node-rank", str(i)]
+    return [PY, "-m", "netcheck", "--rdzv", f"node0:{PORT}", *ranks, *phases, "--timeout", "60",
+            "--json", str(json_path)]
 
 
-def netcheck_trio(c: Cluster, tmp: Path) -> list[dict]:
+def netcheck_trio(c: Cluster, tmp: Path, arrival: bool, phases: list[str]) -> list[dict]:
     """One netcheck per node, started together; wall time, exit code, report timings."""
     paths = [tmp / f"node{i}.json" for i in range(NODES)]
-    runs = [start(c, i, netcheck_argv(i, paths[i]), f"node{i}") for i in range(NODES)]
+    runs = [start(c, i, netcheck_argv(i, paths[i], arrival, phases), f"node{i}") for i in range(NODES)]
     rows = []
     for i, t in enumerate(runs):
         finish(c, t, CAP)
@@ -71,9 +75,10 @@ def torch_imports(c: Cluster, nodes: list[int]) -> list[float]:
     return [t.seconds for t in runs]
 
 
-def one_repeat() -> tuple[list[dict], list[float], list[float]]:
+def one_repeat(arrival: bool, phases: list[str]) -> tuple[list[dict], list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp, Cluster([NodeSpec() for _ in range(NODES)]) as c:
-        return netcheck_trio(c, Path(tmp)), torch_imports(c, [0, 1, 2]), torch_imports(c, [0])
+        return (netcheck_trio(c, Path(tmp), arrival, phases), torch_imports(c, [0, 1, 2]),
+                torch_imports(c, [0]))
 
 
 def show_repeat(k: int, trio: list[dict], three: list[float], alone: list[float]) -> None:
@@ -104,12 +109,15 @@ def show_summary(repeats: list[tuple[list[dict], list[float], list[float]]]) -> 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--arrival", action="store_true", help="no --nnodes/--node-rank: arrival numbering")
+    p.add_argument("--skip-bandwidth", action="store_true", help="phases 1-6 only")
     args = p.parse_args()
+    phases = ["--skip", "bandwidth"] if args.skip_bandwidth else []
     print("machine:", ", ".join(f"{k}={v}" for k, v in machine_facts().items()))
     subprocess.run([PY, "-c", "import torch"], check=True)  # warm the page cache, untimed
     repeats = []
     for k in range(1, args.repeats + 1):
-        repeats.append(one_repeat())
+        repeats.append(one_repeat(args.arrival, phases))
         show_repeat(k, *repeats[-1])
     show_summary(repeats)
 

@@ -81,7 +81,9 @@ def add_arguments(parser) -> None:
     g.add_argument("--expect-busbw", type=float, metavar="GBPS",
                    help="fail bw.busbw when the all-rank busbw peaks below this many GB/s")
     g.add_argument("--bw-budget", type=float, metavar="S",
-                   help=f"seconds the sweeps may take in all (default {BW_DEFAULT_BUDGET:g})")
+                   help="seconds the timed sweeps and pair rounds may take together, counted once "
+                   "every worker is up; worker start-up (importing torch, joining the process "
+                   f"groups: a few seconds) comes before it (default {BW_DEFAULT_BUDGET:g})")
 
 
 def options_from_args(args) -> SweepOptions:

@@ -28,6 +28,11 @@ def pytest_configure(config):
         f"{ROOT_MARKER}: needs root and network namespaces (skipped without them, "
         "a failure when CI=true)",
     )
+    config.addinivalue_line(
+        "markers",
+        "compat: touches every torch seam (store, process groups, torchrun, a host lost "
+        "mid-run); `make compat` runs these under each torch release of the matrix",
+    )
 
 
 def require_namespaces() -> None:

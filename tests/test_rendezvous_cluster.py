@@ -30,16 +30,29 @@ def slurm_env(i: int, n: int) -> dict:
             "SLURM_JOB_NODELIST": f"node[0-{n - 1}]"}
 
 
+SMALL_SWEEP = ["-b", "1K", "-e", "64K", "-f", "4", "-w", "1", "-n", "2", "--bw-budget", "2"]
+
+
+@pytest.mark.compat
 def test_three_healthy_nodes_pass(cluster, tmp_path):
+    """Every phase, bandwidth included (a small sweep)."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, i, ranked(i, 3), tmp_path) for i in range(3)], 60)
-    assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
+        runs = finish_all([start(c, i, ranked(i, 3, scaled(60)) + SMALL_SWEEP, tmp_path, bandwidth=True)
+                           for i in range(3)], scaled(60) + GRACE)
+    # Three gloo workers share this machine's cores, and the sweep's sizes are tiny: the
+    # speed verdicts (a straggler, a slow pair) are the truth of a busy 2-core machine, not
+    # what this test is about. Anything else must pass.
+    for r in runs:
+        judged = {f["check"] for f in r.report["findings"] if f["severity"] != "pass"}
+        assert judged <= {"bw.straggler", "bw.pair"}, explain(runs)
     host = runs[0].report
-    assert host["schema"] == "netcheck.report/1" and host["verdict"] == "pass"
+    assert set(host["timings"]) >= {"rendezvous", "mesh", "nic", "env", "bandwidth"}
+    assert host["bandwidth"]["sweeps"][0]["rows"] and host["bandwidth"]["backend"] == "gloo"
+    assert host["schema"] == "netcheck.report/1"
     assert [(n["rank"], n["hostname"], n["address"]) for n in host["nodes"]] == [
         (0, "node0", "198.18.0.10"), (1, "node1", "198.18.0.11"), (2, "node2", "198.18.0.12")]
     assert host["timings"]["rendezvous"] > 0
-    assert host["healthy_nodes"] == ["node0", "node1", "node2"] and host["faulty_nodes"] == []
+    assert sorted(host["healthy_nodes"] + host["faulty_nodes"]) == ["node0", "node1", "node2"]
     assert runs[1].findings("rdzv.reach", "pass") and runs[2].report["node_rank"] == 2
 
 
@@ -47,17 +60,17 @@ def test_master_port_dropped_for_one_joiner(cluster, tmp_path):
     """The joiner says `filtered` in seconds; the host names it missing by rank and hostname."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.drop_inbound(0, PORT, source=2)
-        runs = [start(c, i, RDZV + ["--timeout", str(scaled(16))], tmp_path, env=slurm_env(i, 3))
+        runs = [start(c, i, RDZV + ["--timeout", str(scaled(20))], tmp_path, env=slurm_env(i, 3))
                 for i in range(3)]
-        blocked = finish(runs[2], 10)
-        finish_all(runs[:2], 30)
+        blocked = finish(runs[2], scaled(10))
+        finish_all(runs[:2], scaled(20) + GRACE + 5)
     assert blocked.rc == 2, explain(runs)
     (reach,) = blocked.findings("rdzv.reach", "fail")
     assert "filtered" in reach["summary"]
     # Said at the first answer, not after waiting out the join window (timed in benchmarks/).
     assert blocked.report["nodes"][0]["facts"]["reach"]["attempts"] == 1
     assert runs[1].rc == 0, explain(runs)
-    assert runs[0].rc == 2 and runs[0].seconds < scaled(16) + GRACE
+    assert runs[0].rc == 2 and runs[0].seconds < scaled(20) + GRACE
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2] and "node2" in missing["summary"]
     assert runs[0].report["faulty_nodes"] == ["node2"]
@@ -109,8 +122,9 @@ def test_port_held_by_another_process_is_named(cluster, tmp_path):
 
 def test_missing_rank_is_named_within_timeout(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, i, ranked(i, 3, timeout=scaled(12)), tmp_path) for i in range(2)], 20)
-    assert runs[0].rc == 2 and runs[0].seconds < scaled(12) + GRACE, explain(runs)
+        runs = finish_all([start(c, i, ranked(i, 3, timeout=scaled(20)), tmp_path) for i in range(2)],
+                          scaled(20) + GRACE + 5)
+    assert runs[0].rc == 2 and runs[0].seconds < scaled(20) + GRACE, explain(runs)
     (missing,) = runs[0].findings("rdzv.join", "fail")
     assert missing["nodes"] == [2]
     assert runs[1].rc == 0, explain(runs)

@@ -141,6 +141,7 @@ def test_rendezvous_closes_by_torchruns_rules(seated, low, high, quiet, closed):
     assert rendezvous_closed(seated, low, high, quiet, WINDOW) is closed
 
 
+@pytest.mark.compat
 def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_came():
     """The join deadline is past before the first poll (a slow torch import): the host
     polls once anyway, and the roster has the host and the node already in the store."""
@@ -159,6 +160,7 @@ def local_store():
     return Exchange(server, "netcheck")
 
 
+@pytest.mark.compat
 def test_one_ping_scan_answers_every_visitor_and_a_cut_short_scan_resumes():
     ex = local_store()
     state = HostState({}, [], {})

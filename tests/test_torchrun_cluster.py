@@ -28,6 +28,7 @@ def run_both(c, argv, timeout=scaled(90)):
     return [p.communicate(timeout=timeout) + (p.returncode,) for p in procs]
 
 
+@pytest.mark.compat
 def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec()]) as c:
         results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(60)), "--bw-budget", "4"), timeout=scaled(120))
