@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 APT_PACKAGES := iproute2 iptables iperf3 util-linux procps shellcheck
 
-.PHONY: all install system test test-fast demo clean
+.PHONY: all install system test test-fast demo compat clean
 
 all: install
 
@@ -37,9 +37,17 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not root_required"
 
+# The torch compatibility matrix: the `compat` tests under each release setup.cfg admits
+# (the declared minimum, 2.4 where the libuv store became the default, one between, the
+# pin, the newest). One cached environment each in $(COMPAT_DIR), about 5 GB apiece.
+COMPAT_TORCH ?= 2.1.2 2.4.1 2.8.0 2.13.0 2.15.0
+COMPAT_DIR   ?= .compat
+compat: system $(STAMP)
+	$(BIN)/python scripts/compat.py --dir $(COMPAT_DIR) $(COMPAT_TORCH)
+
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
 demo: install
 	$(BIN)/python scripts/demo.py
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info   # $(COMPAT_DIR) is kept: rebuilding it downloads 25 GB

@@ -97,7 +97,8 @@ BW_DEFAULT_MAXBYTES = 128 << 20   # -e
 BW_DEFAULT_STEPFACTOR = 2    # -f
 BW_DEFAULT_WARMUP = 5        # -w, nccl-tests' default
 BW_DEFAULT_ITERS = 20        # -n, nccl-tests' default
-BW_DEFAULT_BUDGET = 10.0     # --bw-budget: seconds all sweeps may take together
+BW_DEFAULT_BUDGET = 6.0      # --bw-budget: seconds the timed sweeps may take together, once workers are up
+                             # (6 keeps a default 3-node run near 15 s here: benchmarks/RESULTS.md)
 BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
 BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
 BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
