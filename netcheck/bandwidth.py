@@ -78,6 +78,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options.budget_s)
+    interrupted = False
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
@@ -86,8 +87,13 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     except OSError as e:  # could not start a worker (no memory, no processes left)
         watch.spawn_error = f"could not start a worker: {e}"
         watch.post_abort()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: this node leaves now
+        interrupted = True
+        raise
     finally:
         watch.stop("stopped")
+        if interrupted:
+            _say_stopped(ex, node_rank, watch)
     faults = watch.faults()
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
@@ -97,6 +103,17 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
                else "its netcheck ended early or hung, or its link to the host broke")
     everyone = merge_faults(faults, reports, node_rank, nnodes, watch.furthest_stage(), silence)
     return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
+
+
+def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
+    """An interrupted node's account, posted on its way out: the others stop waiting for
+    it at once instead of at the end of their report wait."""
+    stopped = Fault(node_rank, -1, -1, watch.furthest_stage(), "stopped",
+                    f"node {node_rank}'s netcheck was interrupted (Ctrl-C or SIGTERM)")
+    try:
+        ex.put(ex.key("bw/node", node_rank), NodeReport(node_rank, (stopped,), *watch.backend))
+    except (RuntimeError, OSError):
+        pass  # the host's store is gone too: nobody is waiting
 
 
 def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadline) -> dict[int, NodeReport]:

@@ -29,6 +29,8 @@ FIXES = {
     "stuck": "the rank stopped responding: look for a hung GPU (nvidia-smi), a process in D "
              "state, or a stopped job on that node",
     "silent": "run netcheck on every node; that node's own report says where it stopped",
+    "stopped": "that node's netcheck was stopped (Ctrl-C, scancel, a pod deleted): run it again "
+               "on every node",
     "timeout": "give the run more time (--timeout) or the sweep less (--bw-budget, -e)",
     "start": "the worker could not start or reach the host's store: the detail says why (a "
              "broken torch install, or the host's netcheck gone)",
@@ -86,7 +88,7 @@ def stage_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
 
 
 def _what(f: Fault) -> str:
-    return {"died": "died", "stuck": "hung", "silent": "never reported",
+    return {"died": "died", "stuck": "hung", "silent": "never reported", "stopped": "was stopped",
             "timeout": "ran out of time"}.get(f.kind, "failed") + f" ({f.detail})"
 
 

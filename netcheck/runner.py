@@ -28,7 +28,7 @@ from netcheck.launcher import default_run_id, detect_launch, is_torchrun_worker
 from netcheck.local import driver_gpus, gather_facts
 from netcheck.mesh import Attempt
 from netcheck.nics import address_owners
-from netcheck.sweep import BandwidthResult
+from netcheck.sweep import NODE_GONE, BandwidthResult
 from netcheck.model import (
     FAIL, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     hostnames, verdict_of,
@@ -409,8 +409,8 @@ def _bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
     if run.role == "host":  # a node whose account never came is gone, as in any other phase
-        silent = sorted(r for f in result.faults if f.kind == "silent" for r in seats_of[f.node])
-        run.lose("bandwidth", seat_names, silent)
+        gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
+        run.lose("bandwidth", seat_names, gone)
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:

@@ -433,7 +433,7 @@ class Fault:
     rank: int                       # -1: the whole node (its netcheck never reported)
     local_rank: int
     stage: str
-    kind: str                       # "died" | "stuck" | "failed" | "timeout" | "silent"
+    kind: str                       # "died" | "stuck" | "failed" | "timeout" | "silent" | "stopped"
     detail: str
 
 
@@ -458,9 +458,11 @@ class BandwidthResult:
 
 
 # Whom to blame, in order: a dead or hung rank (the others failed because of it), then a
-# node that never reported (its ranks went with it: the others' reads from them failed),
-# then a rank that failed, then ranks that ran out of time.
-BLAME_ORDER = (("died", "stuck"), ("silent",), ("failed",), ("timeout",))
+# node that never reported or was stopped (its ranks went with it: the others' reads from
+# them failed), then a rank that failed, then ranks that ran out of time.
+BLAME_ORDER = (("died", "stuck"), ("silent", "stopped"), ("failed",), ("timeout",))
+# Kinds that mean the node's netcheck itself is gone: it is named lost in the phase.
+NODE_GONE = ("silent", "stopped")
 
 
 def culprits(faults) -> list[Fault]:

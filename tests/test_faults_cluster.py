@@ -302,6 +302,10 @@ def test_joiners_lost_during_the_sweep(cluster, tmp_path):
 
     host = assert_survivor(runs[0], timeout)
     assert lost_in(host) == {"bandwidth": {1, 2, 3}}, host["findings"]
+    # The interrupted ones said so on their way out (no report wait for them); the
+    # SIGKILLed one could not.
+    gone = {f["node"]: f["kind"] for f in host["bandwidth"]["faults"] if f["rank"] == -1}
+    assert gone == {1: "silent", 2: "stopped", 3: "stopped"}, host["bandwidth"]["faults"]
     assert bw_stage(host)["severity"] == "fail" and host["unfinished"] is None
     assert host["bandwidth"]["sweeps"][0]["rows"], "the rows measured before the fault are kept"
     assert runs[0].seconds < timeout, "the host's workers see theirs go: no wait for the deadline"
