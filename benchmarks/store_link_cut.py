@@ -29,7 +29,8 @@ CLIENT = f"""
 import datetime, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from netcheck.deadline import Deadline
-from netcheck.rendezvous import client_store, import_distributed
+from netcheck.compat import import_distributed
+from netcheck.rendezvous import client_store
 
 dist = import_distributed()
 if sys.argv[1] == "bare":

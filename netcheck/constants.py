@@ -28,6 +28,7 @@ BW_WRONG = "bw.wrong"
 BW_STAGE = "bw.stage"        # the bandwidth phase's stages and workers: a failure names stage, node, rank
 RUN_TIMEOUT = "run.timeout"
 RUN_INTERNAL = "run.internal"
+RUN_TORCH = "run.torch"        # this node's torch cannot run the phases (not importable, no torch.distributed)
 RUN_SKIPPED = "run.skipped"    # a phase left out, and why
 BASELINE_DRIFT = "baseline.drift"
 

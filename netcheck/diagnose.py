@@ -6,7 +6,7 @@ import ipaddress
 
 from netcheck.constants import (
     ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH,
-    RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT,
+    RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH,
 )
 from netcheck.config import Endpoint
 from netcheck.majority import split
@@ -251,6 +251,13 @@ def timeout_finding(phase: str, seconds: float) -> Finding:
     return Finding(RUN_TIMEOUT, FAIL, (), f"the {phase} phase did not finish within --timeout "
                    f"({seconds:g} s)", (), "the findings above say what was missing; raise --timeout "
                    "only if the cluster is merely slow")
+
+
+def torch_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
+    """The node's own torch is the problem: said as such, not as a netcheck bug or a peer's fault."""
+    return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
+                   "install a working torch 2.1 or newer in this environment (pip install "
+                   "'torch>=2.1'; the README's compatibility table lists the releases tested)")
 
 
 def internal_finding(phase: str, error: BaseException) -> Finding:

@@ -23,11 +23,10 @@ import os
 import socket
 import stat
 import struct
-import sys
 import time
 from dataclasses import dataclass, field
 
-from netcheck import codec
+from netcheck import codec, compat
 from netcheck.constants import (
     ARRIVAL_MIN_NODES, CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
     STORE_REPLY_TIMEOUT,
@@ -75,15 +74,6 @@ class Roster:
         return {e.rank: e.hostname for e in self.entries}
 
 
-def import_distributed():
-    """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
-    # c10d logs every store wait that times out; netcheck reports those itself.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    import torch.distributed as dist
-
-    return dist
-
-
 def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(0.05, seconds))
 
@@ -93,15 +83,14 @@ def host_store(listener: socket.socket, port: int, deadline: Deadline):
 
     The store takes the descriptor over and closes it itself, so Python lets go of it.
     """
-    dist = import_distributed()
-    return dist.TCPStore("0.0.0.0", port, None, True, _timedelta(deadline.remaining()),
-                         wait_for_workers=False, master_listen_fd=listener.detach())
+    dist = compat.import_distributed()
+    return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.detach())
 
 
 def client_store(host: str, port: int, deadline: Deadline):
     # TCPStore retries a refused connect for up to ~2 times the timeout it is given, so
     # it gets short tries, each ending well inside the deadline, until the deadline.
-    dist = import_distributed()
+    dist = compat.import_distributed()
     while True:
         try:
             before = _socket_fds()
@@ -163,8 +152,7 @@ def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
 def store_lost(error: BaseException) -> bool:
     """A store client's connection broke mid-run (the host died, or the path to it): a
     fault to report, not a netcheck bug."""
-    dist = sys.modules.get("torch.distributed")
-    return isinstance(error, (ConnectionError, getattr(dist, "DistNetworkError", ConnectionError)))
+    return compat.store_lost(error)
 
 
 def _first_line(error: BaseException) -> str:
@@ -186,12 +174,14 @@ class Exchange:
         self.token = token
         self.lost: str | None = None  # why the store connection broke, once it has
 
-    def _call(self, method: str, *args):
+    def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
         # reply would answer the next request. So the first break is final.
         if self.lost is not None:
             raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
         try:
+            if callable(method):
+                return method(self._store, *args)
             return getattr(self._store, method)(*args)
         except Exception as e:
             if store_lost(e):
@@ -212,7 +202,7 @@ class Exchange:
         return hmac.new(self.token.encode(), data, hashlib.sha256).hexdigest()
 
     def has(self, key: str) -> bool:
-        return self._call("check", [key])
+        return self._call(compat.has_key, key)
 
     def count(self, key: str, add: int = 0) -> int:
         return self._call("add", key, add)

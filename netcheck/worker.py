@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import inspect
 import os
 import signal
 import statistics
@@ -35,7 +34,7 @@ from typing import Any
 
 from netcheck import codec
 from netcheck.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
-from netcheck.rendezvous import import_distributed
+from netcheck.compat import eager_device, import_distributed
 from netcheck.sweep import (
     COLLECTIVES, Budget, Collective, Pair, Peers, RankTime, Sweep, SweepOptions, bandwidths,
     choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages,
@@ -134,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         # A broken communicator can hang in its destructor: leave without running them.
         os._exit(1)
     events.emit(Event("done"))
-    return 0
+    # As after a failure: no process-group destructors on the way out (they can hang).
+    os._exit(0)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -185,7 +185,9 @@ def run(events: Events, args) -> None:
         h.data_plane([bool(f[0]) for f in facts])
     budget = min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * min(f[1] for f in facts))
     h.sweeps(budget)
-    dist.destroy_process_group()
+    # No destroy_process_group: with torch 2.1.2 and 2.4.1 a gloo rank that tears its group
+    # down while a peer still finishes the last collective can block in the destructor with
+    # the GIL held (heartbeat silent, then killed as hung). main() leaves with os._exit.
 
 
 @dataclass
@@ -225,11 +227,9 @@ class Harness:
         if self.backend == "nccl":
             self.device = torch.device("cuda", self.me.local_rank)
             torch.cuda.set_device(self.device)
-            # device_id makes NCCL set up its communicator now, inside this stage, not lazily
-            # inside the first timed collective. Older torch lacks it and stays lazy: the
-            # all_reduce below then still runs the init inside this stage.
-            takes_device = "device_id" in inspect.signature(dist.new_group).parameters
-            eager = {"device_id": self.device} if takes_device else {}
+            # device_id, where torch has it, makes NCCL set up its communicator now, inside
+            # this stage; without it the all_reduce below runs the lazy init, still in here.
+            eager = eager_device(dist, self.device)
             self.data = dist.new_group(backend="nccl", timeout=self.timeout(), **eager)
             one = torch.ones(1, device=self.device)
             dist.all_reduce(one, group=self.data)
@@ -383,9 +383,10 @@ class Harness:
         """Every rank's values, over the gloo control group (float64: times stay exact)."""
         torch = self.torch
         mine = torch.tensor(values, dtype=torch.float64)
-        out = torch.zeros(self.me.world * len(values), dtype=torch.float64)
-        COLLECTIVES["all_gather"].run(self.dist, mine, out, None, None)
-        return out.view(self.me.world, len(values)).tolist()
+        # The list form: gloo has no all_gather_into_tensor (_allgather_base) on 2.1.2.
+        out = [torch.zeros(len(values), dtype=torch.float64) for _ in range(self.me.world)]
+        self.dist.all_gather(out, mine)
+        return [t.tolist() for t in out]
 
     def fill(self, tensor, values) -> None:
         for lo, index in self._chunks(tensor):

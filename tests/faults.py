@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
+from netcheck.compat import has_key
 from nodes import GRACE, PORT, finish
 
 ROOT = "netcheck"
@@ -84,16 +85,16 @@ def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> Non
     try:
         while True:
             for a in range(arrivals_read, store.add(key("arrivals"), 0)):
-                if not store.check([key("node", a)]):
+                if not has_key(store, key("node", a)):
                     break
                 arrivals_read = a + 1
                 _say("arrival", a, _hostname(store.get(key("node", a))))
-            if not roster and store.check([key("roster")]):
+            if not roster and has_key(store, key("roster")):
                 roster = json.loads(store.get(key("roster")))["entries"]
                 _say("roster", " ".join(f"{e['rank']}={e['hostname']}@{e['arrival']}" for e in roster))
             for name, field, word in WATCHED:
                 for i in (e[field] for e in roster):
-                    if f"{name}/{i}" not in said and store.check([key(name, i)]):
+                    if f"{name}/{i}" not in said and has_key(store, key(name, i)):
                         said.add(f"{name}/{i}")
                         _say(word, i)
                         if flood and name == "mesh-offer":

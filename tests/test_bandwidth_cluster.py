@@ -200,7 +200,8 @@ def main() -> int:
     args = p.parse_args()
     from netcheck.bandwidth import run_bandwidth
     from netcheck.deadline import Deadline
-    from netcheck.rendezvous import Exchange, client_store, collect, import_distributed
+    from netcheck.compat import import_distributed
+    from netcheck.rendezvous import Exchange, client_store, collect
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
                                            wait_for_workers=False) if args.node == 0 else None

@@ -6,6 +6,7 @@ Everything here stays on this machine: in-process calls of netcheck.cli.main, a 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -205,3 +206,23 @@ def test_probe_json_to_stdout_is_one_document(clean_env, capsys):
     assert [(f["check"], f["severity"]) for f in document["findings"]] == [
         ("rdzv.resolve", "pass"), ("rdzv.reach", "fail")]
     assert "refused" in captured.err   # the text report moved to stderr
+
+
+def test_a_broken_torch_is_named_as_such_not_as_a_netcheck_bug(tmp_path):
+    """A torch whose import fails (a half-finished install: a shared library missing),
+    shadowing the real one: one run.torch finding, exit 2, no traceback."""
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(
+        'raise OSError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "netcheck", "--rdzv", f"127.0.0.1:{port}", "--nnodes", "1",
+                           "--node-rank", "0", "--timeout", "10", "--json", "-"], cwd=REPO,
+                          env={**subprocess_env(), "PYTHONPATH": str(broken.parent)},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (torch,) = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "run.torch"]
+    assert torch["severity"] == "fail" and "libtorch_cpu.so" in torch["summary"], torch
+    assert torch["fix"].startswith("install a working torch")

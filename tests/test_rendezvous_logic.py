@@ -11,8 +11,9 @@ from netcheck.nics import Address, Nic, NicTable
 from netcheck.model import node_address
 from netcheck.deadline import Deadline
 from netcheck.rendezvous import (
-    Exchange, HostState, _answer_pings, assign_ranks, host_gather, import_distributed, rendezvous_closed,
+    Exchange, HostState, _answer_pings, assign_ranks, host_gather, rendezvous_closed,
 )
+from netcheck.compat import import_distributed
 
 
 def nic(name: str, *addrs: str) -> Nic:

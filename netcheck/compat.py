@@ -1,0 +1,88 @@
+"""Where torch's API differs across the supported releases: every seam in one place, each
+chosen by detecting the capability, never by comparing version numbers. The versions are
+those each behaviour was seen on (the compatibility matrix: 2.1.2, 2.4.1, 2.8.0, 2.13.0, 2.15.0).
+
+- A TCPStore server on a listening socket (master_listen_fd): the libuv backend, the
+  default since 2.4, refuses one (NotImplementedError, 2.4.1); 2.8.0 on take it. The
+  legacy backend (use_libuv=False, a keyword since 2.1) always does.
+- Store.check: absent on 2.1.2 (2.4.1 on have it). compare_set with a sentinel never
+  stored answers the same question without writing.
+- DistNetworkError: absent on 2.1.2, where a lost store connection is a plain
+  RuntimeError carrying the socket's error.
+- new_group(device_id=): absent on 2.1.2 and 2.4.1, present on 2.8.0 on: without it NCCL
+  sets its communicator up lazily, in the first collective.
+- Importing torch without numpy (torch does not require it) warns "Failed to initialize
+  NumPy" on every release: noise in a report users paste into tickets, silenced.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import warnings
+
+# Never a stored value: netcheck stores JSON text and hex MACs, neither holds a NUL.
+_ABSENT = "\x00netcheck:absent\x00"
+
+# The socket errors a store client raises once its connection is gone, as torch without
+# DistNetworkError words them (2.1.2: "Connection reset by peer", "Broken pipe", and
+# "Socket Timeout" for a reply past SO_RCVTIMEO).
+_LOST_MESSAGES = ("Connection reset by peer", "Broken pipe", "Socket Timeout", "Connection refused",
+                  "Connection closed", "Failed to recv", "Transport endpoint is not connected")
+
+
+class TorchUnusable(Exception):
+    """This node's torch cannot run netcheck's phases; the message says which and why."""
+
+
+def import_distributed():
+    """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
+    # c10d logs every store wait that times out; netcheck reports those itself.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            import torch
+            import torch.distributed as dist
+    except (ImportError, OSError) as e:  # not installed, or a broken install (a missing .so)
+        raise TorchUnusable(f"torch cannot be imported here: {type(e).__name__}: {e}") from None
+    if not dist.is_available():
+        raise TorchUnusable(f"torch {torch.__version__} is built without torch.distributed") from None
+    return dist
+
+
+def eager_device(dist, device) -> dict:
+    """new_group's keyword that makes NCCL set up its communicator at once, where it has one."""
+    return {"device_id": device} if "device_id" in inspect.signature(dist.new_group).parameters else {}
+
+
+def server_store(dist, port: int, timeout, listen_fd: int):
+    """A TCPStore server that takes over listen_fd (an IPv4/IPv6 socket already listening)."""
+    args = ("0.0.0.0", port, None, True, timeout)
+    try:
+        return dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd)
+    except NotImplementedError:
+        # The default (libuv) backend takes no listen fd; the descriptor is still ours.
+        return dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd,
+                             use_libuv=False)
+
+
+def has_key(store, key: str) -> bool:
+    check = getattr(store, "check", None)
+    if check is not None:
+        return check([key])
+    # compare_set(key, X, X) writes nothing unless the key holds X already (then X again),
+    # and answers X when the key is absent, the stored value otherwise.
+    return store.compare_set(key, _ABSENT, _ABSENT) != _ABSENT.encode()
+
+
+def store_lost(error: BaseException) -> bool:
+    """A store client's connection broke mid-run: the host died, or the path to it."""
+    if isinstance(error, ConnectionError):
+        return True
+    dist = sys.modules.get("torch.distributed")
+    network_error = getattr(dist, "DistNetworkError", None)
+    if network_error is not None:
+        return isinstance(error, network_error)
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in _LOST_MESSAGES)
