@@ -126,14 +126,19 @@ class _Flood:
         self.held: list[socket.socket] = []
 
     def start(self, offer: dict) -> str:
+        """Starts the flood on threads and returns at once: the watch loop must see the next
+        node's offer while the mesh is still open."""
         self.until = self.until or time.monotonic() + self.seconds
         for c in offer["candidates"]:
             target = (c["address"], c["port"])
-            for _ in range(self.HELD):
-                self._connect(target, "held", keep=True)
+            threading.Thread(target=self._hold, args=(target,), daemon=True).start()
             for _ in range(self.CHURN):
                 threading.Thread(target=self._churn, args=(target,), daemon=True).start()
         return json.dumps(self.counts)
+
+    def _hold(self, target: tuple[str, int]) -> None:
+        for _ in range(self.HELD):
+            self._connect(target, "held", keep=True)
 
     def _connect(self, target: tuple[str, int], counter: str, keep: bool = False) -> None:
         try:
