@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "else 'netcheck')")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); the host "
-                   "waits for joiners for half of it, from when its store is up")
+                   "waits for joiners for half of it")
     p.add_argument("--join-window", type=float, default=DEFAULT_JOIN_WINDOW, metavar="S",
                    help="without a fixed node count: the host closes the rendezvous once no "
                    f"node has joined for this long (default {DEFAULT_JOIN_WINDOW:g})")

@@ -36,12 +36,9 @@ from netcheck.model import (
 )
 from netcheck.probe import PortTaken, listen, reach, resolve_addresses
 
-# Joiners probe a host that is not listening yet for this share of --timeout, and the host
-# waits for joiners as long once its store is up, leaving the rest to the later phases.
+# The host stops waiting for joiners at this share of --timeout, leaving the rest to the
+# phases after the rendezvous and to the report.
 JOIN_SHARE = 0.5
-# The host's wait ends at least this long before the joiners stop waiting for its roster
-# (their --timeout less the report reserve), so a roster posted late is still seen.
-ROSTER_MARGIN = 3.0
 
 
 @dataclass
@@ -79,13 +76,8 @@ class Run:
         self.rank = self.config.launch.node_rank
 
     @property
-    def reach_deadline(self) -> Deadline:
-        return Deadline(self.config.timeout * JOIN_SHARE, start=self.deadline.start)
-
     def join_deadline(self) -> Deadline:
-        """When the host stops waiting for joiners, asked once its store is up."""
-        start = self.deadline.start
-        return Deadline(join_ends(time.monotonic() - start, self.config.timeout), start=start)
+        return Deadline(self.config.timeout * JOIN_SHARE, start=self.deadline.start)
 
     def phase_deadline(self, seconds: float | None = None) -> Deadline:
         """The rest of the run less the reserve kept for writing the report."""
@@ -132,16 +124,6 @@ class Run:
         return () if self.rank is None else (self.rank,)
 
 
-def join_ends(ready: float, timeout: float) -> float:
-    """Seconds into the run at which the host stops waiting for joiners, its store up at
-    `ready`: JOIN_SHARE of --timeout from then, not from its start. Its own start-up (torch's
-    import: seconds, far more from a slow shared filesystem) is no time the joiners had, for
-    they were importing torch too. Never earlier than JOIN_SHARE of --timeout, never so late
-    that the joiners stop waiting for the roster first."""
-    latest = timeout - REPORT_RESERVE - ROSTER_MARGIN
-    return max(timeout * JOIN_SHARE, min(ready + timeout * JOIN_SHARE, latest))
-
-
 def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
     run = Run(config, progress)
     try:
@@ -176,7 +158,7 @@ def _run_phases(run: Run) -> None:
 
 def _reached(run: Run) -> bool:
     with run.phase("reach"):
-        found = reach(run.config.rdzv.host, run.config.rdzv.port, run.reach_deadline)
+        found = reach(run.config.rdzv.host, run.config.rdzv.port, run.join_deadline)
         run.facts = dataclasses.replace(run.facts, reach=found)
         run.findings += diagnose.reach_findings(found, run.my_ranks())
     return bool(run.facts.reach) and run.facts.reach.outcome == "open"
@@ -226,7 +208,7 @@ def _host(run: Run) -> rendezvous.Seat | None:
         ex = rendezvous.Exchange(store, cfg.run_id, cfg.token)
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
-            ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline())
+            ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
         arrivals, malformed = dict(run.arrivals.arrivals), run.arrivals.malformed
         ranks, duplicates, extras = rendezvous.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)

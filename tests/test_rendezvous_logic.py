@@ -14,7 +14,6 @@ from netcheck.rendezvous import (
     Exchange, HostState, _answer_pings, assign_ranks, host_gather, rendezvous_closed,
 )
 from netcheck.compat import import_distributed
-from netcheck.runner import join_ends
 
 
 def nic(name: str, *addrs: str) -> Nic:
@@ -199,16 +198,3 @@ def test_one_ping_scan_answers_every_visitor_and_a_cut_short_scan_resumes():
 def test_node_address(node, address):
     assert node_address(node) == address
     assert Member(0, node).address == address
-
-
-# --- join_ends: how long the host waits for joiners ---------------------------------------------
-
-@pytest.mark.parametrize("ready, timeout, ends", [
-    (0.0, 60.0, 30.0),     # a store up at once: half of --timeout
-    (3.0, 60.0, 33.0),     # the host's own start-up is not taken from the joiners
-    (10.0, 20.0, 15.0),    # ... but the joiners (waiting until 20 - 2 s) must see the roster
-    (40.0, 60.0, 55.0),
-    (1.0, 8.0, 4.0),       # never earlier than half, even where the margin cannot be kept
-])
-def test_the_host_waits_half_of_timeout_from_its_store_being_up(ready, timeout, ends):
-    assert join_ends(ready, timeout) == pytest.approx(ends)
