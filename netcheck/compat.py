@@ -9,6 +9,10 @@ those each behaviour was seen on (the compatibility matrix: 2.1.2, 2.4.1, 2.8.0,
   stored answers the same question without writing.
 - DistNetworkError: absent on 2.1.2, where a lost store connection is a plain
   RuntimeError carrying the socket's error.
+- TCPStore timeouts: whole seconds on 2.1.2 and 2.4.1, where one under 1 s fails the
+  connect at once ("timed out after 0s"), the server's connection to itself included;
+  2.8.0 on take fractions. Stores are built with at least CONNECT_FLOOR, then set_timeout
+  gives them the real one.
 - new_group(device_id=): absent on 2.1.2 and 2.4.1, present on 2.8.0 on: without it NCCL
   sets its communicator up lazily, in the first collective.
 - Importing torch without numpy (torch does not require it) warns "Failed to initialize
@@ -17,6 +21,7 @@ those each behaviour was seen on (the compatibility matrix: 2.1.2, 2.4.1, 2.8.0,
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import os
 import sys
@@ -57,15 +62,24 @@ def eager_device(dist, device) -> dict:
     return {"device_id": device} if "device_id" in inspect.signature(dist.new_group).parameters else {}
 
 
-def server_store(dist, port: int, timeout, listen_fd: int):
+CONNECT_FLOOR = datetime.timedelta(seconds=1)
+
+
+def connect_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
+    return max(timeout, CONNECT_FLOOR)
+
+
+def server_store(dist, port: int, timeout: datetime.timedelta, listen_fd: int):
     """A TCPStore server that takes over listen_fd (an IPv4/IPv6 socket already listening)."""
-    args = ("0.0.0.0", port, None, True, timeout)
+    args = ("0.0.0.0", port, None, True, connect_timeout(timeout))
     try:
-        return dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd)
+        store = dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd)
     except NotImplementedError:
         # The default (libuv) backend takes no listen fd; the descriptor is still ours.
-        return dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd,
-                             use_libuv=False)
+        store = dist.TCPStore(*args, wait_for_workers=False, master_listen_fd=listen_fd,
+                              use_libuv=False)
+    store.set_timeout(timeout)
+    return store
 
 
 def has_key(store, key: str) -> bool:

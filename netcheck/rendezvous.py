@@ -94,8 +94,8 @@ def client_store(host: str, port: int, deadline: Deadline):
     while True:
         try:
             before = _socket_fds()
-            store = dist.TCPStore(host, port, None, False,
-                                  _timedelta(min(CONNECT_TRY, deadline.remaining() / 3)))
+            store = dist.TCPStore(host, port, None, False, compat.connect_timeout(
+                _timedelta(min(CONNECT_TRY, deadline.remaining() / 3))))
             store.set_timeout(_timedelta(deadline.remaining()))
             _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
             return store

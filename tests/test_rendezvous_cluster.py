@@ -189,6 +189,7 @@ def test_host_without_ranks_is_the_node_owning_the_address(cluster, tmp_path):
     assert runs[0].report["timings"]["rendezvous"] < 30, explain(runs)
 
 
+@pytest.mark.compat
 def test_a_host_nobody_joins_fails(cluster, tmp_path):
     """Nobody else comes: with --nnodes the missing rank is named, also when --timeout is
     shorter than the host's own start-up; without it, 'no other node joined'. Never a pass."""
