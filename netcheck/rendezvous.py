@@ -149,12 +149,6 @@ def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
                 continue  # not connected: not the store's
 
 
-def store_lost(error: BaseException) -> bool:
-    """A store client's connection broke mid-run (the host died, or the path to it): a
-    fault to report, not a netcheck bug."""
-    return compat.store_lost(error)
-
-
 def _first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
@@ -184,7 +178,7 @@ class Exchange:
                 return method(self._store, *args)
             return getattr(self._store, method)(*args)
         except Exception as e:
-            if store_lost(e):
+            if compat.store_lost(e):
                 self.lost = _first_line(e)
             raise
 

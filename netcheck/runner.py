@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import baseline, bwdiag, codec, diagnose, envdiff, mesh, recommend, rendezvous, topology
+from netcheck import baseline, bwdiag, codec, compat, diagnose, envdiff, mesh, recommend, rendezvous, topology
 from netcheck.bandwidth import run_bandwidth
-from netcheck.compat import TorchUnusable
 from netcheck.config import Config
 from netcheck.constants import (
     BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED,
@@ -96,10 +95,10 @@ class Run:
         except KeyboardInterrupt:
             self.interrupted = True
             raise
-        except TorchUnusable as e:
+        except compat.TorchUnusable as e:
             self.findings.append(diagnose.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
-            if self.role == "host" or not rendezvous.store_lost(e):
+            if self.role == "host" or not compat.store_lost(e):
                 self.findings.append(diagnose.internal_finding(name, e))
             else:
                 self.lose_host(name)

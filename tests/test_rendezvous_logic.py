@@ -146,8 +146,8 @@ def test_rendezvous_closes_by_torchruns_rules(seated, low, high, quiet, closed):
 def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_came():
     """The join deadline is past before the first poll (a slow torch import): the host
     polls once anyway, and the roster has the host and the node already in the store."""
-    ex = local_store()
-    early = Exchange(import_distributed().TCPStore("127.0.0.1", ex._store.port, None, False,
+    server, ex = local_store()
+    early = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
                                                    timedelta(seconds=10)), "netcheck")
     early.put(early.key("node", early.count(early.key("arrivals"), 1) - 1), facts("early", 1))
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
@@ -156,14 +156,15 @@ def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_c
 
 
 def local_store():
-    dist = import_distributed()
-    server = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
-    return Exchange(server, "netcheck")
+    """A real TCPStore server on loopback, and an Exchange over it."""
+    server = import_distributed().TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
+                                           wait_for_workers=False)
+    return server, Exchange(server, "netcheck")
 
 
 @pytest.mark.compat
 def test_one_ping_scan_answers_every_visitor_and_a_cut_short_scan_resumes():
-    ex = local_store()
+    _, ex = local_store()
     state = HostState({}, [], {})
     ex.count(ex.key("visitors", shared=True), 4)
     for v in (1, 2, 3):
