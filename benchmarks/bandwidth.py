@@ -35,8 +35,8 @@ import time
 import psutil
 from _common import PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
 
-from netcheck import codec
-from netcheck.sweep import BandwidthResult
+from netcheck.core import codec
+from netcheck.bandwidth.sweep import BandwidthResult
 
 DRIVER = str(REPO / "tests" / "test_bandwidth_cluster.py")
 CAP = 120.0

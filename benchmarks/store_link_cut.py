@@ -28,9 +28,9 @@ SERVER = ("import torch.distributed as d, datetime, time; "
 CLIENT = f"""
 import datetime, sys, time
 sys.path.insert(0, {str(REPO)!r})
-from netcheck.deadline import Deadline
-from netcheck.compat import import_distributed
-from netcheck.rendezvous import client_store
+from netcheck.core.deadline import Deadline
+from netcheck.core.compat import import_distributed
+from netcheck.cluster.rendezvous import client_store
 
 dist = import_distributed()
 if sys.argv[1] == "bare":

@@ -10,10 +10,10 @@ import os
 import re
 from dataclasses import dataclass
 
-from netcheck.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
-from netcheck.mesh import parse_mode
-from netcheck.model import Launch, Report
-from netcheck.sweep import SweepOptions
+from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
+from netcheck.cluster.mesh import parse_mode
+from netcheck.core.model import Launch, Report
+from netcheck.bandwidth.sweep import SweepOptions
 
 
 class UsageError(ValueError):

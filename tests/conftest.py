@@ -93,7 +93,7 @@ def _down_all(clusters: list[Cluster]) -> None:
 # ages and listening ports.
 
 WATCHDOG_ENV = "NETCHECK_WATCHDOG"
-NETCHECK_PROCESS = ("-m netcheck", "netcheck.worker")
+NETCHECK_PROCESS = ("-m netcheck", "netcheck.bandwidth.worker")
 
 
 @pytest.fixture(autouse=True)

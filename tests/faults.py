@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
-from netcheck.compat import has_key
+from netcheck.core.compat import has_key
 from nodes import GRACE, PORT, finish
 
 ROOT = "netcheck"

@@ -23,9 +23,9 @@ import pytest
 from cluster import NodeSpec
 import nodes
 from nodes import scaled
-from netcheck import codec
-from netcheck.bwdiag import bandwidth_findings
-from netcheck.sweep import BandwidthResult, add_arguments, options_from_args
+from netcheck.core import codec
+from netcheck.rules.bw import bandwidth_findings
+from netcheck.bandwidth.sweep import BandwidthResult, add_arguments, options_from_args
 
 pytestmark = pytest.mark.root_required
 
@@ -80,7 +80,7 @@ def finish_all(drivers: list[Driver], timeout: float) -> list[Driver]:
 
 def leftover_workers(run_id: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
-            if "netcheck.worker" in (p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+            if "netcheck.bandwidth.worker" in (p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
 
 
 def findings(result: BandwidthResult, expect: float | None = None) -> dict[str, list]:
@@ -198,10 +198,10 @@ def main() -> int:
     p.add_argument("--run-id", required=True)
     add_arguments(p)
     args = p.parse_args()
-    from netcheck.bandwidth import run_bandwidth
-    from netcheck.deadline import Deadline
-    from netcheck.compat import import_distributed
-    from netcheck.rendezvous import Exchange, client_store, collect
+    from netcheck.bandwidth.orchestrate import run_bandwidth
+    from netcheck.core.deadline import Deadline
+    from netcheck.core.compat import import_distributed
+    from netcheck.cluster.rendezvous import Exchange, client_store, collect
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
                                            wait_for_workers=False) if args.node == 0 else None

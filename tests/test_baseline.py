@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-from netcheck.baseline import drift_findings
-from netcheck.envinfo import EnvFacts
-from netcheck.model import Launch, NodeEntry, NodeFacts, Report
-from netcheck.nics import Address, Nic, NicTable
-from netcheck.sweep import BandwidthResult, Row, Sweep
+from netcheck.rules.baseline import drift_findings
+from netcheck.facts.envinfo import EnvFacts
+from netcheck.core.model import Launch, NodeEntry, NodeFacts, Report
+from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.bandwidth.sweep import BandwidthResult, Row, Sweep
 
 
 def entry(rank: int, env: dict[str, str], mtu: int = 1500) -> NodeEntry:

@@ -6,10 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from netcheck import constants
-from netcheck.bwdiag import bandwidth_findings
-from netcheck.model import SEVERITIES
-from netcheck.sweep import COLLECTIVES, BandwidthResult, Fault, Pair, RankTime, Sweep, make_row
+from netcheck.core import constants
+from netcheck.rules.bw import bandwidth_findings
+from netcheck.core.model import SEVERITIES
+from netcheck.bandwidth.sweep import (
+    COLLECTIVES, BandwidthResult, Fault, Pair, RankTime, Sweep, make_row,
+)
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]

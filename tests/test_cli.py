@@ -18,8 +18,8 @@ import pytest
 
 from netcheck import cli
 from netcheck.config import Endpoint
-from netcheck.constants import EXIT_USAGE
-from netcheck.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
+from netcheck.core.constants import EXIT_USAGE
+from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER_VARS = SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS

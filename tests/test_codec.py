@@ -7,16 +7,15 @@ import json
 
 import pytest
 
-from netcheck import codec
-from netcheck.sweep import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
-from netcheck.codec import DecodeError
-from netcheck.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
-from netcheck.model import (
-    EnvRow,
-    ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts, NodeResults,
-    Probe, Reach, Report, Resolution, Visitor,
+from netcheck.core import codec
+from netcheck.bandwidth.sweep import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
+from netcheck.core.codec import DecodeError
+from netcheck.core.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
+from netcheck.core.model import (
+    EnvRow, ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts,
+    NodeResults, Probe, Reach, Report, Resolution, Visitor,
 )
-from netcheck.nics import Address, IbPort, Nic, NicTable
+from netcheck.facts.nics import Address, IbPort, Nic, NicTable
 
 # --- realistic values -------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from netcheck.sweep import SweepOptions
-from netcheck.config import Config, Endpoint, UsageError, check_config, parse_endpoint, select_phases
-from netcheck.constants import DEFAULT_PORT, PHASES
-from netcheck.model import Launch
+from netcheck.bandwidth.sweep import SweepOptions
+from netcheck.config import (
+    Config, Endpoint, UsageError, check_config, parse_endpoint, select_phases,
+)
+from netcheck.core.constants import DEFAULT_PORT, PHASES
+from netcheck.core.model import Launch
 
 # --- parse_endpoint ---------------------------------------------------------------------------
 

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from netcheck import diagnose
-from netcheck.diagnose import REACH_FIXES
-from netcheck.model import (
-    ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe, Reach,
-    Resolution, Visitor,
+from netcheck.rules import rdzv as diagnose
+from netcheck.rules.rdzv import REACH_FIXES
+from netcheck.core.model import (
+    ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
+    Reach, Resolution, Visitor,
 )
-from netcheck.nics import Address, Nic, NicTable
+from netcheck.facts.nics import Address, Nic, NicTable
 
 # --- a three-node cluster ------------------------------------------------------------------------
 

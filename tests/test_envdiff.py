@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.envdiff import (
-    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, severity_of,
-    shm_findings, shm_thresholds, version_change, version_key,
+from netcheck.rules.env import (
+
+    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for,
+
+    severity_of, shm_findings, shm_thresholds, version_change, version_key,
+
 )
-from netcheck.envinfo import EnvFacts
-from netcheck.model import FAIL, PASS, WARN, verdict_of
+from netcheck.facts.envinfo import EnvFacts
+from netcheck.core.model import FAIL, PASS, WARN, verdict_of
 
 MiB, GiB = 1 << 20, 1 << 30
 HASH_A = "sha256 " + "a" * 64 + " (3 files, 1 KiB)"

@@ -13,9 +13,9 @@ import threading
 import pytest
 import torch
 
-from netcheck import codec
-from netcheck.hashing import hash_path
-from netcheck.envinfo import (
+from netcheck.core import codec
+from netcheck.facts.hashing import hash_path
+from netcheck.facts.envinfo import (
     EnvFacts, bounded, conf_file, decode_cuda_version, decode_cudnn_version,
     decode_nccl_version, gather_env, library_version, mapped_library, nccl_loaded,
     package_facts, parse_driver_version, pretty_name, var_facts,
@@ -220,6 +220,6 @@ def test_long_values_are_cut_with_the_hash_of_the_whole():
 
 
 def test_the_modules_import_without_torch():
-    code = ("import sys, netcheck.envinfo, netcheck.envdiff; "
+    code = ("import sys, netcheck.facts.envinfo, netcheck.rules.env; "
             "assert 'torch' not in sys.modules, 'torch imported at module import'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -10,10 +10,12 @@ import dataclasses
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from netcheck import __version__, cli, export
-from netcheck.model import Finding, Launch, NodeEntry, NodeFacts, Report
-from netcheck.nics import NicTable
-from netcheck.sweep import BandwidthResult, Pair, Row, Sweep
+from netcheck import __version__, cli
+
+from netcheck.render import export
+from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
+from netcheck.facts.nics import NicTable
+from netcheck.bandwidth.sweep import BandwidthResult, Pair, Row, Sweep
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 

@@ -25,7 +25,7 @@ from faults import (
     Agent, arrival_args, assert_interrupted, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
-from netcheck.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
+from netcheck.core.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
 from nodes import PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required

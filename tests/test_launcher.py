@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netcheck.launcher import (
+from netcheck.facts.launcher import (
+
     MAX_HOSTS, LaunchError, detect_launch, expand_hostlist, parse_nnodes, rdzv_from_env,
+
 )
-from netcheck.model import Launch
+from netcheck.core.model import Launch
 
 # --- parse_nnodes --------------------------------------------------------------------------------
 

@@ -11,13 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from netcheck.ifselect import getifaddrs_walk
-from netcheck.nics import (
-    build_nic,
-    default_route_ifname,
-    getifaddrs_order,
-    read_ib_ports,
-    read_nic_table,
+from netcheck.rules.ifselect import getifaddrs_walk
+from netcheck.facts.nics import (
+    build_nic, default_route_ifname, getifaddrs_order, read_ib_ports, read_nic_table,
 )
 
 Entry = namedtuple("Entry", "family address netmask")

@@ -26,16 +26,18 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from netcheck import cli, report
-from netcheck.baseline import BaselineError, drift_findings, load_baseline
+from netcheck import cli
+
+from netcheck.render import text as report
+from netcheck.rules.baseline import BaselineError, drift_findings, load_baseline
 from netcheck.cli import build_parser, config_from_args
 from netcheck.config import UsageError
-from netcheck.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
-from netcheck.envinfo import gather_env
-from netcheck.hashing import hash_path, human_bytes
-from netcheck.launcher import LaunchError, parse_nnodes
-from netcheck.runner import local_only
-from netcheck.sweep import UNITS, parse_size
+from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
+from netcheck.facts.envinfo import gather_env
+from netcheck.facts.hashing import hash_path, human_bytes
+from netcheck.facts.launcher import LaunchError, parse_nnodes
+from netcheck.phases.runner import local_only
+from netcheck.bandwidth.sweep import UNITS, parse_size
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 JSON = st.recursive(

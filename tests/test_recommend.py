@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from netcheck import recommend
-from netcheck.mesh import Attempt
-from netcheck.model import Launch, Member, NodeFacts
-from netcheck.nics import Address, IbPort, Nic, NicTable
+from netcheck.rules import nic as recommend
+from netcheck.cluster.mesh import Attempt
+from netcheck.core.model import Launch, Member, NodeFacts
+from netcheck.facts.nics import Address, IbPort, Nic, NicTable
 
 
 def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,

@@ -6,14 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from netcheck.model import Launch, Member, NodeFacts
-from netcheck.nics import Address, Nic, NicTable
-from netcheck.model import node_address
-from netcheck.deadline import Deadline
-from netcheck.rendezvous import (
+from netcheck.core.model import Launch, Member, NodeFacts
+from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.core.model import node_address
+from netcheck.core.deadline import Deadline
+from netcheck.cluster.rendezvous import (
     Exchange, HostState, _answer_pings, assign_ranks, host_gather, rendezvous_closed,
 )
-from netcheck.compat import import_distributed
+from netcheck.core.compat import import_distributed
 
 
 def nic(name: str, *addrs: str) -> Nic:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from netcheck.model import Finding, Launch, NicTable, NodeEntry, NodeFacts, Report
-from netcheck.report import render_text
+from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
+
+from netcheck.facts.nics import NicTable
+from netcheck.render.text import render_text
 
 SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")
 

@@ -17,9 +17,9 @@ import typing
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from netcheck import report as render
-from netcheck.model import Report
-from netcheck.runner import local_only, probe_only
+from netcheck.render import text as render
+from netcheck.core.model import Report
+from netcheck.phases.runner import local_only, probe_only
 from nodes import SCHEMA, SCHEMA_PATH
 from test_codec import REPORT as EVERY_RECORD_REPORT
 

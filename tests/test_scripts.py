@@ -18,7 +18,7 @@ import yaml
 
 from cluster import NodeSpec
 from netcheck import __version__
-from netcheck.launcher import detect_launch, expand_hostlist, rdzv_from_env
+from netcheck.facts.launcher import detect_launch, expand_hostlist, rdzv_from_env
 from nodes import SKIP_BANDWIDTH, read_report, scaled
 from test_export import series
 
@@ -34,7 +34,7 @@ exec "$@"
 """
 SCONTROL = f"""#!/bin/sh
 # scontrol show hostnames LIST, answered with netcheck's own expansion of Slurm host lists.
-exec {sys.executable} -c 'import sys; from netcheck.launcher import expand_hostlist; print("\\n".join(expand_hostlist(sys.argv[1])))' "$3"
+exec {sys.executable} -c 'import sys; from netcheck.facts.launcher import expand_hostlist; print("\\n".join(expand_hostlist(sys.argv[1])))' "$3"
 """
 
 

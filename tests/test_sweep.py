@@ -15,15 +15,18 @@ import psutil
 import pytest
 import torch
 
-from netcheck import codec
-from netcheck.bandwidth import Lines, NodeReport, classify, merge_faults, root_cause, worker_env
-from netcheck.bwtables import pair_matrix, progress_bar, render_text, table_rows
-from netcheck.sweep import (
-    COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions, add_arguments,
-    bandwidths, choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size,
-    parse_size, plan_stages, ring_sum, round_robin, size_series, stage_budgets,
+from netcheck.core import codec
+from netcheck.bandwidth.orchestrate import (
+    Lines, NodeReport, classify, merge_faults, root_cause, worker_env,
 )
-from netcheck.worker import Event
+from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
+from netcheck.bandwidth.sweep import (
+    COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions,
+    add_arguments, bandwidths, choose_backend, count_wrong, make_row, modulus,
+    options_from_args, pair_size, parse_size, plan_stages, ring_sum, round_robin,
+    size_series, stage_budgets,
+)
+from netcheck.bandwidth.worker import Event
 
 
 def parse(*argv: str) -> SweepOptions:
@@ -388,7 +391,7 @@ def test_nodes_that_never_report_are_named_and_speak_only_for_themselves():
 # holding the GIL), whose parent is SIGKILLed so that no clean-up of the parent runs.
 ORPHAN = """
 import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import os, time; from netcheck.worker import "
+child = subprocess.Popen([sys.executable, "-c", "import os, time; from netcheck.bandwidth.worker import "
                           "_die_with_parent; _die_with_parent(os.getppid()); print('ready', flush=True); "
                           "time.sleep(60)"])
 print(child.pid, flush=True)

@@ -3,8 +3,10 @@ facts): the launch mistakes of FAILURES rows 4 and 5."""
 
 from __future__ import annotations
 
-from netcheck.model import Launch, NicTable, NodeFacts
-from netcheck.topology import device_uuid, launch_findings
+from netcheck.core.model import Launch, NodeFacts
+
+from netcheck.facts.nics import NicTable
+from netcheck.rules.launch import device_uuid, launch_findings
 
 
 def worker(host: str, rank: int, local: int, nproc: int = 2, gpus: int = 2, **extra: str) -> tuple[int, NodeFacts]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from netcheck.model import Launch
+from netcheck.core.model import Launch
 
 SLURM_VARS = ("SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
               "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID")

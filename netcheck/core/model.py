@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from netcheck.constants import REPORT_SCHEMA
-from netcheck.envinfo import EnvFacts
-from netcheck.nics import NicTable
-from netcheck.sweep import BandwidthResult
+from netcheck.core.constants import REPORT_SCHEMA
+from netcheck.facts.envinfo import EnvFacts
+from netcheck.facts.nics import NicTable
+from netcheck.bandwidth.sweep import BandwidthResult
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SEVERITIES = (PASS, WARN, FAIL)

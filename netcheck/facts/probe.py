@@ -18,9 +18,9 @@ import socket
 import threading
 import time
 
-from netcheck.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
-from netcheck.deadline import Deadline
-from netcheck.model import Holder, Probe, Reach
+from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import Holder, Probe, Reach
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}

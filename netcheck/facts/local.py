@@ -7,10 +7,10 @@ import socket
 from typing import Mapping
 
 from netcheck import __version__
-from netcheck.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
-from netcheck.model import Launch, NodeFacts
-from netcheck.nics import read_nic_table
-from netcheck.probe import call_with_timeout, resolve_addresses
+from netcheck.core.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
+from netcheck.core.model import Launch, NodeFacts
+from netcheck.facts.nics import read_nic_table
+from netcheck.facts.probe import call_with_timeout, resolve_addresses
 
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
 

@@ -1,6 +1,6 @@
 """One rank of the bandwidth phase, started by `bandwidth` on each node:
 
-    python -m netcheck.worker --options JSON --run-id ID --deadline-at T --parent PID
+    python -m netcheck.bandwidth.worker --options JSON --run-id ID --deadline-at T --parent PID
 
 Its rank comes from the environment, set the way torchrun sets it (RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT). It joins the host's
@@ -32,12 +32,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netcheck import codec
-from netcheck.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
-from netcheck.compat import eager_device, import_distributed
-from netcheck.sweep import (
-    COLLECTIVES, Budget, Collective, Pair, Peers, RankTime, Sweep, SweepOptions, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages,
+from netcheck.core import codec
+from netcheck.core.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
+from netcheck.core.compat import eager_device, import_distributed
+from netcheck.bandwidth.sweep import (
+    COLLECTIVES, Budget, Collective, Pair, Peers, RankTime, Sweep, SweepOptions,
+    bandwidths, choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages,
     round_robin, size_series, stage_budgets,
 )
 
@@ -117,7 +117,7 @@ class Me:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m netcheck.worker")
+    p = argparse.ArgumentParser(prog="python -m netcheck.bandwidth.worker")
     p.add_argument("--options", required=True, help="SweepOptions as JSON")
     p.add_argument("--run-id", required=True)
     p.add_argument("--deadline-at", type=float, required=True, help="time.monotonic() to be done by")

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import statistics
 
-from netcheck.constants import (
+from netcheck.core.constants import (
+
     BW_BUSBW, BW_LINE_RATE_WARN, BW_PAIR, BW_PAIR_SLOW, BW_STAGE, BW_STRAGGLER,
+
     BW_STRAGGLER_RATIO, BW_WRONG,
+
 )
-from netcheck.model import FAIL, PASS, WARN, Finding
-from netcheck.sweep import BandwidthResult, Fault, Sweep, culprits, first_culprit, peak_busbw
+from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.bandwidth.sweep import (
+    BandwidthResult, Fault, Sweep, culprits, first_culprit, peak_busbw,
+)
 
 STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
                "all": "sweep across all ranks", "intra": "intra-node sweep",

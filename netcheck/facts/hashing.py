@@ -12,7 +12,7 @@ import os
 import stat
 import time
 
-from netcheck.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 
 CHUNK = 1 << 20
 HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts

@@ -36,8 +36,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from netcheck.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
-from netcheck.hashing import hash_path, unreadable
+from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+from netcheck.facts.hashing import hash_path, unreadable
 
 # Packages whose versions are always recorded ("absent" when not installed). Every other
 # installed nvidia-* distribution (the CUDA libraries torch's wheels pull in) is added.

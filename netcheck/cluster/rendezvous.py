@@ -26,16 +26,17 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from netcheck import codec, compat
-from netcheck.constants import (
-    ARRIVAL_MIN_NODES, CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
-    STORE_REPLY_TIMEOUT,
+from netcheck.core import codec, compat
+from netcheck.core.constants import (
+    ARRIVAL_MIN_NODES, CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_FACTS_BYTES, MAX_NODES, POLL_SLICE,
+    STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
 )
-from netcheck.deadline import Deadline
-from netcheck.model import (
-    ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor, node_address,
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import (
+    ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
+    node_address,
 )
-from netcheck.probe import resolve_many
+from netcheck.facts.probe import resolve_many
 
 ROOT = "netcheck"
 MAC_SUFFIX = "#mac"

@@ -1,7 +1,7 @@
 """Phase 7, bandwidth, on one node: start this node's workers, watch them, collect.
 
 Every node's netcheck calls `run_bandwidth` after the rendezvous, while the host's store
-is still up. It starts --nproc-per-node `netcheck.worker` processes (ranks as torchrun
+is still up. It starts --nproc-per-node `netcheck.bandwidth.worker` processes (ranks as torchrun
 numbers them), reads their JSON events, and ends them all, whatever happens, before it
 returns: each worker has its own process group, is killed with it in a `finally`, and
 dies with netcheck even when netcheck is SIGKILLed (PR_SET_PDEATHSIG, set in the worker).
@@ -35,16 +35,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import codec
-from netcheck.constants import (
+from netcheck.core import codec
+from netcheck.core.constants import (
     BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_REPORT_WAIT,
     BW_STUCK_AFTER,
 )
-from netcheck.deadline import Deadline
-from netcheck.rendezvous import Exchange, collect
-from netcheck.bwtables import progress_bar
-from netcheck.sweep import STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit
-from netcheck.worker import Event
+from netcheck.core.deadline import Deadline
+from netcheck.cluster.rendezvous import Exchange, collect
+from netcheck.bandwidth.tables import progress_bar
+from netcheck.bandwidth.sweep import (
+    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
+)
+from netcheck.bandwidth.worker import Event
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
@@ -142,7 +144,7 @@ def worker_env(base: dict[str, str], store_host: str, store_port: int, node_rank
 
 def _spawn(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes: int, nproc: int,
            local_rank: int, options: SweepOptions, deadline: Deadline) -> "Worker":
-    argv = [sys.executable, "-m", "netcheck.worker", "--options", codec.dumps(options),
+    argv = [sys.executable, "-m", "netcheck.bandwidth.worker", "--options", codec.dumps(options),
             "--run-id", run_id, "--deadline-at", repr(deadline.at), "--parent", str(os.getpid())]
     env = worker_env(dict(os.environ), store_host, store_port, node_rank, nnodes, nproc, local_rank)
     # Its own session and process group: killed as a group, and a Ctrl-C at the terminal

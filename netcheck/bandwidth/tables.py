@@ -13,7 +13,11 @@ from typing import Any, Callable
 
 from tabulate import tabulate
 
-from netcheck.sweep import STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw, size_text
+from netcheck.bandwidth.sweep import (
+
+    STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw, size_text,
+
+)
 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
 

@@ -15,25 +15,36 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck import baseline, bwdiag, codec, compat, diagnose, envdiff, mesh, recommend, rendezvous, topology
-from netcheck.bandwidth import run_bandwidth
-from netcheck.config import Config
-from netcheck.constants import (
-    BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED,
-    GOODBYE_WAIT, LOOKUP_TIMEOUT, MESH_PHASE_LIMIT, MIN_PHASE_SECONDS, REPORT_RESERVE, RESULTS_WAIT, RUN_INTERNAL,
+from netcheck.rules import (
+
+    baseline, bw as bwdiag, rdzv as diagnose, env as envdiff, nic as recommend,
+
+    launch as topology,
+
 )
-from netcheck.deadline import Deadline
-from netcheck.envinfo import EnvFacts, gather_env
-from netcheck.launcher import default_run_id, detect_launch, is_torchrun_worker
-from netcheck.local import driver_gpus, gather_facts
-from netcheck.mesh import Attempt
-from netcheck.nics import address_owners
-from netcheck.sweep import NODE_GONE, BandwidthResult
-from netcheck.model import (
+
+from netcheck.core import codec, compat
+
+from netcheck.cluster import mesh, rendezvous
+from netcheck.bandwidth.orchestrate import run_bandwidth
+from netcheck.config import Config
+from netcheck.core.constants import (
+    BW_STARTUP_SECONDS, ENV_PHASE_LIMIT, EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED,
+    GOODBYE_WAIT, LOOKUP_TIMEOUT, MESH_PHASE_LIMIT, MIN_PHASE_SECONDS, REPORT_RESERVE,
+    RESULTS_WAIT, RUN_INTERNAL,
+)
+from netcheck.core.deadline import Deadline
+from netcheck.facts.envinfo import EnvFacts, gather_env
+from netcheck.facts.launcher import default_run_id, detect_launch, is_torchrun_worker
+from netcheck.facts.local import driver_gpus, gather_facts
+from netcheck.cluster.mesh import Attempt
+from netcheck.facts.nics import address_owners
+from netcheck.bandwidth.sweep import NODE_GONE, BandwidthResult
+from netcheck.core.model import (
     FAIL, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     hostnames, verdict_of,
 )
-from netcheck.probe import PortTaken, listen, reach, resolve_addresses
+from netcheck.facts.probe import PortTaken, listen, reach, resolve_addresses
 
 # The host stops waiting for joiners at this share of --timeout, leaving the rest to the
 # phases after the rendezvous and to the report.

@@ -16,9 +16,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck.constants import (
+from netcheck.core.constants import (
+
     BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
+
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_MAX_BYTES, BW_PATTERN_MAX,
+
 )
 
 BACKENDS = ("auto", "nccl", "gloo")

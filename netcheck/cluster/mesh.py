@@ -21,9 +21,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from netcheck.constants import MESH_CONNECT_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS
-from netcheck.nics import NicTable, address_owners
-from netcheck.probe import error_text, failed_connect
+from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS
+from netcheck.facts.nics import NicTable, address_owners
+from netcheck.facts.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128

@@ -16,9 +16,13 @@ import tempfile
 
 from tabulate import tabulate
 
-from netcheck import __version__, bwtables, codec
-from netcheck.launcher import is_torchrun_worker
-from netcheck.model import NodeEntry, Report
+from netcheck import __version__
+
+from netcheck.bandwidth import tables as bwtables
+
+from netcheck.core import codec
+from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.core.model import NodeEntry, Report
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
