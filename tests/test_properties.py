@@ -66,6 +66,7 @@ def config_of(argv: list[str]):
 @example("-x", "1")
 @example("[::1]:0", "0:0")
 @example("node0", "1:" + "9" * 40)
+@example("0", "0\x1f")
 def test_any_rdzv_and_nnodes_is_a_config_or_a_usage_error(rdzv, nnodes):
     try:
         config = config_of(["--rdzv", rdzv, "--nnodes", nnodes])

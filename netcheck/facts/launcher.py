@@ -32,9 +32,10 @@ class LaunchError(ValueError):
 
 def parse_nnodes(text: str) -> tuple[int, int]:
     """torchrun's --nnodes: "N" or "MIN:MAX"."""
-    parts = text.split(":")
+    # str.strip() takes more than int() ignores ("\x1f"): int() gets the stripped text.
+    parts = [p.strip() for p in text.split(":")]
     # ASCII digits only ("²".isdigit() is true, and int() refuses it); at most 9 of them.
-    if len(parts) > 2 or not all(re.fullmatch(r"[0-9]{1,9}", p.strip()) for p in parts):
+    if len(parts) > 2 or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts):
         raise LaunchError(f"--nnodes {text!r}: expected N or MIN:MAX with whole numbers")
     low, high = int(parts[0]), int(parts[-1])
     if low < 1 or high < low:
