@@ -14,9 +14,7 @@ import sys
 from typing import Sequence
 
 from netcheck import __version__
-
 from netcheck.render import export, text as report
-
 from netcheck.bandwidth import plot, sweep
 from netcheck.rules.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases

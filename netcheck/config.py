@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
 from netcheck.cluster.mesh import parse_mode
 from netcheck.core.model import Launch, Report
-from netcheck.bandwidth.sweep import SweepOptions
+from netcheck.core.bwrecords import SweepOptions
 
 
 class UsageError(ValueError):

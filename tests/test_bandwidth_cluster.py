@@ -25,7 +25,8 @@ import nodes
 from nodes import scaled
 from netcheck.core import codec
 from netcheck.rules.bw import bandwidth_findings
-from netcheck.bandwidth.sweep import BandwidthResult, add_arguments, options_from_args
+from netcheck.core.bwrecords import BandwidthResult
+from netcheck.bandwidth.sweep import add_arguments, options_from_args
 
 pytestmark = pytest.mark.root_required
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 
 from netcheck.rules.baseline import drift_findings
-from netcheck.facts.envinfo import EnvFacts
+from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import Launch, NodeEntry, NodeFacts, Report
-from netcheck.facts.nics import Address, Nic, NicTable
-from netcheck.bandwidth.sweep import BandwidthResult, Row, Sweep
+from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
 
 
 def entry(rank: int, env: dict[str, str], mtu: int = 1500) -> NodeEntry:

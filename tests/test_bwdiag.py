@@ -9,9 +9,8 @@ import pytest
 from netcheck.core import constants
 from netcheck.rules.bw import bandwidth_findings
 from netcheck.core.model import SEVERITIES
-from netcheck.bandwidth.sweep import (
-    COLLECTIVES, BandwidthResult, Fault, Pair, RankTime, Sweep, make_row,
-)
+from netcheck.bandwidth.sweep import COLLECTIVES, make_row
+from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Sweep
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]

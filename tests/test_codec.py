@@ -8,14 +8,14 @@ import json
 import pytest
 
 from netcheck.core import codec
-from netcheck.bandwidth.sweep import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
+from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
 from netcheck.core.model import (
     EnvRow, ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts,
     NodeResults, Probe, Reach, Report, Resolution, Visitor,
 )
-from netcheck.facts.nics import Address, IbPort, Nic, NicTable
+from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 # --- realistic values -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from netcheck.bandwidth.sweep import SweepOptions
+from netcheck.core.bwrecords import SweepOptions
 from netcheck.config import (
     Config, Endpoint, UsageError, check_config, parse_endpoint, select_phases,
 )

@@ -12,7 +12,7 @@ from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
     Reach, Resolution, Visitor,
 )
-from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.core.nictable import Address, Nic, NicTable
 
 # --- a three-node cluster ------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from netcheck import __version__, cli
 
 from netcheck.render import export
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
-from netcheck.facts.nics import NicTable
-from netcheck.bandwidth.sweep import BandwidthResult, Pair, Row, Sweep
+from netcheck.core.nictable import NicTable
+from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 import pytest
 
 from netcheck.rules.ifselect import (
-
     MAX_IFS, format_gloo_values, format_nccl_value, gloo_device_addresses, nccl_choice,
-
     nccl_matches, parse_nccl_ifname, tp_interface, validate_setting,
-
 )
-from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.core.nictable import Address, Nic, NicTable
 
 
 def nic(name: str, *addrs: str, kind: str = "ethernet", running: bool = True) -> Nic:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from netcheck.rules import nic as recommend
 from netcheck.cluster.mesh import Attempt
 from netcheck.core.model import Launch, Member, NodeFacts
-from netcheck.facts.nics import Address, IbPort, Nic, NicTable
+from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 
 def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,

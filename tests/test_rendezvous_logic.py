@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from netcheck.core.model import Launch, Member, NodeFacts
-from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.rendezvous import (

@@ -6,7 +6,7 @@ import dataclasses
 
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 
-from netcheck.facts.nics import NicTable
+from netcheck.core.nictable import NicTable
 from netcheck.render.text import render_text
 
 SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")

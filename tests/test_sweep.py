@@ -21,11 +21,11 @@ from netcheck.bandwidth.orchestrate import (
 )
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.sweep import (
-    COLLECTIVES, DTYPES, BandwidthResult, Budget, Fault, Pair, Sweep, SweepOptions,
-    add_arguments, bandwidths, choose_backend, count_wrong, make_row, modulus,
-    options_from_args, pair_size, parse_size, plan_stages, ring_sum, round_robin,
-    size_series, stage_budgets,
+    COLLECTIVES, DTYPES, Budget, add_arguments, bandwidths, choose_backend, count_wrong,
+    make_row, modulus, options_from_args, pair_size, parse_size, plan_stages, ring_sum,
+    round_robin, size_series, stage_budgets,
 )
+from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Sweep, SweepOptions
 from netcheck.bandwidth.worker import Event
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from netcheck.core.model import Launch, NodeFacts
 
-from netcheck.facts.nics import NicTable
+from netcheck.core.nictable import NicTable
 from netcheck.rules.launch import device_uuid, launch_findings
 
 

@@ -43,7 +43,7 @@ from netcheck.core.constants import (
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.rendezvous import Exchange, collect
 from netcheck.bandwidth.tables import progress_bar
-from netcheck.bandwidth.sweep import (
+from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
 )
 from netcheck.bandwidth.worker import Event

@@ -4,7 +4,7 @@ node-pair matrix as a heatmap. matplotlib is an optional extra (`pip install net
 
 from __future__ import annotations
 
-from netcheck.bandwidth.sweep import BandwidthResult
+from netcheck.core.bwrecords import BandwidthResult
 
 
 class PlotUnavailable(RuntimeError):

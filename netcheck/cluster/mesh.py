@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS
-from netcheck.facts.nics import NicTable, address_owners
+from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"

@@ -34,8 +34,8 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
+from netcheck.core.envfacts import ABSENT, EnvFacts, NOT_LOADED, NO_CUDA
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.facts.hashing import hash_path, unreadable
 
@@ -64,18 +64,6 @@ LIBNCCL = re.compile(r"lib[nr]ccl(-[0-9a-f]{8})?\.so")
 LIBTORCH_CUDA = re.compile(r"libtorch_cuda\.so")
 
 NVML_ERROR_DRIVER_NOT_LOADED = 9   # nvml.h: the library is there, the kernel driver is not
-
-NO_CUDA = "no CUDA"
-NOT_LOADED = "not loaded"
-ABSENT = "absent"
-
-
-@dataclass(frozen=True)
-class EnvFacts:
-    """One node's environment: dotted key -> value, e.g. "torch.version" -> "2.13.0+cpu"."""
-
-    values: dict[str, str]
-    seconds: float = 0.0       # how long gathering took
 
 
 def gather_env(hash_paths: Iterable[str] = (), env: Mapping[str, str] | None = None,

@@ -19,11 +19,12 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 
 import netifaces
 import psutil
+
+from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 # <linux/if.h> and <linux/if_arp.h>
 IFF_UP = 0x1
@@ -36,44 +37,6 @@ RTF_REJECT = 0x200
 
 # Docker names the bridge of a user-defined network "br-" + the network id's first 12 hex.
 DOCKER_NETWORK_BRIDGE = re.compile(r"br-[0-9a-f]{12}")
-
-
-@dataclass(frozen=True)
-class Address:
-    family: str            # "ipv4" | "ipv6"
-    address: str           # no scope suffix
-    prefixlen: int
-
-
-@dataclass(frozen=True)
-class IbPort:
-    device: str            # e.g. mlx5_0
-    port: int
-    state: str             # e.g. "ACTIVE" (from "4: ACTIVE"); "unknown" when unreadable
-    link_layer: str        # "InfiniBand" | "Ethernet"; "unknown" when unreadable
-    rate: str              # raw rate text, e.g. "200 Gb/sec (4X HDR)"
-    netdev: str | None     # the netdev behind it when known
-
-
-@dataclass(frozen=True)
-class Nic:
-    name: str
-    index: int             # ifindex; 0 when unreadable (the kernel never assigns 0)
-    addresses: tuple[Address, ...]  # IPv4 first, then IPv6, each in getifaddrs order
-    up: bool               # IFF_UP
-    running: bool          # IFF_RUNNING (NCCL skips interfaces that are not running)
-    mtu: int               # 0 when unreadable
-    speed_mbps: int | None  # None when unknown (virtual links report 0 / -1 / error)
-    # loopback | bridge | veth | docker | virtual | infiniband | ethernet | unknown
-    kind: str
-    mac: str | None
-
-
-@dataclass(frozen=True)
-class NicTable:
-    nics: tuple[Nic, ...]          # in getifaddrs order (the order NCCL walks them)
-    ib_ports: tuple[IbPort, ...]
-    default_route_ifname: str | None
 
 
 def read_nic_table(sysfs: str = "/sys", proc: str = "/proc") -> NicTable:
@@ -258,11 +221,6 @@ def _ipv6_default(path: Path) -> str | None:
 def _usable(flags_hex: str) -> bool:
     flags = int(flags_hex, 16)
     return bool(flags & RTF_UP) and not flags & RTF_REJECT
-
-
-def address_owners(table: NicTable) -> dict[str, str]:
-    """Every address of this node -> the interface holding it."""
-    return {a.address: nic.name for nic in table.nics for a in nic.addresses}
 
 
 def _read(path: Path) -> str | None:

@@ -16,15 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netcheck.rules import (
-
     baseline, bw as bwdiag, rdzv as diagnose, env as envdiff, nic as recommend,
-
     launch as topology,
-
 )
-
 from netcheck.core import codec, compat
-
 from netcheck.cluster import mesh, rendezvous
 from netcheck.bandwidth.orchestrate import run_bandwidth
 from netcheck.config import Config
@@ -34,12 +29,13 @@ from netcheck.core.constants import (
     RESULTS_WAIT, RUN_INTERNAL,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.facts.envinfo import EnvFacts, gather_env
+from netcheck.core.envfacts import EnvFacts
+from netcheck.facts.envinfo import gather_env
 from netcheck.facts.launcher import default_run_id, detect_launch, is_torchrun_worker
 from netcheck.facts.local import driver_gpus, gather_facts
 from netcheck.cluster.mesh import Attempt
-from netcheck.facts.nics import address_owners
-from netcheck.bandwidth.sweep import NODE_GONE, BandwidthResult
+from netcheck.core.nictable import address_owners
+from netcheck.core.bwrecords import NODE_GONE, BandwidthResult
 from netcheck.core.model import (
     FAIL, ClockSample, EnvRow, Finding, Member, NodeEntry, NodeFacts, NodeResults, Report,
     hostnames, verdict_of,

@@ -17,9 +17,7 @@ import tempfile
 from tabulate import tabulate
 
 from netcheck import __version__
-
 from netcheck.bandwidth import tables as bwtables
-
 from netcheck.core import codec
 from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.core.model import NodeEntry, Report

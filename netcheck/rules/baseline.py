@@ -13,7 +13,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
 from netcheck.facts.probe import error_text
-from netcheck.bandwidth.sweep import BandwidthResult, avg_busbw
+from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 
 
 class BaselineError(ValueError):

@@ -29,7 +29,7 @@ import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from netcheck.facts.nics import Address, Nic, NicTable
+from netcheck.core.nictable import Address, Nic, NicTable
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.

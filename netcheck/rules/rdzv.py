@@ -5,18 +5,15 @@ from __future__ import annotations
 import ipaddress
 
 from netcheck.core.constants import (
-
     ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
-
     RDZV_REACH, RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH,
-
 )
 from netcheck.config import Endpoint
 from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
 )
-from netcheck.facts.nics import address_owners
+from netcheck.core.nictable import address_owners
 
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "

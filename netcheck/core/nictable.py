@@ -1,0 +1,48 @@
+"""A node's interfaces as records: what facts.nics reads and every later layer compares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Address:
+    family: str            # "ipv4" | "ipv6"
+    address: str           # no scope suffix
+    prefixlen: int
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str            # e.g. mlx5_0
+    port: int
+    state: str             # e.g. "ACTIVE" (from "4: ACTIVE"); "unknown" when unreadable
+    link_layer: str        # "InfiniBand" | "Ethernet"; "unknown" when unreadable
+    rate: str              # raw rate text, e.g. "200 Gb/sec (4X HDR)"
+    netdev: str | None     # the netdev behind it when known
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    index: int             # ifindex; 0 when unreadable (the kernel never assigns 0)
+    addresses: tuple[Address, ...]  # IPv4 first, then IPv6, each in getifaddrs order
+    up: bool               # IFF_UP
+    running: bool          # IFF_RUNNING (NCCL skips interfaces that are not running)
+    mtu: int               # 0 when unreadable
+    speed_mbps: int | None  # None when unknown (virtual links report 0 / -1 / error)
+    # loopback | bridge | veth | docker | virtual | infiniband | ethernet | unknown
+    kind: str
+    mac: str | None
+
+
+@dataclass(frozen=True)
+class NicTable:
+    nics: tuple[Nic, ...]          # in getifaddrs order (the order NCCL walks them)
+    ib_ports: tuple[IbPort, ...]
+    default_route_ifname: str | None
+
+
+def address_owners(table: NicTable) -> dict[str, str]:
+    """Every address of this node -> the interface holding it."""
+    return {a.address: nic.name for nic in table.nics for a in nic.addresses}
