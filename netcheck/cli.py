@@ -14,9 +14,7 @@ import sys
 from typing import Sequence
 
 from netcheck import __version__
-from netcheck.render import export, text as report
 from netcheck.bandwidth import plot, sweep
-from netcheck.rules.baseline import BaselineError, load_baseline
 from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED,
@@ -26,6 +24,8 @@ from netcheck.facts.launcher import (
     LaunchError, default_run_id, detect_launch, is_torchrun_worker, rdzv_from_env,
 )
 from netcheck.facts.local import driver_gpus
+from netcheck.render import export, text as report
+from netcheck.rules.baseline import BaselineError, load_baseline
 
 PROBE_TIMEOUT_MAX = 3600.0
 
@@ -241,7 +241,7 @@ def run_local(argv: list[str]) -> int:
                 "/dev/shm, launcher view. No network traffic.")
     p.add_argument("--json", metavar="PATH|-")
     args = p.parse_args(argv)
-    from netcheck.phases.runner import local_only
+    from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
     emit(rep, args.json, False, True)
@@ -260,7 +260,7 @@ def run_probe(argv: list[str]) -> int:
     if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below "
                          f"{PROBE_TIMEOUT_MAX:g} seconds")
-    from netcheck.phases.runner import probe_only
+    from netcheck.phases.assemble import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)
     emit(rep, args.json, False, True)

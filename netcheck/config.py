@@ -10,10 +10,10 @@ import os
 import re
 from dataclasses import dataclass
 
-from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
 from netcheck.cluster.mesh import parse_mode
-from netcheck.core.model import Launch, Report
 from netcheck.core.bwrecords import SweepOptions
+from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
+from netcheck.core.model import Launch, Report
 
 
 class UsageError(ValueError):

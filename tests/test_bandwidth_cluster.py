@@ -202,7 +202,7 @@ def main() -> int:
     from netcheck.bandwidth.orchestrate import run_bandwidth
     from netcheck.core.deadline import Deadline
     from netcheck.core.compat import import_distributed
-    from netcheck.cluster.rendezvous import Exchange, client_store, collect
+    from netcheck.cluster.store import Exchange, client_store, collect
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
                                            wait_for_workers=False) if args.node == 0 else None

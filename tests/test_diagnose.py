@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from netcheck.rules import rdzv as diagnose
+from netcheck.rules import rdzv as diagnose, run as run_rules
 from netcheck.rules.rdzv import REACH_FIXES
 from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
@@ -392,19 +392,19 @@ def test_seat_finding():
 
 
 def test_timeout_and_internal_findings():
-    assert diagnose.timeout_finding("rendezvous", 60.0) == Finding(
+    assert run_rules.timeout_finding("rendezvous", 60.0) == Finding(
         "run.timeout", "fail", (), "the rendezvous phase did not finish within --timeout (60 s)", (),
         "the findings above say what was missing; raise --timeout only if the cluster is merely slow")
-    internal = diagnose.internal_finding("mesh", KeyError("eno1"))
+    internal = run_rules.internal_finding("mesh", KeyError("eno1"))
     assert (internal.check, internal.severity) == ("run.internal", "fail")
     assert internal.summary == "netcheck could not run the mesh phase: KeyError: 'eno1'"
 
 
 def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
-    (finding,) = diagnose.unheard_goodbyes({1: "node1", 3: "node3"})
+    (finding,) = run_rules.unheard_goodbyes({1: "node1", 3: "node3"})
     assert (finding.check, finding.severity, finding.nodes) == ("run.skipped", "warn", ())
     assert "node1, node3 said goodbye; not counted as lost" in finding.summary
-    assert diagnose.unheard_goodbyes({}) == []
+    assert run_rules.unheard_goodbyes({}) == []
 
 
 def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():

@@ -36,7 +36,7 @@ from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path, human_bytes
 from netcheck.facts.launcher import LaunchError, parse_nnodes
-from netcheck.phases.runner import local_only
+from netcheck.phases.assemble import local_only
 from netcheck.bandwidth.sweep import UNITS, parse_size
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

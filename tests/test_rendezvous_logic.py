@@ -10,9 +10,9 @@ from netcheck.core.model import Launch, Member, NodeFacts
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
-from netcheck.cluster.rendezvous import (
-    Exchange, HostState, _answer_pings, assign_ranks, host_gather, rendezvous_closed,
-)
+from netcheck.cluster.store import Exchange
+from netcheck.cluster.rendezvous import HostState, _answer_pings, host_gather
+from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core.compat import import_distributed
 
 

@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from netcheck.render import text as render
 from netcheck.core.model import Report
-from netcheck.phases.runner import local_only, probe_only
+from netcheck.phases.assemble import local_only, probe_only
 from nodes import SCHEMA, SCHEMA_PATH
 from test_codec import REPORT as EVERY_RECORD_REPORT
 

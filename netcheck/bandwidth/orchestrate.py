@@ -35,18 +35,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from netcheck.bandwidth.tables import progress_bar
+from netcheck.bandwidth.worker import Event
+from netcheck.cluster.store import Exchange, collect
 from netcheck.core import codec
+from netcheck.core.bwrecords import (
+    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
+)
 from netcheck.core.constants import (
     BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_REPORT_WAIT,
     BW_STUCK_AFTER,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.cluster.rendezvous import Exchange, collect
-from netcheck.bandwidth.tables import progress_bar
-from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
-)
-from netcheck.bandwidth.worker import Event
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from tabulate import tabulate
 
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw
 from netcheck.bandwidth.sweep import size_text
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw
 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
 

@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netcheck.core import codec
-from netcheck.core.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
-from netcheck.core.compat import eager_device, import_distributed
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, Budget, Collective, Peers, bandwidths, choose_backend, count_wrong,
     make_row, modulus, pair_size, plan_stages, round_robin, size_series, stage_budgets,
 )
+from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
+from netcheck.core.compat import eager_device, import_distributed
+from netcheck.core.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.nictable import NicTable
-from netcheck.core.bwrecords import BandwidthResult
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SEVERITIES = (PASS, WARN, FAIL)

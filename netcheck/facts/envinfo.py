@@ -35,8 +35,8 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from netcheck.core.envfacts import ABSENT, EnvFacts, NOT_LOADED, NO_CUDA
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+from netcheck.core.envfacts import ABSENT, EnvFacts, NOT_LOADED, NO_CUDA
 from netcheck.facts.hashing import hash_path, unreadable
 
 # Packages whose versions are always recorded ("absent" when not installed). Every other

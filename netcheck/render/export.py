@@ -25,8 +25,8 @@ import re
 from collections import Counter
 
 from netcheck import __version__
-from netcheck.core.model import PASS, SEVERITIES, Report
 from netcheck.core.bwrecords import avg_busbw
+from netcheck.core.model import PASS, SEVERITIES, Report
 
 # What a scheduler's node list can hold; anything else (a comma, a bracket, a space from a
 # peer's malformed hostname) would change the list's meaning, so it is left out.

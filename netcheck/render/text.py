@@ -19,8 +19,8 @@ from tabulate import tabulate
 from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
-from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.core.model import NodeEntry, Report
+from netcheck.facts.launcher import is_torchrun_worker
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 

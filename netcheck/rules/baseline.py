@@ -8,12 +8,12 @@ settings. Pure: two reports' data in, findings out.
 from __future__ import annotations
 
 from netcheck.core import codec
+from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 from netcheck.core.constants import (
     BASELINE_BW_DROP, BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA,
 )
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
 from netcheck.facts.probe import error_text
-from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 
 
 class BaselineError(ValueError):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 
+from netcheck.config import Endpoint
 from netcheck.core.constants import (
     ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
-    RDZV_REACH, RDZV_RESOLVE, RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH,
+    RDZV_REACH, RDZV_RESOLVE,
 )
-from netcheck.config import Endpoint
 from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
@@ -231,36 +231,3 @@ def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
 
 
-SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
-
-
-def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
-    """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
-    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix)
-
-
-def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
-    """Goodbyes the host had no time left to wait for: not counted as lost nodes."""
-    if not names:
-        return []
-    return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {', '.join(names.values())} "
-                    "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX)]
-
-
-def timeout_finding(phase: str, seconds: float) -> Finding:
-    return Finding(RUN_TIMEOUT, FAIL, (), f"the {phase} phase did not finish within --timeout "
-                   f"({seconds:g} s)", (), "the findings above say what was missing; raise --timeout "
-                   "only if the cluster is merely slow")
-
-
-def torch_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
-    """The node's own torch is the problem: said as such, not as a netcheck bug or a peer's fault."""
-    return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
-                   "install a working torch 2.1 or newer in this environment (pip install "
-                   "'torch>=2.1'; the README's compatibility table lists the releases tested)")
-
-
-def internal_finding(phase: str, error: BaseException) -> Finding:
-    return Finding(RUN_INTERNAL, FAIL, (), f"netcheck could not run the {phase} phase: "
-                   f"{type(error).__name__}: {error}", (), "this is a netcheck bug: please report it "
-                   "with the JSON report")

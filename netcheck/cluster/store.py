@@ -1,0 +1,205 @@
+"""The TCPStore as netcheck talks to it: the host's server on its pre-bound socket, clients
+with bounded connects and replies, and the Exchange: typed, bounded, optionally signed JSON
+under netcheck's keys. Every torch workaround for the store lives here or in core.compat."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import os
+import socket
+import stat
+import struct
+import time
+
+from netcheck.core import codec, compat
+from netcheck.core.constants import MAX_FACTS_BYTES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT
+from netcheck.core.deadline import Deadline
+
+
+ROOT = "netcheck"
+
+
+MAC_SUFFIX = "#mac"
+
+
+CONNECT_TRY = 2.0
+
+
+class RendezvousError(Exception):
+    """The rendezvous could not go on; the message says why in one line."""
+
+
+def _timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=max(0.05, seconds))
+
+
+def host_store(listener: socket.socket, port: int, deadline: Deadline):
+    """The TCPStore server, on the socket the host has listened on since it started.
+
+    The store takes the descriptor over and closes it itself, so Python lets go of it.
+    """
+    dist = compat.import_distributed()
+    return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.detach())
+
+
+def client_store(host: str, port: int, deadline: Deadline):
+    # TCPStore retries a refused connect for up to ~2 times the timeout it is given, so
+    # it gets short tries, each ending well inside the deadline, until the deadline.
+    dist = compat.import_distributed()
+    while True:
+        try:
+            before = _socket_fds()
+            store = dist.TCPStore(host, port, None, False, compat.connect_timeout(
+                _timedelta(min(CONNECT_TRY, deadline.remaining() / 3))))
+            store.set_timeout(_timedelta(deadline.remaining()))
+            _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
+            return store
+        except (RuntimeError, OSError) as e:
+            if deadline.remaining() < 0.1:
+                raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
+                                      f"{first_line(e)}") from None
+
+
+def _socket_fds() -> set[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    fds = set()
+    for name in names:
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                fds.add(int(name))
+        except OSError:
+            continue  # closed meanwhile (listdir's own descriptor among them)
+    return fds
+
+
+def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
+    """A receive/send timeout on the store client's socket (the new one connected to port).
+
+    TCPStore's own timeout bounds waiting for a key, not a reply: over a link cut mid-run
+    (packets dropped, no RST) a plain check() sits in recv for as long as TCP retries: no
+    answer in 120 s with every timeout set to 2 s (benchmarks/store_link_cut.py). With
+    SO_RCVTIMEO the call raises DistNetworkError ("Socket Timeout") instead, which reads as
+    a lost host.
+    """
+    timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    for fd in fds:
+        try:
+            copy = os.dup(fd)  # socket options are the socket's: set through a copy, closed after
+        except OSError:
+            continue  # closed since it was listed: not the store's
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # a family Python does not know (netlink): not the store's
+            os.close(copy)
+            continue
+        with sock:
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+            except OSError:
+                continue  # not connected: not the store's
+
+
+def first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+class Exchange:
+    """Typed, bounded JSON over the store; the one place store keys are read and written.
+
+    With a token (--token / NETCHECK_TOKEN) every value carries an HMAC-SHA256 of its bytes
+    under KEY#mac, and a value whose MAC is missing or wrong reads as malformed: nodes
+    prove they share the secret. Visitor records stay unsigned, so nodes of other runs
+    (or without the token) are still named.
+    """
+
+    def __init__(self, store, run_id: str, token: str | None = None):
+        self._store = store
+        self.run_id = run_id
+        self.token = token
+        self.lost: str | None = None  # why the store connection broke, once it has
+
+    def _call(self, method, *args):  # a store method's name, or a compat function of the store
+        # After a broken request (a reply timed out) the stream is out of step: a late
+        # reply would answer the next request. So the first break is final.
+        if self.lost is not None:
+            raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
+        try:
+            if callable(method):
+                return method(self._store, *args)
+            return getattr(self._store, method)(*args)
+        except Exception as e:
+            if compat.store_lost(e):
+                self.lost = first_line(e)
+            raise
+
+    def key(self, *parts: object, shared: bool = False) -> str:
+        scope = (ROOT,) if shared else (ROOT, self.run_id)
+        return "/".join(scope + tuple(str(p) for p in parts))
+
+    def put(self, key: str, value: object, signed: bool = True) -> None:
+        text = codec.dumps(value)
+        if self.token and signed:
+            self._call("set", key + MAC_SUFFIX, self._mac(text.encode()))
+        self._call("set", key, text)
+
+    def _mac(self, data: bytes) -> str:
+        return hmac.new(self.token.encode(), data, hashlib.sha256).hexdigest()
+
+    def has(self, key: str) -> bool:
+        return self._call(compat.has_key, key)
+
+    def count(self, key: str, add: int = 0) -> int:
+        return self._call("add", key, add)
+
+    def read(self, cls, key: str, signed: bool = True):
+        """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
+        data = self._call("get", key)
+        if self.token and signed:
+            mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
+            if not hmac.compare_digest(mac, self._mac(data).encode()):
+                raise codec.DecodeError("not signed with this --token")
+        return codec.loads(cls, data, MAX_FACTS_BYTES)
+
+    def wait_read(self, cls, key: str, deadline: Deadline):
+        self.wait(key, deadline)
+        return self.read(cls, key)
+
+    def wait(self, key: str, deadline: Deadline) -> None:
+        # Polled, not a blocking store.wait: Python sees Ctrl-C only between calls, and a
+        # blocking wait would hold it until the deadline.
+        # A store that breaks (the host died) raises its own error: that is a lost host,
+        # not a slow one, and the phase boundary reports it as such.
+        pause = 0.002  # quick at first: a clock pong is answered within one host poll
+        while not self.has(key):  # one look at least, also past the deadline
+            if deadline.expired():
+                raise TimeoutError(f"{key} did not appear in time")
+            time.sleep(pause)
+            pause = min(2 * pause, STORE_POLL_INTERVAL)
+
+
+def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) -> dict:
+    """Every `name/ID` value for the given ids, read as they appear, until all or the deadline.
+
+    An id whose value never comes or does not decode is simply absent: the rules name it.
+    """
+    found: dict = {}
+    pending = set(ids)
+    while pending:  # one look at least, also past the deadline: what is there counts
+        for i in sorted(pending):
+            if ex.has(ex.key(name, i)):
+                pending.discard(i)
+                try:
+                    found[i] = ex.read(cls, ex.key(name, i))
+                except codec.DecodeError:
+                    pass
+        if not pending or deadline.expired():
+            break
+        time.sleep(STORE_POLL_INTERVAL)
+    return found

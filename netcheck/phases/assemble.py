@@ -1,0 +1,66 @@
+"""The report, assembled from what the run learnt; also the one-node reports of `netcheck local`
+and `netcheck probe`."""
+
+from __future__ import annotations
+
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import FAIL, Finding, Member, NodeEntry, Report, hostnames, verdict_of
+from netcheck.facts.launcher import default_run_id, detect_launch
+from netcheck.facts.local import driver_gpus, gather_facts
+from netcheck.facts.probe import reach
+from netcheck.phases.state import Run
+from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
+
+
+def build_report(run: Run) -> Report:
+    findings = tuple(run.findings)
+    members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
+                              if run.facts else ())
+    faulty_ranks = {r for f in findings if f.severity == FAIL for r in f.nodes}
+    by_rank = hostnames(members)
+    missing = _missing_hostnames(run, faulty_ranks, by_rank)
+    rec = run.recommendation or nic_rules.Recommendation({}, {}, "")
+    return Report(
+        run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
+        nodes=_entries(members), findings=findings, recommend=rec.cluster,
+        recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth=run.bandwidth,
+        timings=dict(run.timings),
+        unfinished=run.unfinished,
+        healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
+        faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing,
+        recommend_note=rec.reason)
+
+
+def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
+    return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts, m.env) for m in members)
+
+
+def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:
+    """Faulty ranks that never joined, named when the launcher listed the hosts (Slurm)."""
+    hosts = run.config.launch.hostnames
+    return tuple(hosts[r] for r in sorted(faulty) if r not in by_rank and r < len(hosts))
+
+
+def local_only(env) -> Report:
+    """`netcheck local`: this node's interfaces and what each library would pick here."""
+    launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
+    facts = gather_facts(default_run_id(env), launch)
+    me = (Member(launch.node_rank or 0, facts),)
+    findings = tuple(nic_rules.route_findings(me, ()) + nic_rules.nccl_findings(me, None)
+                     + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
+                     + nic_rules.ib_findings(me))
+    return _single_node_report("local", launch.node_rank, _entries(me), findings, {})
+
+
+def probe_only(host: str, port: int, timeout: float) -> Report:
+    """`netcheck probe HOST:PORT`: one round of the reach probe."""
+    found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
+    findings = tuple(rdzv_rules.reach_findings(found, ()))
+    return _single_node_report("probe", None, (), findings, {"reach": found.seconds})
+
+
+def _single_node_report(role: str, rank: int | None, nodes: tuple[NodeEntry, ...],
+                        findings: tuple[Finding, ...], timings: dict[str, float]) -> Report:
+    return Report(run_id=role, node_rank=rank, role=role, verdict=verdict_of(findings), nodes=nodes,
+                  findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
+                  timings=timings, unfinished=None, healthy_nodes=(), faulty_nodes=())

@@ -1,0 +1,69 @@
+"""Phase 7, bandwidth: timed collectives across every node's workers, on the host's store."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from netcheck.bandwidth.orchestrate import run_bandwidth
+from netcheck.cluster import rendezvous
+from netcheck.core.bwrecords import NODE_GONE
+from netcheck.core.constants import BW_STARTUP_SECONDS
+from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.phases.state import Run
+from netcheck.rules import bw as bw_rules, nic as nic_rules, run as run_rules
+
+
+def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
+    """Timed collectives across every node's workers, on the host's store.
+
+    Worker ranks are node_rank * nproc + local_rank, so the phase needs every seat 0..N-1
+    alive; with a node lost, the findings already name it and the sweep would only wait
+    for it. Under torchrun each worker process is a seat and starts one worker of its own.
+    """
+    launch = run.config.launch
+    seats = sorted(e.rank for e in seat.roster.entries)
+    expected = launch.nnodes_min or len(seats)
+    if seats != list(range(len(seats))) or set(run.alive) != set(seats) or len(seats) < expected:
+        if run.role == "host":  # where the missing nodes are named
+            run.findings.append(run_rules.skipped_finding("bandwidth", "not every node rank is present"))
+        return
+    left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
+    if left < needed:
+        run.findings.append(run_rules.skipped_finding(
+            "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
+            "raise --timeout (or lower --bw-budget)"))
+        return
+    # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
+    # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
+    # GROUP_RANK, and node n's processes are ranks n*P .. n*P+P-1 (torchrun's numbering).
+    if is_torchrun_worker(launch):
+        if launch.variables.get("LOCAL_RANK") != "0":
+            return
+        node, per_node = int(launch.variables["GROUP_RANK"]), launch.nproc_per_node
+    else:
+        node, per_node = seat.rank, 1
+    nnodes = len(seats) // per_node
+    result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
+                           launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
+                           run.progress)
+    if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
+        run.lose_host("bandwidth")
+    seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
+    seat_names, rates = seat.roster.hostnames(), _line_rates(run)
+    run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
+    findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
+                                         run.config.sweep.expect_busbw)
+    run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
+                     for f in findings]
+    if run.role == "host":  # a node whose account never came is gone, as in any other phase
+        gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
+        run.lose("bandwidth", seat_names, gone)
+
+
+def _line_rates(run: Run) -> dict[int, float | None]:
+    """Gbit/s of the interface each seat's traffic to its peers leaves by (None: unknown)."""
+    rates = {}
+    for m in run.members:
+        mbps = nic_rules.used_speed(m, {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"})
+        rates[m.rank] = mbps / 1000 if mbps else None
+    return rates

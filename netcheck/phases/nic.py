@@ -1,0 +1,26 @@
+"""Phase 5, nic: each library's interface choice on each node, held against what the mesh proved."""
+
+from __future__ import annotations
+
+from netcheck.phases.state import Run
+from netcheck.rules import nic as nic_rules
+
+
+def judge_interfaces(run: Run) -> None:
+    """Each library's choice on each node, held against what the mesh proved."""
+    members = run.members
+    # Only the host hears every node's connects, so only it can prove an interface works;
+    # a joiner still checks its own settings and what the libraries would pick.
+    host = run.role == "host"
+    proven = nic_rules.proven_interfaces(members, run.attempts) if host and run.attempts else None
+    run.findings += nic_rules.route_findings(members, run.attempts)
+    run.findings += nic_rules.nccl_findings(members, proven)
+    run.findings += nic_rules.gloo_findings(members, proven)
+    run.findings += nic_rules.tp_findings(members, proven)
+    if not host:
+        return
+    run.findings += nic_rules.ib_findings(members)
+    if proven is not None:
+        run.findings += nic_rules.mtu_findings(members, run.attempts)
+        run.findings += nic_rules.speed_findings(members, proven)
+        run.recommendation = nic_rules.recommendation(members, proven)

@@ -1,0 +1,75 @@
+"""Phase 3, rendezvous: the host gathers and seats the nodes, a joiner takes its seat; then
+who is still here for the phases after it."""
+
+from __future__ import annotations
+
+from netcheck.cluster import rendezvous, seating
+from netcheck.cluster.store import Exchange, RendezvousError, client_store, collect, host_store
+from netcheck.core import codec
+from netcheck.core.constants import GOODBYE_WAIT, RESULTS_WAIT
+from netcheck.core.model import ClockSample, Member, NodeResults
+from netcheck.phases.state import Run
+from netcheck.rules import rdzv as rdzv_rules
+
+
+def host(run: Run) -> rendezvous.Seat | None:
+    cfg, launch = run.config, run.config.launch
+    seat = None
+    with run.phase("rendezvous"):
+        store = host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
+            if run.listener else client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+        ex = Exchange(store, cfg.run_id, cfg.token)
+        rendezvous.announce(ex, run.facts)
+        seat, run.arrivals, waited = rendezvous.host_gather(
+            ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
+        arrivals, malformed = dict(run.arrivals.arrivals), run.arrivals.malformed
+        ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
+        roster = rendezvous.post_roster(seat, arrivals, ranks)
+        rendezvous.report_back(seat, ClockSample(0.0, 0.0))
+        results = collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
+                                     run.phase_deadline(RESULTS_WAIT))
+        gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
+                                        (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
+                                        malformed, waited, run.phase_deadline(RESULTS_WAIT))
+        run.members = gathered.members
+        run.findings += rdzv_rules.reach_summary(run.members)
+        run.findings += rdzv_rules.join_findings(gathered)
+        run.findings += rdzv_rules.resolve_consistency(run.members)
+        run.findings += rdzv_rules.fqdn_findings(run.members)
+        run.findings += rdzv_rules.clock_findings(run.members)
+    return seat
+
+
+def joiner(run: Run) -> rendezvous.Seat | None:
+    cfg = run.config
+    with run.phase("rendezvous"):
+        try:
+            store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+            seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
+        except RendezvousError as e:
+            run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
+            return None
+        run.rank = seat.rank
+        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname))
+        if results is not None:
+            run.members = (Member(seat.rank, run.facts, results),)
+            run.findings += rdzv_rules.clock_findings(run.members)
+        return seat
+    return None
+
+
+def still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+    """The seated nodes that reported back, as rank -> hostname: later phases wait only for
+    them, so one node lost at the rendezvous does not eat every later phase's time (and get
+    live nodes blamed for it). The host decides and publishes; joiners read it."""
+    ex = seat.exchange
+    seated = seat.roster.hostnames()
+    if run.role == "host":
+        alive = tuple(m.rank for m in run.members if m.results is not None)
+        ex.put(ex.key("alive"), alive)
+    else:
+        try:
+            alive = ex.wait_read(tuple[int, ...], ex.key("alive"), run.phase_deadline(GOODBYE_WAIT))
+        except (TimeoutError, codec.DecodeError):
+            alive = tuple(seated)
+    return {r: seated[r] for r in alive if r in seated}

@@ -1,0 +1,107 @@
+"""What one run has learnt so far, and the deadlines its phases share."""
+
+from __future__ import annotations
+
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netcheck.cluster import rendezvous
+from netcheck.cluster.mesh import Attempt
+from netcheck.config import Config
+from netcheck.core import compat
+from netcheck.core.bwrecords import BandwidthResult
+from netcheck.core.constants import REPORT_RESERVE
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
+
+
+# The host stops waiting for joiners at this share of --timeout, leaving the rest to the
+# phases after the rendezvous and to the report.
+JOIN_SHARE = 0.5
+
+
+@dataclass
+class Outcome:
+    report: Report
+    exit_code: int
+
+
+@dataclass
+class Run:
+    """What one run has learnt so far; turned into a Report whatever happens."""
+
+    config: Config
+    progress: Callable[[str], None]
+    deadline: Deadline = field(init=False)
+    role: str = "joiner"
+    rank: int | None = None
+    facts: NodeFacts | None = None
+    members: tuple[Member, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    recommendation: nic_rules.Recommendation | None = None
+    env_table: tuple[EnvRow, ...] = ()
+    bandwidth: BandwidthResult | None = None
+    arrivals: rendezvous.HostState | None = None   # the host's: every process that came
+    listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
+    alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
+    findings: list[Finding] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    unfinished: str | None = None
+    interrupted: bool = False
+    host_lost: bool = False
+
+    def __post_init__(self):
+        self.deadline = Deadline(self.config.timeout)
+        self.rank = self.config.launch.node_rank
+
+    @property
+    def join_deadline(self) -> Deadline:
+        return Deadline(self.config.timeout * JOIN_SHARE, start=self.deadline.start)
+
+    def phase_deadline(self, seconds: float | None = None) -> Deadline:
+        """The rest of the run less the reserve kept for writing the report."""
+        inner = Deadline(max(0.0, self.deadline.remaining() - REPORT_RESERVE))
+        return inner.within(seconds) if seconds is not None else inner
+
+    @contextmanager
+    def phase(self, name: str):
+        self.progress(f"{name}...")
+        start = time.monotonic()
+        earlier = self.unfinished  # the first phase that did not finish is the one to name
+        self.unfinished = earlier or name
+        try:
+            yield
+            self.unfinished = earlier
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+        except compat.TorchUnusable as e:
+            self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
+        except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
+            if self.role == "host" or not compat.store_lost(e):
+                self.findings.append(run_rules.internal_finding(name, e))
+            else:
+                self.lose_host(name)
+        finally:
+            self.timings[name] = round(time.monotonic() - start, 3)
+        if self.deadline.expired():
+            self.findings.append(run_rules.timeout_finding(name, self.config.timeout))
+
+    def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
+        """Nodes that stopped answering in `phase`: named there, and not waited for again."""
+        self.findings += rdzv_rules.lost_findings(phase, names, ranks)
+        for rank in ranks:
+            self.alive.pop(rank, None)
+
+    def lose_host(self, phase: str) -> None:
+        """The host died, or the path to it: named once, in the phase it happened."""
+        if not self.host_lost:
+            self.host_lost = True
+            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0])
+
+    def my_ranks(self) -> tuple[int, ...]:
+        return () if self.rank is None else (self.rank,)
