@@ -15,7 +15,9 @@ from typing import Sequence
 
 from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
-from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.config import (
+    BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
+)
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
@@ -25,7 +27,6 @@ from netcheck.facts.launcher import (
 )
 from netcheck.facts.local import driver_gpus
 from netcheck.render import export, text as report
-from netcheck.rules.baseline import BaselineError, load_baseline
 
 PROBE_TIMEOUT_MAX = 3600.0
 

@@ -11,22 +11,15 @@ import re
 from dataclasses import dataclass
 
 from netcheck.cluster.mesh import parse_mode
+from netcheck.core import codec
 from netcheck.core.bwrecords import SweepOptions
-from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, PHASES
-from netcheck.core.model import Launch, Report
+from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, PHASES, REPORT_SCHEMA
+from netcheck.core.model import Endpoint, Launch, Report
+from netcheck.facts.probe import error_text
 
 
 class UsageError(ValueError):
     """An unusable command line: printed as one line, exit 64."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -127,3 +120,23 @@ def _check_writable(flag: str, path: str | None) -> None:
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"{flag} {path}: the folder {folder} is not writable")
+
+
+class BaselineError(ValueError):
+    """The baseline file cannot be used; the message says why in one line."""
+
+
+def load_baseline(path: str) -> Report:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_BASELINE_BYTES + 1)
+    except OSError as e:
+        raise BaselineError(f"--baseline {path}: {error_text(e)}") from None
+    try:
+        report = codec.loads(Report, text, MAX_BASELINE_BYTES)
+    except codec.DecodeError as e:
+        raise BaselineError(f"--baseline {path}: not a {REPORT_SCHEMA} report ({e})") from None
+    if report.schema != REPORT_SCHEMA:
+        raise BaselineError(f"--baseline {path}: schema {report.schema!r}, this netcheck reads "
+                            f"{REPORT_SCHEMA!r}")
+    return report

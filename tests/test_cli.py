@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from netcheck import cli
-from netcheck.config import Endpoint
+from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
 

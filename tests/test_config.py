@@ -11,9 +11,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import SweepOptions
-from netcheck.config import (
-    Config, Endpoint, UsageError, check_config, parse_endpoint, select_phases,
-)
+from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.core.model import Endpoint
 from netcheck.core.constants import DEFAULT_PORT, PHASES
 from netcheck.core.model import Launch
 

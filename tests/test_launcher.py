@@ -253,7 +253,8 @@ def test_rdzv_from_env(env, expected):
 
 
 def test_rdzv_from_env_output_parses_as_an_endpoint():
-    from netcheck.config import Endpoint, parse_endpoint
+    from netcheck.core.model import Endpoint
+    from netcheck.config import parse_endpoint
 
     assert parse_endpoint(rdzv_from_env({"MASTER_ADDR": "fd00::1", "MASTER_PORT": "29400"})) == \
         Endpoint("fd00::1", 29400)

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from netcheck import cli
 
 from netcheck.render import text as report
-from netcheck.rules.baseline import BaselineError, drift_findings, load_baseline
+from netcheck.rules.baseline import drift_findings
 from netcheck.cli import build_parser, config_from_args
-from netcheck.config import UsageError
+from netcheck.config import BaselineError, UsageError, load_baseline
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path, human_bytes

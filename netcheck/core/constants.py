@@ -75,7 +75,7 @@ MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
 
-# Environment phase (envinfo / envdiff).
+# Environment phase (facts.envinfo / rules.env).
 HASH_MAX_BYTES = 1 << 30     # --hash reads at most this much per path, then says "incomplete"
 HASH_MAX_SECONDS = 10.0      # ... and spends at most this long per path
 # host.shm: NCCL's intra-node SHM transport allocates ~9.2 MiB per connection (the
@@ -92,7 +92,7 @@ BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the basel
 MAX_BASELINE_BYTES = 64 << 20
 ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
 
-# Bandwidth phase (sweep / worker / bandwidth / bwdiag).
+# Bandwidth phase (the bandwidth package / rules.bw).
 BW_DEFAULT_MINBYTES = 8      # -b, as nccl-tests' README runs it (-b 8 -e 128M -f 2)
 BW_DEFAULT_MAXBYTES = 128 << 20   # -e
 BW_DEFAULT_STEPFACTOR = 2    # -f

@@ -1,7 +1,7 @@
 """The records every phase shares: facts a node gathers, findings the rules make, the report.
 
 Data flows one way: facts (gathered per node, exchanged as JSON) -> findings (made by the
-rules in `diagnose`) -> `Report` (rendered by `report`). Everything here is a plain frozen
+rules in `netcheck.rules`) -> `Report` (rendered by `netcheck.render`). Everything here is a plain frozen
 dataclass so `codec` can write it and validate it on the way back in.
 """
 
@@ -212,3 +212,12 @@ class Report:
 def verdict_of(findings: tuple[Finding, ...] | list[Finding]) -> str:
     severities = {f.severity for f in findings}
     return FAIL if FAIL in severities else WARN if WARN in severities else PASS
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

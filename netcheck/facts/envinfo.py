@@ -1,6 +1,6 @@
 """Phase 6, env: this node's versions and settings as one flat map of dotted keys.
 
-Every fact is a string under a dotted key, so `envdiff` compares any two nodes the same
+Every fact is a string under a dotted key, so `rules.env` compares any two nodes the same
 way, whatever the key. What cannot be read is recorded as "unreadable: <reason>", what is
 not there says so ("no CUDA", "not loaded", "absent"), nothing is guessed. torch is
 imported inside the functions that need it, never at module import (the reach phase runs

@@ -7,33 +7,9 @@ settings. Pure: two reports' data in, findings out.
 
 from __future__ import annotations
 
-from netcheck.core import codec
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
-from netcheck.core.constants import (
-    BASELINE_BW_DROP, BASELINE_DRIFT, MAX_BASELINE_BYTES, REPORT_SCHEMA,
-)
+from netcheck.core.constants import BASELINE_BW_DROP, BASELINE_DRIFT
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
-from netcheck.facts.probe import error_text
-
-
-class BaselineError(ValueError):
-    """The baseline file cannot be used; the message says why in one line."""
-
-
-def load_baseline(path: str) -> Report:
-    try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_BASELINE_BYTES + 1)
-    except OSError as e:
-        raise BaselineError(f"--baseline {path}: {error_text(e)}") from None
-    try:
-        report = codec.loads(Report, text, MAX_BASELINE_BYTES)
-    except codec.DecodeError as e:
-        raise BaselineError(f"--baseline {path}: not a {REPORT_SCHEMA} report ({e})") from None
-    if report.schema != REPORT_SCHEMA:
-        raise BaselineError(f"--baseline {path}: schema {report.schema!r}, this netcheck reads "
-                            f"{REPORT_SCHEMA!r}")
-    return report
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],

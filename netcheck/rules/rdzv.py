@@ -1,17 +1,17 @@
-"""Rules: facts in, findings out. Rules never print and never touch the network."""
+"""The rendezvous checks (rdzv.*, host.clock): the reach probe, the host's listen, who joined
+and who did not, name resolution between nodes, clocks. Facts in, findings out."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from netcheck.config import Endpoint
 from netcheck.core.constants import (
     ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
     RDZV_REACH, RDZV_RESOLVE,
 )
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
+    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
 )
 from netcheck.core.nictable import address_owners
 

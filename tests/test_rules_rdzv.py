@@ -1,4 +1,5 @@
-"""The rules in diagnose over hand-built facts: exact checks, severities, ranks and wording."""
+"""The rendezvous and run rules (rules/rdzv.py, rules/run.py) over hand-built facts: exact
+checks, severities, ranks and wording."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from netcheck.rules import rdzv as diagnose, run as run_rules
+from netcheck.rules import rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.rdzv import REACH_FIXES
 from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
@@ -57,7 +58,7 @@ def reach(outcome: str, probes: tuple[Probe, ...], addresses=("10.0.0.4",), seco
 
 
 def test_reach_open():
-    found = diagnose.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
+    found = rdzv_rules.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
                                           seconds=0.0011), (1,))
     assert found == [
         Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4"),
@@ -69,7 +70,7 @@ def test_reach_open():
 def test_reach_refused_counts_the_seconds_it_kept_trying():
     probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused: nothing listens there, or a REJECT rule",
                   0.0003)
-    found = diagnose.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
+    found = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
     assert found[0] == Finding("rdzv.resolve", "pass", (2,), "node0 resolves to 10.0.0.4")
     assert found[1] == Finding(
         "rdzv.reach", "fail", (2,), "node0:29500 refused the connection for 30 s: nothing listens there",
@@ -81,7 +82,7 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
 
 def test_reach_filtered_says_how_long_it_waited():
     probe = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0012)
-    found = diagnose.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
+    found = rdzv_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
     assert found[1] == Finding(
         "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3 s",
         ("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
@@ -91,7 +92,7 @@ def test_reach_filtered_says_how_long_it_waited():
 
 def test_reach_unreachable():
     probe = Probe("10.9.0.4", "ipv4", "unreachable", "No route to host", 0.0001)
-    found = diagnose.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
+    found = rdzv_rules.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
     assert found == [
         Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.9.0.4"),
         Finding("rdzv.reach", "fail", (1,), "node0:29500 is unreachable from this node: no route",
@@ -101,7 +102,7 @@ def test_reach_unreachable():
 
 
 def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
-    found = diagnose.reach_findings(
+    found = rdzv_rules.reach_findings(
         reach("dns", (), addresses=(), seconds=0.02, attempts=0, host="nosuch.example",
               error="Name or service not known"), (3,))
     assert found == [Finding(
@@ -113,7 +114,7 @@ def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
 def test_reach_lists_every_address_and_probe_of_both_families():
     probes = (Probe("fd00::4", "ipv6", "refused", "connection refused", 0.001),
               Probe("10.0.0.4", "ipv4", "open", "connected", 0.002))
-    found = diagnose.reach_findings(reach("open", probes, addresses=("fd00::4", "10.0.0.4"), seconds=0.5), ())
+    found = rdzv_rules.reach_findings(reach("open", probes, addresses=("fd00::4", "10.0.0.4"), seconds=0.5), ())
     assert found[0].summary == "node0 resolves to fd00::4, 10.0.0.4"
     assert found[1].evidence == ("fd00::4 (ipv6): refused, connection refused, 0.00 s",
                                  "10.0.0.4 (ipv4): open, connected, 0.00 s",
@@ -127,7 +128,7 @@ def test_reach_lists_every_address_and_probe_of_both_families():
 def test_listen_finding_names_the_process_holding_the_port():
     holders = [Holder(4242, "python", "python -m torch.distributed.run train.py"),
                Holder(4243, "python", "python train.py")]
-    assert diagnose.listen_finding(29500, holders, "Address already in use") == Finding(
+    assert rdzv_rules.listen_finding(29500, holders, "Address already in use") == Finding(
         "rdzv.listen", "fail", (0,),
         "port 29500 is already in use on the host by pid 4242 (python): python -m torch.distributed.run "
         "train.py; pid 4243 (python): python train.py",
@@ -136,22 +137,22 @@ def test_listen_finding_names_the_process_holding_the_port():
 
 
 def test_listen_finding_without_holders():
-    assert diagnose.listen_finding(80, [], "Permission denied") == Finding(
+    assert rdzv_rules.listen_finding(80, [], "Permission denied") == Finding(
         "rdzv.listen", "fail", (0,), "the host cannot listen on port 80: Permission denied", (),
         "pick a free port, or run as a user allowed to bind it")
 
 
 def test_listen_pass():
-    assert diagnose.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
+    assert rdzv_rules.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
 
 
 def test_reach_summary_names_the_slowest_joiner():
     fast = reach("open", (), seconds=0.01)
     slow = reach("open", (), seconds=1.5)
     members = (member(0), member(1, reach=fast), member(2, reach=slow))
-    assert diagnose.reach_summary(members) == [Finding(
+    assert rdzv_rules.reach_summary(members) == [Finding(
         "rdzv.reach", "pass", (1, 2), "2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
-    assert diagnose.reach_summary((member(0),)) == []
+    assert rdzv_rules.reach_summary((member(0),)) == []
 
 
 # --- join_findings ---------------------------------------------------------------------------------
@@ -165,12 +166,12 @@ def gathering(members=(), expected=3, missing=(), hostnames=(), duplicates=None,
 
 def test_join_all_pass():
     g = gathering((member(0), member(1), member(2)))
-    assert diagnose.join_findings(g) == [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined in 1.2 s")]
+    assert rdzv_rules.join_findings(g) == [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined in 1.2 s")]
 
 
 def test_join_missing_node_named_by_the_launchers_hostname():
     g = gathering((member(0), member(1)), missing=(2,), hostnames=("gpu01", "gpu02", "gpu03"), waited=30.2)
-    assert diagnose.join_findings(g) == [Finding(
+    assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined in 30 s; 2 of 3 nodes joined",
         ("joined: rank 0 node0", "joined: rank 1 node1"),
         "start netcheck on that node; if it was started, read its own report "
@@ -179,7 +180,7 @@ def test_join_missing_node_named_by_the_launchers_hostname():
 
 def test_join_missing_node_without_hostnames():
     g = gathering((member(0),), missing=(1, 2), waited=10.0)
-    found = diagnose.join_findings(g)
+    found = rdzv_rules.join_findings(g)
     assert [(f.severity, f.nodes, f.summary) for f in found] == [
         ("fail", (1,), "node rank 1 (hostname unknown: it never reached the store) never joined in 10 s; "
                        "1 of 3 nodes joined"),
@@ -190,18 +191,18 @@ def test_join_missing_node_without_hostnames():
 
 def test_join_without_a_count_passes_with_one_joiner():
     g = gathering((member(0), member(1)), expected=None)
-    assert [(f.severity, f.nodes) for f in diagnose.join_findings(g)] == [("pass", (0, 1))]
+    assert [(f.severity, f.nodes) for f in rdzv_rules.join_findings(g)] == [("pass", (0, 1))]
 
 
 def test_join_without_a_count_fails_when_the_host_heard_from_nobody():
-    found = diagnose.join_findings(gathering((member(0),), expected=None, waited=6.0))
+    found = rdzv_rules.join_findings(gathering((member(0),), expected=None, waited=6.0))
     assert [(f.check, f.severity, f.nodes, f.summary) for f in found] == [
         ("rdzv.join", "fail", (0,), "no other node joined in 6 s")]
 
 
 def test_join_duplicate_claims_name_every_claimant():
     g = gathering((member(0), member(1), member(2)), duplicates={"1": ("node1", "node1-clone")})
-    assert diagnose.join_findings(g) == [Finding(
+    assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "fail", (1,), "node rank 1 was claimed by 2 nodes: node1, node1-clone; only the first "
         "was seated", ("node1 claims node rank 1", "node1-clone claims node rank 1"),
         "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task per node)")]
@@ -209,7 +210,7 @@ def test_join_duplicate_claims_name_every_claimant():
 
 def test_join_foreign_node_is_a_warning_and_not_mixed_in():
     g = gathering((member(0), member(1), member(2)), foreign=(Visitor("job-8", "other7", 0),))
-    assert diagnose.join_findings(g) == [Finding(
+    assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "warn", (), "other7 joined this store with run id 'job-8'; not mixed into this run", (),
         "two runs share this port: give each job its own port, or the same --rdzv-id if the node "
         "belongs here")]
@@ -217,14 +218,14 @@ def test_join_foreign_node_is_a_warning_and_not_mixed_in():
 
 def test_join_malformed_entry_is_a_warning_with_the_reason_as_evidence():
     g = gathering((member(0), member(1), member(2)), malformed=("arrival 3: $.hostname: expected str, got int",))
-    assert diagnose.join_findings(g) == [Finding(
+    assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "warn", (), "a store entry was rejected as malformed",
         ("arrival 3: $.hostname: expected str, got int",), "something other than netcheck writes to this port")]
 
 
 def test_join_lost_nodes_are_named_together():
     g = gathering((member(0), member(1, results=False), member(2, results=False)))
-    assert diagnose.join_findings(g) == [Finding(
+    assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "fail", (1, 2), "node1, node2 stopped answering during the rendezvous phase", (),
         "that node's netcheck died or hung, or the network path to it broke: look at that node and its link")]
 
@@ -232,7 +233,7 @@ def test_join_lost_nodes_are_named_together():
 def test_join_everything_at_once_in_a_stable_order():
     g = gathering((member(0), member(1, results=False)), missing=(2,), duplicates={"1": ("node1", "x")},
                   foreign=(Visitor("other", "y", None),), malformed=("bad",))
-    found = diagnose.join_findings(g)
+    found = rdzv_rules.join_findings(g)
     assert [(f.severity, f.nodes) for f in found] == [
         ("fail", (2,)), ("fail", (1,)), ("warn", ()), ("warn", ()), ("fail", (1,))]
     assert not any(f.severity == "pass" for f in found)
@@ -242,13 +243,13 @@ def test_join_everything_at_once_in_a_stable_order():
 
 
 def test_fqdn_all_good():
-    assert diagnose.fqdn_findings((member(0), member(1), member(2))) == [
+    assert rdzv_rules.fqdn_findings((member(0), member(1), member(2))) == [
         Finding("rdzv.fqdn", "pass", (0, 1, 2), "every node resolves every other node's FQDN")]
 
 
 def test_fqdn_unresolvable():
     members = (member(0), member(1, lookups={0: resolving(0, error="Name or service not known")}), member(2))
-    assert diagnose.fqdn_findings(members) == [Finding(
+    assert rdzv_rules.fqdn_findings(members) == [Finding(
         "rdzv.fqdn", "fail", (0, 1), "1 FQDN lookup(s) between nodes fail or point elsewhere",
         ("node1 -> node0.example (rank 0): does not resolve (Name or service not known)",),
         "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
@@ -258,7 +259,7 @@ def test_fqdn_unresolvable():
 def test_fqdn_resolving_to_127_0_1_1_is_wrong():
     # Debian's /etc/hosts maps the hostname to 127.0.1.1: the peer then talks to itself.
     members = (member(0, lookups={2: resolving(2, ("127.0.1.1",))}), member(1), member(2))
-    found = diagnose.fqdn_findings(members)
+    found = rdzv_rules.fqdn_findings(members)
     assert [(f.check, f.severity, f.nodes) for f in found] == [("rdzv.fqdn", "fail", (0, 2))]
     assert found[0].evidence == (
         "node0 -> node2.example (rank 2): resolves to 127.0.1.1, none of them that node's own address",)
@@ -267,7 +268,7 @@ def test_fqdn_resolving_to_127_0_1_1_is_wrong():
 def test_fqdn_resolving_to_a_loopback_address_the_node_has_is_still_wrong():
     # Every node has 127.0.0.1 on lo; it is "its own" but no peer reaches it there.
     members = (member(0), member(1), member(2, lookups={0: resolving(0, ("127.0.0.1", "::1"))}))
-    found = diagnose.fqdn_findings(members)
+    found = rdzv_rules.fqdn_findings(members)
     assert found[0].nodes == (0, 2)
     assert found[0].evidence == (
         "node2 -> node0.example (rank 0): resolves to 127.0.0.1, ::1, none of them that node's own address",)
@@ -276,7 +277,7 @@ def test_fqdn_resolving_to_a_loopback_address_the_node_has_is_still_wrong():
 def test_fqdn_resolving_to_another_nodes_address_is_wrong():
     members = (member(0), member(1, lookups={2: resolving(2, ("10.0.0.4",))}),
                member(2, lookups={1: resolving(1, ("10.0.0.99",))}))
-    found = diagnose.fqdn_findings(members)
+    found = rdzv_rules.fqdn_findings(members)
     assert found[0].summary == "2 FQDN lookup(s) between nodes fail or point elsewhere"
     assert found[0].nodes == (1, 2)
     assert found[0].evidence == (
@@ -286,7 +287,7 @@ def test_fqdn_resolving_to_another_nodes_address_is_wrong():
 
 def test_fqdn_one_right_address_among_several_is_enough():
     members = (member(0, lookups={1: resolving(1, ("127.0.1.1", "10.0.0.5"))}), member(1), member(2))
-    assert diagnose.fqdn_findings(members)[0].severity == "pass"
+    assert rdzv_rules.fqdn_findings(members)[0].severity == "pass"
 
 
 def test_fqdn_nodes_on_one_machine_may_resolve_to_loopback():
@@ -294,13 +295,13 @@ def test_fqdn_nodes_on_one_machine_may_resolve_to_loopback():
     facts = node_facts("box", "10.0.0.4")
     members = (Member(0, facts, NodeResults(None, (Resolution(1, "box.example", ("127.0.1.1",), None),))),
                Member(1, facts, NodeResults(None, (Resolution(0, "box.example", ("127.0.1.1",), None),))))
-    assert diagnose.fqdn_findings(members) == [
+    assert rdzv_rules.fqdn_findings(members) == [
         Finding("rdzv.fqdn", "pass", (0, 1), "every node resolves every other node's FQDN")]
 
 
 def test_fqdn_ignores_nodes_that_never_reported_back():
     members = (member(0), member(1, results=False), member(2))
-    assert diagnose.fqdn_findings(members)[0].severity == "pass"
+    assert rdzv_rules.fqdn_findings(members)[0].severity == "pass"
 
 
 # --- clock_findings --------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def test_fqdn_ignores_nodes_that_never_reported_back():
     (-3.0, 1.5, False),
 ])
 def test_clock_threshold_allows_the_error_margin(offset, error, skewed):
-    found = diagnose.clock_findings((member(0), member(1, clock=ClockSample(offset, error))))
+    found = rdzv_rules.clock_findings((member(0), member(1, clock=ClockSample(offset, error))))
     assert len(found) == 1
     assert found[0].check == "host.clock"
     assert found[0].severity == ("warn" if skewed else "pass")
@@ -326,7 +327,7 @@ def test_clock_threshold_allows_the_error_margin(offset, error, skewed):
 
 def test_clock_warning_wording():
     members = (member(0), member(1, clock=ClockSample(-3.25, 0.0125)), member(2, clock=ClockSample(5.0, 0.001)))
-    assert diagnose.clock_findings(members) == [Finding(
+    assert rdzv_rules.clock_findings(members) == [Finding(
         "host.clock", "warn", (1, 2), "node1, node2: clock off the host's by more than 2 s",
         ("node1: -3.250 s (+/- 0.013 s)", "node2: +5.000 s (+/- 0.001 s)"),
         "run chrony or ntpd against one time source on every node")]
@@ -334,7 +335,7 @@ def test_clock_warning_wording():
 
 def test_clock_pass_wording_and_nodes_without_a_sample():
     members = (member(0), member(1, clock=None), member(2, results=False))
-    assert diagnose.clock_findings(members) == [
+    assert rdzv_rules.clock_findings(members) == [
         Finding("host.clock", "pass", (0, 1, 2), "clocks agree with the host's within 2 s")]
 
 
@@ -347,9 +348,9 @@ def reached(*addresses: str) -> Reach:
 
 def test_resolve_consistency_same_family_everywhere_says_nothing():
     members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("10.0.0.4")))
-    assert diagnose.resolve_consistency(members) == []
+    assert rdzv_rules.resolve_consistency(members) == []
     both = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("fd00::4", "10.0.0.4")))
-    assert diagnose.resolve_consistency(both) == []
+    assert rdzv_rules.resolve_consistency(both) == []
 
 
 def renamed(m: Member, rank: int) -> Member:
@@ -360,7 +361,7 @@ def renamed(m: Member, rank: int) -> Member:
 def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
     members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("fd00::4")),
                renamed(member(1, reach=reached("10.0.0.4")), 3))
-    assert diagnose.resolve_consistency(members) == [Finding(
+    assert rdzv_rules.resolve_consistency(members) == [Finding(
         "rdzv.resolve", "warn", (2,), "the rendezvous host resolves to different address families across nodes",
         ("node1: ipv4", "node2: ipv6", "node3: ipv4"),
         "give the host one address family everywhere (use an address, or fix /etc/hosts and DNS so "
@@ -370,22 +371,22 @@ def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
 def test_resolve_consistency_dual_stack_against_v4_only():
     members = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("10.0.0.4")),
                renamed(member(2, reach=reached("10.0.0.4")), 3))
-    found = diagnose.resolve_consistency(members)
+    found = rdzv_rules.resolve_consistency(members)
     assert [(f.severity, f.nodes) for f in found] == [("warn", (1,))]
     assert found[0].evidence == ("node1: ipv4+ipv6", "node2: ipv4", "node3: ipv4")
 
 
 def test_resolve_consistency_ignores_the_host_which_does_not_probe():
     members = (member(0), member(1, reach=reached("fd00::4")))
-    assert diagnose.resolve_consistency(members) == []
+    assert rdzv_rules.resolve_consistency(members) == []
 
 
 # --- the small ones ----------------------------------------------------------------------------------
 
 
 def test_seat_finding():
-    assert diagnose.seat_finding(2, 3, "node2") == Finding("rdzv.join", "pass", (2,), "joined as node rank 2 of 3")
-    unseated = diagnose.seat_finding(None, 3, "node9")
+    assert rdzv_rules.seat_finding(2, 3, "node2") == Finding("rdzv.join", "pass", (2,), "joined as node rank 2 of 3")
+    unseated = rdzv_rules.seat_finding(None, 3, "node9")
     assert (unseated.severity, unseated.nodes) == ("fail", ())
     assert unseated.summary == ("node9 was not seated: its rank was taken, or the cluster was full or had "
                                 "already started")
@@ -409,5 +410,5 @@ def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
 
 def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():
     probe = Probe("::1", "ipv6", "refused", "connection refused", 0.0001)
-    found = diagnose.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
+    found = rdzv_rules.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
     assert found[1].summary.startswith("[::1]:29500 refused the connection")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from netcheck.rules import nic as recommend
+from netcheck.rules import nic as nic_rules
 from netcheck.cluster.mesh import Attempt
 from netcheck.core.model import Launch, Member, NodeFacts
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
@@ -45,13 +45,13 @@ THREE = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("ens5", "198.18.0.
 def test_proven_interfaces_need_every_peer_that_tried():
     decoy = [failed(0, 1, "ib0"), ok(2, 1, "ib0")]
     members = THREE[:1] + (member(1, nic("ib0", "198.19.1.1"), nic("ens5", "198.18.0.11")),) + THREE[2:]
-    proven = recommend.proven_interfaces(members, full_mesh(range(3), NAMES.get, decoy))
+    proven = nic_rules.proven_interfaces(members, full_mesh(range(3), NAMES.get, decoy))
     assert proven == {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
 
 
 def test_recommendation_with_different_names_is_an_exact_nccl_list_and_gloo_per_node():
     proven = {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
-    rec = recommend.recommendation(THREE, proven)
+    rec = nic_rules.recommendation(THREE, proven)
     assert rec.cluster == {"NCCL_SOCKET_IFNAME": "=eth0,ens5,enp3s0f1"}
     assert rec.per_node == {f"node{r}": {"GLOO_SOCKET_IFNAME": n, "TP_SOCKET_IFNAME": n}
                             for r, n in NAMES.items()}
@@ -59,27 +59,27 @@ def test_recommendation_with_different_names_is_an_exact_nccl_list_and_gloo_per_
 
 def test_recommendation_with_one_name_everywhere_is_one_value():
     members = tuple(member(r, nic("eth0", f"198.18.0.{10 + r}")) for r in range(3))
-    rec = recommend.recommendation(members, {r: ["eth0"] for r in range(3)})
+    rec = nic_rules.recommendation(members, {r: ["eth0"] for r in range(3)})
     assert rec.cluster == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0",
                            "TP_SOCKET_IFNAME": "eth0"} and rec.per_node == {}
 
 
 def test_no_recommendation_when_a_node_has_no_working_interface():
-    rec = recommend.recommendation(THREE, {0: ["eth0"], 1: [], 2: ["enp3s0f1"]})
+    rec = nic_rules.recommendation(THREE, {0: ["eth0"], 1: [], 2: ["enp3s0f1"]})
     assert rec.cluster == {} and rec.per_node == {} and "node1" in rec.reason
 
 
 def test_mesh_fails_on_a_direction_with_no_path_and_names_it():
     attempts = (ok(0, 2, "enp3s0f1"), ok(2, 0, "eth0"), ok(1, 0, "eth0"), ok(1, 2, "enp3s0f1"),
                 failed(0, 1, "ens5"), failed(2, 1, "ens5"))
-    (finding,) = recommend.mesh_findings({0: "node0", 1: "node1", 2: "node2"}, attempts)
+    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1", 2: "node2"}, attempts)
     assert (finding.severity, finding.nodes) == ("fail", (0, 1, 2))
     assert [e.split(":")[0] for e in finding.evidence] == ["node0 -> node1", "node2 -> node1"]
 
 
 def test_mesh_passes_and_lists_interfaces_that_carry_nothing():
     attempts = full_mesh(range(2), {0: "eth0", 1: "eth0"}.get, [failed(0, 1, "docker0", "local")])
-    (finding,) = recommend.mesh_findings({0: "node0", 1: "node1"}, attempts)
+    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1"}, attempts)
     assert finding.severity == "pass"
     assert finding.evidence == ("node1 docker0 carries nothing between nodes: local",)
 
@@ -87,7 +87,7 @@ def test_mesh_passes_and_lists_interfaces_that_carry_nothing():
 def test_nccl_default_fails_where_the_pick_reaches_no_peer():
     members = (member(0, nic("eth0", "198.18.0.10")),
                member(1, nic("ib0", "198.19.1.1", kind="infiniband"), nic("eth0", "198.18.0.11")))
-    (finding,) = recommend.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    (finding,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
     assert (finding.severity, finding.nodes) == ("fail", (1,))
     assert "ib0 reaches no peer" in finding.evidence[0]
 
@@ -95,7 +95,7 @@ def test_nccl_default_fails_where_the_pick_reaches_no_peer():
 def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
     members = (member(0, nic("eth0", "198.18.0.10")),
                member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)))
-    (finding,) = recommend.gloo_findings(members, None)
+    (finding,) = nic_rules.gloo_findings(members, None)
     assert (finding.severity, finding.nodes) == ("fail", (1,))
     assert "127.0.1.1" in finding.evidence[0]
 
@@ -105,55 +105,55 @@ def test_tp_default_warns_on_loopback_or_an_unproven_interface():
                member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)),
                member(2, nic("eth0", "198.18.0.12"), nic("docker0", "198.19.0.1", kind="virtual"),
                       hostname_addresses=("198.19.0.1",)))
-    (finding,) = recommend.tp_findings(members, {0: ["eth0"], 1: ["eth0"], 2: ["eth0"]})
+    (finding,) = nic_rules.tp_findings(members, {0: ["eth0"], 1: ["eth0"], 2: ["eth0"]})
     assert (finding.check, finding.severity, finding.nodes) == ("nic.tp_default", "warn", (1, 2))
     assert "127.0.1.1" in finding.evidence[0] and "docker0" in finding.evidence[1]
-    (passing,) = recommend.tp_findings(members[:1], {0: ["eth0"]})
+    (passing,) = nic_rules.tp_findings(members[:1], {0: ["eth0"]})
     assert passing.severity == "pass"
 
 
 def test_route_fails_on_a_setting_that_names_nothing_here_or_an_address():
     members = (member(0, nic("eth0", "198.18.0.10"), env={"NCCL_SOCKET_IFNAME": "ens5"}),
                member(1, nic("eth0", "198.18.0.11"), env={"GLOO_SOCKET_IFNAME": "198.18.0.11"}))
-    (finding,) = recommend.route_findings(members, ())
+    (finding,) = nic_rules.route_findings(members, ())
     assert (finding.severity, finding.nodes) == ("fail", (0, 1))
 
 
 def test_route_warns_on_two_interfaces_in_one_subnet():
     members = (member(0, nic("eth0", "10.0.0.5"), nic("eth1", "10.0.0.6")),)
-    (finding,) = recommend.route_findings(members, ())
+    (finding,) = nic_rules.route_findings(members, ())
     assert finding.severity == "warn" and finding.evidence == ("node0: eth0, eth1 on 10.0.0.0/24",)
 
 
 def test_mtu_mismatch_names_the_odd_node():
     members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", mtu=9000)),
                member(2, nic("eth0", "198.18.0.12")))
-    (finding,) = recommend.mtu_findings(members, full_mesh(range(3), lambda r: "eth0"))
+    (finding,) = nic_rules.mtu_findings(members, full_mesh(range(3), lambda r: "eth0"))
     assert (finding.severity, finding.nodes) == ("warn", (1,))
 
 
 def test_mtu_mismatch_between_two_nodes_names_both():
     members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", mtu=9000)))
-    (finding,) = recommend.mtu_findings(members, full_mesh(range(2), lambda r: "eth0"))
+    (finding,) = nic_rules.mtu_findings(members, full_mesh(range(2), lambda r: "eth0"))
     assert (finding.severity, finding.nodes) == ("warn", (0, 1)), "either side could be the wrong one"
 
 
 def test_speed_warns_on_the_slow_node_and_passes_when_nothing_is_known():
     members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", speed=1000)))
-    (slow,) = recommend.speed_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    (slow,) = nic_rules.speed_findings(members, {0: ["eth0"], 1: ["eth0"]})
     assert (slow.severity, slow.nodes) == ("warn", (1,))
     unknown = tuple(member(r, nic("eth0", f"198.18.0.{10 + r}", speed=None)) for r in range(2))
-    assert recommend.speed_findings(unknown, {0: ["eth0"], 1: ["eth0"]})[0].severity == "pass"
+    assert nic_rules.speed_findings(unknown, {0: ["eth0"], 1: ["eth0"]})[0].severity == "pass"
 
 
 def test_ib_port_down_fails_and_uneven_hcas_warn():
     up = IbPort("mlx5_0", 1, "ACTIVE", "InfiniBand", "200 Gb/sec (4X HDR)", "ib0")
     down = IbPort("mlx5_1", 1, "DOWN", "InfiniBand", "200 Gb/sec (4X HDR)", "ib1")
     members = (member(0, nic("eth0", "198.18.0.10"), ib=(up, up)), member(1, nic("eth0", "198.18.0.11"), ib=(up, down)))
-    findings = recommend.ib_findings(members)
+    findings = nic_rules.ib_findings(members)
     # The down port names node1; two nodes whose sets differ have no majority, so both are
     # named as uneven (majority.split's one tie policy). A third node breaks the tie.
     assert [(f.severity, f.nodes) for f in findings] == [("fail", (1,)), ("warn", (0, 1))]
     third = member(2, nic("eth0", "198.18.0.12"), ib=(up, up))
-    assert [(f.severity, f.nodes) for f in recommend.ib_findings(members + (third,))] == [
+    assert [(f.severity, f.nodes) for f in nic_rules.ib_findings(members + (third,))] == [
         ("fail", (1,)), ("warn", (1,))]
