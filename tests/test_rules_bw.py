@@ -6,11 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from netcheck.core import constants
-from netcheck.rules.bw import bandwidth_findings
-from netcheck.core.model import SEVERITIES
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
 from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Sweep
+from netcheck.rules import registry
+from netcheck.rules.bw import bandwidth_findings
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]
@@ -53,10 +52,10 @@ def findings_of(res, line=None, expect=None):
 
 def test_a_healthy_run_passes_every_check_with_the_backend_named():
     found = findings_of(result(pairs=healthy_pairs(), backend="gloo"))
-    assert {f.check for f in found} == {constants.BW_STAGE, constants.BW_WRONG, constants.BW_BUSBW,
-                                        constants.BW_PAIR, constants.BW_STRAGGLER}
+    assert {f.check for f in found} == {registry.BW_STAGE, registry.BW_WRONG, registry.BW_BUSBW,
+                                        registry.BW_PAIR, registry.BW_STRAGGLER}
     assert all(f.severity == "pass" for f in found)
-    (stage,) = by_check(found, constants.BW_STAGE)
+    (stage,) = by_check(found, registry.BW_STAGE)
     assert "3 ranks" in stage.summary and "no CUDA: using gloo" in stage.summary
 
 
@@ -65,7 +64,7 @@ def test_every_finding_is_well_formed():
              result(sweeps=(Sweep("all", "all_reduce", 3, 1, rows(3, 1.0, wrong=(1,))),))]
     for res in cases:
         for f in findings_of(res, {0: 1.0}, 5.0):
-            assert f.check in vars(constants).values() and f.severity in SEVERITIES
+            assert f.check in registry.BY_ID and f.severity in registry.BY_ID[f.check].severities
             assert all(0 <= n < res.nnodes for n in f.nodes)
             assert f.severity == "pass" or f.fix
 
@@ -75,7 +74,7 @@ def test_every_finding_is_well_formed():
 def test_a_dead_worker_is_named_with_its_node_and_the_rows_kept():
     faults = (Fault(0, 0, 0, "all", "failed", "RuntimeError: Connection closed by peer"),
               Fault(1, 3, 1, "all", "died", "killed by SIGKILL in stage all"))
-    (stage,) = by_check(findings_of(result(nnodes=2, nproc=2, faults=faults, failed="all")), constants.BW_STAGE)
+    (stage,) = by_check(findings_of(result(nnodes=2, nproc=2, faults=faults, failed="all")), registry.BW_STAGE)
     assert stage.severity == "fail" and stage.nodes == (1,)
     assert stage.summary.startswith("bandwidth stopped in the sweep across all ranks stage: rank 3 "
                                     "(node1, local rank 1) died (killed by SIGKILL")
@@ -86,14 +85,14 @@ def test_a_dead_worker_is_named_with_its_node_and_the_rows_kept():
 
 def test_a_failed_data_stage_points_at_nccl_settings():
     faults = (Fault(1, 1, 0, "data", "failed", "ValueError: --backend nccl, but no CUDA device"),)
-    (stage,) = by_check(findings_of(result(nnodes=2, faults=faults, failed="data", sweeps=())), constants.BW_STAGE)
+    (stage,) = by_check(findings_of(result(nnodes=2, faults=faults, failed="data", sweeps=())), registry.BW_STAGE)
     assert stage.nodes == (1,) and "data backend init" in stage.summary and "NCCL_SOCKET_IFNAME" in stage.fix
 
 
 def test_a_node_that_never_reported_is_named():
     faults = (Fault(2, -1, -1, "start", "silent", "node 2 did not report"),
               Fault(0, 0, 0, "control", "timeout", "still in stage control"))
-    (stage,) = by_check(findings_of(result(faults=faults, failed="start", sweeps=())), constants.BW_STAGE)
+    (stage,) = by_check(findings_of(result(faults=faults, failed="start", sweeps=())), registry.BW_STAGE)
     assert stage.nodes == (2,) and "node2 never reported" in stage.summary
 
 
@@ -101,7 +100,7 @@ def test_a_node_that_never_reported_is_named():
 
 def test_corrupted_elements_fail_and_name_the_receiving_node():
     sweeps = (Sweep("all", "all_reduce", 4, 1, rows(4, 1.0, wrong=(3,))),)
-    (wrong,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps)), constants.BW_WRONG)
+    (wrong,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps)), registry.BW_WRONG)
     assert wrong.severity == "fail" and wrong.nodes == (1,)
     assert wrong.summary == "2 corrupted elements received on node1"
     assert wrong.evidence[0] == "all_reduce all 65536 B: 1 wrong on rank(s) 3"
@@ -110,61 +109,61 @@ def test_corrupted_elements_fail_and_name_the_receiving_node():
 def test_unchecked_runs_say_nothing_about_corruption():
     unchecked = tuple(replace(r, wrong=None) for r in rows(3, 1.0))
     assert not by_check(findings_of(result(sweeps=(Sweep("all", "all_reduce", 3, 1, unchecked),))),
-                        constants.BW_WRONG)
+                        registry.BW_WRONG)
 
 
 # --- bw.busbw -----------------------------------------------------------------------------------
 
 def test_busbw_below_the_expectation_fails_with_the_efficiency():
-    (busbw,) = by_check(findings_of(result(busbw=0.5), expect=2.0), constants.BW_BUSBW)
+    (busbw,) = by_check(findings_of(result(busbw=0.5), expect=2.0), registry.BW_BUSBW)
     assert busbw.severity == "fail"
     assert busbw.summary == "all_reduce busbw peaks at 0.5 GB/s over 3 ranks: 25% of --expect-busbw 2 GB/s"
 
 
 def test_busbw_at_the_expectation_passes():
-    (busbw,) = by_check(findings_of(result(busbw=2.5), expect=2.0), constants.BW_BUSBW)
+    (busbw,) = by_check(findings_of(result(busbw=2.5), expect=2.0), registry.BW_BUSBW)
     assert busbw.severity == "pass" and "125% of --expect-busbw" in busbw.evidence[0]
 
 
 def test_busbw_far_below_the_line_rate_warns_against_the_slowest_nic():
     line = {0: 100.0, 1: 25.0, 2: None}  # 25 Gb/s = 3.125 GB/s; 0.5 GB/s is 16% of it
-    (busbw,) = by_check(findings_of(result(busbw=0.5), line), constants.BW_BUSBW)
+    (busbw,) = by_check(findings_of(result(busbw=0.5), line), registry.BW_BUSBW)
     assert busbw.severity == "warn" and "16% of the slowest NIC's line rate (node1: 25 Gb/s" in busbw.summary
-    (ok,) = by_check(findings_of(result(busbw=3.0), line), constants.BW_BUSBW)
+    (ok,) = by_check(findings_of(result(busbw=3.0), line), registry.BW_BUSBW)
     assert ok.severity == "pass" and "96% of the slowest NIC's line rate" in ok.evidence[0]
 
 
 def test_gloo_far_below_the_line_rate_is_a_number_not_a_warning():
     line = {0: 100.0, 1: 25.0, 2: None}
-    (busbw,) = by_check(findings_of(result(busbw=0.5, backend="gloo"), line), constants.BW_BUSBW)
+    (busbw,) = by_check(findings_of(result(busbw=0.5, backend="gloo"), line), registry.BW_BUSBW)
     assert busbw.severity == "pass" and "16% of the slowest NIC's line rate" in busbw.evidence[0]
 
 
 def test_line_rate_uses_the_inter_node_sweep_and_needs_several_nodes():
     sweeps = (Sweep("all", "all_reduce", 4, 1, rows(4, 3.0)), Sweep("inter", "all_reduce", 2, 1, rows(2, 0.1)))
-    (busbw,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps), {0: 10.0, 1: 10.0}), constants.BW_BUSBW)
+    (busbw,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps), {0: 10.0, 1: 10.0}), registry.BW_BUSBW)
     assert busbw.severity == "warn" and "8% of the slowest" in busbw.summary
     one_node = findings_of(result(nnodes=1, busbw=0.01), {0: 100.0})
-    assert [f.severity for f in by_check(one_node, constants.BW_BUSBW)] == ["pass"]
+    assert [f.severity for f in by_check(one_node, registry.BW_BUSBW)] == ["pass"]
 
 
 # --- bw.pair -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n,slow", [(3, {2}), (4, {1}), (5, {0}), (4, {2, 3})])
 def test_a_node_whose_pairs_are_slow_is_named(n, slow):
-    (pair,) = by_check(findings_of(result(nnodes=n, pairs=healthy_pairs(slow, n))), constants.BW_PAIR)
+    (pair,) = by_check(findings_of(result(nnodes=n, pairs=healthy_pairs(slow, n))), registry.BW_PAIR)
     assert pair.severity == "fail" and pair.nodes == tuple(sorted(slow))
     assert f"{NAMES[min(slow)]} at best 0.2 GB/s" in pair.summary
 
 
 def test_two_nodes_cannot_tell_which_is_slow():
-    (pair,) = by_check(findings_of(result(nnodes=2, pairs=healthy_pairs({1}, 2))), constants.BW_PAIR)
+    (pair,) = by_check(findings_of(result(nnodes=2, pairs=healthy_pairs({1}, 2))), registry.BW_PAIR)
     assert pair.severity == "pass" and "cannot be told" in pair.summary
 
 
 def test_noise_within_the_threshold_passes():
     pairs = (Pair(0, 1, 8, 1.0, 1.0), Pair(0, 2, 8, 1.0, 0.7), Pair(1, 2, 8, 1.0, 0.6))
-    (pair,) = by_check(findings_of(result(pairs=pairs)), constants.BW_PAIR)
+    (pair,) = by_check(findings_of(result(pairs=pairs)), registry.BW_PAIR)
     assert pair.severity == "pass"
 
 
@@ -173,12 +172,12 @@ def test_noise_within_the_threshold_passes():
 def test_a_slow_rank_is_a_straggler():
     times = (RankTime(0, 0, 100.0), RankTime(1, 0, 110.0), RankTime(2, 1, 400.0), RankTime(3, 1, 105.0))
     sweeps = (Sweep("all", "all_reduce", 4, 1, rows(4, 1.0), rank_times=times),)
-    (slow,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps)), constants.BW_STRAGGLER)
+    (slow,) = by_check(findings_of(result(nnodes=2, nproc=2, sweeps=sweeps)), registry.BW_STRAGGLER)
     assert slow.severity == "warn" and slow.nodes == (1,) and slow.evidence[0].startswith("rank 2 (node1)")
 
 
 def test_a_node_slow_inside_is_a_straggler():
     sweeps = (Sweep("all", "all_reduce", 6, 1, rows(6, 1.0)),
               Sweep("intra", "all_reduce", 2, 3, rows(2, 1.0), node_busbw={"0": 1.0, "1": 0.2, "2": 0.9}))
-    (slow,) = by_check(findings_of(result(nproc=2, sweeps=sweeps)), constants.BW_STRAGGLER)
+    (slow,) = by_check(findings_of(result(nproc=2, sweeps=sweeps)), registry.BW_STRAGGLER)
     assert slow.nodes == (1,) and "intra-node all_reduce busbw on node1" in slow.summary

@@ -7,7 +7,6 @@ import json
 import sys
 
 import pytest
-
 from cluster import NodeSpec
 from nodes import SKIP_BANDWIDTH, scaled
 

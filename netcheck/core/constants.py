@@ -1,36 +1,7 @@
-"""Every constant netcheck shares between modules: check ids, defaults, deadlines, limits."""
+"""Every constant netcheck shares between modules: defaults, deadlines, limits (check ids: rules.registry)."""
 
 DEFAULT_PORT = 29500
 REPORT_SCHEMA = "netcheck.report/1"
-
-# Check ids are a public contract (README, JSON, runbooks): add, never rename.
-RDZV_RESOLVE = "rdzv.resolve"
-RDZV_REACH = "rdzv.reach"
-RDZV_LISTEN = "rdzv.listen"
-RDZV_JOIN = "rdzv.join"
-RDZV_FQDN = "rdzv.fqdn"
-MESH_CONNECT = "mesh.connect"
-NIC_ROUTE = "nic.route"
-NIC_NCCL_DEFAULT = "nic.nccl_default"
-NIC_GLOO_DEFAULT = "nic.gloo_default"
-NIC_TP_DEFAULT = "nic.tp_default"  # TensorPipe: torch.distributed.rpc only, so it warns
-NIC_MTU = "nic.mtu"
-NIC_SPEED = "nic.speed"
-NIC_IB = "nic.ib"
-ENV_MISMATCH = "env.mismatch"
-HOST_SHM = "host.shm"
-HOST_CLOCK = "host.clock"
-LAUNCH_TOPOLOGY = "launch.topology"
-BW_BUSBW = "bw.busbw"
-BW_PAIR = "bw.pair"
-BW_STRAGGLER = "bw.straggler"
-BW_WRONG = "bw.wrong"
-BW_STAGE = "bw.stage"        # the bandwidth phase's stages and workers: a failure names stage, node, rank
-RUN_TIMEOUT = "run.timeout"
-RUN_INTERNAL = "run.internal"
-RUN_TORCH = "run.torch"        # this node's torch cannot run the phases (not importable, no torch.distributed)
-RUN_SKIPPED = "run.skipped"    # a phase left out, and why
-BASELINE_DRIFT = "baseline.drift"
 
 # Phases in the order they run (SPEC "Phases, in order").
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")

@@ -12,15 +12,14 @@ from typing import Callable
 
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core.constants import (
-    EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED, MIN_PHASE_SECONDS, RUN_INTERNAL,
-)
+from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED, MIN_PHASE_SECONDS
 from netcheck.core.model import verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
 from netcheck.rules import baseline, rdzv as rdzv_rules, run as run_rules
+from netcheck.rules.registry import RUN_INTERNAL
 
 
 def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:

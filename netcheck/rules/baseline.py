@@ -8,8 +8,9 @@ settings. Pure: two reports' data in, findings out.
 from __future__ import annotations
 
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
-from netcheck.core.constants import BASELINE_BW_DROP, BASELINE_DRIFT
+from netcheck.core.constants import BASELINE_BW_DROP
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
+from netcheck.rules.registry import BASELINE_DRIFT
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],

@@ -16,11 +16,9 @@ import statistics
 from netcheck.core.bwrecords import (
     BandwidthResult, Fault, Sweep, culprits, first_culprit, peak_busbw,
 )
-from netcheck.core.constants import (
-    BW_BUSBW, BW_LINE_RATE_WARN, BW_PAIR, BW_PAIR_SLOW, BW_STAGE, BW_STRAGGLER,
-    BW_STRAGGLER_RATIO, BW_WRONG,
-)
+from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG
 
 STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
                "all": "sweep across all ranks", "intra": "intra-node sweep",

@@ -23,13 +23,11 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from netcheck.core import majority
-from netcheck.core.constants import (
-    ENV_MISMATCH, HOST_SHM, SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES,
-    SHM_WARN_PER_GPU_BYTES,
-)
+from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
 from netcheck.core.envfacts import ABSENT, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.facts.hashing import human_bytes
+from netcheck.rules.registry import ENV_MISMATCH, HOST_SHM
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
 SAME = "same"     # (table rows only) every node has this value

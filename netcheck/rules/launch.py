@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from netcheck.core.constants import LAUNCH_TOPOLOGY
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts
 from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.rules.registry import LAUNCH_TOPOLOGY
 
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
                 "`srun --ntasks-per-node=1`; torchrun then starts the per-GPU processes itself")

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from statistics import median
 
 from netcheck.cluster.mesh import Attempt
-from netcheck.core.constants import (
-    MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE,
-    NIC_SPEED, NIC_TP_DEFAULT,
-)
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.rules import ifselect
+from netcheck.rules.registry import (
+    MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED, NIC_TP_DEFAULT,
+)
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "

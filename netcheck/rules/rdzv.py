@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import ipaddress
 
-from netcheck.core.constants import (
-    ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
-    RDZV_REACH, RDZV_RESOLVE,
-)
+from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS
 from netcheck.core.majority import split
 from netcheck.core.model import (
     Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
 )
 from netcheck.core.nictable import address_owners
+from netcheck.rules.registry import (
+    HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE,
+)
 
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "

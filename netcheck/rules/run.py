@@ -3,8 +3,8 @@ torch, or failed inside netcheck."""
 
 from __future__ import annotations
 
-from netcheck.core.constants import RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH
 from netcheck.core.model import FAIL, WARN, Finding
+from netcheck.rules.registry import RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH
 
 
 SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"

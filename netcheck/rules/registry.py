@@ -1,0 +1,215 @@
+"""Every check netcheck reports, in one table: the single source of check ids and kinds.
+
+A check id leads here, and from here in one hop each to the rule that emits it
+(`rules`, functions of netcheck.rules), the facts it reads and the tests that create its
+fault. A finding's `kind` tells apart the exact cases one id covers ("never joined", "lost
+during bandwidth"), so that tests, `--baseline` and monitoring never parse a summary.
+Check ids and kinds are a public contract (README, JSON, runbooks): add, never rename.
+`netcheck checks` prints this table; tests/test_registry.py holds the schema, the README
+and the ids the suite sees emitted to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from netcheck.core.model import FAIL, PASS, WARN
+
+RDZV_RESOLVE = "rdzv.resolve"
+RDZV_REACH = "rdzv.reach"
+RDZV_LISTEN = "rdzv.listen"
+RDZV_JOIN = "rdzv.join"
+RDZV_FQDN = "rdzv.fqdn"
+HOST_CLOCK = "host.clock"
+MESH_CONNECT = "mesh.connect"
+NIC_ROUTE = "nic.route"
+NIC_NCCL_DEFAULT = "nic.nccl_default"
+NIC_GLOO_DEFAULT = "nic.gloo_default"
+NIC_TP_DEFAULT = "nic.tp_default"
+NIC_MTU = "nic.mtu"
+NIC_SPEED = "nic.speed"
+NIC_IB = "nic.ib"
+ENV_MISMATCH = "env.mismatch"
+HOST_SHM = "host.shm"
+LAUNCH_TOPOLOGY = "launch.topology"
+BW_STAGE = "bw.stage"
+BW_WRONG = "bw.wrong"
+BW_BUSBW = "bw.busbw"
+BW_PAIR = "bw.pair"
+BW_STRAGGLER = "bw.straggler"
+BASELINE_DRIFT = "baseline.drift"
+RUN_SKIPPED = "run.skipped"
+RUN_TIMEOUT = "run.timeout"
+RUN_TORCH = "run.torch"
+RUN_INTERNAL = "run.internal"
+
+# rdzv.join's exact findings.
+JOIN_MISSING = "missing"
+JOIN_ALONE = "alone"
+JOIN_DUPLICATE = "duplicate_rank"
+JOIN_UNSEATED = "unseated"
+JOIN_LATE = "late"
+JOIN_FOREIGN = "foreign_run"
+JOIN_MALFORMED = "malformed"
+JOIN_FAILED = "join_failed"
+JOIN_NOT_SEATED = "not_seated"
+JOIN_LEFT_BEHIND = "left_behind"
+LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
+
+
+def lost_in(phase: str) -> str:
+    """The kind of a node lost during `phase` (rdzv.join): e.g. "lost_in_bandwidth"."""
+    assert phase in LOST_PHASES, phase
+    return f"lost_in_{phase}"
+
+
+# launch.topology's exact findings.
+LAUNCH_CROWDED = "crowded_host"
+LAUNCH_NNODES = "nnodes_disagree"
+LAUNCH_NPROC = "nproc_disagree"
+LAUNCH_DEVICE = "no_device"
+LAUNCH_SHARED_GPU = "shared_gpu"
+LAUNCH_TORCHRUN = "torchrun_layout"
+
+# run.skipped's exact findings.
+SKIPPED_PHASE = "phase_skipped"
+SKIPPED_GOODBYE = "goodbye_unheard"
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    phase: str                      # the phase whose facts it judges (SPEC "Phases"), or "run"
+    severities: tuple[str, ...]     # what it can say
+    meaning: str                    # one line, for runbook writers
+    rules: tuple[str, ...]          # "module.function" under netcheck.rules that emit it
+    facts: str                      # the facts those rules read
+    tests: tuple[str, ...]          # test files that make its findings, faults created for real
+    kinds: dict[str, str] = field(default_factory=dict)  # kind -> meaning; empty: the id says it
+
+
+ALL = (PASS, WARN, FAIL)
+CHECKS: tuple[Check, ...] = (
+    Check(RDZV_RESOLVE, "reach", ALL,
+          "the endpoint's name does not resolve on a node, or to different address families on different nodes",
+          ("rdzv.reach_findings", "rdzv.resolve_consistency"), "Reach (each joiner's lookup of HOST)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
+    Check(RDZV_REACH, "reach", (PASS, FAIL),
+          "a joiner's TCP connect to HOST:PORT: open, refused, filtered or unreachable",
+          ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py")),
+    Check(RDZV_LISTEN, "reach", (PASS, FAIL),
+          "the host cannot listen on the port; names the process holding it",
+          ("rdzv.listen_finding", "rdzv.listen_pass"), "Holder (psutil's view of the port)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
+    Check(RDZV_JOIN, "rendezvous", ALL,
+          "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
+          ("rdzv.join_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
+           "rdzv.rendezvous_failure", "rdzv.seat_finding"), "Gathering (the host's), Roster (a joiner's)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
+           "test_hostile_cluster.py"),
+          {JOIN_MISSING: "a node rank below --nnodes never joined",
+           JOIN_ALONE: "without --nnodes, no node besides the host joined",
+           JOIN_DUPLICATE: "a node rank claimed by several nodes; the first was seated",
+           JOIN_UNSEATED: "a node came with a rank at or above --nnodes, or after every seat was taken",
+           JOIN_LATE: "a process came after the roster was posted",
+           JOIN_FOREIGN: "a node of another --rdzv-id used this store (warn)",
+           JOIN_MALFORMED: "a store entry netcheck cannot read (warn)",
+           JOIN_FAILED: "a joiner could not take part: store unreachable, another run id, host gone",
+           JOIN_NOT_SEATED: "a joiner got no seat (its rank taken, the cluster full or started)",
+           JOIN_LEFT_BEHIND: "a joiner reported back after the host's deadline",
+           **{lost_in(p): f"a seated node stopped answering during the {p} phase" for p in LOST_PHASES}}),
+    Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
+          "a node cannot resolve another node's FQDN, or resolves it to an address that node lacks",
+          ("rdzv.fqdn_findings",), "NodeResults.resolutions, NicTable",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
+    Check(HOST_CLOCK, "rendezvous", (PASS, WARN),
+          "a node's clock is off the host's by more than the threshold",
+          ("rdzv.clock_findings",), "NodeResults.clock (store round trips)",
+          ("test_rules_rdzv.py",)),
+    Check(MESH_CONNECT, "mesh", (PASS, FAIL),
+          "a node-to-node direction that connects on no interface at all",
+          ("nic.mesh_findings",), "Attempt (every connect the mesh made)",
+          ("test_mesh_cluster.py", "test_faults_cluster.py")),
+    Check(NIC_ROUTE, "nic", ALL,
+          "a set *_SOCKET_IFNAME that matches nothing on a node, or holds an address",
+          ("nic.route_findings",), "NodeFacts.socket_env, NicTable, Attempt",
+          ("test_mesh_cluster.py",)),
+    Check(NIC_NCCL_DEFAULT, "nic", (PASS, FAIL),
+          "the interfaces NCCL would pick reach no peer, or there are none",
+          ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.ifselect: NCCL's rules)",
+          ("test_mesh_cluster.py", "test_rules_ifselect.py")),
+    Check(NIC_GLOO_DEFAULT, "nic", (PASS, FAIL),
+          "the address gloo would bind is loopback or reaches no peer",
+          ("nic.gloo_findings",), "NodeFacts.hostname_addresses, NicTable",
+          ("test_mesh_cluster.py",)),
+    Check(NIC_TP_DEFAULT, "nic", (PASS, WARN),
+          "the same for TensorPipe (torch.distributed.rpc only, so it warns)",
+          ("nic.tp_findings",), "NodeFacts.hostname_addresses, NicTable",
+          ("test_mesh_cluster.py", "test_rules_nic.py")),
+    Check(NIC_MTU, "nic", (PASS, WARN),
+          "the two ends of a working path have different MTUs",
+          ("nic.mtu_findings",), "NicTable, Attempt", ("test_mesh_cluster.py",)),
+    Check(NIC_SPEED, "nic", (PASS, WARN),
+          "a node's link is slower than its peers', or its speed unknown where theirs is known",
+          ("nic.speed_findings",), "NicTable (speed)", ("test_rules_nic.py",)),
+    Check(NIC_IB, "nic", ALL,
+          "an InfiniBand port not ACTIVE (fail); nodes with different sets of active ports (warn)",
+          ("nic.ib_findings",), "NicTable.ib_ports", ("test_rules_nic.py",)),
+    Check(ENV_MISMATCH, "env", ALL,
+          "versions and settings that differ between nodes",
+          ("env.env_findings",), "EnvFacts", ("test_rules_env.py", "test_env_cluster.py")),
+    Check(HOST_SHM, "env", ALL,
+          "/dev/shm too small for the node's GPUs",
+          ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),
+    Check(LAUNCH_TOPOLOGY, "rendezvous", ALL,
+          "the launch line laid the processes out wrong: one per task, disagreeing counts, devices",
+          ("launch.launch_findings",), "NodeFacts.launch of every arrival, EnvFacts (GPU UUIDs)",
+          ("test_rules_launch.py", "test_env_cluster.py", "test_torchrun_cluster.py"),
+          {LAUNCH_CROWDED: "several netchecks on one host claim one node rank (one per task)",
+           LAUNCH_NNODES: "nodes disagree about nnodes",
+           LAUNCH_NPROC: "nodes disagree about processes per node (warn)",
+           LAUNCH_DEVICE: "a local rank with no device behind it, or more processes than GPUs",
+           LAUNCH_SHARED_GPU: "two processes of a host on one GPU UUID",
+           LAUNCH_TORCHRUN: "torchrun's workers laid out wrong (ranks, LOCAL_RANK, LOCAL_WORLD_SIZE)"}),
+    Check(BW_STAGE, "bandwidth", (PASS, FAIL),
+          "a stage of the bandwidth phase failed; names the stage, node and rank",
+          ("bw.stage_findings",), "BandwidthResult (faults, failed stage)",
+          ("test_rules_bw.py", "test_bandwidth_cluster.py", "test_faults_cluster.py")),
+    Check(BW_WRONG, "bandwidth", (PASS, FAIL),
+          "corrupted elements in a collective's result",
+          ("bw.wrong_findings",), "BandwidthResult (rows' wrong counts)",
+          ("test_rules_bw.py", "test_bandwidth_cluster.py")),
+    Check(BW_BUSBW, "bandwidth", ALL,
+          "busbw below --expect-busbw (fail), or far below the line rate with nccl (warn)",
+          ("bw.busbw_findings",), "BandwidthResult (sweeps), NIC line rates",
+          ("test_rules_bw.py", "test_bandwidth_cluster.py")),
+    Check(BW_PAIR, "bandwidth", (PASS, FAIL),
+          "a node whose node-pair bandwidth is well below the median",
+          ("bw.pair_findings",), "BandwidthResult (pairs)", ("test_rules_bw.py", "test_bandwidth_cluster.py")),
+    Check(BW_STRAGGLER, "bandwidth", (PASS, WARN),
+          "a rank much slower than the median at the largest size",
+          ("bw.straggler_findings",), "BandwidthResult (rank times)", ("test_rules_bw.py",)),
+    Check(BASELINE_DRIFT, "run", (PASS, WARN),
+          "with --baseline: what changed since a known-good report",
+          ("baseline.drift_findings",), "the baseline Report and this run's", ("test_rules_baseline.py",
+                                                                               "test_env_cluster.py")),
+    Check(RUN_SKIPPED, "run", (WARN,),
+          "a phase left out, and why",
+          ("run.skipped_finding", "run.unheard_goodbyes"), "the run's deadlines and earlier findings",
+          ("test_rules_rdzv.py", "test_faults_cluster.py"),
+          {SKIPPED_PHASE: "a phase was skipped: nodes missing, or too little of --timeout left",
+           SKIPPED_GOODBYE: "--timeout was spent before some nodes said goodbye; not counted as lost"}),
+    Check(RUN_TIMEOUT, "run", (FAIL,),
+          "a phase did not finish within --timeout",
+          ("run.timeout_finding",), "the run's deadline", ("test_rules_rdzv.py", "test_hostile_cluster.py")),
+    Check(RUN_TORCH, "run", (FAIL,),
+          "this node's torch cannot run the phases that need it",
+          ("run.torch_finding",), "the import of torch.distributed", ("test_cli.py",)),
+    Check(RUN_INTERNAL, "run", (FAIL,),
+          "netcheck failed to run a phase (exit 3): a netcheck bug",
+          ("run.internal_finding",), "the exception", ("test_rules_rdzv.py",)),
+)
+
+BY_ID = {c.id: c for c in CHECKS}
+KINDS = tuple(k for c in CHECKS for k in c.kinds)
