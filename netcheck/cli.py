@@ -19,7 +19,7 @@ from netcheck.config import (
     BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
-    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED,
+    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED, EXIT_PASS,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
 from netcheck.facts.launcher import (
@@ -27,13 +27,15 @@ from netcheck.facts.launcher import (
 )
 from netcheck.facts.local import driver_gpus
 from netcheck.render import export, text as report
+from netcheck.render.checks import render_checks_json, render_checks_text
 
 PROBE_TIMEOUT_MAX = 3600.0
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
 a phase (internal error), 64 unusable command line, 130 interrupted, 143 terminated.
-subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone).
+subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
+`netcheck checks [--json]` (every check id, its phase, meaning and kinds).
 """
 
 
@@ -161,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_local(argv[1:])
         if argv[:1] == ["probe"]:
             return run_probe(argv[1:])
+        if argv[:1] == ["checks"]:
+            return run_checks(argv[1:])
         config = config_from_args(build_parser().parse_args(argv), os.environ)
     except UsageError as e:
         print(f"netcheck: error: {e}", file=sys.stderr)
@@ -266,6 +270,17 @@ def run_probe(argv: list[str]) -> int:
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)
     emit(rep, args.json, False, True)
     return EXIT_BY_VERDICT[rep.verdict]
+
+
+def run_checks(argv: list[str]) -> int:
+    p = _Parser(prog="netcheck checks", description="Every check netcheck can report: its id, "
+                "phase, severities, meaning and kinds (the exact cases, in a finding's `kind`).")
+    p.add_argument("--json", action="store_true", help="as JSON, with the rule, facts and tests of each")
+    args = p.parse_args(argv)
+    from netcheck.rules.registry import CHECKS
+
+    sys.stdout.write(render_checks_json(CHECKS) if args.json else render_checks_text(CHECKS))
+    return EXIT_PASS
 
 
 if __name__ == "__main__":

@@ -6,11 +6,16 @@ Each concern lives in its own section of small functions so more can be added be
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
+
+import emitted
 
 from cluster import Cluster, NodeSpec, namespaces_supported
 
@@ -33,6 +38,7 @@ def pytest_configure(config):
         "compat: touches every torch seam (store, process groups, torchrun, a host lost "
         "mid-run); `make compat` runs these under each torch release of the matrix",
     )
+    start_recording_checks(config)
 
 
 def require_namespaces() -> None:
@@ -153,3 +159,48 @@ def listening_ports(pid: int) -> list[int]:
             continue
         ports.update(int(r[1].rsplit(":", 1)[1], 16) for r in rows if r[3] == "0A" and r[9] in inodes)
     return sorted(ports)
+
+
+# --------------------------------------------------------------------------------------
+# The registry against the suite: every check id netcheck declares is emitted somewhere in
+# the suite, with only the severities and kinds the registry gives it. Judged once the whole
+# suite has passed (a subset, -k or -m proves nothing about the rest).
+
+
+def start_recording_checks(config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller: one folder, inherited by workers
+        os.environ[emitted.FOLDER_VARIABLE] = tempfile.mkdtemp(prefix="netcheck-emitted-")
+    emitted.watch_rules()
+
+
+def _whole_suite(session) -> bool:
+    o = session.config.option
+    return (session.config.args_source == pytest.Config.ArgsSource.TESTPATHS and not o.keyword
+            and not o.markexpr and not getattr(o, "lf", False) and not o.deselect)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return
+    folder = Path(os.environ[emitted.FOLDER_VARIABLE])
+    seen = emitted.seen(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    if exitstatus == 0 and _whole_suite(session):
+        judge_registry(session, seen)
+
+
+def judge_registry(session, seen: set[tuple[str, str, str]]) -> None:
+    from netcheck.rules.registry import BY_ID
+
+    problems = [f"{c}: never emitted by any test" for c in sorted(set(BY_ID) - {s[0] for s in seen})]
+    for check, severity, kind in sorted(seen):
+        entry = BY_ID.get(check)
+        if entry is None:
+            problems.append(f"{check}: emitted, not in the registry")
+        elif severity not in entry.severities or kind and kind not in entry.kinds:
+            problems.append(f"{check} {severity} {kind!r}: not declared in the registry")
+    if problems:
+        session.config.get_terminal_writer().line(
+            "rules/registry.py against the suite:\n  " + "\n  ".join(problems), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

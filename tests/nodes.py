@@ -14,6 +14,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
+import emitted
 from cluster import Cluster
 
 PORT = 29500
@@ -40,6 +41,7 @@ def read_report(path: Path) -> dict:
     """A JSON report netcheck wrote, validated against the schema file (it raises if not)."""
     report = json.loads(path.read_text())
     SCHEMA.validate(report)
+    emitted.record_findings(report["findings"])
     return report
 
 

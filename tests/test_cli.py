@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import emitted
 from netcheck import cli
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
+from nodes import SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER_VARS = SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS
@@ -223,6 +225,9 @@ def test_a_broken_torch_is_named_as_such_not_as_a_netcheck_bug(tmp_path):
                           env={**subprocess_env(), "PYTHONPATH": str(broken.parent)},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    (torch,) = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "run.torch"]
+    document = json.loads(done.stdout)
+    SCHEMA.validate(document)
+    emitted.record_findings(document["findings"])
+    (torch,) = [f for f in document["findings"] if f["check"] == "run.torch"]
     assert torch["severity"] == "fail" and "libtorch_cpu.so" in torch["summary"], torch
     assert torch["fix"].startswith("install a working torch")

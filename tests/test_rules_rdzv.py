@@ -175,7 +175,7 @@ def test_join_missing_node_named_by_the_launchers_hostname():
         "rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined in 30 s; 2 of 3 nodes joined",
         ("joined: rank 0 node0", "joined: rank 1 node1"),
         "start netcheck on that node; if it was started, read its own report "
-        "(rdzv.reach / rdzv.resolve say why it could not get here)")]
+        "(rdzv.reach / rdzv.resolve say why it could not get here)", "missing")]
 
 
 def test_join_missing_node_without_hostnames():
@@ -196,8 +196,8 @@ def test_join_without_a_count_passes_with_one_joiner():
 
 def test_join_without_a_count_fails_when_the_host_heard_from_nobody():
     found = rdzv_rules.join_findings(gathering((member(0),), expected=None, waited=6.0))
-    assert [(f.check, f.severity, f.nodes, f.summary) for f in found] == [
-        ("rdzv.join", "fail", (0,), "no other node joined in 6 s")]
+    assert [(f.check, f.severity, f.nodes, f.summary, f.kind) for f in found] == [
+        ("rdzv.join", "fail", (0,), "no other node joined in 6 s", "alone")]
 
 
 def test_join_duplicate_claims_name_every_claimant():
@@ -205,7 +205,8 @@ def test_join_duplicate_claims_name_every_claimant():
     assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "fail", (1,), "node rank 1 was claimed by 2 nodes: node1, node1-clone; only the first "
         "was seated", ("node1 claims node rank 1", "node1-clone claims node rank 1"),
-        "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task per node)")]
+        "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task per node)",
+        "duplicate_rank")]
 
 
 def test_join_foreign_node_is_a_warning_and_not_mixed_in():
@@ -213,29 +214,32 @@ def test_join_foreign_node_is_a_warning_and_not_mixed_in():
     assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "warn", (), "other7 joined this store with run id 'job-8'; not mixed into this run", (),
         "two runs share this port: give each job its own port, or the same --rdzv-id if the node "
-        "belongs here")]
+        "belongs here", "foreign_run")]
 
 
 def test_join_malformed_entry_is_a_warning_with_the_reason_as_evidence():
     g = gathering((member(0), member(1), member(2)), malformed=("arrival 3: $.hostname: expected str, got int",))
     assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "warn", (), "a store entry was rejected as malformed",
-        ("arrival 3: $.hostname: expected str, got int",), "something other than netcheck writes to this port")]
+        ("arrival 3: $.hostname: expected str, got int",), "something other than netcheck writes to this port",
+        "malformed")]
 
 
 def test_join_lost_nodes_are_named_together():
     g = gathering((member(0), member(1, results=False), member(2, results=False)))
     assert rdzv_rules.join_findings(g) == [Finding(
         "rdzv.join", "fail", (1, 2), "node1, node2 stopped answering during the rendezvous phase", (),
-        "that node's netcheck died or hung, or the network path to it broke: look at that node and its link")]
+        "that node's netcheck died or hung, or the network path to it broke: look at that node and its link",
+        "lost_in_rendezvous")]
 
 
 def test_join_everything_at_once_in_a_stable_order():
     g = gathering((member(0), member(1, results=False)), missing=(2,), duplicates={"1": ("node1", "x")},
                   foreign=(Visitor("other", "y", None),), malformed=("bad",))
     found = rdzv_rules.join_findings(g)
-    assert [(f.severity, f.nodes) for f in found] == [
-        ("fail", (2,)), ("fail", (1,)), ("warn", ()), ("warn", ()), ("fail", (1,))]
+    assert [(f.severity, f.nodes, f.kind) for f in found] == [
+        ("fail", (2,), "missing"), ("fail", (1,), "duplicate_rank"), ("warn", (), "foreign_run"),
+        ("warn", (), "malformed"), ("fail", (1,), "lost_in_rendezvous")]
     assert not any(f.severity == "pass" for f in found)
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from cluster import NodeSpec
-from nodes import SKIP_BANDWIDTH, scaled
+from nodes import SKIP_BANDWIDTH, read_report, scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -31,7 +31,7 @@ def run_both(c, argv, timeout=scaled(90)):
 def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec()]) as c:
         results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(60)), "--bw-budget", "4"), timeout=scaled(120))
-    report = json.loads((tmp_path / "rank0.json").read_text())
+    report = read_report(tmp_path / "rank0.json")
     # 4 gloo workers, 4 netcheck ranks and 2 agents share this machine's 2 cores: one node's
     # intra-node sweep running at a third of the other's (bw.straggler) is the truth here.
     not_passed = {f["check"] for f in report["findings"] if f["severity"] != "pass"}
@@ -61,6 +61,6 @@ def test_worker_store_port_blocked_for_one_node_fails_clearly(cluster, tmp_path)
     assert [rc for *_, rc in results] != [0, 0]
     node1_out = results[1][0]
     assert "FAIL  rdzv.reach" in node1_out and "filtered" in node1_out, results[1]
-    report = json.loads((tmp_path / "rank0.json").read_text())
+    report = read_report(tmp_path / "rank0.json")
     missing = [f for f in report["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
     assert sorted(r for f in missing for r in f["nodes"]) == [2, 3], report["findings"]

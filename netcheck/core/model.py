@@ -167,6 +167,7 @@ class Finding:
     summary: str
     evidence: tuple[str, ...] = ()
     fix: str = ""
+    kind: str = ""                 # which exact case of the check (rules.registry); "" when the id says it
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,7 @@ def _run_phases(run: Run) -> None:
 def _after_rendezvous(run: Run, seat: Seat) -> None:
     run.alive = rendezvous.still_here(run, seat)
     if seat.rank not in run.alive:
-        run.findings.append(rdzv_rules.rendezvous_failure(
-            "the host went on without this node: it reported back after the host's deadline",
-            run.my_ranks()))
+        run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))
         return
     if "mesh" in run.config.phases and _time_for(run, "mesh"):
         with run.phase("mesh"):

@@ -9,12 +9,16 @@ not exist (`invalid device ordinal`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts
 from netcheck.facts.launcher import is_torchrun_worker
-from netcheck.rules.registry import LAUNCH_TOPOLOGY
+from netcheck.rules.registry import (
+    LAUNCH_CROWDED, LAUNCH_DEVICE, LAUNCH_NNODES, LAUNCH_NPROC, LAUNCH_SHARED_GPU, LAUNCH_TOPOLOGY,
+    LAUNCH_TORCHRUN,
+)
 
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
                 "`srun --ntasks-per-node=1`; torchrun then starts the per-GPU processes itself")
@@ -48,7 +52,7 @@ def _torchrun_layout(processes) -> list[Finding]:
     ranks = tuple(sorted(r for procs in per_host.values() for r, _ in procs if r is not None))
     return [Finding(LAUNCH_TOPOLOGY, FAIL, ranks, f"{len(problems)} problem(s) in how torchrun laid "
                     "out the workers", tuple(problems), "one torchrun per node with the same "
-                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index")]
+                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", LAUNCH_TORCHRUN)]
 
 
 def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> list[str]:
@@ -83,7 +87,7 @@ def _crowded_hosts(processes) -> list[Finding]:
                 LAUNCH_TOPOLOGY, FAIL, _ranks(procs), f"{len(procs)} netcheck processes on {host}{why}: "
                 "the launcher started one per task, not one per node",
                 tuple(f"{host}: node rank {f.launch.node_rank}, from {f.launch.source}" for _, f in procs),
-                ONE_TASK_FIX))
+                ONE_TASK_FIX, LAUNCH_CROWDED))
     return findings
 
 
@@ -92,7 +96,8 @@ def _nnodes_disagree(processes) -> list[Finding]:
     if len(views) <= 1:
         return []
     return [_disagreement(processes, lambda f: _nnodes_text(f), "nnodes",
-                          "give every node the same --nnodes (torchrun) / the same allocation (Slurm)")]
+                          "give every node the same --nnodes (torchrun) / the same allocation (Slurm)",
+                          LAUNCH_NNODES)]
 
 
 def _nnodes_text(f: NodeFacts) -> str:
@@ -104,18 +109,19 @@ def _nproc_disagree(processes) -> list[Finding]:
     if len({f.launch.nproc_per_node for _, f in processes}) <= 1:
         return []
     finding = _disagreement(processes, lambda f: str(f.launch.nproc_per_node), "processes per node",
-                            "the same --nproc-per-node everywhere, or nodes with the same GPU count")
-    return [Finding(finding.check, WARN, finding.nodes, finding.summary, finding.evidence, finding.fix)]
+                            "the same --nproc-per-node everywhere, or nodes with the same GPU count",
+                            LAUNCH_NPROC)
+    return [dataclasses.replace(finding, severity=WARN)]
 
 
-def _disagreement(processes, view, what: str, fix: str) -> Finding:
+def _disagreement(processes, view, what: str, fix: str, kind: str) -> Finding:
     views = split({i: view(f) for i, (_, f) in enumerate(processes)})
     odd = [processes[i] for i in views.odd]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
     return Finding(LAUNCH_TOPOLOGY, FAIL, _ranks(odd),
                    f"nodes disagree about {what}: {', '.join(f.hostname for _, f in odd)} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
-                   tuple(f"{f.hostname}: {view(f)}" for _, f in processes), fix)
+                   tuple(f"{f.hostname}: {view(f)}" for _, f in processes), fix, kind)
 
 
 def visible_devices(facts: NodeFacts) -> int | None:
@@ -144,7 +150,7 @@ def _device_problems(processes) -> list[Finding]:
                     f"{len(bad)} process(es) would address a GPU that is not there, or share one",
                     tuple(text for _, _, text in bad),
                     "use LOCAL_RANK (not RANK) as the device index, and at most one process per "
-                    "visible GPU")]
+                    "visible GPU", LAUNCH_DEVICE)]
 
 
 def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
@@ -176,7 +182,7 @@ def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
                     tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
                           for (host, uuid), ranks in shared.items()),
                     "one GPU per process: LOCAL_RANK as the device index, and the same "
-                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)")]
+                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)", LAUNCH_SHARED_GPU)]
 
 
 def _ranks(procs) -> tuple[int, ...]:

@@ -12,7 +12,9 @@ from netcheck.core.model import (
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.registry import (
-    HOST_CLOCK, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE,
+    HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
+    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_UNSEATED, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
+    RDZV_REACH, RDZV_RESOLVE, lost_in,
 )
 
 REACH_FIXES = {
@@ -86,24 +88,24 @@ def join_findings(g: Gathering) -> list[Finding]:
             f"in {g.waited:.0f} s; {len(g.members)} of {g.expected} nodes joined",
             tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
             "start netcheck on that node; if it was started, read its own report "
-            "(rdzv.reach / rdzv.resolve say why it could not get here)"))
+            "(rdzv.reach / rdzv.resolve say why it could not get here)", kind=JOIN_MISSING))
     for rank, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
             RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
             f"{', '.join(claimants)}; only the first was seated",
             tuple(f"{h} claims node rank {rank}" for h in claimants), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
-            "per node)"))
+            "per node)", kind=JOIN_DUPLICATE))
     for text in g.unseated:
         findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
-                                "below --nnodes, and no more nodes may come than --nnodes says"))
+                                "below --nnodes, and no more nodes may come than --nnodes says", kind=JOIN_UNSEATED))
     for v in g.foreign:
         findings.append(Finding(
             RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
             "not mixed into this run", (), "two runs share this port: give each job its own "
-            "port, or the same --rdzv-id if the node belongs here"))
+            "port, or the same --rdzv-id if the node belongs here", kind=JOIN_FOREIGN))
     for text in g.malformed:
         findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
-                                (text,), "something other than netcheck writes to this port"))
+                                (text,), "something other than netcheck writes to this port", kind=JOIN_MALFORMED))
     lost = [m.rank for m in g.members if m.results is None]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
     if not any(f.severity != PASS for f in findings):
@@ -121,7 +123,7 @@ def _alone(g: Gathering) -> list[Finding]:
                     f"no other node joined in {g.waited:.0f} s", (),
                     "start netcheck with the same --rdzv on the other nodes (or give --nnodes); "
                     "if they were started, read their reports: rdzv.reach and rdzv.resolve say "
-                    "why they could not get here")]
+                    "why they could not get here", kind=JOIN_ALONE)]
 
 
 def _expected_name(g: Gathering, rank: int) -> str:
@@ -139,7 +141,7 @@ def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
         why = (f"node rank {claimed} was already taken by {seated[claimed]}" if claimed in seated
                else "the rendezvous had closed")
         findings.append(Finding(RDZV_JOIN, FAIL, (), f"{f.hostname} came late and was not seated: {why}",
-                                (), "start every node within the join window, each with its own rank"))
+                                (), "start every node within the join window, each with its own rank", kind=JOIN_LATE))
     return findings
 
 
@@ -151,7 +153,7 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[F
                     f"{', '.join(names.get(r, f'rank {r}') for r in ranks)} stopped answering "
                     f"during the {phase} phase", (),
                     "that node's netcheck died or hung, or the network path to it broke: look "
-                    "at that node and its link")]
+                    "at that node and its link", kind=lost_in(phase))]
 
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
@@ -220,14 +222,19 @@ def _families(addresses: tuple[str, ...]) -> str:
 
 
 def rendezvous_failure(message: str, ranks: tuple[int, ...]) -> Finding:
-    return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view")
+    return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view", JOIN_FAILED)
+
+
+def left_behind_finding(ranks: tuple[int, ...]) -> Finding:
+    return Finding(RDZV_JOIN, FAIL, ranks, "the host went on without this node: it reported back after "
+                   "the host's deadline", (), "see the host's report for the cluster's view", JOIN_LEFT_BEHIND)
 
 
 def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
     if rank is None:
         return Finding(RDZV_JOIN, FAIL, (), f"{hostname} was not seated: its rank was taken, or the "
                        "cluster was full or had already started", (),
-                       "check --node-rank and --nnodes on every node; see the host's report")
+                       "check --node-rank and --nnodes on every node; see the host's report", JOIN_NOT_SEATED)
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
 
 

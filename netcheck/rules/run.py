@@ -4,7 +4,9 @@ torch, or failed inside netcheck."""
 from __future__ import annotations
 
 from netcheck.core.model import FAIL, WARN, Finding
-from netcheck.rules.registry import RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH
+from netcheck.rules.registry import (
+    RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH, SKIPPED_GOODBYE, SKIPPED_PHASE,
+)
 
 
 SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
@@ -12,7 +14,7 @@ SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
 
 def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
     """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
-    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix)
+    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix, SKIPPED_PHASE)
 
 
 def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
@@ -20,7 +22,7 @@ def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
     if not names:
         return []
     return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {', '.join(names.values())} "
-                    "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX)]
+                    "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX, SKIPPED_GOODBYE)]
 
 
 def timeout_finding(phase: str, seconds: float) -> Finding:
