@@ -36,7 +36,7 @@ import psutil
 from _common import PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
 
 from netcheck.core import codec
-from netcheck.bandwidth.sweep import BandwidthResult
+from netcheck.core.bwrecords import BandwidthResult
 
 DRIVER = str(REPO / "tests" / "test_bandwidth_cluster.py")
 CAP = 120.0

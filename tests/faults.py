@@ -445,11 +445,11 @@ class PeakMemory:
 
 
 def lost_in(report: dict) -> dict[str, set[int]]:
-    """phase -> the ranks a report says stopped answering in it."""
+    """phase -> the ranks a report names lost in it (rdzv.join, kind lost_in_PHASE)."""
     out: dict[str, set[int]] = {}
     for f in report["findings"]:
-        if m := re.search(r"stopped answering during the (\w+) phase", f["summary"]):
-            out.setdefault(m[1], set()).update(f["nodes"])
+        if f["check"] == "rdzv.join" and f["kind"].startswith("lost_in_"):
+            out.setdefault(f["kind"].removeprefix("lost_in_"), set()).update(f["nodes"])
     return out
 
 

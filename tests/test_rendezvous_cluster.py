@@ -148,15 +148,16 @@ def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path
         finish_all(runs[:3] + runs[4:], timeout + GRACE)
     host = runs[0].report
     assert runs[0].rc == 2, explain(runs)
-    summaries = [f["summary"] for f in runs[0].findings("rdzv.join")]
-    (dup,) = [f for f in runs[0].findings("rdzv.join") if "claimed by 2 nodes" in f["summary"]]
+    (dup,) = [f for f in runs[0].findings("rdzv.join") if f["kind"] == "duplicate_rank"]
     assert dup["nodes"] == [1] and {e.split()[0] for e in dup["evidence"]} == {"node1", "node2"}
-    assert any("node3" in s and "other-job" in s for s in summaries), summaries
+    (foreign,) = [f for f in runs[0].findings("rdzv.join") if f["kind"] == "foreign_run"]
+    assert "node3" in foreign["summary"] and "other-job" in foreign["summary"], foreign
     seated = [n["hostname"] for n in host["nodes"]]
     assert seated[0] == "node0" and seated[2] == "node4" and len(seated) == 3 and "node3" not in seated
     unseated = runs[1] if seated[1] == "node2" else runs[2]
     assert unseated.rc == 2 and unseated.findings("rdzv.join", "fail"), explain(runs)
-    assert runs[3].rc == 2 and "serves run id 'netcheck'" in runs[3].findings("rdzv.join")[0]["summary"]
+    (other,) = runs[3].findings("rdzv.join")
+    assert runs[3].rc == 2 and other["kind"] == "join_failed" and "serves run id 'netcheck'" in other["summary"]
 
 
 def test_unresolvable_fqdn_names_both_nodes(cluster, tmp_path):
@@ -202,7 +203,7 @@ def test_a_host_nobody_joins_fails(cluster, tmp_path):
     assert [n["hostname"] for n in counted["nodes"]] == ["node0"], explain(runs)
     assert [f["nodes"] for f in runs[0].findings("rdzv.join", "fail")] == [[1]], explain(runs)
     (nobody,) = runs[1].findings("rdzv.join", "fail")
-    assert nobody["summary"].startswith("no other node joined") and nobody["nodes"] == [0], explain(runs)
+    assert nobody["kind"] == "alone" and nobody["nodes"] == [0], explain(runs)
     assert not runs[0].findings("rdzv.join", "pass") and not runs[1].findings("rdzv.join", "pass")
     assert alone["role"] == "host"
 
