@@ -146,12 +146,15 @@ def test_an_empty_nnodes_flag_is_an_error_not_unset():
 
 def test_slurm_wins_over_kubeflow_and_torchrun():
     launch = detect_launch({**SLURM, **KUBEFLOW, **TORCHRUN}, None, None, None, local_gpus=8)
-    assert launch == Launch("slurm", 1, 3, 3, 8, ("gpu01", "gpu02", "gpu03"), SLURM)
+    # The job's variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE) are recorded whatever the launcher.
+    job = {k: TORCHRUN[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
+    assert launch == Launch("slurm", 1, 3, 3, 8, ("gpu01", "gpu02", "gpu03"), {**SLURM, **job})
 
 
 def test_kubeflow_wins_over_torchrun():
     launch = detect_launch({**KUBEFLOW, **TORCHRUN}, None, None, None, local_gpus=0)
-    assert launch == Launch("kubeflow", 2, 1, 4, 1, (), KUBEFLOW)
+    job = {k: TORCHRUN[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
+    assert launch == Launch("kubeflow", 2, 1, 4, 1, (), {**KUBEFLOW, **job})
 
 
 def test_every_torchrun_worker_is_seated_by_its_global_rank():

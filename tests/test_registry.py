@@ -32,7 +32,7 @@ def test_ids_and_kinds_are_unique_and_well_formed():
         assert re.fullmatch(r"[a-z]+(\.[a-z0-9_]+)+", c.id), c.id
         assert c.phase in PHASES + ("run",), c
         assert c.severities and set(c.severities) <= set(SEVERITIES), c
-        assert all(re.fullmatch(r"[a-z_]+", k) for k in c.kinds), c
+        assert all(re.fullmatch(r"[a-z0-9_]+", k) for k in c.kinds), c
 
 
 def test_the_schema_lists_exactly_the_registry():

@@ -19,6 +19,8 @@ KUBEFLOW_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_P
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
+# What every node of one job must agree on, recorded whatever the launcher (launch.env).
+JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
 
 
 def default_run_id(env: Mapping[str, str]) -> str:
@@ -100,8 +102,8 @@ def detect_launch(env: Mapping[str, str], nnodes: str | None, node_rank: int | N
 
 
 def _seen(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    wanted = (names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS) + DEVICE_VARS
-    return {k: env[k] for k in wanted if k in env}
+    wanted = (names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS) + DEVICE_VARS + JOB_VARS
+    return {k: env[k] for k in dict.fromkeys(wanted) if k in env}
 
 
 def _int_var(env: Mapping[str, str], name: str) -> int:

@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import dataclasses
 
-from netcheck.core.constants import LOOKUP_TIMEOUT
+from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT
+from netcheck.core.model import Finding
 from netcheck.core.nictable import address_owners
 from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.facts.probe import PortTaken, listen, reach, resolve_addresses
 from netcheck.phases.state import Run
-from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
+from netcheck.rules.registry import RDZV_REACH
 
 
 def reached(run: Run) -> bool:
+    """A joiner's probe of the endpoint. One that points at this very node (its own address,
+    or loopback) while it is not rank 0 waits only as long as a host on this machine needs
+    to start listening: past that, the launch line is wrong, and waiting cannot fix it."""
+    rdzv = run.config.rdzv
     with run.phase("reach"):
-        found = reach(run.config.rdzv.host, run.config.rdzv.port, run.join_deadline)
+        addresses, _ = resolve_addresses(rdzv.host, LOOKUP_TIMEOUT)
+        itself = endpoint_rules.points_at_itself(addresses, run.facts)
+        found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline)
         run.facts = dataclasses.replace(run.facts, reach=found)
-        run.findings += rdzv_rules.reach_findings(found, run.my_ranks())
-    return bool(run.facts.reach) and run.facts.reach.outcome == "open"
+        mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.facts, found.outcome)
+        # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
+        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks())
+                         if not (mistakes and f.check == RDZV_REACH)] + mistakes
+        run.findings += _variables_findings(run, found.addresses)
+    return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
 
 
 def take_role(run: Run) -> bool:
@@ -41,6 +53,9 @@ def take_role(run: Run) -> bool:
         try:
             run.listener = listen(run.config.rdzv.port)
             run.findings.append(rdzv_rules.listen_pass(run.config.rdzv.port))
+            addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
+            run.findings += endpoint_rules.endpoint_findings(run.config.rdzv, addresses, run.facts, None)
+            run.findings += _variables_findings(run, addresses)
             return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
@@ -54,3 +69,11 @@ def _rdzv_is_local(run: Run) -> bool:
     addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
     own = address_owners(run.facts.nics)
     return any(a in own for a in addresses)
+
+
+def _variables_findings(run: Run, endpoint_addresses: tuple[str, ...]) -> list[Finding]:
+    """launch.env on this node: MASTER_ADDR looked up only when it is spelt differently."""
+    master = run.facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
+    same = not master or master == run.config.rdzv.host
+    master_addresses = endpoint_addresses if same else resolve_addresses(master, LOOKUP_TIMEOUT)[0]
+    return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, run.facts)

@@ -9,7 +9,7 @@ from netcheck.core import codec
 from netcheck.core.constants import GOODBYE_WAIT, RESULTS_WAIT
 from netcheck.core.model import ClockSample, Member, NodeResults
 from netcheck.phases.state import Run
-from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -34,6 +34,8 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.members = gathered.members
         run.findings += rdzv_rules.reach_summary(run.members)
         run.findings += rdzv_rules.join_findings(gathered)
+        run.findings += endpoint_rules.reached_addresses(run.members)
+        run.findings += endpoint_rules.shared_variable_findings(run.members)
         run.findings += rdzv_rules.resolve_consistency(run.members)
         run.findings += rdzv_rules.fqdn_findings(run.members)
         run.findings += rdzv_rules.clock_findings(run.members)

@@ -32,6 +32,8 @@ NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
 HOST_SHM = "host.shm"
 LAUNCH_TOPOLOGY = "launch.topology"
+LAUNCH_ENDPOINT = "launch.endpoint"
+LAUNCH_ENV = "launch.env"
 BW_STAGE = "bw.stage"
 BW_WRONG = "bw.wrong"
 BW_BUSBW = "bw.busbw"
@@ -70,6 +72,14 @@ LAUNCH_NPROC = "nproc_disagree"
 LAUNCH_DEVICE = "no_device"
 LAUNCH_SHARED_GPU = "shared_gpu"
 LAUNCH_TORCHRUN = "torchrun_layout"
+
+# launch.endpoint's and launch.env's exact findings.
+ENDPOINT_LOOPBACK = "loopback"
+ENDPOINT_NOT_RANK0 = "not_rank0"
+ENDPOINT_ELSEWHERE = "rank0_elsewhere"
+ENDPOINT_SEVERAL = "several_addresses"
+ENV_FLAGS = "flags_vs_env"
+ENV_DISAGREE = "variables_disagree"
 
 # run.skipped's exact findings.
 SKIPPED_PHASE = "phase_skipped"
@@ -172,6 +182,22 @@ CHECKS: tuple[Check, ...] = (
            LAUNCH_DEVICE: "a local rank with no device behind it, or more processes than GPUs",
            LAUNCH_SHARED_GPU: "two processes of a host on one GPU UUID",
            LAUNCH_TORCHRUN: "torchrun's workers laid out wrong (ranks, LOCAL_RANK, LOCAL_WORLD_SIZE)"}),
+    Check(LAUNCH_ENDPOINT, "reach", (WARN, FAIL),
+          "the launch line points nodes at the wrong place: the endpoint is not rank 0's",
+          ("endpoint.endpoint_findings", "endpoint.reached_addresses"),
+          "the endpoint's addresses, NicTable, Launch (node rank, nnodes), the reach probe",
+          ("test_rules_endpoint.py", "test_launch_cluster.py"),
+          {ENDPOINT_LOOPBACK: "the endpoint resolves to loopback while more than one node is expected",
+           ENDPOINT_NOT_RANK0: "the endpoint is this node's own address, but this node is not rank 0",
+           ENDPOINT_ELSEWHERE: "this node is rank 0, but owns none of the endpoint's addresses (warn)",
+           ENDPOINT_SEVERAL: "the endpoint resolves to several addresses and nodes reached different ones"}),
+    Check(LAUNCH_ENV, "reach", (WARN, FAIL),
+          "the launcher's variables disagree: with --rdzv on a node, or between nodes",
+          ("endpoint.flags_findings", "endpoint.shared_variable_findings"),
+          "Launch.variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE), the endpoint's addresses",
+          ("test_rules_endpoint.py", "test_launch_cluster.py"),
+          {ENV_FLAGS: "--rdzv names another place than this node's MASTER_ADDR:MASTER_PORT (warn)",
+           ENV_DISAGREE: "nodes disagree about MASTER_ADDR, MASTER_PORT or WORLD_SIZE"}),
     Check(BW_STAGE, "bandwidth", (PASS, FAIL),
           "a stage of the bandwidth phase failed; names the stage, node and rank",
           ("bw.stage_findings",), "BandwidthResult (faults, failed stage)",

@@ -1,0 +1,136 @@
+"""Launch lines that point nodes at the wrong place (launch.endpoint, launch.env).
+
+Each mistake is named by the node that can see it from its own facts: a node that owns the
+endpoint's address but is not rank 0, a loopback endpoint on a multi-node launch, a rank 0
+that owns none of the endpoint's addresses. What only the cluster can see (nodes reaching
+different addresses, launcher variables that differ between nodes) the host names once the
+nodes have met.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from netcheck.core.majority import split
+from netcheck.core.model import FAIL, WARN, Endpoint, Finding, Member, NodeFacts, hostnames
+from netcheck.core.nictable import address_owners
+from netcheck.facts.launcher import JOB_VARS, is_torchrun_worker
+from netcheck.rules.registry import (
+    ENDPOINT_ELSEWHERE, ENDPOINT_LOOPBACK, ENDPOINT_NOT_RANK0, ENDPOINT_SEVERAL, ENV_DISAGREE, ENV_FLAGS,
+    LAUNCH_ENDPOINT, LAUNCH_ENV,
+)
+
+FIX = "set --rdzv (MASTER_ADDR) to node rank 0's own address or hostname, the same on every node"
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 and ::1; 127.0.1.1 (Debian's hostname line) is in 127.0.0.0/8."""
+    return ipaddress.ip_address(address).is_loopback
+
+
+def points_at_itself(addresses: tuple[str, ...], facts: NodeFacts) -> bool:
+    """Whether a node that is not rank 0 has an endpoint that resolves to itself (an address of
+    its own, or loopback on a multi-node launch): a refusal there is the launch line's fault,
+    not a host slow to start, unless a host on this very machine is about to listen."""
+    launch = facts.launch
+    if is_torchrun_worker(launch) or launch.node_rank in (None, 0):
+        return False
+    own, many = address_owners(facts.nics), (launch.nnodes_max or 0) > 1
+    return any(is_loopback(a) and many or a in own and not is_loopback(a) for a in addresses)
+
+
+def endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: NodeFacts,
+                      outcome: str | None) -> list[Finding]:
+    """What this node can tell about the endpoint on its own. `outcome` is its reach probe's
+    ("open", "refused", ...); None on rank 0, which listens instead of probing."""
+    launch = facts.launch
+    if is_torchrun_worker(launch) or not addresses:
+        return []  # torchrun chose the endpoint and met there already; unresolved: rdzv.resolve
+    rank, many = launch.node_rank, (launch.nnodes_max or 0) > 1
+    own = address_owners(facts.nics)
+    loopback = [a for a in addresses if is_loopback(a)]
+    mine = [a for a in addresses if a in own and not is_loopback(a)]
+    shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
+    if loopback and many and rank == 0:
+        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
+                        "are expected; nodes on other machines cannot reach rank 0 there",
+                        tuple(f"{a}: loopback" for a in loopback), FIX, ENDPOINT_LOOPBACK)]
+    if outcome != "refused" or rank in (None, 0):
+        if rank == 0 and not loopback and not mine:
+            return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"this node is rank 0 and hosts the rendezvous, but "
+                            f"{shown}, which no interface of {facts.hostname} holds: the other nodes "
+                            "will look for rank 0 there", tuple(f"{a} on {i}" for a, i in sorted(own.items())),
+                            f"{FIX}; or give --node-rank 0 to the node that holds it (fine as it is only "
+                            "if that address forwards to this node: NAT, a load balancer, a Kubernetes "
+                            "Service)", ENDPOINT_ELSEWHERE)]
+        return []
+    nothing = f"and nothing listens on port {endpoint.port} here"
+    if loopback and many:
+        return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
+                        f"are expected; a loopback endpoint reaches only this machine, {nothing}",
+                        (), FIX, ENDPOINT_LOOPBACK)]
+    if mine:
+        return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}, an address of this node ({facts.hostname}, "
+                        f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
+                        f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),
+                        f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
+                        "own ranks", ENDPOINT_NOT_RANK0)]
+    return []
+
+
+def reached_addresses(members: tuple[Member, ...]) -> list[Finding]:
+    """The endpoint resolving to several addresses, and the nodes reaching different ones:
+    the workers would meet at one store or another by chance of resolution order."""
+    used = {m.rank: next((p.address for p in m.facts.reach.probes if p.outcome == "open"), None)
+            for m in members if m.facts.reach}
+    used = {r: a for r, a in used.items() if a}
+    if len(set(used.values())) <= 1:
+        return []
+    names, host = hostnames(members), next(m.facts.reach.host for m in members if m.facts.reach)
+    return [Finding(LAUNCH_ENDPOINT, WARN, split(used).odd, f"{host} resolves to several addresses and "
+                    f"the nodes reached different ones: {', '.join(sorted(set(used.values())))}",
+                    tuple(f"{names[r]}: {a}" for r, a in sorted(used.items())),
+                    "use one address in --rdzv (MASTER_ADDR), or one answer for the name everywhere",
+                    ENDPOINT_SEVERAL)]
+
+
+def flags_findings(endpoint: Endpoint, endpoint_addresses: tuple[str, ...],
+                   master_addresses: tuple[str, ...], facts: NodeFacts) -> list[Finding]:
+    """--rdzv given on the command line, and the node's MASTER_ADDR:MASTER_PORT naming another
+    place: netcheck checks one endpoint while the job's init_process_group uses the other.
+    Names compare by what they resolve to (a hostname and its address are one place)."""
+    variables = facts.launch.variables
+    if is_torchrun_worker(facts.launch) or "MASTER_ADDR" not in variables:
+        return []
+    port = variables.get("MASTER_PORT", "")
+    same_host = (variables["MASTER_ADDR"].strip("[]") == endpoint.host
+                 or bool(set(master_addresses) & set(endpoint_addresses)))
+    if same_host and port in ("", str(endpoint.port)):
+        return []
+    master = f"{variables['MASTER_ADDR']}:{port}" if port else variables["MASTER_ADDR"]
+    rank = facts.launch.node_rank
+    return [Finding(LAUNCH_ENV, WARN, () if rank is None else (rank,),
+                    f"this node checks {endpoint} (--rdzv), but its MASTER_ADDR/MASTER_PORT say {master}: "
+                    "init_process_group uses those", (f"--rdzv {endpoint}: {', '.join(endpoint_addresses)}",
+                                                     f"MASTER_ADDR {variables['MASTER_ADDR']}: "
+                                                     f"{', '.join(master_addresses) or 'does not resolve'}"),
+                    "check the endpoint the job will use: drop --rdzv (netcheck then reads MASTER_ADDR and "
+                    "MASTER_PORT), or fix the variables", ENV_FLAGS)]
+
+
+def shared_variable_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """MASTER_ADDR, MASTER_PORT and WORLD_SIZE are one job's: every node that sets one must
+    set the same value (a node with another MASTER_ADDR waits at another store)."""
+    names, findings = hostnames(members), []
+    for var in JOB_VARS:
+        values = {m.rank: m.facts.launch.variables[var] for m in members if var in m.facts.launch.variables}
+        views = split(values)
+        if not views.odd:
+            continue
+        others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
+        findings.append(Finding(
+            LAUNCH_ENV, FAIL, views.odd, f"nodes disagree about {var}: {', '.join(names[r] for r in views.odd)} "
+            f"say {', '.join(sorted({values[r] for r in views.odd}))}{others}",
+            tuple(f"{names[r]}: {var}={v}" for r, v in sorted(values.items())),
+            f"export the same {var} on every node (the launch script's line that sets it)", ENV_DISAGREE))
+    return findings

@@ -1,0 +1,105 @@
+"""Launch mistakes on real namespaces, named by the node that can see them, and output that is
+the report alone.
+
+The mistakes are the launch line's, not the network's: every path here works.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cluster import NodeSpec
+from netcheck.core import codec
+from netcheck.core.model import Report
+from netcheck.render.text import render_text
+from nodes import GRACE, PORT, explain, finish_all, scaled, start
+
+pytestmark = pytest.mark.root_required
+
+
+def ranked(i: int, n: int, timeout: float) -> list[str]:
+    return ["--nnodes", str(n), "--node-rank", str(i), "--timeout", str(timeout)]
+
+
+def test_an_endpoint_on_the_wrong_node_is_named_by_the_node_that_owns_it(cluster, tmp_path):
+    """MASTER_ADDR pasted from node1 while node0 is rank 0: node1 owns the address and is not
+    rank 0, and says so as soon as nothing listens there; node0 owns none of it."""
+    timeout = scaled(16)
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ["--rdzv", f"node1:{PORT}"] + ranked(i, 3, timeout), tmp_path)
+                           for i in range(3)], timeout + GRACE)
+    assert [r.rc for r in runs] == [2, 2, 2], explain(runs)
+    owner = runs[1]
+    (wrong,) = owner.findings("launch.endpoint")
+    assert (wrong["severity"], wrong["kind"], wrong["nodes"]) == ("fail", "not_rank0", [1]), wrong
+    assert "198.18.0.11, an address of this node (node1, eth0), but this node is node rank 1" in wrong["summary"]
+    assert not owner.findings("rdzv.reach"), "the launch line's fix, not 'start the host first'"
+    # It waited for a host on its own machine only, not for its share of --timeout.
+    assert owner.report["timings"]["reach"] < timeout / 2, owner.report["timings"]
+    host = runs[0]
+    (elsewhere,) = host.findings("launch.endpoint")
+    assert (elsewhere["severity"], elsewhere["kind"]) == ("warn", "rank0_elsewhere"), elsewhere
+    assert sorted(f["nodes"][0] for f in host.findings("rdzv.join", "fail") if f["kind"] == "missing") == [1, 2]
+    assert not runs[2].findings("launch.endpoint"), "node2 cannot see the mistake: it is refused"
+    assert runs[2].findings("rdzv.reach", "fail")
+
+
+def test_a_loopback_endpoint_on_a_two_node_launch_fails_the_joiner_at_once(cluster, tmp_path):
+    """MASTER_ADDR=localhost with --nnodes 2: certain to fail, said in the reach phase."""
+    timeout = scaled(16)
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": str(PORT)}
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ranked(i, 2, timeout), tmp_path, env=env) for i in range(2)],
+                          timeout + GRACE)
+    assert [r.rc for r in runs] == [2, 2], explain(runs)
+    joiner = runs[1]
+    assert joiner.findings("rdzv.resolve", "pass")
+    (loop,) = joiner.findings("launch.endpoint")
+    assert (loop["severity"], loop["kind"], loop["nodes"]) == ("fail", "loopback", [1]), loop
+    assert loop["summary"].startswith("localhost resolves to ") and "loopback, while 2 nodes" in loop["summary"]
+    assert joiner.report["timings"]["reach"] < timeout / 2, joiner.report["timings"]
+    (warned,) = runs[0].findings("launch.endpoint")
+    assert (warned["severity"], warned["kind"]) == ("warn", "loopback"), warned
+
+
+def test_nodes_disagreeing_about_master_addr_fail_the_odd_one(cluster, tmp_path):
+    """Three nodes meet at --rdzv, but one exports another MASTER_ADDR than the others: its
+    init_process_group would wait at another store."""
+    timeout = scaled(30)
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ["--rdzv", f"node0:{PORT}", "--only", "reach,rendezvous"]
+                                 + ranked(i, 3, timeout), tmp_path,
+                                 env={"MASTER_ADDR": "node2" if i == 2 else "node0", "MASTER_PORT": str(PORT)})
+                           for i in range(3)], timeout + GRACE)
+    (odd,) = runs[0].findings("launch.env", "fail")
+    assert (odd["kind"], odd["nodes"]) == ("variables_disagree", [2]), explain(runs)
+    assert odd["summary"] == "nodes disagree about MASTER_ADDR: node2 say node2; the others node0"
+    (flagged,) = runs[2].findings("launch.env", "warn")
+    assert flagged["kind"] == "flags_vs_env" and "node2:29500" in flagged["summary"], flagged
+    assert not runs[1].findings("launch.env"), "node1's MASTER_ADDR is the endpoint it checks"
+
+
+def test_a_healthy_run_without_numpy_prints_the_report_and_nothing_else(cluster, tmp_path):
+    """torch without numpy warns `Failed to initialize NumPy` on import; users paste reports
+    into tickets. Every node's stdout is exactly its report, stderr is empty."""
+    hidden = tmp_path / "no-numpy" / "numpy"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'numpy\'", name="numpy")\n')
+    bare = subprocess.run([sys.executable, "-c", "import torch.distributed"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(hidden.parent)}, timeout=scaled(60))
+    assert "Failed to initialize NumPy" in bare.stderr, "this environment is one that makes torch warn"
+    timeout = scaled(60)
+    sweep = ["-b", "1K", "-e", "16K", "-f", "4", "-w", "1", "-n", "2", "--bw-budget", "2"]
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ["--rdzv", f"node0:{PORT}"] + ranked(i, 2, timeout) + sweep, tmp_path,
+                                 env={"PYTHONPATH": str(hidden.parent)}, bandwidth=True)
+                           for i in range(2)], timeout + GRACE)
+    for run in runs:
+        report = run.report
+        assert report["verdict"] != "fail", explain(runs)
+        assert run.stderr == "", f"node{run.node} stderr:\n{run.stderr}"
+        assert run.stdout == render_text(codec.from_plain(Report, report)), explain(runs)

@@ -1,0 +1,160 @@
+"""launch.endpoint and launch.env: launch lines that point nodes at the wrong place, named by
+the node that can see it (rules/endpoint.py over hand-built facts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from netcheck.core.model import Endpoint, Launch, Member, NodeFacts, Probe, Reach
+from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.rules.endpoint import (
+    endpoint_findings, flags_findings, points_at_itself, reached_addresses, shared_variable_findings,
+)
+
+ENDPOINT = Endpoint("node1", 29500)
+
+
+def facts(rank: int | None, address: str = "198.18.0.11", nnodes: int | None = 3, source: str = "flags",
+          hostname: str = "node1", **variables: str) -> NodeFacts:
+    nic = Nic("eth0", 2, (Address("ipv4", address, 24),), True, True, 1500, None, "veth", None)
+    lo = Nic("lo", 1, (Address("ipv4", "127.0.0.1", 8),), True, True, 65536, None, "loopback", None)
+    launch = Launch(source, rank, nnodes, nnodes, 1, (), dict(variables))
+    return NodeFacts("r", hostname, hostname, (address,), launch, None, 0, NicTable((lo, nic), (), "eth0"),
+                     {}, None, "0")
+
+
+def kinds(findings) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(f.check, f.severity, f.kind, f.nodes) for f in findings]
+
+
+# --- the endpoint on the wrong node -----------------------------------------------------------
+
+
+def test_a_joiner_owning_the_endpoint_with_nothing_listening_names_the_launch_line():
+    me = facts(1)
+    assert points_at_itself(("198.18.0.11",), me)
+    (f,) = endpoint_findings(ENDPOINT, ("198.18.0.11",), me, "refused")
+    assert kinds([f]) == [("launch.endpoint", "fail", "not_rank0", (1,))]
+    assert f.summary == ("node1 resolves to 198.18.0.11, an address of this node (node1, eth0), but this node "
+                         "is node rank 1: rank 0 hosts the rendezvous at the endpoint, and nothing listens on "
+                         "port 29500 here")
+    assert f.evidence == ("198.18.0.11 on eth0",)
+    assert f.fix.startswith("set --rdzv (MASTER_ADDR) to node rank 0's own address")
+
+
+def test_a_joiner_owning_the_endpoint_where_a_host_listens_is_a_single_machine_run():
+    assert endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(1), "open") == []
+
+
+def test_rank0_owning_none_of_the_endpoints_addresses_warns_with_its_own():
+    me = facts(0, address="198.18.0.10", hostname="node0")
+    (f,) = endpoint_findings(ENDPOINT, ("198.18.0.11",), me, None)
+    assert kinds([f]) == [("launch.endpoint", "warn", "rank0_elsewhere", (0,))]
+    assert "which no interface of node0 holds" in f.summary
+    assert f.evidence == ("127.0.0.1 on lo", "198.18.0.10 on eth0")
+
+
+def test_rank0_owning_the_endpoint_is_right():
+    assert endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(0), None) == []
+
+
+@pytest.mark.parametrize("rank", [None, 2])
+def test_an_endpoint_elsewhere_says_nothing_to_a_joiner(rank):
+    """A joiner whose endpoint is another machine: rdzv.reach speaks for it."""
+    me = facts(rank, address="198.18.0.12")
+    assert not points_at_itself(("198.18.0.11",), me)
+    assert endpoint_findings(ENDPOINT, ("198.18.0.11",), me, "refused") == []
+
+
+# --- loopback ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.1.1", "::1"])
+def test_a_loopback_endpoint_on_a_multi_node_launch_fails_the_joiner(address):
+    me = facts(1)
+    assert points_at_itself((address,), me)
+    (f,) = endpoint_findings(Endpoint("localhost", 29500), (address,), me, "refused")
+    assert kinds([f]) == [("launch.endpoint", "fail", "loopback", (1,))]
+    assert f.summary.startswith(f"localhost resolves to {address}: loopback, while 3 nodes are expected")
+
+
+def test_a_loopback_endpoint_warns_rank0():
+    (f,) = endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), facts(0), None)
+    assert kinds([f]) == [("launch.endpoint", "warn", "loopback", (0,))]
+
+
+@pytest.mark.parametrize("nnodes", [1, None])
+def test_a_loopback_endpoint_on_one_node_or_an_unknown_count_is_no_mistake(nnodes):
+    me = facts(1 if nnodes is None else 0, nnodes=nnodes)
+    assert not points_at_itself(("127.0.0.1",), me)
+    assert endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), me, "refused") == []
+
+
+def test_torchrun_workers_are_left_alone():
+    me = facts(1, source="torchrun")
+    assert not points_at_itself(("127.0.0.1",), me)
+    assert endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), me, "refused") == []
+
+
+# --- several addresses ------------------------------------------------------------------------
+
+
+def member(rank: int, reached: str | None, hostname: str | None = None, **variables: str) -> Member:
+    f = facts(rank, address=f"198.18.0.{10 + rank}", hostname=hostname or f"node{rank}", **variables)
+    if reached is not None:
+        probes = (Probe(reached, "ipv4", "open", "connected", 0.001),)
+        f = NodeFacts(**{**f.__dict__, "reach": Reach("head", 29500, "open", ("198.18.0.10", "198.18.1.10"),
+                                                     None, probes, 1, 0.01)})
+    return Member(rank, f)
+
+
+def test_nodes_reaching_different_addresses_of_the_endpoint_are_named():
+    members = (member(0, None), member(1, "198.18.0.10"), member(2, "198.18.0.10"), member(3, "198.18.1.10"))
+    (f,) = reached_addresses(members)
+    assert kinds([f]) == [("launch.endpoint", "warn", "several_addresses", (3,))]
+    assert f.evidence == ("node1: 198.18.0.10", "node2: 198.18.0.10", "node3: 198.18.1.10")
+
+
+def test_nodes_reaching_one_address_are_fine():
+    assert reached_addresses((member(0, None), member(1, "198.18.0.10"), member(2, "198.18.0.10"))) == []
+
+
+# --- launch.env ---------------------------------------------------------------------------------
+
+
+def test_flags_and_master_addr_naming_different_places_warn():
+    me = facts(1, MASTER_ADDR="node9", MASTER_PORT="29500")
+    (f,) = flags_findings(ENDPOINT, ("198.18.0.11",), ("198.18.0.19",), me)
+    assert kinds([f]) == [("launch.env", "warn", "flags_vs_env", (1,))]
+    assert f.summary == ("this node checks node1:29500 (--rdzv), but its MASTER_ADDR/MASTER_PORT say "
+                         "node9:29500: init_process_group uses those")
+
+
+@pytest.mark.parametrize("variables,master", [
+    ({"MASTER_ADDR": "198.18.0.11", "MASTER_PORT": "29500"}, ("198.18.0.11",)),   # a name and its address
+    ({"MASTER_ADDR": "node1"}, ("198.18.0.11",)),                                  # no port: torch's default
+    ({}, ()),
+])
+def test_flags_and_master_addr_naming_one_place_agree(variables, master):
+    assert flags_findings(ENDPOINT, ("198.18.0.11",), master, facts(1, **variables)) == []
+
+
+def test_another_master_port_on_the_same_host_warns():
+    (f,) = flags_findings(ENDPOINT, ("198.18.0.11",), ("198.18.0.11",), facts(1, MASTER_ADDR="node1",
+                                                                             MASTER_PORT="29400"))
+    assert f.kind == "flags_vs_env" and "node1:29400" in f.summary
+
+
+def test_nodes_disagreeing_about_master_addr_or_world_size_fail_the_odd_ones():
+    members = (member(0, None, MASTER_ADDR="node0", WORLD_SIZE="24"),
+               member(1, None, MASTER_ADDR="node0", WORLD_SIZE="24"),
+               member(2, None, MASTER_ADDR="node1", WORLD_SIZE="16"))
+    found = shared_variable_findings(members)
+    assert kinds(found) == [("launch.env", "fail", "variables_disagree", (2,))] * 2
+    assert found[0].summary == "nodes disagree about MASTER_ADDR: node2 say node1; the others node0"
+    assert found[1].evidence == ("node0: WORLD_SIZE=24", "node1: WORLD_SIZE=24", "node2: WORLD_SIZE=16")
+
+
+def test_nodes_that_agree_or_leave_a_variable_unset_are_fine():
+    members = (member(0, None, MASTER_PORT="29500"), member(1, None), member(2, None, MASTER_PORT="29500"))
+    assert shared_variable_findings(members) == []
