@@ -32,6 +32,10 @@ from netcheck.core.model import (
 )
 from netcheck.facts.probe import resolve_many
 
+# Keys a later phase reads too (the rest are this module's own).
+RESULT = "result"
+BYE = "bye"
+
 
 @dataclass(frozen=True)
 class Hello:
@@ -78,7 +82,7 @@ class Seat:
 
     def goodbye(self) -> None:
         try:
-            self.exchange.put(self.exchange.key("bye", self.arrival), 1)
+            self.exchange.put(self.exchange.key(BYE, self.arrival), 1)
         except (RuntimeError, OSError):
             pass  # the host is gone already: nobody is waiting for this goodbye
 
@@ -128,7 +132,7 @@ def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
 
 def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
     results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival))
-    seat.exchange.put(seat.exchange.key("result", seat.arrival), results)
+    seat.exchange.put(seat.exchange.key(RESULT, seat.arrival), results)
     return results
 
 

@@ -13,16 +13,19 @@ from netcheck.facts.envinfo import gather_env
 from netcheck.phases.state import Run
 from netcheck.rules import env as env_rules
 
+# Store key: each node's env facts, read by the host.
+ENV = "env"
+
 
 def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     """Versions and settings from every node, compared on the host."""
     ex, ranks = seat.exchange, sorted(names)
     mine = gather_env(run.config.hash_paths, os.environ)
-    ex.put(ex.key("env", seat.rank), mine)
+    ex.put(ex.key(ENV, seat.rank), mine)
     if run.role != "host":
         run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
         return
-    envs = collect(ex, EnvFacts, "env", ranks, run.phase_deadline(ENV_PHASE_LIMIT))
+    envs = collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT))
     run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
     run.findings += env_rules.env_findings(envs, names) + env_rules.shm_findings(envs, names)
     run.env_table = tuple(env_rules.env_differences(envs, names, run.config.verbose))

@@ -36,7 +36,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         # Joiners started their --timeout a little after the host: with the host's time
         # all but spent, a goodbye not yet in says nothing about the node.
         fair = deadline.remaining() >= MIN_PHASE_SECONDS
-        gone = collect(seat.exchange, int, "bye", arrivals, deadline)
+        gone = collect(seat.exchange, int, rendezvous.BYE, arrivals, deadline)
         silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))

@@ -10,6 +10,9 @@ from netcheck.core.deadline import Deadline
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
 
+# Store keys: each node's listeners, each node's connect results, the host's go-ahead to close.
+OFFER, RESULTS, DONE = "mesh-offer", "mesh-result", "mesh-done"
+
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
     """Listen on every candidate and connect to each target peer's; listeners stay open until
@@ -23,17 +26,17 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.facts.nics) as listeners:
-        ex.put(ex.key("mesh-offer", me), listeners.offer())
-        offers = collect(ex, mesh.Offer, "mesh-offer", peers, deadline)
+        ex.put(ex.key(OFFER, me), listeners.offer())
+        offers = collect(ex, mesh.Offer, OFFER, peers, deadline)
         mine = mesh.probe_peers(me, {r: o for r, o in offers.items() if o.rank == r}, peers, run.facts.nics)
-        ex.put(ex.key("mesh-result", me), mesh.MeshResults(me, mine))
+        ex.put(ex.key(RESULTS, me), mesh.MeshResults(me, mine))
         if run.role != "host":
-            _wait_quietly(ex, ex.key("mesh-done"), deadline)
+            _wait_quietly(ex, ex.key(DONE), deadline)
             run.findings += nic_rules.mesh_findings(names, mine)
             run.findings += rdzv_rules.lost_findings("mesh", names, [p for p in peers if p not in offers])
             return mine
-        results = collect(ex, mesh.MeshResults, "mesh-result", ranks, deadline)
-        ex.put(ex.key("mesh-done"), len(results))
+        results = collect(ex, mesh.MeshResults, RESULTS, ranks, deadline)
+        ex.put(ex.key(DONE), len(results))
     # Trust nothing: a node speaks only for the connects it made itself.
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
     run.findings += nic_rules.mesh_findings(names, attempts)

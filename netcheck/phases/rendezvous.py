@@ -11,6 +11,9 @@ from netcheck.core.model import ClockSample, Member, NodeResults
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 
+# The host's list of the seated nodes that reported back: the later phases wait for them only.
+ALIVE = "alive"
+
 
 def host(run: Run) -> rendezvous.Seat | None:
     cfg, launch = run.config, run.config.launch
@@ -26,7 +29,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
-        results = collect(ex, NodeResults, "result", [e.arrival for e in roster.entries],
+        results = collect(ex, NodeResults, rendezvous.RESULT, [e.arrival for e in roster.entries],
                                      run.phase_deadline(RESULTS_WAIT))
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
@@ -68,10 +71,10 @@ def still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     seated = seat.roster.hostnames()
     if run.role == "host":
         alive = tuple(m.rank for m in run.members if m.results is not None)
-        ex.put(ex.key("alive"), alive)
+        ex.put(ex.key(ALIVE), alive)
     else:
         try:
-            alive = ex.wait_read(tuple[int, ...], ex.key("alive"), run.phase_deadline(GOODBYE_WAIT))
+            alive = ex.wait_read(tuple[int, ...], ex.key(ALIVE), run.phase_deadline(GOODBYE_WAIT))
         except (TimeoutError, codec.DecodeError):
             alive = tuple(seated)
     return {r: seated[r] for r in alive if r in seated}
