@@ -8,7 +8,8 @@ import pytest
 from netcheck.core.model import Endpoint, Launch, Member, NodeFacts, Probe, Reach
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.rules.endpoint import (
-    endpoint_findings, flags_findings, points_at_itself, reached_addresses, shared_variable_findings,
+    endpoint_findings, flags_findings, host_endpoint_findings, points_at_itself, reached_addresses,
+    shared_variable_findings,
 )
 
 ENDPOINT = Endpoint("node1", 29500)
@@ -46,16 +47,21 @@ def test_a_joiner_owning_the_endpoint_where_a_host_listens_is_a_single_machine_r
     assert endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(1), "open") == []
 
 
-def test_rank0_owning_none_of_the_endpoints_addresses_warns_with_its_own():
+def test_rank0_owning_none_of_the_endpoints_addresses_explains_the_missing_nodes():
     me = facts(0, address="198.18.0.10", hostname="node0")
-    (f,) = endpoint_findings(ENDPOINT, ("198.18.0.11",), me, None)
+    (f,) = host_endpoint_findings(ENDPOINT, ("198.18.0.11",), me, missing=(1, 2))
     assert kinds([f]) == [("launch.endpoint", "warn", "rank0_elsewhere", (0,))]
-    assert "which no interface of node0 holds" in f.summary
+    assert "which no interface of node0 holds: the nodes that never joined looked for rank 0 there" in f.summary
     assert f.evidence == ("127.0.0.1 on lo", "198.18.0.10 on eth0")
 
 
+def test_rank0_elsewhere_with_every_node_in_is_an_address_that_forwards_here():
+    me = facts(0, address="198.18.0.10", hostname="node0")
+    assert host_endpoint_findings(ENDPOINT, ("198.18.0.11",), me, missing=()) == []
+
+
 def test_rank0_owning_the_endpoint_is_right():
-    assert endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(0), None) == []
+    assert host_endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(0), missing=(2,)) == []
 
 
 @pytest.mark.parametrize("rank", [None, 2])
@@ -78,9 +84,11 @@ def test_a_loopback_endpoint_on_a_multi_node_launch_fails_the_joiner(address):
     assert f.summary.startswith(f"localhost resolves to {address}: loopback, while 3 nodes are expected")
 
 
-def test_a_loopback_endpoint_warns_rank0():
-    (f,) = endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), facts(0), None)
+def test_a_loopback_endpoint_warns_rank0_only_when_nodes_are_missing():
+    """Every node in through loopback: they all run on this machine, and that works."""
+    (f,) = host_endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), facts(0), missing=(1,))
     assert kinds([f]) == [("launch.endpoint", "warn", "loopback", (0,))]
+    assert host_endpoint_findings(Endpoint("localhost", 29500), ("127.0.0.1",), facts(0), missing=()) == []
 
 
 @pytest.mark.parametrize("nnodes", [1, None])

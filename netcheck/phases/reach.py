@@ -54,7 +54,6 @@ def take_role(run: Run) -> bool:
             run.listener = listen(run.config.rdzv.port)
             run.findings.append(rdzv_rules.listen_pass(run.config.rdzv.port))
             addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
-            run.findings += endpoint_rules.endpoint_findings(run.config.rdzv, addresses, run.facts, None)
             run.findings += _variables_findings(run, addresses)
             return True
         except PortTaken as taken:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import Exchange, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
-from netcheck.core.constants import GOODBYE_WAIT, RESULTS_WAIT
-from netcheck.core.model import ClockSample, Member, NodeResults
+from netcheck.core.constants import GOODBYE_WAIT, LOOKUP_TIMEOUT, RESULTS_WAIT
+from netcheck.core.model import ClockSample, Finding, Member, NodeResults
+from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 
@@ -38,6 +39,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.findings += rdzv_rules.reach_summary(run.members)
         run.findings += rdzv_rules.join_findings(gathered)
         run.findings += endpoint_rules.reached_addresses(run.members)
+        run.findings += _endpoint_findings(run, gathered.missing_ranks)
         run.findings += endpoint_rules.shared_variable_findings(run.members)
         run.findings += rdzv_rules.resolve_consistency(run.members)
         run.findings += rdzv_rules.fqdn_findings(run.members)
@@ -78,3 +80,11 @@ def still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
         except (TimeoutError, codec.DecodeError):
             alive = tuple(seated)
     return {r: seated[r] for r in alive if r in seated}
+
+
+def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:
+    """Where the missing nodes may have gone: looked up only when some are missing."""
+    if not missing:
+        return []
+    addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
+    return endpoint_rules.host_endpoint_findings(run.config.rdzv, addresses, run.facts, missing)

@@ -40,41 +40,45 @@ def points_at_itself(addresses: tuple[str, ...], facts: NodeFacts) -> bool:
 
 
 def endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: NodeFacts,
-                      outcome: str | None) -> list[Finding]:
-    """What this node can tell about the endpoint on its own. `outcome` is its reach probe's
-    ("open", "refused", ...); None on rank 0, which listens instead of probing."""
+                      outcome: str) -> list[Finding]:
+    """What a joiner can tell about the endpoint on its own, once its probe (`outcome`) was
+    refused: the endpoint is itself. Said at once; waiting cannot fix a launch line."""
     launch = facts.launch
-    if is_torchrun_worker(launch) or not addresses:
-        return []  # torchrun chose the endpoint and met there already; unresolved: rdzv.resolve
-    rank, many = launch.node_rank, (launch.nnodes_max or 0) > 1
-    own = address_owners(facts.nics)
-    loopback = [a for a in addresses if is_loopback(a)]
-    mine = [a for a in addresses if a in own and not is_loopback(a)]
-    shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
-    if loopback and many and rank == 0:
-        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
-                        "are expected; nodes on other machines cannot reach rank 0 there",
-                        tuple(f"{a}: loopback" for a in loopback), FIX, ENDPOINT_LOOPBACK)]
-    if outcome != "refused" or rank in (None, 0):
-        if rank == 0 and not loopback and not mine:
-            return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"this node is rank 0 and hosts the rendezvous, but "
-                            f"{shown}, which no interface of {facts.hostname} holds: the other nodes "
-                            "will look for rank 0 there", tuple(f"{a} on {i}" for a, i in sorted(own.items())),
-                            f"{FIX}; or give --node-rank 0 to the node that holds it (fine as it is only "
-                            "if that address forwards to this node: NAT, a load balancer, a Kubernetes "
-                            "Service)", ENDPOINT_ELSEWHERE)]
+    if outcome != "refused" or not points_at_itself(addresses, facts):
         return []
+    own, rank = address_owners(facts.nics), launch.node_rank
+    shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
     nothing = f"and nothing listens on port {endpoint.port} here"
-    if loopback and many:
+    mine = [a for a in addresses if a in own and not is_loopback(a)]
+    if not mine:
         return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
                         f"are expected; a loopback endpoint reaches only this machine, {nothing}",
                         (), FIX, ENDPOINT_LOOPBACK)]
-    if mine:
-        return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}, an address of this node ({facts.hostname}, "
-                        f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
-                        f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),
-                        f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
-                        "own ranks", ENDPOINT_NOT_RANK0)]
+    return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}, an address of this node ({facts.hostname}, "
+                    f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
+                    f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),
+                    f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
+                    "own ranks", ENDPOINT_NOT_RANK0)]
+
+
+def host_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: NodeFacts,
+                           missing: tuple[int, ...]) -> list[Finding]:
+    """Rank 0's view, once nodes it expected never came: an endpoint that is loopback, or none
+    of its own addresses, is where they went instead. (With every node in, the endpoint
+    worked for all of them: nodes on one machine, or an address that forwards here.)"""
+    if not missing or not addresses or is_torchrun_worker(facts.launch):
+        return []
+    own = address_owners(facts.nics)
+    shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
+    if any(is_loopback(a) for a in addresses):
+        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"{shown}: loopback; nodes on other machines cannot "
+                        "reach rank 0 there, which would explain the nodes that never joined",
+                        tuple(f"{a}: loopback" for a in addresses if is_loopback(a)), FIX, ENDPOINT_LOOPBACK)]
+    if not any(a in own for a in addresses):
+        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"this node is rank 0 and hosts the rendezvous, but "
+                        f"{shown}, which no interface of {facts.hostname} holds: the nodes that never "
+                        "joined looked for rank 0 there", tuple(f"{a} on {i}" for a, i in sorted(own.items())),
+                        f"{FIX}; or give --node-rank 0 to the node that holds it", ENDPOINT_ELSEWHERE)]
     return []
 
 

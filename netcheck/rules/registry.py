@@ -184,7 +184,7 @@ CHECKS: tuple[Check, ...] = (
            LAUNCH_TORCHRUN: "torchrun's workers laid out wrong (ranks, LOCAL_RANK, LOCAL_WORLD_SIZE)"}),
     Check(LAUNCH_ENDPOINT, "reach", (WARN, FAIL),
           "the launch line points nodes at the wrong place: the endpoint is not rank 0's",
-          ("endpoint.endpoint_findings", "endpoint.reached_addresses"),
+          ("endpoint.endpoint_findings", "endpoint.host_endpoint_findings", "endpoint.reached_addresses"),
           "the endpoint's addresses, NicTable, Launch (node rank, nnodes), the reach probe",
           ("test_rules_endpoint.py", "test_launch_cluster.py"),
           {ENDPOINT_LOOPBACK: "the endpoint resolves to loopback while more than one node is expected",
