@@ -20,10 +20,11 @@ from netcheck.config import (
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED, EXIT_PASS,
+    INSPECT_TIMEOUT,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
 from netcheck.facts.launcher import (
-    LaunchError, default_run_id, detect_launch, is_torchrun_worker, rdzv_from_env,
+    LaunchError, default_run_id, detect_launch, is_torchrun_worker, parse_nnodes, rdzv_from_env,
 )
 from netcheck.facts.local import driver_gpus
 from netcheck.render import export, text as report
@@ -35,6 +36,7 @@ EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
 a phase (internal error), 64 unusable command line, 130 interrupted, 143 terminated.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
+`netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
 `netcheck checks [--json]` (every check id, its phase, meaning and kinds).
 """
 
@@ -165,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_probe(argv[1:])
         if argv[:1] == ["checks"]:
             return run_checks(argv[1:])
+        if argv[:1] == ["inspect"]:
+            return run_inspect(argv[1:])
         config = config_from_args(build_parser().parse_args(argv), os.environ)
     except UsageError as e:
         print(f"netcheck: error: {e}", file=sys.stderr)
@@ -270,6 +274,50 @@ def run_probe(argv: list[str]) -> int:
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)
     emit(rep, args.json, False, True)
     return EXIT_BY_VERDICT[rep.verdict]
+
+
+def run_inspect(argv: list[str]) -> int:
+    p = _Parser(prog="netcheck inspect", description="A job that hangs now: read its TCPStore (never "
+                "writing to it), decode torchrun's rendezvous state safely, ask this node's NCCL RAS, "
+                "and say who is missing. From any node that reaches the endpoint.")
+    p.add_argument("--rdzv", metavar="HOST:PORT", help="the job's endpoint: torchrun's --rdzv-endpoint, "
+                   "or MASTER_ADDR:MASTER_PORT for init_process_group (default: from the environment)")
+    p.add_argument("--rdzv-id", metavar="ID", help="torchrun's --rdzv-id (default: $TORCHELASTIC_RUN_ID, "
+                   "else every run the store holds)")
+    p.add_argument("--nnodes", metavar="N|MIN:MAX", help="the job's --nnodes, to count the missing nodes "
+                   "(default: $PET_NNODES)")
+    p.add_argument("--world-size", type=int, metavar="N", help="init_process_group's world size, to name "
+                   "the missing ranks of a static rendezvous (default: $WORLD_SIZE)")
+    p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
+                   help=f"bounds the whole look, seconds (default {INSPECT_TIMEOUT:g})")
+    p.add_argument("--json", metavar="PATH|-")
+    p.add_argument("--prom", metavar="PATH")
+    args = p.parse_args(argv)
+    env = os.environ
+    rdzv = args.rdzv or rdzv_from_env(env)
+    if not rdzv:
+        raise UsageError("--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)")
+    if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
+        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
+    try:
+        nnodes = parse_nnodes(args.nnodes or env["PET_NNODES"]) if args.nnodes or env.get("PET_NNODES") else None
+        world = args.world_size if args.world_size is not None else _whole(env.get("WORLD_SIZE"), "WORLD_SIZE")
+    except LaunchError as e:
+        raise UsageError(str(e)) from None
+    from netcheck.phases.inspect import inspect_job
+
+    rep = inspect_job(parse_endpoint(rdzv), args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world,
+                      args.timeout, env)
+    emit(rep, args.json, False, True, prom_path=args.prom)
+    return EXIT_BY_VERDICT[rep.verdict]
+
+
+def _whole(text: str | None, name: str) -> int | None:
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise LaunchError(f"{name}={text!r} is not a whole number")
+    return int(text)
 
 
 def run_checks(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ def test_ids_and_kinds_are_unique_and_well_formed():
     assert len(set(KINDS)) == len(KINDS)
     for c in CHECKS:
         assert re.fullmatch(r"[a-z]+(\.[a-z0-9_]+)+", c.id), c.id
-        assert c.phase in PHASES + ("run",), c
+        assert c.phase in PHASES + ("run", "inspect"), c
         assert c.severities and set(c.severities) <= set(SEVERITIES), c
         assert all(re.fullmatch(r"[a-z0-9_]+", k) for k in c.kinds), c
 

@@ -91,6 +91,12 @@ def has_key(store, key: str) -> bool:
     return store.compare_set(key, _ABSENT, _ABSENT) != _ABSENT.encode()
 
 
+def list_keys(store) -> tuple[str, ...] | None:
+    """Every key the store lists (torch 2.13 and later); None where this torch cannot list."""
+    lister = getattr(store, "list_keys", None)
+    return tuple(lister()) if lister is not None else None
+
+
 def store_lost(error: BaseException) -> bool:
     """A store client's connection broke mid-run: the host died, or the path to it."""
     if isinstance(error, ConnectionError):

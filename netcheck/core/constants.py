@@ -34,6 +34,12 @@ POLL_SLICE = 0.5            # the host's store requests per scan of a counter an
 LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 
+# netcheck inspect: a running job's store, read only.
+INSPECT_TIMEOUT = 5.0
+MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this
+KEEP_ALIVE_INTERVAL = 5.0    # torchrun's defaults (dynamic_rendezvous.create_handler): a node
+KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is dead to the others
+
 # Trust limits on what peers send.
 MAX_FACTS_BYTES = 1 << 20
 MAX_NODES = 10_000

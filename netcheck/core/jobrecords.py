@@ -62,12 +62,29 @@ class RasView:
 
 
 @dataclass(frozen=True)
+class RunState:
+    """One run id's c10d rendezvous state: decoded, absent (no round yet), or refused."""
+
+    run_id: str
+    state: RendezvousView | None
+    refused: str = ""               # why the value was not decoded ("" when it was)
+    hostile: bool = False           # refused because it asked for code
+
+
+@dataclass(frozen=True)
 class JobView:
     """What `netcheck inspect` saw: the store's keys, torchrun's state, NCCL's RAS."""
 
     endpoint: str
-    run_id: str
-    keys: tuple[str, ...] | None    # None: this torch cannot list a store's keys
+    run_id: str | None              # the run id asked for; None: every run the store holds
+    observed_at: str                # inspect's clock (UTC, ISO 8601) when it read the store
     seconds: float                  # how long the look took
-    rendezvous: RendezvousView | None = None
+    store_error: str = ""           # why no store answered ("" when one did)
+    keys: tuple[str, ...] | None = None   # None: unread, or this torch cannot list keys
+    hidden_keys: int = 0            # counted by the store, never listed (its init/ counter)
+    run_ids: tuple[str, ...] = ()   # every run id with a c10d state in the store
+    runs: tuple[RunState, ...] = ()  # the states read: the one asked for, else all of them
+    arrived_ranks: tuple[int, ...] = ()   # init_process_group ranks whose address key is there
+    world_size: int | None = None   # --world-size (WORLD_SIZE): the ranks a static job waits for
+    nnodes: tuple[int, int] | None = None  # --nnodes: the nodes a torchrun job waits for
     ras: RasView | None = None

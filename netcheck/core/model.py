@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
+from netcheck.core.jobrecords import JobView
 from netcheck.core.nictable import NicTable
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -194,7 +195,7 @@ class NodeEntry:
 class Report:
     run_id: str
     node_rank: int | None
-    role: str                      # "host" | "joiner" | "local" | "probe"
+    role: str                      # "host" | "joiner" | "local" | "probe" | "inspect"
     verdict: str
     nodes: tuple[NodeEntry, ...]
     findings: tuple[Finding, ...]
@@ -207,6 +208,7 @@ class Report:
     healthy_nodes: tuple[str, ...]
     faulty_nodes: tuple[str, ...]
     recommend_note: str = ""       # why there are no settings to recommend, when there are none
+    job: JobView | None = None     # netcheck inspect: what the job's store and NCCL's RAS showed
     schema: str = REPORT_SCHEMA
 
 

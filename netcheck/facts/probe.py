@@ -153,8 +153,10 @@ def overall_outcome(probes: tuple[Probe, ...]) -> str:
     return "unreachable"
 
 
-def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT) -> Reach:
-    """Resolve HOST and probe it; keep probing while refused (host not up yet), to the deadline."""
+def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT,
+          wait_while_refused: bool = True) -> Reach:
+    """Resolve HOST and probe it; keep probing while refused (host not up yet), to the deadline,
+    unless told that a refusal is the answer (a job's store that is not up will not come)."""
     start = time.monotonic()
     addresses, error = resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
     if error:
@@ -164,7 +166,7 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
         attempts += 1
         probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())))
         outcome = overall_outcome(probes)
-        if outcome != "refused" or deadline.remaining() <= PROBE_RETRY_INTERVAL:
+        if outcome != "refused" or not wait_while_refused or deadline.remaining() <= PROBE_RETRY_INTERVAL:
             break
         time.sleep(PROBE_RETRY_INTERVAL)
     return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,

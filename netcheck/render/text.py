@@ -37,6 +37,8 @@ def render_text(report: Report, verbose: bool = False) -> str:
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)
+    if report.job is not None and report.job.ras is not None and not report.job.ras.answered:
+        lines += ["", f"NCCL RAS at {report.job.ras.address}: {report.job.ras.error}"]
     if report.timings:
         lines += ["", _footer(report)]
     return "\n".join(lines) + "\n"
@@ -76,6 +78,9 @@ def _seat(report: Report) -> str:
 
 
 def _header(report: Report) -> str:
+    if report.job is not None:
+        run = f"run {report.job.run_id!r}" if report.job.run_id else "every run"
+        return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - verdict {LABELS[report.verdict]}"
     rank = "?" if report.node_rank is None else report.node_rank
     return (f"netcheck {__version__} - run {report.run_id!r} - {report.role} ({_seat(report)} {rank}) "
             f"- verdict {LABELS[report.verdict]}")

@@ -41,6 +41,12 @@ BW_PAIR = "bw.pair"
 BW_STRAGGLER = "bw.straggler"
 BASELINE_DRIFT = "baseline.drift"
 RUN_SKIPPED = "run.skipped"
+JOB_STORE = "job.store"
+JOB_RDZV = "job.rdzv"
+JOB_HEARTBEAT = "job.heartbeat"
+JOB_RANKS = "job.ranks"
+JOB_NCCL = "job.nccl"
+JOB_HOSTILE = "job.hostile"
 RUN_TIMEOUT = "run.timeout"
 RUN_TORCH = "run.torch"
 RUN_INTERNAL = "run.internal"
@@ -80,6 +86,18 @@ ENDPOINT_ELSEWHERE = "rank0_elsewhere"
 ENDPOINT_SEVERAL = "several_addresses"
 ENV_FLAGS = "flags_vs_env"
 ENV_DISAGREE = "variables_disagree"
+
+# netcheck inspect's exact findings.
+JOB_WAITING = "round_incomplete"
+JOB_WAITING_NEXT = "waiting_next_round"
+JOB_NOT_STARTED = "no_round"
+JOB_NO_SUCH_RUN = "no_such_run"
+JOB_NO_RDZV = "no_rendezvous"
+JOB_DEAD = "dead"
+JOB_HOSTILE_VALUE = "hostile_value"
+JOB_FOREIGN_VALUE = "foreign_value"
+JOB_RAS_MISSING = "ranks_missing"
+JOB_RAS_ERRORS = "ranks_in_error"
 
 # run.skipped's exact findings.
 SKIPPED_PHASE = "phase_skipped"
@@ -220,6 +238,38 @@ CHECKS: tuple[Check, ...] = (
           "with --baseline: what changed since a known-good report",
           ("baseline.drift_findings",), "the baseline Report and this run's", ("test_rules_baseline.py",
                                                                                "test_env_cluster.py")),
+    Check(JOB_STORE, "inspect", (PASS, FAIL),
+          "netcheck inspect: the job's TCPStore answers (with its keys), or nothing does at the endpoint",
+          ("job.store_finding",), "JobView (the store read)", ("test_rules_job.py", "test_inspect.py")),
+    Check(JOB_RDZV, "inspect", ALL,
+          "netcheck inspect: torchrun's c10d rendezvous: the round, who joined, who is missing or waiting",
+          ("job.rendezvous_findings",), "RendezvousView (decoded safely), --nnodes",
+          ("test_rules_job.py", "test_inspect_cluster.py"),
+          {JOB_WAITING: "the round is not complete: nodes joined, how many are missing, the deadline",
+           JOB_WAITING_NEXT: "nodes wait for the next round of a complete one (warn)",
+           JOB_NOT_STARTED: "the backend is set up and no node has joined (warn)",
+           JOB_NO_SUCH_RUN: "no rendezvous for the run id asked for; the store holds others",
+           JOB_NO_RDZV: "no rendezvous and no process group keys at all (warn)"}),
+    Check(JOB_HEARTBEAT, "inspect", (PASS, FAIL),
+          "netcheck inspect: a torchrun agent whose heartbeat is older than torchrun's dead-node limit",
+          ("job.heartbeat_findings",), "RendezvousView.last_heartbeats, inspect's clock",
+          ("test_rules_job.py", "test_inspect_cluster.py"),
+          {JOB_DEAD: "no heartbeat for over keep-alive interval x attempts (15 s): hung or gone"}),
+    Check(JOB_RANKS, "inspect", ALL,
+          "netcheck inspect: a static rendezvous (init_process_group): which ranks never arrived",
+          ("job.ranks_findings",), "the default process group's rank keys, --world-size",
+          ("test_rules_job.py", "test_inspect.py")),
+    Check(JOB_NCCL, "inspect", (PASS, FAIL),
+          "netcheck inspect: NCCL's RAS on this node: communicators with missing, dead or failing ranks",
+          ("job.ras_findings",), "RasView (NCCL_RAS_ADDR, STATUS)", ("test_ras.py",),
+          {JOB_RAS_MISSING: "ranks missing from a communicator (never joined, or dead)",
+           JOB_RAS_ERRORS: "ranks with an async error, an abort, or still initialising"}),
+    Check(JOB_HOSTILE, "inspect", (FAIL,),
+          "netcheck inspect: a value in the job's store that is not a rendezvous state: refused, never run",
+          ("job.hostile_findings",), "the raw value under torch.rendezvous.RUN",
+          ("test_rules_job.py", "test_inspect.py"),
+          {JOB_HOSTILE_VALUE: "a pickle asking for code (a global outside the state's types)",
+           JOB_FOREIGN_VALUE: "garbage, the wrong type, or over the size limit"}),
     Check(RUN_SKIPPED, "run", (WARN,),
           "a phase left out, and why",
           ("run.skipped_finding", "run.unheard_goodbyes"), "the run's deadlines and earlier findings",

@@ -1,0 +1,98 @@
+"""`netcheck inspect`: a read-only look into a job that hangs now.
+
+It reads the job's TCPStore as a client (never writing, never joining), decodes torchrun's
+rendezvous state without trusting it, asks this node's NCCL RAS, and turns what it saw into
+findings; all of it within --timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import time
+
+from netcheck.cluster.jobstore import arrived_ranks, read_job_store, rendezvous_runs
+from netcheck.cluster.store import RendezvousError
+from netcheck.core import compat
+from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
+from netcheck.core.deadline import Deadline
+from netcheck.core.jobrecords import JobView, RunState
+from netcheck.core.model import Endpoint, Reach, Report, verdict_of
+from netcheck.facts.probe import call_with_timeout, reach
+from netcheck.facts.ras import query_ras, ras_address
+from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state
+from netcheck.rules import job as job_rules, run as run_rules
+
+RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
+
+
+def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
+                world_size: int | None, timeout: float, env) -> Report:
+    start, deadline = time.monotonic(), Deadline(timeout)
+    # c10d logs every failed store request; what inspect could not read, its findings say.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    view = JobView(str(endpoint), run_id, _now(), 0.0, nnodes=nnodes, world_size=world_size)
+    findings = []
+    # A plain connect first: a store that is not there is said at once, and torch never loads.
+    found = reach(endpoint.host, endpoint.port, deadline, min(PROBE_TIMEOUT, timeout), wait_while_refused=False)
+    try:
+        if found.outcome != "open":
+            raise RendezvousError(_unreached(found))
+        read = _bounded_read(endpoint, run_id, deadline)
+        listed = read.keys is not None
+        view = dataclasses.replace(
+            view, observed_at=_now(), keys=read.keys, hidden_keys=read.hidden,
+            run_ids=tuple(rendezvous_runs(read.keys)) if listed else tuple(read.states),
+            runs=tuple(_decoded(read.states, read.oversized)), arrived_ranks=arrived_ranks(read.keys or ()))
+    except RendezvousError as e:
+        view = dataclasses.replace(view, observed_at=_now(), store_error=str(e))
+    except compat.TorchUnusable as e:
+        findings.append(run_rules.torch_finding("inspect", str(e), ()))
+    ras = query_ras(ras_address(env), Deadline(max(1.0, min(RAS_SECONDS, deadline.remaining()))))
+    view = dataclasses.replace(view, ras=ras, seconds=round(time.monotonic() - start, 3))
+    if not findings:
+        findings = job_rules.job_findings(view)
+    return Report(run_id=run_id or "inspect", node_rank=None, role="inspect", verdict=verdict_of(findings),
+                  nodes=(), findings=tuple(findings), recommend={}, recommend_per_node={}, env_table=(),
+                  bandwidth=None, timings={"inspect": view.seconds}, unfinished=None, healthy_nodes=(),
+                  faulty_nodes=(), job=view)
+
+
+def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline):
+    """The store read in a thread the deadline bounds: a store whose host accepts connections
+    and never answers (a hung process) holds a request past every socket timeout torch sets."""
+    seconds = deadline.remaining()
+    read, error = call_with_timeout(lambda: read_job_store(endpoint.host, endpoint.port, run_id, deadline,
+                                                           MAX_STATE_BYTES), seconds)
+    if isinstance(error, TimeoutError):
+        raise RendezvousError(f"it accepts connections but did not answer in {seconds:.0f} s: the process "
+                              "holding the store (rank 0, or torchrun's agent on that node) is hung")
+    if isinstance(error, (RendezvousError, compat.TorchUnusable)):
+        raise error
+    if error is not None:
+        raise RendezvousError(f"the store broke off: {type(error).__name__}: {str(error).splitlines()[0]}")
+    return read
+
+
+def _decoded(states: dict[str, bytes], oversized: dict[str, int]) -> list[RunState]:
+    runs = [RunState(run, None, f"{size} bytes, over the {MAX_STATE_BYTES}-byte limit for a rendezvous state")
+            for run, size in sorted(oversized.items())]
+    for run, raw in sorted(states.items()):
+        try:
+            runs.append(RunState(run, decode_state(raw, run, MAX_STATE_BYTES)))
+        except HostileValue as e:
+            runs.append(RunState(run, None, str(e), hostile=True))
+        except ForeignValue as e:
+            runs.append(RunState(run, None, str(e)))
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def _unreached(found: Reach) -> str:
+    if found.outcome == "dns":
+        return f"{found.host} does not resolve here ({found.resolve_error})"
+    return "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()

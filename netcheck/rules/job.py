@@ -1,0 +1,187 @@
+"""A job that hangs now (job.*): what its store, torchrun's rendezvous state and NCCL's RAS
+say about who is missing. Facts in (`JobView`, read by `netcheck inspect`), findings out."""
+
+from __future__ import annotations
+
+import datetime
+
+from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
+from netcheck.core.jobrecords import JobView, RasView, RendezvousView, RunState
+from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.rules.registry import (
+    JOB_DEAD, JOB_FOREIGN_VALUE, JOB_HEARTBEAT, JOB_HOSTILE, JOB_HOSTILE_VALUE, JOB_NCCL, JOB_NO_RDZV,
+    JOB_NO_SUCH_RUN, JOB_NOT_STARTED, JOB_RANKS, JOB_RAS_ERRORS, JOB_RAS_MISSING, JOB_RDZV, JOB_STORE,
+    JOB_WAITING, JOB_WAITING_NEXT,
+)
+
+DEAD_AFTER = KEEP_ALIVE_INTERVAL * KEEP_ALIVE_MAX_ATTEMPTS   # torchrun's own rule (dynamic_rendezvous)
+MAX_KEYS_SHOWN = 40
+
+
+def job_findings(view: JobView) -> list[Finding]:
+    if view.store_error:
+        return [store_finding(view)] + ras_findings(view.ras)
+    return ([store_finding(view)] + hostile_findings(view.runs) + rendezvous_findings(view)
+            + heartbeat_findings(view) + ranks_findings(view) + ras_findings(view.ras))
+
+
+def store_finding(view: JobView) -> Finding:
+    if view.store_error:
+        return Finding(JOB_STORE, FAIL, (), f"no TCPStore answers at {view.endpoint}: {view.store_error}", (),
+                       "the job's rank 0 (under torchrun: the agent on the --rdzv-endpoint node) is not "
+                       "running there, or this is not the job's endpoint: check MASTER_ADDR/MASTER_PORT "
+                       "or --rdzv-endpoint, and run `netcheck probe` to it")
+    if view.keys is None:
+        return Finding(JOB_STORE, PASS, (), f"the job's store at {view.endpoint} answers (this torch cannot "
+                       "list its keys: torch 2.13 or later can)")
+    shown = tuple(view.keys[:MAX_KEYS_SHOWN]) + ((f"... and {len(view.keys) - MAX_KEYS_SHOWN} more",)
+                                                  if len(view.keys) > MAX_KEYS_SHOWN else ())
+    hidden = f" (and {view.hidden_keys} it counts but does not list)" if view.hidden_keys else ""
+    return Finding(JOB_STORE, PASS, (), f"the job's store at {view.endpoint} answers: {len(view.keys)} "
+                   f"key(s){hidden}", shown)
+
+
+def hostile_findings(runs: tuple[RunState, ...]) -> list[Finding]:
+    return [Finding(JOB_HOSTILE, FAIL, (), f"the value under torch.rendezvous.{r.run_id} was refused, not "
+                    f"loaded: {r.refused}", (), "someone wrote a hostile or foreign value to the job's store: "
+                    "the store has no authentication, so keep its port on a private network; torchrun "
+                    "itself will fail to read it too", JOB_HOSTILE_VALUE if r.hostile else JOB_FOREIGN_VALUE)
+            for r in runs if r.refused]
+
+
+def rendezvous_findings(view: JobView) -> list[Finding]:
+    if not view.runs:
+        return _no_rendezvous(view)
+    return [f for run in view.runs if not run.refused for f in _round_findings(run.run_id, run.state, view)]
+
+
+def _no_rendezvous(view: JobView) -> list[Finding]:
+    others = view.run_ids
+    if view.run_id and others:
+        return [Finding(JOB_RDZV, FAIL, (), f"no rendezvous for run id {view.run_id!r} in this store; it holds "
+                        f"run id(s) {', '.join(map(repr, others))}", (), "give --rdzv-id the job's own "
+                        "(torchrun's --rdzv-id, TORCHELASTIC_RUN_ID), or leave it out to read every run",
+                        JOB_NO_SUCH_RUN)]
+    if view.arrived_ranks or view.keys is None:
+        return []  # a static rendezvous (job.ranks speaks), or keys unknown
+    what = f" for run id {view.run_id!r}" if view.run_id else ""
+    return [Finding(JOB_RDZV, WARN, (), f"the store holds no torchrun rendezvous{what} and no process group "
+                    "keys: nothing has arrived yet, or this is not a torch job's store", (),
+                    "check that the endpoint is the job's (--rdzv-endpoint, MASTER_ADDR:MASTER_PORT)",
+                    JOB_NO_RDZV)]
+
+
+def _round_findings(run_id: str, state: RendezvousView | None, view: JobView) -> list[Finding]:
+    if state is None:
+        return [Finding(JOB_RDZV, WARN, (), f"run {run_id!r}: the rendezvous has no round yet (the backend "
+                        "is set up, no node has joined)", (), "start the job's nodes", JOB_NOT_STARTED)]
+    joined = len(state.participants)
+    evidence = tuple(f"rank {rank}: {node}" for node, rank in sorted(state.participants, key=lambda p: p[1]))
+    evidence += tuple(f"waiting for the next round: {node}" for node in state.wait_list)
+    evidence += tuple(f"spare (beyond max nodes): {node}" for node in state.redundancy_list)
+    if state.complete:
+        findings = [Finding(JOB_RDZV, PASS, (), f"run {run_id!r}: round {state.round} is complete with "
+                            f"{joined} node(s){', closed' if state.closed else ''}", evidence)]
+        if state.wait_list:
+            findings.append(Finding(
+                JOB_RDZV, WARN, (), f"run {run_id!r}: {len(state.wait_list)} node(s) wait for the next round: "
+                f"{', '.join(map(str, state.wait_list))}", evidence, "they joined after round "
+                f"{state.round} closed; torchrun starts a new round only when a member fails or restarts",
+                JOB_WAITING_NEXT))
+        return findings
+    low = view.nnodes[0] if view.nnodes else None
+    count = f"{joined} of {low} node(s) joined, {low - joined} missing" if low and low > joined else \
+        f"{joined} node(s) joined"
+    return [Finding(JOB_RDZV, FAIL, (), f"run {run_id!r}: round {state.round} is not complete: {count}"
+                    f"{_deadline_text(state.deadline, view.observed_at)}", evidence,
+                    "start the missing nodes with the same --rdzv-endpoint and --rdzv-id; a node that was "
+                    "started and is not listed never reached the store: run `netcheck` on it",
+                    JOB_WAITING)]
+
+
+def _deadline_text(deadline: str | None, now: str) -> str:
+    if deadline is None:
+        return "; it waits for --nnodes' minimum before a deadline starts"
+    left = (datetime.datetime.fromisoformat(deadline) - datetime.datetime.fromisoformat(now)).total_seconds()
+    return f"; it closes with whoever is there in {left:.0f} s" if left >= 0 else \
+        f"; its deadline passed {-left:.0f} s ago"
+
+
+def heartbeat_findings(view: JobView) -> list[Finding]:
+    now = datetime.datetime.fromisoformat(view.observed_at)
+    findings = []
+    for run in view.runs:
+        if run.state is None or not run.state.last_heartbeats:
+            continue
+        ages = [(node, (now - datetime.datetime.fromisoformat(t)).total_seconds() if t else None)
+                for node, t in run.state.last_heartbeats]
+        evidence = tuple(f"{node}: last heartbeat {age:.0f} s ago" if age is not None else f"{node}: none"
+                         for node, age in ages)
+        dead = [node for node, age in ages if age is None or age > DEAD_AFTER]
+        if not dead:
+            findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run.run_id!r}: every node's agent beat "
+                                    f"within {DEAD_AFTER:g} s", evidence))
+            continue
+        findings.append(Finding(JOB_HEARTBEAT, FAIL, (), f"run {run.run_id!r}: {', '.join(map(str, dead))}: no "
+                                f"heartbeat for over {DEAD_AFTER:g} s; torchrun counts such a node dead",
+                                evidence, "that node's torchrun agent is hung or gone (or its clock is far "
+                                "off this one's): look at the node; the others wait for it until it is "
+                                "evicted", JOB_DEAD))
+    return findings
+
+
+def ranks_findings(view: JobView) -> list[Finding]:
+    """init_process_group's ranks: each writes its address key once it is in; rank 0 hosts
+    the store and writes its own only once every rank has come."""
+    arrived = set(view.arrived_ranks)
+    if not arrived or view.runs:
+        return []
+    size = view.world_size
+    if size is None:
+        return [Finding(JOB_RANKS, WARN, (), f"rank(s) {_ranks(arrived)} of the default process group arrived; "
+                        "give --world-size (WORLD_SIZE) to name the missing ones", ())]
+    missing = sorted(set(range(1, size)) - arrived) if 0 not in arrived else sorted(set(range(size)) - arrived)
+    if not missing:
+        return [Finding(JOB_RANKS, PASS, tuple(range(size)), f"all {size} ranks of the default process group "
+                        "arrived")]
+    return [Finding(JOB_RANKS, FAIL, tuple(missing), f"rank(s) {_ranks(missing)} of {size} never arrived at the "
+                    f"default process group; rank 0 hosts the store and waits for them",
+                    (f"arrived: rank(s) {_ranks(arrived | {0})}",),
+                    "start those ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; one that was "
+                    "started and is missing cannot reach MASTER_ADDR:MASTER_PORT: run `netcheck` there")]
+
+
+def _ranks(ranks) -> str:
+    return ", ".join(map(str, sorted(ranks)))
+
+
+def ras_findings(ras: RasView | None) -> list[Finding]:
+    if ras is None or not ras.answered:
+        return []
+    if ras.text:
+        return _ras_text(ras)
+    trouble, evidence = [], []
+    for c in ras.communicators:
+        bad = [r for r in c.ranks if r.state != "ok"]
+        evidence += [f"communicator {c.hash} ({c.size} ranks): rank {r.rank} on {r.host} (pid {r.pid}): "
+                     f"{r.state}" for r in bad]
+        trouble += bad
+    if not trouble:
+        return [Finding(JOB_NCCL, PASS, (), f"NCCL {ras.nccl_version} (RAS at {ras.address}): "
+                        f"{len(ras.communicators)} communicator(s), every rank present, no errors")]
+    missing = [r for r in trouble if r.state in ("missing", "dead")]
+    kind = JOB_RAS_MISSING if missing else JOB_RAS_ERRORS
+    what = f"{len(missing)} rank(s) missing" if missing else f"{len(trouble)} rank(s) in error or still initialising"
+    return [Finding(JOB_NCCL, FAIL, (), f"NCCL (RAS at {ras.address}): {what}", tuple(evidence),
+                    "look at the named ranks' processes and GPUs (a missing rank never joined the "
+                    "communicator; a dead one stopped answering)", kind)]
+
+
+def _ras_text(ras: RasView) -> list[Finding]:
+    """NCCL before 2.28.7 answers in text: its table marks trouble in words."""
+    words = ("INCOMPLETE", "MISMATCH", "ERROR", "DEAD", "TIMEOUT", "ABORT")
+    lines = [ln.strip() for ln in ras.text.splitlines() if any(w in ln for w in words) and ln.strip()]
+    if not lines:
+        return [Finding(JOB_NCCL, PASS, (), f"NCCL (RAS at {ras.address}) reports no errors", ())]
+    return [Finding(JOB_NCCL, FAIL, (), f"NCCL (RAS at {ras.address}) reports trouble", tuple(lines[:20]),
+                    "look at the named ranks' processes and GPUs", JOB_RAS_ERRORS)]

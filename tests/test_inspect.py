@@ -1,0 +1,125 @@
+"""`netcheck inspect` against real TCPStores on loopback: hostile values refused and never run,
+the store left exactly as it was, and a static rendezvous's missing rank named.
+
+(Real torchrun jobs on namespaces: tests/test_inspect_cluster.py.)
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+import emitted
+from nodes import SCHEMA, scaled
+
+REPO = Path(__file__).parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def inspect(port: int, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"127.0.0.1:{port}",
+                           "--json", "-", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=scaled(60), env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{free_port()}"})
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    SCHEMA.validate(report)
+    emitted.record_findings(report["findings"])
+    return report, done
+
+
+def snapshot(store) -> tuple[int, dict[str, bytes]]:
+    return store.num_keys(), {k: store.get(k) for k in store.list_keys()}
+
+
+class Canary:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mknod, (self.path,))
+
+
+def test_hostile_and_foreign_values_are_refused_never_run_and_the_store_is_unchanged(tmp_path):
+    canary = tmp_path / "canary"
+    port = free_port()
+    # The legacy backend: the libuv one (torch >= 2.4's default) refuses a 100 MB value itself.
+    store = dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=30), wait_for_workers=False,
+                          use_libuv=False)
+    store.set("torch.rendezvous.evil", base64.b64encode(pickle.dumps(Canary(str(canary)))))
+    store.set("torch.rendezvous.junk", b"%%% not base64 %%%")
+    store.set("torch.rendezvous.list", base64.b64encode(pickle.dumps(["a", "b"])))
+    store.set("torch.rendezvous.huge", b"A" * (100 << 20))
+    before = snapshot(store)
+    report, done = inspect(port)
+    assert done.returncode == 2, done.stderr
+    refused = {f["summary"].split()[3]: f["kind"] for f in report["findings"] if f["check"] == "job.hostile"}
+    assert refused == {"torch.rendezvous.evil": "hostile_value", "torch.rendezvous.huge": "foreign_value",
+                       "torch.rendezvous.junk": "foreign_value", "torch.rendezvous.list": "foreign_value"}
+    assert not canary.exists(), "the pickle ran"
+    assert snapshot(store) == before, "inspect changed the store"
+
+
+def test_a_run_id_the_store_does_not_hold_is_named_with_the_ones_it_does():
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
+    store.set("torch.rendezvous.job7", b"Y2FuaW1hZGFt")   # the c10d backend's "no state yet"
+    report, done = inspect(port, "--rdzv-id", "other")
+    (rdzv,) = [f for f in report["findings"] if f["check"] == "job.rdzv"]
+    assert (rdzv["severity"], rdzv["kind"]) == ("fail", "no_such_run") and "'job7'" in rdzv["summary"]
+    report, _ = inspect(port)
+    (rdzv,) = [f for f in report["findings"] if f["check"] == "job.rdzv"]
+    assert (rdzv["severity"], rdzv["kind"]) == ("warn", "no_round")
+
+
+def test_nothing_listening_is_said_at_once_without_torch(tmp_path):
+    report, done = inspect(free_port(), "--timeout", "3")
+    (store,) = report["findings"]
+    assert (store["check"], store["severity"]) == ("job.store", "fail") and "refused" in store["summary"]
+    assert report["job"]["seconds"] < 3
+
+
+RANK = """
+import datetime, os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+"""
+
+
+def test_a_static_rendezvous_names_the_rank_that_never_arrived(tmp_path):
+    port = free_port()
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "3"}
+    ranks = [subprocess.Popen([sys.executable, str(script)], env={**env, "RANK": str(r)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in (0, 1)]
+    try:
+        deadline = time.monotonic() + scaled(60)
+        while True:  # rank 1's address key is the event: it has arrived
+            report, done = inspect(port, "--world-size", "3")
+            if report["job"]["arrived_ranks"] == [1] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (ranks_finding,) = [f for f in report["findings"] if f["check"] == "job.ranks"]
+        assert (ranks_finding["severity"], ranks_finding["nodes"]) == ("fail", [2]), report["findings"]
+        assert ranks_finding["evidence"] == ["arrived: rank(s) 0, 1"]
+        assert not [f for f in report["findings"] if f["check"] == "job.rdzv"], "a static job has no rounds"
+    finally:
+        for r in ranks:
+            r.kill()
+            r.wait()
