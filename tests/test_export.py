@@ -1,14 +1,12 @@
 """export: the exclude list and the Prometheus metrics, over reports made of the real records.
 
-The metrics are read back with prometheus_client's own text-format parser, the one the
-Prometheus ecosystem trusts, so a format mistake fails here rather than in a node exporter.
+The metrics are read back through `promtool check metrics` and prometheus_client's parser
+(tests/prom.py), so a format mistake fails here rather than in a node exporter.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from netcheck import __version__, cli
 
@@ -16,6 +14,7 @@ from netcheck.render import export
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 from netcheck.core.nictable import NicTable
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
+from prom import samples, series
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 
@@ -44,20 +43,6 @@ PASSED = (Finding("rdzv.listen", "pass", (0,), "the host listens"),
           Finding("rdzv.join", "pass", (0, 1), "2 nodes joined"))
 
 
-def samples(text: str) -> dict[tuple[str, tuple], float]:
-    """Every sample of a text exposition: (name, sorted labels) -> value; no duplicates."""
-    seen: dict[tuple[str, tuple], float] = {}
-    for family in text_string_to_metric_families(text):
-        assert family.name.startswith("netcheck_") and family.type == "gauge" and family.documentation
-        for s in family.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in seen, f"duplicate series {key}"
-            seen[key] = s.value
-    return seen
-
-
-def series(text: str, name: str) -> dict[tuple, float]:
-    return {labels: v for (n, labels), v in samples(text).items() if n == name}
 
 
 # --- exclude list -------------------------------------------------------------------------------

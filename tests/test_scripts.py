@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -20,7 +21,7 @@ from cluster import NodeSpec
 from netcheck import __version__
 from netcheck.facts.launcher import detect_launch, expand_hostlist, rdzv_from_env
 from nodes import SKIP_BANDWIDTH, read_report, scaled
-from test_export import series
+from prom import series
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH = REPO / "scripts" / "netcheck.sbatch"
@@ -171,6 +172,23 @@ def test_manifest_names_the_variables_netcheck_reads_and_they_agree():
     assert int(env["PET_MASTER_PORT"]["value"]) == pod["containers"][0]["ports"][0]["containerPort"]
     (wait,) = pod["initContainers"]
     assert f"getent hosts {env['PET_MASTER_ADDR']['value']} " in wait["command"][-1]
+
+
+# The Kubernetes API schema of the newest release kubernetes-validate knows (pinned in
+# requirements-dev.txt: 1.37); strict, so a misspelt or misplaced field fails too.
+K8S_VERSION = ".".join(kubernetes_validate.latest_version().split(".")[:2])
+
+
+def test_every_object_of_the_manifest_is_valid_kubernetes():
+    for obj in yaml.safe_load_all(MANIFEST.read_text()):
+        assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == K8S_VERSION, obj["kind"]
+
+
+def test_the_validator_rejects_a_misplaced_field():
+    _, job = manifest()
+    broken = {**job, "spec": {**job["spec"], "completionIndex": 0}}
+    with pytest.raises(kubernetes_validate.ValidationError, match="completionIndex"):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
 
 
 def test_netcheck_reads_the_manifests_variables_as_kubeflows():
