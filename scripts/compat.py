@@ -49,11 +49,12 @@ def environment(root: Path, version: str) -> Path:
     """The environment for one torch release, built once (a marker file says it is whole)."""
     home = root / f"torch-{version}"
     python = home / "bin" / "python"
-    if (home / ".ready").exists():
+    env = pip_env(root / "pip-cache")
+    if (home / ".ready").exists():  # built: only the test tools the project added since
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *test_requirements()], env=env, check=True)
         return python
     print(f"building {home} (torch {version}) ...", flush=True)
     venv.create(home, with_pip=True, clear=True)
-    env = pip_env(root / "pip-cache")
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run(pip + [f"torch=={version}", *test_requirements()], env=env, check=True)
     subprocess.run(pip + ["--no-deps", "-e", str(REPO)], env=env, check=True)
