@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := iproute2 iptables iperf3 util-linux procps shellcheck prometheus prometheus-node-exporter
+APT_PACKAGES := iproute2 iptables iperf3 util-linux procps shellcheck prometheus prometheus-node-exporter \
+                slurm-wlm munge
 
 .PHONY: all install system test test-fast demo compat clean
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from netcheck.core.model import Launch, NodeFacts
 
 from netcheck.core.nictable import NicTable
-from netcheck.rules.launch import device_uuid, launch_findings
+from netcheck.rules.launch import device_uuid, launch_findings, task_findings
 
 
 def worker(host: str, rank: int, local: int, nproc: int = 2, gpus: int = 2, **extra: str) -> tuple[int, NodeFacts]:
@@ -77,3 +77,20 @@ def test_more_processes_than_gpus_on_a_host_fail():
     findings = launch_findings(procs)
     assert any(f.severity == "fail" and "would address a GPU that is not there, or share one" in f.summary
                for f in findings), checks(findings)
+
+
+def slurm_task(tasks: str | None) -> NodeFacts:
+    variables = {"SLURM_NODEID": "1"} | ({"SLURM_NTASKS_PER_NODE": tasks} if tasks else {})
+    launch = Launch("slurm", 1, 2, 2, 1, (), variables)
+    return NodeFacts(run_id="r", hostname="gpu02", fqdn="gpu02", hostname_addresses=(), launch=launch,
+                     shm_bytes=1 << 30, gpus=0, nics=NicTable((), (), None), socket_env={}, reach=None, version="0")
+
+
+def test_several_slurm_tasks_per_node_are_named_by_each_task_at_once():
+    (f,) = task_findings(slurm_task("2"))
+    assert (f.check, f.severity, f.kind, f.nodes) == ("launch.topology", "fail", "crowded_host", (1,))
+    assert f.summary == "Slurm starts 2 tasks per node (SLURM_NTASKS_PER_NODE=2): 2 netchecks on gpu02 claim node rank 1"
+
+
+def test_one_slurm_task_per_node_is_no_finding():
+    assert task_findings(slurm_task("1")) == [] and task_findings(slurm_task(None)) == []

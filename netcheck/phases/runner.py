@@ -18,7 +18,7 @@ from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
-from netcheck.rules import baseline, rdzv as rdzv_rules, run as run_rules
+from netcheck.rules import baseline, launch as launch_rules, rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.registry import RUN_INTERNAL
 
 
@@ -37,6 +37,7 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
 def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch)
+        run.findings += launch_rules.task_findings(run.facts)
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):

@@ -39,6 +39,18 @@ def launch_findings(processes: list[tuple[int | None, NodeFacts]],
                     "host(s), laid out as the launcher says; all agree on the cluster's size")]
 
 
+def task_findings(facts: NodeFacts) -> list[Finding]:
+    """This node's own view: Slurm told to start several tasks per node starts that many
+    netchecks here, all claiming this node's rank. Said at once, whoever arrives first."""
+    tasks = facts.launch.variables.get("SLURM_NTASKS_PER_NODE", "")
+    if facts.launch.source != "slurm" or not tasks.isdigit() or int(tasks) <= 1:
+        return []
+    rank = facts.launch.node_rank
+    return [Finding(LAUNCH_TOPOLOGY, FAIL, () if rank is None else (rank,),
+                    f"Slurm starts {tasks} tasks per node (SLURM_NTASKS_PER_NODE={tasks}): {tasks} netchecks "
+                    f"on {facts.hostname} claim node rank {rank}", (), ONE_TASK_FIX, LAUNCH_CROWDED)]
+
+
 def _torchrun_layout(processes) -> list[Finding]:
     """torchrun workers: each host's ranks contiguous, LOCAL_RANKs unique, as many as
     LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data, FAILURES row 4)."""
