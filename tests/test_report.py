@@ -55,3 +55,32 @@ def test_no_settings_to_paste_says_why():
     text = render_text(dataclasses.replace(report("flags"), recommend_note="nothing proven to reach node1"))
     assert "# no settings to paste: nothing proven to reach node1" in text
     assert "no settings to paste" not in render_text(report("flags"))
+
+
+def test_a_thousand_node_report_with_five_faulty_nodes_fits_one_screen_and_names_them_all():
+    n, lost, missing, cut = 1024, (17,), (1022, 1023), (300, 301)
+    names = {r: f"gpu{r:04d}" for r in range(n)}
+    faulty = tuple(names[r] for r in lost + missing + cut)
+    findings = (
+        Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500"),
+        Finding("rdzv.join", "fail", (1022,), "node rank 1022 never joined in 30 s; 1022 of 1024 nodes joined",
+                tuple(f"joined: rank {r} {names[r]}" for r in range(1022)), "start it", "missing"),
+        Finding("rdzv.join", "fail", (1023,), "node rank 1023 never joined in 30 s; 1022 of 1024 nodes joined",
+                tuple(f"joined: rank {r} {names[r]}" for r in range(1022)), "start it", "missing"),
+        Finding("rdzv.join", "fail", lost, "gpu0017 stopped answering during the mesh phase", (), "look",
+                "lost_in_mesh"),
+        Finding("mesh.connect", "fail", cut, "2 node(s) cannot be reached from 1017 others",
+                tuple(f"{names[r]} -> {names[c]}: filtered" for c in cut for r in range(1017)), "open the ports"),
+        Finding("nic.mtu", "pass", tuple(range(n)), "both ends of every path agree on MTU"),
+    )
+    rep = Report(run_id="big", node_rank=0, role="host", verdict="fail",
+                 nodes=tuple(entry(r, names[r], "flags") for r in range(1022)), findings=findings, recommend={},
+                 recommend_per_node={}, env_table=(), bandwidth=None, timings={"rendezvous": 30.0},
+                 unfinished=None, healthy_nodes=tuple(names[r] for r in range(1022) if names[r] not in faulty),
+                 faulty_nodes=faulty)
+    text = render_text(rep)
+    assert len(text.splitlines()) <= 60, text
+    assert all(name in text for name in faulty), text
+    assert "1022 nodes: 1019 healthy, 5 faulty" in text
+    assert "... 1014 more (-v, or the JSON)" in text
+    assert len(render_text(rep, verbose=True).splitlines()) > 3000, "-v keeps every line"

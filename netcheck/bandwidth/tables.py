@@ -71,14 +71,15 @@ def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str]) -> str:
     return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
 
 
-def render_text(result: BandwidthResult) -> str:
-    """Every table of the phase, for the text report."""
+def render_text(result: BandwidthResult, pairs: bool = True) -> str:
+    """Every table of the phase, for the text report; the node-pair matrix only with `pairs`
+    (it has a row and a column per node)."""
     parts = [sweep_text(s, result.backend) for s in result.sweeps]
     by_stage = {(s.stage, s.op): s for s in result.sweeps}
     for op in dict.fromkeys(s.op for s in result.sweeps):
         if ("intra", op) in by_stage and ("inter", op) in by_stage:
             parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
-    if result.pairs:
+    if result.pairs and pairs:
         parts.append(f"# node pairs, {size_text(result.pairs[0].size)} both ways at once:\n"
                      + pair_matrix(result.pairs, result.node_name))
     return "\n\n".join(parts)

@@ -23,17 +23,23 @@ from netcheck.core.model import NodeEntry, Report
 from netcheck.facts.launcher import is_torchrun_worker
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+# A report of a thousand nodes stays one screen: without -v, a finding shows this many of its
+# nodes and evidence lines, and the per-node tables print only for clusters this small. The
+# JSON, --exclude-file and --prom always hold everything.
+SHOWN = 8
+TABLES_UP_TO = 16
 
 
 def render_text(report: Report, verbose: bool = False) -> str:
     lines = [_header(report), ""]
     lines += _findings(report, verbose)
+    full = verbose or len(report.nodes) <= TABLES_UP_TO
     if report.nodes and report.role == "host":
-        lines += ["", _nodes_table(report)]
+        lines += ["", _nodes_table(report) if full else _nodes_count(report)]
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
-        lines += ["", bwtables.render_text(report.bandwidth)]
+        lines += ["", bwtables.render_text(report.bandwidth, pairs=full)]
     for node in report.nodes if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)
@@ -92,20 +98,30 @@ def _findings(report: Report, verbose: bool) -> list[str]:
     width = max((len(f.check) for f in report.findings), default=0)
     lines = []
     for f in report.findings:
-        at = _at(f.nodes, hostnames, word) if f.severity != "pass" else ""
+        at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" else ""
         lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
         if f.severity != "pass" or verbose:
-            lines += [f"      {e}" for e in f.evidence]
+            shown = f.evidence if verbose else f.evidence[:SHOWN]
+            lines += [f"      {e}" for e in shown]
+            if len(shown) < len(f.evidence):
+                lines.append(f"      ... {len(f.evidence) - len(shown)} more (-v, or the JSON)")
         if f.fix and f.severity != "pass":
             lines.append(f"      fix: {f.fix}")
     return lines
 
 
-def _at(ranks: tuple[int, ...], hostnames: dict[int, str], word: str) -> str:
+def _at(ranks: tuple[int, ...], hostnames: dict[int, str], word: str, verbose: bool) -> str:
     if not ranks:
         return ""
-    named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in ranks]
-    return f"  [{word} {', '.join(named)}]"
+    shown = ranks if verbose else ranks[:SHOWN]
+    named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in shown]
+    more = f" and {len(ranks) - len(shown)} more" if len(shown) < len(ranks) else ""
+    return f"  [{word} {', '.join(named)}{more}]"
+
+
+def _nodes_count(report: Report) -> str:
+    return (f"{len(report.nodes)} nodes: {len(report.healthy_nodes)} healthy, {len(report.faulty_nodes)} faulty "
+            "(the table of every node: -v, or the JSON)")
 
 
 def _nodes_table(report: Report) -> str:
@@ -116,7 +132,9 @@ def _nodes_table(report: Report) -> str:
 def _footer(report: Report) -> str:
     timings = ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
     unfinished = f"; {report.unfinished} did not finish" if report.unfinished else ""
-    faulty = f"; faulty: {' '.join(report.faulty_nodes)}" if report.faulty_nodes else ""
+    names = report.faulty_nodes[:SHOWN * 4]   # --exclude-file has them all
+    more = f" and {len(report.faulty_nodes) - len(names)} more" if len(names) < len(report.faulty_nodes) else ""
+    faulty = f"; faulty: {' '.join(names)}{more}" if report.faulty_nodes else ""
     return f"phases: {timings}{unfinished}{faulty}"
 
 
