@@ -289,7 +289,8 @@ def run_inspect(argv: list[str]) -> int:
     p.add_argument("--world-size", type=int, metavar="N", help="init_process_group's world size, to name "
                    "the missing ranks of a static rendezvous (default: $WORLD_SIZE)")
     p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
-                   help=f"bounds the whole look, seconds (default {INSPECT_TIMEOUT:g})")
+                   help=f"bounds the look at the store, seconds (default {INSPECT_TIMEOUT:g}); "
+                   "torch's import comes on top")
     p.add_argument("--json", metavar="PATH|-")
     p.add_argument("--prom", metavar="PATH")
     args = p.parse_args(argv)

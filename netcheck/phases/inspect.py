@@ -39,6 +39,10 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
     try:
         if found.outcome != "open":
             raise RendezvousError(_unreached(found))
+        # torch's import (seconds on a loaded node) is not the job's doing: --timeout bounds
+        # the look at the store itself.
+        compat.import_distributed()
+        deadline = Deadline(timeout)
         read = _bounded_read(endpoint, run_id, deadline)
         listed = read.keys is not None
         view = dataclasses.replace(
