@@ -14,7 +14,7 @@ from netcheck.render import export
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 from netcheck.core.nictable import NicTable
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
-from prom import samples, series
+from prom import series
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 

@@ -3,7 +3,6 @@ rendezvous; every worker process takes part, rank 0 prints the cluster's report.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
