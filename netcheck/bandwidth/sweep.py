@@ -1,4 +1,5 @@
-"""The bandwidth sweep's pure half: options, sizes, collectives, busbw maths, data, results.
+"""The bandwidth sweep's pure half: its flags, sizes and budget, collectives, busbw maths,
+check data, and the rows they make (the option and result records are core.bwrecords).
 
 nccl-tests' meaning throughout: a size S is the larger of a rank's send and receive buffer,
 time is per iteration averaged across ranks, algbw = S / time and busbw = algbw x the
