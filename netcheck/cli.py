@@ -24,7 +24,7 @@ from netcheck.core.constants import (
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
 from netcheck.facts.launcher import (
-    LaunchError, default_run_id, detect_launch, is_torchrun_worker, parse_nnodes, rdzv_from_env,
+    LaunchError, default_run_id, detect_launch, int_var, is_torchrun_worker, parse_nnodes, rdzv_from_env,
 )
 from netcheck.facts.local import driver_gpus
 from netcheck.render import export, text as report
@@ -302,7 +302,8 @@ def run_inspect(argv: list[str]) -> int:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
     try:
         nnodes = parse_nnodes(args.nnodes or env["PET_NNODES"]) if args.nnodes or env.get("PET_NNODES") else None
-        world = args.world_size if args.world_size is not None else _whole(env.get("WORLD_SIZE"), "WORLD_SIZE")
+        world = args.world_size if args.world_size is not None else \
+            int_var(env, "WORLD_SIZE") if "WORLD_SIZE" in env else None
     except LaunchError as e:
         raise UsageError(str(e)) from None
     from netcheck.phases.inspect import inspect_job
@@ -311,14 +312,6 @@ def run_inspect(argv: list[str]) -> int:
                       args.timeout, env)
     emit(rep, args.json, False, True, prom_path=args.prom)
     return EXIT_BY_VERDICT[rep.verdict]
-
-
-def _whole(text: str | None, name: str) -> int | None:
-    if text is None:
-        return None
-    if not text.strip().isdigit():
-        raise LaunchError(f"{name}={text!r} is not a whole number")
-    return int(text)
 
 
 def run_checks(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import socket
 import subprocess
 import sys
 import threading
@@ -39,10 +40,23 @@ SCHEMA = Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
 def read_report(path: Path) -> dict:
     """A JSON report netcheck wrote, validated against the schema file (it raises if not)."""
-    report = json.loads(path.read_text())
+    return parse_report(path.read_text())
+
+
+def parse_report(text: str) -> dict:
+    """A JSON report netcheck printed (`--json -`): validated, and its findings recorded for
+    the registry's check at the end of the suite."""
+    report = json.loads(text)
     SCHEMA.validate(report)
     emitted.record_findings(report["findings"])
     return report
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on: bound for a moment, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass

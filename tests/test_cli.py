@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import emitted
 from netcheck import cli
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
-from nodes import SCHEMA
+from nodes import free_port, parse_report
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER_VARS = SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS
@@ -170,15 +169,8 @@ def test_python_m_netcheck_probe_usage_error_exits_64():
 # --- netcheck probe over loopback ----------------------------------------------------------------
 
 
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: bound for a moment, then released."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_probe_of_a_closed_port_is_refused_and_exits_2(clean_env, capsys):
-    port = closed_port()
+    port = free_port()
     assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "0.5"]) == 2
     out = capsys.readouterr().out
     assert f"FAIL  rdzv.reach    127.0.0.1:{port} refused the connection" in out
@@ -200,7 +192,7 @@ def test_probe_of_a_listening_port_is_open_and_exits_0(clean_env, capsys):
 def test_probe_json_to_stdout_is_one_document(clean_env, capsys):
     import json
 
-    port = closed_port()
+    port = free_port()
     assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "0.5", "--json", "-"]) == 2
     captured = capsys.readouterr()
     document = json.loads(captured.out)
@@ -217,17 +209,12 @@ def test_a_broken_torch_is_named_as_such_not_as_a_netcheck_bug(tmp_path):
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text(
         'raise OSError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n')
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = subprocess.run([sys.executable, "-m", "netcheck", "--rdzv", f"127.0.0.1:{port}", "--nnodes", "1",
                            "--node-rank", "0", "--timeout", "10", "--json", "-"], cwd=REPO,
                           env={**subprocess_env(), "PYTHONPATH": str(broken.parent)},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    document = json.loads(done.stdout)
-    SCHEMA.validate(document)
-    emitted.record_findings(document["findings"])
-    (torch,) = [f for f in document["findings"] if f["check"] == "run.torch"]
+    (torch,) = [f for f in parse_report(done.stdout)["findings"] if f["check"] == "run.torch"]
     assert torch["severity"] == "fail" and "libtorch_cpu.so" in torch["summary"], torch
     assert torch["fix"].startswith("install a working torch")

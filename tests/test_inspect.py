@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import base64
 import datetime
-import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +17,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import emitted
-from nodes import SCHEMA, scaled
+from nodes import free_port, parse_report, scaled
 
 REPO = Path(__file__).parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def inspect(port: int, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
@@ -36,10 +27,7 @@ def inspect(port: int, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
                            "--json", "-", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=scaled(60), env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{free_port()}"})
     assert "Traceback" not in done.stderr, done.stderr
-    report = json.loads(done.stdout)
-    SCHEMA.validate(report)
-    emitted.record_findings(report["findings"])
-    return report, done
+    return parse_report(done.stdout), done
 
 
 def snapshot(store) -> tuple[int, dict[str, bytes]]:

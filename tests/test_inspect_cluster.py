@@ -15,9 +15,8 @@ import time
 
 import pytest
 
-import emitted
 from cluster import NodeSpec
-from nodes import SCHEMA, scaled
+from nodes import parse_report, scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -51,10 +50,7 @@ def inspect(c, node: int, *args: str) -> dict:
     done = c.run(node, [sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"node0:{PORT}", "--json", "-",
                         *args], timeout=scaled(60))
     assert "Traceback" not in done.stderr, done.stderr
-    report = json.loads(done.stdout)
-    SCHEMA.validate(report)
-    emitted.record_findings(report["findings"])
-    return report
+    return parse_report(done.stdout)
 
 
 def until(c, node: int, found, *args: str, limit: float = scaled(60)) -> tuple[dict, float]:

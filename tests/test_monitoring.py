@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from nodes import scaled
+from nodes import free_port, scaled
 from prom import PROMTOOL, require
 
 REPO = Path(__file__).parents[1]
 RULES = REPO / "scripts" / "netcheck.rules.yml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_node_exporter_serves_netchecks_textfile(tmp_path):

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from nodes import free_port
 from netcheck.core.deadline import Deadline
 from netcheck.facts.ras import query_ras
 from netcheck.rules.job import ras_findings
@@ -120,9 +121,7 @@ def test_an_older_nccl_answering_in_text_is_read_for_its_error_words(ras_server)
 
 
 def test_nothing_listening_is_one_line_and_no_finding():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     view = query_ras(f"127.0.0.1:{port}", Deadline(2))
     assert not view.answered and view.error.startswith("connection refused: no NCCL process with RAS")
     assert ras_findings(view) == []

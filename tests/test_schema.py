@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import json
 import os
-import socket
 import typing
 
 import pytest
@@ -20,7 +19,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from netcheck.render import text as render
 from netcheck.core.model import Report
 from netcheck.phases.assemble import local_only, probe_only
-from nodes import SCHEMA, SCHEMA_PATH
+from nodes import SCHEMA, SCHEMA_PATH, free_port
 from test_codec import REPORT as EVERY_RECORD_REPORT
 
 DEFS = json.loads(SCHEMA_PATH.read_text())["$defs"]
@@ -69,9 +68,7 @@ def test_netcheck_local_report_validates():
 
 
 def test_netcheck_probe_report_validates():
-    with socket.socket() as s:          # a port nobody listens on: refused at once
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     SCHEMA.validate(as_json(probe_only("127.0.0.1", port, 1.0)))
 
 

@@ -106,7 +106,7 @@ def _seen(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return {k: env[k] for k in dict.fromkeys(wanted) if k in env}
 
 
-def _int_var(env: Mapping[str, str], name: str) -> int:
+def int_var(env: Mapping[str, str], name: str) -> int:
     try:
         return int(env[name])
     except ValueError:
@@ -116,12 +116,12 @@ def _int_var(env: Mapping[str, str], name: str) -> int:
 def _from_slurm(env: Mapping[str, str], nproc: int) -> Launch | None:
     if "SLURM_NNODES" not in env or "SLURM_NODEID" not in env:
         return None
-    n = _int_var(env, "SLURM_NNODES")
+    n = int_var(env, "SLURM_NNODES")
     try:
         hosts = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
     except LaunchError:
         hosts = ()  # the names are a nicety (naming missing nodes): unknown, never guessed
-    return Launch("slurm", _int_var(env, "SLURM_NODEID"), n, n, nproc,
+    return Launch("slurm", int_var(env, "SLURM_NODEID"), n, n, nproc,
                   hosts if len(hosts) == n else (), _seen(env, SLURM_VARS))
 
 
@@ -129,7 +129,7 @@ def _from_kubeflow(env: Mapping[str, str], nproc: int) -> Launch | None:
     if "PET_NNODES" not in env or "PET_NODE_RANK" not in env:
         return None
     low, high = parse_nnodes(env["PET_NNODES"])
-    return Launch("kubeflow", _int_var(env, "PET_NODE_RANK"), low, high, nproc,
+    return Launch("kubeflow", int_var(env, "PET_NODE_RANK"), low, high, nproc,
                   variables=_seen(env, KUBEFLOW_VARS))
 
 
@@ -137,10 +137,10 @@ def _from_torchrun(env: Mapping[str, str], nproc: int) -> Launch | None:
     """A torchrun worker: every worker process takes part, seated by its global RANK."""
     if "GROUP_RANK" not in env or "WORLD_SIZE" not in env or "RANK" not in env:
         return None
-    per_node = _int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else nproc
-    world = _int_var(env, "WORLD_SIZE")
-    _int_var(env, "GROUP_RANK")  # checked here: launch.topology compares it across processes
-    return Launch("torchrun", _int_var(env, "RANK"), world, world, per_node,
+    per_node = int_var(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else nproc
+    world = int_var(env, "WORLD_SIZE")
+    int_var(env, "GROUP_RANK")  # checked here: launch.topology compares it across processes
+    return Launch("torchrun", int_var(env, "RANK"), world, world, per_node,
                   variables=_seen(env, TORCHRUN_VARS))
 
 

@@ -10,11 +10,11 @@ server closes the connection (there is no end marker: read to EOF).
 from __future__ import annotations
 
 import json
-import os
 import socket
 
-from netcheck.core.jobrecords import RasComm, RasRank, RasView
 from netcheck.core.deadline import Deadline
+from netcheck.core.jobrecords import RasComm, RasRank, RasView
+from netcheck.facts.probe import error_text
 
 DEFAULT_ADDRESS = "localhost:28028"
 PROTOCOL = 2
@@ -57,7 +57,7 @@ def _why(error: BaseException) -> str:
                "NCCL older than 2.24, or NCCL_RAS_ENABLE=0)"
     if isinstance(error, (socket.timeout, TimeoutError)):
         return "no answer in time"
-    return f"{type(error).__name__}: {os.strerror(error.errno) if getattr(error, 'errno', None) else error}"
+    return f"{type(error).__name__}: {error_text(error)}"
 
 
 class _Lines:
