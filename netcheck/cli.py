@@ -306,6 +306,8 @@ def run_inspect(argv: list[str]) -> int:
             int_var(env, "WORLD_SIZE") if "WORLD_SIZE" in env else None
     except LaunchError as e:
         raise UsageError(str(e)) from None
+    if world is not None and world < 1:
+        raise UsageError(f"--world-size {world}: must be 1 or more")
     from netcheck.phases.inspect import inspect_job
 
     rep = inspect_job(parse_endpoint(rdzv), args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world,

@@ -127,6 +127,11 @@ def test_the_slurm_job_id_is_the_default_run_id():
     (["probe", "127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["probe", "127.0.0.1:1", "--bogus"], "unrecognized arguments: --bogus"),
     (["local", "--bogus"], "unrecognized arguments: --bogus"),
+    (["inspect"], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
+    (["inspect", "--rdzv", "n:1", "--world-size", "0"], "--world-size 0: must be 1 or more"),
+    (["inspect", "--rdzv", "n:1", "--nnodes", "3:2"], "--nnodes '3:2': need 1 <= MIN <= MAX"),
+    (["inspect", "--rdzv", "n:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
+    (["checks", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_subcommand_usage_errors_exit_64(argv, message, clean_env, capsys):
     assert cli.main(argv) == 64
