@@ -154,11 +154,12 @@ def overall_outcome(probes: tuple[Probe, ...]) -> str:
 
 
 def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT,
-          wait_while_refused: bool = True) -> Reach:
-    """Resolve HOST and probe it; keep probing while refused (host not up yet), to the deadline,
-    unless told that a refusal is the answer (a job's store that is not up will not come)."""
+          wait_while_refused: bool = True, resolved: tuple[list, str | None] | None = None) -> Reach:
+    """Resolve HOST (unless the caller has: `resolve`'s answer) and probe it; keep probing
+    while refused (host not up yet), to the deadline, unless told that a refusal is the
+    answer (a job's store that is not up will not come)."""
     start = time.monotonic()
-    addresses, error = resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
+    addresses, error = resolved or resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
     if error:
         return Reach(host, port, "dns", (), error, (), 0, round(time.monotonic() - start, 4))
     attempts = 0

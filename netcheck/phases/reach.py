@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT
+from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
 from netcheck.core.model import Finding
 from netcheck.core.nictable import address_owners
 from netcheck.facts.launcher import is_torchrun_worker
-from netcheck.facts.probe import PortTaken, listen, reach, resolve_addresses
+from netcheck.facts.probe import PortTaken, listen, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 from netcheck.rules.registry import RDZV_REACH
@@ -21,9 +21,10 @@ def reached(run: Run) -> bool:
     to start listening: past that, the launch line is wrong, and waiting cannot fix it."""
     rdzv = run.config.rdzv
     with run.phase("reach"):
-        addresses, _ = resolve_addresses(rdzv.host, LOOKUP_TIMEOUT)
-        itself = endpoint_rules.points_at_itself(addresses, run.facts)
-        found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline)
+        resolved = resolve(rdzv.host, rdzv.port, max(0.1, min(PROBE_TIMEOUT, run.join_deadline.remaining())))
+        itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.facts)
+        found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
+                      resolved=resolved)
         run.facts = dataclasses.replace(run.facts, reach=found)
         mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.facts, found.outcome)
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
