@@ -57,15 +57,17 @@ def test_broken_slurm_launch_fails_launch_topology(cluster, tmp_path):
     base = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[0-1]"}
     with cluster([NodeSpec(), NodeSpec()]) as c:
         args = ["--rdzv", f"node0:{PORT}", "--timeout", str(scaled(30))]
-        runs = [start(c, 0, args, tmp_path, env={**base, "SLURM_NODEID": "0"})]
-        runs += [start(c, 1, args, tmp_path, env={**base, "SLURM_NODEID": "1", "SLURM_LOCALID": str(k),
-                                                   "SLURM_NTASKS_PER_NODE": "3", "CUDA_VISIBLE_DEVICES": "0"})
-                 for k in range(3)]
+        tasks = [start(c, 1, args, tmp_path, terminal=True,
+                       env={**base, "SLURM_NODEID": "1", "SLURM_LOCALID": str(k), "SLURM_NTASKS_PER_NODE": "3",
+                            "CUDA_VISIBLE_DEVICES": "0"}) for k in range(3)]
+        for task in tasks:  # all three wait at the endpoint before the host exists: none comes late
+            task.wait_for_progress("netcheck: reach", scaled(30))
+        runs = [start(c, 0, args, tmp_path, env={**base, "SLURM_NODEID": "0"})] + tasks
         finish_all(runs, 60)
     host = runs[0]
     assert host.rc == 2, explain(runs)
     topo = host.findings("launch.topology", "fail")
-    # The extra tasks race the host's deadline: at least two of the three are always in.
+    # The tasks waited at the endpoint, so they race only one another for the seat.
     crowded = next(f for f in topo if re.search(r"[23] netcheck processes on node1", f["summary"]))
     assert "SLURM_NTASKS_PER_NODE=3" in crowded["summary"] and "--ntasks-per-node=1" in crowded["fix"]
     devices = next(f for f in topo if "GPU that is not there" in f["summary"])
