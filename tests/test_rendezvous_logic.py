@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange
-from netcheck.cluster.rendezvous import HostState, _answer_pings, host_gather
+from netcheck.cluster.rendezvous import HostState, _answer_pings, host_gather, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core.compat import import_distributed
 
@@ -153,6 +154,27 @@ def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_c
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
     assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
     assert assign_ranks(state.arrivals, seat.arrival, 2)[0] == {0: 1, 1: 0}
+
+
+@pytest.mark.compat
+def test_the_host_hears_out_a_claimant_still_in_its_handshake_when_the_seats_fill():
+    """Two nodes claim rank 1; the first publishes its facts, which fills both seats, while the
+    second is still pinging the host's clock. The host waits for the second, so both claimants
+    are named (it used to close at once and leave the second talking to a closed host)."""
+    server, ex = local_store()
+    first, second = (Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
+                                                            timedelta(seconds=10)), "netcheck") for _ in range(2))
+    sign_in(first, facts("first", 1))
+    publish_facts(first, facts("first", 1))
+    pinger = sign_in(second, facts("second", 1))
+    second.put(second.key("ping", pinger, 0, shared=True), "", signed=False)
+    with ThreadPoolExecutor(1) as pool:
+        gathered = pool.submit(host_gather, ex, facts("host", 0), (2, 2), WINDOW, Deadline(30.0))
+        second.wait(second.key("pong", pinger, 0, shared=True), Deadline(30.0))  # the host is polling
+        publish_facts(second, facts("second", 1))
+        seat, state, _ = gathered.result()
+    assert sorted(f.hostname for f in state.arrivals.values()) == ["first", "host", "second"]
+    assert assign_ranks(state.arrivals, seat.arrival, 2)[1] == {"1": ("first", "second")}
 
 
 def local_store():

@@ -23,7 +23,7 @@ from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_c
 from netcheck.cluster.store import Exchange, RendezvousError, first_line
 from netcheck.core import codec
 from netcheck.core.constants import (
-    CLOCK_PINGS, LOOKUP_TIMEOUT, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
+    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
@@ -176,6 +176,13 @@ class HostState:
     last_arrival: float = 0.0
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
     ping_cursor: int = 0     # the visitor the next ping scan starts at
+    visitors_seen: int = 0   # visitor records read so far
+    ours: int = 0            # of them, visitors of this run (the host included)
+    full_since: float | None = None   # when the seats filled up
+
+    def in_flight(self) -> int:
+        """Nodes of this run that signed in but have not published their facts yet."""
+        return self.ours - len(self.arrivals)
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
@@ -200,8 +207,14 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     while True:
         poll_arrivals(ex, state)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
-        quiet = time.monotonic() - state.last_arrival
-        if rendezvous_closed(len(ranked), low, high, quiet, join_window) or deadline.expired():
+        now = time.monotonic()
+        if rendezvous_closed(len(ranked), low, high, now - state.last_arrival, join_window):
+            state.full_since = state.full_since or now
+            # One still in its handshake is heard out: two claimants of a rank are then
+            # both named, not one seated and the other left talking to a closed host.
+            if state.in_flight() <= 0 or now - state.full_since >= IN_FLIGHT_GRACE:
+                break
+        if deadline.expired():
             break
         time.sleep(STORE_POLL_INTERVAL)
     return Seat(ex, arrival), state, time.monotonic() - start
@@ -215,6 +228,7 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     whatever a foreign client counted in.
     """
     _answer_pings(ex, state, Deadline(POLL_SLICE))
+    _count_our_visitors(ex, state, Deadline(POLL_SLICE))
     scan = Deadline(POLL_SLICE)
     arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
@@ -232,6 +246,20 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
             state.malformed.append(f"arrival {a}: {e}")
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
+
+
+def _count_our_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
+    """Read the visitor records not read yet; count those of this run."""
+    visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
+    while state.visitors_seen < visitors and not scan.expired():
+        key = ex.key("visitor", state.visitors_seen, shared=True)
+        if not ex.has(key):
+            return  # counted in, not written yet: read on a later poll
+        try:
+            state.ours += ex.read(Visitor, key, signed=False).run_id == ex.run_id
+        except codec.DecodeError:
+            pass
+        state.visitors_seen += 1
 
 
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:

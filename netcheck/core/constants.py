@@ -25,6 +25,8 @@ PROBE_TIMEOUT = 3.0          # a SYN unanswered this long is "filtered"
 PROBE_RETRY_INTERVAL = 0.5   # between probes while the host is not listening yet
 LOCAL_HOST_GRACE = 5.0       # an endpoint that is the joiner's own address: a host on this machine
                              # listens within this long of its start, else the launch line is wrong
+IN_FLIGHT_GRACE = 3.0        # once the seats are full, the host waits this long at most for nodes
+                             # that signed in to finish their handshake (clock pings, facts)
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
 RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups, 2 s each, in parallel)
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
