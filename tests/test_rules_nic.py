@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from netcheck.rules import nic as nic_rules
+from netcheck.cluster import mesh
 from netcheck.cluster.mesh import Attempt
 from netcheck.core.model import Launch, Member, NodeFacts
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
@@ -49,6 +50,12 @@ def test_proven_interfaces_need_every_peer_that_tried():
     assert proven == {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
 
 
+def test_a_node_that_reaches_no_peer_does_not_unprove_the_peers_it_tried():
+    """node2's outbound is cut: its failed connects to node0 and node1 say nothing of them."""
+    attempts = tuple((failed if s == 2 else ok)(s, d, NAMES[d]) for s in range(3) for d in range(3) if s != d)
+    assert nic_rules.proven_interfaces(THREE, attempts) == {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
+
+
 def test_recommendation_with_different_names_is_an_exact_nccl_list_and_gloo_per_node():
     proven = {0: ["eth0"], 1: ["ens5"], 2: ["enp3s0f1"]}
     rec = nic_rules.recommendation(THREE, proven)
@@ -73,8 +80,35 @@ def test_mesh_fails_on_a_direction_with_no_path_and_names_it():
     attempts = (ok(0, 2, "enp3s0f1"), ok(2, 0, "eth0"), ok(1, 0, "eth0"), ok(1, 2, "enp3s0f1"),
                 failed(0, 1, "ens5"), failed(2, 1, "ens5"))
     (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1", 2: "node2"}, attempts)
-    assert (finding.severity, finding.nodes) == ("fail", (0, 1, 2))
+    assert (finding.severity, finding.nodes) == ("fail", (1,)), "both peers fail to reach node1: node1 alone"
+    assert finding.summary.endswith("no peer reaches node1")
     assert [e.split(":")[0] for e in finding.evidence] == ["node0 -> node1", "node2 -> node1"]
+
+
+def test_a_direction_that_only_one_peer_tried_names_both_ends():
+    attempts = (ok(0, 1, "eth0"), failed(1, 0, "eth0"))
+    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1"}, attempts)
+    assert (finding.severity, finding.nodes) == ("fail", (0, 1))
+    assert finding.summary == "1 of 2 node-to-node directions connect on no interface"
+
+
+def test_a_node_that_reaches_no_peer_is_named_alone_and_a_broken_pair_between_others_names_both():
+    ranks = range(6)
+    attempts = tuple((failed if s == 3 or {s, d} == {0, 1} else ok)(s, d, "eth0")
+                     for s in ranks for d in ranks if s != d)
+    (finding,) = nic_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
+    assert finding.nodes == (0, 1, 3)
+    assert finding.summary == "7 of 30 node-to-node directions connect on no interface; node3 reach(es) no peer"
+
+
+def test_a_sampled_mesh_names_the_one_bad_node_among_a_thousand():
+    """1,024 nodes, ring neighbours plus 8 sampled peers each: the node whose port refuses
+    everyone is named, none of the peers that failed to reach it."""
+    ranks = list(range(1024))
+    attempts = tuple((failed if d == 500 else ok)(s, d, "eth0")
+                     for s in ranks for d in mesh.targets(s, ranks, 8, "run"))
+    (finding,) = nic_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
+    assert finding.nodes == (500,), finding.summary
 
 
 def test_mesh_passes_and_lists_interfaces_that_carry_nothing():

@@ -19,11 +19,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
 from netcheck.cluster.store import Exchange, RendezvousError, first_line
 from netcheck.core import codec
 from netcheck.core.constants import (
-    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, POLL_SLICE, STORE_POLL_INTERVAL,
+    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, POLL_SLICE, STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
@@ -123,9 +124,22 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
     return arrival
 
 
-def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
-    """Resolve every other node's FQDN from here, as its workers would resolve MASTER_ADDR."""
+def lookup_targets(roster: Roster, me: int) -> list[RosterEntry]:
+    """The peers whose FQDN this node looks up: every other node in a cluster the mesh tests
+    in full; beyond that the host (its FQDN is the workers' MASTER_ADDR) and the peers the
+    mesh samples, so no node's lookups, and no resolver's load, grow with the cluster."""
     peers = [e for e in roster.entries if e.arrival != me]
+    mine = roster.by_arrival(me)
+    if mine is None or len(roster.entries) <= MESH_FULL_UP_TO:
+        return peers
+    ranks = [e.rank for e in roster.entries]
+    chosen = set(targets(mine.rank, ranks, MESH_SAMPLE_PEERS, str(len(ranks)))) | {0}
+    return [e for e in peers if e.rank in chosen]
+
+
+def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
+    """Resolve the target peers' FQDNs from here, as their workers would resolve MASTER_ADDR."""
+    peers = lookup_targets(roster, me)
     answers = resolve_many([e.fqdn for e in peers], LOOKUP_TIMEOUT)
     return tuple(Resolution(e.rank, e.fqdn, *answers[e.fqdn]) for e in peers)
 

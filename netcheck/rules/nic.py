@@ -40,12 +40,15 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
     peers died first) is left out: there is no evidence either way, and the rules that
     need proof skip it rather than fail it.
     """
+    # A node that reaches no peer proves nothing about the peers it tried.
+    _, isolated = cut_off_nodes(*_directions(attempts))
+    witnessed = [a for a in attempts if a.src not in isolated]
     tried, reached = defaultdict(set), defaultdict(set)
-    for a in attempts:
+    for a in witnessed:
         tried[(a.dst, a.ifname)].add(a.src)
         if a.outcome == "ok":
             reached[(a.dst, a.ifname)].add(a.src)
-    targets = {a.dst for a in attempts}
+    targets = {a.dst for a in witnessed}
     return {m.rank: [n.name for n in m.facts.nics.nics
                      if tried[(m.rank, n.name)] and tried[(m.rank, n.name)] == reached[(m.rank, n.name)]]
             for m in members if m.rank in targets}
@@ -58,18 +61,48 @@ def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[
         by_pair[(a.src, a.dst)].append(a)
     broken = {pair: tries for pair, tries in by_pair.items() if not any(a.outcome == "ok" for a in tries)}
     if broken:
+        unreachable, isolated = cut_off_nodes(*_directions(attempts))
+        blamed = unreachable | isolated
+        # A broken direction with a cut-off node at one end is that node's fault alone; the
+        # rest name both ends, as nothing tells which one's firewall drops it.
+        ranks = blamed | {r for pair in broken if not blamed & set(pair) for r in pair}
+        summary = f"{len(broken)} of {len(by_pair)} node-to-node directions connect on no interface"
+        if unreachable:
+            summary += f"; no peer reaches {_names(names, unreachable)}"
+        if isolated:
+            summary += f"; {_names(names, isolated)} reach(es) no peer"
         evidence = tuple(f"{names.get(s, s)} -> {names.get(d, d)}: " + "; ".join(
             f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries)
             for (s, d), tries in sorted(broken.items()))
-        ranks = tuple(sorted({r for pair in broken for r in pair}))
-        return [Finding(MESH_CONNECT, FAIL, ranks, f"{len(broken)} of {len(by_pair)} node-to-node "
-                        "directions connect on no interface", evidence, MESH_FIX)]
+        return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
     summary = f"all {len(by_pair)} node-to-node directions connect"
     if rtts:
         summary += f"; median connect {median(rtts):.2f} ms"
     return [Finding(MESH_CONNECT, PASS, tuple(sorted(names)), summary, idle)]
+
+
+def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """(every direction tried, the directions that connected on no interface)."""
+    tried = {(a.src, a.dst) for a in attempts}
+    return tried, tried - {(a.src, a.dst) for a in attempts if a.outcome == "ok"}
+
+
+def cut_off_nodes(tried: set[tuple[int, int]], broken: set[tuple[int, int]]) -> tuple[set[int], set[int]]:
+    """(nodes no peer reaches, nodes that reach no peer), each judged only where at least two
+    peers tried: with one, a broken direction says nothing about which end is at fault."""
+    into, out_of = defaultdict(set), defaultdict(set)
+    for src, dst in tried:
+        into[dst].add(src)
+        out_of[src].add(dst)
+    unreachable = {d for d, srcs in into.items() if len(srcs) >= 2 and all((s, d) in broken for s in srcs)}
+    isolated = {s for s, dsts in out_of.items() if len(dsts) >= 2 and all((s, d) in broken for d in dsts)}
+    return unreachable, isolated
+
+
+def _names(names: dict[int, str], ranks: set[int]) -> str:
+    return ", ".join(names.get(r, str(r)) for r in sorted(ranks))
 
 
 def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:

@@ -1,0 +1,189 @@
+"""Simulated joiners for benchmarks/scale.py: many nodes in one process, each a real store
+client speaking netcheck's real protocol to a real host.
+
+Each node is a generator that makes the store requests a real node makes, in its order,
+on its own TCPStore connection, and yields the key it waits for next; one loop polls the
+waiting nodes' keys at the interval a real node polls at. Facts, mesh results and env
+facts are synthetic but well-formed: one node's real facts (gathered here, in the
+simulator's namespace) with the hostname, address and claimed rank changed. Each node has
+a real mesh listener, so the host's own connects land. The faults scale.py plants are
+made here, as a real node would make them: a node that never comes, one whose mesh port
+refuses, one with another torch, one with a skewed clock, and a second node claiming a seated node's rank.
+
+    python benchmarks/_scale_nodes.py PLAN.json FIRST LAST OUT.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import resource
+import selectors
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from netcheck.cluster import mesh, rendezvous  # noqa: E402
+from netcheck.cluster.store import Exchange  # noqa: E402
+from netcheck.core import codec  # noqa: E402
+from netcheck.core.compat import import_distributed  # noqa: E402
+from netcheck.core.constants import CLOCK_PINGS  # noqa: E402
+from netcheck.core.envfacts import EnvFacts  # noqa: E402
+from netcheck.core.model import ClockSample, Launch, NodeResults, Resolution  # noqa: E402
+from netcheck.core.nictable import Address  # noqa: E402
+from netcheck.facts.envinfo import gather_env  # noqa: E402
+from netcheck.facts.local import gather_facts  # noqa: E402
+from netcheck.phases import env as env_phase, mesh as mesh_phase, rendezvous as rdzv_phase  # noqa: E402
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+class Greeters:
+    """Every simulated node's mesh listener, answered by one thread."""
+
+    def __init__(self):
+        self.selector = selectors.DefaultSelector()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def listen(self, address: str, greeting: bytes) -> int:
+        sock = socket.socket()
+        sock.bind((address, 0))
+        sock.listen(64)
+        sock.setblocking(False)
+        self.selector.register(sock, selectors.EVENT_READ, greeting)
+        return sock.getsockname()[1]
+
+    def _serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                with conn:
+                    try:
+                        conn.setblocking(True)
+                        conn.settimeout(0.5)
+                        conn.sendall(key.data)
+                    except OSError:
+                        pass
+
+
+class Requests:
+    """A store wrapper that counts requests, to report the load the simulated nodes made."""
+
+    count = 0
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        method = getattr(self._store, name)
+
+        def call(*args):
+            Requests.count += 1
+            return method(*args)
+        return call
+
+
+def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
+    nics = tuple(dataclasses.replace(n, addresses=(Address("ipv4", address, plan["prefixlen"]),))
+                 if n.name == plan["ifname"] else n for n in base.nics.nics)
+    launch = Launch("flags", rank, plan["nodes"] - 1, plan["nodes"], 1)  # the host's --nnodes N-1:N
+    return dataclasses.replace(base, hostname=hostname, fqdn=f"{hostname}.cluster", hostname_addresses=(address,),
+                               launch=launch, nics=dataclasses.replace(base.nics, nics=nics))
+
+
+def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, rosters: dict):
+    """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
+    faults = plan["faults"]
+    visitor = rendezvous.sign_in(ex, facts)
+    yield ex.key("host", shared=True)
+    for k in range(CLOCK_PINGS):
+        ex.put(ex.key("ping", visitor, k, shared=True), "", signed=False)
+        yield ex.key("pong", visitor, k, shared=True)
+        ex.read(float, ex.key("pong", visitor, k, shared=True), signed=False)
+    seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
+    stamps["arrived"].append(time.time())
+    yield ex.key("roster")
+    data = ex._call("get", ex.key("roster"))  # every node fetches it; decoded once per process
+    if data not in rosters:
+        rosters[data] = codec.loads(rendezvous.Roster, data, 1 << 30)
+    seat.roster = rosters[data]
+    stamps["roster"].append(time.time())
+    if seat.rank != rank:
+        if facts.hostname == plan["duplicate_hostname"]:
+            return  # the second claimant of a rank: not seated, it goes
+        raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
+    offset = 30.0 if rank == faults["clock"] else 0.001
+    peers = rendezvous.lookup_targets(seat.roster, seat.arrival)
+    ex.put(ex.key(rendezvous.RESULT, seat.arrival), NodeResults(
+        ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
+    yield ex.key(rdzv_phase.ALIVE)
+    alive = sorted(ex.read(tuple[int, ...], ex.key(rdzv_phase.ALIVE)))
+    token = f"t{rank}"
+    address = plan["addresses"][str(rank)]
+    port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
+    ex.put(ex.key(mesh_phase.OFFER, rank), mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
+    targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
+    attempts = []
+    for t in targets:
+        yield ex.key(mesh_phase.OFFER, t)
+        offer = ex.read(mesh.Offer, ex.key(mesh_phase.OFFER, t))
+        c = offer.candidates[0]
+        bad = faults["mesh"] in (rank, t)
+        attempts.append(mesh.Attempt(rank, t, c.ifname, c.address, "refused" if bad else "ok", None if bad else 0.1,
+                                     None if bad else plan["ifname"], "Connection refused" if bad else "connected"))
+    ex.put(ex.key(mesh_phase.RESULTS, rank), mesh.MeshResults(rank, tuple(attempts)))
+    yield ex.key(mesh_phase.DONE)
+    mine = env if rank != faults["env"] else dataclasses.replace(env, values={**env.values, "torch.version": "2.4.1"})
+    ex.put(ex.key(env_phase.ENV, rank), mine)
+    seat.goodbye()
+    stamps["bye"].append(time.time())
+
+
+def main() -> None:
+    plan_path, first, last, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    plan = json.loads(Path(plan_path).read_text())
+    raise_fd_limit()
+    dist = import_distributed()
+    base = gather_facts(plan["run_id"], Launch("flags", 1, plan["nodes"] - 1, plan["nodes"], 1))
+    env = gather_env((), os.environ)
+    greeters = Greeters()
+    greeters.thread.start()
+    nodes = [(r, f"sim{r:04d}", plan["addresses"][str(r)]) for r in range(first, last) if r != plan["faults"]["missing"]]
+    if first <= plan["faults"]["duplicate"] < last:
+        nodes.append((plan["faults"]["duplicate"], plan["duplicate_hostname"], plan["duplicate_address"]))
+    stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))
+              for _ in nodes]
+    stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "bye": []}
+    rosters: dict = {}
+    waiting = {}
+    for (rank, hostname, address), store in zip(nodes, stores):
+        ex = Exchange(Requests(store), plan["run_id"])
+        gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, rosters)
+        waiting[hostname] = (ex, gen, next(gen))
+    while waiting:  # a round: every waiting node looks once, as each real node would per poll
+        started = time.monotonic()
+        for name, (ex, gen, key) in list(waiting.items()):
+            if ex.has(key):
+                try:
+                    waiting[name] = (ex, gen, gen.send(None))
+                except StopIteration:
+                    del waiting[name]
+        time.sleep(max(0.0, plan["poll_interval"] - (time.monotonic() - started)))
+    out.write_text(json.dumps({"stamps": stamps, "requests": Requests.count}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The host, the store and the report at cluster scale: one real netcheck host, N-1 simulated
+joiners (benchmarks/_scale_nodes.py), each a real store client speaking the real protocol.
+
+Two namespaces on the test bridge: node0 runs `netcheck --rdzv node0:29500 --nnodes N
+--node-rank 0 --skip bandwidth`; node1 holds one address per simulated node
+(198.18.16.0 and up) and runs the simulator processes. Five faults are planted, one node
+each: one never comes (rdzv.join missing: the host runs with --nnodes N-1:N and closes the
+rendezvous JOIN_WINDOW s after the last arrival), one's mesh port refuses (mesh.connect),
+one has another torch (env.mismatch), a second process claims one node's rank
+(rdzv.join duplicate_rank), one's clock is 30 s off (host.clock). `ok` is true only when the host's report names exactly those
+nodes, each under its check, and the exclude file and the .prom file name them too.
+
+The bandwidth phase is skipped: its collectives need a torch worker on every node, which
+no simulator can stand in for (RESULTS.md, "Scale", says what that leaves out).
+
+Reproduce (root; the suite runs --nodes 128):
+    cd /work/main && .venv/bin/python benchmarks/scale.py --nodes 1024 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import PORT, PY, REPO, Cluster, NodeSpec, clean_env, machine_facts
+
+sys.path.insert(0, str(REPO))
+from netcheck.core.constants import MESH_FULL_UP_TO, MESH_SAMPLE_PEERS  # noqa: E402
+
+SIM_BASE = ipaddress.ip_address("198.18.16.0")
+RUN_ID = "scale"
+JOIN_WINDOW = 2       # the host closes the rendezvous this long after the last arrival (one is missing)
+POLL_INTERVAL = 0.05   # each simulated node looks for the key it waits on this often, as a real one does
+
+
+def plan_for(nodes: int, mesh: str) -> dict:
+    """What every simulator process needs: addresses, the planted faults' ranks."""
+    spread = [max(1, nodes * k // 6) for k in range(1, 6)]
+    faults = dict(zip(("missing", "mesh", "env", "duplicate", "clock"), spread))
+    if len(set(spread)) != 5:
+        raise SystemExit(f"--nodes {nodes}: too few nodes for five distinct planted faults (at least 12)")
+    return {"nodes": nodes, "run_id": RUN_ID, "host": "198.18.0.10", "port": PORT, "ifname": "eth0",
+            "prefixlen": 16, "mesh": mesh, "timeout": 600, "poll_interval": POLL_INTERVAL, "faults": faults,
+            "addresses": {str(r): str(SIM_BASE + r) for r in range(1, nodes)},
+            "duplicate_hostname": f"sim{faults['duplicate']:04d}b", "duplicate_address": str(SIM_BASE + nodes)}
+
+
+def add_addresses(c: Cluster, plan: dict) -> None:
+    addresses = [*plan["addresses"].values(), plan["duplicate_address"]]
+    batch = "".join(f"addr add {a}/16 dev eth0\n" for a in addresses)
+    subprocess.run(["ip", "-n", c.nodes[1].ns, "-batch", "-"], input=batch, text=True, check=True)
+    hosts = [f"{a} sim{int(r):04d}.cluster sim{int(r):04d}" for r, a in plan["addresses"].items()]
+    for i in (0, 1):
+        c.write_hosts(i, c.hosts_lines(i) + hosts)
+
+
+def reap(proc: subprocess.Popen) -> tuple[int, resource.struct_rusage]:
+    """Wait for the host; its exit code and its own CPU time and peak RSS."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage
+
+
+def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
+    """What the host's outputs got wrong about the planted faults (empty: all right)."""
+    f, problems = plan["faults"], []
+    named = {"missing": ("rdzv.join", "missing"), "mesh": ("mesh.connect", None), "env": ("env.mismatch", None),
+             "duplicate": ("rdzv.join", "duplicate_rank"), "clock": ("host.clock", None)}
+    for fault, (check, kind) in named.items():
+        hits = [x for x in report["findings"] if x["check"] == check and x["severity"] != "pass"
+                and (kind is None or x.get("kind") == kind) and f[fault] in x["nodes"]]
+        if not hits:
+            problems.append(f"{fault} (rank {f[fault]}) is not named under {check}")
+    # The faulty nodes are those that fail (a skewed clock warns); a missing node's
+    # hostname is unknown, so only its rank can be named.
+    expected = {f"sim{f[k]:04d}" for k in ("mesh", "env", "duplicate")}
+    if set(report["faulty_nodes"]) != expected:
+        problems.append(f"faulty_nodes {sorted(report['faulty_nodes'])}, expected {sorted(expected)}")
+    for name in expected:
+        if name not in exclude.split(","):
+            problems.append(f"{name} is not in the exclude file")
+        if f'"{name}"' not in prom:
+            problems.append(f"{name} is not in the .prom file")
+    return problems
+
+
+def run(nodes: int, mesh: str, procs: int, folder: Path) -> dict:
+    plan = plan_for(nodes, mesh)
+    (folder / "plan.json").write_text(json.dumps(plan))
+    report_path, exclude, prom, log = (folder / n for n in ("host.json", "exclude.txt", "host.prom", "host.log"))
+    with Cluster([NodeSpec(), NodeSpec()], subnet="198.18.0.0/16") as c:
+        add_addresses(c, plan)
+        with log.open("w") as out:
+            host = c.popen(0, [PY, "-m", "netcheck", "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--join-window", str(JOIN_WINDOW),
+                               "--node-rank", "0", "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
+                               "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude),
+                               "--prom", str(prom)], env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
+        bounds = [1 + (nodes - 1) * k // procs for k in range(procs + 1)]
+        sims = [c.popen(1, [PY, str(REPO / "benchmarks" / "_scale_nodes.py"), str(folder / "plan.json"),
+                            str(lo), str(hi), str(folder / f"sim{k}.json")], env=clean_env(), stdout=subprocess.DEVNULL,
+                        stderr=(folder / f"sim{k}.log").open("w"))
+                for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
+        rc, usage = reap(host)
+        ended = time.time()
+        for k, sim in enumerate(sims):
+            if sim.wait(timeout=60) != 0:
+                raise SystemExit(f"simulator {k} failed:\n{(folder / f'sim{k}.log').read_text()[-3000:]}")
+    outputs = [json.loads((folder / f"sim{k}.json").read_text()) for k in range(procs)]
+    stamps = {key: sorted(t for o in outputs for t in o["stamps"][key]) for key in ("arrived", "roster", "bye")}
+    report = json.loads(report_path.read_text())
+    first, last = stamps["arrived"][0], stamps["arrived"][-1]
+    problems = judge(report, plan, exclude.read_text().strip(), prom.read_text())
+    return {
+        "nodes": nodes,
+        "mesh": mesh,
+        "roster_s": round(stamps["roster"][0] - first, 2),
+        "report_s": round(report_path.stat().st_mtime - last, 2),
+        "total_s": round(ended - first, 2),
+        "arrivals_s": round(last - first, 2),
+        "host_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "host_peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "store_requests": sum(o["requests"] for o in outputs),
+        "store_requests_per_s": round(sum(o["requests"] for o in outputs) / max(1e-3, ended - first)),
+        "report_bytes": report_path.stat().st_size,
+        "phases": report["timings"],
+        "exit_code": rc,
+        "verdict": report["verdict"],
+        "text_report_lines": len(log.read_text().splitlines()),
+        "problems": problems,
+        "ok": not problems and rc == 2,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1024, help="cluster size, the host included")
+    parser.add_argument("--mesh", default=None, help="--mesh for every node (default: netcheck's own)")
+    parser.add_argument("--procs", type=int, default=4, help="simulator processes")
+    parser.add_argument("--json", type=Path, help="write the measurements there as one JSON object")
+    parser.add_argument("--keep", type=Path, help="keep the host's reports and the simulators' logs in this folder")
+    args = parser.parse_args()
+    mesh = args.mesh or ("full" if args.nodes <= MESH_FULL_UP_TO else f"sample:{MESH_SAMPLE_PEERS}")
+    print(machine_facts(), file=sys.stderr)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.keep or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        result = run(args.nodes, mesh, args.procs, folder)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
