@@ -110,7 +110,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     visitor = rendezvous.sign_in(ex, facts)
     yield ex.key("host", shared=True)
     for k in range(CLOCK_PINGS):
-        ex.put(ex.key("ping", visitor, k, shared=True), "", signed=False)
+        rendezvous.ping(ex, visitor, k)
         yield ex.key("pong", visitor, k, shared=True)
         ex.read(float, ex.key("pong", visitor, k, shared=True), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
@@ -127,27 +127,30 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
     offset = 30.0 if rank == faults["clock"] else 0.001
     peers = rendezvous.lookup_targets(seat.roster, seat.arrival)
-    ex.put(ex.key(rendezvous.RESULT, seat.arrival), NodeResults(
+    ex.post(rendezvous.RESULT, seat.arrival, NodeResults(
         ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
     yield ex.key(rdzv_phase.ALIVE)
     alive = sorted(ex.read(tuple[int, ...], ex.key(rdzv_phase.ALIVE)))
+    if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
+        seat.goodbye()
+        return
     token = f"t{rank}"
     address = plan["addresses"][str(rank)]
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
-    ex.put(ex.key(mesh_phase.OFFER, rank), mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
+    ex.post(mesh_phase.OFFER, rank, mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
     targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
     attempts = []
+    yield [ex.key(mesh_phase.OFFER, t) for t in targets]
+    offers = ex.read_many(mesh.Offer, [ex.key(mesh_phase.OFFER, t) for t in targets])
     for t in targets:
-        yield ex.key(mesh_phase.OFFER, t)
-        offer = ex.read(mesh.Offer, ex.key(mesh_phase.OFFER, t))
-        c = offer.candidates[0]
+        c = offers[ex.key(mesh_phase.OFFER, t)].candidates[0]
         bad = faults["mesh"] in (rank, t)
         attempts.append(mesh.Attempt(rank, t, c.ifname, c.address, "refused" if bad else "ok", None if bad else 0.1,
                                      None if bad else plan["ifname"], "Connection refused" if bad else "connected"))
-    ex.put(ex.key(mesh_phase.RESULTS, rank), mesh.MeshResults(rank, tuple(attempts)))
+    ex.post(mesh_phase.RESULTS, rank, mesh.MeshResults(rank, tuple(attempts)))
     yield ex.key(mesh_phase.DONE)
     mine = env if rank != faults["env"] else dataclasses.replace(env, values={**env.values, "torch.version": "2.4.1"})
-    ex.put(ex.key(env_phase.ENV, rank), mine)
+    ex.post(env_phase.ENV, rank, mine)
     seat.goodbye()
     stamps["bye"].append(time.time())
 
@@ -167,22 +170,29 @@ def main() -> None:
     stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))
               for _ in nodes]
     stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "bye": []}
+    errors: list[str] = []
     rosters: dict = {}
     waiting = {}
     for (rank, hostname, address), store in zip(nodes, stores):
         ex = Exchange(Requests(store), plan["run_id"])
         gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, rosters)
         waiting[hostname] = (ex, gen, next(gen))
+    probe = Exchange(None, plan["run_id"])
+    probe.pace(plan["nodes"])
+    pause = probe.pause  # a real node's pause between looks, in a cluster this large
     while waiting:  # a round: every waiting node looks once, as each real node would per poll
         started = time.monotonic()
         for name, (ex, gen, key) in list(waiting.items()):
-            if ex.has(key):
-                try:
+            try:
+                if ex.has_all(key) if isinstance(key, list) else ex.has(key):
                     waiting[name] = (ex, gen, gen.send(None))
-                except StopIteration:
-                    del waiting[name]
-        time.sleep(max(0.0, plan["poll_interval"] - (time.monotonic() - started)))
-    out.write_text(json.dumps({"stamps": stamps, "requests": Requests.count}))
+            except StopIteration:
+                del waiting[name]
+            except (RuntimeError, OSError) as e:  # the host went: a real node reports it and ends
+                errors.append(f"{name}: {e}")
+                del waiting[name]
+        time.sleep(max(0.0, pause - (time.monotonic() - started)))
+    out.write_text(json.dumps({"stamps": stamps, "requests": Requests.count, "errors": errors}))
 
 
 if __name__ == "__main__":

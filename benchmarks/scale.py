@@ -38,7 +38,6 @@ from netcheck.core.constants import MESH_FULL_UP_TO, MESH_SAMPLE_PEERS  # noqa: 
 SIM_BASE = ipaddress.ip_address("198.18.16.0")
 RUN_ID = "scale"
 JOIN_WINDOW = 2       # the host closes the rendezvous this long after the last arrival (one is missing)
-POLL_INTERVAL = 0.05   # each simulated node looks for the key it waits on this often, as a real one does
 
 
 def plan_for(nodes: int, mesh: str) -> dict:
@@ -48,7 +47,7 @@ def plan_for(nodes: int, mesh: str) -> dict:
     if len(set(spread)) != 5:
         raise SystemExit(f"--nodes {nodes}: too few nodes for five distinct planted faults (at least 12)")
     return {"nodes": nodes, "run_id": RUN_ID, "host": "198.18.0.10", "port": PORT, "ifname": "eth0",
-            "prefixlen": 16, "mesh": mesh, "timeout": 600, "poll_interval": POLL_INTERVAL, "faults": faults,
+            "prefixlen": 16, "mesh": mesh, "timeout": 600, "faults": faults,
             "addresses": {str(r): str(SIM_BASE + r) for r in range(1, nodes)},
             "duplicate_hostname": f"sim{faults['duplicate']:04d}b", "duplicate_address": str(SIM_BASE + nodes)}
 
@@ -60,6 +59,12 @@ def add_addresses(c: Cluster, plan: dict) -> None:
     hosts = [f"{a} sim{int(r):04d}.cluster sim{int(r):04d}" for r, a in plan["addresses"].items()]
     for i in (0, 1):
         c.write_hosts(i, c.hosts_lines(i) + hosts)
+
+
+def typical_fd_limit() -> None:
+    """The host starts with the soft descriptor limit many systems give (1,024): netcheck
+    must lift it itself to hold a connection per node."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def reap(proc: subprocess.Popen) -> tuple[int, resource.struct_rusage]:
@@ -102,7 +107,8 @@ def run(nodes: int, mesh: str, procs: int, folder: Path) -> dict:
             host = c.popen(0, [PY, "-m", "netcheck", "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--join-window", str(JOIN_WINDOW),
                                "--node-rank", "0", "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
                                "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude),
-                               "--prom", str(prom)], env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
+                               "--prom", str(prom)], env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+                           preexec_fn=typical_fd_limit)
         bounds = [1 + (nodes - 1) * k // procs for k in range(procs + 1)]
         sims = [c.popen(1, [PY, str(REPO / "benchmarks" / "_scale_nodes.py"), str(folder / "plan.json"),
                             str(lo), str(hi), str(folder / f"sim{k}.json")], env=clean_env(), stdout=subprocess.DEVNULL,
@@ -134,6 +140,7 @@ def run(nodes: int, mesh: str, procs: int, folder: Path) -> dict:
         "exit_code": rc,
         "verdict": report["verdict"],
         "text_report_lines": len(log.read_text().splitlines()),
+        "simulator_errors": sum(len(o["errors"]) for o in outputs),
         "problems": problems,
         "ok": not problems and rc == 2,
     }

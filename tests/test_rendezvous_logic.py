@@ -11,8 +11,8 @@ from netcheck.core.model import Launch, Member, NodeFacts
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
-from netcheck.cluster.store import Exchange
-from netcheck.cluster.rendezvous import HostState, _answer_pings, host_gather, publish_facts, sign_in
+from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.rendezvous import PINGS, HostState, _answer_pings, host_gather, ping, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core.compat import import_distributed
 
@@ -167,7 +167,7 @@ def test_the_host_hears_out_a_claimant_still_in_its_handshake_when_the_seats_fil
     sign_in(first, facts("first", 1))
     publish_facts(first, facts("first", 1))
     pinger = sign_in(second, facts("second", 1))
-    second.put(second.key("ping", pinger, 0, shared=True), "", signed=False)
+    ping(second, pinger, 0)
     with ThreadPoolExecutor(1) as pool:
         gathered = pool.submit(host_gather, ex, facts("host", 0), (2, 2), WINDOW, Deadline(30.0))
         second.wait(second.key("pong", pinger, 0, shared=True), Deadline(30.0))  # the host is polling
@@ -185,17 +185,34 @@ def local_store():
 
 
 @pytest.mark.compat
-def test_one_ping_scan_answers_every_visitor_and_a_cut_short_scan_resumes():
+def test_one_ping_scan_answers_every_ping_listed_and_a_cut_short_scan_resumes():
     _, ex = local_store()
-    state = HostState({}, [], {})
-    ex.count(ex.key("visitors", shared=True), 4)
+    state = HostState({}, [])
     for v in (1, 2, 3):
-        ex.put(ex.key("ping", v, 0, shared=True), "", signed=False)
-    _answer_pings(ex, state, Deadline(0.0))     # out of time before the first visitor
+        ping(ex, v, 0)
+    ex.append(ex.key(PINGS, shared=True), "junk,99999999/0,")  # anyone may append: skipped
+    ping(ex, 3, 1)
+    _answer_pings(ex, state, Deadline(0.0))     # out of time before the first ping
     assert not any(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
     _answer_pings(ex, state, Deadline(10.0))
-    assert all(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
-    assert state.pings_answered == {0: 0, 1: 1, 2: 1, 3: 1}
+    assert all(ex.has(ex.key("pong", v, k, shared=True)) for v, k in ((1, 0), (2, 0), (3, 0), (3, 1)))
+    assert state.pings_answered == 6
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("count", [4, 40])  # a few ids are checked together; many, read off the posted list
+def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wait(count):
+    """An id someone listed without a value stays pending (multi_get would wait for its
+    key), and a value that does not decode is absent."""
+    _, ex = local_store()
+    for i in range(count):
+        if i not in (1, 3):
+            ex.post("result", i, i * 10)
+    ex.append(ex.key("result", "posted"), "1,")  # listed, never written
+    ex.put(ex.key("result", 3), "not an int")
+    ex.append(ex.key("result", "posted"), "3,")
+    assert collect(ex, int, "result", list(range(count)), Deadline(0.2)) == {
+        i: i * 10 for i in range(count) if i not in (1, 3)}
 
 
 # --- node_address ------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
     stopped = Fault(node_rank, -1, -1, watch.furthest_stage(), "stopped",
                     f"node {node_rank}'s netcheck was interrupted (Ctrl-C or SIGTERM)")
     try:
-        ex.put(ex.key("bw/node", node_rank), NodeReport(node_rank, (stopped,), *watch.backend))
+        ex.post("bw/node", node_rank, NodeReport(node_rank, (stopped,), *watch.backend))
     except (RuntimeError, OSError):
         pass  # the host's store is gone too: nobody is waiting
 
@@ -121,7 +121,7 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
 def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadline) -> dict[int, NodeReport]:
     """Post this node's account and read the given nodes', until all are in or the deadline."""
     try:
-        ex.put(ex.key("bw/node", mine.node), mine)
+        ex.post("bw/node", mine.node, mine)
         return collect(ex, NodeReport, "bw/node", nodes, deadline)
     except (RuntimeError, OSError):  # the host's store is gone: this node's own view must do
         return {mine.node: mine}

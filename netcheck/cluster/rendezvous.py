@@ -5,7 +5,7 @@ real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
 
     netcheck/host                  the host's hello: which run it serves
     netcheck/visitors, /visitor/V  everyone who came, any run id (foreign nodes are named)
-    netcheck/ping/V/K, /pong/V/K   clock round trips, answered by the host's poll loop
+    netcheck/pings, /pong/V/K      clock round trips: "V/K," appended, answered by the host's poll
     netcheck/RUN/arrivals, /node/A a node's facts, A its arrival number
     netcheck/RUN/roster            the host's rank assignment, once everyone is in
     netcheck/RUN/result/A          what node A learnt from the roster (clock, FQDN lookups)
@@ -36,6 +36,7 @@ from netcheck.facts.probe import resolve_many
 # Keys a later phase reads too (the rest are this module's own).
 RESULT = "result"
 BYE = "bye"
+PINGS = "pings"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Seat:
 
     def goodbye(self) -> None:
         try:
-            self.exchange.put(self.exchange.key(BYE, self.arrival), 1)
+            self.exchange.post(BYE, self.arrival, 1)
         except (RuntimeError, OSError):
             pass  # the host is gone already: nobody is waiting for this goodbye
 
@@ -104,12 +105,17 @@ def check_run_id(ex: Exchange, deadline: Deadline) -> None:
                               f"--rdzv-id {ex.run_id!r}")
 
 
+def ping(ex: Exchange, visitor: int, k: int) -> None:
+    """Ask the host for its clock: it answers under pong/VISITOR/K on its next poll."""
+    ex.append(ex.key(PINGS, shared=True), f"{visitor}/{k},")
+
+
 def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample:
     """Offset to the host's clock from store round trips; the tightest of a few wins."""
     best = None
     for k in range(CLOCK_PINGS):
         sent = time.time()
-        ex.put(ex.key("ping", visitor, k, shared=True), "", signed=False)
+        ping(ex, visitor, k)
         host_time = float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True), deadline))
         back = time.time()
         sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))
@@ -146,7 +152,7 @@ def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
 
 def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
     results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival))
-    seat.exchange.put(seat.exchange.key(RESULT, seat.arrival), results)
+    seat.exchange.post(RESULT, seat.arrival, results)
     return results
 
 
@@ -156,6 +162,7 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
          ) -> tuple[Seat, NodeResults | None]:
     """Take a seat at the host's store; returns once the roster is known (or raises)."""
     ex = Exchange(store, facts.run_id, token)
+    ex.pace(facts.launch.nnodes_max or facts.launch.nnodes_min or 0)
     try:
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
@@ -185,11 +192,10 @@ class HostState:
 
     arrivals: dict[int, NodeFacts]
     malformed: list[str]
-    pings_answered: dict[int, int]
+    pings_answered: int = 0  # entries of the ping list answered (or skipped as malformed)
     arrivals_seen: int = 0   # every arrival below this one is read
     last_arrival: float = 0.0
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
-    ping_cursor: int = 0     # the visitor the next ping scan starts at
     visitors_seen: int = 0   # visitor records read so far
     ours: int = 0            # of them, visitors of this run (the host included)
     full_since: float | None = None   # when the seats filled up
@@ -212,7 +218,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     poll still seats whoever came, the host included.
     """
     low, high = expected
-    state = HostState({}, [], {}, last_arrival=time.monotonic())
+    state = HostState({}, [], last_arrival=time.monotonic())
     sign_in(ex, facts)  # the host is a visitor too: every node that came is listed
     arrival = publish_facts(ex, facts)
     state.arrivals[arrival] = facts
@@ -277,19 +283,16 @@ def _count_our_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
 
 
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
-    """Answer clock pings, visitor by visitor from where the last scan stopped."""
-    visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
-    first = state.ping_cursor
-    for step in range(visitors):
+    """Answer the clock pings listed since the last scan (one request to learn them all),
+    from where the last scan stopped: the list is anyone's to append to."""
+    asked = ex.text(ex.key(PINGS, shared=True)).split(",")[:-1]
+    for entry in asked[state.pings_answered:]:
         if scan.expired():
             return
-        v = (first + step) % visitors
-        k = state.pings_answered.get(v, 0)
-        while k < CLOCK_PINGS and ex.has(ex.key("ping", v, k, shared=True)):
-            ex.put(ex.key("pong", v, k, shared=True), time.time())
-            k += 1
-        state.pings_answered[v] = k
-        state.ping_cursor = v + 1
+        v, _, k = entry.partition("/")
+        if v.isdigit() and k.isdigit() and int(v) < MAX_NODES and int(k) < CLOCK_PINGS:
+            ex.put(ex.key("pong", int(v), int(k), shared=True), time.time())
+        state.pings_answered += 1
 
 
 def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
@@ -298,6 +301,7 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
         for a, r in sorted(ranks.items(), key=lambda item: item[1]))
     seat.roster = Roster(entries)
     seat.exchange.put(seat.exchange.key("roster"), seat.roster)
+    seat.exchange.pace(len(entries))
     return seat.roster
 
 

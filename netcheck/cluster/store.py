@@ -14,7 +14,9 @@ import struct
 import time
 
 from netcheck.core import codec, compat
-from netcheck.core.constants import MAX_FACTS_BYTES, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT
+from netcheck.core.constants import (
+    MAX_FACTS_BYTES, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+)
 from netcheck.core.deadline import Deadline
 
 
@@ -25,6 +27,9 @@ MAC_SUFFIX = "#mac"
 
 
 CONNECT_TRY = 2.0
+
+POSTED = "posted"  # name/posted: the ids that posted name/ID, appended as "ID,"
+FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
 
 
 class RendezvousError(Exception):
@@ -124,6 +129,7 @@ class Exchange:
         self.run_id = run_id
         self.token = token
         self.lost: str | None = None  # why the store connection broke, once it has
+        self.pause = STORE_POLL_INTERVAL  # between looks for a key (pace)
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
@@ -155,6 +161,14 @@ class Exchange:
     def has(self, key: str) -> bool:
         return self._call(compat.has_key, key)
 
+    def has_all(self, keys: list[str]) -> bool:
+        return self._call(compat.has_keys, keys)
+
+    def pace(self, nodes: int) -> None:
+        """Look for keys less often in a large cluster: every node's looks land on the one
+        store, so together they stay near STORE_LOOKS_PER_SECOND."""
+        self.pause = max(STORE_POLL_INTERVAL, nodes / STORE_LOOKS_PER_SECOND)
+
     def count(self, key: str, add: int = 0) -> int:
         return self._call("add", key, add)
 
@@ -166,6 +180,39 @@ class Exchange:
             if not hmac.compare_digest(mac, self._mac(data).encode()):
                 raise codec.DecodeError("not signed with this --token")
         return codec.loads(cls, data, MAX_FACTS_BYTES)
+
+    def post(self, name: str, i: int, value: object) -> None:
+        """Put name/i and list i under name/posted, so a reader learns who posted in one
+        request (collect), not one per id. The value goes first: a listed id is readable."""
+        self.put(self.key(name, i), value)
+        self.append(self.key(name, POSTED), f"{i},")
+
+    def append(self, key: str, text: str) -> None:
+        self._call("append", key, text)
+
+    def posted(self, name: str) -> set[int]:
+        """The ids listed under name/posted (anyone may append: a listed id is only a hint)."""
+        return {int(i) for i in self.text(self.key(name, POSTED)).split(",") if i.isdigit()}
+
+    def text(self, key: str) -> str:
+        """A key's value as text, "" when absent, in one request that never waits:
+        compare_set with an empty expected value writes "" only where the key is missing."""
+        return self._call("compare_set", key, "", "").decode("utf-8", "replace")
+
+    def read_many(self, cls, keys: list[str]) -> dict:
+        """key -> value (or the codec.DecodeError it raised) for each of keys that exists.
+
+        One multi_get where every key exists and values are unsigned; multi_get waits for a
+        missing key, so a list that names one is read key by key."""
+        if self.token or not self.has_all(keys):
+            return {k: self._read_or_error(cls, k) for k in keys if self.has(k)}
+        return {k: _decode_or_error(cls, data) for k, data in zip(keys, self._call("multi_get", keys))}
+
+    def _read_or_error(self, cls, key: str):
+        try:
+            return self.read(cls, key)
+        except codec.DecodeError as e:
+            return e
 
     def wait_read(self, cls, key: str, deadline: Deadline):
         self.wait(key, deadline)
@@ -181,25 +228,53 @@ class Exchange:
             if deadline.expired():
                 raise TimeoutError(f"{key} did not appear in time")
             time.sleep(pause)
-            pause = min(2 * pause, STORE_POLL_INTERVAL)
+            pause = min(2 * pause, self.pause)
 
 
-def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline) -> dict:
-    """Every `name/ID` value for the given ids, read as they appear, until all or the deadline.
+def _decode_or_error(cls, data: bytes):
+    try:
+        return codec.loads(cls, data, MAX_FACTS_BYTES)
+    except codec.DecodeError as e:
+        return e
+
+
+def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
+            quiet: float | None = None) -> dict:
+    """Every `name/ID` value (written with Exchange.post) for the given ids, read as they
+    are posted, until all, the deadline, or (with quiet) that many seconds with none new:
+    thousands of nodes take longer than a few to post, but not with long silences. A look
+    costs one request however many ids are pending, and the new values come in one more:
+    the host of thousands of nodes would otherwise ask after each of them on every look.
 
     An id whose value never comes or does not decode is simply absent: the rules name it.
     """
     found: dict = {}
     pending = set(ids)
+    heard = time.monotonic()
     while pending:  # one look at least, also past the deadline: what is there counts
-        for i in sorted(pending):
-            if ex.has(ex.key(name, i)):
+        over = deadline.expired() or (quiet is not None and time.monotonic() - heard >= quiet)
+        new = _ready(ex, name, pending, over)
+        heard = time.monotonic() if new else heard
+        values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
+        for i in new:
+            value = values.get(ex.key(name, i))
+            if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
-                try:
-                    found[i] = ex.read(cls, ex.key(name, i))
-                except codec.DecodeError:
-                    pass
-        if not pending or deadline.expired():
+                if not isinstance(value, codec.DecodeError):
+                    found[i] = value
+        if not pending or over:
             break
-        time.sleep(STORE_POLL_INTERVAL)
+        time.sleep(ex.pause)
     return found
+
+
+def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool) -> list[int]:
+    """The pending ids whose value is there, in one request a look: for many ids, from the
+    posted list; for a few, one check of them all, key by key only on the last look."""
+    ids = sorted(pending)
+    if len(ids) > FEW_IDS:
+        return sorted(pending & ex.posted(name))
+    keys = [ex.key(name, i) for i in ids]
+    if ex.has_all(keys):
+        return ids
+    return [i for i, k in zip(ids, keys) if ex.has(k)] if last_look else []

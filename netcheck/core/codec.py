@@ -9,10 +9,11 @@ type, so nothing a peer sends reaches the rules unvalidated (and nothing is unpi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -70,56 +71,96 @@ def _finite_float(text: str) -> float:
 
 
 def from_plain(cls: type[T], data: Any, where: str = "$") -> T:
-    return _decode(cls, data, where)
+    return _decoder(cls)(data, where)
 
 
-def _decode(tp: Any, data: Any, where: str) -> Any:
+# A decoder per type, built once: the host decodes thousands of records of a few types.
+# `where` (the path to the value, for the error message) is built only when one is raised:
+# a path is "$" or a (parent path, ".field" or list index) pair.
+Where = Any
+
+
+def _path(where: Where) -> str:
+    parts = []
+    while isinstance(where, tuple):
+        where, suffix = where
+        parts.append(f"[{suffix}]" if isinstance(suffix, int) else suffix)
+    return where + "".join(reversed(parts))
+
+
+@functools.cache
+def _decoder(tp: Any) -> Callable[[Any, Where], Any]:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        return _decode_union(typing.get_args(tp), data, where)
+        return _union_decoder(typing.get_args(tp))
     if origin is tuple:
-        item = typing.get_args(tp)[0]
-        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(_expect(list, data, where)))
+        item = _decoder(typing.get_args(tp)[0])
+        return lambda data, where: tuple(item(v, (where, i)) for i, v in enumerate(_expect(list, data, where)))
     if origin is dict:
-        _, item = typing.get_args(tp)
-        return {k: _decode(item, v, f"{where}.{k}") for k, v in _expect(dict, data, where).items()}
+        item = _decoder(typing.get_args(tp)[1])
+        return lambda data, where: {k: item(v, (where, "." + k)) for k, v in _expect(dict, data, where).items()}
     if dataclasses.is_dataclass(tp):
-        return _decode_dataclass(tp, data, where)
+        return functools.partial(_decode_dataclass, tp)
     if tp is Any:
-        return data
-    if tp is float and isinstance(data, int) and not isinstance(data, bool):
-        return float(data)
+        return lambda data, where: data
+    if tp is float:
+        return _decode_float
     if tp is type(None):
-        if data is None:
+        return _decode_none
+    return lambda data, where: _expect(tp, data, where)
+
+
+def _decode_float(data: Any, where: Where) -> float:
+    if isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    return _expect(float, data, where)
+
+
+def _decode_none(data: Any, where: Where) -> None:
+    if data is None:
+        return None
+    raise DecodeError(f"{_path(where)}: expected null, got {type(data).__name__}")
+
+
+def _union_decoder(options: tuple) -> Callable[[Any, Where], Any]:
+    decoders = [_decoder(o) for o in options]
+    nullable = type(None) in options
+
+    def decode(data: Any, where: Where) -> Any:
+        if data is None and nullable:
             return None
-        raise DecodeError(f"{where}: expected null, got {type(data).__name__}")
-    return _expect(tp, data, where)
+        errors = []
+        for d in decoders:
+            try:
+                return d(data, where)
+            except DecodeError as e:
+                errors.append(str(e))
+        raise DecodeError("; ".join(errors))
+    return decode
 
 
-def _decode_union(options: tuple, data: Any, where: str) -> Any:
-    errors = []
-    for option in options:
-        try:
-            return _decode(option, data, where)
-        except DecodeError as e:
-            errors.append(str(e))
-    raise DecodeError("; ".join(errors))
-
-
-def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
-    data = _expect(dict, data, where)
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, str, Callable[[Any, Where], Any], bool], ...]:
+    """(name, its path suffix, decoder, required) per field."""
     hints = typing.get_type_hints(cls)
+    return tuple((f.name, "." + f.name, _decoder(hints[f.name]),
+                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))
+
+
+def _decode_dataclass(cls: type, data: Any, where: Where) -> Any:
+    data = _expect(dict, data, where)
     values = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            values[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise DecodeError(f"{where}: missing field {f.name!r}")
+    for name, suffix, decode, required in _fields_of(cls):
+        if name in data:
+            values[name] = decode(data[name], (where, suffix))
+        elif required:
+            raise DecodeError(f"{_path(where)}: missing field {name!r}")
     return cls(**values)
 
 
-def _expect(tp: type, data: Any, where: str) -> Any:
+def _expect(tp: type, data: Any, where: Where) -> Any:
     # bool is an int in Python; a peer sending true where a count belongs is malformed.
     if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
-        raise DecodeError(f"{where}: expected {tp.__name__}, got {type(data).__name__}")
+        raise DecodeError(f"{_path(where)}: expected {tp.__name__}, got {type(data).__name__}")
     return data

@@ -91,6 +91,14 @@ def has_key(store, key: str) -> bool:
     return store.compare_set(key, _ABSENT, _ABSENT) != _ABSENT.encode()
 
 
+def has_keys(store, keys: list[str]) -> bool:
+    """Whether every key exists, in one request where the store can (check takes a list)."""
+    check = getattr(store, "check", None)
+    if check is not None:
+        return check(keys)
+    return all(has_key(store, k) for k in keys)
+
+
 def list_keys(store) -> tuple[str, ...] | None:
     """Every key the store lists (torch 2.13 and later); None where this torch cannot list."""
     lister = getattr(store, "list_keys", None)

@@ -28,10 +28,13 @@ LOCAL_HOST_GRACE = 5.0       # an endpoint that is the joiner's own address: a h
 IN_FLIGHT_GRACE = 3.0        # once the seats are full, the host waits this long at most for nodes
                              # that signed in to finish their handshake (clock pings, facts)
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
-RESULTS_WAIT = 5.0           # for nodes' results after the roster (FQDN lookups, 2 s each, in parallel)
+RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for until this long passes with none
+                             # new (a node's FQDN lookups take 2 s at most, in parallel)
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
 STORE_POLL_INTERVAL = 0.05
+STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 1,000 nodes each looks
+                                  # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)
 POLL_SLICE = 0.5            # the host's store requests per scan of a counter anyone can push
 LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone

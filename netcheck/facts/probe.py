@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import errno
 import queue
+import resource
 import socket
 import threading
 import time
 
-from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.core.constants import MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import Holder, Probe, Reach
 
@@ -197,7 +198,16 @@ def listen(port: int) -> socket.socket:
             sock = _listening_socket(socket.AF_INET, ("0.0.0.0", port))
         except OSError as e:
             raise PortTaken(port, port_holders(port), e) from None
+    _allow_a_connection_per_node()
     return sock
+
+
+def _allow_a_connection_per_node() -> None:
+    """The store holds a connection per node: lift the soft descriptor limit (1,024 on many
+    systems) to the hard one, or a host of more nodes fails at accept with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _listening_socket(family: int, sockaddr: tuple) -> socket.socket:
@@ -207,7 +217,7 @@ def _listening_socket(family: int, sockaddr: tuple) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(sockaddr)
-        sock.listen(1024)
+        sock.listen(MAX_NODES)  # the kernel caps it at net.core.somaxconn: a node per slot, or all it allows
     except OSError:
         sock.close()
         raise

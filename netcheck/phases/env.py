@@ -21,7 +21,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     """Versions and settings from every node, compared on the host."""
     ex, ranks = seat.exchange, sorted(names)
     mine = gather_env(run.config.hash_paths, os.environ)
-    ex.put(ex.key(ENV, seat.rank), mine)
+    ex.post(ENV, seat.rank, mine)
     if run.role != "host":
         run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
         return

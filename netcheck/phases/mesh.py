@@ -26,10 +26,10 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.facts.nics) as listeners:
-        ex.put(ex.key(OFFER, me), listeners.offer())
+        ex.post(OFFER, me, listeners.offer())
         offers = collect(ex, mesh.Offer, OFFER, peers, deadline)
         mine = mesh.probe_peers(me, {r: o for r, o in offers.items() if o.rank == r}, peers, run.facts.nics)
-        ex.put(ex.key(RESULTS, me), mesh.MeshResults(me, mine))
+        ex.post(RESULTS, me, mesh.MeshResults(me, mine))
         if run.role != "host":
             _wait_quietly(ex, ex.key(DONE), deadline)
             run.findings += nic_rules.mesh_findings(names, mine)

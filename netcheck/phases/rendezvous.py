@@ -31,7 +31,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
         results = collect(ex, NodeResults, rendezvous.RESULT, [e.arrival for e in roster.entries],
-                                     run.phase_deadline(RESULTS_WAIT))
+                          run.phase_deadline(), quiet=RESULTS_WAIT)
         gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
                                         malformed, waited, run.phase_deadline(RESULTS_WAIT))
