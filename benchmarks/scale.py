@@ -37,6 +37,8 @@ from netcheck.core.constants import MESH_FULL_UP_TO, MESH_SAMPLE_PEERS  # noqa: 
 
 SIM_BASE = ipaddress.ip_address("198.18.16.0")
 RUN_ID = "scale"
+# The host's command line before netcheck's arguments, per store backend.
+HOSTS = {"legacy": ["-m", "netcheck"], "libuv": [str(REPO / "benchmarks" / "_libuv_host.py")]}
 JOIN_WINDOW = 2       # the host closes the rendezvous this long after the last arrival (one is missing)
 
 
@@ -97,18 +99,17 @@ def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
     return problems
 
 
-def run(nodes: int, mesh: str, procs: int, folder: Path) -> dict:
+def run(nodes: int, mesh: str, procs: int, store: str, folder: Path) -> dict:
     plan = plan_for(nodes, mesh)
     (folder / "plan.json").write_text(json.dumps(plan))
     report_path, exclude, prom, log = (folder / n for n in ("host.json", "exclude.txt", "host.prom", "host.log"))
     with Cluster([NodeSpec(), NodeSpec()], subnet="198.18.0.0/16") as c:
         add_addresses(c, plan)
+        argv = [PY, *HOSTS[store], "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--node-rank", "0",
+                "--join-window", str(JOIN_WINDOW), "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
+                "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude), "--prom", str(prom)]
         with log.open("w") as out:
-            host = c.popen(0, [PY, "-m", "netcheck", "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--join-window", str(JOIN_WINDOW),
-                               "--node-rank", "0", "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
-                               "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude),
-                               "--prom", str(prom)], env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
-                           preexec_fn=typical_fd_limit)
+            host = c.popen(0, argv, env=clean_env(), stdout=out, stderr=subprocess.STDOUT, preexec_fn=typical_fd_limit)
         bounds = [1 + (nodes - 1) * k // procs for k in range(procs + 1)]
         sims = [c.popen(1, [PY, str(REPO / "benchmarks" / "_scale_nodes.py"), str(folder / "plan.json"),
                             str(lo), str(hi), str(folder / f"sim{k}.json")], env=clean_env(), stdout=subprocess.DEVNULL,
@@ -127,6 +128,7 @@ def run(nodes: int, mesh: str, procs: int, folder: Path) -> dict:
     return {
         "nodes": nodes,
         "mesh": mesh,
+        "store": store,
         "roster_s": round(stamps["roster"][0] - first, 2),
         "report_s": round(report_path.stat().st_mtime - last, 2),
         "total_s": round(ended - first, 2),
@@ -151,6 +153,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1024, help="cluster size, the host included")
     parser.add_argument("--mesh", default=None, help="--mesh for every node (default: netcheck's own)")
     parser.add_argument("--procs", type=int, default=4, help="simulator processes")
+    parser.add_argument("--store", choices=sorted(HOSTS), default="legacy",
+                        help="the host's TCPStore backend: netcheck's own (legacy, on its pre-bound socket) or libuv")
     parser.add_argument("--json", type=Path, help="write the measurements there as one JSON object")
     parser.add_argument("--keep", type=Path, help="keep the host's reports and the simulators' logs in this folder")
     args = parser.parse_args()
@@ -159,7 +163,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        result = run(args.nodes, mesh, args.procs, folder)
+        result = run(args.nodes, mesh, args.procs, args.store, folder)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -215,6 +215,16 @@ def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wa
         i: i * 10 for i in range(count) if i not in (1, 3)}
 
 
+@pytest.mark.compat
+def test_counts_reads_every_counter_at_once_and_a_missing_or_foreign_one_as_zero():
+    _, ex = local_store()
+    ex.count(ex.key("beat", 1), 3)
+    ex.count(ex.key("beat", 2), 5)
+    assert ex.counts([ex.key("beat", 1), ex.key("beat", 2)]) == [3, 5]
+    ex.put(ex.key("beat", 4), "x")
+    assert ex.counts([ex.key("beat", n) for n in (1, 2, 3, 4)]) == [3, 5, 0, 0]
+
+
 # --- node_address ------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ BW_STUCK_AFTER s (its netcheck hung, or its link was cut: nothing else would tel
 
 Store keys, under netcheck/RUN/bw/:
     pg/...     the workers' process groups (PrefixStore)
-    alive/K    node K's beat, a counter it raises every BW_ABORT_POLL s
+    alive/K    node K's beat, a counter it raises every BW_ABORT_POLL s (alive/posted: who beats)
     abort      a node saw a worker die, hang or fail, or the host a node go quiet: everyone stops
     node/K     node K's account of its workers (NodeReport)
 """
@@ -37,7 +37,7 @@ from typing import Callable
 
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
-from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.store import POSTED, Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
@@ -48,6 +48,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 
+ALIVE = "bw/alive"   # ALIVE/K: node K's beat count; ALIVE/posted lists the nodes that beat
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
 STDERR_LINES = 20    # kept per worker, for the failure's evidence
@@ -266,23 +267,33 @@ class Watch:
         if now - self.polled < BW_ABORT_POLL:
             return False
         self.polled = now
-        self._store(lambda: self.ex.count(self.ex.key("bw/alive", self.node), 1))
+        self._store(self._beat)
         if self.node == 0 and self.heard_quiet(now):
             self.post_abort()
             return True
         return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
 
+    def _beat(self) -> None:
+        if self.ex.count(self.ex.key(ALIVE, self.node), 1) == 1:  # the first: listed for the host
+            self.ex.append(self.ex.key(ALIVE, POSTED), f"{self.node},")
+
     def heard_quiet(self, now: float) -> bool:
         """Whether a node that was beating has stopped for BW_STUCK_AFTER s: its netcheck
         hung, or its link was cut. The host's workers may be waiting on that node's in a
         collective that no reset will ever end, so the host cannot rely on them to notice.
-        A node that never beat is not judged here: it may still be starting."""
-        for n in range(1, self.nnodes):
-            count = self._store(lambda: self.ex.count(self.ex.key("bw/alive", n), 0))
-            if count and count > self.beats.get(n, (0, now))[0]:
+        A node that never beat is not judged here: it may still be starting. Every beat is
+        read in one request (a request per node per second would load the store with
+        thousands a second at thousands of nodes)."""
+        for n, count in (self._store(self._beats) or {}).items():
+            if count > self.beats.get(n, (0, now))[0]:
                 self.beats[n] = (count, now)
         self.quiet = sorted(n for n, (_, rose) in self.beats.items() if now - rose > BW_STUCK_AFTER)
         return bool(self.quiet)
+
+    def _beats(self) -> dict[int, int]:
+        """node -> its beat count, for every node that has beaten."""
+        nodes = sorted(n for n in self.ex.posted(ALIVE) if 0 < n < self.nnodes)
+        return dict(zip(nodes, self.ex.counts([self.ex.key(ALIVE, n) for n in nodes]))) if nodes else {}
 
     def _store(self, call):
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now

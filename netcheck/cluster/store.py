@@ -199,6 +199,15 @@ class Exchange:
         compare_set with an empty expected value writes "" only where the key is missing."""
         return self._call("compare_set", key, "", "").decode("utf-8", "replace")
 
+    def counts(self, keys: list[str]) -> list[int]:
+        """The counters (Exchange.count) under keys, in one request where all exist; 0 for
+        one that does not, or that holds something else."""
+        if self.has_all(keys):
+            values = self._call("multi_get", keys)
+        else:
+            values = [self._call("get", k) if self.has(k) else b"0" for k in keys]
+        return [int(v) if v.isdigit() else 0 for v in values]
+
     def read_many(self, cls, keys: list[str]) -> dict:
         """key -> value (or the codec.DecodeError it raised) for each of keys that exists.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 
 from tabulate import tabulate
 
@@ -28,14 +29,17 @@ LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 # JSON, --exclude-file and --prom always hold everything.
 SHOWN = 8
 TABLES_UP_TO = 16
+# Beyond TABLES_UP_TO nodes, without -v: this many evidence lines per finding, and the
+# passing checks on one line.
+SHOWN_AT_SCALE = 4
 
 
 def render_text(report: Report, verbose: bool = False) -> str:
     lines = [_header(report), ""]
-    lines += _findings(report, verbose)
     full = verbose or len(report.nodes) <= TABLES_UP_TO
+    lines += _findings(report, verbose, full)
     if report.nodes and report.role == "host":
-        lines += ["", _nodes_table(report) if full else _nodes_count(report)]
+        lines += ["", _nodes_table(report)] if full else ["", _nodes_count(report)] + _offenders(report)
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
@@ -92,21 +96,25 @@ def _header(report: Report) -> str:
             f"- verdict {LABELS[report.verdict]}")
 
 
-def _findings(report: Report, verbose: bool) -> list[str]:
+def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
     hostnames = {n.rank: n.hostname for n in report.nodes}
     word = "rank" if _seat(report) == "rank" else "node"
-    width = max((len(f.check) for f in report.findings), default=0)
+    listed = [f for f in report.findings if full or f.severity != "pass"]
+    width = max((len(f.check) for f in listed), default=0)
     lines = []
-    for f in report.findings:
+    for f in listed:
         at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" else ""
         lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
         if f.severity != "pass" or verbose:
-            shown = f.evidence if verbose else f.evidence[:SHOWN]
+            shown = f.evidence if verbose else f.evidence[:SHOWN if full else SHOWN_AT_SCALE]
             lines += [f"      {e}" for e in shown]
             if len(shown) < len(f.evidence):
                 lines.append(f"      ... {len(f.evidence) - len(shown)} more (-v, or the JSON)")
         if f.fix and f.severity != "pass":
             lines.append(f"      fix: {f.fix}")
+    passed = [f.check for f in report.findings if f.severity == "pass" and f not in listed]
+    if passed:
+        lines.append(f"PASS  {len(passed)} more checks: {', '.join(dict.fromkeys(passed))} (-v for each)")
     return lines
 
 
@@ -122,6 +130,17 @@ def _at(ranks: tuple[int, ...], hostnames: dict[int, str], word: str, verbose: b
 def _nodes_count(report: Report) -> str:
     return (f"{len(report.nodes)} nodes: {len(report.healthy_nodes)} healthy, {len(report.faulty_nodes)} faulty "
             "(the table of every node: -v, or the JSON)")
+
+
+def _offenders(report: Report) -> list[str]:
+    """The nodes named by the most findings that are not passes, most first."""
+    hostnames = {n.rank: n.hostname for n in report.nodes}
+    counts = Counter(r for f in report.findings if f.severity != "pass" for r in f.nodes)
+    if not counts:
+        return []
+    top = [f"{hostnames.get(r, f'rank {r}')} ({n})" for r, n in counts.most_common(SHOWN)]
+    more = f" and {len(counts) - len(top)} more" if len(counts) > len(top) else ""
+    return [f"most named (findings): {', '.join(top)}{more}"]
 
 
 def _nodes_table(report: Report) -> str:
