@@ -121,9 +121,9 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         rosters[data] = codec.loads(rendezvous.Roster, data, 1 << 30)
     seat.roster = rosters[data]
     stamps["roster"].append(time.time())
+    if seat.rank is None and rank == faults["duplicate"]:
+        return  # the claimant of a rank that came second: not seated, it goes
     if seat.rank != rank:
-        if facts.hostname == plan["duplicate_hostname"]:
-            return  # the second claimant of a rank: not seated, it goes
         raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
     offset = 30.0 if rank == faults["clock"] else 0.001
     peers = rendezvous.lookup_targets(seat.roster, seat.arrival)

@@ -87,8 +87,10 @@ def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
         if not hits:
             problems.append(f"{fault} (rank {f[fault]}) is not named under {check}")
     # The faulty nodes are those that fail (a skewed clock warns); a missing node's
-    # hostname is unknown, so only its rank can be named.
-    expected = {f"sim{f[k]:04d}" for k in ("mesh", "env", "duplicate")}
+    # hostname is unknown, so only its rank can be named; of a rank's two claimants, the
+    # one seated (whichever came first) is.
+    seated = next((n["hostname"] for n in report["nodes"] if n["rank"] == f["duplicate"]), "?")
+    expected = {f"sim{f['mesh']:04d}", f"sim{f['env']:04d}", seated}
     if set(report["faulty_nodes"]) != expected:
         problems.append(f"faulty_nodes {sorted(report['faulty_nodes'])}, expected {sorted(expected)}")
     for name in expected:

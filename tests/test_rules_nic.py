@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from netcheck.rules import nic as nic_rules
 from netcheck.cluster import mesh
 from netcheck.cluster.mesh import Attempt
@@ -99,6 +101,16 @@ def test_a_node_that_reaches_no_peer_is_named_alone_and_a_broken_pair_between_ot
     (finding,) = nic_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
     assert finding.nodes == (0, 1, 3)
     assert finding.summary == "7 of 30 node-to-node directions connect on no interface; node3 reach(es) no peer"
+
+
+def test_a_sampled_mesh_tests_every_node_both_ways_with_a_bounded_number_of_connections():
+    """sample:8 at 1,024 nodes: each node connects to 10 peers (ring neighbours and 8 drawn),
+    is connected to by at least its 2 ring neighbours, and by no more than a few dozen."""
+    ranks = list(range(1024))
+    out = {r: mesh.targets(r, ranks, 8, "run") for r in ranks}
+    inbound = Counter(t for peers in out.values() for t in peers)
+    assert {len(peers) for peers in out.values()} == {10}
+    assert min(inbound[r] for r in ranks) >= 2 and max(inbound.values()) <= 30, inbound.most_common(3)
 
 
 def test_a_sampled_mesh_names_the_one_bad_node_among_a_thousand():

@@ -267,8 +267,9 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     slow = tuple(r for r, s in speeds.items() if s is None or s < fastest)
     if not slow:
         return [Finding(NIC_SPEED, PASS, tuple(names), f"every node's link runs at {fastest} Mb/s", evidence)]
+    slow_first = tuple(sorted(evidence, key=lambda line: line.split(":")[0] not in {names[r] for r in slow}))
     return [Finding(NIC_SPEED, WARN, slow, f"{', '.join(names[r] for r in slow)}: link slower than "
-                    f"its peers' {fastest} Mb/s, or unknown", evidence,
+                    f"its peers' {fastest} Mb/s, or unknown", slow_first,
                     "check cabling, autonegotiation (ethtool IF) and the switch port")]
 
 
