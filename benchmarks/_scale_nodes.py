@@ -49,11 +49,12 @@ def raise_fd_limit() -> int:
 
 
 class Greeters:
-    """Every simulated node's mesh listener, answered by one thread."""
+    """Every simulated node's mesh listener, answered by one thread as netcheck answers its own."""
 
     def __init__(self):
         self.selector = selectors.DefaultSelector()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread = threading.Thread(target=mesh.serve_greetings, args=(self.selector, threading.Event()),
+                                       daemon=True)
 
     def listen(self, address: str, greeting: bytes) -> int:
         sock = socket.socket()
@@ -62,21 +63,6 @@ class Greeters:
         sock.setblocking(False)
         self.selector.register(sock, selectors.EVENT_READ, greeting)
         return sock.getsockname()[1]
-
-    def _serve(self) -> None:
-        while True:
-            for key, _ in self.selector.select(timeout=1.0):
-                try:
-                    conn, _ = key.fileobj.accept()
-                except OSError:
-                    continue
-                with conn:
-                    try:
-                        conn.setblocking(True)
-                        conn.settimeout(0.5)
-                        conn.sendall(key.data)
-                    except OSError:
-                        pass
 
 
 class Requests:

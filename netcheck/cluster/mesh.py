@@ -135,7 +135,7 @@ class Listeners:
                 sock.close()
                 continue
             sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ)
+            self.selector.register(sock, selectors.EVENT_READ, self.greeting)
             self.sockets.append((ifname, sock))
         self.thread.start()
         return self
@@ -145,21 +145,7 @@ class Listeners:
             Candidate(ifname, *sock.getsockname()[:2]) for ifname, sock in self.sockets))
 
     def _serve(self) -> None:
-        # Each connection gets the greeting and is closed at once: a flood of connections
-        # costs an accept and a send each, never a thread or a buffer.
-        while not self.stop.is_set():
-            for key, _ in self.selector.select(timeout=0.1):
-                try:
-                    conn, _ = key.fileobj.accept()
-                except OSError:
-                    continue
-                with conn:
-                    try:
-                        conn.setblocking(True)
-                        conn.settimeout(0.5)
-                        conn.sendall(self.greeting)
-                    except OSError:
-                        pass
+        serve_greetings(self.selector, self.stop)
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
@@ -168,6 +154,25 @@ class Listeners:
             self.selector.unregister(sock)
             sock.close()
         self.selector.close()
+
+
+def serve_greetings(selector: selectors.BaseSelector, stop: threading.Event) -> None:
+    """Answer every connection to the selector's listening sockets with the greeting each
+    was registered with, until stop. Each connection gets the greeting and is closed at
+    once: a flood of connections costs an accept and a send each, never a thread or a buffer."""
+    while not stop.is_set():
+        for key, _ in selector.select(timeout=0.1):
+            try:
+                conn, _ = key.fileobj.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.setblocking(True)
+                    conn.settimeout(0.5)
+                    conn.sendall(key.data)
+                except OSError:
+                    pass
 
 
 def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicTable,
