@@ -19,7 +19,6 @@ import dataclasses
 import datetime
 import json
 import os
-import resource
 import selectors
 import socket
 import sys
@@ -39,13 +38,8 @@ from netcheck.core.model import ClockSample, Launch, NodeResults, Resolution  # 
 from netcheck.core.nictable import Address  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
+from netcheck.facts.probe import allow_a_connection_per_node  # noqa: E402
 from netcheck.phases import env as env_phase, mesh as mesh_phase, rendezvous as rdzv_phase  # noqa: E402
-
-
-def raise_fd_limit() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
 
 
 class Greeters:
@@ -144,7 +138,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
 def main() -> None:
     plan_path, first, last, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     plan = json.loads(Path(plan_path).read_text())
-    raise_fd_limit()
+    allow_a_connection_per_node()  # a store connection and a mesh listener per node, as netcheck's host lifts it
     dist = import_distributed()
     base = gather_facts(plan["run_id"], Launch("flags", 1, plan["nodes"] - 1, plan["nodes"], 1))
     env = gather_env((), os.environ)

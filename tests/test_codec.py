@@ -289,3 +289,11 @@ def test_a_dict_where_a_record_belongs_never_becomes_anything_but_that_record():
     text = json.dumps({"run_id": {"__reduce__": "os.system"}, "hostname": "h", "node_rank": None})
     with pytest.raises(DecodeError, match=r"^\$\.run_id: expected str, got dict$"):
         codec.loads(Visitor, text, 1000)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("42", 42), (b"7", 7), ("123456789", 123456789),
+    ("", None), ("²", None), ("1²", None), ("-1", None), (" 1", None), ("1" * 10, None), ("9" * 5000, None),
+])
+def test_small_int_takes_ascii_digits_only_and_at_most_nine(text, value):
+    assert codec.small_int(text) == value

@@ -190,13 +190,13 @@ def test_one_ping_scan_answers_every_ping_listed_and_a_cut_short_scan_resumes():
     state = HostState({}, [])
     for v in (1, 2, 3):
         ping(ex, v, 0)
-    ex.append(ex.key(PINGS, shared=True), "junk,99999999/0,")  # anyone may append: skipped
+    ex._call("append", ex.key(PINGS, shared=True), "junk²/0,99999999/0,1/²")  # anyone may append: skipped
     ping(ex, 3, 1)
     _answer_pings(ex, state, Deadline(0.0))     # out of time before the first ping
     assert not any(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
     _answer_pings(ex, state, Deadline(10.0))
     assert all(ex.has(ex.key("pong", v, k, shared=True)) for v, k in ((1, 0), (2, 0), (3, 0), (3, 1)))
-    assert state.pings_answered == 6
+    assert state.pings_answered == 7
 
 
 @pytest.mark.compat
@@ -208,9 +208,10 @@ def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wa
     for i in range(count):
         if i not in (1, 3):
             ex.post("result", i, i * 10)
-    ex.append(ex.key("result", "posted"), "1,")  # listed, never written
+    ex.enlist(ex.key("result", "posted"), "1")  # listed, never written
+    ex._call("append", ex.key("result", "posted"), "²9")  # junk without commas spoils only itself
     ex.put(ex.key("result", 3), "not an int")
-    ex.append(ex.key("result", "posted"), "3,")
+    ex.enlist(ex.key("result", "posted"), "3")
     assert collect(ex, int, "result", list(range(count)), Deadline(0.2)) == {
         i: i * 10 for i in range(count) if i not in (1, 3)}
 

@@ -218,6 +218,7 @@ class Watch:
     backend: tuple[str, str] = ("", "")
     abort_at: float | None = None
     polled: float = 0.0
+    listed: bool = False                  # this node's beat is on the host's list
     spawn_error: str = ""
     stopped: bool = False
     beats: dict[int, tuple[int, float]] = field(default_factory=dict)  # host: node -> (count, when it rose)
@@ -274,8 +275,10 @@ class Watch:
         return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
 
     def _beat(self) -> None:
-        if self.ex.count(self.ex.key(ALIVE, self.node), 1) == 1:  # the first: listed for the host
-            self.ex.append(self.ex.key(ALIVE, POSTED), f"{self.node},")
+        self.ex.count(self.ex.key(ALIVE, self.node), 1)
+        if not self.listed:  # the first beat: listed for the host
+            self.ex.enlist(self.ex.key(ALIVE, POSTED), str(self.node))
+            self.listed = True
 
     def heard_quiet(self, now: float) -> bool:
         """Whether a node that was beating has stopped for BW_STUCK_AFTER s: its netcheck

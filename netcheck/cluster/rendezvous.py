@@ -10,6 +10,8 @@ real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
     netcheck/RUN/roster            the host's rank assignment, once everyone is in
     netcheck/RUN/result/A          what node A learnt from the roster (clock, FQDN lookups)
     netcheck/RUN/bye/A             node A is done; the host keeps the store up until all are
+    netcheck/RUN/NAME/posted       ",A," per node that posted NAME/A (result, bye, and the later
+                                   phases' keys): the host learns who posted in one request
 
 Every wait has a deadline; nothing received is unpickled or executed.
 """
@@ -107,7 +109,7 @@ def check_run_id(ex: Exchange, deadline: Deadline) -> None:
 
 def ping(ex: Exchange, visitor: int, k: int) -> None:
     """Ask the host for its clock: it answers under pong/VISITOR/K on its next poll."""
-    ex.append(ex.key(PINGS, shared=True), f"{visitor}/{k},")
+    ex.enlist(ex.key(PINGS, shared=True), f"{visitor}/{k}")
 
 
 def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample:
@@ -132,8 +134,9 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
 
 def lookup_targets(roster: Roster, me: int) -> list[RosterEntry]:
     """The peers whose FQDN this node looks up: every other node in a cluster the mesh tests
-    in full; beyond that the host (its FQDN is the workers' MASTER_ADDR) and the peers the
-    mesh samples, so no node's lookups, and no resolver's load, grow with the cluster."""
+    in full by default; beyond that the host (its FQDN is the workers' MASTER_ADDR) and a
+    sample drawn as the mesh draws its peers (ring neighbours and MESH_SAMPLE_PEERS more), so
+    no node's lookups, and no resolver's load, grow with the cluster."""
     peers = [e for e in roster.entries if e.arrival != me]
     mine = roster.by_arrival(me)
     if mine is None or len(roster.entries) <= MESH_FULL_UP_TO:
@@ -172,6 +175,7 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
         clock = measure_clock(ex, visitor, deadline)
         seat = Seat(ex, publish_facts(ex, facts))
         seat.roster = ex.wait_read(Roster, ex.key("roster"), deadline)
+        ex.pace(len(seat.roster.entries))  # also where the launcher gave no node count
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
     except codec.DecodeError as e:
@@ -202,7 +206,7 @@ class HostState:
 
     def in_flight(self) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
-        return self.ours - len(self.arrivals)
+        return self.ours - len(self.read)
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
@@ -234,6 +238,8 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
             # both named, not one seated and the other left talking to a closed host.
             if state.in_flight() <= 0 or now - state.full_since >= IN_FLIGHT_GRACE:
                 break
+        else:
+            state.full_since = None
         if deadline.expired():
             break
         time.sleep(STORE_POLL_INTERVAL)
@@ -243,7 +249,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
 def poll_arrivals(ex: Exchange, state: HostState) -> None:
     """Read arrivals not seen yet (also after the roster: latecomers are named too).
 
-    Counters are anyone's to push, so each scan (pings, arrivals) stops after POLL_SLICE
+    Counters are anyone's to push, so each scan (pings, visitors, arrivals) stops after POLL_SLICE
     seconds of store requests and the next poll goes on from there: a poll is bounded
     whatever a foreign client counted in.
     """
@@ -285,13 +291,13 @@ def _count_our_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Answer the clock pings listed since the last scan (one request to learn them all),
     from where the last scan stopped: the list is anyone's to append to."""
-    asked = ex.text(ex.key(PINGS, shared=True)).split(",")[:-1]
+    asked = ex.listed(ex.key(PINGS, shared=True))
     for entry in asked[state.pings_answered:]:
         if scan.expired():
             return
-        v, _, k = entry.partition("/")
-        if v.isdigit() and k.isdigit() and int(v) < MAX_NODES and int(k) < CLOCK_PINGS:
-            ex.put(ex.key("pong", int(v), int(k), shared=True), time.time())
+        v, _, k = (codec.small_int(part) for part in entry.partition("/"))
+        if v is not None and k is not None and v < MAX_NODES and k < CLOCK_PINGS:
+            ex.put(ex.key("pong", v, k, shared=True), time.time())
         state.pings_answered += 1
 
 

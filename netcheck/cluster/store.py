@@ -185,14 +185,19 @@ class Exchange:
         """Put name/i and list i under name/posted, so a reader learns who posted in one
         request (collect), not one per id. The value goes first: a listed id is readable."""
         self.put(self.key(name, i), value)
-        self.append(self.key(name, POSTED), f"{i},")
+        self.enlist(self.key(name, POSTED), str(i))
 
-    def append(self, key: str, text: str) -> None:
-        self._call("append", key, text)
+    def enlist(self, key: str, entry: str) -> None:
+        """Append an entry to a list key, between commas: a foreign append spoils only itself."""
+        self._call("append", key, f",{entry},")
+
+    def listed(self, key: str) -> list[str]:
+        """A list key's entries in the order appended ([] when absent)."""
+        return [e for e in self.text(key).split(",") if e]
 
     def posted(self, name: str) -> set[int]:
         """The ids listed under name/posted (anyone may append: a listed id is only a hint)."""
-        return {int(i) for i in self.text(self.key(name, POSTED)).split(",") if i.isdigit()}
+        return {i for e in self.listed(self.key(name, POSTED)) if (i := codec.small_int(e)) is not None}
 
     def text(self, key: str) -> str:
         """A key's value as text, "" when absent, in one request that never waits:
@@ -200,13 +205,13 @@ class Exchange:
         return self._call("compare_set", key, "", "").decode("utf-8", "replace")
 
     def counts(self, keys: list[str]) -> list[int]:
-        """The counters (Exchange.count) under keys, in one request where all exist; 0 for
-        one that does not, or that holds something else."""
+        """The counters (Exchange.count) under keys: one check and one multi_get where all
+        exist; 0 for one that does not, or that holds something else."""
         if self.has_all(keys):
             values = self._call("multi_get", keys)
         else:
             values = [self._call("get", k) if self.has(k) else b"0" for k in keys]
-        return [int(v) if v.isdigit() else 0 for v in values]
+        return [codec.small_int(v) or 0 for v in values]
 
     def read_many(self, cls, keys: list[str]) -> dict:
         """key -> value (or the codec.DecodeError it raised) for each of keys that exists.
@@ -263,12 +268,12 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     while pending:  # one look at least, also past the deadline: what is there counts
         over = deadline.expired() or (quiet is not None and time.monotonic() - heard >= quiet)
         new = _ready(ex, name, pending, over)
-        heard = time.monotonic() if new else heard
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
         for i in new:
             value = values.get(ex.key(name, i))
             if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
+                heard = time.monotonic()
                 if not isinstance(value, codec.DecodeError):
                     found[i] = value
         if not pending or over:
@@ -279,11 +284,14 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
 
 def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool) -> list[int]:
     """The pending ids whose value is there, in one request a look: for many ids, from the
-    posted list; for a few, one check of them all, key by key only on the last look."""
+    posted list; for a few, one check of them all. On the last look the ids not found so
+    are asked after key by key (a value posted whose listing never came is still read)."""
     ids = sorted(pending)
-    if len(ids) > FEW_IDS:
-        return sorted(pending & ex.posted(name))
     keys = [ex.key(name, i) for i in ids]
-    if ex.has_all(keys):
-        return ids
-    return [i for i, k in zip(ids, keys) if ex.has(k)] if last_look else []
+    if len(ids) > FEW_IDS:
+        ready = pending & ex.posted(name)
+    else:
+        ready = pending if ex.has_all(keys) else set()
+    if last_look:
+        ready |= {i for i, k in zip(ids, keys) if i not in ready and ex.has(k)}
+    return sorted(ready)

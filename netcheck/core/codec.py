@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import types
 import typing
 from typing import Any, Callable, TypeVar
@@ -37,6 +38,14 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): to_plain(v) for k, v in value.items()}
     return value
+
+
+def small_int(text: str | bytes) -> int | None:
+    """A count or id a peer wrote as text: ASCII digits only, at most 9 ("²".isdigit() is
+    true and int() refuses it; int() refuses thousands of digits too); None otherwise."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else None
 
 
 def dumps(value: Any, indent: int | None = None) -> str:

@@ -198,16 +198,21 @@ def listen(port: int) -> socket.socket:
             sock = _listening_socket(socket.AF_INET, ("0.0.0.0", port))
         except OSError as e:
             raise PortTaken(port, port_holders(port), e) from None
-    _allow_a_connection_per_node()
+    allow_a_connection_per_node()
     return sock
 
 
-def _allow_a_connection_per_node() -> None:
+def allow_a_connection_per_node() -> None:
     """The store holds a connection per node: lift the soft descriptor limit (1,024 on many
-    systems) to the hard one, or a host of more nodes fails at accept with EMFILE."""
+    systems) toward two per node of MAX_NODES, within the hard limit, or a host of more
+    nodes fails at accept with EMFILE. Where the system refuses, the limit stays."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    wanted = 2 * MAX_NODES if hard == resource.RLIM_INFINITY else min(hard, 2 * MAX_NODES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _listening_socket(family: int, sockaddr: tuple) -> socket.socket:

@@ -112,9 +112,9 @@ def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
                 lines.append(f"      ... {len(f.evidence) - len(shown)} more (-v, or the JSON)")
         if f.fix and f.severity != "pass":
             lines.append(f"      fix: {f.fix}")
-    passed = [f.check for f in report.findings if f.severity == "pass" and f not in listed]
+    passed = list(dict.fromkeys(f.check for f in report.findings if f.severity == "pass" and not full))
     if passed:
-        lines.append(f"PASS  {len(passed)} more checks: {', '.join(dict.fromkeys(passed))} (-v for each)")
+        lines.append(f"PASS  {len(passed)} more checks: {', '.join(passed)} (-v for each)")
     return lines
 
 

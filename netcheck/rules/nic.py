@@ -259,7 +259,10 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     speeds = {m.rank: used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
     known = {r: s for r, s in speeds.items() if s is not None}
     names = hostnames(members)
-    evidence = tuple(f"{names[r]}: {f'{s} Mb/s' if s else 'unknown'}" for r, s in sorted(speeds.items()))
+    def line(r: int) -> str:
+        return f"{names[r]}: {f'{speeds[r]} Mb/s' if speeds[r] else 'unknown'}"
+
+    evidence = tuple(line(r) for r in sorted(speeds))
     if not known:
         return [Finding(NIC_SPEED, PASS, tuple(speeds), "link speeds are not reported (virtual "
                         "interfaces); the bandwidth phase measures them", evidence)]
@@ -267,7 +270,7 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     slow = tuple(r for r, s in speeds.items() if s is None or s < fastest)
     if not slow:
         return [Finding(NIC_SPEED, PASS, tuple(names), f"every node's link runs at {fastest} Mb/s", evidence)]
-    slow_first = tuple(sorted(evidence, key=lambda line: line.split(":")[0] not in {names[r] for r in slow}))
+    slow_first = tuple(line(r) for r in sorted(speeds, key=lambda r: (r not in slow, r)))
     return [Finding(NIC_SPEED, WARN, slow, f"{', '.join(names[r] for r in slow)}: link slower than "
                     f"its peers' {fastest} Mb/s, or unknown", slow_first,
                     "check cabling, autonegotiation (ethtool IF) and the switch port")]

@@ -174,7 +174,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
         if looked_up >= len(members) * (len(members) - 1):
             return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), "every node resolves every other node's FQDN")]
         return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), f"every node resolves the FQDNs it looked up "
-                        f"({looked_up}: the host's and its mesh peers', in a cluster this large)")]
+                        f"({looked_up}: the host's and a sample of peers', in a cluster this large)")]
     return [Finding(RDZV_FQDN, FAIL, tuple(sorted(problems)),
                     f"{len(evidence)} FQDN lookup(s) between nodes fail or point elsewhere",
                     tuple(evidence), "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
