@@ -96,7 +96,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key("roster")
-    data = ex._call("get", ex.key("roster"))  # every node fetches it; decoded once per process
+    data = ex.text(ex.key("roster"))  # every node fetches it; decoded once per process
     if data not in rosters:
         rosters[data] = codec.loads(rendezvous.Roster, data, 1 << 30)
     seat.roster = rosters[data]
@@ -106,7 +106,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     if seat.rank != rank:
         raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
     offset = 30.0 if rank == faults["clock"] else 0.001
-    peers = rendezvous.lookup_targets(seat.roster, seat.arrival)
+    peers = rendezvous.lookup_targets(seat.roster, seat.arrival, plan["run_id"])
     ex.post(rendezvous.RESULT, seat.arrival, NodeResults(
         ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
     yield ex.key(rdzv_phase.ALIVE)

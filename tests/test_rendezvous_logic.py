@@ -7,12 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from netcheck.core.model import Launch, Member, NodeFacts
+from netcheck.core.model import Launch, Member, NodeFacts, Visitor
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange, collect
-from netcheck.cluster.rendezvous import PINGS, HostState, _answer_pings, host_gather, ping, publish_facts, sign_in
+from netcheck.cluster.rendezvous import (
+    PINGS, HostState, _answer_pings, host_gather, ping, publish_facts, read_visitors, sign_in,
+)
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core.compat import import_distributed
 
@@ -186,11 +188,11 @@ def local_store():
 
 @pytest.mark.compat
 def test_one_ping_scan_answers_every_ping_listed_and_a_cut_short_scan_resumes():
-    _, ex = local_store()
+    server, ex = local_store()
     state = HostState({}, [])
     for v in (1, 2, 3):
         ping(ex, v, 0)
-    ex._call("append", ex.key(PINGS, shared=True), "junk²/0,99999999/0,1/²")  # anyone may append: skipped
+    server.append(ex.key(PINGS, shared=True), "junk²/0,99999999/0,1/²")  # anyone may append: skipped
     ping(ex, 3, 1)
     _answer_pings(ex, state, Deadline(0.0))     # out of time before the first ping
     assert not any(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
@@ -204,16 +206,29 @@ def test_one_ping_scan_answers_every_ping_listed_and_a_cut_short_scan_resumes():
 def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wait(count):
     """An id someone listed without a value stays pending (multi_get would wait for its
     key), and a value that does not decode is absent."""
-    _, ex = local_store()
+    server, ex = local_store()
     for i in range(count):
         if i not in (1, 3):
             ex.post("result", i, i * 10)
     ex.enlist(ex.key("result", "posted"), "1")  # listed, never written
-    ex._call("append", ex.key("result", "posted"), "²9")  # junk without commas spoils only itself
+    server.append(ex.key("result", "posted"), "²9")  # junk without commas spoils only itself
     ex.put(ex.key("result", 3), "not an int")
     ex.enlist(ex.key("result", "posted"), "3")
     assert collect(ex, int, "result", list(range(count)), Deadline(0.2)) == {
         i: i * 10 for i in range(count) if i not in (1, 3)}
+
+
+def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_later():
+    _, ex = local_store()
+    state = HostState({}, [])
+    ex.count(ex.key("visitors", shared=True), 3)
+    ex.put(ex.key("visitor", 0, shared=True), Visitor("netcheck", "a", 1), signed=False)
+    ex.put(ex.key("visitor", 2, shared=True), Visitor("other", "c", None), signed=False)
+    read_visitors(ex, state, Deadline(10.0))
+    assert (sorted(state.visitors), state.visitors_seen, state.in_flight("netcheck")) == ([0, 2], 1, 1)
+    ex.put(ex.key("visitor", 1, shared=True), Visitor("netcheck", "b", 2), signed=False)
+    read_visitors(ex, state, Deadline(10.0))
+    assert (state.visitors_seen, state.in_flight("netcheck")) == (3, 2)
 
 
 @pytest.mark.compat

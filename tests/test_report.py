@@ -84,5 +84,5 @@ def test_a_thousand_node_report_with_five_faulty_nodes_fits_one_screen_and_names
     assert "1022 nodes: 1019 healthy, 5 faulty" in text
     assert "... 1018 more (-v, or the JSON)" in text
     assert "PASS  2 more checks: rdzv.listen, nic.mtu (-v for each)" in text
-    assert "most named (findings): rank 1022 (1), rank 1023 (1), gpu0017 (1), gpu0300 (1), gpu0301 (1)" in text
+    assert "most named (findings): node rank 1022 (1), node rank 1023 (1), gpu0017 (1), gpu0300 (1), gpu0301 (1)" in text
     assert len(render_text(rep, verbose=True).splitlines()) > 3000, "-v keeps every line"

@@ -26,7 +26,8 @@ from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_c
 from netcheck.cluster.store import Exchange, RendezvousError, first_line
 from netcheck.core import codec
 from netcheck.core.constants import (
-    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, POLL_SLICE, STORE_POLL_INTERVAL,
+    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, POLL_SLICE,
+    STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
@@ -132,7 +133,7 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
     return arrival
 
 
-def lookup_targets(roster: Roster, me: int) -> list[RosterEntry]:
+def lookup_targets(roster: Roster, me: int, seed: str) -> list[RosterEntry]:
     """The peers whose FQDN this node looks up: every other node in a cluster the mesh tests
     in full by default; beyond that the host (its FQDN is the workers' MASTER_ADDR) and a
     sample drawn as the mesh draws its peers (ring neighbours and MESH_SAMPLE_PEERS more), so
@@ -142,19 +143,19 @@ def lookup_targets(roster: Roster, me: int) -> list[RosterEntry]:
     if mine is None or len(roster.entries) <= MESH_FULL_UP_TO:
         return peers
     ranks = [e.rank for e in roster.entries]
-    chosen = set(targets(mine.rank, ranks, MESH_SAMPLE_PEERS, str(len(ranks)))) | {0}
+    chosen = set(targets(mine.rank, ranks, MESH_SAMPLE_PEERS, seed)) | {0}
     return [e for e in peers if e.rank in chosen]
 
 
-def lookup_peers(roster: Roster, me: int) -> tuple[Resolution, ...]:
+def lookup_peers(roster: Roster, me: int, seed: str) -> tuple[Resolution, ...]:
     """Resolve the target peers' FQDNs from here, as their workers would resolve MASTER_ADDR."""
-    peers = lookup_targets(roster, me)
+    peers = lookup_targets(roster, me, seed)
     answers = resolve_many([e.fqdn for e in peers], LOOKUP_TIMEOUT)
     return tuple(Resolution(e.rank, e.fqdn, *answers[e.fqdn]) for e in peers)
 
 
 def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
-    results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival))
+    results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival, seat.exchange.run_id))
     seat.exchange.post(RESULT, seat.arrival, results)
     return results
 
@@ -200,13 +201,13 @@ class HostState:
     arrivals_seen: int = 0   # every arrival below this one is read
     last_arrival: float = 0.0
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
-    visitors_seen: int = 0   # visitor records read so far
-    ours: int = 0            # of them, visitors of this run (the host included)
+    visitors: dict[int, Visitor | None] = field(default_factory=dict)  # records read (None: garbage)
+    visitors_seen: int = 0   # every visitor record below this one is read
     full_since: float | None = None   # when the seats filled up
 
-    def in_flight(self) -> int:
+    def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
-        return self.ours - len(self.read)
+        return sum(1 for v in self.visitors.values() if v and v.run_id == run_id) - len(self.read)
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
@@ -236,7 +237,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
             state.full_since = state.full_since or now
             # One still in its handshake is heard out: two claimants of a rank are then
             # both named, not one seated and the other left talking to a closed host.
-            if state.in_flight() <= 0 or now - state.full_since >= IN_FLIGHT_GRACE:
+            if state.in_flight(ex.run_id) <= 0 or now - state.full_since >= IN_FLIGHT_GRACE:
                 break
         else:
             state.full_since = None
@@ -254,7 +255,7 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     whatever a foreign client counted in.
     """
     _answer_pings(ex, state, Deadline(POLL_SLICE))
-    _count_our_visitors(ex, state, Deadline(POLL_SLICE))
+    read_visitors(ex, state, Deadline(POLL_SLICE))
     scan = Deadline(POLL_SLICE)
     arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
     for a in range(state.arrivals_seen, arrivals):
@@ -274,17 +275,21 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
         state.arrivals_seen += 1
 
 
-def _count_our_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
-    """Read the visitor records not read yet; count those of this run."""
-    visitors = min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)
-    while state.visitors_seen < visitors and not scan.expired():
-        key = ex.key("visitor", state.visitors_seen, shared=True)
-        if not ex.has(key):
-            return  # counted in, not written yet: read on a later poll
+def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
+    """Read the visitor records not read yet, until the scan's deadline (the counter is
+    anyone's). One counted but not written yet is looked at again on a later read, and
+    does not hide the visitors after it."""
+    for v in range(state.visitors_seen, min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
+        if scan.expired():
+            break
+        key = ex.key("visitor", v, shared=True)
+        if v in state.visitors or not ex.has(key):
+            continue
         try:
-            state.ours += ex.read(Visitor, key, signed=False).run_id == ex.run_id
+            state.visitors[v] = ex.read(Visitor, key, signed=False)
         except codec.DecodeError:
-            pass
+            state.visitors[v] = None
+    while state.visitors_seen in state.visitors:
         state.visitors_seen += 1
 
 
@@ -311,34 +316,22 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
     return seat.roster
 
 
-def read_visitors(ex: Exchange, deadline: Deadline) -> list[Visitor]:
-    """Every visitor record there is, as far as the deadline allows (the counter is anyone's)."""
-    visitors = []
-    for v in range(min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
-        if deadline.expired():
-            break
-        key = ex.key("visitor", v, shared=True)
-        try:
-            if ex.has(key):
-                visitors.append(ex.read(Visitor, key, signed=False))
-        except codec.DecodeError:
-            continue
-    return visitors
-
-
-def gathering(ex: Exchange, roster: Roster, arrivals: dict[int, NodeFacts],
+def gathering(ex: Exchange, roster: Roster, state: HostState,
               results: dict[int, NodeResults], duplicates, extras: list[int],
               expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
-              malformed: list[str], waited: float, deadline: Deadline) -> Gathering:
+              waited: float, deadline: Deadline) -> Gathering:
     """What the rules need of the rendezvous; expected is (MIN, MAX) of --nnodes: ranks below
-    MIN are owed, seats up to MAX may be taken."""
+    MIN are owed, seats up to MAX may be taken. Visitors come from the host's poll, read on
+    to the deadline (who came since)."""
     low, high = expected
+    arrivals = state.arrivals
     members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
     ranks = {e.rank for e in roster.entries}
     missing = tuple(r for r in range(low or 0) if r not in ranks)
     unseated = tuple(unseated_reason(arrivals[a], high) for a in extras)
-    foreign = tuple(v for v in read_visitors(ex, deadline) if v.run_id != ex.run_id)
+    read_visitors(ex, state, deadline)
+    foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
-                     foreign, tuple(malformed), round(waited, 3))
+                     foreign, tuple(state.malformed), round(waited, 3))
 
 

@@ -26,15 +26,15 @@ def host(run: Run) -> rendezvous.Seat | None:
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
             ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
-        arrivals, malformed = dict(run.arrivals.arrivals), run.arrivals.malformed
+        arrivals = dict(run.arrivals.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, ClockSample(0.0, 0.0))
         results = collect(ex, NodeResults, rendezvous.RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=RESULTS_WAIT)
-        gathered = rendezvous.gathering(ex, roster, arrivals, results, duplicates, extras,
+        gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
-                                        malformed, waited, run.phase_deadline(RESULTS_WAIT))
+                                        waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members
         run.findings += rdzv_rules.reach_summary(run.members)
         run.findings += rdzv_rules.join_findings(gathered)

@@ -138,7 +138,8 @@ def _offenders(report: Report) -> list[str]:
     counts = Counter(r for f in report.findings if f.severity != "pass" for r in f.nodes)
     if not counts:
         return []
-    top = [f"{hostnames.get(r, f'rank {r}')} ({n})" for r, n in counts.most_common(SHOWN)]
+    word = "rank" if _seat(report) == "rank" else "node rank"
+    top = [f"{hostnames.get(r, f'{word} {r}')} ({n})" for r, n in counts.most_common(SHOWN)]
     more = f" and {len(counts) - len(top)} more" if len(counts) > len(top) else ""
     return [f"most named (findings): {', '.join(top)}{more}"]
 
