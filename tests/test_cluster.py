@@ -277,9 +277,12 @@ def test_teardown_when_the_body_raises(cluster):
 
 def harness_process() -> subprocess.Popen:
     """A separate Python process that builds a cluster, prints its prefix and waits."""
+    # The prefix is printed once the node's process is `sleep` itself: until then the shell
+    # that sets its hostname (and its `hostname` child) are in the namespace too.
     code = (f"import sys, time; sys.path.insert(0, {str(TESTS_DIR)!r})\n"
             "from cluster import Cluster, NodeSpec\n"
-            "c = Cluster([NodeSpec()]).up(); c.popen(0, ['sleep', '100'])\n"
+            "c = Cluster([NodeSpec()]).up(); p = c.popen(0, ['sleep', '100'])\n"
+            "while not open(f'/proc/{p.pid}/cmdline', 'rb').read().startswith(b'sleep'): time.sleep(0.01)\n"
             "print(c.prefix, flush=True); time.sleep(60)\n")
     return subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
