@@ -15,11 +15,12 @@ from typing import Sequence
 
 from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
+from netcheck.core import stop
 from netcheck.config import (
     BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
-    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_INTERRUPTED, EXIT_PASS,
+    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
     INSPECT_TIMEOUT,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
@@ -189,22 +190,10 @@ def entry() -> None:
     os._exit(code)
 
 
-class _Stop:
-    """SIGTERM (scancel, a pod deleted) ends the run the way Ctrl-C does: the report so far,
-    then exit 128 + SIGTERM, never a silent death."""
-
-    signum: int | None = None
-
-    @classmethod
-    def on_signal(cls, signum, frame):
-        cls.signum = signum
-        raise KeyboardInterrupt
-
-
 def run_and_render(config: Config) -> int:
     from netcheck.phases.runner import run_check
 
-    signal.signal(signal.SIGTERM, _Stop.on_signal)
+    signal.signal(signal.SIGTERM, stop.on_sigterm)
     outcome = run_check(config, progress_printer(config.quiet))
     rep = outcome.report
     # Under torchrun every worker runs netcheck: rank 0 speaks for the cluster, the
@@ -217,10 +206,11 @@ def run_and_render(config: Config) -> int:
     emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
     if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
         plot.write_plot(rep.bandwidth, paths[3])
-    if outcome.exit_code == EXIT_INTERRUPTED:
-        how = "terminated" if _Stop.signum else "interrupted"
-        print(f"netcheck: {how}; the report above holds what was learnt", file=sys.stderr)
-        return 128 + _Stop.signum if _Stop.signum else EXIT_INTERRUPTED
+    if outcome.stopped_by is not None:
+        how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
+        print(f"netcheck: {how}; the report above holds what was learnt, and its verdict is fail",
+              file=sys.stderr)
+        return outcome.exit_code
     return outcome.exit_code
 
 

@@ -472,7 +472,15 @@ def assert_interrupted(run, phase: str) -> dict:
     assert "interrupted" in run.stderr and "verdict" in run.stdout, detail
     report = run.report
     assert report["unfinished"] == phase and phase in report["timings"], report
+    assert_stopped(report, "sigint")
     return report
+
+
+def assert_stopped(report: dict, kind: str) -> None:
+    """A run a signal ended is a fail, and says so under run.stopped, naming its phase."""
+    stopped = [f for f in report["findings"] if f["check"] == "run.stopped"]
+    assert report["verdict"] == "fail" and [f["kind"] for f in stopped] == [kind], report["findings"]
+    assert report["unfinished"] is None or report["unfinished"] in stopped[0]["summary"], stopped
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from faults import (
-    Agent, arrival_args, assert_interrupted, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
+    Agent, arrival_args, assert_interrupted, assert_stopped, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
 from netcheck.core.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
@@ -82,6 +82,7 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     # SIGTERM (scancel, a pod deleted) is handled like Ctrl-C: the report so far, exit 143.
     assert runs[2].rc == 128 + signal.SIGTERM and "terminated" in runs[2].stderr, runs[2].stderr
     assert runs[2].report["unfinished"] == "rendezvous"
+    assert_stopped(runs[2].report, "sigterm")
     assert took < scaled(3)
     interrupted = assert_interrupted(runs[3], "rendezvous")
     assert [f["check"] for f in interrupted["findings"]] == ["rdzv.resolve", "rdzv.reach"]
@@ -243,6 +244,26 @@ def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
     joiner = assert_survivor(runs[1], timeout)
     assert runs[1].seconds < timeout, "it stops waiting for a host that is gone"
     assert [f for f in joiner["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
+
+
+def test_host_terminated_during_the_rendezvous_fails_in_every_output(cluster, tmp_path):
+    """SIGTERM (scancel, a deleted pod) on a host that waits for a node that never comes:
+    exit 143, and the text, the JSON, --prom and the exclude file all say fail (run.stopped)."""
+    timeout = scaled(30)
+    prom, exclude = tmp_path / "host.prom", tmp_path / "exclude"
+    with cluster(nodes(3)) as c:
+        host = start(c, 0, ranked_args(0, 3, timeout) + ["--prom", str(prom), "--exclude-file", str(exclude)],
+                     tmp_path)
+        joiner = start(c, 1, ranked_args(1, 3, timeout), tmp_path)
+        Agent.start(c, 0, "watch", LOCAL_STORE).wait_for(r"^arrival \d+ node1$")
+        signal_and_finish(c, host, signal.SIGTERM, within=scaled(3))
+        finish_each([joiner], timeout + 10)
+
+    assert host.rc == 128 + signal.SIGTERM and "terminated" in host.stderr, host.stderr
+    assert_stopped(host.report, "sigterm")
+    assert "verdict FAIL" in host.stdout, host.stdout
+    assert 'netcheck_verdict{severity="fail"} 1' in prom.read_text()
+    assert exclude.read_text().strip() == "node0", "the node whose run did not finish is not vouched for"
 
 
 def test_joiners_lost_during_reach(cluster, tmp_path):

@@ -206,6 +206,10 @@ def test_a_host_nobody_joins_fails(cluster, tmp_path):
     assert nobody["kind"] == "alone" and nobody["nodes"] == [0], explain(runs)
     assert not runs[0].findings("rdzv.join", "pass") and not runs[1].findings("rdzv.join", "pass")
     assert alone["role"] == "host"
+    for run in runs:  # no peer, no evidence: the checks between nodes are not passed but not run
+        passed = {f["check"] for f in run.report["findings"] if f["severity"] == "pass"}
+        assert not passed & {"mesh.connect", "nic.route", "nic.nccl_default", "rdzv.fqdn", "host.clock"}, explain(runs)
+        assert "no_peer" in {f["kind"] for f in run.findings("run.skipped", "warn")}, explain(runs)
 
 
 def test_probe_subcommand_needs_no_torch(cluster, tmp_path):

@@ -166,7 +166,35 @@ def gathering(members=(), expected=3, missing=(), hostnames=(), duplicates=None,
 
 def test_join_all_pass():
     g = gathering((member(0), member(1), member(2)))
-    assert rdzv_rules.join_findings(g) == [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined in 1.2 s")]
+    assert rdzv_rules.join_findings(g) == [Finding("rdzv.join", "pass", (0, 1, 2),
+                                                   "3 node(s) joined in 1.2 s, all 3 expected")]
+
+
+def test_join_pass_says_what_it_covers():
+    counted = gathering((member(0), member(1), member(2)))
+    arrival = gathering((member(0), member(1)), expected=None)
+    assert rdzv_rules.join_findings(counted)[0].summary == "3 node(s) joined in 1.2 s, all 3 expected"
+    (passed,) = rdzv_rules.join_findings(arrival)
+    assert passed.severity == "pass" and "--nnodes N" in passed.summary and "cannot be named" in passed.summary
+
+
+def called(m: Member, hostname: str, fqdn: str | None = None) -> Member:
+    return dataclasses.replace(m, facts=dataclasses.replace(m.facts, hostname=hostname, fqdn=fqdn or hostname))
+
+
+def test_two_nodes_with_one_hostname_are_named_with_their_addresses():
+    g = gathering((member(0), called(member(1), "node1"), called(member(2), "node1")))
+    (same,) = [f for f in rdzv_rules.join_findings(g) if f.severity == "fail"]
+    assert (same.check, same.kind, same.nodes) == ("rdzv.join", "duplicate_hostname", (1, 2))
+    assert same.evidence == (f"rank 1: hostname node1, address {ADDRESS[1]}",
+                             f"rank 2: hostname node1, address {ADDRESS[2]}")
+    assert "hostnamectl" in same.fix
+
+
+def test_one_fqdn_under_two_hostnames_is_named_too():
+    g = gathering((member(0), called(member(1), "a", "gpu.example"), called(member(2), "b", "gpu.example")))
+    (same,) = [f for f in rdzv_rules.join_findings(g) if f.severity == "fail"]
+    assert same.kind == "duplicate_hostname" and same.nodes == (1, 2) and "FQDN" in same.summary
 
 
 def test_join_missing_node_named_by_the_launchers_hostname():
@@ -416,3 +444,48 @@ def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():
     probe = Probe("::1", "ipv6", "refused", "connection refused", 0.0001)
     found = rdzv_rules.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
     assert found[1].summary.startswith("[::1]:29500 refused the connection")
+
+
+def test_a_stopped_run_fails_naming_its_signal_and_phase():
+    term = run_rules.stopped_finding("SIGTERM", "rendezvous", (0,))
+    assert (term.check, term.severity, term.kind, term.nodes) == ("run.stopped", "fail", "sigterm", (0,))
+    assert "during the rendezvous phase" in term.summary
+    sigint = run_rules.stopped_finding("SIGINT", None, ())
+    assert sigint.kind == "sigint" and "before its first phase" in sigint.summary
+
+
+def test_no_peer_means_not_run_never_passed():
+    findings = run_rules.no_peer_findings(["mesh", "nic"])
+    assert [(f.check, f.severity, f.kind) for f in findings] == [("run.skipped", "warn", "no_peer")] * 2
+
+
+def test_the_hosts_verdict_is_told_worst_first_and_bounded():
+    findings = [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined"),
+                Finding("nic.mtu", "warn", (1,), "odd MTU"),
+                Finding("mesh.connect", "fail", (2,), "node2 is cut off", tuple(f"line {i}" for i in range(9)))]
+    told = run_rules.cluster_verdict(findings)
+    assert (told.verdict, told.headline) == ("fail", "node2 is cut off (and 1 more)")
+    assert [f.check for f in told.findings] == ["mesh.connect", "nic.mtu"]
+    assert len(told.findings[0].evidence) == run_rules.TOLD_EVIDENCE
+    many = [Finding("rdzv.join", "fail", (i,), f"rank {i} missing") for i in range(100)]
+    assert len(run_rules.cluster_verdict(many).findings) == run_rules.TOLD_FINDINGS
+    assert run_rules.cluster_verdict(findings[:1]).headline == "every check passed on every node"
+
+
+def test_a_joiner_keeps_the_hosts_findings_about_itself_once():
+    told = run_rules.cluster_verdict([Finding("mesh.connect", "fail", (2,), "no peer reaches node2"),
+                                      Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
+                                      Finding("rdzv.join", "fail", (3,), "rank 3 never joined")])
+    mine = [Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
+            Finding("mesh.connect", "fail", (1, 2), "1 of 2 directions connect on no interface")]
+    kept, findings = run_rules.with_host_verdict(told, (2,), [])
+    assert kept.findings == (told.findings[0],) and findings == [told.findings[0]]
+    kept, findings = run_rules.with_host_verdict(told, (1,), mine)
+    assert kept.findings == () and findings == mine[:1], "said once; the host's attribution wins"
+    kept, findings = run_rules.with_host_verdict(told, (0,), [])
+    assert findings == [] and kept.verdict == "fail" and "no peer reaches node2" in kept.headline
+
+
+def test_a_verdict_not_heard_is_no_pass():
+    unheard = run_rules.verdict_unheard(8.2)
+    assert (unheard.check, unheard.severity) == ("run.cluster", "warn") and "8 s" in unheard.summary

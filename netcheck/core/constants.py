@@ -14,7 +14,7 @@ EXIT_WARN = 1
 EXIT_FAIL = 2
 EXIT_INTERNAL = 3
 EXIT_USAGE = 64
-EXIT_INTERRUPTED = 130
+EXIT_SIGNALLED = 128  # + the signal's number: 130 for SIGINT, 143 for SIGTERM
 EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
 
 # Deadlines, in seconds.

@@ -172,6 +172,17 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class ClusterVerdict:
+    """The host's verdict as it tells the joiners before they leave: its failures and warnings,
+    so that a node the host finds faulty learns it (its exit code and its pod's status)."""
+
+    verdict: str                   # the host's: PASS | WARN | FAIL
+    headline: str                  # one line: the first failure or warning, and how many more
+    findings: tuple[Finding, ...]  # in the message, every failure and warning (bounded); in a
+                                   # joiner's report, those that name its own ranks
+
+
+@dataclass(frozen=True)
 class EnvRow:
     """One row of the env table: a key, one of its values, and the nodes that have it."""
 
@@ -209,6 +220,7 @@ class Report:
     faulty_nodes: tuple[str, ...]
     recommend_note: str = ""       # why there are no settings to recommend, when there are none
     job: JobView | None = None     # netcheck inspect: what the job's store and NCCL's RAS showed
+    cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict, when it was heard
     schema: str = REPORT_SCHEMA
 
 

@@ -28,7 +28,7 @@ def build_report(run: Run) -> Report:
         unfinished=run.unfinished,
         healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
         faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing,
-        recommend_note=rec.reason)
+        recommend_note=rec.reason, cluster=run.cluster)
 
 
 def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:

@@ -3,11 +3,17 @@ every process that came."""
 
 from __future__ import annotations
 
+import time
+
 from netcheck.cluster import rendezvous
 from netcheck.cluster.store import collect
+from netcheck.core import codec
 from netcheck.core.constants import GOODBYE_WAIT, MIN_PHASE_SECONDS
+from netcheck.core.model import ClusterVerdict
 from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
+
+VERDICT = "verdict"  # the host's ClusterVerdict, posted before it waits for goodbyes
 
 
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
@@ -25,11 +31,17 @@ def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
 
 
 def leave(run: Run, seat: rendezvous.Seat) -> None:
-    """Joiners say goodbye; the host keeps the store up until all have (FAILURES row 17)."""
+    """The host tells its verdict, then keeps the store up until every joiner has said
+    goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
     if run.role != "host":
+        if not run.host_lost:
+            with run.phase("goodbye"):
+                _hear_verdict(run, seat)
         seat.goodbye()
         return
     with run.phase("goodbye"):
+        _judge_launch(run, seat)
+        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
         arrivals = [e.arrival for e in seat.roster.entries
                     if e.arrival != seat.arrival and e.rank in run.alive]
         deadline = run.phase_deadline(GOODBYE_WAIT)
@@ -40,4 +52,16 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))
-        _judge_launch(run, seat)
+
+
+def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
+    """The host's findings about this node become its own: a node the host names faulty
+    never exits 0 (under Kubernetes each pod's status is what an operator sees)."""
+    ex, deadline = seat.exchange, run.phase_deadline(GOODBYE_WAIT)
+    started = deadline.start
+    try:
+        told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
+    except (TimeoutError, codec.DecodeError):
+        run.findings.append(run_rules.verdict_unheard(time.monotonic() - started))
+        return
+    run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)

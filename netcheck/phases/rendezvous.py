@@ -7,7 +7,7 @@ from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import Exchange, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
 from netcheck.core.constants import GOODBYE_WAIT, LOOKUP_TIMEOUT, RESULTS_WAIT
-from netcheck.core.model import ClockSample, Finding, Member, NodeResults
+from netcheck.core.model import Finding, Member, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
@@ -29,7 +29,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         arrivals = dict(run.arrivals.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
-        rendezvous.report_back(seat, ClockSample(0.0, 0.0))
+        rendezvous.report_back(seat, None)  # the host's clock is the reference, not a sample
         results = collect(ex, NodeResults, rendezvous.RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=RESULTS_WAIT)
         gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,

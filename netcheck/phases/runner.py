@@ -12,7 +12,8 @@ from typing import Callable
 
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_INTERRUPTED, MIN_PHASE_SECONDS
+from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED, MIN_PHASE_SECONDS
+from netcheck.core import stop
 from netcheck.core.model import verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
@@ -26,12 +27,19 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
     run = Run(config, progress)
     try:
         _run_phases(run)
-    except KeyboardInterrupt:
-        run.interrupted = True
+    except KeyboardInterrupt as e:
+        run.stopped_by = stop.signal_of(e)
+    if run.stopped_by is not None:
+        run.findings.append(run_rules.stopped_finding(run.stopped_by.name, run.unfinished or _last_phase(run),
+                                                      run.my_ranks()))
     if config.baseline is not None:
         draft = build_report(run)
         run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend, draft.bandwidth)
-    return Outcome(build_report(run), exit_code(run))
+    return Outcome(build_report(run), exit_code(run), run.stopped_by)
+
+
+def _last_phase(run: Run) -> str | None:
+    return next(reversed(run.timings), None)
 
 
 def _run_phases(run: Run) -> None:
@@ -60,10 +68,14 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if seat.rank not in run.alive:
         run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))
         return
-    if "mesh" in run.config.phases and _time_for(run, "mesh"):
+    between_nodes = [p for p in ("mesh", "nic") if p in run.config.phases]
+    if len(run.alive) < 2:
+        run.findings += run_rules.no_peer_findings(between_nodes)
+        between_nodes = []
+    if "mesh" in between_nodes and _time_for(run, "mesh"):
         with run.phase("mesh"):
             run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
-    if "nic" in run.config.phases:
+    if "nic" in between_nodes:
         with run.phase("nic"):
             nic.judge_interfaces(run)
     if "env" in run.config.phases and _time_for(run, "env"):
@@ -86,8 +98,8 @@ def _time_for(run: Run, phase: str) -> bool:
 
 
 def exit_code(run: Run) -> int:
-    if run.interrupted:
-        return EXIT_INTERRUPTED
+    if run.stopped_by is not None:
+        return EXIT_SIGNALLED + run.stopped_by
     if any(f.check == RUN_INTERNAL for f in run.findings):
         return EXIT_INTERNAL
     return EXIT_BY_VERDICT[verdict_of(run.findings)]

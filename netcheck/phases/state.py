@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from contextlib import contextmanager
@@ -11,11 +12,11 @@ from typing import Callable
 from netcheck.cluster import rendezvous
 from netcheck.cluster.mesh import Attempt
 from netcheck.config import Config
-from netcheck.core import compat
+from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_RESERVE
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.core.model import ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 
 
@@ -28,6 +29,7 @@ JOIN_SHARE = 0.5
 class Outcome:
     report: Report
     exit_code: int
+    stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM: the exit code is 128 + it
 
 
 @dataclass
@@ -51,8 +53,9 @@ class Run:
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
-    interrupted: bool = False
+    stopped_by: signal.Signals | None = None  # the signal that ended the run early
     host_lost: bool = False
+    cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
 
     def __post_init__(self):
         self.deadline = Deadline(self.config.timeout)
@@ -76,8 +79,8 @@ class Run:
         try:
             yield
             self.unfinished = earlier
-        except KeyboardInterrupt:
-            self.interrupted = True
+        except KeyboardInterrupt as e:
+            self.stopped_by = stop.signal_of(e)
             raise
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))

@@ -35,7 +35,10 @@ SHOWN_AT_SCALE = 4
 
 
 def render_text(report: Report, verbose: bool = False) -> str:
-    lines = [_header(report), ""]
+    lines = [_header(report)]
+    if report.cluster is not None:
+        lines.append(f"cluster: {LABELS[report.cluster.verdict]} - {report.cluster.headline} (the host's verdict)")
+    lines.append("")
     full = verbose or len(report.nodes) <= TABLES_UP_TO
     lines += _findings(report, verbose, full)
     if report.nodes and report.role == "host":

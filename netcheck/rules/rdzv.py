@@ -13,7 +13,7 @@ from netcheck.core.model import (
 from netcheck.core.nictable import address_owners
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_UNSEATED, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
+    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
     RDZV_REACH, RDZV_RESOLVE, lost_in,
 )
 
@@ -106,12 +106,43 @@ def join_findings(g: Gathering) -> list[Finding]:
     for text in g.malformed:
         findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
                                 (text,), "something other than netcheck writes to this port", kind=JOIN_MALFORMED))
+    findings += same_name_findings(g.members)
     lost = [m.rank for m in g.members if m.results is None]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
-                                f"{len(g.members)} node(s) joined in {g.waited:.1f} s"))
+                                f"{len(g.members)} node(s) joined in {g.waited:.1f} s{_coverage(g)}"))
     return findings
+
+
+def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """Nodes that call themselves by one name (booted from one image): NCCL tells hosts apart
+    by hostname, so it takes them for one machine, and an exclude list naming one names both."""
+    findings = []
+    for what, name_of in (("hostname", lambda m: m.facts.hostname), ("FQDN", lambda m: m.facts.fqdn)):
+        by_name: dict[str, list[Member]] = {}
+        for m in members:
+            by_name.setdefault(name_of(m), []).append(m)
+        for name, alike in sorted(by_name.items()):
+            if len(alike) < 2 or (what == "FQDN" and len({m.facts.hostname for m in alike}) == 1):
+                continue  # one FQDN under one hostname was said with the hostname
+            ranks = tuple(m.rank for m in alike)
+            findings.append(Finding(
+                RDZV_JOIN, FAIL, ranks, f"node ranks {', '.join(map(str, ranks))} all call themselves {name!r} "
+                f"({what}): the job's libraries and scheduler lists cannot tell them apart",
+                tuple(f"rank {m.rank}: {what} {name}, address {m.address}" for m in alike),
+                "give every node its own hostname (hostnamectl set-hostname NAME, and the same in "
+                "/etc/hosts and DNS); nodes cloned from one image also share /etc/machine-id "
+                "(systemd-machine-id-setup after removing it)", kind=JOIN_SAME_NAME))
+    return findings
+
+
+def _coverage(g: Gathering) -> str:
+    """What a pass covers: counted nodes, or only those that came."""
+    if g.expected is not None:
+        return f", all {g.expected} expected"
+    return (" (no node count was given: a node that never reached the host cannot be named "
+            "here; --nnodes N, or a launcher's count, makes an absent node a failure)")
 
 
 def _alone(g: Gathering) -> list[Finding]:
@@ -171,6 +202,8 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
                 evidence.append(f"{hostname[m.rank]} -> {r.name} (rank {r.rank}): {bad}")
     if not evidence:
         looked_up = sum(len(m.results.resolutions) for m in members if m.results)
+        if not looked_up:
+            return []  # nobody to look up: no evidence, so no pass
         if looked_up >= len(members) * (len(members) - 1):
             return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), "every node resolves every other node's FQDN")]
         return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), f"every node resolves the FQDNs it looked up "
@@ -194,8 +227,10 @@ def _bad_resolution(addresses: tuple[str, ...], error: str | None, own: set[str]
 
 
 def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
-    skewed = [m for m in members if m.results and m.results.clock
-              and abs(m.results.clock.offset) - m.results.clock.error > CLOCK_WARN_SECONDS]
+    measured = [m for m in members if m.results and m.results.clock]
+    skewed = [m for m in measured if abs(m.results.clock.offset) - m.results.clock.error > CLOCK_WARN_SECONDS]
+    if not measured:
+        return []  # the host alone (its own clock is the reference, not a sample)
     if not skewed:
         return [Finding(HOST_CLOCK, PASS, tuple(m.rank for m in members),
                         f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]

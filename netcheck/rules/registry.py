@@ -48,6 +48,8 @@ JOB_RANKS = "job.ranks"
 JOB_NCCL = "job.nccl"
 JOB_HOSTILE = "job.hostile"
 RUN_TIMEOUT = "run.timeout"
+RUN_STOPPED = "run.stopped"
+RUN_CLUSTER = "run.cluster"
 RUN_TORCH = "run.torch"
 RUN_INTERNAL = "run.internal"
 
@@ -62,6 +64,7 @@ JOIN_MALFORMED = "malformed"
 JOIN_FAILED = "join_failed"
 JOIN_NOT_SEATED = "not_seated"
 JOIN_LEFT_BEHIND = "left_behind"
+JOIN_SAME_NAME = "duplicate_hostname"
 LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
 
@@ -99,9 +102,14 @@ JOB_FOREIGN_VALUE = "foreign_value"
 JOB_RAS_MISSING = "ranks_missing"
 JOB_RAS_ERRORS = "ranks_in_error"
 
+# run.stopped's exact findings.
+STOPPED_SIGINT = "sigint"
+STOPPED_SIGTERM = "sigterm"
+
 # run.skipped's exact findings.
 SKIPPED_PHASE = "phase_skipped"
 SKIPPED_GOODBYE = "goodbye_unheard"
+SKIPPED_NO_PEER = "no_peer"
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,7 @@ CHECKS: tuple[Check, ...] = (
            JOIN_FAILED: "a joiner could not take part: store unreachable, another run id, host gone",
            JOIN_NOT_SEATED: "a joiner got no seat (its rank taken, the cluster full or started)",
            JOIN_LEFT_BEHIND: "a joiner reported back after the host's deadline",
+           JOIN_SAME_NAME: "several nodes call themselves by one hostname or FQDN",
            **{lost_in(p): f"a seated node stopped answering during the {p} phase" for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
           "a node cannot resolve another node's FQDN, or resolves it to an address that node lacks",
@@ -272,13 +281,24 @@ CHECKS: tuple[Check, ...] = (
            JOB_FOREIGN_VALUE: "garbage, the wrong type, or over the size limit"}),
     Check(RUN_SKIPPED, "run", (WARN,),
           "a phase left out, and why",
-          ("run.skipped_finding", "run.unheard_goodbyes"), "the run's deadlines and earlier findings",
+          ("run.skipped_finding", "run.unheard_goodbyes", "run.no_peer_findings"),
+          "the run's deadlines, earlier findings and the nodes still in it",
           ("test_rules_rdzv.py", "test_faults_cluster.py"),
           {SKIPPED_PHASE: "a phase was skipped: nodes missing, or too little of --timeout left",
-           SKIPPED_GOODBYE: "--timeout was spent before some nodes said goodbye; not counted as lost"}),
+           SKIPPED_GOODBYE: "--timeout was spent before some nodes said goodbye; not counted as lost",
+           SKIPPED_NO_PEER: "the mesh and the interface checks need a peer, and no other node is in the run"}),
     Check(RUN_TIMEOUT, "run", (FAIL,),
           "a phase did not finish within --timeout",
           ("run.timeout_finding",), "the run's deadline", ("test_rules_rdzv.py", "test_hostile_cluster.py")),
+    Check(RUN_STOPPED, "run", (FAIL,),
+          "a signal ended the node's run before it finished (exit 130 or 143): never a pass",
+          ("run.stopped_finding",), "the signal", ("test_rules_rdzv.py", "test_faults_cluster.py"),
+          {STOPPED_SIGINT: "interrupted: SIGINT (Ctrl-C)",
+           STOPPED_SIGTERM: "terminated: SIGTERM (scancel, a pod deleted)"}),
+    Check(RUN_CLUSTER, "run", (WARN,),
+          "a joiner left without the host's verdict on the cluster (the host's findings about a "
+          "node become that node's own when heard)",
+          ("run.verdict_unheard",), "the host's ClusterVerdict, or its absence", ("test_rules_rdzv.py",)),
     Check(RUN_TORCH, "run", (FAIL,),
           "this node's torch cannot run the phases that need it",
           ("run.torch_finding",), "the import of torch.distributed", ("test_cli.py",)),

@@ -3,11 +3,19 @@ torch, or failed inside netcheck."""
 
 from __future__ import annotations
 
-from netcheck.core.model import FAIL, WARN, Finding
+from dataclasses import replace
+
+from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.registry import (
-    RUN_INTERNAL, RUN_SKIPPED, RUN_TIMEOUT, RUN_TORCH, SKIPPED_GOODBYE, SKIPPED_PHASE,
+    MESH_CONNECT, RUN_CLUSTER, RUN_INTERNAL, RUN_SKIPPED, RUN_STOPPED, RUN_TIMEOUT, RUN_TORCH,
+    SKIPPED_GOODBYE, SKIPPED_NO_PEER, SKIPPED_PHASE, STOPPED_SIGINT, STOPPED_SIGTERM,
 )
 
+
+# The host's verdict as joiners hear it stays small at any scale: its worst findings, each with
+# a few evidence lines (the host's own report has everything).
+TOLD_FINDINGS = 32
+TOLD_EVIDENCE = 4
 
 SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
 
@@ -15,6 +23,14 @@ SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
 def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
     """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
     return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix, SKIPPED_PHASE)
+
+
+def no_peer_findings(phases: list[str]) -> list[Finding]:
+    """Checks between nodes with no other node to check against: said, never passed."""
+    return [Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was not run: no other node is in the run, "
+                    "so no path between nodes was tested", (), "run netcheck on every node of the job "
+                    "at once (--nnodes N makes an absent node a failure)", SKIPPED_NO_PEER)
+            for phase in phases]
 
 
 def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
@@ -42,3 +58,51 @@ def internal_finding(phase: str, error: BaseException) -> Finding:
     return Finding(RUN_INTERNAL, FAIL, (), f"netcheck could not run the {phase} phase: "
                    f"{type(error).__name__}: {error}", (), "this is a netcheck bug: please report it "
                    "with the JSON report")
+
+
+def stopped_finding(signal_name: str, phase: str | None, ranks: tuple[int, ...]) -> Finding:
+    """A run ended by a signal proved nothing about what it did not finish: never a pass."""
+    where = f"during the {phase} phase" if phase else "before its first phase"
+    terminated = signal_name == "SIGTERM"
+    how = "terminated by SIGTERM" if terminated else "interrupted (SIGINT, Ctrl-C)"
+    return Finding(RUN_STOPPED, FAIL, ranks, f"this node's run was {how} {where}: what it had learnt "
+                   "is above; nothing after it was checked", (),
+                   "run netcheck again and let it finish (scancel, a deleted pod or Ctrl-C stop it "
+                   "early); no check of an unfinished run is a pass", STOPPED_SIGTERM if terminated else STOPPED_SIGINT)
+
+
+def cluster_verdict(findings: list[Finding]) -> ClusterVerdict:
+    """What the host tells every joiner before they leave: its verdict in one line, and its
+    failures and warnings, worst first."""
+    bad = sorted((f for f in findings if f.severity != PASS), key=lambda f: -SEVERITIES.index(f.severity))
+    verdict = verdict_of(findings)
+    if not bad:
+        headline = "every check passed on every node"
+    else:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        headline = f"{bad[0].summary}{more}"
+    told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in bad[:TOLD_FINDINGS])
+    return ClusterVerdict(verdict, headline, told)
+
+
+# Checks only the host can attribute: a joiner sees its own connects fail, not whose fault
+# that is; once the host's verdict is heard, its attribution replaces the joiner's guess.
+HOST_ATTRIBUTES = (MESH_CONNECT,)
+
+
+def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
+                      mine: list[Finding]) -> tuple[ClusterVerdict, list[Finding]]:
+    """The host's verdict as one joiner keeps it (only the findings that name its own ranks),
+    and the joiner's findings with it: its own, less the attributions the host made better."""
+    kept = [f for f in mine if f.check not in HOST_ATTRIBUTES]
+    own = {(f.check, f.kind, f.summary) for f in kept}
+    about = tuple(f for f in told.findings if set(f.nodes) & set(ranks) and (f.check, f.kind, f.summary) not in own)
+    return replace(told, findings=about), kept + list(about)
+
+
+def verdict_unheard(seconds: float) -> Finding:
+    """A joiner that left without the host's verdict cannot vouch that the host found it healthy."""
+    return Finding(RUN_CLUSTER, WARN, (), f"the host's verdict did not reach this node in {seconds:.0f} s; "
+                   "this report is only this node's own view", (),
+                   "read the host's report: it may name this node; raise --timeout if the host "
+                   "was still busy")

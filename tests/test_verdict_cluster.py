@@ -1,0 +1,56 @@
+"""What every node's verdict stands on, on real network namespaces: a joiner the host names
+faulty learns it before it leaves (its exit code, its pod's status), a healthy joiner says
+the cluster's outcome in one line, and two nodes that call themselves by one name are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import NodeSpec
+from nodes import PORT, explain, finish_all, scaled, start
+
+pytestmark = pytest.mark.root_required
+
+
+def ranked_run(c, tmp_path, timeout=scaled(30)):
+    n = len(c.nodes)
+    args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
+                      "--timeout", str(timeout)]
+    return finish_all([start(c, i, args(i), tmp_path) for i in range(n)], timeout + 30)
+
+
+def test_a_joiner_the_host_names_faulty_never_exits_0(cluster, tmp_path):
+    """node1 takes only the rendezvous port: its own connects out all work, so only the host
+    (which hears every node's connects) can see that nobody reaches it."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.allow_only_inbound(1, [PORT])
+        runs = ranked_run(c, tmp_path)
+    host, faulty, healthy = runs
+    assert host.rc == 2 and faulty.rc == 2, explain(runs)
+    (told,) = faulty.findings("mesh.connect", "fail")
+    assert told["nodes"] == [1], told
+    assert faulty.report["cluster"]["verdict"] == "fail" and faulty.report["faulty_nodes"] == ["node1"]
+    assert healthy.rc == 0 and healthy.report["cluster"]["findings"] == [], explain(runs)
+    assert "cluster: FAIL - " in healthy.stdout and "node1" in healthy.report["cluster"]["headline"]
+    assert host.report.get("cluster") is None
+
+
+def test_a_healthy_cluster_says_so_on_every_joiner(cluster, tmp_path):
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = ranked_run(c, tmp_path)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    assert "cluster: PASS - every check passed on every node" in runs[1].stdout
+    assert not runs[1].findings("run.cluster")
+
+
+def test_two_nodes_with_one_hostname_are_told_apart_by_address(cluster, tmp_path):
+    """Booted from one image: node1 and node2 both call themselves node1."""
+    with cluster([NodeSpec(), NodeSpec(hostname="node1"), NodeSpec(hostname="node1")]) as c:
+        runs = ranked_run(c, tmp_path)
+        addresses = [c.nodes[i].addr for i in (1, 2)]
+    host = runs[0]
+    assert host.rc == 2, explain(runs)
+    same = [f for f in host.findings("rdzv.join", "fail") if f["kind"] == "duplicate_hostname"]
+    assert [f["nodes"] for f in same] == [[1, 2]], explain(runs)
+    assert all(any(a in e for e in same[0]["evidence"]) for a in addresses), same
+    assert all(r.rc == 2 for r in runs[1:]), "each of them learns it from the host"
