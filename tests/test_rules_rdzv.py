@@ -191,6 +191,12 @@ def test_two_nodes_with_one_hostname_are_named_with_their_addresses():
     assert "hostnamectl" in same.fix
 
 
+def test_one_machines_processes_share_its_hostname_rightly():
+    one = member(1)
+    g = gathering((member(0), one, dataclasses.replace(one, rank=2)))
+    assert not [f for f in rdzv_rules.join_findings(g) if f.kind == "duplicate_hostname"]
+
+
 def test_one_fqdn_under_two_hostnames_is_named_too():
     g = gathering((member(0), called(member(1), "a", "gpu.example"), called(member(2), "b", "gpu.example")))
     (same,) = [f for f in rdzv_rules.join_findings(g) if f.severity == "fail"]

@@ -32,6 +32,7 @@ RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for until
                              # new (a node's FQDN lookups take 2 s at most, in parallel)
 MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
 REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
+GOODBYE_RESERVE = 0.5        # the host's goodbye reaches into REPORT_RESERVE: its joiners read its verdict then
 STORE_POLL_INTERVAL = 0.05
 STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 1,000 nodes each looks
                                   # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)

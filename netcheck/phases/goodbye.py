@@ -34,7 +34,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
     if run.role != "host":
-        if not run.host_lost:
+        if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):
                 _hear_verdict(run, seat)
         seat.goodbye()
@@ -44,7 +44,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
         arrivals = [e.arrival for e in seat.roster.entries
                     if e.arrival != seat.arrival and e.rank in run.alive]
-        deadline = run.phase_deadline(GOODBYE_WAIT)
+        deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
         # Joiners started their --timeout a little after the host: with the host's time
         # all but spent, a goodbye not yet in says nothing about the node.
         fair = deadline.remaining() >= MIN_PHASE_SECONDS
@@ -57,7 +57,9 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
 def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
     """The host's findings about this node become its own: a node the host names faulty
     never exits 0 (under Kubernetes each pod's status is what an operator sees)."""
-    ex, deadline = seat.exchange, run.phase_deadline(GOODBYE_WAIT)
+    # As long as the run allows: the host may still be waiting out nodes lost in a phase, and
+    # it tells its verdict before its own deadline, which ends before this node's.
+    ex, deadline = seat.exchange, run.goodbye_deadline()
     started = deadline.start
     try:
         told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)

@@ -13,7 +13,6 @@ from typing import Callable
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED, MIN_PHASE_SECONDS
-from netcheck.core import stop
 from netcheck.core.model import verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
@@ -28,18 +27,12 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
     try:
         _run_phases(run)
     except KeyboardInterrupt as e:
-        run.stopped_by = stop.signal_of(e)
-    if run.stopped_by is not None:
-        run.findings.append(run_rules.stopped_finding(run.stopped_by.name, run.unfinished or _last_phase(run),
-                                                      run.my_ranks()))
+        run.stop(e)
     if config.baseline is not None:
         draft = build_report(run)
         run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend, draft.bandwidth)
     return Outcome(build_report(run), exit_code(run), run.stopped_by)
 
-
-def _last_phase(run: Run) -> str | None:
-    return next(reversed(run.timings), None)
 
 
 def _run_phases(run: Run) -> None:
@@ -59,6 +52,9 @@ def _run_phases(run: Run) -> None:
         return
     try:
         _after_rendezvous(run, seat)
+    except KeyboardInterrupt as e:
+        run.stop(e)  # before the goodbye, which tells (or hears) the verdict
+        raise
     finally:
         goodbye.leave(run, seat)
 

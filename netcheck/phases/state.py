@@ -14,7 +14,7 @@ from netcheck.cluster.mesh import Attempt
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import REPORT_RESERVE
+from netcheck.core.constants import GOODBYE_RESERVE, REPORT_RESERVE
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
@@ -70,6 +70,11 @@ class Run:
         inner = Deadline(max(0.0, self.deadline.remaining() - REPORT_RESERVE))
         return inner.within(seconds) if seconds is not None else inner
 
+    def goodbye_deadline(self) -> Deadline:
+        """The goodbye's: past the phases' reserve, since the host tells its verdict only once
+        its phases are done, which may be at their deadline; the report takes milliseconds."""
+        return Deadline(max(0.0, self.deadline.remaining() - GOODBYE_RESERVE))
+
     @contextmanager
     def phase(self, name: str):
         self.progress(f"{name}...")
@@ -80,7 +85,7 @@ class Run:
             yield
             self.unfinished = earlier
         except KeyboardInterrupt as e:
-            self.stopped_by = stop.signal_of(e)
+            self.stop(e)
             raise
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
@@ -93,6 +98,14 @@ class Run:
             self.timings[name] = round(time.monotonic() - start, 3)
         if self.deadline.expired():
             self.findings.append(run_rules.timeout_finding(name, self.config.timeout))
+
+    def stop(self, signalled: KeyboardInterrupt) -> None:
+        """A signal ends the run: said once, in the phase it came in, before the host tells
+        its verdict on the way out (a stopped host's joiners must not hear a pass)."""
+        if self.stopped_by is None:
+            self.stopped_by = stop.signal_of(signalled)
+            phase = self.unfinished or next(reversed(self.timings), None)
+            self.findings.append(run_rules.stopped_finding(self.stopped_by.name, phase, self.my_ranks()))
 
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
         """Nodes that stopped answering in `phase`: named there, and not waited for again."""
