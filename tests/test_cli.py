@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from netcheck import cli
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
+from netcheck.facts.probe import listen
 from nodes import free_port, parse_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -183,9 +183,8 @@ def test_probe_of_a_closed_port_is_refused_and_exits_2(clean_env, capsys):
 
 
 def test_probe_of_a_listening_port_is_open_and_exits_0(clean_env, capsys):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(4)
+    """What listens answers as a store: a host's own listener, before its store is up."""
+    with listen(0) as server:
         port = server.getsockname()[1]
         assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "2"]) == 0
     out = capsys.readouterr().out

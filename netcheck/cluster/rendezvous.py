@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
-from netcheck.cluster.store import Exchange, RendezvousError, first_line
-from netcheck.core import codec
+from netcheck.cluster.store import Exchange, HostLost, RendezvousError, first_line
+from netcheck.core import codec, compat
 from netcheck.core.constants import (
     CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, POLL_SLICE,
     STORE_POLL_INTERVAL,
@@ -182,8 +182,8 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     except codec.DecodeError as e:
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
     except (RuntimeError, OSError) as e:
-        raise RendezvousError(f"the host stopped answering during the rendezvous: "
-                              f"{first_line(e)}") from None
+        error = HostLost if compat.store_lost(e) else RendezvousError
+        raise error(f"the host stopped answering during the rendezvous: {first_line(e)}") from None
     if seat.rank is None:
         return seat, None
     return seat, report_back(seat, clock)

@@ -15,9 +15,11 @@ import time
 
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    MAX_FACTS_BYTES, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+    MAX_FACTS_BYTES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL,
+    STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.facts.probe import Listener, call_with_timeout, reach
 
 
 ROOT = "netcheck"
@@ -40,31 +42,80 @@ def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(0.05, seconds))
 
 
-def host_store(listener: socket.socket, port: int, deadline: Deadline):
+class HostLost(RendezvousError):
+    """The host's store was there (the reach probe heard it) and is gone: the host died, or
+    the path to it broke."""
+
+
+def host_store(listener: Listener, port: int, deadline: Deadline):
     """The TCPStore server, on the socket the host has listened on since it started.
 
     The store takes the descriptor over and closes it itself, so Python lets go of it.
     """
     dist = compat.import_distributed()
-    return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.detach())
+    try:
+        return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.hand_over())
+    except RuntimeError as e:  # its own client's connect: a firewall rule for the port since reach
+        raise RendezvousError(f"the host's store on port {port} could not start: {first_line(e)}") from None
 
 
 def client_store(host: str, port: int, deadline: Deadline):
-    # TCPStore retries a refused connect for up to ~2 times the timeout it is given, so
-    # it gets short tries, each ending well inside the deadline, until the deadline.
+    """A client of a store the reach probe found listening; raises RendezvousError (HostLost
+    once it no longer listens) rather than wait past the deadline.
+
+    Where torch's own timeouts fall short (measured on 2.13, benchmarks/ and
+    tests/test_store_probe.py): the constructor's validate and ping have none at all, so
+    against a peer that accepts and never answers it blocks for as long as the peer lives
+    (past 90 s with a 2 s timeout); a refused connect is retried for up to ~2x its timeout.
+    So each try runs in a daemon thread that is abandoned at its bound (torch releases the
+    GIL there), and before each try a plain connect asks whether the store still listens: a
+    host lost before this client connected is said at once, not retried to the deadline.
+    Once connected, every request is bounded by _bound_replies; Exchange waits by polling.
+    """
     dist = compat.import_distributed()
     while True:
-        try:
-            before = _socket_fds()
-            store = dist.TCPStore(host, port, None, False, compat.connect_timeout(
-                _timedelta(min(CONNECT_TRY, deadline.remaining() / 3))))
-            store.set_timeout(_timedelta(deadline.remaining()))
-            _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
+        gone = _not_listening(host, port, deadline)
+        if gone:
+            raise HostLost(f"the host's store at {host}:{port} is gone: {gone}")
+        store, error = _client_try(dist, host, port, deadline)
+        if store is not None:
             return store
-        except (RuntimeError, OSError) as e:
-            if deadline.remaining() < 0.1:
-                raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
-                                      f"{first_line(e)}") from None
+        if isinstance(error, TimeoutError) or deadline.remaining() < 0.1:
+            raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
+                                  f"{first_line(error)}")
+        time.sleep(min(PROBE_RETRY_INTERVAL, deadline.remaining()))
+
+
+def _not_listening(host: str, port: int, deadline: Deadline) -> str | None:
+    """Why nothing listens at host:port any more (refused, filtered...), or None."""
+    found = reach(host, port, deadline.within(PROBE_TIMEOUT), wait_while_refused=False, handshake=False)
+    if found.outcome == "open":
+        return None
+    return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
+
+
+def _client_try(dist, host: str, port: int, deadline: Deadline):
+    """(store, None) or (None, the error): one TCPStore constructor, given a short timeout
+    (torch retries a refused connect within it), abandoned in its thread past twice that: a
+    peer that accepts and never answers holds it forever."""
+    seconds = min(CONNECT_TRY, deadline.remaining() / 3)
+    timeout = compat.connect_timeout(_timedelta(seconds))
+    bound = min(2 * timeout.total_seconds() + 1.0, max(0.1, deadline.remaining()))
+
+    def construct():
+        before = _socket_fds()
+        store = dist.TCPStore(host, port, None, False, timeout)
+        store.set_timeout(_timedelta(deadline.remaining()))
+        _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
+        return store
+
+    store, error = call_with_timeout(construct, bound)
+    if isinstance(error, TimeoutError):
+        error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s "
+                             "(a hung or stopped process holds the port?)")
+    elif error is not None and not isinstance(error, (RuntimeError, OSError)):
+        raise error
+    return store, error
 
 
 def _socket_fds() -> set[int]:

@@ -17,15 +17,25 @@ those each behaviour was seen on (the compatibility matrix: 2.1.2, 2.4.1, 2.8.0,
   sets its communicator up lazily, in the first collective.
 - Importing torch without numpy (torch does not require it) warns "Failed to initialize
   NumPy" on every release: noise in a report users paste into tickets, silenced.
+- torch's own output, none of which may reach the terminal (import_distributed silences it
+  all): c10's C++ log, where c10d writes a line and a C++ stack trace ("TCP client failed to
+  connect/validate ... frame #0: c10::Error::Error") for every failed store connect and
+  request. c10 reads its level from TORCH_CPP_LOG_LEVEL once, as the library loads (2.1.2 on),
+  so it is FATAL for the import and the user's value again after it (the env phase compares
+  theirs). Python warnings raised in torch's modules, and torch's Python loggers, which
+  without a handler print through logging's last resort. What went wrong is in the
+  exceptions, whose first line netcheck's findings quote.
 """
 
 from __future__ import annotations
 
 import datetime
 import inspect
+import logging
 import os
 import sys
 import warnings
+from contextlib import contextmanager
 
 # Never a stored value: netcheck stores JSON text and hex MACs, neither holds a NUL.
 _ABSENT = "\x00netcheck:absent\x00"
@@ -43,18 +53,46 @@ class TorchUnusable(Exception):
 
 def import_distributed():
     """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
-    # c10d logs every store wait that times out; netcheck reports those itself.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
-        with warnings.catch_warnings():
+        with _cpp_log_level("FATAL"), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            _import_numpy_first()
             import torch
             import torch.distributed as dist
     except (ImportError, OSError) as e:  # not installed, or a broken install (a missing .so)
         raise TorchUnusable(f"torch cannot be imported here: {type(e).__name__}: {e}") from None
     if not dist.is_available():
         raise TorchUnusable(f"torch {torch.__version__} is built without torch.distributed") from None
+    warnings.filterwarnings("ignore", module=r"torch(\.|$)")
+    logging.getLogger("torch").addHandler(logging.NullHandler())
+    logging.getLogger("torch").propagate = False
     return dist
+
+
+def _import_numpy_first() -> None:
+    """numpy, where installed, imported before torch is. torch's C++ start-up imports it
+    otherwise and clears whatever exception that raises (then warns "Failed to initialize
+    NumPy"): a KeyboardInterrupt raised there, by a Ctrl-C or a SIGTERM that lands in those
+    seconds, is lost and the run goes on as if never stopped (2.13: one host interrupt in
+    three mid-import; none in 58 once numpy was in first). Here it stops the run as anywhere."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+
+
+@contextmanager
+def _cpp_log_level(level: str):
+    """TORCH_CPP_LOG_LEVEL at `level` while c10 loads (it reads it then), the user's after."""
+    users = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = level
+    try:
+        yield
+    finally:
+        if users is None:
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = users
 
 
 def eager_device(dist, device) -> dict:

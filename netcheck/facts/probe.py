@@ -5,9 +5,18 @@ A joiner learns in seconds what a TCPStore client would take ten minutes to time
     $ netcheck probe node0:29500
     FAIL rdzv.reach  node0:29500 is filtered from here: no answer in 3 s (198.18.0.10)
 
-Outcomes: open, refused (RST: nothing listening, or a REJECT rule), filtered (no answer
-before the probe timeout: a DROP rule), unreachable (no route), dns (the name does not
-resolve). Only refused is worth waiting on: the host may simply not be up yet.
+Outcomes: open (a TCPStore answered), not_store (something accepts connections but does not
+answer as a TCPStore: a hung or stopped process, another program), refused (RST: nothing
+listening, or a REJECT rule), filtered (no answer before the probe timeout: a DROP rule),
+unreachable (no route), dns (the name does not resolve). Only refused is worth waiting on:
+the host may simply not be up yet.
+
+What accepts is asked in TCPStore's own protocol (torch/csrc/distributed/c10d/
+TCPStoreBackend.hpp, the same for the legacy and the libuv backend): a VALIDATE (query 0 and
+the magic number, no reply), then a CHECK (query 5) of one key, which writes nothing; a store
+answers one byte, READY (0) or NOT_READY (1). A torch client blocks in its constructor for as
+long as a silent peer holds it (past every timeout it is given), so this is asked here, with
+plain sockets, before torch is loaded.
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ from __future__ import annotations
 import errno
 import queue
 import resource
+import selectors
 import socket
+import struct
 import threading
 import time
 
@@ -25,6 +36,18 @@ from netcheck.core.model import Holder, Probe, Reach
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
+
+# TCPStore's wire protocol: QueryType VALIDATE (0) with its magic, then CHECK (5) of one key
+# (uint64 count, then uint64 length and bytes per key); the answer is READY (0) or NOT_READY
+# (1). Integers go in the sender's byte order: little-endian on every platform torch ships for.
+_VALIDATE, _CHECK = 0, 5
+_STORE_MAGIC = 0x3C85F7CE
+_STORE_ANSWERS = (b"\x00", b"\x01")
+_NOT_READY = b"\x01"
+# No torch client can name this key: TCPStore puts "/" before every key it is given.
+_PROBE_KEY = b"netcheck/probe"
+STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
+               + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
 
 
 def call_with_timeout(fn, timeout: float):
@@ -101,21 +124,41 @@ def error_text(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
-def probe_address(family: int, sockaddr: tuple, timeout: float) -> Probe:
+def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool = True) -> Probe:
+    """One connect to one address; with `handshake`, what accepts is asked whether it is a
+    TCPStore (open) or not (not_store), and given the probe timeout again to answer: a real
+    store that is merely slow is not a squatter."""
     start = time.monotonic()
-    outcome, detail = _connect(family, sockaddr, timeout)
+    outcome, detail = _connect(family, sockaddr, timeout, handshake)
     return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail,
                  round(time.monotonic() - start, 4))
 
 
-def _connect(family: int, sockaddr: tuple, timeout: float) -> tuple[str, str]:
+def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool) -> tuple[str, str]:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(sockaddr)
-            return "open", "connected"
         except OSError as e:
             return failed_connect(e, timeout)
+        return store_answer(sock, timeout) if handshake else ("open", "connected")
+
+
+def store_answer(sock: socket.socket, timeout: float) -> tuple[str, str]:
+    """(open | not_store, detail) of a connected socket, from the TCPStore handshake."""
+    sock.settimeout(timeout)
+    try:
+        sock.sendall(STORE_PROBE)
+        answer = sock.recv(16)
+    except socket.timeout:
+        return "not_store", f"no answer to the TCPStore handshake in {timeout:g} s"
+    except OSError as e:
+        return "not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"
+    if answer in _STORE_ANSWERS:
+        return "open", "connected; a TCPStore answered"
+    if not answer:
+        return "not_store", "closed the connection without answering the TCPStore handshake"
+    return "not_store", f"answered the TCPStore handshake with {answer!r}"
 
 
 def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
@@ -128,19 +171,20 @@ def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
     return ("filtered" if error.errno in _FILTERED else "unreachable"), error_text(error)
 
 
-def probe_all(addresses: list[tuple[int, tuple]], timeout: float) -> tuple[Probe, ...]:
+def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True) -> tuple[Probe, ...]:
     """Probe every address at once, so two families cost one timeout, not two."""
     results: list[Probe | None] = [None] * len(addresses)
 
     def run(i: int, family: int, sockaddr: tuple):
-        results[i] = probe_address(family, sockaddr, timeout)
+        results[i] = probe_address(family, sockaddr, timeout, handshake)
 
     threads = [threading.Thread(target=run, args=(i, f, s), daemon=True)
                for i, (f, s) in enumerate(addresses)]
     for t in threads:
         t.start()
+    end = time.monotonic() + 2 * timeout + 1.0  # the connect's timeout, then the handshake's
     for t in threads:
-        t.join(timeout + 1.0)
+        t.join(max(0.0, end - time.monotonic()))
     return tuple(p if p else Probe(s[0], FAMILY_NAMES[f], "filtered", "probe did not finish", timeout)
                  for p, (f, s) in zip(results, addresses))
 
@@ -148,17 +192,19 @@ def probe_all(addresses: list[tuple[int, tuple]], timeout: float) -> tuple[Probe
 def overall_outcome(probes: tuple[Probe, ...]) -> str:
     """Open if any address answers (TCPStore tries each); else the most telling failure."""
     outcomes = {p.outcome for p in probes}
-    for outcome in ("open", "refused", "filtered", "unreachable"):
+    for outcome in ("open", "not_store", "refused", "filtered", "unreachable"):
         if outcome in outcomes:
             return outcome
     return "unreachable"
 
 
 def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT,
-          wait_while_refused: bool = True, resolved: tuple[list, str | None] | None = None) -> Reach:
+          wait_while_refused: bool = True, resolved: tuple[list, str | None] | None = None,
+          handshake: bool = True) -> Reach:
     """Resolve HOST (unless the caller has: `resolve`'s answer) and probe it; keep probing
     while refused (host not up yet), to the deadline, unless told that a refusal is the
-    answer (a job's store that is not up will not come)."""
+    answer (a job's store that is not up will not come). Without `handshake`, a connect
+    alone is open: whether anything still listens there."""
     start = time.monotonic()
     addresses, error = resolved or resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
     if error:
@@ -166,7 +212,7 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
     attempts = 0
     while True:
         attempts += 1
-        probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())))
+        probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())), handshake)
         outcome = overall_outcome(probes)
         if outcome != "refused" or not wait_while_refused or deadline.remaining() <= PROBE_RETRY_INTERVAL:
             break
@@ -182,8 +228,102 @@ class PortTaken(OSError):
         self.holders = holders
 
 
-def listen(port: int) -> socket.socket:
-    """Listen on PORT on every address (dual-stack where IPv6 exists), as TCPStore would.
+class Listener(socket.socket):
+    """The host's listening socket, from before torch is imported until the store takes it
+    over (hand_over). Meanwhile a thread answers the reach probe's handshake as a store
+    would (NOT_READY): a joiner that probes while the host still imports torch (seconds on a
+    busy node) hears a store, not the silence of a squatter. It answers only the probe's exact
+    bytes; anything else it closes (a torch client that came that early retries: client_store).
+    """
+
+    def answer_probes(self) -> None:
+        self._stop = threading.Event()
+        self._answering = threading.Thread(target=self._answer, daemon=True)
+        self.setblocking(False)
+        self._answering.start()
+
+    def hand_over(self) -> int:
+        """The descriptor, for the store to own: probes not answered yet wait in the backlog."""
+        self._stop_answering()
+        self.setblocking(True)
+        return self.detach()
+
+    def close(self) -> None:
+        self._stop_answering()
+        super().close()
+
+    def _stop_answering(self) -> None:
+        if getattr(self, "_answering", None) is not None:
+            self._stop.set()
+            self._answering.join()
+            self._answering = None
+
+    def _answer(self) -> None:
+        try:
+            self._answer_until_stopped()
+        except (OSError, ValueError):
+            pass  # probes then wait in the backlog for the store, as without this thread
+
+    def _answer_until_stopped(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self, selectors.EVENT_READ)
+            pending: dict[socket.socket, tuple[bytearray, float]] = {}
+            stop_by = None
+            while pending or stop_by is None:
+                if stop_by is None and self._stop.is_set():
+                    sel.unregister(self)
+                    stop_by = time.monotonic() + ANSWER_DRAIN  # a probe half in gets its answer
+                for key, _ in sel.select(ANSWER_TICK):
+                    if key.fileobj is self:
+                        self._take(sel, pending)
+                    else:
+                        _read_probe(sel, pending, key.fileobj)
+                now = time.monotonic()
+                for conn in [c for c, (_, until) in pending.items() if now >= min(until, stop_by or until)]:
+                    _drop(sel, pending, conn)
+
+    def _take(self, sel, pending) -> None:
+        try:
+            conn, _ = self.accept()
+        except OSError:  # gone before accepted, or out of descriptors: the next one then
+            return
+        conn.setblocking(False)
+        pending[conn] = (bytearray(), time.monotonic() + PROBE_TIMEOUT)
+        sel.register(conn, selectors.EVENT_READ)
+
+
+ANSWER_TICK = 0.05   # how soon the answering thread sees hand_over
+ANSWER_DRAIN = 0.2   # ... and how long it then gives a probe it is reading
+
+
+def _read_probe(sel, pending, conn: socket.socket) -> None:
+    try:
+        data = conn.recv(len(STORE_PROBE))
+    except BlockingIOError:
+        return
+    except OSError:
+        data = b""
+    received = pending[conn][0]
+    received += data
+    if data and STORE_PROBE.startswith(received):
+        if len(received) < len(STORE_PROBE):
+            return
+        try:
+            conn.send(_NOT_READY)
+        except OSError:
+            pass
+    _drop(sel, pending, conn)
+
+
+def _drop(sel, pending, conn: socket.socket) -> None:
+    sel.unregister(conn)
+    del pending[conn]
+    conn.close()
+
+
+def listen(port: int) -> Listener:
+    """Listen on PORT on every address (dual-stack where IPv6 exists), as TCPStore would, and
+    answer the reach probe's handshake until the store takes the socket over.
 
     Done before torch is imported, so joiners that arrive early are queued, not refused.
     """
@@ -199,6 +339,7 @@ def listen(port: int) -> socket.socket:
         except OSError as e:
             raise PortTaken(port, port_holders(port), e) from None
     allow_a_connection_per_node()
+    sock.answer_probes()
     return sock
 
 
@@ -215,8 +356,8 @@ def allow_a_connection_per_node() -> None:
             pass
 
 
-def _listening_socket(family: int, sockaddr: tuple) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _listening_socket(family: int, sockaddr: tuple) -> Listener:
+    sock = Listener(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:

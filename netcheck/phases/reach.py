@@ -4,12 +4,13 @@ of HOST:PORT."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
-from netcheck.core.model import Finding
+from netcheck.core.model import Finding, Probe
 from netcheck.core.nictable import address_owners
 from netcheck.facts.launcher import is_torchrun_worker
-from netcheck.facts.probe import PortTaken, listen, reach, resolve, resolve_addresses
+from netcheck.facts.probe import PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 from netcheck.rules.registry import RDZV_REACH
@@ -27,8 +28,11 @@ def reached(run: Run) -> bool:
                       resolved=resolved)
         run.facts = dataclasses.replace(run.facts, reach=found)
         mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.facts, found.outcome)
+        # What squats on a port of this very machine can be named here.
+        mine = set(found.addresses) & set(address_owners(run.facts.nics))
+        holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
-        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks())
+        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks(), holders)
                          if not (mistakes and f.check == RDZV_REACH)] + mistakes
         run.findings += _variables_findings(run, found.addresses)
     return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
@@ -53,9 +57,15 @@ def take_role(run: Run) -> bool:
     with run.phase("reach"):
         try:
             run.listener = listen(run.config.rdzv.port)
+            resolved = resolve(run.config.rdzv.host, run.config.rdzv.port, LOOKUP_TIMEOUT)
+            own = _own_connect(run, resolved[0])
+            if any(p.outcome != "open" for p in own):
+                run.listener.close()
+                run.listener = None
+                run.findings.append(rdzv_rules.firewalled_finding(run.config.rdzv.port, own))
+                return False
             run.findings.append(rdzv_rules.listen_pass(run.config.rdzv.port))
-            addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
-            run.findings += _variables_findings(run, addresses)
+            run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
             return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
@@ -63,6 +73,17 @@ def take_role(run: Run) -> bool:
                 return True
             run.findings.append(rdzv_rules.listen_finding(taken.port, taken.holders, taken.strerror))
     return False
+
+
+def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ...]:
+    """The host's connect to its own port, through the endpoint's addresses it owns (loopback
+    where it owns none: where the store's own client connects). A firewall rule for the port
+    on the host blocks these too (local traffic crosses the INPUT chain on lo), and with them
+    the store's own client: torch then fails deep in the store's constructor."""
+    owned = address_owners(run.facts.nics)
+    mine = [(family, sockaddr) for family, sockaddr in resolved if sockaddr[0] in owned]
+    return probe_all(mine or [(socket.AF_INET, ("127.0.0.1", run.config.rdzv.port))], PROBE_TIMEOUT,
+                     handshake=False)
 
 
 def _rdzv_is_local(run: Run) -> bool:

@@ -4,7 +4,7 @@ who is still here for the phases after it."""
 from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
-from netcheck.cluster.store import Exchange, RendezvousError, client_store, collect, host_store
+from netcheck.cluster.store import Exchange, HostLost, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
 from netcheck.core.constants import GOODBYE_WAIT, LOOKUP_TIMEOUT, RESULTS_WAIT
 from netcheck.core.model import Finding, Member, NodeResults
@@ -20,8 +20,12 @@ def host(run: Run) -> rendezvous.Seat | None:
     cfg, launch = run.config, run.config.launch
     seat = None
     with run.phase("rendezvous"):
-        store = host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
-            if run.listener else client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+        try:
+            store = host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
+                if run.listener else client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+        except RendezvousError as e:
+            run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
+            return None
         ex = Exchange(store, cfg.run_id, cfg.token)
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
@@ -53,6 +57,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         try:
             store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
             seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
+        except HostLost:  # it answered the reach probe: named lost, as in every later phase
+            run.lose_host("rendezvous")
+            return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None

@@ -8,13 +8,13 @@ import ipaddress
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Reach, hostnames,
+    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, hostnames,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN,
-    RDZV_REACH, RDZV_RESOLVE, lost_in,
+    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, LISTEN_FIREWALLED,
+    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, lost_in,
 )
 
 REACH_FIXES = {
@@ -25,11 +25,15 @@ REACH_FIXES = {
     "unreachable": "this node has no route to the host: check the address, the subnet and "
                    "the routes (ip route get ADDRESS)",
     "dns": "use an address, or add the name to DNS or /etc/hosts on this node",
+    "not_store": "a stale or hung process holds the port on the host node (an earlier job's rank 0, "
+                 "a stopped process, another program): stop it there, or pick another port for the "
+                 "job and netcheck",
 }
 
 
-def reach_findings(reach: Reach, ranks: tuple[int, ...]) -> list[Finding]:
-    """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding."""
+def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, ...] = ()) -> list[Finding]:
+    """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding.
+    `holders`: the processes listening on the port, where the endpoint is this node's own."""
     endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
     if reach.outcome == "dns":
         return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node",
@@ -40,8 +44,42 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...]) -> list[Finding]:
                      for p in reach.probes) + (f"{reach.attempts} attempt(s) over {reach.seconds:.1f} s",)
     if reach.outcome == "open":
         return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
+    if reach.outcome == "not_store":
+        return [resolved, _not_store(reach, endpoint, ranks, evidence, holders)]
     summary = _reach_summary(reach, endpoint)
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+
+
+def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tuple[str, ...],
+               holders: tuple[Holder, ...]) -> Finding:
+    """Something accepts on the port and does not speak TCPStore: a torch client would hang
+    on it, so it is named, with the process where this node can see it."""
+    detail = next(p.detail for p in reach.probes if p.outcome == "not_store")
+    held = f"; held by {_named(holders)}" if holders else ""
+    fix = REACH_FIXES["not_store"]
+    if holders and holders[0].pid is not None:
+        fix = f"stop that process (kill {holders[0].pid}), or pick another port for the job and netcheck"
+    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
+                   evidence, fix, REACH_NOT_STORE)
+
+
+def _named(holders: tuple[Holder, ...]) -> str:
+    return "; ".join(f"pid {h.pid} ({h.name}): {h.cmdline}" for h in holders)
+
+
+def firewalled_finding(port: int, probes: tuple[Probe, ...]) -> Finding:
+    """The host listens, but its own connect to its port is filtered or refused: a firewall rule
+    on the host for the port, which keeps out the store's own client as well as every joiner."""
+    blocked = [p for p in probes if p.outcome != "open"]
+    seen = " / ".join(sorted({p.outcome for p in blocked}))
+    return Finding(RDZV_LISTEN, FAIL, (0,),
+                   f"the host listens on port {port} but cannot reach it through its own address "
+                   f"{', '.join(p.address for p in blocked)} ({seen}): its firewall blocks the port, so joiners "
+                   f"will find it {seen} too",
+                   tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s" for p in probes),
+                   f"open port {port} in the host's firewall, for the job's nodes and for the host itself "
+                   f"(iptables -I INPUT -p tcp --dport {port} -j ACCEPT, or the nftables / firewalld / "
+                   "security-group equivalent)", LISTEN_FIREWALLED)
 
 
 def _reach_summary(reach: Reach, endpoint: str) -> str:
@@ -55,9 +93,8 @@ def _reach_summary(reach: Reach, endpoint: str) -> str:
 
 def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
     if holders:
-        names = "; ".join(f"pid {h.pid} ({h.name}): {h.cmdline}" for h in holders)
         stop = f"kill {holders[0].pid}" if holders[0].pid is not None else "run netcheck as root to name it"
-        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {names}",
+        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {_named(holders)}",
                        (f"bind: {error}",), f"stop that process ({stop}) or pick another "
                        "port for the job and netcheck")
     return Finding(RDZV_LISTEN, FAIL, (0,), f"the host cannot listen on port {port}: {error}",
@@ -124,7 +161,9 @@ def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
         for m in members:
             by_name.setdefault(name_of(m), []).append(m)
         for name, alike in sorted(by_name.items()):
-            if len(alike) < 2 or (what == "FQDN" and len({m.facts.hostname for m in alike}) == 1):
+            if len({frozenset(_own_addresses(m)) for m in alike}) < 2:
+                continue  # one machine's processes (torchrun's workers, a loopback run)
+            if what == "FQDN" and len({m.facts.hostname for m in alike}) == 1:
                 continue  # one FQDN under one hostname was said with the hostname
             ranks = tuple(m.rank for m in alike)
             findings.append(Finding(
