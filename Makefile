@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 APT_PACKAGES := iproute2 iptables iperf3 util-linux procps shellcheck prometheus prometheus-node-exporter \
                 slurm-wlm munge
 
-.PHONY: all install system test test-fast demo compat clean
+.PHONY: all install system test test-fast demo compat chaos clean
 
 all: install
 
@@ -45,6 +45,13 @@ COMPAT_TORCH ?= 2.1.2 2.4.1 2.8.0 2.13.0 2.15.0
 COMPAT_DIR   ?= .compat
 compat: system $(STAMP)
 	$(BIN)/python scripts/compat.py --dir $(COMPAT_DIR) $(COMPAT_TORCH)
+
+# The randomized fault campaign (tests/chaos.py): N schedules drawn from SEED, each judged by
+# the oracle; a failing schedule is printed with the command that replays it alone.
+N    ?= 20
+SEED ?= 1
+chaos: install
+	$(BIN)/python tests/chaos.py --n $(N) --seed $(SEED)
 
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
 demo: install

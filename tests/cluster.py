@@ -60,6 +60,7 @@ class NodeSpec:
 
     ifname: str = "eth0"  # the node's interface toward the switch
     mtu: int = 1500  # set on the node's interface and on its switch port
+    port_mtu: int | None = None  # the switch port's own, where it differs: a path-MTU blackhole
     hostname: str | None = None  # default f"node{i}"
     hosts_extra: tuple[str, ...] = ()  # /etc/hosts lines after the default ones
 
@@ -376,7 +377,7 @@ class Cluster:
         # Both veth ends are created outside the root namespace: the node end in the
         # node, the peer directly in the switch.
         self._ip(node.ns, "link", "add", node.ifname, "mtu", str(spec.mtu), "type", "veth",
-                 "peer", "name", node.port, "mtu", str(spec.mtu), "netns", self.switch_ns)
+                 "peer", "name", node.port, "mtu", str(spec.port_mtu or spec.mtu), "netns", self.switch_ns)
         self._ip(node.ns, "addr", "add", f"{node.addr}/{node.prefixlen}", "dev", node.ifname)
         self._ip(node.ns, "link", "set", node.ifname, "up")
         self._ip(self.switch_ns, "link", "set", node.port, "master", "br0")

@@ -203,9 +203,12 @@ def main() -> int:
     from netcheck.core.deadline import Deadline
     from netcheck.core.compat import import_distributed
     from netcheck.cluster.store import Exchange, client_store, collect
+    from netcheck.facts.probe import reach
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
                                            wait_for_workers=False) if args.node == 0 else None
+    if server is None:  # as a joiner does: the store answers before the client connects
+        reach("node0", PORT, Deadline(DEADLINE))
     ex = Exchange(client_store("node0", PORT, Deadline(DEADLINE)), args.run_id)
     result = run_bandwidth(ex, "node0", PORT, args.node, args.nnodes, args.nproc, options_from_args(args),
                            DEADLINE, progress=lambda line: print(line, file=sys.stderr, flush=True))

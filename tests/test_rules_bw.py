@@ -6,10 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from netcheck.bandwidth.orchestrate import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
-from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Sweep
+from netcheck.core.bwrecords import BandwidthResult, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions
 from netcheck.rules import registry
-from netcheck.rules.bw import bandwidth_findings
+from netcheck.rules.bw import bandwidth_findings, blackhole_skip
+from netcheck.rules.nic import FlaggedPaths
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]
@@ -94,6 +96,59 @@ def test_a_node_that_never_reported_is_named():
               Fault(0, 0, 0, "control", "timeout", "still in stage control"))
     (stage,) = by_check(findings_of(result(faults=faults, failed="start", sweeps=())), registry.BW_STAGE)
     assert stage.nodes == (2,) and "node2 never reported" in stage.summary
+
+
+HOLE = "node0 -> node2 eth0 (198.18.0.12): blackhole"
+
+
+def stuck_at_deadline(flagged=()):
+    """Every rank of three still in the same all_reduce at the phase's deadline."""
+    faults = tuple(Fault(n, n, 0, "all", "timeout", "still in stage all at the phase's deadline",
+                         InFlight("all_reduce", 4 << 20, (0, 1, 2))) for n in range(3))
+    res = replace(result(faults=faults, failed="all"), hostnames={str(n): h for n, h in NAMES.items()})
+    (stage,) = by_check(bandwidth_findings(res, {}, None, flagged), registry.BW_STAGE)
+    return stage
+
+
+def test_a_sweep_stopped_at_its_deadline_names_the_collective_in_flight_and_the_flagged_paths():
+    stage = stuck_at_deadline((HOLE,))
+    assert stage.severity == "fail" and stage.nodes == (0, 1, 2)
+    assert "all_reduce of 4MB among ranks 0-2" in stage.summary and "ran out of time" not in stage.summary
+    assert f"flagged by the mesh: {HOLE}" in stage.evidence
+    assert "mesh.connect" in stage.fix and "--timeout" in stage.fix and "more time" not in stage.fix
+
+
+def test_without_flagged_paths_the_deadline_fix_looks_at_the_ranks_not_at_more_time():
+    stage = stuck_at_deadline()
+    assert not any(e.startswith("flagged by the mesh") for e in stage.evidence)
+    assert stage.fix.startswith("the collective in flight hung") and "give the run more time" not in stage.fix
+
+
+def test_the_sweep_is_skipped_where_the_mesh_found_a_blackhole_and_runs_otherwise():
+    assert blackhole_skip(FlaggedPaths()) is None
+    assert blackhole_skip(FlaggedPaths(0, ("node0 -> node1 eth0 (198.18.0.11): filtered",))) is None
+    skipped = blackhole_skip(FlaggedPaths(6, (HOLE,) * 6))
+    assert (skipped.check, skipped.severity, skipped.kind) == (registry.RUN_SKIPPED, "warn", registry.SKIPPED_PHASE)
+    assert "the bandwidth phase was skipped" in skipped.summary and HOLE in skipped.summary
+    assert "2 more" in skipped.summary and "path MTU" in skipped.fix
+
+
+OPTIONS = SweepOptions(minbytes=1 << 10, maxbytes=1 << 20, stepfactor=4)   # 1K 4K 16K 64K 256K 1M
+
+
+def test_the_size_in_flight_is_the_one_after_the_last_reported():
+    two_done = Sweep("all", "all_reduce", 4, 1, rows(4, 1.0))  # two rows (64K and 1M in the helper)
+    assert in_flight("all", two_done, (), 0, 2, 2, OPTIONS) == InFlight("all_reduce", 16 << 10, (0, 1, 2, 3))
+    skipped = replace(two_done, skipped=(1 << 20,) * 4)   # every size accounted for: between sweeps
+    assert in_flight("all", skipped, (), 0, 2, 2, OPTIONS) is None
+    assert in_flight("intra", two_done, (), 1, 2, 2, OPTIONS) == InFlight("new_group", 0, (2, 3))
+    assert in_flight("control", None, (), 0, 2, 2, OPTIONS) is None
+
+
+def test_the_pair_in_flight_is_this_nodes_pair_of_the_next_round():
+    first_round = (Pair(0, 3, 1 << 16, 10.0, 1.0), Pair(1, 2, 1 << 16, 10.0, 1.0))  # round_robin(4)'s first
+    assert in_flight("pairs", None, first_round, 2, 4, 2, OPTIONS) == InFlight("sendrecv", 1 << 16, (0, 4))
+    assert in_flight("pairs", None, (), 1, 4, 2, OPTIONS) == InFlight("sendrecv", 0, (2, 4))
 
 
 # --- bw.wrong -----------------------------------------------------------------------------------

@@ -35,12 +35,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from netcheck.bandwidth.sweep import COLLECTIVES, round_robin, size_series
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
 from netcheck.cluster.store import POSTED, Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, Fault, Pair, Sweep, SweepOptions, first_culprit,
+    STAGES, BandwidthResult, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit,
 )
 from netcheck.core.constants import (
     BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_REPORT_WAIT,
@@ -80,7 +81,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     deadline = Deadline(deadline_s)
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
-    watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options.budget_s)
+    watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options, nproc_per_node)
     interrupted = False
     try:
         for local in range(nproc_per_node):
@@ -187,6 +188,8 @@ class Worker:
     failure: str = ""                     # what it said when a stage failed
     done: bool = False
     fate: str = ""                        # what the node did to it: "stuck" | "timeout" | "stopped"
+    sweep: Sweep | None = None            # the last table it reported: where its sweep is
+    pairs: tuple[Pair, ...] = ()          # the node pairs it has reported measured
     stdout: Lines = field(default_factory=lambda: Lines(BW_MAX_EVENT_BYTES))
     stderr: Lines = field(default_factory=lambda: Lines(BW_MAX_EVENT_BYTES))
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
@@ -211,7 +214,8 @@ class Watch:
     ex: Exchange
     deadline: Deadline
     progress: Callable[[str], None] | None = None
-    budget_s: float = 0.0                 # --bw-budget, for the progress bar
+    options: SweepOptions = field(default_factory=SweepOptions)
+    nproc: int = 1
     first_row_at: float | None = None     # the budget's clock starts with the first row
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)
     pairs: tuple[Pair, ...] = ()
@@ -361,9 +365,12 @@ class Watch:
         elif event.kind == "backend":
             self.backend = (event.detail, event.reason)
         elif event.kind == "sweep" and event.sweep is not None:
+            w.sweep = event.sweep
             self.keep_sweep(event.sweep)
-        elif event.kind == "pairs" and len(event.pairs) > len(self.pairs):
-            self.pairs = event.pairs
+        elif event.kind == "pairs":
+            w.pairs = event.pairs
+            if len(event.pairs) > len(self.pairs):
+                self.pairs = event.pairs
 
     def keep_sweep(self, sweep: Sweep) -> None:
         """Every worker reports the same table; keep the furthest one (any may die first)."""
@@ -376,7 +383,7 @@ class Watch:
             row, now = sweep.rows[-1], time.monotonic()
             self.first_row_at = self.first_row_at or now
             self.progress(f"bandwidth {sweep.stage} {sweep.op} {row.size} B: busbw {row.busbw:.3g} GB/s "
-                          + progress_bar(now - self.first_row_at, self.budget_s))
+                          + progress_bar(now - self.first_row_at, self.options.budget_s))
 
     def furthest_stage(self) -> str:
         return max((w.stage for w in self.workers), key=STAGES.index, default="start")
@@ -390,8 +397,43 @@ class Watch:
                 verdict = ("stuck", f"pid {w.proc.pid} survived SIGKILL in stage {w.stage}: stuck in "
                                     "the kernel (the GPU driver?) and left behind")
             if verdict:
-                found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict))
+                found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict, self.in_flight(w)))
         return found
+
+    def in_flight(self, w: Worker) -> InFlight | None:
+        return in_flight(w.stage, w.sweep, w.pairs, self.node, self.nnodes, self.nproc, self.options)
+
+
+def in_flight(stage: str, sweep: Sweep | None, pairs: tuple[Pair, ...], node: int, nnodes: int,
+              nproc: int, options: SweepOptions) -> InFlight | None:
+    """What a worker of `node` was in, from its stage and the last table (or pairs) it
+    reported: a sweep reports after every size, in the order of the size series, so the
+    next size is the one in flight. None outside the sweeps, or past a sweep's last size."""
+    if stage == "pairs":
+        return _pair_in_flight(pairs, node, nnodes, nproc)
+    if stage not in ("all", "intra", "inter"):
+        return None
+    ranks = {"all": tuple(range(nnodes * nproc)), "intra": tuple(range(node * nproc, (node + 1) * nproc)),
+             "inter": tuple(n * nproc for n in range(nnodes))}[stage]
+    if sweep is None or sweep.stage != stage:  # the stage's group is being made (all: no time at all)
+        return InFlight("new_group" if stage != "all" else options.op[0], 0, ranks)
+    coll = COLLECTIVES[sweep.op]
+    sizes = [] if sweep.note else [s for s in size_series(options.minbytes, options.maxbytes, options.stepfactor)
+                                   if coll.chunk(s, options.dtype, sweep.ranks)]
+    done = len(sweep.rows) + len(sweep.skipped)
+    return InFlight(sweep.op, sizes[done], ranks) if done < len(sizes) else None
+
+
+def _pair_in_flight(pairs: tuple[Pair, ...], node: int, nnodes: int, nproc: int) -> InFlight | None:
+    """The round after the pairs reported: this node's pair in it, between the nodes' leaders."""
+    counted = 0
+    for pairing in round_robin(nnodes):
+        if counted >= len(pairs):
+            mine = next((p for p in pairing if node in p), None)
+            size = pairs[-1].size if pairs else 0  # every round exchanges the same size
+            return InFlight("sendrecv", size, tuple(n * nproc for n in mine) if mine else ())
+        counted += len(pairing)
+    return None
 
 
 def classify(fate: str, returncode: int | None, failure: str, done: bool, stage: str,

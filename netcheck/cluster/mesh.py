@@ -7,6 +7,13 @@ connection with its node's rank and a per-run token, so a connect that lands som
 else (docker0 carries the same 172.17.0.1 on every host: the "peer" is this very node) is
 told apart from a real path. This is the traffic NCCL and gloo send on ephemeral ports,
 which a firewall that only opens the master port drops.
+
+A greeting is small, so it proves only that small frames pass. After it the listener echoes
+what it receives, and the connecting node sends full-size segments (its connection's MSS)
+one at a time: a path whose ends both say MTU 9000 while a switch port between them carries
+1500 drops those frames without a word (no ICMP comes back) and passes the greeting, the
+classic "small messages work, large ones hang". Where they are lost, smaller frames are
+tried on fresh connections, so the finding can say which size passes.
 """
 
 from __future__ import annotations
@@ -21,12 +28,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS
+from netcheck.core.constants import (
+    MESH_CONNECT_TIMEOUT, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS,
+    MESH_TRANSFER_TIMEOUT,
+)
+from netcheck.core.deadline import Deadline
 from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
+CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
+HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a frame is its MSS plus these
+MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
+LINGER = MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT  # the peer has given up on a connection by then
+EXPIRY_TICK = 0.1  # the listener's select timeout, and how often it closes connections past LINGER
 
 
 @dataclass(frozen=True)
@@ -34,6 +50,25 @@ class Candidate:
     ifname: str
     address: str
     port: int
+    mtu: int = 0           # the interface's MTU; 0: not known
+
+
+@dataclass(frozen=True)
+class Trial:
+    """Segments of one frame size, each sent alone and echoed back."""
+
+    frame: int             # bytes per frame on the wire, IP and TCP headers included
+    result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
+                           # "unreached" (a fresh connection for this size did not get through)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Full-size frames over a connected path, and smaller ones where those were lost."""
+
+    src_mtu: int           # the sending interface's MTU (0: not known)
+    dst_mtu: int           # the peer interface's, from its offer (0: not known)
+    trials: tuple[Trial, ...]   # full-size first
 
 
 @dataclass(frozen=True)
@@ -53,10 +88,15 @@ class Attempt:
     dst: int
     ifname: str            # dst's interface
     address: str
-    outcome: str           # "ok" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local"
+    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local"
     rtt_ms: float | None   # connect round trip, when it connected
     src_ifname: str | None # the interface the kernel sent it from (the route's truth)
     detail: str
+    transfer: Transfer | None = None   # the full-size frames, once greeted
+
+    @property
+    def connected(self) -> bool:
+        return self.outcome in CONNECTED
 
 
 @dataclass(frozen=True)
@@ -79,6 +119,10 @@ def candidate_addresses(table: NicTable) -> list[tuple[str, str]]:
             if not (ip.is_loopback or ip.is_link_local):
                 out.append((nic.name, addr.address))
     return out
+
+
+def interface_mtus(table: NicTable) -> dict[str, int]:
+    return {nic.name: nic.mtu for nic in table.nics}
 
 
 def parse_mode(text: str) -> int | None:
@@ -141,8 +185,9 @@ class Listeners:
         return self
 
     def offer(self) -> Offer:
+        mtus = interface_mtus(self.table)
         return Offer(self.rank, self.token, tuple(
-            Candidate(ifname, *sock.getsockname()[:2]) for ifname, sock in self.sockets))
+            Candidate(ifname, *sock.getsockname()[:2], mtus.get(ifname, 0)) for ifname, sock in self.sockets))
 
     def _serve(self) -> None:
         serve_greetings(self.selector, self.stop)
@@ -158,21 +203,82 @@ class Listeners:
 
 def serve_greetings(selector: selectors.BaseSelector, stop: threading.Event) -> None:
     """Answer every connection to the selector's listening sockets with the greeting each
-    was registered with, until stop. Each connection gets the greeting and is closed at
-    once: a flood of connections costs an accept and a send each, never a thread or a buffer."""
-    while not stop.is_set():
-        for key, _ in selector.select(timeout=0.1):
-            try:
-                conn, _ = key.fileobj.accept()
-            except OSError:
-                continue
-            with conn:
-                try:
-                    conn.setblocking(True)
-                    conn.settimeout(0.5)
-                    conn.sendall(key.data)
-                except OSError:
-                    pass
+    was registered with, then echo what the peer sends (its full-size frames) until it
+    closes, MAX_ECHO bytes have come back, or LINGER s. Nothing blocks: a stuck peer, or a
+    flood of them, costs a socket and at most one read's buffer each for LINGER s, never a
+    thread, and never delays another peer's echo."""
+    expire_at = 0.0
+    try:
+        while not stop.is_set():
+            for key, events in selector.select(timeout=EXPIRY_TICK):
+                if isinstance(key.data, _Echo):
+                    key.data.pump(selector, events)
+                else:
+                    _greet(selector, key)
+            if (now := time.monotonic()) >= expire_at:  # a look at every connection, not per event
+                expire_at = now + EXPIRY_TICK
+                for echo in _echoes(selector):
+                    if now > echo.until:
+                        echo.close(selector)
+    finally:
+        for echo in _echoes(selector):
+            echo.close(selector)
+
+
+def _greet(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+    try:
+        conn, _ = key.fileobj.accept()
+    except OSError:
+        return
+    try:
+        conn.setblocking(False)
+        # An echo that came in pieces goes back at once, not after the peer's delayed ACK.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.send(key.data)  # a few dozen bytes into an empty buffer: all of it goes
+        selector.register(conn, selectors.EVENT_READ, _Echo(conn, time.monotonic() + LINGER))
+    except OSError:
+        conn.close()
+
+
+def _echoes(selector: selectors.BaseSelector) -> list["_Echo"]:
+    return [key.data for key in list(selector.get_map().values()) if isinstance(key.data, _Echo)]
+
+
+@dataclass
+class _Echo:
+    """One greeted connection: whatever the peer sends goes back, as soon as it can."""
+
+    sock: socket.socket
+    until: float
+    pending: bytes = b""   # read, not yet sent back: no more is read until it is
+    echoed: int = 0
+
+    def pump(self, selector: selectors.BaseSelector, events: int) -> None:
+        try:
+            if not events & selectors.EVENT_WRITE and not self._read():
+                self.close(selector)
+                return
+            self.pending = self.pending[self._send(self.pending):]
+            selector.modify(self.sock, selectors.EVENT_WRITE if self.pending else selectors.EVENT_READ, self)
+        except OSError:
+            self.close(selector)
+
+    def _read(self) -> bool:
+        """Take what came; False once the peer has closed or sent more than an echo needs."""
+        data = self.sock.recv(1 << 16)
+        self.echoed += len(data)
+        self.pending += data
+        return bool(data) and self.echoed <= MAX_ECHO
+
+    def _send(self, data: bytes) -> int:
+        try:
+            return self.sock.send(data)
+        except BlockingIOError:
+            return 0
+
+    def close(self, selector: selectors.BaseSelector) -> None:
+        selector.unregister(self.sock)
+        self.sock.close()
 
 
 def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicTable,
@@ -181,9 +287,9 @@ def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicT
     jobs = [(offers[p], c) for p in peers if p in offers for c in offers[p].candidates]
     if not jobs:
         return ()
-    owners = address_owners(table)
+    owners, mtus = address_owners(table), interface_mtus(table)
     with ThreadPoolExecutor(max_workers=min(64, len(jobs))) as pool:
-        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, timeout), jobs))
+        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, mtus, timeout), jobs))
 
 
 def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
@@ -191,7 +297,8 @@ def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
     return all(c.address in owners for c in offer.candidates)
 
 
-def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], timeout: float) -> Attempt:
+def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: dict[str, int],
+             timeout: float) -> Attempt:
     # A peer elsewhere that offers one of our own addresses (docker0's 172.17.0.1 is on
     # every host) cannot be reached there: the packets would stay on this node.
     if c.address in owners and not _same_machine(offer, owners):
@@ -206,7 +313,11 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], timeou
             rtt = round((time.monotonic() - start) * 1000, 3)
             source = owners.get(sock.getsockname()[0])
             outcome, detail = _check_greeting(sock, offer)
-            return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
+            if outcome != "ok":
+                return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
+            transfer = _prove_frames(sock, offer, c, mtus.get(source, 0))
+            return Attempt(me, offer.rank, c.ifname, c.address, transfer_outcome(transfer), rtt, source,
+                           transfer_detail(transfer), transfer)
         except OSError as e:
             return _failed(me, offer, c, *failed_connect(e, timeout))
 
@@ -236,3 +347,104 @@ def _check_greeting(sock: socket.socket, offer: Offer) -> tuple[str, str]:
                              "address is not unique to that node"
     return "ok", "connected"
 
+
+
+# --- full-size frames ------------------------------------------------------------------------
+
+def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int) -> Transfer:
+    """Full-size segments echoed over the greeted connection; where they are lost, smaller
+    frames over fresh connections, smallest last, until one size comes back or the path
+    stops answering at all."""
+    full = min((m for m in (src_mtu, c.mtu) if m), default=_mss(sock) + HEADERS[sock.family])
+    trials = [Trial(full, _echo(sock, Deadline(MESH_TRANSFER_TIMEOUT)))]
+    for frame in (f for f in MESH_FALLBACK_FRAMES if f < full):
+        if trials[-1].result != "lost":
+            break
+        trials.append(Trial(frame, _echo_fresh(offer, c, frame)))
+    return Transfer(src_mtu, c.mtu, tuple(trials))
+
+
+def _mss(sock: socket.socket) -> int:
+    """The connection's segment size: the largest the path's MTU allows, as both ends see it."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+
+
+def _echo(sock: socket.socket, deadline: Deadline) -> str:
+    """Send MESH_TRANSFER_SEGMENTS full segments and read each one back before the next, so
+    each travels alone in a frame of the connection's full size (segments sent together
+    would be merged, and a virtual link can pass a merged send that a switch would not)."""
+    size = _mss(sock)
+    segment = b"\x5a" * size
+    try:
+        for _ in range(MESH_TRANSFER_SEGMENTS):
+            _bounded(sock, deadline)
+            sock.sendall(segment)
+            got = 0
+            while got < size:
+                _bounded(sock, deadline)
+                chunk = sock.recv(size - got)
+                if not chunk:
+                    return "closed"
+                got += len(chunk)
+    except (socket.timeout, TimeoutError):
+        return "lost"
+    except OSError:
+        return "closed"
+    return "echoed"
+
+
+def _bounded(sock: socket.socket, deadline: Deadline) -> None:
+    if deadline.expired():
+        raise TimeoutError
+    sock.settimeout(deadline.remaining())
+
+
+def _echo_fresh(offer: Offer, c: Candidate, frame: int) -> str:
+    """`frame`-sized segments over a new connection to the same listener, its MSS clamped
+    before the handshake so both ends keep to that frame size."""
+    deadline = Deadline(MESH_TRANSFER_TIMEOUT)
+    family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, frame - HEADERS[family])
+            _bounded(sock, deadline)
+            sock.connect((c.address, c.port))
+            if _check_greeting(sock, offer)[0] != "ok":
+                return "unreached"
+        except OSError:
+            return "unreached"
+        return _echo(sock, deadline)
+
+
+def transfer_outcome(transfer: Transfer) -> str:
+    """The attempt's outcome from its frames: "ok" when full-size frames came back;
+    "blackhole" when they vanished while the path still carries smaller ones (or greets a
+    fresh connection); "refused" when the peer hung up mid-way; "filtered" when the path went
+    silent for every size, a peer or link gone during the test, not a frame-size problem."""
+    results = [t.result for t in transfer.trials]
+    if results[0] == "echoed":
+        return "ok"
+    if "closed" in results:
+        return "refused"
+    return "filtered" if "unreached" in results else "blackhole"
+
+
+def passed_frame(transfer: Transfer) -> int:
+    """The largest frame size that came back (0: none but the greeting's few bytes)."""
+    return max((t.frame for t in transfer.trials if t.result == "echoed"), default=0)
+
+
+def transfer_detail(transfer: Transfer) -> str:
+    full = transfer.trials[0]
+    sent = f"{MESH_TRANSFER_SEGMENTS} frames of {full.frame} bytes"
+    outcome = transfer_outcome(transfer)
+    if outcome == "ok":
+        return f"connected; {sent} echoed"
+    if outcome == "refused":
+        return f"connected, then the peer closed during the transfer of {sent}"
+    if outcome == "filtered":
+        return (f"connected, then the path went silent: {sent} and every smaller size lost (the peer or "
+                "its link went away)")
+    passed = passed_frame(transfer)
+    return (f"connected, but {sent} did not come back within {MESH_TRANSFER_TIMEOUT:g} s; "
+            + (f"{passed}-byte frames did" if passed else "smaller ones neither, only the greeting"))

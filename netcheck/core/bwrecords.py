@@ -83,6 +83,16 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """What a worker was in when it stopped, as far as its reports tell."""
+
+    op: str                         # a collective ("all_reduce", ...), "sendrecv" (node pairs), or
+                                    # "new_group" (setting up the stage's process group)
+    size: int                       # bytes; 0: not known
+    ranks: tuple[int, ...]          # the ranks of its group: every one of them had to take part
+
+
+@dataclass(frozen=True)
 class Fault:
     """A worker that did not finish well."""
 
@@ -92,6 +102,7 @@ class Fault:
     stage: str
     kind: str                       # "died" | "stuck" | "failed" | "timeout" | "silent" | "stopped"
     detail: str
+    in_flight: InFlight | None = None   # None: not in a sweep's collective, or not known
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,15 @@ MESH_CONNECT_TIMEOUT = 2.0
 MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
+# Each connected path echoes this many full-size segments, one at a time (each alone in its
+# frame), within MESH_TRANSFER_TIMEOUT: a lost segment's retransmissions (200 ms, 600 ms,
+# 1.4 s) fit; a path that drops large frames and no small ones is a path-MTU blackhole.
+MESH_TRANSFER_SEGMENTS = 4
+MESH_TRANSFER_TIMEOUT = 1.5
+# Where full-size frames are lost, smaller ones are tried, each on a fresh connection: the
+# Ethernet standard, then IPv6's minimum (below any tunnel's overhead).
+MESH_FALLBACK_FRAMES = (1500, 1280)
+MESH_FLAGGED_TOLD = 32       # flagged paths the host tells its joiners (blackholes first)
 
 # Environment phase (facts.envinfo / rules.env).
 HASH_MAX_BYTES = 1 << 30     # --hash reads at most this much per path, then says "incomplete"

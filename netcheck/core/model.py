@@ -40,7 +40,7 @@ class Probe:
 
     address: str
     family: str        # "ipv4" | "ipv6"
-    outcome: str       # "open" | "refused" | "filtered" | "unreachable"
+    outcome: str       # "open" | "not_store" | "refused" | "filtered" | "unreachable"
     detail: str        # the errno text or what the timeout was
     seconds: float
 
@@ -51,7 +51,7 @@ class Reach:
 
     host: str
     port: int
-    outcome: str                   # "open" | "refused" | "filtered" | "unreachable" | "dns"
+    outcome: str                   # "open" | "not_store" | "refused" | "filtered" | "unreachable" | "dns"
     addresses: tuple[str, ...]     # every address HOST resolved to, all families
     resolve_error: str | None
     probes: tuple[Probe, ...]

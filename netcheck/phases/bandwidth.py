@@ -27,6 +27,10 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
         if run.role == "host":  # where the missing nodes are named
             run.findings.append(run_rules.skipped_finding("bandwidth", "not every node rank is present"))
         return
+    # Every node skips alike: a joiner knows the host's flagged paths (phases.mesh.MeshDone).
+    if skipped := bw_rules.blackhole_skip(run.flagged):
+        run.findings.append(skipped)
+        return
     left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
     if left < needed:
         run.findings.append(run_rules.skipped_finding(
@@ -52,7 +56,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     seat_names, rates = seat.roster.hostnames(), _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
     findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
-                                         run.config.sweep.expect_busbw)
+                                         run.config.sweep.expect_busbw, run.flagged.paths)
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
     if run.role == "host":  # a node whose account never came is gone, as in any other phase
@@ -64,6 +68,6 @@ def _line_rates(run: Run) -> dict[int, float | None]:
     """Gbit/s of the interface each seat's traffic to its peers leaves by (None: unknown)."""
     rates = {}
     for m in run.members:
-        mbps = nic_rules.used_speed(m, {a.src_ifname for a in run.attempts if a.src == m.rank and a.outcome == "ok"})
+        mbps = nic_rules.used_speed(m, {a.src_ifname for a in run.attempts if a.src == m.rank and a.connected})
         rates[m.rank] = mbps / 1000 if mbps else None
     return rates

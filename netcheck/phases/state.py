@@ -44,6 +44,7 @@ class Run:
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
     attempts: tuple[Attempt, ...] = ()
+    flagged: nic_rules.FlaggedPaths = nic_rules.FlaggedPaths()  # mesh.connect's failed paths (host's word)
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None

@@ -1,6 +1,8 @@
 """Rules for the bandwidth phase: a BandwidthResult in, findings out.
 
     bw.stage      the stages ran (backend and why), or which stage stopped, where and why
+                  (at the deadline: the collective, size and ranks in flight, and the paths
+                  the mesh flagged)
     bw.wrong      corrupted elements, with the ranks that received them
     bw.busbw      below --expect-busbw, or far below the line rate of the NICs in use
     bw.pair       a node whose best pair runs well below the other nodes' (named)
@@ -13,13 +15,18 @@ from __future__ import annotations
 
 import statistics
 
+from netcheck.bandwidth.sweep import size_text
 from netcheck.core.bwrecords import (
-    BandwidthResult, Fault, Sweep, culprits, first_culprit, peak_busbw,
+    BandwidthResult, Fault, InFlight, Sweep, culprits, first_culprit, peak_busbw,
 )
 from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.rules import run as run_rules
+from netcheck.rules.nic import FlaggedPaths
 from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG
 
+SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
+SHOWN_RANKS = 8    # ranks of a group named before "..."
 STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
                "all": "sweep across all ranks", "intra": "intra-node sweep",
                "inter": "inter-node sweep", "pairs": "node pairs"}
@@ -31,7 +38,6 @@ FIXES = {
     "silent": "run netcheck on every node; that node's own report says where it stopped",
     "stopped": "that node's netcheck was stopped (Ctrl-C, scancel, a pod deleted): run it again "
                "on every node",
-    "timeout": "give the run more time (--timeout) or the sweep less (--bw-budget, -e)",
     "start": "the worker could not start or reach the host's store: the detail says why (a "
              "broken torch install, or the host's netcheck gone)",
     "control": "gloo could not connect the ranks: check mesh.connect and nic.gloo_default, and "
@@ -43,15 +49,16 @@ FIXES = {
 
 
 def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
-                       expect_busbw: float | None) -> list[Finding]:
+                       expect_busbw: float | None, flagged: tuple[str, ...] = ()) -> list[Finding]:
     """Every bandwidth check, cluster-wide.
 
     Nodes are named by result.node_name. line_rate_gbps: node rank -> the link speed, in
     Gbit/s, of the interface its inter-node traffic uses (None: unknown, as on virtual
-    links). expect_busbw: --expect-busbw, in GB/s (nccl-tests' unit), or None.
+    links). expect_busbw: --expect-busbw, in GB/s (nccl-tests' unit), or None. flagged:
+    the paths mesh.connect failed, one line each (nic.path_text).
     """
     names = _Names(result)
-    return (stage_findings(result, names) + wrong_findings(result, names)
+    return (stage_findings(result, names, flagged) + wrong_findings(result, names)
             + busbw_findings(result, names, line_rate_gbps, expect_busbw)
             + pair_findings(result, names) + straggler_findings(result, names))
 
@@ -70,7 +77,20 @@ class _Names:
 
 # --- bw.stage -----------------------------------------------------------------------------
 
-def stage_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+def blackhole_skip(flagged: FlaggedPaths) -> Finding | None:
+    """The phase left out where the mesh found paths losing full-size frames: every
+    collective across one sends full segments, and would wait on it until the deadline."""
+    if not flagged.blackholes:
+        return None
+    shown = flagged.paths[:min(flagged.blackholes, SHOWN_PATHS)]
+    more = f"; {flagged.blackholes - len(shown)} more" if flagged.blackholes > len(shown) else ""
+    return run_rules.skipped_finding(
+        "bandwidth", f"the mesh found {flagged.blackholes} path(s) that lose full-size frames ("
+        + "; ".join(shown) + more + "): every collective across them would hang until the deadline",
+        "fix the path MTU first (mesh.connect, blackhole), then run again")
+
+
+def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, ...] = ()) -> list[Finding]:
     if result.failed_stage is None:
         world = result.nnodes * result.nproc_per_node
         return [Finding(BW_STAGE, PASS, tuple(range(result.nnodes)),
@@ -78,24 +98,59 @@ def stage_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
                         f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
     blamed, first = culprits(result.faults), first_culprit(result.faults)
     measured = sum(len(s.rows) for s in result.sweeps)
-    evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}" for f in result.faults)
+    evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}"
+                     + (f"; in flight: {_in_flight_text(f.in_flight)}" if f.in_flight else "")
+                     for f in result.faults)
     evidence += (f"kept: {measured} rows measured before it stopped",)
+    evidence += tuple(f"flagged by the mesh: {p}" for p in flagged)
     if result.backend:
         evidence += (f"backend {result.backend}: {result.backend_reason}",)
     return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
                     f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
-                    f"{names.rank(first)} {_what(first)}", evidence, _fix(first))]
+                    f"{names.rank(first)} {_what(first)}", evidence, _fix(first, flagged))]
 
 
 def _what(f: Fault) -> str:
-    return {"died": "died", "stuck": "hung", "silent": "never reported", "stopped": "was stopped",
-            "timeout": "ran out of time"}.get(f.kind, "failed") + f" ({f.detail})"
+    if f.kind == "timeout":
+        # At the deadline the sweep is inside a collective that never completed: say which.
+        doing = f"{_in_flight_text(f.in_flight)}, which" if f.in_flight else "its stage, which"
+        return f"was in {doing} had not completed at the phase's deadline"
+    return {"died": "died", "stuck": "hung", "silent": "never reported",
+            "stopped": "was stopped"}.get(f.kind, "failed") + f" ({f.detail})"
 
 
-def _fix(f: Fault) -> str:
+def _in_flight_text(f: InFlight) -> str:
+    if f.op == "new_group":
+        return f"the stage's process group setup among {_ranks_text(f.ranks)}"
+    size = f" of {size_text(f.size)}B" if f.size else ""
+    return f"{f.op}{size} among {_ranks_text(f.ranks)}"
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    if len(ranks) > 2 and list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "rank(s) " + ", ".join(map(str, ranks[:SHOWN_RANKS])) + (", ..." if len(ranks) > SHOWN_RANKS else "")
+
+
+def _fix(f: Fault, flagged: tuple[str, ...]) -> str:
+    if f.kind == "timeout":
+        return _timeout_fix(flagged)
     if f.kind != "failed":
         return FIXES[f.kind]
     return FIXES.get(f.stage, FIXES["sweep"])
+
+
+def _timeout_fix(flagged: tuple[str, ...]) -> str:
+    """A sweep within its budget that meets the deadline is stuck in a collective, not short
+    of time (the budget stops a slow sweep early): the cause is on the path, not in --timeout."""
+    if flagged:
+        return (f"the mesh flagged {len(flagged)} path(s) between these nodes (the evidence lists them): a "
+                "collective across one waits until the deadline whatever --timeout is; fix them first "
+                "(mesh.connect)")
+    return ("the collective in flight hung: the mesh flagged no path (where it was skipped, run it: it "
+            "tests every path with full-size frames), so look at the ranks in flight: a stopped or overloaded process, their link (bw.pair, ethtool -S for errors), the "
+            "interface they use (NCCL_DEBUG=INFO names the peer waited on); a bigger --timeout helps only "
+            "if the sizes before it already took seconds each")
 
 
 # --- bw.wrong -------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
-from netcheck.cluster.mesh import Attempt
+from netcheck.cluster.mesh import CONNECTED, Attempt, passed_frame
+from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.rules import ifselect
 from netcheck.rules.registry import (
-    MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED, NIC_TP_DEFAULT,
+    MESH_BLACKHOLE, MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
+    NIC_TP_DEFAULT,
 )
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -46,7 +48,9 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
     tried, reached = defaultdict(set), defaultdict(set)
     for a in witnessed:
         tried[(a.dst, a.ifname)].add(a.src)
-        if a.outcome == "ok":
+        # A path that loses full-size frames still leads to the peer: the interface is the
+        # right one, its MTU is wrong, and mesh.connect names that.
+        if a.connected:
             reached[(a.dst, a.ifname)].add(a.src)
     targets = {a.dst for a in witnessed}
     return {m.rank: [n.name for n in m.facts.nics.nics
@@ -55,18 +59,20 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
 
 
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    """Node pairs (per direction) that connect on no interface at all fail the mesh."""
-    by_pair = defaultdict(list)
-    for a in attempts:
-        by_pair[(a.src, a.dst)].append(a)
-    broken = {pair: tries for pair, tries in by_pair.items() if not any(a.outcome == "ok" for a in tries)}
+    """Node pairs (per direction) that connect on no interface at all fail the mesh; so do
+    paths that connect but lose full-size frames."""
+    holes = blackhole_findings(names, attempts)
+    # "Every direction connects" is no pass where the connected paths lose large frames.
+    return [f for f in _connect_findings(names, attempts) if not (holes and f.severity == PASS)] + holes
+
+
+def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    broken = _broken_directions(attempts)
+    directions = {(a.src, a.dst) for a in attempts}
     if broken:
         unreachable, isolated = cut_off_nodes(*_directions(attempts))
-        blamed = unreachable | isolated
-        # A broken direction with a cut-off node at one end is that node's fault alone; the
-        # rest name both ends, as nothing tells which one's firewall drops it.
-        ranks = blamed | {r for pair in broken if not blamed & set(pair) for r in pair}
-        summary = f"{len(broken)} of {len(by_pair)} node-to-node directions connect on no interface"
+        ranks = _at_fault(unreachable | isolated, set(broken))
+        summary = f"{len(broken)} of {len(directions)} node-to-node directions connect on no interface"
         if unreachable:
             summary += f"; no peer reaches {_names(names, unreachable)}"
         if isolated:
@@ -77,16 +83,104 @@ def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[
         return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
-    summary = f"all {len(by_pair)} node-to-node directions connect"
+    summary = f"all {len(directions)} node-to-node directions connect"
+    if frames := [a.transfer.trials[0].frame for a in attempts if a.outcome == "ok" and a.transfer]:
+        summary += f" and echo full-size frames (up to {max(frames)} bytes)"
     if rtts:
         summary += f"; median connect {median(rtts):.2f} ms"
     return [Finding(MESH_CONNECT, PASS, tuple(sorted(names)), summary, idle)]
 
 
+def _broken_directions(attempts: tuple[Attempt, ...]) -> dict[tuple[int, int], list[Attempt]]:
+    """(src, dst) -> its attempts, for the directions that connect on no interface."""
+    by_pair = defaultdict(list)
+    for a in attempts:
+        by_pair[(a.src, a.dst)].append(a)
+    return {pair: tries for pair, tries in by_pair.items() if not any(a.connected for a in tries)}
+
+
+def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
+    """A broken direction with a blamed node at one end is that node's fault alone; the rest
+    name both ends, as nothing tells which end's firewall (or link) is the cause."""
+    return blamed | {r for pair in broken if not blamed & set(pair) for r in pair}
+
+
 def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     """(every direction tried, the directions that connected on no interface)."""
     tried = {(a.src, a.dst) for a in attempts}
-    return tried, tried - {(a.src, a.dst) for a in attempts if a.outcome == "ok"}
+    return tried, tried - {(a.src, a.dst) for a in attempts if a.connected}
+
+
+def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """Paths that connect and carry small messages but lose full-size frames: a path-MTU
+    blackhole (FAILURES row 21). Both ends say MTU 9000, a switch port or tunnel between
+    them carries less, and no ICMP says so: every collective that sends a full segment over
+    the path hangs. A node all of whose paths (two peers or more, in or out) lose them is
+    the one whose link is short; otherwise both ends of each path are named."""
+    holes = sorted((a for a in attempts if a.outcome == "blackhole"), key=lambda a: (a.src, a.dst, a.ifname))
+    if not holes:
+        return []
+    lossy = {(a.src, a.dst) for a in holes}
+    unreachable, isolated = cut_off_nodes({(a.src, a.dst) for a in attempts if a.connected}, lossy)
+    blamed = unreachable | isolated
+    ranks = _at_fault(blamed, lossy)
+    full = max(a.transfer.trials[0].frame for a in holes)
+    passed = min(passed_frame(a.transfer) for a in holes)
+    where = (f"at {_names(names, blamed)}" if blamed else "between " + ", ".join(
+        f"{names.get(s, s)} and {names.get(d, d)}" for s, d in sorted({tuple(sorted(p)) for p in lossy})))
+    summary = (f"path-MTU blackhole {where}: {len(holes)} path(s) connect and carry small messages, but "
+               f"full-size frames ({full} bytes) vanish; " + (f"{passed}-byte frames pass" if passed else
+                                                             "smaller frames too"))
+    return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary,
+                    tuple(_hole_text(names, a) for a in holes), _blackhole_fix(names, holes, blamed or ranks,
+                                                                              bool(blamed), full, passed),
+                    MESH_BLACKHOLE)]
+
+
+def _hole_text(names: dict[int, str], a: Attempt) -> str:
+    t = a.transfer
+    passed = passed_frame(t)
+    return (f"{names.get(a.src, a.src)} (rank {a.src}) {a.src_ifname or '?'} mtu {t.src_mtu or '?'} -> "
+            f"{names.get(a.dst, a.dst)} (rank {a.dst}) {a.ifname} {a.address} mtu {t.dst_mtu or '?'}: "
+            f"{t.trials[0].frame}-byte frames lost, " + (f"{passed}-byte frames passed" if passed else
+                                                        "only the greeting passed"))
+
+
+def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int], one_link: bool,
+                   full: int, passed: int) -> str:
+    """Either end's interface at the path's MTU is enough (TCP then keeps both directions to
+    it), so the command goes to the blamed node alone when there is one."""
+    ends = sorted({(a.src, a.src_ifname or "IF") for a in holes if a.src in fixed}
+                  | {(a.dst, a.ifname) for a in holes if a.dst in fixed})
+    mtu = str(passed) if passed else "MTU"
+    commands = "; ".join(f"on {names.get(r, r)}: ip link set dev {ifname} mtu {mtu}" for r, ifname in ends)
+    measure = "" if passed else (", MTU being the path's (find it with ping -M do -s SIZE PEER: the "
+                                 "largest SIZE that answers, plus 28)")
+    where = f"the switch port of {_names(names, fixed)}" if one_link else "the switch ports between these nodes"
+    return (f"set the path's MTU on the interfaces ({commands}{measure}), or enable jumbo frames (MTU {full}) "
+            f"along the path: {where}, and any tunnel or router on the way")
+
+
+@dataclass(frozen=True)
+class FlaggedPaths:
+    """The paths mesh.connect failed, for the phases after it. Small on purpose: the host
+    tells it to every joiner, and a message larger than a frame does not cross a blackhole."""
+
+    blackholes: int = 0             # how many lose full-size frames
+    paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
+
+
+def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> FlaggedPaths:
+    """The paths behind a failing mesh.connect: those that lose full-size frames, then those
+    of directions that connect on no interface (an address that is this node's own, like
+    docker0's, aside: it never was a path)."""
+    holes = [a for a in attempts if a.outcome == "blackhole"]
+    broken = [a for tries in _broken_directions(attempts).values() for a in tries if a.outcome != "local"]
+    return FlaggedPaths(len(holes), tuple(_path_text(names, a) for a in (holes + broken)[:MESH_FLAGGED_TOLD]))
+
+
+def _path_text(names: dict[int, str], a: Attempt) -> str:
+    return f"{names.get(a.src, a.src)} -> {names.get(a.dst, a.dst)} {a.ifname} ({a.address}): {a.outcome}"
 
 
 def cut_off_nodes(tried: set[tuple[int, int]], broken: set[tuple[int, int]]) -> tuple[set[int], set[int]]:
@@ -111,7 +205,7 @@ def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tu
     for a in attempts:
         outcomes[(a.dst, a.ifname)].add(a.outcome)
     return tuple(f"{names.get(d, d)} {ifname} carries nothing between nodes: {', '.join(sorted(o))}"
-                 for (d, ifname), o in sorted(outcomes.items()) if "ok" not in o)
+                 for (d, ifname), o in sorted(outcomes.items()) if not o & set(CONNECTED))
 
 
 def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -155,7 +249,7 @@ def shared_subnets(table) -> list[str]:
 def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
     names = hostnames(members)
     used = sorted({(a.src, a.src_ifname, a.dst, a.ifname) for a in attempts
-                   if a.outcome == "ok" and a.src in names})
+                   if a.connected and a.src in names})
     return tuple(f"{names[s]} {si} -> {names.get(d, f'rank {d}')} {di}" for s, si, d, di in used)
 
 
@@ -235,10 +329,13 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
     pairs = set()
     for a in attempts:
         src, dst = nic.get((a.src, a.src_ifname)), nic.get((a.dst, a.ifname))
-        if a.outcome == "ok" and src and dst and src.mtu != dst.mtu:
+        if a.connected and src and dst and src.mtu != dst.mtu:
             pairs.add(tuple(sorted([(names[a.src], src.name, src.mtu), (names[a.dst], dst.name, dst.mtu)])))
     if not pairs:
-        return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU")]
+        holes = sum(a.outcome == "blackhole" for a in attempts)
+        # Agreeing ends prove nothing about a switch port between them: say so where the mesh found one.
+        return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU" + (
+            f"; {holes} path(s) between them carry less: see mesh.connect" if holes else ""))]
     odd = _odd_nodes(members, {(h, i): mtu for pair in pairs for h, i, mtu in pair})
     return [Finding(NIC_MTU, WARN, odd, f"MTU differs along {len(pairs)} path(s): small messages "
                     "work, large ones can stall", tuple(f"{a[0]} {a[1]} mtu {a[2]} <-> {b[0]} {b[1]} "

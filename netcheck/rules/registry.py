@@ -67,12 +67,19 @@ JOIN_LEFT_BEHIND = "left_behind"
 JOIN_SAME_NAME = "duplicate_hostname"
 LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
+# rdzv.reach's and rdzv.listen's exact findings.
+REACH_NOT_STORE = "not_store"
+LISTEN_FIREWALLED = "firewalled"
+
 
 def lost_in(phase: str) -> str:
     """The kind of a node lost during `phase` (rdzv.join): e.g. "lost_in_bandwidth"."""
     assert phase in LOST_PHASES, phase
     return f"lost_in_{phase}"
 
+
+# mesh.connect's exact findings.
+MESH_BLACKHOLE = "blackhole"
 
 # launch.topology's exact findings.
 LAUNCH_CROWDED = "crowded_host"
@@ -131,13 +138,20 @@ CHECKS: tuple[Check, ...] = (
           ("rdzv.reach_findings", "rdzv.resolve_consistency"), "Reach (each joiner's lookup of HOST)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
     Check(RDZV_REACH, "reach", (PASS, FAIL),
-          "a joiner's TCP connect to HOST:PORT: open, refused, filtered or unreachable",
-          ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py")),
+          "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
+          "refused, filtered or unreachable",
+          ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
+           "test_reach_faults_cluster.py"),
+          {REACH_NOT_STORE: "something accepts on the port but does not answer as a TCPStore "
+                            "(a hung or stopped process, another program)"}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),
-          "the host cannot listen on the port; names the process holding it",
-          ("rdzv.listen_finding", "rdzv.listen_pass"), "Holder (psutil's view of the port)",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
+          "the host cannot listen on the port (names the process holding it), or cannot reach it itself",
+          ("rdzv.listen_finding", "rdzv.listen_pass", "rdzv.firewalled_finding"),
+          "Holder (psutil's view of the port), Probe (the host's connect to its own port)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_reach_faults_cluster.py"),
+          {LISTEN_FIREWALLED: "the host listens, but its own firewall filters or refuses the port: "
+                              "its store client and every joiner are kept out"}),
     Check(RDZV_JOIN, "rendezvous", ALL,
           "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
           ("rdzv.join_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
@@ -165,9 +179,14 @@ CHECKS: tuple[Check, ...] = (
           ("rdzv.clock_findings",), "NodeResults.clock (store round trips)",
           ("test_rules_rdzv.py",)),
     Check(MESH_CONNECT, "mesh", (PASS, FAIL),
-          "a node-to-node direction that connects on no interface at all",
-          ("nic.mesh_findings",), "Attempt (every connect the mesh made)",
-          ("test_mesh_cluster.py", "test_faults_cluster.py")),
+          "a node-to-node direction that connects on no interface at all, or a path that connects "
+          "but loses full-size frames",
+          ("nic.mesh_findings", "nic.blackhole_findings"),
+          "Attempt (every connect the mesh made, with its full-size frames echoed or lost)",
+          ("test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
+          {MESH_BLACKHOLE: "a path-MTU blackhole: the path connects and carries small messages, but "
+                           "frames of the interfaces' MTU vanish (a switch port or tunnel with a smaller "
+                           "MTU between two ends that agree)"}),
     Check(NIC_ROUTE, "nic", ALL,
           "a set *_SOCKET_IFNAME that matches nothing on a node, or holds an address",
           ("nic.route_findings",), "NodeFacts.socket_env, NicTable, Attempt",
@@ -284,7 +303,8 @@ CHECKS: tuple[Check, ...] = (
           ("run.skipped_finding", "run.unheard_goodbyes", "run.no_peer_findings"),
           "the run's deadlines, earlier findings and the nodes still in it",
           ("test_rules_rdzv.py", "test_faults_cluster.py"),
-          {SKIPPED_PHASE: "a phase was skipped: nodes missing, or too little of --timeout left",
+          {SKIPPED_PHASE: "a phase was skipped: nodes missing, too little of --timeout left, or a path "
+                          "it needs loses full-size frames (mesh.connect, blackhole)",
            SKIPPED_GOODBYE: "--timeout was spent before some nodes said goodbye; not counted as lost",
            SKIPPED_NO_PEER: "the mesh and the interface checks need a peer, and no other node is in the run"}),
     Check(RUN_TIMEOUT, "run", (FAIL,),

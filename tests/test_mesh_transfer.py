@@ -1,0 +1,132 @@
+"""The mesh's full-size frame test: how a transfer's trials classify, the blackhole rule over
+hand-built attempts, and the echoing listener over loopback (no namespaces needed)."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+
+import pytest
+
+from netcheck.cluster import mesh
+from netcheck.cluster.mesh import Attempt, Transfer, Trial
+from netcheck.core.constants import MESH_TRANSFER_TIMEOUT
+from netcheck.rules import nic as nic_rules
+from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
+
+NAMES = {0: "node0", 1: "node1", 2: "node2"}
+JUMBO_ECHOED = Transfer(9000, 9000, (Trial(9000, "echoed"),))
+SHORT_PORT = Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "echoed")))
+
+
+@pytest.mark.parametrize("trials, outcome, passed", [
+    ((Trial(9000, "echoed"),), "ok", 9000),
+    ((Trial(9000, "lost"), Trial(1500, "echoed")), "blackhole", 1500),
+    ((Trial(9000, "lost"), Trial(1500, "lost"), Trial(1280, "echoed")), "blackhole", 1280),
+    ((Trial(9000, "lost"), Trial(1500, "lost"), Trial(1280, "lost")), "blackhole", 0),  # greeted, nothing more
+    ((Trial(9000, "lost"), Trial(1500, "unreached")), "filtered", 0),   # the path went away mid-test
+    ((Trial(9000, "closed"),), "refused", 0),                           # the peer hung up
+    ((Trial(9000, "lost"), Trial(1500, "closed")), "refused", 0),
+])
+def test_a_transfer_is_classified_by_what_came_back(trials, outcome, passed):
+    transfer = Transfer(9000, 9000, trials)
+    assert mesh.transfer_outcome(transfer) == outcome
+    assert mesh.passed_frame(transfer) == passed
+
+
+def test_the_detail_says_the_size_lost_and_the_size_that_passed():
+    assert mesh.transfer_detail(SHORT_PORT) == (f"connected, but 4 frames of 9000 bytes did not come back within "
+                                                f"{MESH_TRANSFER_TIMEOUT:g} s; 1500-byte frames did")
+    assert mesh.transfer_detail(JUMBO_ECHOED) == "connected; 4 frames of 9000 bytes echoed"
+
+
+def path(src: int, dst: int, transfer: Transfer = JUMBO_ECHOED) -> Attempt:
+    outcome = mesh.transfer_outcome(transfer)
+    return Attempt(src, dst, "eth0", f"198.18.0.{10 + dst}", outcome, 0.1, "eth0", mesh.transfer_detail(transfer),
+                   transfer)
+
+
+def three_nodes(short: int | None) -> tuple[Attempt, ...]:
+    """Every direction between three nodes; those touching `short` lose full-size frames."""
+    return tuple(path(s, d, SHORT_PORT if short in (s, d) else JUMBO_ECHOED)
+                 for s in range(3) for d in range(3) if s != d)
+
+
+def test_a_node_whose_every_path_loses_full_frames_is_named_alone_with_the_mtu_fix():
+    findings = nic_rules.mesh_findings(NAMES, three_nodes(short=2))
+    (hole,) = findings   # no "every direction connects" pass beside it
+    assert (hole.check, hole.severity, hole.kind, hole.nodes) == (MESH_CONNECT, "fail", MESH_BLACKHOLE, (2,))
+    assert hole.summary.startswith("path-MTU blackhole at node2: 4 path(s)")
+    assert "1500-byte frames pass" in hole.summary
+    assert "node0 (rank 0) eth0 mtu 9000 -> node2 (rank 2) eth0 198.18.0.12 mtu 9000: 9000-byte frames lost, " \
+           "1500-byte frames passed" in hole.evidence
+    assert "on node2: ip link set dev eth0 mtu 1500" in hole.fix and "switch port of node2" in hole.fix
+
+
+def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
+    attempts = (path(0, 1, Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "lost"), Trial(1280, "lost")))),
+                path(1, 0))
+    (hole,) = nic_rules.blackhole_findings(NAMES, attempts)
+    assert hole.nodes == (0, 1) and hole.summary.startswith("path-MTU blackhole between node0 and node1")
+    assert "smaller frames too" in hole.summary and "ping -M do -s SIZE PEER" in hole.fix
+
+
+def test_a_healthy_jumbo_mesh_passes_and_says_it_carried_full_frames():
+    (connect,) = nic_rules.mesh_findings(NAMES, three_nodes(short=None))
+    assert connect.severity == "pass" and "echo full-size frames (up to 9000 bytes)" in connect.summary
+    assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == nic_rules.FlaggedPaths()
+
+
+def test_flagged_paths_put_blackholes_first_and_a_blackholed_interface_stays_proven():
+    broken = Attempt(1, 0, "eth0", "198.18.0.10", "filtered", None, None, "no answer in 2 s")
+    attempts = (broken, path(0, 1, SHORT_PORT))
+    flagged = nic_rules.flagged_paths(NAMES, attempts)
+    assert flagged.blackholes == 1
+    assert flagged.paths == ("node0 -> node1 eth0 (198.18.0.11): blackhole",
+                             "node1 -> node0 eth0 (198.18.0.10): filtered")
+
+
+# --- the listener, over loopback ------------------------------------------------------------
+
+@pytest.fixture
+def listener():
+    """A greeting listener on 127.0.0.1, served as the mesh serves its own; its Offer."""
+    selector, stop = selectors.DefaultSelector(), threading.Event()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    selector.register(sock, selectors.EVENT_READ, f"{mesh.GREETING} 1 token\n".encode())
+    thread = threading.Thread(target=mesh.serve_greetings, args=(selector, stop), daemon=True)
+    thread.start()
+    yield mesh.Offer(1, "token", (mesh.Candidate("lo", "127.0.0.1", sock.getsockname()[1], 1500),))
+    stop.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and len(selector.get_map()) == 1, "every echo connection is closed"
+    selector.close()
+    sock.close()
+
+
+def test_a_stuck_peer_does_not_stall_another_peers_echo(listener):
+    c = listener.candidates[0]
+    with socket.create_connection((c.address, c.port)) as stuck:
+        stuck.setblocking(False)
+        try:  # it never reads its echo: it sends until the listener, its echo unsent, reads no more
+            while True:
+                stuck.send(b"x" * (1 << 16))
+        except OSError:  # full (BlockingIOError), or closed past what an echo needs
+            pass
+        attempt = mesh._attempt(0, listener, c, {}, {}, 2.0)
+    assert attempt.outcome == "ok", attempt
+    assert attempt.transfer.trials == (Trial(1500, "echoed"),)
+
+
+def test_a_peer_that_reads_only_the_greeting_still_gets_it(listener):
+    c = listener.candidates[0]
+    with socket.create_connection((c.address, c.port), timeout=2) as sock:
+        assert sock.recv(64) == f"{mesh.GREETING} 1 token\n".encode()
+
+
+def test_a_clamped_connection_echoes_frames_of_that_size(listener):
+    assert mesh._echo_fresh(listener, listener.candidates[0], 1280) == "echoed"
