@@ -10,7 +10,7 @@ from netcheck.bandwidth.orchestrate import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
 from netcheck.core.bwrecords import BandwidthResult, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions
 from netcheck.rules import registry
-from netcheck.rules.bw import bandwidth_findings, blackhole_skip
+from netcheck.rules.bw import bandwidth_findings, flagged_skip
 from netcheck.rules.nic import FlaggedPaths
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
@@ -125,9 +125,9 @@ def test_without_flagged_paths_the_deadline_fix_looks_at_the_ranks_not_at_more_t
 
 
 def test_the_sweep_is_skipped_where_the_mesh_found_a_blackhole_and_runs_otherwise():
-    assert blackhole_skip(FlaggedPaths()) is None
-    assert blackhole_skip(FlaggedPaths(0, ("node0 -> node1 eth0 (198.18.0.11): filtered",))) is None
-    skipped = blackhole_skip(FlaggedPaths(6, (HOLE,) * 6))
+    assert flagged_skip(FlaggedPaths(), {}) is None
+    assert flagged_skip(FlaggedPaths(0, ("node0 -> node1 eth0 (198.18.0.11): filtered",)), {}) is None
+    skipped = flagged_skip(FlaggedPaths(6, (HOLE,) * 6), {})
     assert (skipped.check, skipped.severity, skipped.kind) == (registry.RUN_SKIPPED, "warn", registry.SKIPPED_PHASE)
     assert "the bandwidth phase was skipped" in skipped.summary and HOLE in skipped.summary
     assert "2 more" in skipped.summary and "path MTU" in skipped.fix
@@ -236,3 +236,12 @@ def test_a_node_slow_inside_is_a_straggler():
               Sweep("intra", "all_reduce", 2, 3, rows(2, 1.0), node_busbw={"0": 1.0, "1": 0.2, "2": 0.9}))
     (slow,) = by_check(findings_of(result(nproc=2, sweeps=sweeps)), registry.BW_STRAGGLER)
     assert slow.nodes == (1,) and "intra-node all_reduce busbw on node1" in slow.summary
+
+
+def test_a_node_cut_off_by_the_mesh_skips_the_sweep_instead_of_timing_out_on_it():
+    """The campaign's seed 2: ephemeral ports closed on node2 and the sweep ran into its
+    deadline in gloo's control plane, naming the ranks that waited for node2."""
+    skipped = flagged_skip(FlaggedPaths(0, ("node0 -> node2 eth0 (198.18.0.12): filtered",), (2,)),
+                           {0: "node0", 1: "node1", 2: "node2"})
+    assert (skipped.check, skipped.kind) == ("run.skipped", "phase_skipped")
+    assert "node2 cut off" in skipped.summary and "firewall" in skipped.fix

@@ -12,11 +12,11 @@ from nodes import PORT, explain, finish_all, scaled, start
 pytestmark = pytest.mark.root_required
 
 
-def ranked_run(c, tmp_path, timeout=scaled(30)):
+def ranked_run(c, tmp_path, timeout=scaled(30), extra=(), bandwidth=False):
     n = len(c.nodes)
     args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
-                      "--timeout", str(timeout)]
-    return finish_all([start(c, i, args(i), tmp_path) for i in range(n)], timeout + 30)
+                      "--timeout", str(timeout), *extra]
+    return finish_all([start(c, i, args(i), tmp_path, bandwidth=bandwidth) for i in range(n)], timeout + 30)
 
 
 def test_a_joiner_the_host_names_faulty_never_exits_0(cluster, tmp_path):
@@ -54,3 +54,18 @@ def test_two_nodes_with_one_hostname_are_told_apart_by_address(cluster, tmp_path
     assert [f["nodes"] for f in same] == [[1, 2]], explain(runs)
     assert all(any(a in e for e in same[0]["evidence"]) for a in addresses), same
     assert all(r.rc == 2 for r in runs[1:]), "each of them learns it from the host"
+
+
+def test_a_node_the_mesh_finds_cut_off_is_not_timed_out_on_by_the_sweep(cluster, tmp_path):
+    """The campaign's seed 2 (benchmarks/CHAOS.md): node1 open only on the rendezvous port,
+    bandwidth on. The sweep would sit in gloo's connect to node1 until its deadline and name
+    the ranks that waited; the mesh already named node1, so the sweep is not run."""
+    sweep = ["-b", "1K", "-e", "64K", "-f", "4", "-w", "1", "-n", "2", "--bw-budget", "2"]
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.allow_only_inbound(1, [PORT])
+        runs = ranked_run(c, tmp_path, timeout=scaled(40), extra=sweep, bandwidth=True)
+    host = runs[0]
+    assert host.rc == 2 and [f["nodes"] for f in host.findings("mesh.connect", "fail")] == [[1]], explain(runs)
+    (skipped,) = [f for f in host.findings("run.skipped") if "bandwidth" in f["summary"]]
+    assert "node1 cut off" in skipped["summary"], skipped
+    assert not host.findings("bw.stage", "fail"), explain(runs)

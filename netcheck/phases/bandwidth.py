@@ -28,7 +28,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
             run.findings.append(run_rules.skipped_finding("bandwidth", "not every node rank is present"))
         return
     # Every node skips alike: a joiner knows the host's flagged paths (phases.mesh.MeshDone).
-    if skipped := bw_rules.blackhole_skip(run.flagged):
+    if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
         run.findings.append(skipped)
         return
     left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS

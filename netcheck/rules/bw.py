@@ -77,17 +77,24 @@ class _Names:
 
 # --- bw.stage -----------------------------------------------------------------------------
 
-def blackhole_skip(flagged: FlaggedPaths) -> Finding | None:
-    """The phase left out where the mesh found paths losing full-size frames: every
-    collective across one sends full segments, and would wait on it until the deadline."""
-    if not flagged.blackholes:
-        return None
-    shown = flagged.paths[:min(flagged.blackholes, SHOWN_PATHS)]
-    more = f"; {flagged.blackholes - len(shown)} more" if flagged.blackholes > len(shown) else ""
-    return run_rules.skipped_finding(
-        "bandwidth", f"the mesh found {flagged.blackholes} path(s) that lose full-size frames ("
-        + "; ".join(shown) + more + "): every collective across them would hang until the deadline",
-        "fix the path MTU first (mesh.connect, blackhole), then run again")
+def flagged_skip(flagged: FlaggedPaths, names: dict[int, str]) -> Finding | None:
+    """The phase left out where the mesh found a cause it would only time out on: paths that
+    lose full-size frames (every collective across one sends full segments), or a node no peer
+    reaches or that reaches no peer (every collective with it waits for a connect)."""
+    if flagged.blackholes:
+        shown = flagged.paths[:min(flagged.blackholes, SHOWN_PATHS)]
+        more = f"; {flagged.blackholes - len(shown)} more" if flagged.blackholes > len(shown) else ""
+        return run_rules.skipped_finding(
+            "bandwidth", f"the mesh found {flagged.blackholes} path(s) that lose full-size frames ("
+            + "; ".join(shown) + more + "): every collective across them would hang until the deadline",
+            "fix the path MTU first (mesh.connect, blackhole), then run again")
+    if flagged.cut_off:
+        nodes = ", ".join(names.get(r, f"node rank {r}") for r in flagged.cut_off)
+        return run_rules.skipped_finding(
+            "bandwidth", f"the mesh found {nodes} cut off from its peers on every interface: every "
+            "collective with it would wait for a connection until the deadline",
+            "open the firewall between the nodes first (mesh.connect), then run again")
+    return None
 
 
 def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, ...] = ()) -> list[Finding]:

@@ -168,6 +168,7 @@ class FlaggedPaths:
 
     blackholes: int = 0             # how many lose full-size frames
     paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
+    cut_off: tuple[int, ...] = ()   # nodes no peer reaches, or that reach no peer (cut_off_nodes)
 
 
 def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> FlaggedPaths:
@@ -176,7 +177,9 @@ def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> Flagg
     docker0's, aside: it never was a path)."""
     holes = [a for a in attempts if a.outcome == "blackhole"]
     broken = [a for tries in _broken_directions(attempts).values() for a in tries if a.outcome != "local"]
-    return FlaggedPaths(len(holes), tuple(_path_text(names, a) for a in (holes + broken)[:MESH_FLAGGED_TOLD]))
+    unreachable, isolated = cut_off_nodes(*_directions(attempts))
+    return FlaggedPaths(len(holes), tuple(_path_text(names, a) for a in (holes + broken)[:MESH_FLAGGED_TOLD]),
+                        tuple(sorted(unreachable | isolated)))
 
 
 def _path_text(names: dict[int, str], a: Attempt) -> str:
