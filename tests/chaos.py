@@ -1090,7 +1090,7 @@ def run_and_judge(sched: Schedule) -> Outcome:
     return o
 
 
-def summary(outcomes: list[Outcome]) -> str:
+def summary(outcomes: list[Outcome], seed: int) -> str:
     by_mode = Counter(o.sched.mode for o in outcomes)
     bad_mode = Counter(o.sched.mode for o in outcomes if o.violations)
     kinds = Counter(f.kind for o in outcomes for f in o.sched.faults) + Counter(
@@ -1102,8 +1102,8 @@ def summary(outcomes: list[Outcome]) -> str:
     lines += ["", f"{'fault kind':<22}{'schedules':>10}{'violating':>10}"]
     lines += [f"{k:<22}{n:>10}{bad_kind[k]:>10}" for k, n in sorted(kinds.items())]
     total = sum(len(o.violations) for o in outcomes)
-    lines += ["", f"{len(outcomes)} schedules, {sum(1 for o in outcomes if o.violations)} with violations, "
-                  f"{total} violations, {sum(o.seconds for o in outcomes):.0f} s"]
+    lines += ["", f"seed {seed}: {len(outcomes)} schedules, {sum(1 for o in outcomes if o.violations)} "
+                  f"with violations, {total} violations, {sum(o.seconds for o in outcomes):.0f} s"]
     return "\n".join(lines)
 
 
@@ -1138,7 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in schedules:
         outcomes.append(run_and_judge(s))
         print_outcome(outcomes[-1])
-    print(summary(outcomes))
+    print(summary(outcomes, a.seed))
     if a.json:
         a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
     return 1 if any(o.violations for o in outcomes) else 0
