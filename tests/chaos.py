@@ -341,6 +341,9 @@ class Signal(Fault):
             state["due"] = time.monotonic() + scaled(self.param("delay"))
         if time.monotonic() < state["due"]:
             return False
+        if victim.json_path.exists():  # written (atomically) at its very end: a signal now changes nothing it said
+            run.notes.append(f"{self.describe()}: node{self.node} had written its report before the signal")
+            return True
         sig = getattr(signal, self.param("sig"))
         state["phase"] = _last_phase(victim)
         run.c.kill(victim.proc, sig)
@@ -432,7 +435,15 @@ class MtuMismatch(Fault):
         return replace(spec, mtu=9000) if i == self.node else spec
 
     def expect(self, sched, run):
-        return Expect(warns=True, blame=[Blame(self.node, ("nic.mtu",), severity="warn")], seers={0})
+        # The odd ones out are the fewer: jumbo nodes as many as the rest leave the rest
+        # named (blamed once, by the first jumbo node's fault); a tie may be named either way.
+        jumbo = {f.node for f in sched.faults if f.kind == self.kind}
+        rest = set(range(sched.n)) - jumbo
+        if len(jumbo) < len(rest):
+            odd = {self.node}
+        else:
+            odd = rest if len(jumbo) > len(rest) and self.node == min(jumbo) else set()
+        return Expect(warns=True, blame=[Blame(n, ("nic.mtu",), severity="warn") for n in sorted(odd)], seers={0})
 
 
 class MtuBlackhole(Fault):
@@ -634,7 +645,10 @@ class DuplicateHostname(Fault):
     modes = MODES
 
     def spec(self, i, spec):
-        return replace(spec, hostname=f"node{self.nodes[1]}") if i == self.node else spec
+        # Its name in /etc/hosts stays its own, as DNS would: the endpoint still resolves.
+        if i != self.node:
+            return spec
+        return replace(spec, hostname=f"node{self.nodes[1]}", dns_name=spec.hostname or f"node{i}")
 
     def expect(self, sched, run):
         j, k = self.nodes
@@ -720,14 +734,15 @@ def _draw_fault(rng: random.Random, mode: str, n: int, chosen: list[Fault]) -> F
         return None
     if any(f.kind in fault.conflicts or fault.kind in f.conflicts for f in chosen):
         return None
-    if fault.bandwidth and chosen and any(max(f.nodes) >= fault.max_nodes for f in chosen):
+    # The cluster shrinks to what a bandwidth fault fits: every fault's nodes must be in it,
+    # whichever was drawn first.
+    fits = min((f.max_nodes for f in (*chosen, fault) if f.bandwidth), default=n)
+    if any(max(f.nodes) >= fits for f in (*chosen, fault)):
         return None
     # The bandwidth phase is not run with a node missing (run.skipped), and cannot measure with
     # a node that gloo cannot reach or binds wrong: a data-path fault has no evidence beside those.
     pairs = [(fault, f) for f in chosen] + [(f, fault) for f in chosen]
     if any(a.bandwidth and (b.removes_node or b.spoils_data_path) for a, b in pairs):
-        return None
-    if fault.bandwidth and max(fault.nodes) >= fault.max_nodes:
         return None
     return fault
 

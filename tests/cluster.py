@@ -62,6 +62,8 @@ class NodeSpec:
     mtu: int = 1500  # set on the node's interface and on its switch port
     port_mtu: int | None = None  # the switch port's own, where it differs: a path-MTU blackhole
     hostname: str | None = None  # default f"node{i}"
+    dns_name: str | None = None  # the name /etc/hosts gives it, default its hostname: a node that
+                                 # copies another's hostname leaves the name service as it was
     hosts_extra: tuple[str, ...] = ()  # /etc/hosts lines after the default ones
 
 
@@ -76,6 +78,7 @@ class Node:
     ifname: str
     port: str = field(repr=False)  # its veth peer's name inside the switch namespace
     prefixlen: int = 24
+    dns_name: str = ""  # NodeSpec.dns_name, or the hostname
 
     @property
     def fqdn(self) -> str:
@@ -308,6 +311,7 @@ class Cluster:
                 ifname=s.ifname,
                 port=f"p{i}",
                 prefixlen=net.prefixlen,
+                dns_name=s.dns_name or s.hostname or f"node{i}",
             )
             for i, s in enumerate(self.specs)
         ]
@@ -399,7 +403,7 @@ class Cluster:
         socket.getfqdn() give the FQDN), then its spec's hosts_extra."""
         skip = set(omit)
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
-        lines += [f"{n.addr} {n.fqdn} {n.hostname}" for n in self.nodes if n.index not in skip]
+        lines += [f"{n.addr} {n.dns_name}.cluster {n.dns_name}" for n in self.nodes if n.index not in skip]
         return lines + list(self.specs[i].hosts_extra)
 
     def write_hosts(self, i: int, lines: Iterable[str]) -> None:

@@ -190,6 +190,22 @@ def test_host_without_ranks_is_the_node_owning_the_address(cluster, tmp_path):
     assert runs[0].report["timings"]["rendezvous"] < 30, explain(runs)
 
 
+def test_without_ranks_the_node_named_by_the_endpoint_hosts_also_with_its_hostname_on_127_0_1_1(cluster, tmp_path):
+    """Debian's stock /etc/hosts on node0 ("127.0.1.1 node0"): no interface holds that
+    address, and every node used to wait as a joiner for a host that never listened. As
+    torchrun does, the node whose own name the endpoint is hosts; gloo's bind is the fault."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        rest = [h for h in c.hosts_lines(0) if not h.endswith(" node0")]
+        c.write_hosts(0, ["127.0.1.1 node0.cluster node0", *rest])
+        args = RDZV + ["--nnodes", "3", "--timeout", str(scaled(30)), "--skip", "bandwidth"]
+        runs = finish_all([start(c, i, args, tmp_path) for i in range(3)], scaled(30) + GRACE)
+    assert runs[0].report["role"] == "host", explain(runs)
+    (gloo,) = runs[0].findings("nic.gloo_default", "fail")
+    assert gloo["nodes"] == [0] and "127.0.1.1" in gloo["evidence"][0], gloo
+    assert [r.rc for r in runs] == [2, 0, 0], explain(runs)   # the joiners are not at fault
+    assert all("cluster: FAIL" in r.stdout for r in runs[1:]), explain(runs)
+
+
 @pytest.mark.compat
 def test_a_host_nobody_joins_fails(cluster, tmp_path):
     """Nobody else comes: with --nnodes the missing rank is named, also when --timeout is

@@ -87,7 +87,14 @@ def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ..
 
 
 def _rdzv_is_local(run: Run) -> bool:
-    addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
+    """Whether the endpoint names this machine, as torchrun decides who hosts its c10d store
+    (torch.distributed.elastic.rendezvous.utils._matches_machine_hostname): this machine's
+    hostname or FQDN, or an address it holds. By name first: Debian's stock /etc/hosts puts
+    the hostname on 127.0.1.1, which no interface holds, and torchrun still hosts there."""
+    host = run.config.rdzv.host
+    if host in (run.facts.hostname, run.facts.fqdn):
+        return True
+    addresses, _ = resolve_addresses(host, LOOKUP_TIMEOUT)
     own = address_owners(run.facts.nics)
     return any(a in own for a in addresses)
 
