@@ -30,6 +30,7 @@ from netcheck.facts.launcher import (
 from netcheck.facts.local import driver_gpus
 from netcheck.render import export, text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
+from netcheck.render.escape import printable
 
 PROBE_TIMEOUT_MAX = 3600.0
 
@@ -156,7 +157,20 @@ def progress_printer(quiet: bool):
     """Progress lines on stderr, only for a person at a terminal."""
     if quiet or not sys.stderr.isatty():
         return lambda message: None
-    return lambda message: print(f"netcheck: {message}", file=sys.stderr, flush=True)
+    return say
+
+
+def say(message: str) -> None:
+    """One line on stderr: a peer's hostname or a store's value in it stays on its line."""
+    write_text(sys.stderr, f"netcheck: {printable(message)}\n")
+    sys.stderr.flush()
+
+
+def write_text(stream, text: str) -> None:
+    """Write what the stream's encoding can carry, the rest as escapes: a name in a script an
+    ASCII terminal cannot show is no reason to lose the report to a UnicodeEncodeError."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_inspect(argv[1:])
         config = config_from_args(build_parser().parse_args(argv), os.environ)
     except UsageError as e:
-        print(f"netcheck: error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         return EXIT_USAGE
     return run_and_render(config)
 
@@ -208,8 +222,7 @@ def run_and_render(config: Config) -> int:
         plot.write_plot(rep.bandwidth, paths[3])
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
-        print(f"netcheck: {how}; the report above holds what was learnt, and its verdict is fail",
-              file=sys.stderr)
+        say(f"{how}; the report above holds what was learnt, and its verdict is fail")
         return outcome.exit_code
     return outcome.exit_code
 
@@ -231,7 +244,7 @@ def emit(rep, json_path: str | None, quiet: bool, verbose: bool,
         if path:
             report.write_file(path, render(rep))
     if not quiet:
-        text_out.write(report.render_text(rep, verbose))
+        write_text(text_out, report.render_text(rep, verbose))
     text_out.flush()
 
 

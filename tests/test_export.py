@@ -11,6 +11,7 @@ import dataclasses
 from netcheck import __version__, cli
 
 from netcheck.render import export
+from netcheck.core.names import is_safe_hostname
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 from netcheck.core.nictable import NicTable
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
@@ -60,6 +61,14 @@ def test_exclude_is_empty_when_no_node_is_faulty():
 def test_exclude_leaves_out_names_that_would_change_the_lists_meaning():
     rep = report((MISSING,), faulty=("gpu03", "evil,gpu01", "a[1-9]", "two words", ""))
     assert export.render_exclude(rep) == "gpu03\n"
+
+
+def test_exclude_holds_what_the_hostname_rule_admits_and_nothing_else():
+    odd = ("gpu04\n", "gpu05\x1b[0m", "-gpu06", "gpu07-", "a..b", "x" * 64, "gpu\udc80", "gpü")
+    rep = report((MISSING,), faulty=("gpu03", "gpu_08", "gpu09.cluster.local") + odd)
+    assert export.render_exclude(rep) == "gpu03,gpu_08,gpu09.cluster.local\n"
+    assert all(is_safe_hostname(h) for h in ("gpu01", "gpu01.", "1e5", ".".join(["a" * 63] * 3) + ".b" * 30))
+    assert not any(is_safe_hostname(h) for h in odd + ("", ".", ".".join(["a" * 63] * 4)))
 
 
 # --- Prometheus metrics -------------------------------------------------------------------------
@@ -124,6 +133,14 @@ def test_label_values_from_peers_are_escaped():
     odd = 'gpu"9\\x\nnext'
     text = export.render_prom(report((MISSING,), healthy=(odd,), faulty=()))
     assert series(text, "netcheck_node_faulty") == {(("node", odd),): 0}
+
+
+def test_a_hostname_no_utf8_can_hold_is_written_as_its_escape(tmp_path):
+    prom = tmp_path / "netcheck.prom"
+    rep = report((MISSING,), healthy=("gpu\udc80", "nœud"), faulty=())
+    cli.emit(rep, None, True, False, prom_path=str(prom))
+    assert series(prom.read_text(encoding="utf-8"), "netcheck_node_faulty") == {
+        (("node", "gpu\\udc80"),): 0, (("node", "nœud"),): 0}
 
 
 def test_a_report_with_nothing_in_it_still_parses():

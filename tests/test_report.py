@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 
@@ -86,3 +87,19 @@ def test_a_thousand_node_report_with_five_faulty_nodes_fits_one_screen_and_names
     assert "PASS  2 more checks: rdzv.listen, nic.mtu (-v for each)" in text
     assert "most named (findings): node rank 1022 (1), node rank 1023 (1), gpu0017 (1), gpu0300 (1), gpu0301 (1)" in text
     assert len(render_text(rep, verbose=True).splitlines()) > 3000, "-v keeps every line"
+
+
+def test_an_export_value_is_one_shell_word_and_a_hostname_cannot_end_its_comment():
+    rep = dataclasses.replace(report("flags"), recommend={"NCCL_SOCKET_IFNAME": "eth0"}, recommend_per_node={
+        "node1\nexport LD_PRELOAD=/tmp/x.so": {"GLOO_SOCKET_IFNAME": "eth0$(touch /tmp/x)", "TP_SOCKET_IFNAME": ""}})
+    lines = render_text(rep).split("\n")
+    assert "# on node1\\x0aexport LD_PRELOAD=/tmp/x.so only:" in lines
+    exports = [line for line in lines if line.startswith("export")]
+    assert exports == ["export NCCL_SOCKET_IFNAME=eth0", "export GLOO_SOCKET_IFNAME='eth0$(touch /tmp/x)'",
+                       "export TP_SOCKET_IFNAME=''"]
+    assert [shlex.split(line) for line in exports][1] == ["export", "GLOO_SOCKET_IFNAME=eth0$(touch /tmp/x)"]
+
+
+def test_a_run_id_is_shown_once_escaped():
+    text = render_text(dataclasses.replace(report("flags"), run_id="job\x1b[2J"))
+    assert text.startswith("netcheck ") and "run 'job\\x1b[2J'" in text

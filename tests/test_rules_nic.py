@@ -8,6 +8,7 @@ from netcheck.rules import nic as nic_rules
 from netcheck.cluster import mesh
 from netcheck.cluster.mesh import Attempt
 from netcheck.core.model import Launch, Member, NodeFacts
+from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 
@@ -203,3 +204,48 @@ def test_ib_port_down_fails_and_uneven_hcas_warn():
     third = member(2, nic("eth0", "198.18.0.12"), ib=(up, up))
     assert [(f.severity, f.nodes) for f in nic_rules.ib_findings(members + (third,))] == [
         ("fail", (1,)), ("warn", (1,))]
+
+
+# --- names no export can carry --------------------------------------------------------------
+
+EVIL = "eth0$(touch /tmp/x)"
+
+
+def test_the_interface_name_rule_admits_what_a_shell_and_the_libraries_take_as_it_stands():
+    assert all(is_safe_ifname(n) for n in ("eth0", "enp3s0f1", "eth0.100", "br-1a2b3c4d5e6f", "a", "x" * 15, "..."))
+    assert not any(is_safe_ifname(n) for n in ("", ".", "..", "x" * 16, EVIL, "eth0\n", "eth0 ", "eth:0", "ethé",
+                                               "eth0,ens5", "=eth0", "^eth0", "eth/0", None))
+
+
+def test_a_proven_name_that_fails_the_rule_is_left_out_of_the_exports_and_its_node_named():
+    members = THREE[:2] + (member(2, nic(EVIL, "198.18.0.12"), nic("enp3s0f1", "198.18.0.13")),)
+    proven = {0: ["eth0"], 1: ["ens5"], 2: [EVIL, "enp3s0f1"]}
+    rec = nic_rules.recommendation(members, proven)
+    assert rec.cluster == {"NCCL_SOCKET_IFNAME": "=eth0,ens5,enp3s0f1"}
+    assert rec.per_node["node2"] == {"GLOO_SOCKET_IFNAME": "enp3s0f1", "TP_SOCKET_IFNAME": "enp3s0f1"}
+    (finding,) = nic_rules.unsafe_name_findings(members, proven)
+    assert (finding.check, finding.severity, finding.kind, finding.nodes) == ("nic.route", "fail", "unsafe_name", (2,))
+    assert "node2" in finding.summary and finding.evidence == (f"node2: {EVIL!r} is not 1 to 15 letters, digits and ._-",)
+
+
+def test_route_fails_on_an_unsafe_proven_name_instead_of_passing():
+    members = THREE[:2] + (member(2, nic(EVIL, "198.18.0.12")),)
+    attempts = full_mesh(range(3), {0: "eth0", 1: "ens5", 2: EVIL}.get)
+    assert [(f.severity, f.kind, f.nodes) for f in nic_rules.route_findings(members, attempts)] == [
+        ("fail", "unsafe_name", (2,))]
+    assert [f.severity for f in nic_rules.route_findings(THREE, full_mesh(range(3), NAMES.get))] == ["pass"]
+
+
+def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so():
+    members = THREE[:2] + (member(2, nic(EVIL, "198.18.0.12")),)
+    rec = nic_rules.recommendation(members, {0: ["eth0"], 1: [], 2: [EVIL]})
+    assert rec.cluster == {} and rec.per_node == {}
+    assert rec.reason == ("nothing proven to reach node1 from every peer: see mesh.connect; only interface names "
+                          "no export can hold are proven on node2: see nic.route")
+
+
+def test_a_blackhole_fix_names_an_unsafe_interface_as_if():
+    lost = mesh.Transfer(9000, 9000, (mesh.Trial(9000, "lost"), mesh.Trial(1500, "echoed")))
+    holes = tuple(Attempt(s, 2, EVIL, "198.18.0.12", "blackhole", 0.1, "eth0", "connected", lost) for s in (0, 1))
+    (finding,) = nic_rules.blackhole_findings({0: "node0", 1: "node1", 2: "node2"}, holes + (ok(0, 1, "ens5"),))
+    assert "on node2: ip link set dev IF mtu" in finding.fix and "touch" not in finding.fix

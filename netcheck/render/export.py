@@ -21,23 +21,21 @@ The metrics are Prometheus' text format, for the node exporter's textfile collec
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from netcheck import __version__
 from netcheck.core.bwrecords import avg_busbw
 from netcheck.core.model import PASS, SEVERITIES, Report
-
-# What a scheduler's node list can hold; anything else (a comma, a bracket, a space from a
-# peer's malformed hostname) would change the list's meaning, so it is left out.
-_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+from netcheck.core.names import is_safe_hostname
 
 Sample = tuple[dict[str, str], float]
 
 
 def render_exclude(report: Report) -> str:
-    """The faulty hostnames, comma-separated on one line; empty when there are none."""
-    names = [h for h in dict.fromkeys(report.faulty_nodes) if _HOSTNAME.fullmatch(h)]
+    """The faulty hostnames, comma-separated on one line; empty when there are none. A name
+    that is no hostname (a comma, a bracket, a space from a peer's malformed one) would change
+    the list's meaning, so it is left out."""
+    names = [h for h in dict.fromkeys(report.faulty_nodes) if is_safe_hostname(h)]
     return ",".join(names) + "\n" if names else ""
 
 
@@ -120,7 +118,10 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # The format carries any UTF-8 exactly, once these three are escaped; a lone surrogate is
+    # no UTF-8, so it becomes the text of its escape (\udc80) first.
+    utf8 = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return utf8.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:

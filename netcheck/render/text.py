@@ -1,6 +1,8 @@
 """Renderers: the same Report as text for a person and as JSON for a runbook.
 
 Renderers decide nothing: the verdict, the ranks at fault and the fixes are in the Report.
+The text is rendered from a copy of the Report whose every string is printable (escape), so
+the renderer's newlines are the only ones and no control character reaches the terminal.
 
     netcheck 0.1.0 - run 'netcheck' - host (node rank 0) - verdict FAIL
 
@@ -12,6 +14,7 @@ Renderers decide nothing: the verdict, the ranks at fault and the fixes are in t
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from collections import Counter
 
@@ -22,6 +25,7 @@ from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.model import NodeEntry, Report
 from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.render.escape import printable_copy
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 # A report of a thousand nodes stays one screen: without -v, a finding shows this many of its
@@ -35,6 +39,7 @@ SHOWN_AT_SCALE = 4
 
 
 def render_text(report: Report, verbose: bool = False) -> str:
+    report = printable_copy(report)
     lines = [_header(report)]
     if report.cluster is not None:
         lines.append(f"cluster: {LABELS[report.cluster.verdict]} - {report.cluster.headline} (the host's verdict)")
@@ -79,10 +84,16 @@ def _exports(report: Report) -> list[str]:
     if report.recommend.get("NCCL_SOCKET_IFNAME", "").startswith("="):
         lines.append("# (NCCL_SOCKET_IFNAME's leading '=' is NCCL's syntax for exact names, not prefixes)")
     if report.recommend:
-        lines += ["# on every node:"] + [f"export {k}={v}" for k, v in report.recommend.items()]
+        lines += ["# on every node:"] + _export_lines(report.recommend)
     for hostname, values in report.recommend_per_node.items():
-        lines += [f"# on {hostname} only:"] + [f"export {k}={v}" for k, v in values.items()]
+        lines += [f"# on {hostname} only:"] + _export_lines(values)
     return lines
+
+
+def _export_lines(values: dict[str, str]) -> list[str]:
+    # The rules recommend only names that need no quoting; quoting anyway means no value,
+    # whatever its source, can be more than a value once pasted into a shell.
+    return [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
 
 
 def _seat(report: Report) -> str:
@@ -92,10 +103,10 @@ def _seat(report: Report) -> str:
 
 def _header(report: Report) -> str:
     if report.job is not None:
-        run = f"run {report.job.run_id!r}" if report.job.run_id else "every run"
+        run = f"run '{report.job.run_id}'" if report.job.run_id else "every run"
         return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - verdict {LABELS[report.verdict]}"
     rank = "?" if report.node_rank is None else report.node_rank
-    return (f"netcheck {__version__} - run {report.run_id!r} - {report.role} ({_seat(report)} {rank}) "
+    return (f"netcheck {__version__} - run '{report.run_id}' - {report.role} ({_seat(report)} {rank}) "
             f"- verdict {LABELS[report.verdict]}")
 
 
@@ -174,7 +185,8 @@ def write_file(path: str, text: str) -> None:
     os.umask(mask)
     os.fchmod(fd, 0o666 & ~mask)
     try:
-        with os.fdopen(fd, "w") as out:
+        # JSON and Prometheus' text format are UTF-8 whatever the locale says.
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -2,7 +2,8 @@
 
 Input: every node's facts (its NicTable and socket settings) and every mesh attempt.
 Output: findings and the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME values
-that the mesh showed to carry traffic between every pair. Pure: no I/O, no printing.
+that the mesh showed to carry traffic between every pair, of names that pass the interface-name
+rule (core.names): a person pastes them into a shell. Pure: no I/O, no printing.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from netcheck.cluster.mesh import CONNECTED, Attempt, passed_frame
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
+from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
 from netcheck.rules.registry import (
     MESH_BLACKHOLE, MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
-    NIC_TP_DEFAULT,
+    NIC_TP_DEFAULT, ROUTE_UNSAFE_NAME,
 )
 
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -150,8 +152,8 @@ def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int],
                    full: int, passed: int) -> str:
     """Either end's interface at the path's MTU is enough (TCP then keeps both directions to
     it), so the command goes to the blamed node alone when there is one."""
-    ends = sorted({(a.src, a.src_ifname or "IF") for a in holes if a.src in fixed}
-                  | {(a.dst, a.ifname) for a in holes if a.dst in fixed})
+    ends = sorted({(a.src, _pasteable(a.src_ifname)) for a in holes if a.src in fixed}
+                  | {(a.dst, _pasteable(a.ifname)) for a in holes if a.dst in fixed})
     mtu = str(passed) if passed else "MTU"
     commands = "; ".join(f"on {names.get(r, r)}: ip link set dev {ifname} mtu {mtu}" for r, ifname in ends)
     measure = "" if passed else (", MTU being the path's (find it with ping -M do -s SIZE PEER: the "
@@ -159,6 +161,12 @@ def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int],
     where = f"the switch port of {_names(names, fixed)}" if one_link else "the switch ports between these nodes"
     return (f"set the path's MTU on the interfaces ({commands}{measure}), or enable jumbo frames (MTU {full}) "
             f"along the path: {where}, and any tunnel or router on the way")
+
+
+def _pasteable(ifname: str | None) -> str:
+    """An interface name for a command a person may paste: IF where it is unknown or fails
+    the interface-name rule."""
+    return ifname if is_safe_ifname(ifname) else "IF"
 
 
 @dataclass(frozen=True)
@@ -212,7 +220,35 @@ def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tu
 
 
 def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    """The user's own interface settings, held against each node's real interfaces."""
+    """The user's own interface settings, held against each node's real interfaces; and the
+    interfaces the mesh proved whose names no setting can safely hold."""
+    unsafe = unsafe_name_findings(members, proven_interfaces(members, attempts))
+    # "Settings match" is no pass where a proven interface cannot be named in one.
+    return [f for f in _settings_findings(members, attempts) if not (unsafe and f.severity == PASS)] + unsafe
+
+
+def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) -> list[Finding]:
+    """Proven interfaces whose names fail the interface-name rule: a node that lies about its
+    interfaces, or one named so that an export line pasted into a shell would do more than
+    set a variable. The exports leave them out (recommendation); the node is named."""
+    names = hostnames(members)
+    unsafe = {r: bad for r, ifnames in sorted(proven.items())
+              if (bad := [n for n in ifnames if not is_safe_ifname(n)])}
+    if not unsafe:
+        return []
+    return [Finding(NIC_ROUTE, FAIL, tuple(unsafe),
+                    f"interface names no *_SOCKET_IFNAME can safely hold on {_names(names, set(unsafe))}: "
+                    "left out of the exports",
+                    tuple(f"{names.get(r, r)}: {n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-"
+                          for r, bad in unsafe.items() for n in bad),
+                    "rename the interface (ip link set dev OLD name NEW); if the node has no such interface, "
+                    "what it sent is not netcheck's: take the node out of the job and find what runs there",
+                    ROUTE_UNSAFE_NAME)]
+
+
+def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """The *_SOCKET_IFNAME each node was given, against its interfaces: a fail, else a warning
+    for shared subnets, else a pass with the routes the mesh used."""
     problems = []
     for m in members:
         for var in SETTINGS:
@@ -409,12 +445,11 @@ def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
 
 
 def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) -> Recommendation:
-    """Settings the mesh proved, in each library's syntax; none when some node has no path."""
-    lists = [proven.get(m.rank, []) for m in members]
+    """Settings the mesh proved, in each library's syntax, of names that pass the
+    interface-name rule; none when some node has no such interface."""
+    lists = [[n for n in proven.get(m.rank, []) if is_safe_ifname(n)] for m in members]
     if not members or not all(lists):
-        stuck = [m.facts.hostname for m, names in zip(members, lists) if not names]
-        return Recommendation({}, {}, f"nothing proven to reach {', '.join(stuck)} from every "
-                                      "peer: see mesh.connect")
+        return Recommendation({}, {}, _no_recommendation(members, lists, proven))
     everything = [[n.name for n in m.facts.nics.nics] for m in members]
     cluster: dict[str, str] = {}
     nccl = ifselect.format_nccl_value(lists, everything)
@@ -431,3 +466,16 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
         for m, names in zip(members, lists):
             per_node.setdefault(m.facts.hostname, {})["NCCL_SOCKET_IFNAME"] = "=" + names[0]
     return Recommendation(cluster, per_node, "")
+
+
+def _no_recommendation(members: tuple[Member, ...], lists: list[list[str]], proven: dict[int, list[str]]) -> str:
+    """Why there are no settings: nodes the mesh proved nothing on, nodes whose proven names fail the rule."""
+    stuck = [m for m, names in zip(members, lists) if not names]
+    unproven = [m.facts.hostname for m in stuck if not proven.get(m.rank)]
+    unsafe = [m.facts.hostname for m in stuck if proven.get(m.rank)]
+    reasons = []
+    if unproven:
+        reasons.append(f"nothing proven to reach {', '.join(unproven)} from every peer: see mesh.connect")
+    if unsafe:
+        reasons.append(f"only interface names no export can hold are proven on {', '.join(unsafe)}: see nic.route")
+    return "; ".join(reasons)

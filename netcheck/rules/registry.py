@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from netcheck.core.model import FAIL, PASS, WARN
+from netcheck.core.names import IFNAME_MAX_BYTES
 
 RDZV_RESOLVE = "rdzv.resolve"
 RDZV_REACH = "rdzv.reach"
@@ -80,6 +81,9 @@ def lost_in(phase: str) -> str:
 
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
+
+# nic.route's exact findings.
+ROUTE_UNSAFE_NAME = "unsafe_name"
 
 # launch.topology's exact findings.
 LAUNCH_CROWDED = "crowded_host"
@@ -190,7 +194,9 @@ CHECKS: tuple[Check, ...] = (
     Check(NIC_ROUTE, "nic", ALL,
           "a set *_SOCKET_IFNAME that matches nothing on a node, or holds an address",
           ("nic.route_findings",), "NodeFacts.socket_env, NicTable, Attempt",
-          ("test_mesh_cluster.py",)),
+          ("test_mesh_cluster.py", "test_rules_nic.py"),
+          {ROUTE_UNSAFE_NAME: "an interface the mesh proved has a name no *_SOCKET_IFNAME can safely hold "
+                              f"(not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-): left out of the exports"}),
     Check(NIC_NCCL_DEFAULT, "nic", (PASS, FAIL),
           "the interfaces NCCL would pick reach no peer, or there are none",
           ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.ifselect: NCCL's rules)",

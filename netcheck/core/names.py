@@ -1,0 +1,39 @@
+"""What a name received from a peer may be: the one definition of a safe interface name and of
+a safe hostname, for the rules that recommend names and the code that validates records.
+
+    is_safe_ifname("eth0.100")              True
+    is_safe_ifname("eth0$(touch /tmp/x)")   False: a shell would run it, were it pasted
+    is_safe_hostname("gpu01.cluster.local") True
+    is_safe_hostname("gpu01\\nPASS")         False
+
+Both are stricter than what a peer can send, and on purpose: an interface name that passes
+can be pasted into a shell unquoted and matched by NCCL and gloo as it stands; a hostname
+that passes can go into a scheduler's node list or a report line as it stands.
+"""
+
+from __future__ import annotations
+
+import re
+
+# IFNAMSIZ is 16 with the terminating NUL; the kernel allows more characters than these
+# (anything but '/', ':' and whitespace), but no real interface needs them.
+IFNAME_MAX_BYTES = 15
+_IFNAME = re.compile(rf"[A-Za-z0-9._-]{{1,{IFNAME_MAX_BYTES}}}")
+
+# RFC 1123 labels (letters, digits, hyphens inside; underscores tolerated, as some sites
+# use them), 63 bytes a label, 253 bytes a name not counting a final root dot.
+HOSTNAME_MAX_BYTES = 253
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def is_safe_ifname(name: object) -> bool:
+    """An interface name of 1 to 15 ASCII letters, digits and `._-`, other than "." and ".."."""
+    return isinstance(name, str) and bool(_IFNAME.fullmatch(name)) and name not in (".", "..")
+
+
+def is_safe_hostname(name: object) -> bool:
+    """A hostname as DNS allows it: dot-separated labels of letters, digits and hyphens (and
+    underscores), at most 253 bytes."""
+    return (isinstance(name, str) and len(name.rstrip(".")) <= HOSTNAME_MAX_BYTES
+            and bool(_HOSTNAME.fullmatch(name)))
