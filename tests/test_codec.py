@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from netcheck.core import codec
+from netcheck.core import codec, fields
 from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
@@ -15,6 +15,7 @@ from netcheck.core.model import (
     EnvRow, ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts,
     NodeResults, Probe, Reach, Report, Resolution, Visitor,
 )
+from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RunState
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 # --- realistic values -------------------------------------------------------------------------
@@ -297,3 +298,87 @@ def test_a_dict_where_a_record_belongs_never_becomes_anything_but_that_record():
 ])
 def test_small_int_takes_ascii_digits_only_and_at_most_nine(text, value):
     assert codec.small_int(text) == value
+
+
+# --- the generic rules: every str, int, float and container received ---------------------------------
+
+@pytest.mark.parametrize("char", ["\t", "\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\x9b", "\u2028", "\u202e"])
+def test_a_str_holds_no_control_character(char):
+    with pytest.raises(DecodeError, match=r"^\$\.run_id: '.*' holds a control character \("):
+        codec.loads(Visitor, json.dumps({"run_id": f"job{char}7", "hostname": "h", "node_rank": None}), 1000)
+
+
+@pytest.mark.parametrize("text", ["\ud800", "ok\udfff", "\udc80\udc80"])
+def test_a_str_is_valid_unicode_even_where_it_is_free_text(text):
+    # A lone surrogate cannot be written out: the report's print would raise UnicodeEncodeError.
+    with pytest.raises(DecodeError, match=r"^\$\.cmdline: .* is not valid Unicode \(a lone surrogate at \d+\)$"):
+        codec.loads(Holder, json.dumps({"pid": 1, "name": "python", "cmdline": text}), 1000)
+
+
+def test_free_text_keeps_its_tabs_and_newlines():
+    back = codec.loads(Holder, json.dumps({"pid": 1, "name": "py", "cmdline": "python -c 'a\n\tb'"}), 1000)
+    assert back.cmdline == "python -c 'a\n\tb'"
+
+
+def test_an_object_key_is_held_to_the_rules_of_its_type():
+    with pytest.raises(DecodeError, match=r"^\$\.socket_env\.NCCL_\\nX: 'NCCL_\\nX' holds a control character"):
+        codec.loads(NodeFacts, facts_with(("socket_env",), {"NCCL_\nX": "1"}), MAX_FACTS_BYTES)
+
+
+@pytest.mark.parametrize("value, fits", [((1 << 63) - 1, True), (-(1 << 63), True), (1 << 63, False),
+                                         (-(1 << 63) - 1, False), (10 ** 400, False)])
+def test_an_int_fits_in_64_bits(value, fits):
+    text = json.dumps([value])
+    if fits:
+        assert codec.loads(tuple[int, ...], text, 1000) == (value,)
+    else:
+        with pytest.raises(DecodeError, match=r"^\$\[0\]: .* does not fit in 64 bits$"):
+            codec.loads(tuple[int, ...], text, 1000)
+
+
+def test_a_huge_integer_where_a_float_belongs_is_a_decode_error_not_an_overflow():
+    # float() of a 400-digit integer raises OverflowError: it must never be called on one.
+    text = '{"offset": ' + "9" * 400 + ', "error": 0}'
+    with pytest.raises(DecodeError, match=r"^\$\.offset: an integer of 1329 bits does not fit in 64 bits$"):
+        codec.loads(ClockSample, text, 1000)
+
+
+def test_a_non_finite_float_handed_to_from_plain_is_refused():
+    with pytest.raises(DecodeError, match=r"^\$\.offset: nan is not a finite number$"):
+        codec.from_plain(ClockSample, {"offset": float("nan"), "error": 0.0})
+
+
+def test_a_list_or_object_holds_at_most_the_default_number_of_entries():
+    too_many = ["10.0.0.5"] * (fields.MAX_ITEMS + 1)
+    with pytest.raises(DecodeError, match=r"^\$\.hostname_addresses: 1025 items, expected at most 1024$"):
+        codec.loads(NodeFacts, facts_with(("hostname_addresses",), too_many), MAX_FACTS_BYTES)
+    env = {f"NCCL_{i}": "1" for i in range(fields.MAX_ITEMS + 1)}
+    with pytest.raises(DecodeError, match=r"^\$\.socket_env: 1025 items, expected at most 1024$"):
+        codec.loads(NodeFacts, facts_with(("socket_env",), env), MAX_FACTS_BYTES)
+
+
+def test_a_field_that_holds_one_entry_per_node_takes_more():
+    finding = {"check": "rdzv.join", "severity": "fail", "nodes": list(range(5000)), "summary": "s"}
+    assert len(codec.loads(Finding, json.dumps(finding), MAX_FACTS_BYTES).nodes) == 5000
+
+
+def test_a_pair_is_exactly_two():
+    assert codec.loads(tuple[int, int], "[1, 2]", 100) == (1, 2)
+    with pytest.raises(DecodeError, match=r"^\$: 3 items, expected exactly 2$"):
+        codec.loads(tuple[int, int], "[1, 2, 3]", 100)
+    with pytest.raises(DecodeError, match=r"^\$\[1\]: expected int, got str$"):
+        codec.loads(tuple[int, int], '[1, "2"]', 100)
+
+
+def test_an_inspect_view_with_participants_survives_a_round_trip():
+    agent = NodeDesc("gpu01.cluster.example", 4242, 0)
+    state = RendezvousView("job-7", 3, True, False, None, ((agent, 0),), (), (), ((agent, "2025-01-01T00:00:00"),))
+    view = JobView("gpu01:29500", "job-7", "2025-01-01T00:00:01", 0.5, runs=(RunState("job-7", state),),
+                   nnodes=(1, 2))
+    assert roundtrip(view) == view
+
+
+def test_a_long_key_is_cut_short_in_the_path():
+    with pytest.raises(DecodeError) as caught:
+        codec.loads(NodeFacts, facts_with(("socket_env",), {"K" * 5000: 7}), MAX_FACTS_BYTES)
+    assert len(str(caught.value)) < 200

@@ -40,6 +40,7 @@ from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
 from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
+from netcheck.core.fields import Text
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the
@@ -54,8 +55,8 @@ class Event:
 
     kind: str                 # "beat" | "stage" | "backend" | "sweep" | "pairs" | "failed" | "done"
     stage: str = ""           # stage: the one entered; failed: the one that failed
-    detail: str = ""          # backend: the name; failed: the error, one line
-    reason: str = ""          # backend: why that backend
+    detail: Text = ""         # backend: the name; failed: the error, one line
+    reason: Text = ""         # backend: why that backend
     sweep: Sweep | None = None            # the sweep so far, after each size
     pairs: tuple[Pair, ...] = ()          # the pairs so far, after each round
 

@@ -27,12 +27,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Annotated
 
 from netcheck.core.constants import (
     MESH_CONNECT_TIMEOUT, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS,
     MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.core.fields import PER_NODE_AND_ITEM, IfName, IpAddress, Millis, Mtu, NodeRank, Port, Text
 from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
 
@@ -47,17 +49,17 @@ EXPIRY_TICK = 0.1  # the listener's select timeout, and how often it closes conn
 
 @dataclass(frozen=True)
 class Candidate:
-    ifname: str
-    address: str
-    port: int
-    mtu: int = 0           # the interface's MTU; 0: not known
+    ifname: IfName
+    address: IpAddress
+    port: Port
+    mtu: Mtu = 0           # the interface's MTU; 0: not known
 
 
 @dataclass(frozen=True)
 class Trial:
     """Segments of one frame size, each sent alone and echoed back."""
 
-    frame: int             # bytes per frame on the wire, IP and TCP headers included
+    frame: Mtu             # bytes per frame on the wire, IP and TCP headers included
     result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
                            # "unreached" (a fresh connection for this size did not get through)
 
@@ -66,8 +68,8 @@ class Trial:
 class Transfer:
     """Full-size frames over a connected path, and smaller ones where those were lost."""
 
-    src_mtu: int           # the sending interface's MTU (0: not known)
-    dst_mtu: int           # the peer interface's, from its offer (0: not known)
+    src_mtu: Mtu           # the sending interface's MTU (0: not known)
+    dst_mtu: Mtu           # the peer interface's, from its offer (0: not known)
     trials: tuple[Trial, ...]   # full-size first
 
 
@@ -75,7 +77,7 @@ class Transfer:
 class Offer:
     """What a node listens on for the mesh, and the token its listeners answer with."""
 
-    rank: int
+    rank: NodeRank
     token: str
     candidates: tuple[Candidate, ...]
 
@@ -84,14 +86,14 @@ class Offer:
 class Attempt:
     """One connect from node `src` to one of node `dst`'s candidates."""
 
-    src: int
-    dst: int
-    ifname: str            # dst's interface
-    address: str
+    src: NodeRank
+    dst: NodeRank
+    ifname: IfName         # dst's interface
+    address: IpAddress
     outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local"
-    rtt_ms: float | None   # connect round trip, when it connected
-    src_ifname: str | None # the interface the kernel sent it from (the route's truth)
-    detail: str
+    rtt_ms: Millis | None  # connect round trip, when it connected
+    src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
+    detail: Text
     transfer: Transfer | None = None   # the full-size frames, once greeted
 
     @property
@@ -101,8 +103,8 @@ class Attempt:
 
 @dataclass(frozen=True)
 class MeshResults:
-    rank: int
-    attempts: tuple[Attempt, ...]
+    rank: NodeRank
+    attempts: Annotated[tuple[Attempt, ...], PER_NODE_AND_ITEM]   # a peer's candidates, per peer
 
 
 def candidate_addresses(table: NicTable) -> list[tuple[str, str]]:

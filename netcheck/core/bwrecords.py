@@ -5,81 +5,92 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from netcheck.core.constants import (
     BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP,
+)
+from netcheck.core.fields import (
+    MAX_INT, PER_NODE, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
+    LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, ProcCount, Range, Rank,
+    RankOrMinusOne, Seconds, Text, one_of,
 )
 
 
 # The stages of the phase, in order: a failure names one of these.
 STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")
 STAGE_TITLES = {"all": "all ranks", "intra": "inside each node", "inter": "one rank per node"}
+Stage = Annotated[str, one_of(*STAGES)]
+Ranks = Annotated[tuple[Rank, ...], PER_RANK]
+StepFactor = Annotated[int, Range(2, MAX_INT, "a step factor")]
+Iterations = Annotated[int, Range(1, MAX_INT, "an iteration count")]
 
 
 @dataclass(frozen=True)
 class SweepOptions:
     """The bandwidth phase's settings; flags named as nccl-tests names them."""
 
-    minbytes: int = BW_DEFAULT_MINBYTES      # -b: smallest size, bytes
-    maxbytes: int = BW_DEFAULT_MAXBYTES      # -e: largest size, bytes (the budget may stop earlier)
-    stepfactor: int = BW_DEFAULT_STEPFACTOR  # -f: each size is the previous one times this
-    warmup_iters: int = BW_DEFAULT_WARMUP    # -w: untimed iterations before each size
-    iters: int = BW_DEFAULT_ITERS            # -n: timed iterations per size
+    minbytes: MessageSize = BW_DEFAULT_MINBYTES   # -b: smallest size, bytes
+    maxbytes: MessageSize = BW_DEFAULT_MAXBYTES   # -e: largest size, bytes (the budget may stop earlier)
+    stepfactor: StepFactor = BW_DEFAULT_STEPFACTOR  # -f: each size is the previous one times this
+    warmup_iters: Count = BW_DEFAULT_WARMUP  # -w: untimed iterations before each size
+    iters: Iterations = BW_DEFAULT_ITERS     # -n: timed iterations per size
     check: bool = True                       # -c: verify every result and count wrong elements
     op: tuple[str, ...] = ("all_reduce",)    # --op: collectives to sweep, in order
     dtype: str = "float32"                   # --dtype
     backend: str = "auto"                    # --backend: auto = nccl where CUDA is, else gloo
-    expect_busbw: float | None = None        # --expect-busbw: GB/s the all-rank sweep must reach
-    budget_s: float = BW_DEFAULT_BUDGET      # --bw-budget: seconds all sweeps may take together
+    expect_busbw: Gbps | None = None         # --expect-busbw: GB/s the all-rank sweep must reach
+    budget_s: Seconds = BW_DEFAULT_BUDGET    # --bw-budget: seconds all sweeps may take together
 
 
 @dataclass(frozen=True)
 class Row:
     """One line of the table, for one size: nccl-tests' columns."""
 
-    size: int                       # bytes
-    count: int                      # elements, as the API counts them
+    size: Bytes
+    count: Count                    # elements, as the API counts them
     dtype: str
     redop: str                      # "sum" | "none"
-    time_us: float                  # per iteration, averaged across the ranks
-    algbw: float                    # GB/s (1e9 bytes)
-    busbw: float                    # GB/s
-    wrong: int | None               # corrupted elements over all ranks; None: not checked (-c 0)
-    wrong_ranks: tuple[int, ...] = ()
+    time_us: Micros                 # per iteration, averaged across the ranks
+    algbw: Gbps                     # GB/s (1e9 bytes)
+    busbw: Gbps
+    wrong: Count | None             # corrupted elements over all ranks; None: not checked (-c 0)
+    wrong_ranks: Ranks = ()
 
 
 @dataclass(frozen=True)
 class RankTime:
-    rank: int
-    node: int
-    time_us: float
+    rank: Rank
+    node: NodeRank
+    time_us: Micros
 
 
 @dataclass(frozen=True)
 class Sweep:
     """One collective swept over the sizes in one stage."""
 
-    stage: str                      # "all" | "intra" | "inter"
+    stage: Annotated[str, one_of(*STAGE_TITLES)]
     op: str
-    ranks: int                      # ranks per group: the n of the busbw factor
-    groups: int                     # groups measured at once (intra: one per node)
+    ranks: GroupSize                # ranks per group: the n of the busbw factor
+    groups: GroupSize               # groups measured at once (intra: one per node)
     rows: tuple[Row, ...] = ()
-    skipped: tuple[int, ...] = ()   # sizes left out to stay inside --bw-budget
-    rank_times: tuple[RankTime, ...] = ()   # each rank's own time at the largest size
-    node_busbw: dict[str, float] = field(default_factory=dict)  # intra: node rank -> busbw
-    note: str = ""                  # why there are no rows, when there are none
+    skipped: tuple[Bytes, ...] = ()   # sizes left out to stay inside --bw-budget
+    rank_times: Annotated[tuple[RankTime, ...], PER_RANK] = ()  # each rank's own time at the largest size
+    # intra: node rank -> busbw
+    node_busbw: Annotated[dict[str, Gbps], PER_NODE] = field(default_factory=dict)
+    note: Text = ""                 # why there are no rows, when there are none
 
 
 @dataclass(frozen=True)
 class Pair:
     """Two nodes exchanging `size` bytes both ways at once (one rank each)."""
 
-    a: int
-    b: int
-    size: int
-    time_us: float
-    busbw: float                    # GB/s each way
+    a: NodeRank
+    b: NodeRank
+    size: Bytes
+    time_us: Micros
+    busbw: Gbps                     # GB/s each way
 
 
 @dataclass(frozen=True)
@@ -88,20 +99,20 @@ class InFlight:
 
     op: str                         # a collective ("all_reduce", ...), "sendrecv" (node pairs), or
                                     # "new_group" (setting up the stage's process group)
-    size: int                       # bytes; 0: not known
-    ranks: tuple[int, ...]          # the ranks of its group: every one of them had to take part
+    size: Bytes                     # 0: not known
+    ranks: Ranks                    # the ranks of its group: every one of them had to take part
 
 
 @dataclass(frozen=True)
 class Fault:
     """A worker that did not finish well."""
 
-    node: int
-    rank: int                       # -1: the whole node (its netcheck never reported)
-    local_rank: int
-    stage: str
-    kind: str                       # "died" | "stuck" | "failed" | "timeout" | "silent" | "stopped"
-    detail: str
+    node: NodeRank
+    rank: RankOrMinusOne            # -1: the whole node (its netcheck never reported)
+    local_rank: LocalRankOrMinusOne
+    stage: Stage
+    kind: Annotated[str, one_of(*FAULT_KINDS)]
+    detail: Text
     in_flight: InFlight | None = None   # None: not in a sweep's collective, or not known
 
 
@@ -110,16 +121,17 @@ class BandwidthResult:
     """What the bandwidth phase measured, cluster-wide, and where it stopped if it did."""
 
     backend: str                    # "nccl" | "gloo" | "" (stopped before choosing)
-    backend_reason: str             # e.g. "no CUDA: using gloo"
-    nnodes: int
-    nproc_per_node: int
+    backend_reason: Text            # e.g. "no CUDA: using gloo"
+    nnodes: NodeCount
+    nproc_per_node: ProcCount
     sweeps: tuple[Sweep, ...]
-    pairs: tuple[Pair, ...]
-    failed_stage: str | None        # one of STAGES; None when every stage finished
-    failure: str                    # why, in one line ("" when none)
-    faults: tuple[Fault, ...]       # every node's workers that died, hung or failed
-    seconds: float
-    hostnames: dict[str, str] = field(default_factory=dict)  # node (as in pairs, faults) -> hostname
+    pairs: Annotated[tuple[Pair, ...], PER_PAIR]
+    failed_stage: Stage | None      # None when every stage finished
+    failure: Text                   # why, in one line ("" when none)
+    faults: Annotated[tuple[Fault, ...], PER_RANK]   # every node's workers that died, hung or failed
+    seconds: Seconds
+    # node (as in pairs, faults) -> hostname
+    hostnames: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
 
     def node_name(self, node: int) -> str:
         return self.hostnames.get(str(node), f"node {node}")
@@ -129,6 +141,7 @@ class BandwidthResult:
 # node that never reported or was stopped (its ranks went with it: the others' reads from
 # them failed), then a rank that failed, then ranks that ran out of time.
 BLAME_ORDER = (("died", "stuck"), ("silent", "stopped"), ("failed",), ("timeout",))
+FAULT_KINDS = tuple(kind for kinds in BLAME_ORDER for kind in kinds)
 
 
 # Kinds that mean the node's netcheck itself is gone: it is named lost in the phase.

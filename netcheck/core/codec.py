@@ -1,9 +1,10 @@
 """JSON in and out, in one place.
 
 Facts and findings are plain frozen dataclasses whose fields are str, int, float, bool,
-None-able, tuple[X, ...], dict[str, X] or other such dataclasses. `to_plain` turns one into
-JSON-ready values; `from_plain` rebuilds it from untrusted JSON, checking every field's
-type, so nothing a peer sends reaches the rules unvalidated (and nothing is unpickled).
+None-able, tuple[X, ...], tuple[X, Y], dict[str, X] or other such dataclasses, each of
+which may be Annotated with the ranges of netcheck.core.fields. `to_plain` turns one into
+JSON-ready values; `from_plain` rebuilds it from untrusted JSON, checking every field's type
+and range, so nothing a peer sends reaches the rules unvalidated (and nothing is unpickled).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 import types
 import typing
 from typing import Any, Callable, TypeVar
+
+from netcheck.core import fields
 
 T = TypeVar("T")
 
@@ -41,11 +45,10 @@ def to_plain(value: Any) -> Any:
 
 
 def small_int(text: str | bytes) -> int | None:
-    """A count or id a peer wrote as text: ASCII digits only, at most 9 ("²".isdigit() is
-    true and int() refuses it; int() refuses thousands of digits too); None otherwise."""
+    """A count or id a peer wrote as text, as fields.is_whole_number allows it; None otherwise."""
     if isinstance(text, bytes):
         text = text.decode("ascii", "replace")
-    return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else None
+    return int(text) if fields.is_whole_number(text) else None
 
 
 def dumps(value: Any, indent: int | None = None) -> str:
@@ -87,31 +90,56 @@ def from_plain(cls: type[T], data: Any, where: str = "$") -> T:
 # `where` (the path to the value, for the error message) is built only when one is raised:
 # a path is "$" or a (parent path, ".field" or list index) pair.
 Where = Any
+Decoder = Callable[[Any, Where], Any]
+
+# Not in a str that is not fields.Text: C0, DEL and C1 controls (tab and newline included:
+# a name or an id has none), line and paragraph separators (str.splitlines breaks lines at
+# them), and the bidirectional overrides that reorder a line on a terminal.
+_UNPRINTED = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# JSON's \ud800 escapes make lone surrogates, which no encoder will write out.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _path(where: Where) -> str:
     parts = []
     while isinstance(where, tuple):
         where, suffix = where
-        parts.append(f"[{suffix}]" if isinstance(suffix, int) else suffix)
+        parts.append(f"[{suffix}]" if isinstance(suffix, int) else _shortened(suffix))
     return where + "".join(reversed(parts))
 
 
+def _shortened(part: str) -> str:
+    """A path's part, which may be a received key: as short as fields.shown quotes a value."""
+    return part if len(part) <= fields.SHOWN_CHARS else part[:fields.SHOWN_CHARS] + "..."
+
+
 @functools.cache
-def _decoder(tp: Any) -> Callable[[Any, Where], Any]:
+def _decoder(tp: Any) -> Decoder:
+    """tp's decoder; Annotated[X, ...] is X's, held to the rules it declares (fields.Rule:
+    Range, Check...) and shaped by fields.Items and fields.FreeText."""
+    if typing.get_origin(tp) is not typing.Annotated:
+        return _shaped(tp, fields.MAX_ITEMS, free_text=False)
+    meta = tp.__metadata__
+    most = next((m.most for m in meta if isinstance(m, fields.Items)), fields.MAX_ITEMS)
+    decode = _shaped(typing.get_args(tp)[0], most, any(isinstance(m, fields.FreeText) for m in meta))
+    rules = tuple(m for m in meta if hasattr(m, "why_not"))
+    return _ruled(decode, rules) if rules else decode
+
+
+def _shaped(tp: Any, most: int, free_text: bool) -> Decoder:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return _union_decoder(typing.get_args(tp))
     if origin is tuple:
-        item = _decoder(typing.get_args(tp)[0])
-        return lambda data, where: tuple(item(v, (where, i)) for i, v in enumerate(_expect(list, data, where)))
+        return _tuple_decoder(typing.get_args(tp), most)
     if origin is dict:
-        item = _decoder(typing.get_args(tp)[1])
-        return lambda data, where: {k: item(v, (where, "." + k)) for k, v in _expect(dict, data, where).items()}
+        return _dict_decoder(*typing.get_args(tp), most)
     if dataclasses.is_dataclass(tp):
         return functools.partial(_decode_dataclass, tp)
-    if tp is Any:
-        return lambda data, where: data
+    if tp is str:
+        return _decode_text if free_text else _decode_str
+    if tp is int:
+        return _decode_int
     if tp is float:
         return _decode_float
     if tp is type(None):
@@ -119,10 +147,76 @@ def _decoder(tp: Any) -> Callable[[Any, Where], Any]:
     return lambda data, where: _expect(tp, data, where)
 
 
+def _ruled(decode: Decoder, rules: tuple[fields.Rule, ...]) -> Decoder:
+    def checked(data: Any, where: Where) -> Any:
+        value = decode(data, where)
+        for rule in rules:
+            why = rule.why_not(value)
+            if why is not None:
+                raise DecodeError(f"{_path(where)}: {why}")
+        return value
+    return checked
+
+
+def _tuple_decoder(args: tuple, most: int) -> Decoder:
+    if args[-1] is Ellipsis:
+        item = _decoder(args[0])
+        return lambda data, where: tuple(
+            item(v, (where, i)) for i, v in enumerate(_sized(list, data, where, 0, most)))
+    items = tuple(_decoder(a) for a in args)  # tuple[A, B]: one of each, in order
+    return lambda data, where: tuple(
+        d(v, (where, i)) for i, (d, v) in enumerate(zip(items, _sized(list, data, where, len(items), len(items)))))
+
+
+def _dict_decoder(key_type: Any, value_type: Any, most: int) -> Decoder:
+    key, value = _decoder(key_type), _decoder(value_type)
+    return lambda data, where: {key(k, (where, "." + k)): value(v, (where, "." + k))
+                                for k, v in _sized(dict, data, where, 0, most).items()}
+
+
+def _sized(tp: type, data: Any, where: Where, least: int, most: int) -> Any:
+    data = _expect(tp, data, where)
+    if not least <= len(data) <= most:
+        bound = f"exactly {most}" if least == most else f"at most {most}"
+        raise DecodeError(f"{_path(where)}: {len(data)} items, expected {bound}")
+    return data
+
+
+def _decode_str(data: Any, where: Where) -> str:
+    data = _decode_text(data, where)
+    bad = _UNPRINTED.search(data)
+    if bad:
+        raise DecodeError(f"{_path(where)}: {fields.shown(data)} holds a control character "
+                          f"({bad[0]!r} at {bad.start()})")
+    return data
+
+
+def _decode_text(data: Any, where: Where) -> str:
+    data = _expect(str, data, where)
+    bad = _SURROGATE.search(data)
+    if bad:
+        raise DecodeError(f"{_path(where)}: {fields.shown(data)} is not valid Unicode "
+                          f"(a lone surrogate at {bad.start()})")
+    return data
+
+
+def _decode_int(data: Any, where: Where) -> int:
+    return _int64(_expect(int, data, where), where)
+
+
 def _decode_float(data: Any, where: Where) -> float:
     if isinstance(data, int) and not isinstance(data, bool):
-        return float(data)
-    return _expect(float, data, where)
+        return float(_int64(data, where))  # float() of a 400-digit integer overflows
+    data = _expect(float, data, where)
+    if not math.isfinite(data):  # from_plain's callers may hand over what JSON cannot hold
+        raise DecodeError(f"{_path(where)}: {data} is not a finite number")
+    return data
+
+
+def _int64(value: int, where: Where) -> int:
+    if fields.MIN_INT <= value <= fields.MAX_INT:
+        return value
+    raise DecodeError(f"{_path(where)}: {fields.shown(value)} does not fit in 64 bits")
 
 
 def _decode_none(data: Any, where: Where) -> None:
@@ -131,7 +225,7 @@ def _decode_none(data: Any, where: Where) -> None:
     raise DecodeError(f"{_path(where)}: expected null, got {type(data).__name__}")
 
 
-def _union_decoder(options: tuple) -> Callable[[Any, Where], Any]:
+def _union_decoder(options: tuple) -> Decoder:
     decoders = [_decoder(o) for o in options]
     nullable = type(None) in options
 
@@ -149,9 +243,9 @@ def _union_decoder(options: tuple) -> Callable[[Any, Where], Any]:
 
 
 @functools.cache
-def _fields_of(cls: type) -> tuple[tuple[str, str, Callable[[Any, Where], Any], bool], ...]:
+def _fields_of(cls: type) -> tuple[tuple[str, str, Decoder, bool], ...]:
     """(name, its path suffix, decoder, required) per field."""
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return tuple((f.name, "." + f.name, _decoder(hints[f.name]),
                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
                  for f in dataclasses.fields(cls))

@@ -8,15 +8,30 @@ dataclass so `codec` can write it and validate it on the way back in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
+from netcheck.core.fields import (
+    PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
+    NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text, WholeNumbersAt,
+    one_of,
+)
 from netcheck.core.jobrecords import JobView
-from netcheck.core.nictable import NicTable
+from netcheck.core.nictable import FAMILIES, NicTable
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 SEVERITIES = (PASS, WARN, FAIL)
+Severity = Annotated[str, one_of(*SEVERITIES)]
+# A probe's answer; the rules hold a fix for each (rules.rdzv.REACH_FIXES).
+PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
+REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
+Family = Annotated[str, one_of(*FAMILIES)]
+Hostnames = Annotated[tuple[Hostname, ...], PER_NODE]
+# Launcher variables that hold a whole number, as the rules read them (facts.launcher's lists).
+NUMBER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_NNODES",
+                    "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PET_NODE_RANK")
 
 
 @dataclass(frozen=True)
@@ -24,63 +39,64 @@ class Launch:
     """Where this node's idea of the cluster came from, and what it is."""
 
     source: str                    # "flags" | "slurm" | "kubeflow" | "torchrun" | "arrival"
-    node_rank: int | None          # the seat claimed: the node rank (under torchrun every
+    node_rank: NodeRank | None     # the seat claimed: the node rank (under torchrun every
                                    # worker process takes part, seated by its RANK); None:
                                    # numbered in order of arrival
-    nnodes_min: int | None         # None: unknown (arrival numbering, join window decides)
-    nnodes_max: int | None
-    nproc_per_node: int
-    hostnames: tuple[str, ...] = ()  # expected hostnames by node rank, when the launcher lists them
-    variables: dict[str, str] = field(default_factory=dict)  # the launcher variables seen
+    nnodes_min: NodeCount | None   # None: unknown (arrival numbering, join window decides)
+    nnodes_max: NodeCount | None
+    nproc_per_node: ProcCount
+    hostnames: Hostnames = ()      # expected hostnames by node rank, when the launcher lists them
+    # the launcher variables seen
+    variables: Annotated[dict[str, Text], WholeNumbersAt(NUMBER_VARIABLES)] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Probe:
     """One TCP connect to one resolved address of the rendezvous endpoint."""
 
-    address: str
-    family: str        # "ipv4" | "ipv6"
-    outcome: str       # "open" | "not_store" | "refused" | "filtered" | "unreachable"
-    detail: str        # the errno text or what the timeout was
-    seconds: float
+    address: IpAddress
+    family: Family
+    outcome: Annotated[str, one_of(*PROBE_OUTCOMES)]
+    detail: Text       # the errno text or what the timeout was
+    seconds: Seconds
 
 
 @dataclass(frozen=True)
 class Reach:
     """A node's view of HOST:PORT before any torch code runs."""
 
-    host: str
-    port: int
-    outcome: str                   # "open" | "not_store" | "refused" | "filtered" | "unreachable" | "dns"
-    addresses: tuple[str, ...]     # every address HOST resolved to, all families
-    resolve_error: str | None
+    host: Host
+    port: Port
+    outcome: Annotated[str, one_of(*REACH_OUTCOMES)]
+    addresses: tuple[IpAddress, ...]   # every address HOST resolved to, all families
+    resolve_error: Text | None
     probes: tuple[Probe, ...]
-    attempts: int
-    seconds: float
+    attempts: Count
+    seconds: Seconds
 
 
 @dataclass(frozen=True)
 class Holder:
     """A process holding a port (psutil's view)."""
 
-    pid: int | None
-    name: str
-    cmdline: str
+    pid: Pid | None
+    name: Text         # the process's own choice (prctl PR_SET_NAME): any bytes
+    cmdline: Text
 
 
 @dataclass(frozen=True)
 class NodeFacts:
     """What one node knows about itself, published at rendezvous."""
 
-    run_id: str
-    hostname: str
-    fqdn: str
-    hostname_addresses: tuple[str, ...]   # what gethostname() resolves to here
+    run_id: RunId
+    hostname: Hostname
+    fqdn: Host
+    hostname_addresses: tuple[IpAddress, ...]   # what gethostname() resolves to here
     launch: Launch
-    shm_bytes: int | None
-    gpus: int                             # NVIDIA GPUs the driver lists here (no torch needed)
+    shm_bytes: Bytes | None
+    gpus: Count                           # NVIDIA GPUs the driver lists here (no torch needed)
     nics: NicTable
-    socket_env: dict[str, str]            # NCCL_*/GLOO_*/TP_* as the libraries see them here
+    socket_env: dict[str, Text]           # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
 
@@ -89,16 +105,16 @@ class NodeFacts:
 class Resolution:
     """One node's lookup of another node's FQDN (torchrun hands that name out as MASTER_ADDR)."""
 
-    rank: int
-    name: str
-    addresses: tuple[str, ...]
-    error: str | None
+    rank: NodeRank
+    name: Host
+    addresses: tuple[IpAddress, ...]
+    error: Text | None
 
 
 @dataclass(frozen=True)
 class ClockSample:
-    offset: float      # peer clock minus host clock, seconds
-    error: float       # half the round trip: the offset is exact within this
+    offset: ClockOffset  # peer clock minus host clock, seconds
+    error: Seconds       # half the round trip: the offset is exact within this
 
 
 @dataclass(frozen=True)
@@ -106,14 +122,14 @@ class NodeResults:
     """What a node learnt once it saw the roster."""
 
     clock: ClockSample | None
-    resolutions: tuple[Resolution, ...]
+    resolutions: Annotated[tuple[Resolution, ...], PER_NODE]
 
 
 @dataclass(frozen=True)
 class Member:
     """One node of the cluster as the host saw it."""
 
-    rank: int
+    rank: NodeRankOrMinusOne             # -1: this node, not seated
     facts: NodeFacts
     results: NodeResults | None = None   # None: the node never reported back
     env: EnvFacts | None = None          # None: the env phase did not run or heard nothing
@@ -140,34 +156,35 @@ def node_address(facts: NodeFacts) -> str:
 class Visitor:
     """Someone who talked to the store: a node of ours, another run's, or garbage."""
 
-    run_id: str
-    hostname: str
-    node_rank: int | None
+    run_id: RunId
+    hostname: Hostname
+    node_rank: NodeRank | None
 
 
 @dataclass(frozen=True)
 class Gathering:
     """Everything the rendezvous learnt, as input for the rules."""
 
-    members: tuple[Member, ...]
-    expected: int | None                  # nodes the launcher asked for, when fixed
-    missing_ranks: tuple[int, ...]
-    expected_hostnames: tuple[str, ...]   # by rank, when the launcher listed them
-    duplicates: dict[str, tuple[str, ...]]  # claimed rank -> hostnames claiming it
-    unseated: tuple[str, ...]             # nodes that came but got no rank, and why
-    foreign: tuple[Visitor, ...]
-    malformed: tuple[str, ...]            # what was wrong with entries that were thrown away
-    waited: float
+    members: Annotated[tuple[Member, ...], PER_NODE]
+    expected: NodeCount | None            # nodes the launcher asked for, when fixed
+    missing_ranks: Annotated[tuple[NodeRank, ...], PER_NODE]
+    expected_hostnames: Hostnames         # by rank, when the launcher listed them
+    duplicates: Annotated[dict[str, Hostnames], PER_NODE]  # claimed rank -> hostnames claiming it
+    unseated: Annotated[tuple[Text, ...], PER_NODE]   # nodes that came but got no rank, and why
+    foreign: Annotated[tuple[Visitor, ...], PER_NODE]
+    malformed: Annotated[tuple[Text, ...], PER_NODE]  # what was wrong with entries thrown away
+    waited: Seconds
 
 
 @dataclass(frozen=True)
 class Finding:
     check: str
-    severity: str                  # PASS | WARN | FAIL
-    nodes: tuple[int, ...]         # node ranks at fault (for pass: the ranks checked)
-    summary: str
-    evidence: tuple[str, ...] = ()
-    fix: str = ""
+    severity: Severity
+    # node ranks at fault (for pass: the ranks checked)
+    nodes: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE]
+    summary: Text
+    evidence: Annotated[tuple[Text, ...], PER_NODE] = ()
+    fix: Text = ""
     kind: str = ""                 # which exact case of the check (rules.registry); "" when the id says it
 
 
@@ -176,8 +193,8 @@ class ClusterVerdict:
     """The host's verdict as it tells the joiners before they leave: its failures and warnings,
     so that a node the host finds faulty learns it (its exit code and its pod's status)."""
 
-    verdict: str                   # the host's: PASS | WARN | FAIL
-    headline: str                  # one line: the first failure or warning, and how many more
+    verdict: Severity              # the host's
+    headline: Text                 # one line: the first failure or warning, and how many more
     findings: tuple[Finding, ...]  # in the message, every failure and warning (bounded); in a
                                    # joiner's report, those that name its own ranks
 
@@ -187,38 +204,38 @@ class EnvRow:
     """One row of the env table: a key, one of its values, and the nodes that have it."""
 
     key: str
-    value: str
-    ranks: tuple[int, ...]
+    value: Text
+    ranks: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE]
     nodes: str          # "node3", "the other 7", "all 8"
     severity: str       # fail | warn | info for a differing key; "same" when every node agrees
 
 
 @dataclass(frozen=True)
 class NodeEntry:
-    rank: int
-    hostname: str
-    address: str
+    rank: NodeRankOrMinusOne       # -1: this node, not seated
+    hostname: Hostname
+    address: NodeAddress
     facts: NodeFacts | None
     env: EnvFacts | None = None
 
 
 @dataclass(frozen=True)
 class Report:
-    run_id: str
-    node_rank: int | None
+    run_id: str                    # a run id, or inspect's: torchrun's, whatever it is
+    node_rank: NodeRank | None
     role: str                      # "host" | "joiner" | "local" | "probe" | "inspect"
-    verdict: str
-    nodes: tuple[NodeEntry, ...]
-    findings: tuple[Finding, ...]
+    verdict: Severity
+    nodes: Annotated[tuple[NodeEntry, ...], PER_NODE]
+    findings: Annotated[tuple[Finding, ...], PER_NODE_AND_ITEM]
     recommend: dict[str, str]                     # variable -> value, for every node
-    recommend_per_node: dict[str, dict[str, str]]  # hostname -> variable -> value
-    env_table: tuple[EnvRow, ...]                 # differing keys; every key with -v
+    recommend_per_node: Annotated[dict[Hostname, dict[str, str]], PER_NODE]  # hostname -> variable -> value
+    env_table: Annotated[tuple[EnvRow, ...], PER_NODE_AND_ITEM]   # differing keys; every key with -v
     bandwidth: BandwidthResult | None             # None: the bandwidth phase did not run
-    timings: dict[str, float]
+    timings: dict[str, Seconds]
     unfinished: str | None         # the phase that did not finish, if any
-    healthy_nodes: tuple[str, ...]
-    faulty_nodes: tuple[str, ...]
-    recommend_note: str = ""       # why there are no settings to recommend, when there are none
+    healthy_nodes: Hostnames
+    faulty_nodes: Hostnames
+    recommend_note: Text = ""       # why there are no settings to recommend, when there are none
     job: JobView | None = None     # netcheck inspect: what the job's store and NCCL's RAS showed
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict, when it was heard
     schema: str = REPORT_SCHEMA

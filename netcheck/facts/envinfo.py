@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.envfacts import ABSENT, EnvFacts, NOT_LOADED, NO_CUDA
+from netcheck.core.fields import valid_text
 from netcheck.facts.hashing import hash_path, unreadable
 
 # Packages whose versions are always recorded ("absent" when not installed). Every other
@@ -83,6 +84,7 @@ def gather_env(hash_paths: Iterable[str] = (), env: Mapping[str, str] | None = N
 
 
 def bounded(value: str, limit: int = MAX_VALUE_CHARS) -> str:
+    value = valid_text(value)
     if len(value) <= limit:
         return value
     digest = hashlib.sha256(value.encode(errors="replace")).hexdigest()[:16]

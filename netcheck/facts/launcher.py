@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch
 
 SLURM_VARS = ("SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
@@ -103,7 +104,7 @@ def detect_launch(env: Mapping[str, str], nnodes: str | None, node_rank: int | N
 
 def _seen(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
     wanted = (names or SLURM_VARS + KUBEFLOW_VARS + TORCHRUN_VARS) + DEVICE_VARS + JOB_VARS
-    return {k: env[k] for k in dict.fromkeys(wanted) if k in env}
+    return {k: valid_text(env[k]) for k in dict.fromkeys(wanted) if k in env}
 
 
 def int_var(env: Mapping[str, str], name: str) -> int:

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from netcheck import __version__
 from netcheck.core.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
+from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.nics import read_nic_table
 from netcheck.facts.probe import call_with_timeout, resolve_addresses
@@ -35,7 +36,7 @@ def socket_env(env: Mapping[str, str], home: str = "~") -> dict[str, str]:
     NCCL also reads KEY=VALUE lines from ~/.nccl.conf (or $NCCL_CONF_FILE) and
     /etc/nccl.conf, without overriding the environment (NCCL src/misc/param.cc initEnv).
     """
-    values = {k: v for k, v in env.items() if k.startswith(SOCKET_ENV_PREFIXES)}
+    values = {k: valid_text(v) for k, v in env.items() if k.startswith(SOCKET_ENV_PREFIXES)}
     user_conf = env.get("NCCL_CONF_FILE") or os.path.join(os.path.expanduser(home), ".nccl.conf")
     for path in (user_conf, "/etc/nccl.conf"):
         for key, value in _conf_lines(path):
