@@ -13,9 +13,15 @@ import pickle
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
+
+from netcheck.cluster import jobstore
+from netcheck.cluster.jobstore import read_job_store
+from netcheck.core.deadline import Deadline
 
 from nodes import free_port, parse_report, scaled
 
@@ -26,7 +32,7 @@ def inspect(port: int, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
     done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"127.0.0.1:{port}",
                            "--json", "-", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=scaled(60), env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{free_port()}"})
-    assert "Traceback" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "[c10d]" not in done.stderr, done.stderr
     return parse_report(done.stdout), done
 
 
@@ -52,14 +58,54 @@ def test_hostile_and_foreign_values_are_refused_never_run_and_the_store_is_uncha
     store.set("torch.rendezvous.junk", b"%%% not base64 %%%")
     store.set("torch.rendezvous.list", base64.b64encode(pickle.dumps(["a", "b"])))
     store.set("torch.rendezvous.huge", b"A" * (100 << 20))
+    # Two that crashed or exhausted the old unpickler: a tuple 150,000 deep in a set (SIGSEGV),
+    # a 12-byte pickle whose memo index asked for 8.4 GB.
+    store.set("torch.rendezvous.deep", base64.b64encode(b"\x80\x04\x8f(N" + b"\x85" * 150_000 + b"\x90."))
+    store.set("torch.rendezvous.memo", base64.b64encode(b"\x80\x04Nr\xff\xff\xff\xff."))
     before = snapshot(store)
     report, done = inspect(port)
     assert done.returncode == 2, done.stderr
     refused = {f["summary"].split()[3]: f["kind"] for f in report["findings"] if f["check"] == "job.hostile"}
     assert refused == {"torch.rendezvous.evil": "hostile_value", "torch.rendezvous.huge": "foreign_value",
-                       "torch.rendezvous.junk": "foreign_value", "torch.rendezvous.list": "foreign_value"}
+                       "torch.rendezvous.junk": "foreign_value", "torch.rendezvous.list": "foreign_value",
+                       "torch.rendezvous.deep": "foreign_value", "torch.rendezvous.memo": "foreign_value"}
     assert not canary.exists(), "the pickle ran"
     assert snapshot(store) == before, "inspect changed the store"
+
+
+def job_store(libuv: bool = True):
+    port = free_port()
+    return port, dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=30),
+                               wait_for_workers=False, use_libuv=libuv)
+
+
+@pytest.mark.parametrize("libuv", [False, True])
+def test_a_value_over_the_limit_is_refused_by_its_length_without_being_read(libuv):
+    port, store = job_store(libuv)
+    store.set("torch.rendezvous.small", b"abc")
+    store.set("torch.rendezvous.huge", b"")
+    for _ in range(8):  # libuv takes 8 MiB at most in one set; appends grow a value past it
+        store.append("torch.rendezvous.huge", b"A" * (8 << 20))
+    tracemalloc.start()
+    start = time.monotonic()
+    read = read_job_store("127.0.0.1", port, None, Deadline(scaled(10)), 1 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert read.unread == {"huge": "67108864 bytes, over the 1048576-byte limit for a rendezvous state"}
+    assert read.states == {"small": b"abc"}
+    assert peak < 4 << 20, f"{peak >> 20} MiB read of a 64 MiB value"
+    assert time.monotonic() - start < scaled(5)
+    assert store.get("torch.rendezvous.small") == b"abc", "the store stopped serving"
+
+
+def test_states_past_the_total_read_are_not_read(monkeypatch):
+    port, store = job_store()
+    for run in ("a", "b"):
+        store.set(f"torch.rendezvous.{run}", b"Y2FuaW1hZGFt")
+    monkeypatch.setattr(jobstore, "MAX_READ_BYTES", 20)
+    read = read_job_store("127.0.0.1", port, None, Deadline(scaled(10)), 1 << 20)
+    assert read.states == {"a": b"Y2FuaW1hZGFt"}
+    assert read.unread == {"b": "12 bytes, past the 20 bytes inspect reads of all runs' states together"}
 
 
 def test_a_run_id_the_store_does_not_hold_is_named_with_the_ones_it_does():

@@ -2,7 +2,8 @@
 
 The client is created without a world size, so it does not count itself into the store's
 `init/` counter (the only thing a plain TCPStore client can add); every key is checked
-before it is read, so nothing waits on a key that may not exist, and values are bounded.
+before it is read, so nothing waits on a key that may not exist. Values are read with
+netcheck's own bounded GET (storewire): one over the limit is refused by its length, unread.
 Keys torch writes that say who arrived (torch 2.13, seen on real runs):
 
     torch.rendezvous.RUN                  torchrun's c10d state (base64 of a pickle)
@@ -15,12 +16,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from netcheck.cluster.store import client_store
+from netcheck.cluster.store import RendezvousError, client_store
+from netcheck.cluster.storewire import WireError, get_bounded
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline
 
 RDZV_PREFIX = "torch.rendezvous."
 MAX_RUNS = 16                 # rendezvous states read at most (the counter of runs is anyone's)
+MAX_READ_BYTES = 32 << 20     # of all runs' states together: an honest store holds one per run,
+                              # under 2 MiB at MAX_NODES; past this, later runs are not read
 # A rank's address key of the default process group: default_pg/<n>//<device>//<n>/<rank>.
 RANK_KEY = re.compile(r"default_pg/\d+//[a-z]+//\d+/(\d+)")
 
@@ -30,7 +34,7 @@ class StoreRead:
     keys: tuple[str, ...] | None          # None: this torch cannot list keys
     hidden: int                           # keys the store counts but does not list (init/)
     states: dict[str, bytes]              # run id -> raw value of torch.rendezvous.RUN
-    oversized: dict[str, int]             # run id -> bytes of a state too large to decode
+    unread: dict[str, str]                # run id -> why its state was not read (its size)
 
 
 def read_job_store(host: str, port: int, run_id: str | None, deadline: Deadline, max_value: int) -> StoreRead:
@@ -39,17 +43,27 @@ def read_job_store(host: str, port: int, run_id: str | None, deadline: Deadline,
     keys = compat.list_keys(store)
     hidden = max(0, store.num_keys() - len(keys)) if keys is not None else 0
     runs = [run_id] if run_id else rendezvous_runs(keys or ())[:MAX_RUNS]
-    states, oversized = {}, {}
+    states, unread, left = {}, {}, MAX_READ_BYTES
     for run in runs:
         key = RDZV_PREFIX + run
         if deadline.expired() or not compat.has_key(store, key):
             continue
-        value = store.get(key)
-        if len(value) > max_value:
-            oversized[run] = len(value)
+        try:
+            value = get_bounded(host, port, key, min(max_value, left), deadline)
+        except WireError as e:
+            raise RendezvousError(str(e)) from None
+        if value.data is None:
+            unread[run] = _unread_reason(value.size, max_value)
         else:
-            states[run] = value
-    return StoreRead(keys, hidden, states, oversized)
+            states[run] = value.data
+            left -= value.size
+    return StoreRead(keys, hidden, states, unread)
+
+
+def _unread_reason(size: int, max_value: int) -> str:
+    if size > max_value:
+        return f"{size} bytes, over the {max_value}-byte limit for a rendezvous state"
+    return f"{size} bytes, past the {MAX_READ_BYTES} bytes inspect reads of all runs' states together"
 
 
 def rendezvous_runs(keys) -> list[str]:

@@ -3,9 +3,11 @@
 The c10d backend keeps the state under `torch.rendezvous.<run_id>` as base64 of a pickled
 `_RendezvousState` (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py,
 dynamic_rendezvous.py). The TCPStore has no authentication: whoever reaches the port can
-plant a pickle that runs code in whoever loads it. So it is read by an unpickler that admits
-only the state's own types, rebuilt as netcheck's stand-ins (torch is never imported),
-`datetime`'s types and builtin containers; anything else is refused, never executed.
+plant a pickle that runs code in whoever loads it, or one built to exhaust the reader. So
+it goes through netcheck's bounded decoder (core.pickled), which admits only the state's
+own two classes (as records: torch is never imported), `datetime`'s types and builtin
+containers; then every field is checked for type and range here. Anything else is a
+ForeignValue, or a HostileValue where it asks for code, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,55 +15,32 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
-import io
-import pickle
 
+from netcheck.core import pickled
+from netcheck.core.constants import MAX_NODES
+from netcheck.core.fields import MAX_PID
+from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import NodeDesc, RendezvousView
 
 _RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 # The c10d backend's marker for "no state yet" (c10d_rendezvous_backend._NULL_SENTINEL).
 NULL_SENTINEL = b"Y2FuaW1hZGFt"
-
-
-class ForeignValue(ValueError):
-    """The value is not a rendezvous state netcheck can read; the message says what it is."""
-
-
-class HostileValue(ForeignValue):
-    """The value asks the unpickler for something a rendezvous state never holds: code."""
-
-
-class _State:
-    """Stand-in for _RendezvousState: pickle sets its attributes, nothing else runs."""
-
-
-class _Node:
-    """Stand-in for _NodeDesc (addr, pid, local_id)."""
-
-
-_ALLOWED = {
-    (_RENDEZVOUS, "_RendezvousState"): _State,
-    (_RENDEZVOUS, "_NodeDesc"): _Node,
-    ("datetime", "datetime"): datetime.datetime,
-    ("datetime", "timezone"): datetime.timezone,
-    ("datetime", "timedelta"): datetime.timedelta,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
+_STATE = pickled.RecordClass("rendezvous state")
+_NODE = pickled.RecordClass("node descriptor")
+_ADMITTED = {
+    (_RENDEZVOUS, "_RendezvousState"): _STATE,
+    (_RENDEZVOUS, "_NodeDesc"): _NODE,
+    **pickled.DATETIMES,
 }
+MAX_ADDR = 255        # a DNS name at most (torch's addr is the FQDN, or --local-addr)
+INT31 = 1 << 31       # rounds, ranks and local ids are C ints on the writer's side
+_UTC = datetime.timezone.utc
+
+ForeignValue = pickled.ForeignPickle   # the value is not a rendezvous state netcheck reads; the message says what
+HostileValue = pickled.HostilePickle   # ... and it asks for code
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        allowed = _ALLOWED.get((module, name))
-        if allowed is None:
-            raise HostileValue(f"the pickle asks for {module}.{name}, which a rendezvous state never holds")
-        return allowed
-
-    def persistent_load(self, pid):
-        raise HostileValue("the pickle asks for a persistent object")
-
-
-def decode_state(raw: bytes, run_id: str, max_bytes: int) -> RendezvousView | None:
+def decode_state(raw: bytes, run_id: str, max_bytes: int, deadline: Deadline | None = None) -> RendezvousView | None:
     """The state under torch.rendezvous.<run_id>; None when the backend holds none yet."""
     if len(raw) > max_bytes:
         raise ForeignValue(f"{len(raw)} bytes, over the {max_bytes}-byte limit for a rendezvous state")
@@ -71,58 +50,103 @@ def decode_state(raw: bytes, run_id: str, max_bytes: int) -> RendezvousView | No
         data = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise ForeignValue("not base64: not what torchrun's c10d backend writes") from None
-    try:
-        state = _Unpickler(io.BytesIO(data)).load()
-    except HostileValue:
-        raise
-    except Exception as e:  # noqa: BLE001 - any malformed pickle is a foreign value, said in one line
-        raise ForeignValue(f"not a pickle netcheck can read: {type(e).__name__}: {e}") from None
-    return _view(state, run_id)
+    return _view(pickled.decode(data, _ADMITTED, deadline), run_id)
 
 
-def _view(state, run_id: str) -> RendezvousView:
-    if not isinstance(state, _State):
-        raise ForeignValue(f"a pickled {type(state).__name__}, not a rendezvous state")
-    try:
-        participants = _mapping(state.participants, int)
-        heartbeats = _mapping(state.last_heartbeats, datetime.datetime)
-        return RendezvousView(
-            run_id=run_id, round=_typed(state.round, int), complete=_typed(state.complete, bool),
-            closed=_typed(state.closed, bool), deadline=_time(state.deadline),
-            participants=tuple(sorted((_node(n), r) for n, r in participants.items())),
-            wait_list=tuple(sorted(_node(n) for n in _typed(state.wait_list, (set, frozenset)))),
-            redundancy_list=tuple(sorted(_node(n) for n in _typed(state.redundancy_list, (set, frozenset)))),
-            last_heartbeats=tuple(sorted((_node(n), _time(t)) for n, t in heartbeats.items())))
-    except AttributeError as e:
-        raise ForeignValue(f"a rendezvous state without {e.name}") from None
+def _view(state: object, run_id: str) -> RendezvousView:
+    if not isinstance(state, pickled.Record) or state.kind != _STATE.kind:
+        raise ForeignValue(f"a pickled {_kind(state)}, not a rendezvous state")
+    fields = state.fields
+    participants = _mapping(_field(fields, "participants"), lambda rank: _count(rank, "rank"))
+    heartbeats = _mapping(_field(fields, "last_heartbeats"), _time)
+    return RendezvousView(
+        run_id=run_id, round=_count(_field(fields, "round"), "round"),
+        complete=_typed(_field(fields, "complete"), bool), closed=_typed(_field(fields, "closed"), bool),
+        deadline=_time(_field(fields, "deadline"), optional=True),
+        participants=tuple(sorted(participants)),
+        wait_list=_nodes(_field(fields, "wait_list")),
+        redundancy_list=_nodes(_field(fields, "redundancy_list")),
+        last_heartbeats=tuple(sorted(heartbeats)))
 
 
-def _typed(value, kind):
+def _field(fields, name: str) -> object:
+    if name not in fields:
+        raise ForeignValue(f"a rendezvous state without {name}")
+    return fields[name]
+
+
+def _kind(value: object) -> str:
+    return value.kind if isinstance(value, pickled.Record) else type(value).__name__
+
+
+def _typed(value: object, kind: type | tuple[type, ...], what: str | None = None) -> object:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ForeignValue(f"a rendezvous state holding a {type(value).__name__} where torch keeps "
-                           f"{getattr(kind, '__name__', 'a set')}")
+        raise ForeignValue(f"a rendezvous state holding a {_kind(value)} where torch keeps "
+                           f"{what or getattr(kind, '__name__', 'a set')}")
     return value
 
 
-def _mapping(value, item_kind) -> dict:
-    for item in _typed(value, dict).values():
-        _typed(item, item_kind)
-    return value
+def _count(value: object, what: str) -> int:
+    """A round, rank or local id: a non-negative C int."""
+    number = _typed(value, int, f"a {what}")
+    if not 0 <= number < INT31:
+        raise ForeignValue(f"a {what} of {number}, outside 0 to 2**31 - 1")
+    return number
 
 
-def _node(value) -> NodeDesc:
-    node = _typed(value, _Node)
-    try:
-        return NodeDesc(_typed(node.addr, str), _typed(node.pid, int), _typed(node.local_id, int))
-    except AttributeError as e:
-        raise ForeignValue(f"a node descriptor without {e.name}") from None
+def _sized(value: object, kind: type | tuple[type, ...], what: str) -> object:
+    collection = _typed(value, kind, what)
+    if len(collection) > MAX_NODES:
+        raise ForeignValue(f"{len(collection)} nodes in one list, over netcheck's limit of {MAX_NODES}")
+    return collection
 
 
-def _time(value) -> str | None:
+def _mapping(value: object, check_item) -> list[tuple[NodeDesc, object]]:
+    """(node, checked item) for every entry of a dict keyed by node descriptors."""
+    return [(_node(n), check_item(item)) for n, item in _sized(value, dict, "a dict").items()]
+
+
+def _nodes(value: object) -> tuple[NodeDesc, ...]:
+    return tuple(sorted(_node(n) for n in _sized(value, (set, frozenset), "a set")))
+
+
+def _node(value: object) -> NodeDesc:
+    if not isinstance(value, pickled.Record) or value.kind != _NODE.kind:
+        raise ForeignValue(f"a rendezvous state holding a {_kind(value)} where torch keeps a node descriptor")
+    fields = value.fields
+    for name in ("addr", "pid", "local_id"):
+        if name not in fields:
+            raise ForeignValue(f"a node descriptor without {name}")
+    return NodeDesc(_address(fields["addr"]), _pid(fields["pid"]), _count(fields["local_id"], "local id"))
+
+
+def _pid(value: object) -> int:
+    pid = _typed(value, int, "a pid")
+    if not 0 < pid <= MAX_PID:
+        raise ForeignValue(f"a pid of {pid}, outside 1 to {MAX_PID} (the kernel's PID_MAX_LIMIT)")
+    return pid
+
+
+def _address(value: object) -> str:
+    """A node's address as torch writes it: a name or an IP, printable, at most MAX_ADDR."""
+    addr = _typed(value, str, "an address")
+    if not 0 < len(addr) <= MAX_ADDR:
+        raise ForeignValue(f"a node address of {len(addr)} characters (torch writes 1 to {MAX_ADDR})")
+    # isprintable: no Unicode "Other" or "Separator" but the ASCII space, which is refused too.
+    if not addr.isprintable() or " " in addr:
+        raise ForeignValue("a node address with spaces or control characters, which no host name has")
+    return addr
+
+
+def _time(value: object, optional: bool = False) -> str | None:
     """ISO 8601 in UTC; torch writes aware UTC datetimes (a naive one is taken as UTC)."""
-    if value is None:
+    if value is None and optional:
         return None
-    moment = _typed(value, datetime.datetime)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.astimezone(datetime.timezone.utc).isoformat()
+    moment = _typed(value, datetime.datetime, "a datetime")
+    offset = moment.utcoffset() or datetime.timedelta(0)
+    naive = moment.replace(tzinfo=None)
+    # An offset moves a moment at the edge of datetime's range outside it: said, not raised.
+    if (offset > datetime.timedelta(0) and naive < datetime.datetime.min + offset) or \
+            (offset < datetime.timedelta(0) and naive > datetime.datetime.max + offset):
+        raise ForeignValue(f"a time of {naive.isoformat()} at offset {offset}: outside the range of dates")
+    return (naive - offset).replace(tzinfo=_UTC).isoformat()

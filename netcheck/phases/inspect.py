@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import time
 
 from netcheck.cluster.jobstore import arrived_ranks, read_job_store, rendezvous_runs
@@ -25,13 +24,13 @@ from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state
 from netcheck.rules import job as job_rules, run as run_rules
 
 RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
+DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that took all of --timeout
+                      # (a state of MAX_NODES nodes decodes in about 0.5 s, 1 s on a busy 2-core machine)
 
 
 def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
                 world_size: int | None, timeout: float, env) -> Report:
     start, deadline = time.monotonic(), Deadline(timeout)
-    # c10d logs every failed store request; what inspect could not read, its findings say.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     view = JobView(str(endpoint), run_id, _now(), 0.0, nnodes=nnodes, world_size=world_size)
     findings = []
     # A plain connect first: a store that is not there is said at once, and torch never loads.
@@ -48,7 +47,8 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
         view = dataclasses.replace(
             view, observed_at=_now(), keys=read.keys, hidden_keys=read.hidden,
             run_ids=tuple(rendezvous_runs(read.keys)) if listed else tuple(read.states),
-            runs=tuple(_decoded(read.states, read.oversized)), arrived_ranks=arrived_ranks(read.keys or ()))
+            runs=tuple(_decoded(read.states, read.unread, Deadline(max(DECODE_SECONDS, deadline.remaining())))),
+            arrived_ranks=arrived_ranks(read.keys or ()))
     except RendezvousError as e:
         view = dataclasses.replace(view, observed_at=_now(), store_error=str(e))
     except compat.TorchUnusable as e:
@@ -79,12 +79,12 @@ def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline):
     return read
 
 
-def _decoded(states: dict[str, bytes], oversized: dict[str, int]) -> list[RunState]:
-    runs = [RunState(run, None, f"{size} bytes, over the {MAX_STATE_BYTES}-byte limit for a rendezvous state")
-            for run, size in sorted(oversized.items())]
+def _decoded(states: dict[str, bytes], unread: dict[str, str], deadline: Deadline) -> list[RunState]:
+    """Every state read, decoded by the deadline; a refusal (unread, foreign, hostile) is said."""
+    runs = [RunState(run, None, why) for run, why in sorted(unread.items())]
     for run, raw in sorted(states.items()):
         try:
-            runs.append(RunState(run, decode_state(raw, run, MAX_STATE_BYTES)))
+            runs.append(RunState(run, decode_state(raw, run, MAX_STATE_BYTES, deadline)))
         except HostileValue as e:
             runs.append(RunState(run, None, str(e), hostile=True))
         except ForeignValue as e:

@@ -1,0 +1,94 @@
+"""A TCPStore value read with plain sockets, refused by its length before it is read.
+
+torch's Store.get has no size query and reads a value whole: a 1 GB value planted in a job's
+store costs inspect 2.3 GB and its whole --timeout. So inspect asks for values in the
+store's own protocol (the one facts.probe speaks), reads the 8-byte length first, and
+closes the connection when it is over the limit; the store's send then fails and it drops
+the connection, as for any client that went away. The wire, the same for the legacy and the
+libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBackend.cpp,
+2.13):
+
+    -> VALIDATE (0) and the magic, uint32     (no reply)
+    -> GET (3), uint64 key length, key        (the client's "/" prefix, then the key)
+    <- uint64 value length, value             (libuv: length 0 for a missing key;
+                                               legacy: the connection closed)
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
+from netcheck.core.deadline import Deadline
+from netcheck.facts.probe import _STORE_MAGIC, _VALIDATE, error_text, resolve
+
+_GET = 3
+_KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
+_LENGTH = struct.Struct("<Q")
+_CHUNK = 1 << 20
+
+
+class WireError(ConnectionError):
+    """The store took no connection, broke off or did not answer in time; one line."""
+
+
+@dataclass(frozen=True)
+class StoreValue:
+    size: int                # bytes the store holds under the key
+    data: bytes | None       # the value; None when over the limit (never read)
+
+
+def get_bounded(host: str, port: int, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
+    """KEY's value if it is at most MAX_BYTES, else only its size; raises WireError when the
+    store does not answer by the deadline or breaks off."""
+    with _connected(host, port, deadline) as sock:
+        try:
+            sock.sendall(_get_request(key))
+            size = _LENGTH.unpack(_received(sock, _LENGTH.size, deadline))[0]
+            if size > max_bytes:
+                return StoreValue(size, None)
+            return StoreValue(size, _received(sock, size, deadline))
+        except socket.timeout:
+            raise WireError(f"the store did not answer a read of {key!r} in time") from None
+        except OSError as e:
+            raise WireError(f"the store broke off a read of {key!r}: {error_text(e)}") from None
+
+
+def _get_request(key: str) -> bytes:
+    name = _KEY_PREFIX + key.encode()
+    return struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + struct.pack("<BQ", _GET, len(name)) + name
+
+
+def _connected(host: str, port: int, deadline: Deadline) -> socket.socket:
+    """A connection to the first of HOST's addresses that takes one, as torch's client tries them."""
+    addresses, error = resolve(host, port, max(0.1, min(PROBE_TIMEOUT, deadline.remaining())))
+    if error:
+        raise WireError(f"{host} does not resolve here ({error})")
+    failures = []
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(max(0.1, min(PROBE_TIMEOUT, deadline.remaining())))
+        try:
+            sock.connect(sockaddr)
+            return sock
+        except OSError as e:
+            sock.close()
+            failures.append(f"{sockaddr[0]}: {error_text(e)}")
+    raise WireError(f"the store at {host}:{port} took no connection ({'; '.join(failures)})")
+
+
+def _received(sock: socket.socket, size: int, deadline: Deadline) -> bytes:
+    """Exactly SIZE bytes, each wait bounded by the deadline and the store's reply timeout."""
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        if deadline.expired():
+            raise socket.timeout("deadline")
+        sock.settimeout(max(0.05, min(STORE_REPLY_TIMEOUT, deadline.remaining())))
+        count = sock.recv_into(view[got:], min(_CHUNK, size - got))
+        if not count:
+            raise ConnectionResetError(0, "the store closed the connection mid-reply")
+        got += count
+    return bytes(buffer)
