@@ -96,7 +96,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key("roster")
-    data = ex.text(ex.key("roster"))  # every node fetches it; decoded once per process
+    data = ex.raw(ex.key("roster"))  # every node fetches it; decoded once per process
     if data not in rosters:
         rosters[data] = codec.loads(rendezvous.Roster, data, 1 << 30)
     seat.roster = rosters[data]

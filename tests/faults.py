@@ -218,6 +218,44 @@ def hostile_unwritten(store, key: _Keys) -> str:
     return f"arrival {store.add(key('arrivals'), 1) - 1}: counted, never written"
 
 
+def hostile_arrivals(store, key: _Keys) -> str:
+    """The arrivals counter pushed by 10,000: the nodes after it used to be unreadable."""
+    return f"arrivals counter at {store.add(key('arrivals'), 10_000)}"
+
+
+PINGS_FLOOD = (4, 4 << 20)   # appends of this many bytes each: past MAX_PINGS_BYTES, under the store's limit
+
+
+def hostile_pings(store, key: _Keys) -> str:
+    """The shared pings list grown by megabytes: the host used to re-read it on every poll."""
+    count, size = PINGS_FLOOD
+    for _ in range(count):
+        store.append(key("pings", shared=True), "9/9," * (size // 4))
+    return f"{count} x {size >> 20} MiB appended to the pings list"
+
+
+STRANGERS = 100
+
+
+def hostile_strangers(store, key: _Keys) -> str:
+    """Visitor records of many other runs: counted and summarised, not one finding each."""
+    for i in range(STRANGERS):
+        visitor = store.add(key("visitors", shared=True), 1) - 1
+        store.set(key("visitor", visitor, shared=True),
+                  json.dumps({"run_id": f"stranger-run-{i % 4}", "hostname": f"stranger{i}", "node_rank": None}))
+    return f"{STRANGERS} visitors of 4 other runs"
+
+
+def hostile_replay(store, key: _Keys) -> str:
+    """--token: the first arrival's signed facts, MAC and all, copied under a new arrival
+    (a ghost seat): the MAC binds the key, so the copy is refused."""
+    store.wait([key("node", 0), key("node", 0) + "#mac"])
+    ghost = store.add(key("arrivals"), 1) - 1
+    for suffix in ("", "#mac"):
+        store.set(key("node", ghost) + suffix, store.get(key("node", 0) + suffix))
+    return f"arrival {ghost}: a copy of arrival 0"
+
+
 def hostile_counters(store, key: _Keys) -> str:
     """The shared visitor counter pushed a million past any real cluster."""
     return f"visitor counter at {store.add(key('visitors', shared=True), 1_000_000)}"
@@ -250,7 +288,8 @@ def hold_silent(endpoint: str) -> list[socket.socket]:
 
 HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hostile_schema,
            "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
-           "counters": hostile_counters}
+           "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
+           "strangers": hostile_strangers, "replay": hostile_replay}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

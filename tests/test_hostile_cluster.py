@@ -14,7 +14,7 @@ import re
 import pytest
 
 from faults import (
-    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, SILENT_CONNECTIONS, Agent, PeakMemory, counted_args,
+    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory, counted_args,
     assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
 from nodes import PORT, scaled, start
@@ -36,8 +36,12 @@ HOSTILE_BEFORE_THE_LAST_NODE = {
     "notjson": ("bytes that are not JSON (a pickle header) as a node's facts", "not JSON"),
     "foreign": ("a visitor of another run id, with that run's keys", "intruder-run"),
     "unwritten": ("an arrival counted and never written", None),
+    "arrivals": ("the arrivals counter pushed by 10,000", "counted in by a client that is not a netcheck node"),
+    "pings": (f"{PINGS_FLOOD[0]} x {PINGS_FLOOD[1] >> 20} MiB appended to the pings list", "grew past"),
+    "strangers": (f"{STRANGERS} visitor records of 4 other runs", "more visitors of 4 other run"),
 }
-HOSTILE_AFTER_THE_ROSTER = {"counters": ("the shared visitor counter pushed by 1,000,000", None)}
+HOSTILE_AFTER_THE_ROSTER = {"counters": ("the shared visitor counter pushed by 1,000,000",
+                                         "visitors counts .* but .* were written")}
 
 
 def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_path):
@@ -63,7 +67,7 @@ def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_pa
     assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1"), (2, "node2")]
     warned = [f for f in host["findings"] if f["severity"] == "warn"]
     assert all(f["check"] == "rdzv.join" for f in warned), host["findings"]
-    for fault, words in HOSTILE_BEFORE_THE_LAST_NODE.values():
+    for fault, words in (*HOSTILE_BEFORE_THE_LAST_NODE.values(), *HOSTILE_AFTER_THE_ROSTER.values()):
         if words:
             assert [f for f in warned if _mentions(f, words)], f"{fault}: not named in {warned}"
     assert host["findings"][-1]["check"] != "run.timeout"
@@ -113,13 +117,17 @@ def test_a_node_without_the_token_is_not_seated(cluster, tmp_path):
     with cluster(nodes(3)) as c:
         args = counted_args(2, timeout)
         runs = {0: start(c, 0, args + ["--token", "s3cret"], tmp_path), 2: start(c, 2, args, tmp_path)}
+        # Someone on the network copies the host's signed facts under a new arrival: a ghost seat.
+        replay = Agent.start(c, 2, "hostile", f"node0:{PORT}", "replay")
         Agent.start(c, 0, "watch", f"127.0.0.1:{PORT}").wait_for(r"^arrival \d+ node2$", timeout)
+        replay.wait_for("^did replay ", timeout)
         runs[1] = start(c, 1, args, tmp_path, env={"NETCHECK_TOKEN": "s3cret"})
         finish_each(runs.values(), timeout + 10)
     host = assert_survivor(runs[0], timeout, codes=(1,))
     assert [n["hostname"] for n in host["nodes"]] == ["node0", "node1"], host["nodes"]
-    (rejected,) = [f for f in host["findings"] if f["check"] == "rdzv.join" and f["severity"] == "warn"]
-    assert "not signed with this --token" in rejected["evidence"][0], rejected
+    rejected = [f for f in host["findings"] if f["check"] == "rdzv.join" and f["severity"] == "warn"]
+    assert len(rejected) == 2, rejected    # node2's unsigned facts, and the copy
+    assert all("not signed for this key and run with this --token" in f["evidence"][0] for f in rejected)
     assert_survivor(runs[1], timeout, codes=(0,))
     outsider = assert_survivor(runs[2], timeout)
     assert any(f["check"] == "rdzv.join" and f["severity"] == "fail" for f in outsider["findings"])

@@ -13,9 +13,12 @@ from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange, collect
 from netcheck.cluster.rendezvous import (
-    PINGS, HostState, _answer_pings, host_gather, ping, publish_facts, read_visitors, sign_in,
+    PINGS, HostState, _answer_pings, counter_gaps, host_gather, ping, poll_arrivals, publish_facts, read_visitors,
+    sign_in, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
+from netcheck.core.codec import DecodeError
+from netcheck.core.constants import MAX_PINGS_BYTES, NEWEST_FIRST
 from netcheck.core.compat import import_distributed
 
 
@@ -264,3 +267,62 @@ def test_counts_reads_every_counter_at_once_and_a_missing_or_foreign_one_as_zero
 def test_node_address(node, address):
     assert node_address(node) == address
     assert Member(0, node).address == address
+
+
+@pytest.mark.compat
+def test_a_signed_value_copied_under_another_key_or_run_is_refused():
+    """--token: a seated node's signed facts copied, MAC and all, under a new arrival (the
+    ghost seat), or read under another run's nonce, do not decode; the original does."""
+    server, _ = local_store()
+    ex = Exchange(server, "netcheck", token="s3cret")
+    ex.nonce = "a" * 32
+    ex.put(ex.key("node", 0), facts("real", 1))
+    for suffix in ("", "#mac"):
+        server.set(ex.key("node", 5) + suffix, server.get(ex.key("node", 0) + suffix))
+    assert ex.read(NodeFacts, ex.key("node", 0)).hostname == "real"
+    with pytest.raises(DecodeError, match="copied from another key or run"):
+        ex.read(NodeFacts, ex.key("node", 5))
+    later = Exchange(server, "netcheck", token="s3cret")
+    later.nonce = "b" * 32       # the same run id, started again: another host, another nonce
+    with pytest.raises(DecodeError):
+        later.read(NodeFacts, ex.key("node", 0))
+    other_run = Exchange(server, "other", token="s3cret")
+    other_run.nonce = ex.nonce
+    with pytest.raises(DecodeError):
+        other_run.read(NodeFacts, ex.key("node", 0))
+
+
+def test_a_pushed_counter_is_scanned_newest_first_and_lazily():
+    order = unread(3, 10**12, {10**12 - 2})
+    assert [next(order) for _ in range(3)] == [10**12 - 1, 10**12 - 3, 10**12 - 4]
+    assert list(unread(0, 5, {1})) == [4, 3, 2, 0]
+    assert list(unread(0, NEWEST_FIRST + 2, set()))[-2:] == [0, 1]
+
+
+@pytest.mark.compat
+def test_an_arrival_after_a_pushed_counter_is_read_on_the_next_poll_and_the_push_named():
+    """add() of 10,000 to the arrivals counter (anyone can) used to hide every later arrival:
+    the host said the node "never reached the store"."""
+    server, ex = local_store()
+    state = HostState({}, [])
+    server.add(ex.key("arrivals"), 10_000)
+    publish_facts(ex, facts("late", 1))
+    poll_arrivals(ex, state)
+    assert [f.hostname for f in state.arrivals.values()] == ["late"]
+    assert any("counted in by a client that is not a netcheck node" in gap for gap in counter_gaps(ex, state))
+
+
+@pytest.mark.compat
+def test_a_pings_list_flooded_past_any_clusters_is_cleared_unread_and_named():
+    """64 x 8 MiB appended to the pings list used to be re-read on every poll (1.8 GB RSS);
+    past MAX_PINGS_BYTES it is cleared unread, and a ping asked again is answered."""
+    server, ex = local_store()
+    state = HostState({}, [])
+    ping(ex, 1, 0)
+    server.append(ex.key(PINGS, shared=True), "x" * (MAX_PINGS_BYTES + 1))
+    _answer_pings(ex, state, Deadline(10.0))
+    assert not ex.has(ex.key(PINGS, shared=True))
+    assert any("grew past" in m for m in state.malformed), state.malformed
+    ping(ex, 1, 0)
+    _answer_pings(ex, state, Deadline(10.0))
+    assert ex.has(ex.key("pong", 1, 0, shared=True))

@@ -4,11 +4,14 @@ checks, severities, ranks and wording."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 
+from netcheck.core.constants import MAX_STRANGERS
 from netcheck.rules import rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.rdzv import REACH_FIXES
+from netcheck.rules.registry import JOIN_FOREIGN, JOIN_MALFORMED
 from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
     Reach, Resolution, Visitor,
@@ -495,3 +498,18 @@ def test_a_joiner_keeps_the_hosts_findings_about_itself_once():
 def test_a_verdict_not_heard_is_no_pass():
     unheard = run_rules.verdict_unheard(8.2)
     assert (unheard.check, unheard.severity) == ("run.cluster", "warn") and "8 s" in unheard.summary
+
+
+def test_a_flood_of_foreign_visitors_and_rejected_entries_is_counted_not_listed():
+    """300 foreign records and 300 rejected entries: the first MAX_STRANGERS of each named,
+    the rest in one finding each, so the report stays the size of a report."""
+    foreign = tuple(Visitor(f"run{i % 3}", f"intruder{i}", None) for i in range(300))
+    malformed = tuple(f"arrival {i}: not JSON" for i in range(300))
+    findings = rdzv_rules.join_findings(gathering([member(0)], expected=None, foreign=foreign, malformed=malformed))
+    kinds = Counter(f.kind for f in findings)
+    assert kinds[JOIN_FOREIGN] == kinds[JOIN_MALFORMED] == MAX_STRANGERS + 1
+    (more,) = [f for f in findings if f.summary.startswith(f"{300 - MAX_STRANGERS} more visitors of 3 other")]
+    assert more.evidence == ("run id 'run0'", "run id 'run1'", "run id 'run2'")
+    (rejected,) = [f for f in findings if f.summary.startswith(f"{300 - MAX_STRANGERS} more store entries")]
+    assert len(rejected.evidence) == MAX_STRANGERS
+

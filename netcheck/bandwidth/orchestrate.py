@@ -33,7 +33,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Annotated, Callable
 
 from netcheck.bandwidth.sweep import COLLECTIVES, round_robin, size_series
 from netcheck.bandwidth.tables import progress_bar
@@ -48,6 +48,7 @@ from netcheck.core.constants import (
     BW_STUCK_AFTER,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.core.fields import PER_RANK, NodeRank, Text
 
 ALIVE = "bw/alive"   # ALIVE/K: node K's beat count; ALIVE/posted lists the nodes that beat
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
@@ -61,10 +62,10 @@ KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck i
 class NodeReport:
     """One node's account of its own workers, posted for the other nodes."""
 
-    node: int
-    faults: tuple[Fault, ...]
+    node: NodeRank
+    faults: Annotated[tuple[Fault, ...], PER_RANK]
     backend: str
-    backend_reason: str
+    backend_reason: Text
 
 
 def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,
@@ -299,7 +300,7 @@ class Watch:
 
     def _beats(self) -> dict[int, int]:
         """node -> its beat count, for every node that has beaten."""
-        nodes = sorted(n for n in self.ex.posted(ALIVE) if 0 < n < self.nnodes)
+        nodes = sorted(n for n in self.ex.posted(ALIVE) or () if 0 < n < self.nnodes)
         return dict(zip(nodes, self.ex.counts([self.ex.key(ALIVE, n) for n in nodes]))) if nodes else {}
 
     def _store(self, call):

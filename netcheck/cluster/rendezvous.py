@@ -18,18 +18,23 @@ Every wait has a deadline; nothing received is unpickled or executed.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import time
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
 from netcheck.cluster.store import Exchange, HostLost, RendezvousError, first_line
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, POLL_SLICE,
-    STORE_POLL_INTERVAL,
+    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, MAX_VISITOR_BYTES,
+    MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId
 from netcheck.core.model import (
     ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
     node_address,
@@ -40,27 +45,29 @@ from netcheck.facts.probe import resolve_many
 RESULT = "result"
 BYE = "bye"
 PINGS = "pings"
+ARRIVAL_KEYED = (RESULT, BYE)  # posted under the node's arrival number; the later phases' under its rank
 
 
 @dataclass(frozen=True)
 class Hello:
-    run_id: str
-    hostname: str
+    run_id: RunId
+    hostname: Hostname
     version: str
+    nonce: str = ""   # the run's, fresh per host start: signed values are bound to it
 
 
 @dataclass(frozen=True)
 class RosterEntry:
-    arrival: int
-    rank: int
-    hostname: str
-    fqdn: str
-    address: str
+    arrival: Arrival
+    rank: NodeRank
+    hostname: Hostname
+    fqdn: Host
+    address: NodeAddress
 
 
 @dataclass(frozen=True)
 class Roster:
-    entries: tuple[RosterEntry, ...]
+    entries: Annotated[tuple[RosterEntry, ...], PER_NODE]
 
     def by_arrival(self, arrival: int) -> RosterEntry | None:
         return next((e for e in self.entries if e.arrival == arrival), None)
@@ -68,6 +75,11 @@ class Roster:
     def hostnames(self) -> dict[int, str]:
         """rank -> hostname of every seated node."""
         return {e.rank: e.hostname for e in self.entries}
+
+
+class CameTooLate(RendezvousError):
+    """The roster was out when this node came, and the host's store closed before the node
+    learnt it was not seated: the host finished, it did not die."""
 
 
 # --- every node, the host included -------------------------------------------------------
@@ -106,6 +118,7 @@ def check_run_id(ex: Exchange, deadline: Deadline) -> None:
         raise RendezvousError(f"the store at this endpoint serves run id {hello.run_id!r} "
                               f"(host {hello.hostname}); this node was started with "
                               f"--rdzv-id {ex.run_id!r}")
+    ex.nonce = hello.nonce
 
 
 def ping(ex: Exchange, visitor: int, k: int) -> None:
@@ -117,14 +130,26 @@ def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample
     """Offset to the host's clock from store round trips; the tightest of a few wins."""
     best = None
     for k in range(CLOCK_PINGS):
-        sent = time.time()
-        ping(ex, visitor, k)
-        host_time = float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True), deadline))
+        sent, host_time = _pong(ex, visitor, k, deadline)
         back = time.time()
         sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))
         best = sample if best is None or sample.error < best.error else best
     # Reported as the peer's clock minus the host's.
     return ClockSample(-best.offset, best.error)
+
+
+def _pong(ex: Exchange, visitor: int, k: int, deadline: Deadline) -> tuple[float, float]:
+    """(when the answered ping was sent, the host's clock in its pong). A ping unanswered
+    for PING_RETRY is asked again: the host clears a list flooded by someone else unread."""
+    while True:
+        sent = time.time()
+        ping(ex, visitor, k)
+        try:
+            return sent, float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True),
+                                            deadline.within(PING_RETRY)))
+        except TimeoutError:
+            if deadline.expired():
+                raise
 
 
 def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
@@ -167,10 +192,12 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     """Take a seat at the host's store; returns once the roster is known (or raises)."""
     ex = Exchange(store, facts.run_id, token)
     ex.pace(facts.launch.nnodes_max or facts.launch.nnodes_min or 0)
+    late = False
     try:
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
-        if ex.has(ex.key("roster")):  # too late: published so the host names it, not seated
+        late = ex.has(ex.key("roster"))
+        if late:  # published so the host names it, not seated
             seat = Seat(ex, publish_facts(ex, facts), ex.read(Roster, ex.key("roster")))
             return seat, None
         clock = measure_clock(ex, visitor, deadline)
@@ -182,6 +209,8 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     except codec.DecodeError as e:
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
     except (RuntimeError, OSError) as e:
+        if late:  # the host was done with the rendezvous, and may be done altogether
+            raise CameTooLate(first_line(e)) from None
         error = HostLost if compat.store_lost(e) else RendezvousError
         raise error(f"the host stopped answering during the rendezvous: {first_line(e)}") from None
     if seat.rank is None:
@@ -203,6 +232,8 @@ class HostState:
     read: set[int] = field(default_factory=set)   # arrivals read, also past a gap
     visitors: dict[int, Visitor | None] = field(default_factory=dict)  # records read (None: garbage)
     visitors_seen: int = 0   # every visitor record below this one is read
+    arrivals_counted: int = 0  # the counters' highest values seen (anyone may push them)
+    visitors_counted: int = 0
     full_since: float | None = None   # when the seats filled up
 
     def in_flight(self, run_id: str) -> int:
@@ -211,7 +242,10 @@ class HostState:
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
-    ex.put(ex.key("host", shared=True), Hello(facts.run_id, facts.hostname, facts.version))
+    """The host's hello, signed before anyone knows the run's nonce it carries."""
+    hello = Hello(facts.run_id, facts.hostname, facts.version, secrets.token_hex(16))
+    ex.put(ex.key("host", shared=True), hello)
+    ex.nonce = hello.nonce
 
 
 def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
@@ -228,7 +262,6 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     arrival = publish_facts(ex, facts)
     state.arrivals[arrival] = facts
     state.read.add(arrival)
-    start = time.monotonic()
     while True:
         poll_arrivals(ex, state)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
@@ -244,7 +277,8 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
         if deadline.expired():
             break
         time.sleep(STORE_POLL_INTERVAL)
-    return Seat(ex, arrival), state, time.monotonic() - start
+    # Nodes could join from the moment the host listened (its start), not from this loop's.
+    return Seat(ex, arrival), state, time.monotonic() - deadline.start
 
 
 def poll_arrivals(ex: Exchange, state: HostState) -> None:
@@ -257,13 +291,14 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     _answer_pings(ex, state, Deadline(POLL_SLICE))
     read_visitors(ex, state, Deadline(POLL_SLICE))
     scan = Deadline(POLL_SLICE)
-    arrivals = min(ex.count(ex.key("arrivals")), MAX_NODES)
-    for a in range(state.arrivals_seen, arrivals):
+    counted = ex.count(ex.key("arrivals"))
+    state.arrivals_counted = max(state.arrivals_counted, counted)
+    for a in unread(state.arrivals_seen, counted, state.read):
         # Counted but not written yet: read on a later poll. Not a reason to stop: a
         # client that counts itself in and never writes must not hide the nodes after it.
-        if scan.expired():
+        if scan.expired() or len(state.read) >= MAX_NODES:
             break
-        if a in state.read or not ex.has(ex.key("node", a)):
+        if not ex.has(ex.key("node", a)):
             continue
         state.read.add(a)
         state.last_arrival = time.monotonic()
@@ -275,18 +310,42 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
         state.arrivals_seen += 1
 
 
+def unread(seen: int, counted: int, read: Container[int]) -> Iterator[int]:
+    """The numbers below `counted` not read yet, the newest first, then the rest from `seen`.
+
+    A counter is anyone's to push: one pushed far past the cluster leaves a gap of numbers
+    nobody writes, and the nodes that came after the push sit above it. Looked at newest
+    first, they are read on the next poll, not after the gap has been scanned (lazily: the
+    gap may be billions long, and the scan's deadline stops it)."""
+    newest = range(counted - 1, max(seen, counted - NEWEST_FIRST) - 1, -1)
+    older = range(seen, max(seen, counted - NEWEST_FIRST))
+    return (n for n in itertools.chain(newest, older) if n not in read)
+
+
+def counter_gaps(ex: Exchange, state: HostState) -> list[str]:
+    """The counters pushed past what was written: numbers taken by something that never wrote
+    (a node dies between the two only now and then; many at once are not netcheck's)."""
+    gaps = ((ex.key("arrivals"), state.arrivals_counted, len(state.read)),
+            (ex.key("visitors", shared=True), state.visitors_counted, len(state.visitors)))
+    return [f"{key} counts {counted} but {written} were written: the rest were counted in by a "
+            "client that is not a netcheck node" for key, counted, written in gaps
+            if counted - written > MAX_STRANGERS]
+
+
 def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Read the visitor records not read yet, until the scan's deadline (the counter is
     anyone's). One counted but not written yet is looked at again on a later read, and
     does not hide the visitors after it."""
-    for v in range(state.visitors_seen, min(ex.count(ex.key("visitors", shared=True)), MAX_NODES)):
-        if scan.expired():
+    counted = ex.count(ex.key("visitors", shared=True))
+    state.visitors_counted = max(state.visitors_counted, counted)
+    for v in unread(state.visitors_seen, counted, state.visitors.keys()):
+        if scan.expired() or len(state.visitors) >= MAX_NODES:
             break
         key = ex.key("visitor", v, shared=True)
-        if v in state.visitors or not ex.has(key):
+        if not ex.has(key):
             continue
         try:
-            state.visitors[v] = ex.read(Visitor, key, signed=False)
+            state.visitors[v] = ex.read(Visitor, key, signed=False, max_bytes=MAX_VISITOR_BYTES)
         except codec.DecodeError:
             state.visitors[v] = None
     while state.visitors_seen in state.visitors:
@@ -295,8 +354,17 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
 
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Answer the clock pings listed since the last scan (one request to learn them all),
-    from where the last scan stopped: the list is anyone's to append to."""
-    asked = ex.listed(ex.key(PINGS, shared=True))
+    from where the last scan stopped: the list is anyone's to append to. A list grown past
+    any cluster's pings is cleared unread and named; the honest pings in it are asked again
+    (measure_clock)."""
+    key = ex.key(PINGS, shared=True)
+    asked = ex.listed(key, MAX_PINGS_BYTES)
+    if asked is None:
+        ex.drop(key)
+        state.pings_answered = 0
+        state.malformed.append(f"{key} grew past {MAX_PINGS_BYTES} bytes: appended to by a client that "
+                               "is not a netcheck node (cleared unread)")
+        return
     for entry in asked[state.pings_answered:]:
         if scan.expired():
             return
@@ -332,6 +400,6 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     read_visitors(ex, state, deadline)
     foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
-                     foreign, tuple(state.malformed), round(waited, 3))
+                     foreign, tuple(state.malformed + counter_gaps(ex, state)), round(waited, 3))
 
 

@@ -13,9 +13,10 @@ import stat
 import struct
 import time
 
+from netcheck.cluster import storewire
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    MAX_FACTS_BYTES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL,
+    MAX_FACTS_BYTES, MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL,
     STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
@@ -32,6 +33,7 @@ CONNECT_TRY = 2.0
 
 POSTED = "posted"  # name/posted: the ids that posted name/ID, appended as "ID,"
 FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
+MAX_POSTED_BYTES = 16 * MAX_NODES  # ",ID," for every node, twice over
 
 
 class RendezvousError(Exception):
@@ -169,16 +171,21 @@ def first_line(error: BaseException) -> str:
 class Exchange:
     """Typed, bounded JSON over the store; the one place store keys are read and written.
 
-    With a token (--token / NETCHECK_TOKEN) every value carries an HMAC-SHA256 of its bytes
-    under KEY#mac, and a value whose MAC is missing or wrong reads as malformed: nodes
-    prove they share the secret. Visitor records stay unsigned, so nodes of other runs
-    (or without the token) are still named.
+    With a token (--token / NETCHECK_TOKEN) every value carries an HMAC-SHA256 under
+    KEY#mac, and a value whose MAC is missing or wrong reads as malformed: nodes prove they
+    share the secret. The MAC covers the run id, the run's nonce (the host's, told in its
+    signed hello) and the key as well as the value, so a signed value copied under another
+    key (a seated node's facts under a new arrival), into another run, or from an earlier
+    run of this id is refused. Visitor records stay unsigned, so nodes of other runs (or
+    without the token) are still named.
     """
 
     def __init__(self, store, run_id: str, token: str | None = None):
         self._store = store
         self.run_id = run_id
         self.token = token
+        self.nonce = ""  # the run's, once the host's hello is written or read
+        self.rejected: dict[str, str] = {}  # key -> why its value was refused: its sender is named
         self.lost: str | None = None  # why the store connection broke, once it has
         self.pause = STORE_POLL_INTERVAL  # between looks for a key (pace)
 
@@ -203,11 +210,14 @@ class Exchange:
     def put(self, key: str, value: object, signed: bool = True) -> None:
         text = codec.dumps(value)
         if self.token and signed:
-            self._call("set", key + MAC_SUFFIX, self._mac(text.encode()))
+            self._call("set", key + MAC_SUFFIX, self._mac(key, text.encode()))
         self._call("set", key, text)
 
-    def _mac(self, data: bytes) -> str:
-        return hmac.new(self.token.encode(), data, hashlib.sha256).hexdigest()
+    def _mac(self, key: str, data: bytes) -> str:
+        mac = hmac.new(self.token.encode(), digestmod=hashlib.sha256)
+        for part in (self.run_id.encode(), self.nonce.encode(), key.encode(), data):
+            mac.update(len(part).to_bytes(8, "big") + part)  # lengths first: no two splits alike
+        return mac.hexdigest()
 
     def has(self, key: str) -> bool:
         return self._call(compat.has_key, key)
@@ -223,14 +233,15 @@ class Exchange:
     def count(self, key: str, add: int = 0) -> int:
         return self._call("add", key, add)
 
-    def read(self, cls, key: str, signed: bool = True):
+    def read(self, cls, key: str, signed: bool = True, max_bytes: int = MAX_FACTS_BYTES):
         """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
         data = self._call("get", key)
         if self.token and signed:
             mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
-            if not hmac.compare_digest(mac, self._mac(data).encode()):
-                raise codec.DecodeError("not signed with this --token")
-        return codec.loads(cls, data, MAX_FACTS_BYTES)
+            if not hmac.compare_digest(mac, self._mac(key, data).encode()):
+                raise codec.DecodeError("not signed for this key and run with this --token (another "
+                                        "token, or a value copied from another key or run)")
+        return codec.loads(cls, data, max_bytes)
 
     def post(self, name: str, i: int, value: object) -> None:
         """Put name/i and list i under name/posted, so a reader learns who posted in one
@@ -242,18 +253,35 @@ class Exchange:
         """Append an entry to a list key, between commas: a foreign append spoils only itself."""
         self._call("append", key, f",{entry},")
 
-    def listed(self, key: str) -> list[str]:
-        """A list key's entries in the order appended ([] when absent)."""
-        return [e for e in self.text(key).split(",") if e]
+    def listed(self, key: str, max_bytes: int) -> list[str] | None:
+        """A list key's entries in the order appended ([] when absent); None when it holds
+        more than max_bytes, which are then not read: anyone can append to a list, and
+        torch's get would read gigabytes whole (storewire reads the length first)."""
+        if not self.has(key):
+            return []
+        host, port = self._store.host, self._store.port
+        try:
+            value = storewire.get_bounded(host, port, key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+        except storewire.WireError as e:
+            self.lost = self.lost or str(e)
+            raise
+        if value.data is None:
+            return None
+        return [e for e in value.data.decode("utf-8", "replace").split(",") if e]
 
-    def posted(self, name: str) -> set[int]:
-        """The ids listed under name/posted (anyone may append: a listed id is only a hint)."""
-        return {i for e in self.listed(self.key(name, POSTED)) if (i := codec.small_int(e)) is not None}
+    def raw(self, key: str) -> bytes:
+        """A key known to exist, undecoded and unchecked: for a reader that decodes one value
+        once for many simulated nodes (benchmarks/_scale_nodes.py)."""
+        return self._call("get", key)
 
-    def text(self, key: str) -> str:
-        """A key's value as text, "" when absent, in one request that never waits:
-        compare_set with an empty expected value writes "" only where the key is missing."""
-        return self._call("compare_set", key, "", "").decode("utf-8", "replace")
+    def drop(self, key: str) -> None:
+        self._call("delete_key", key)
+
+    def posted(self, name: str) -> set[int] | None:
+        """The ids listed under name/posted (anyone may append: a listed id is only a hint);
+        None when the list has grown past any cluster's."""
+        entries = self.listed(self.key(name, POSTED), MAX_POSTED_BYTES)
+        return None if entries is None else {i for e in entries if (i := codec.small_int(e)) is not None}
 
     def counts(self, keys: list[str]) -> list[int]:
         """The counters (Exchange.count) under keys: one check and one multi_get where all
@@ -311,7 +339,8 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     costs one request however many ids are pending, and the new values come in one more:
     the host of thousands of nodes would otherwise ask after each of them on every look.
 
-    An id whose value never comes or does not decode is simply absent: the rules name it.
+    An id whose value never comes or does not decode is absent; one that does not decode is
+    also kept in ex.rejected, so its sender is named for it and not as lost.
     """
     found: dict = {}
     pending = set(ids)
@@ -325,7 +354,9 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
             if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
                 heard = time.monotonic()
-                if not isinstance(value, codec.DecodeError):
+                if isinstance(value, codec.DecodeError):
+                    ex.rejected[ex.key(name, i)] = str(value)
+                else:
                     found[i] = value
         if not pending or over:
             break
@@ -339,8 +370,11 @@ def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool) -> list[
     are asked after key by key (a value posted whose listing never came is still read)."""
     ids = sorted(pending)
     keys = [ex.key(name, i) for i in ids]
-    if len(ids) > FEW_IDS:
-        ready = pending & ex.posted(name)
+    posted = ex.posted(name) if len(ids) > FEW_IDS else None
+    if posted is not None:
+        ready = pending & posted
+    elif len(ids) > FEW_IDS:  # the list was grown past any cluster's: each key is asked after
+        ready = {i for i, k in zip(ids, keys) if ex.has(k)}
     else:
         ready = pending if ex.has_all(keys) else set()
     if last_look:

@@ -48,17 +48,24 @@ KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is de
 
 # Trust limits on what peers send.
 MAX_FACTS_BYTES = 1 << 20
+MAX_VISITOR_BYTES = 4 << 10  # a visitor record is a run id, a hostname and a rank
 MAX_NODES = 10_000
+NEWEST_FIRST = 256           # a scan of a counter looks at its newest numbers first (rendezvous.unread)
+MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by one; the rest counted
 
 # Thresholds.
 CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
 CLOCK_PINGS = 3
+PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
+MAX_PINGS_BYTES = 1 << 20    # the pings list of MAX_NODES nodes, each pinging CLOCK_PINGS times, twice over
 
 # Mesh: every pair up to this many nodes, else ring neighbours plus a sample of peers.
 MESH_CONNECT_TIMEOUT = 2.0
 MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
+MESH_OFFER_SHARE = 0.5       # of the mesh phase's time, the most spent waiting for peers' offers
+MESH_MAX_CANDIDATES = 64     # (interface, address) pairs a node may offer: 16 interfaces, v4 and v6 twice
 # Each connected path echoes this many full-size segments, one at a time (each alone in its
 # frame), within MESH_TRANSFER_TIMEOUT: a lost segment's retransmissions (200 ms, 600 ms,
 # 1.4 s) fit; a path that drops large frames and no small ones is a path-MTU blackhole.

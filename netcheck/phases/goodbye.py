@@ -33,6 +33,7 @@ def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
+    run.findings += rdzv_rules.rejected_findings(_rejected(seat), seat.roster.hostnames())
     if run.role != "host":
         if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):
@@ -54,16 +55,29 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
                          else run_rules.unheard_goodbyes(silent))
 
 
+def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
+    """(the sender's rank, key, why) of each value this node refused. A key ends in its
+    sender's id: an arrival number under the rendezvous' own keys, a rank under the rest."""
+    by_arrival = {e.arrival: e.rank for e in seat.roster.entries}
+    out = []
+    for key, why in seat.exchange.rejected.items():
+        scope, _, ident = key.rpartition("/")
+        sender = codec.small_int(ident)
+        if scope.rpartition("/")[2] in rendezvous.ARRIVAL_KEYED:
+            sender = by_arrival.get(sender)
+        out.append((sender, key, why))
+    return out
+
+
 def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
     """The host's findings about this node become its own: a node the host names faulty
     never exits 0 (under Kubernetes each pod's status is what an operator sees)."""
     # As long as the run allows: the host may still be waiting out nodes lost in a phase, and
     # it tells its verdict before its own deadline, which ends before this node's.
     ex, deadline = seat.exchange, run.goodbye_deadline()
-    started = deadline.start
     try:
         told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
-        run.findings.append(run_rules.verdict_unheard(time.monotonic() - started))
+        run.findings.append(run_rules.verdict_unheard(time.monotonic() - deadline.start))
         return
     run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)

@@ -8,7 +8,7 @@ from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.mesh import Attempt
 from netcheck.cluster.store import Exchange, collect
 from netcheck.core import codec
-from netcheck.core.constants import MESH_PHASE_LIMIT
+from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT
 from netcheck.core.deadline import Deadline
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
@@ -34,28 +34,53 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     """
     ex, me, ranks = seat.exchange, seat.rank, sorted(names)
     deadline = run.phase_deadline(MESH_PHASE_LIMIT)
+    # Every live node offers at once; one that never does must not spend the time the
+    # others need to connect and report back (they, not it, would be named lost).
+    offers_deadline = deadline.within(deadline.remaining() * MESH_OFFER_SHARE)
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.facts.nics) as listeners:
         ex.post(OFFER, me, listeners.offer())
-        offers = collect(ex, mesh.Offer, OFFER, peers, deadline)
-        mine = mesh.probe_peers(me, {r: o for r, o in offers.items() if o.rank == r}, peers, run.facts.nics)
+        offers = _usable(ex, collect(ex, mesh.Offer, OFFER, peers, offers_deadline))
+        mine = mesh.probe_peers(me, offers, peers, run.facts.nics)
         ex.post(RESULTS, me, mesh.MeshResults(me, mine))
         if run.role != "host":
             done = _host_word(ex, deadline)
             run.flagged = done.flagged if done else nic_rules.flagged_paths(names, mine)
             run.findings += nic_rules.mesh_findings(names, mine)
-            run.findings += rdzv_rules.lost_findings("mesh", names, [p for p in peers if p not in offers])
+            run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, OFFER, peers, offers))
             return mine
-        results = collect(ex, mesh.MeshResults, RESULTS, ranks, deadline)
+        # A node that never offered will not report: waiting for it would make the nodes
+        # that did report late for the go-ahead.
+        offered = (ex.posted(OFFER) or set()) | set(offers) | {me}
+        results = collect(ex, mesh.MeshResults, RESULTS, [r for r in ranks if r in offered], deadline)
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
         run.flagged = nic_rules.flagged_paths(names, attempts)
         ex.put(ex.key(DONE), MeshDone(run.flagged))
     run.findings += nic_rules.mesh_findings(names, attempts)
-    lost = [r for r in ranks if r not in results]
-    run.lose("mesh", names, lost)
+    run.lose("mesh", names, _unheard(ex, RESULTS, ranks, results))
     return attempts
+
+
+def _usable(ex: Exchange, offers: dict[int, mesh.Offer]) -> dict[int, mesh.Offer]:
+    """The offers this node connects to; one under another rank's key, or listing more
+    candidates than a node has interfaces for, is refused (its sender named), not tried."""
+    usable = {}
+    for rank, offer in offers.items():
+        if offer.rank != rank:
+            ex.rejected[ex.key(OFFER, rank)] = f"an offer of rank {offer.rank} under rank {rank}'s key"
+        elif len(offer.candidates) > MESH_MAX_CANDIDATES:
+            ex.rejected[ex.key(OFFER, rank)] = (f"{len(offer.candidates)} candidates to connect to, over "
+                                                 f"the {MESH_MAX_CANDIDATES} a node may offer")
+        else:
+            usable[rank] = offer
+    return usable
+
+
+def _unheard(ex: Exchange, name: str, ids: list[int], heard: dict) -> list[int]:
+    """The ids whose value never came: a refused value's sender is named for that instead."""
+    return [i for i in ids if i not in heard and ex.key(name, i) not in ex.rejected]
 
 
 def _host_word(ex: Exchange, deadline: Deadline) -> MeshDone | None:

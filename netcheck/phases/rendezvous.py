@@ -57,6 +57,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         try:
             store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
             seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
+        except rendezvous.CameTooLate:
+            run.findings.append(rdzv_rules.seat_finding(None, 0, run.facts.hostname))
+            return None
         except HostLost:  # it answered the reach probe: named lost, as in every later phase
             run.lose_host("rendezvous")
             return None

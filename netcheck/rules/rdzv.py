@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS
+from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, hostnames,
+    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, Visitor,
+    hostnames,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.registry import (
@@ -135,14 +136,8 @@ def join_findings(g: Gathering) -> list[Finding]:
     for text in g.unseated:
         findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
                                 "below --nnodes, and no more nodes may come than --nnodes says", kind=JOIN_UNSEATED))
-    for v in g.foreign:
-        findings.append(Finding(
-            RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
-            "not mixed into this run", (), "two runs share this port: give each job its own "
-            "port, or the same --rdzv-id if the node belongs here", kind=JOIN_FOREIGN))
-    for text in g.malformed:
-        findings.append(Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
-                                (text,), "something other than netcheck writes to this port", kind=JOIN_MALFORMED))
+    findings += _foreign_findings(g.foreign)
+    findings += _malformed_findings(g.malformed)
     findings += same_name_findings(g.members)
     lost = [m.rank for m in g.members if m.results is None]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
@@ -150,6 +145,46 @@ def join_findings(g: Gathering) -> list[Finding]:
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{len(g.members)} node(s) joined in {g.waited:.1f} s{_coverage(g)}"))
     return findings
+
+
+def _foreign_findings(foreign: tuple[Visitor, ...]) -> list[Finding]:
+    """The first MAX_STRANGERS visitors of other runs one by one, the rest in one count: a
+    flood of foreign records is named, and does not become the report."""
+    fix = "two runs share this port: give each job its own port, or the same --rdzv-id if the node belongs here"
+    findings = [Finding(RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
+                        "not mixed into this run", (), fix, kind=JOIN_FOREIGN) for v in foreign[:MAX_STRANGERS]]
+    if rest := foreign[MAX_STRANGERS:]:
+        runs = sorted({v.run_id for v in rest})
+        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more visitors of {len(runs)} other "
+                                "run id(s) joined this store; not mixed into this run",
+                                tuple(f"run id {r!r}" for r in runs[:MAX_STRANGERS]), fix, kind=JOIN_FOREIGN))
+    return findings
+
+
+def _malformed_findings(malformed: tuple[str, ...]) -> list[Finding]:
+    fix = "something other than netcheck writes to this port"
+    findings = [Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
+                        (text,), fix, kind=JOIN_MALFORMED) for text in malformed[:MAX_STRANGERS]]
+    if rest := malformed[MAX_STRANGERS:]:
+        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more store entries were rejected as "
+                                "malformed", rest[:MAX_STRANGERS], fix, kind=JOIN_MALFORMED))
+    return findings
+
+
+def rejected_findings(rejected: list[tuple[int | None, str, str]], names: dict[int, str]) -> list[Finding]:
+    """A seated node's value this node refused, as (the sender's rank, the key, why): its
+    sender is at fault, not lost (the first MAX_STRANGERS; the rest were refused alike)."""
+    return [Finding(RDZV_JOIN, FAIL, () if rank is None else (rank,),
+                    f"{_sender(rank, names)} sent a value netcheck refused, under {key}", (why,),
+                    "that node runs another netcheck version, or something else writes its keys: give "
+                    "the job --token (NETCHECK_TOKEN) and its own port", kind=JOIN_MALFORMED)
+            for rank, key, why in rejected[:MAX_STRANGERS]]
+
+
+def _sender(rank: int | None, names: dict[int, str]) -> str:
+    if rank is None:
+        return "a client that is not a seated node"
+    return f"node rank {rank} ({names[rank]})" if rank in names else f"node rank {rank}"
 
 
 def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
