@@ -162,6 +162,11 @@ class Fault:
     def draw_params(cls, rng: random.Random, mode: str) -> tuple[tuple[str, object], ...]:
         return ()
 
+    @classmethod
+    def fits(cls, nodes: tuple[int, ...], mode: str) -> bool:
+        """Whether the fault can be built on these nodes in this mode."""
+        return True
+
     def describe(self) -> str:
         extra = "".join(f" {k}={v}" for k, v in self.params)
         return f"{self.kind}(" + ",".join(f"node{n}" for n in self.nodes) + extra + ")"
@@ -644,6 +649,13 @@ class DuplicateHostname(Fault):
     targets = "peer"
     modes = MODES
 
+    @classmethod
+    def fits(cls, nodes, mode):
+        # Under torchrun, node0 by another name is no agent's host, and another node called
+        # node0 hosts a store of its own (torch's _matches_machine_hostname): torchrun's
+        # rendezvous never completes, and no netcheck runs to judge it.
+        return mode != "torchrun" or 0 not in nodes
+
     def spec(self, i, spec):
         # Its name in /etc/hosts stays its own, as DNS would: the endpoint still resolves.
         if i != self.node:
@@ -652,6 +664,11 @@ class DuplicateHostname(Fault):
 
     def expect(self, sched, run):
         j, k = self.nodes
+        if sched.mode == "arrival" and k == 0:
+            # Called like the endpoint, which resolves to node0: it says so and does not host
+            # (torchrun would host a store of its own there); the host never hears of it.
+            return Expect(breaks=True, seers={j}, absent={j},
+                          blame=[Blame(j, ("rdzv.join",), ("duplicate_hostname",), reporter=j)])
         return Expect(breaks=True, seers={0, j, k},
                       blame=[Blame(n, ("rdzv.join",), ("duplicate_hostname",)) for n in (j, k)])
 
@@ -726,6 +743,8 @@ def _draw_fault(rng: random.Random, mode: str, n: int, chosen: list[Fault]) -> F
     free = [i for i in range(n) if i not in taken]
     nodes = _draw_nodes(rng, cls.targets, free)
     if nodes is None:
+        return None
+    if not cls.fits(nodes, mode):
         return None
     fault = cls(nodes, cls.draw_params(rng, mode))
     # Explicitly incompatible: a fault that masks the host's view with any other; one fault a
@@ -934,7 +953,14 @@ class Outcome:
         total = Expect()
         for e in self.expects:
             total = total.merge(e)
+        if total.absent >= set(range(1, self.sched.n)):
+            # Nobody joins the host: the checks between nodes are not run (run.skipped
+            # no_peer), so a fault only they can see leaves no finding of theirs.
+            total.blame = [b for b in total.blame if not all(c.startswith(BETWEEN_NODES) for c in b.checks)]
         return total
+
+
+BETWEEN_NODES = ("mesh.", "nic.")   # checks the mesh and nic phases make, with a peer only
 
 
 def judge(o: Outcome) -> Outcome:

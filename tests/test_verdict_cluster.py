@@ -56,6 +56,21 @@ def test_two_nodes_with_one_hostname_are_told_apart_by_address(cluster, tmp_path
     assert all(r.rc == 2 for r in runs[1:]), "each of them learns it from the host"
 
 
+def test_a_node_called_like_the_endpoint_it_is_not_says_so_and_does_not_host(cluster, tmp_path):
+    """Without ranks, node2 calls itself node0 (booted from the host's image); its name service
+    says node0 is 198.18.0.10. torchrun would host a store of its own there, by name; netcheck
+    names the duplicate on node2 instead of hosting an island (the campaign's seed 20261202)."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec(hostname="node0", dns_name="node2")]) as c:
+        args = ["--rdzv", f"node0:{PORT}", "--join-window", "3", "--timeout", str(scaled(30)),
+                "--skip", "bandwidth"]
+        runs = finish_all([start(c, i, args, tmp_path) for i in range(3)], scaled(30) + 10)
+    copier = runs[2]
+    assert copier.rc == 2, explain(runs)
+    (taken,) = [f for f in copier.findings("rdzv.join", "fail") if f["kind"] == "duplicate_hostname"]
+    assert "node0 -> 198.18.0.10" in taken["evidence"], taken
+    assert runs[0].report["role"] == "host" and [n["hostname"] for n in runs[0].report["nodes"]] == ["node0", "node1"]
+
+
 def test_a_node_the_mesh_finds_cut_off_is_not_timed_out_on_by_the_sweep(cluster, tmp_path):
     """The campaign's seed 2 (benchmarks/CHAOS.md): node1 open only on the rendezvous port,
     bandwidth on. The sweep would sit in gloo's connect to node1 until its deadline and name

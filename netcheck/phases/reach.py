@@ -4,6 +4,7 @@ of HOST:PORT."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
@@ -49,8 +50,16 @@ def take_role(run: Run) -> bool:
     """
     launch = run.config.launch
     rank = launch.node_rank
-    if rank not in (None, 0) or (rank is None and not _rdzv_is_local(run)):
+    if rank not in (None, 0):
         return True
+    if rank is None:
+        addresses, named = _rdzv_addresses(run), _called_like_the_endpoint(run)
+        if named and addresses and not (_owned(run, addresses) or _loopback(addresses)):
+            # torchrun would host its store here, by name, apart from the node that has it.
+            run.findings.append(rdzv_rules.endpoint_name_taken(run.config.rdzv.host, addresses))
+            return False
+        if not (named or _owned(run, addresses)):
+            return True
     run.role, run.rank = "host", 0
     if is_torchrun_worker(launch) and launch.variables.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return True
@@ -86,17 +95,26 @@ def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ..
                      handshake=False)
 
 
-def _rdzv_is_local(run: Run) -> bool:
-    """Whether the endpoint names this machine, as torchrun decides who hosts its c10d store
-    (torch.distributed.elastic.rendezvous.utils._matches_machine_hostname): this machine's
-    hostname or FQDN, or an address it holds. By name first: Debian's stock /etc/hosts puts
-    the hostname on 127.0.1.1, which no interface holds, and torchrun still hosts there."""
-    host = run.config.rdzv.host
-    if host in (run.facts.hostname, run.facts.fqdn):
-        return True
-    addresses, _ = resolve_addresses(host, LOOKUP_TIMEOUT)
+# Without ranks the node the endpoint names hosts, as torchrun decides who hosts its c10d
+# store (torch.distributed.elastic.rendezvous.utils._matches_machine_hostname): this machine's
+# hostname or FQDN, or an address it holds. By name too: Debian's stock /etc/hosts puts the
+# hostname on 127.0.1.1, which no interface holds, and torchrun still hosts there.
+
+def _called_like_the_endpoint(run: Run) -> bool:
+    return run.config.rdzv.host in (run.facts.hostname, run.facts.fqdn)
+
+
+def _rdzv_addresses(run: Run) -> tuple[str, ...]:
+    return tuple(resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)[0])
+
+
+def _owned(run: Run, addresses: tuple[str, ...]) -> bool:
     own = address_owners(run.facts.nics)
     return any(a in own for a in addresses)
+
+
+def _loopback(addresses: tuple[str, ...]) -> bool:
+    return any(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
 def _variables_findings(run: Run, endpoint_addresses: tuple[str, ...]) -> list[Finding]:

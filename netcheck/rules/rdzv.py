@@ -187,6 +187,17 @@ def _sender(rank: int | None, names: dict[int, str]) -> str:
     return f"node rank {rank} ({names[rank]})" if rank in names else f"node rank {rank}"
 
 
+def endpoint_name_taken(host: str, addresses: tuple[str, ...]) -> Finding:
+    """This node is called like the endpoint, which resolves to another machine: two nodes
+    share the rendezvous host's name, and torchrun would host a store of its own here."""
+    return Finding(RDZV_JOIN, FAIL, (), f"this node is called {host}, the endpoint's name, but {host} "
+                   f"resolves to {', '.join(addresses)}, none of them this node's: another node has "
+                   "this hostname, and torchrun would host a rendezvous store here, apart from the "
+                   "others", tuple(f"{host} -> {a}" for a in addresses),
+                   "give this node a hostname of its own (hostnamectl set-hostname), or pass the "
+                   "endpoint as the host's address", kind=JOIN_SAME_NAME)
+
+
 def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Nodes that call themselves by one name (booted from one image): NCCL tells hosts apart
     by hostname, so it takes them for one machine, and an exclude list naming one names both."""
