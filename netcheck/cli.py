@@ -24,6 +24,7 @@ from netcheck.core.constants import (
     INSPECT_TIMEOUT,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
+from netcheck.core.model import REACH_OUTCOMES
 from netcheck.facts.launcher import (
     LaunchError, default_run_id, detect_launch, int_var, is_torchrun_worker, parse_nnodes, rdzv_from_env,
 )
@@ -261,8 +262,8 @@ def run_local(argv: list[str]) -> int:
 
 
 def run_probe(argv: list[str]) -> int:
-    p = _Parser(prog="netcheck probe", description="TCP-connect to HOST:PORT and classify the "
-                "answer: open, refused, filtered, unreachable, dns. No torch.")
+    p = _Parser(prog="netcheck probe", description="TCP-connect to HOST:PORT, speak the TCPStore "
+                f"handshake, and classify the answer: {', '.join(REACH_OUTCOMES)}. No torch.")
     p.add_argument("endpoint", metavar="HOST:PORT")
     p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
                    help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")

@@ -21,9 +21,10 @@ from nodes import PORT, scaled, start
 
 pytestmark = pytest.mark.root_required
 
-# torch alone takes ~300 MiB; a host that decoded what it was sent, or kept the 64 MiB value,
-# would take several times that.
-HOST_MEMORY_LIMIT = 1 << 30
+# A host peaks near 270 MiB here, healthy or under every attack below (torch is most of it);
+# the promise is 256 MiB above a normal run, and a host that decoded or kept what it was sent
+# (a 64 MiB value, a flooded pings list re-read per poll) would go past it at once.
+HOST_MEMORY_LIMIT = 528 << 20
 
 # What each hostile action did, and the words of the finding that names it (None: it leaves
 # no trace but must not disturb the run).
