@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from netcheck.cluster.mesh import parse_mode
 from netcheck.core import codec
 from netcheck.core.bwrecords import SweepOptions
-from netcheck.core.constants import DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, PHASES, REPORT_SCHEMA
+from netcheck.core.constants import (
+    DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, MAX_NODES, PHASES, REPORT_SCHEMA,
+)
+from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, is_run_id
 from netcheck.core.model import Endpoint, Launch, Report
 from netcheck.facts.probe import error_text
 
@@ -90,21 +93,23 @@ def check_config(config: Config) -> Config:
     if not (config.join_window > 0 and math.isfinite(config.join_window)):
         raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds, "
                          "and finite")
-    if launch.node_rank is not None and launch.node_rank < 0:
-        raise UsageError(f"--node-rank {launch.node_rank}: must be 0 or more")
+    if launch.node_rank is not None and not 0 <= launch.node_rank < MAX_NODES:
+        raise UsageError(f"--node-rank {launch.node_rank}: must be 0 to {MAX_NODES - 1}")
+    if (launch.nnodes_max or 0) > MAX_NODES:
+        raise UsageError(f"nnodes {launch.nnodes_max} (from {launch.source}): netcheck takes at most {MAX_NODES}")
     if launch.node_rank is not None and launch.nnodes_max is not None \
             and launch.node_rank >= launch.nnodes_max:
         raise UsageError(f"node rank {launch.node_rank} (from {launch.source}) is not below "
                          f"nnodes {launch.nnodes_max}")
-    if launch.nproc_per_node < 1:
-        raise UsageError(f"--nproc-per-node {launch.nproc_per_node}: must be 1 or more")
+    if not 1 <= launch.nproc_per_node <= MAX_PROCS_PER_NODE:
+        raise UsageError(f"--nproc-per-node {launch.nproc_per_node}: must be 1 to {MAX_PROCS_PER_NODE}")
     if config.mesh:
         try:
             parse_mode(config.mesh)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    if not config.run_id or len(config.run_id) > 128 or "/" in config.run_id:
-        raise UsageError(f"--rdzv-id {config.run_id!r}: 1-128 characters, no '/'")
+    if not is_run_id(config.run_id):
+        raise UsageError(f"--rdzv-id {config.run_id!r}: 1-{MAX_RUN_ID_CHARS} characters, no '/'")
     for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
                        ("--prom", config.prom_path), ("--plot", config.plot_path)):
         _check_writable(flag, path)
