@@ -25,6 +25,8 @@ system:
 
 $(STAMP): requirements-dev.txt setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# netifaces-plus replaces netifaces: both install the module `netifaces`.
+	$(BIN)/pip uninstall -q -y netifaces 2>/dev/null || true
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
