@@ -142,6 +142,6 @@ def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused
     offers = {1: mesh.Offer(1, "t", one), 2: mesh.Offer(1, "t", one),
               3: mesh.Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}
     assert list(_usable(ex, offers)) == [1]
-    assert sorted(ex.rejected) == [ex.key(OFFER, 2), ex.key(OFFER, 3)]
-    assert "over the 64 a node may offer" in ex.rejected[ex.key(OFFER, 3)]
+    assert sorted(ex.rejected) == [(OFFER, 2), (OFFER, 3)]
+    assert "over the 64 a node may offer" in ex.rejected[OFFER, 3]
     assert _unheard(ex, OFFER, [1, 2, 3, 4], _usable(ex, offers)) == [4]

@@ -162,13 +162,13 @@ def test_tp_default_warns_on_loopback_or_an_unproven_interface():
 def test_route_fails_on_a_setting_that_names_nothing_here_or_an_address():
     members = (member(0, nic("eth0", "198.18.0.10"), env={"NCCL_SOCKET_IFNAME": "ens5"}),
                member(1, nic("eth0", "198.18.0.11"), env={"GLOO_SOCKET_IFNAME": "198.18.0.11"}))
-    (finding,) = nic_rules.route_findings(members, ())
+    (finding,) = nic_rules.route_findings(members, (), {})
     assert (finding.severity, finding.nodes) == ("fail", (0, 1))
 
 
 def test_route_warns_on_two_interfaces_in_one_subnet():
     members = (member(0, nic("eth0", "10.0.0.5"), nic("eth1", "10.0.0.6")),)
-    (finding,) = nic_rules.route_findings(members, ())
+    (finding,) = nic_rules.route_findings(members, (), {})
     assert finding.severity == "warn" and finding.evidence == ("node0: eth0, eth1 on 10.0.0.0/24",)
 
 
@@ -231,9 +231,10 @@ def test_a_proven_name_that_fails_the_rule_is_left_out_of_the_exports_and_its_no
 def test_route_fails_on_an_unsafe_proven_name_instead_of_passing():
     members = THREE[:2] + (member(2, nic(EVIL, "198.18.0.12")),)
     attempts = full_mesh(range(3), {0: "eth0", 1: "ens5", 2: EVIL}.get)
-    assert [(f.severity, f.kind, f.nodes) for f in nic_rules.route_findings(members, attempts)] == [
+    assert [(f.severity, f.kind, f.nodes) for f in nic_rules.route_findings(members, attempts, nic_rules.proven_interfaces(members, attempts))] == [
         ("fail", "unsafe_name", (2,))]
-    assert [f.severity for f in nic_rules.route_findings(THREE, full_mesh(range(3), NAMES.get))] == ["pass"]
+    healthy = full_mesh(range(3), NAMES.get)
+    assert [f.severity for f in nic_rules.route_findings(THREE, healthy, nic_rules.proven_interfaces(THREE, healthy))] == ["pass"]
 
 
 def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so():

@@ -185,7 +185,8 @@ class Exchange:
         self.run_id = run_id
         self.token = token
         self.nonce = ""  # the run's, once the host's hello is written or read
-        self.rejected: dict[str, str] = {}  # key -> why its value was refused: its sender is named
+        self.rejected: dict[tuple[str, int], str] = {}  # (name, id) posted -> why it was refused: its sender is named
+        self._wire: storewire.Wire | None = None  # for reads by length first (listed)
         self.lost: str | None = None  # why the store connection broke, once it has
         self.pause = STORE_POLL_INTERVAL  # between looks for a key (pace)
 
@@ -259,12 +260,9 @@ class Exchange:
         torch's get would read gigabytes whole (storewire reads the length first)."""
         if not self.has(key):
             return []
-        host, port = self._store.host, self._store.port
-        try:
-            value = storewire.get_bounded(host, port, key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
-        except storewire.WireError as e:
-            self.lost = self.lost or str(e)
-            raise
+        if self._wire is None:
+            self._wire = storewire.Wire(self._store.host, self._store.port)
+        value = self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
         if value.data is None:
             return None
         return [e for e in value.data.decode("utf-8", "replace").split(",") if e]
@@ -355,7 +353,7 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
                 pending.discard(i)
                 heard = time.monotonic()
                 if isinstance(value, codec.DecodeError):
-                    ex.rejected[ex.key(name, i)] = str(value)
+                    ex.rejected[name, i] = str(value)
                 else:
                     found[i] = value
         if not pending or over:

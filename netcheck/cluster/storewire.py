@@ -41,24 +41,54 @@ class StoreValue:
 
 
 def get_bounded(host: str, port: int, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
-    """KEY's value if it is at most MAX_BYTES, else only its size; raises WireError when the
-    store does not answer by the deadline or breaks off."""
-    with _connected(host, port, deadline) as sock:
+    """KEY's value if it is at most MAX_BYTES, else only its size, on a connection of its own;
+    raises WireError when the store does not answer by the deadline or breaks off."""
+    wire = Wire(host, port)
+    try:
+        return wire.get(key, max_bytes, deadline)
+    finally:
+        wire.close()
+
+
+class Wire:
+    """A connection kept open for bounded reads (the host reads its pings list every poll).
+    A value over the limit is never read, which leaves the stream out of step: the
+    connection is closed then, and the next read opens a new one."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self._sock: socket.socket | None = None
+
+    def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
+        """As get_bounded; raises WireError (and closes) when the store does not answer."""
         try:
-            sock.sendall(_get_request(key))
-            size = _LENGTH.unpack(_received(sock, _LENGTH.size, deadline))[0]
+            if self._sock is None:
+                self._sock = _connected(self.host, self.port, deadline)
+                self._sock.sendall(struct.pack("<BI", _VALIDATE, _STORE_MAGIC))
+            self._sock.sendall(_get_request(key))
+            size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
             if size > max_bytes:
+                self.close()
                 return StoreValue(size, None)
-            return StoreValue(size, _received(sock, size, deadline))
+            return StoreValue(size, _received(self._sock, size, deadline))
         except socket.timeout:
+            self.close()
             raise WireError(f"the store did not answer a read of {key!r} in time") from None
         except OSError as e:
+            self.close()
+            if isinstance(e, WireError):
+                raise
             raise WireError(f"the store broke off a read of {key!r}: {error_text(e)}") from None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 def _get_request(key: str) -> bytes:
     name = _KEY_PREFIX + key.encode()
-    return struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + struct.pack("<BQ", _GET, len(name)) + name
+    return struct.pack("<BQ", _GET, len(name)) + name
 
 
 def _connected(host: str, port: int, deadline: Deadline) -> socket.socket:

@@ -46,7 +46,7 @@ def local_only(env) -> Report:
     launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
     facts = gather_facts(default_run_id(env), launch)
     me = (Member(launch.node_rank or 0, facts),)
-    findings = tuple(nic_rules.route_findings(me, ()) + nic_rules.nccl_findings(me, None)
+    findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
                      + nic_rules.ib_findings(me))
     return _single_node_report("local", launch.node_rank, _entries(me), findings, {})

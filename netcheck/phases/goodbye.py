@@ -56,17 +56,11 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
 
 
 def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
-    """(the sender's rank, key, why) of each value this node refused. A key ends in its
-    sender's id: an arrival number under the rendezvous' own keys, a rank under the rest."""
-    by_arrival = {e.arrival: e.rank for e in seat.roster.entries}
-    out = []
-    for key, why in seat.exchange.rejected.items():
-        scope, _, ident = key.rpartition("/")
-        sender = codec.small_int(ident)
-        if scope.rpartition("/")[2] in rendezvous.ARRIVAL_KEYED:
-            sender = by_arrival.get(sender)
-        out.append((sender, key, why))
-    return out
+    """(the sender's rank, key, why) of each value this node refused; the rendezvous' own
+    keys are posted under the sender's arrival number, the later phases' under its rank."""
+    ex, by_arrival = seat.exchange, {e.arrival: e.rank for e in seat.roster.entries}
+    return [(by_arrival.get(i) if name in rendezvous.ARRIVAL_KEYED else i, ex.key(name, i), why)
+            for (name, i), why in ex.rejected.items()]
 
 
 def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:

@@ -69,10 +69,10 @@ def _usable(ex: Exchange, offers: dict[int, mesh.Offer]) -> dict[int, mesh.Offer
     usable = {}
     for rank, offer in offers.items():
         if offer.rank != rank:
-            ex.rejected[ex.key(OFFER, rank)] = f"an offer of rank {offer.rank} under rank {rank}'s key"
+            ex.rejected[OFFER, rank] = f"an offer of rank {offer.rank} under rank {rank}'s key"
         elif len(offer.candidates) > MESH_MAX_CANDIDATES:
-            ex.rejected[ex.key(OFFER, rank)] = (f"{len(offer.candidates)} candidates to connect to, over "
-                                                 f"the {MESH_MAX_CANDIDATES} a node may offer")
+            ex.rejected[OFFER, rank] = (f"{len(offer.candidates)} candidates to connect to, over "
+                                        f"the {MESH_MAX_CANDIDATES} a node may offer")
         else:
             usable[rank] = offer
     return usable
@@ -80,7 +80,7 @@ def _usable(ex: Exchange, offers: dict[int, mesh.Offer]) -> dict[int, mesh.Offer
 
 def _unheard(ex: Exchange, name: str, ids: list[int], heard: dict) -> list[int]:
     """The ids whose value never came: a refused value's sender is named for that instead."""
-    return [i for i in ids if i not in heard and ex.key(name, i) not in ex.rejected]
+    return [i for i in ids if i not in heard and (name, i) not in ex.rejected]
 
 
 def _host_word(ex: Exchange, deadline: Deadline) -> MeshDone | None:

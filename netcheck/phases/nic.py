@@ -12,8 +12,9 @@ def judge_interfaces(run: Run) -> None:
     # Only the host hears every node's connects, so only it can prove an interface works;
     # a joiner still checks its own settings and what the libraries would pick.
     host = run.role == "host"
-    proven = nic_rules.proven_interfaces(members, run.attempts) if host and run.attempts else None
-    run.findings += nic_rules.route_findings(members, run.attempts)
+    seen = nic_rules.proven_interfaces(members, run.attempts)   # a joiner's: its own connects only
+    proven = seen if host and run.attempts else None
+    run.findings += nic_rules.route_findings(members, run.attempts, seen)
     run.findings += nic_rules.nccl_findings(members, proven)
     run.findings += nic_rules.gloo_findings(members, proven)
     run.findings += nic_rules.tp_findings(members, proven)

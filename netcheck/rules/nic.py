@@ -219,10 +219,11 @@ def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tu
                  for (d, ifname), o in sorted(outcomes.items()) if not o & set(CONNECTED))
 
 
-def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
+                   proven: dict[int, list[str]]) -> list[Finding]:
     """The user's own interface settings, held against each node's real interfaces; and the
-    interfaces the mesh proved whose names no setting can safely hold."""
-    unsafe = unsafe_name_findings(members, proven_interfaces(members, attempts))
+    interfaces the mesh proved (proven_interfaces) whose names no setting can safely hold."""
+    unsafe = unsafe_name_findings(members, proven)
     # "Settings match" is no pass where a proven interface cannot be named in one.
     return [f for f in _settings_findings(members, attempts) if not (unsafe and f.severity == PASS)] + unsafe
 
