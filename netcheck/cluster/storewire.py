@@ -62,10 +62,11 @@ class Wire:
     def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
         """As get_bounded; raises WireError (and closes) when the store does not answer."""
         try:
-            if self._sock is None:
+            request = _get_request(key)
+            if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
-                self._sock.sendall(struct.pack("<BI", _VALIDATE, _STORE_MAGIC))
-            self._sock.sendall(_get_request(key))
+                request = struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + request
+            self._sock.sendall(request)
             size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
             if size > max_bytes:
                 self.close()
