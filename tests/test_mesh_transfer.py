@@ -12,7 +12,9 @@ import pytest
 from netcheck.cluster import mesh
 from netcheck.cluster.mesh import Attempt, Transfer, Trial
 from netcheck.cluster.store import Exchange
-from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_TRANSFER_TIMEOUT
+from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_MAX_CANDIDATES, MESH_TRANSFER_TIMEOUT
+from netcheck.core.deadline import Deadline
+from netcheck.core.nictable import NicTable
 from netcheck.phases.mesh import OFFER, _unheard, _usable
 from netcheck.rules import nic as nic_rules
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
@@ -30,6 +32,8 @@ SHORT_PORT = Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "echoed")))
     ((Trial(9000, "lost"), Trial(1500, "unreached")), "filtered", 0),   # the path went away mid-test
     ((Trial(9000, "closed"),), "refused", 0),                           # the peer hung up
     ((Trial(9000, "lost"), Trial(1500, "closed")), "refused", 0),
+    ((Trial(9000, "untried"),), "untried", 0),                          # the phase ended first
+    ((Trial(9000, "lost"), Trial(1500, "untried")), "blackhole", 0),    # full size lost after its full time
 ])
 def test_a_transfer_is_classified_by_what_came_back(trials, outcome, passed):
     transfer = Transfer(9000, 9000, trials)
@@ -119,7 +123,7 @@ def test_a_stuck_peer_does_not_stall_another_peers_echo(listener):
                 stuck.send(b"x" * (1 << 16))
         except OSError:  # full (BlockingIOError), or closed past what an echo needs
             pass
-        attempt = mesh._attempt(0, listener, c, {}, {}, 2.0)
+        attempt = mesh._attempt(0, listener, c, {}, {}, Deadline(10))
     assert attempt.outcome == "ok", attempt
     assert attempt.transfer.trials == (Trial(1500, "echoed"),)
 
@@ -131,7 +135,7 @@ def test_a_peer_that_reads_only_the_greeting_still_gets_it(listener):
 
 
 def test_a_clamped_connection_echoes_frames_of_that_size(listener):
-    assert mesh._echo_fresh(listener, listener.candidates[0], 1280) == "echoed"
+    assert mesh._echo_fresh(listener, listener.candidates[0], 1280, Deadline(5)) == "echoed"
 
 
 def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused_and_named():
@@ -145,3 +149,45 @@ def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused
     assert sorted(ex.rejected) == [(OFFER, 2), (OFFER, 3)]
     assert "over the 64 a node may offer" in ex.rejected[OFFER, 3]
     assert _unheard(ex, OFFER, [1, 2, 3, 4], _usable(ex, offers)) == [4]
+
+
+def test_an_untried_direction_fails_the_mesh_and_never_passes_it():
+    """The phase's deadline came before any of node0's connects to node1: no evidence that the
+    path works, so no pass."""
+    untried = Attempt(0, 1, "eth0", "198.18.0.11", mesh.UNTRIED, None, None, "not tried")
+    attempts = tuple(path(s, d) for s, d in ((1, 0), (0, 2), (2, 0), (1, 2), (2, 1))) + (untried,)
+    (finding,) = nic_rules.mesh_findings(NAMES, attempts)
+    assert (finding.check, finding.severity) == (MESH_CONNECT, "fail")
+    assert "node0 -> node1: eth0 198.18.0.11: untried (not tried)" in finding.evidence
+
+
+@pytest.fixture
+def silent_peers():
+    """Three peers whose 64 candidates each complete the handshake (the kernel's backlog) and
+    never greet: the connects a lying peer would offer."""
+    socks = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1024)
+        socks.append(sock)
+    yield {2 + i: mesh.Offer(2 + i, "token", (mesh.Candidate("lo", "127.0.0.1", s.getsockname()[1], 1500),)
+                             * MESH_MAX_CANDIDATES) for i, s in enumerate(socks)}
+    for sock in socks:
+        sock.close()
+
+
+def test_connects_to_many_silent_candidates_end_with_the_phase_and_the_honest_peer_is_tried_first(
+        listener, silent_peers):
+    """192 silent candidates at 64 at a time x 2 s would take 6 s: the deadline (3 s) ends
+    them, those it cut or never started are "untried", and the honest peer, whose candidate
+    comes first in the interleaved order, is proven."""
+    offers = {1: listener, **silent_peers}
+    deadline = Deadline(3 * MESH_CONNECT_TIMEOUT / 2)
+    attempts = mesh.probe_peers(0, offers, sorted(offers), NicTable((), (), None), deadline)
+    assert deadline.elapsed() < deadline.at - deadline.start + MESH_CONNECT_TIMEOUT, "outlived its deadline"
+    by_peer = {p: [a.outcome for a in attempts if a.dst == p] for p in offers}
+    assert by_peer[1] == ["ok"]
+    silent = [o for p in silent_peers for o in by_peer[p]]
+    assert len(silent) == 3 * MESH_MAX_CANDIDATES and "ok" not in silent
+    assert mesh.UNTRIED in silent and set(silent) <= {"filtered", mesh.UNTRIED}

@@ -25,12 +25,13 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.constants import (
-    MESH_CONNECT_TIMEOUT, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS,
+    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS,
     MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
@@ -41,6 +42,7 @@ from netcheck.facts.probe import error_text, failed_connect
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
 CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
+UNTRIED = "untried"   # the mesh phase's deadline came before the attempt (or its full wait) did
 HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a frame is its MSS plus these
 MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
 LINGER = MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT  # the peer has given up on a connection by then
@@ -61,7 +63,8 @@ class Trial:
 
     frame: Mtu             # bytes per frame on the wire, IP and TCP headers included
     result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
-                           # "unreached" (a fresh connection for this size did not get through)
+                           # "unreached" (a fresh connection for this size did not get through) |
+                           # "untried" (the mesh phase's deadline left less than the trial's time)
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class Attempt:
     dst: NodeRank
     ifname: IfName         # dst's interface
     address: IpAddress
-    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local"
+    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local" |
+                           # "untried"
     rtt_ms: Millis | None  # connect round trip, when it connected
     src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
     detail: Text
@@ -284,14 +288,19 @@ class _Echo:
 
 
 def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicTable,
-                timeout: float = MESH_CONNECT_TIMEOUT) -> tuple[Attempt, ...]:
-    """Connect to every candidate of every peer at once; each connect has its own deadline."""
-    jobs = [(offers[p], c) for p in peers if p in offers for c in offers[p].candidates]
+                deadline: Deadline) -> tuple[Attempt, ...]:
+    """Connect to every candidate of every peer, MESH_CONNECTS_AT_ONCE at a time, each peer's
+    first candidate before anyone's second, so a peer that offers many silent candidates
+    delays no other. Nothing outlives `deadline`: every wait is cut to it, and a connect it
+    prevented or cut short is "untried", never evidence against the path."""
+    queues = [offers[p].candidates for p in peers if p in offers]
+    jobs = [(offers[p], c) for i in range(max(map(len, queues), default=0)) for p in peers
+            if p in offers and i < len(offers[p].candidates) for c in (offers[p].candidates[i],)]
     if not jobs:
         return ()
     owners, mtus = address_owners(table), interface_mtus(table)
-    with ThreadPoolExecutor(max_workers=min(64, len(jobs))) as pool:
-        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, mtus, timeout), jobs))
+    with ThreadPoolExecutor(max_workers=min(MESH_CONNECTS_AT_ONCE, len(jobs))) as pool:
+        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, mtus, deadline), jobs))
 
 
 def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
@@ -300,44 +309,56 @@ def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:
 
 
 def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: dict[str, int],
-             timeout: float) -> Attempt:
+             deadline: Deadline) -> Attempt:
     # A peer elsewhere that offers one of our own addresses (docker0's 172.17.0.1 is on
     # every host) cannot be reached there: the packets would stay on this node.
     if c.address in owners and not _same_machine(offer, owners):
         return _failed(me, offer, c, "local", f"{c.address} is also this node's own address "
                        f"({owners[c.address]}): traffic to it never leaves this node")
+    connect = deadline.within(MESH_CONNECT_TIMEOUT)
+    if connect.expired():
+        return _failed(me, offer, c, UNTRIED, "not tried: the mesh phase's deadline came first")
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
-    start = time.monotonic()
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
         try:
+            _bounded(sock, connect)
             sock.connect((c.address, c.port))
-            rtt = round((time.monotonic() - start) * 1000, 3)
+            rtt = round(connect.elapsed() * 1000, 3)
             source = owners.get(sock.getsockname()[0])
-            outcome, detail = _check_greeting(sock, offer)
+            greeting = deadline.within(MESH_CONNECT_TIMEOUT)
+            outcome, detail = _unless_cut(*_check_greeting(sock, offer, greeting), greeting, deadline)
             if outcome != "ok":
                 return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
-            transfer = _prove_frames(sock, offer, c, mtus.get(source, 0))
+            transfer = _prove_frames(sock, offer, c, mtus.get(source, 0), deadline)
             return Attempt(me, offer.rank, c.ifname, c.address, transfer_outcome(transfer), rtt, source,
                            transfer_detail(transfer), transfer)
         except OSError as e:
-            return _failed(me, offer, c, *failed_connect(e, timeout))
+            return _failed(me, offer, c, *_unless_cut(*failed_connect(e, MESH_CONNECT_TIMEOUT), connect, deadline))
+
+
+def _unless_cut(outcome: str, detail: str, step: Deadline, deadline: Deadline) -> tuple[str, str]:
+    """A wait that ended with the phase, before its own full time, proves nothing."""
+    if outcome == "filtered" and step.at >= deadline.at:
+        return UNTRIED, f"cut short after {step.elapsed():.1f} s by the mesh phase's deadline ({detail})"
+    return outcome, detail
 
 
 def _failed(me: int, offer: Offer, c: Candidate, outcome: str, detail: str) -> Attempt:
     return Attempt(me, offer.rank, c.ifname, c.address, outcome, None, None, detail)
 
 
-def _check_greeting(sock: socket.socket, offer: Offer) -> tuple[str, str]:
-    """Who answered: the expected peer, or someone else owning the same address."""
+def _check_greeting(sock: socket.socket, offer: Offer, deadline: Deadline) -> tuple[str, str]:
+    """Who answered: the expected peer, or someone else owning the same address. A peer
+    that sends its greeting a byte at a time gets no more than the deadline."""
     data = b""
     try:
         while not data.endswith(b"\n") and len(data) < MAX_GREETING:
+            _bounded(sock, deadline)
             chunk = sock.recv(MAX_GREETING - len(data))
             if not chunk:
                 break
             data += chunk
-    except socket.timeout:
+    except TimeoutError:
         return "filtered", "connected, then no greeting before the deadline"
     except OSError as e:
         return "refused", f"connected, then reset: {error_text(e)} (the listener went away)"
@@ -353,17 +374,26 @@ def _check_greeting(sock: socket.socket, offer: Offer) -> tuple[str, str]:
 
 # --- full-size frames ------------------------------------------------------------------------
 
-def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int) -> Transfer:
+def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int, deadline: Deadline) -> Transfer:
     """Full-size segments echoed over the greeted connection; where they are lost, smaller
     frames over fresh connections, smallest last, until one size comes back or the path
     stops answering at all."""
     full = min((m for m in (src_mtu, c.mtu) if m), default=_mss(sock) + HEADERS[sock.family])
-    trials = [Trial(full, _echo(sock, Deadline(MESH_TRANSFER_TIMEOUT)))]
+    trials = [Trial(full, _trial(lambda step: _echo(sock, step), deadline))]
     for frame in (f for f in MESH_FALLBACK_FRAMES if f < full):
         if trials[-1].result != "lost":
             break
-        trials.append(Trial(frame, _echo_fresh(offer, c, frame)))
+        trials.append(Trial(frame, _trial(lambda step: _echo_fresh(offer, c, frame, step), deadline)))
     return Transfer(src_mtu, c.mtu, tuple(trials))
+
+
+def _trial(send: Callable[[Deadline], str], deadline: Deadline) -> str:
+    """One size's result, given MESH_TRANSFER_TIMEOUT; "untried" where the phase's deadline
+    left less, or cut the wait short: a loss is evidence only after the full time."""
+    step = deadline.within(MESH_TRANSFER_TIMEOUT)
+    if step.at >= deadline.at:
+        return UNTRIED
+    return send(step)
 
 
 def _mss(sock: socket.socket) -> int:
@@ -388,7 +418,7 @@ def _echo(sock: socket.socket, deadline: Deadline) -> str:
                 if not chunk:
                     return "closed"
                 got += len(chunk)
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return "lost"
     except OSError:
         return "closed"
@@ -401,17 +431,16 @@ def _bounded(sock: socket.socket, deadline: Deadline) -> None:
     sock.settimeout(deadline.remaining())
 
 
-def _echo_fresh(offer: Offer, c: Candidate, frame: int) -> str:
+def _echo_fresh(offer: Offer, c: Candidate, frame: int, deadline: Deadline) -> str:
     """`frame`-sized segments over a new connection to the same listener, its MSS clamped
     before the handshake so both ends keep to that frame size."""
-    deadline = Deadline(MESH_TRANSFER_TIMEOUT)
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, frame - HEADERS[family])
             _bounded(sock, deadline)
             sock.connect((c.address, c.port))
-            if _check_greeting(sock, offer)[0] != "ok":
+            if _check_greeting(sock, offer, deadline)[0] != "ok":
                 return "unreached"
         except OSError:
             return "unreached"
@@ -426,6 +455,8 @@ def transfer_outcome(transfer: Transfer) -> str:
     results = [t.result for t in transfer.trials]
     if results[0] == "echoed":
         return "ok"
+    if results[0] == UNTRIED:
+        return UNTRIED
     if "closed" in results:
         return "refused"
     return "filtered" if "unreached" in results else "blackhole"
@@ -442,6 +473,8 @@ def transfer_detail(transfer: Transfer) -> str:
     outcome = transfer_outcome(transfer)
     if outcome == "ok":
         return f"connected; {sent} echoed"
+    if outcome == UNTRIED:
+        return f"connected; {sent} not tried: the mesh phase's deadline came first"
     if outcome == "refused":
         return f"connected, then the peer closed during the transfer of {sent}"
     if outcome == "filtered":
@@ -449,4 +482,10 @@ def transfer_detail(transfer: Transfer) -> str:
                 "its link went away)")
     passed = passed_frame(transfer)
     return (f"connected, but {sent} did not come back within {MESH_TRANSFER_TIMEOUT:g} s; "
-            + (f"{passed}-byte frames did" if passed else "smaller ones neither, only the greeting"))
+            + (f"{passed}-byte frames did" if passed else _smaller_sizes(transfer)))
+
+
+def _smaller_sizes(transfer: Transfer) -> str:
+    if any(t.result == UNTRIED for t in transfer.trials):
+        return "smaller sizes not tried before the mesh phase's deadline; only the greeting came back"
+    return "smaller ones neither, only the greeting"

@@ -65,6 +65,8 @@ MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
 MESH_OFFER_SHARE = 0.5       # of the mesh phase's time, the most spent waiting for peers' offers
+MESH_CONNECTS_AT_ONCE = 64   # a node's connects in flight during the mesh (threads)
+MESH_RESULTS_MARGIN = 2.0    # of the mesh phase's time, kept to post results and collect them
 MESH_MAX_CANDIDATES = 64     # (interface, address) pairs a node may offer: 16 interfaces, v4 and v6 twice
 # Each connected path echoes this many full-size segments, one at a time (each alone in its
 # frame), within MESH_TRANSFER_TIMEOUT: a lost segment's retransmissions (200 ms, 600 ms,

@@ -13,6 +13,9 @@ class Deadline:
     def remaining(self) -> float:
         return max(0.0, self.at - time.monotonic())
 
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
     def expired(self) -> bool:
         return time.monotonic() >= self.at
 

@@ -8,7 +8,7 @@ from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.mesh import Attempt
 from netcheck.cluster.store import Exchange, collect
 from netcheck.core import codec
-from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT
+from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN
 from netcheck.core.deadline import Deadline
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
@@ -42,7 +42,8 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     with mesh.Listeners(me, run.facts.nics) as listeners:
         ex.post(OFFER, me, listeners.offer())
         offers = _usable(ex, collect(ex, mesh.Offer, OFFER, peers, offers_deadline))
-        mine = mesh.probe_peers(me, offers, peers, run.facts.nics)
+        mine = mesh.probe_peers(me, offers, peers, run.facts.nics,
+                                deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
         ex.post(RESULTS, me, mesh.MeshResults(me, mine))
         if run.role != "host":
             done = _host_word(ex, deadline)
