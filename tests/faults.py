@@ -314,12 +314,30 @@ def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
         time.sleep(1)
 
 
+def stall(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
+    """A node that takes its seat with netcheck's own rendezvous and posts its result, then
+    stops taking part: it never offers its mesh listeners. Says `seated RANK`, then holds on
+    until killed (its store connection stays open, as a hung process's would)."""
+    from netcheck.cluster.rendezvous import join
+    from netcheck.core.deadline import Deadline
+    from netcheck.core.model import Launch
+    from netcheck.facts.local import gather_facts
+
+    facts = gather_facts(run_id, Launch("flags", node_rank, nnodes, nnodes, 1))
+    seat, _ = join(_store(endpoint), facts, Deadline(60))
+    _say("seated", seat.rank)
+    while True:
+        time.sleep(1)
+
+
 def _main(argv: list[str]) -> None:
     command, endpoint, run_id, *rest = argv
     if command == "watch":
         watch(endpoint, run_id, float(rest[1]) if rest[:1] == ["--flood"] else None)
     elif command == "hostile":
         hostile(endpoint, run_id, rest[0].split(","))
+    elif command == "stall":
+        stall(endpoint, run_id, int(rest[0]), int(rest[1]))
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -141,6 +141,27 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
         assert_survivor(runs[node], timeout, codes=(0, 1, 2))
 
 
+def test_a_seated_node_that_never_offers_is_named_alone(cluster, tmp_path):
+    """node2 takes its seat with netcheck's own rendezvous and posts its result, then never
+    offers its mesh listeners (a node that stalls between phases, or lies): the others stop
+    waiting for it at the offer deadline, name it alone, lost in the mesh, and go on; the
+    honest nodes, which waited for it, are never blamed."""
+    timeout = scaled(30)
+    with cluster(nodes(3)) as c:
+        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
+        staller = Agent.start(c, 2, "stall", f"node0:{PORT}", "2", "3")
+        staller.wait_for(r"^seated 2$", timeout)
+        finish_each(runs.values(), timeout + 10)
+    record("seated node that posts its result and never its mesh offer", "mesh", timeout, list(runs.values()),
+           {0: "host", 1: "joiner", 2: "victim: seated, result posted, no mesh offer (tests/faults.py stall)"})
+
+    for run in runs.values():
+        report = assert_survivor(run, timeout)
+        assert lost_in(report) == {"mesh": {2}}, report["findings"]
+        assert {f["check"] for f in report["findings"] if f["severity"] == "fail"} == {"rdzv.join"}, report["findings"]
+    assert runs[0].report["faulty_nodes"] == ["node2"], runs[0].report["faulty_nodes"]
+
+
 def test_link_cut_during_the_mesh(cluster, tmp_path):
     """node2's cable is pulled (its switch port goes down) while every node is in the mesh:
     no packet and no reset either way. The host and node2 each name the other, lost in the
@@ -241,6 +262,7 @@ def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
     assert took < scaled(3)
     host = assert_interrupted(runs[0], "rendezvous")
     assert host["role"] == "host" and "rdzv.listen" in runs[0].stdout
+    open("/tmp/nf.json", "w").write(json.dumps([runs[0].report, runs[1].report, runs[1].stderr]))
     joiner = assert_survivor(runs[1], timeout)
     assert runs[1].seconds < timeout, "it stops waiting for a host that is gone"
     assert [f for f in joiner["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
@@ -404,6 +426,7 @@ def test_host_killed_during_the_sweep(cluster, tmp_path):
            {0: "victim: the host, SIGKILL mid-sweep", 1: "joiner, sweeping"})
 
     assert runs[0].rc == -signal.SIGKILL
+    open("/tmp/nf.json", "w").write(json.dumps([runs[0].report, runs[1].report, runs[1].stderr]))
     joiner = assert_survivor(runs[1], timeout)
     assert lost_in(joiner) == {"bandwidth": {0}}, joiner["findings"]
     assert bw_stage(joiner)["severity"] == "fail"
