@@ -9,12 +9,15 @@ tests run in each.
 
 Each environment is COMPAT_DIR/torch-VERSION (default .compat/, ignored by git): torch
 from PyPI, the test tools pinned as in requirements-dev.txt, netcheck itself in editable
-mode. PyPI's Linux wheels carry the CUDA libraries (about 5 GB an environment); the
-environments share one pip cache, so a rebuild downloads nothing it has seen. pip runs
-without the machine's pip configuration, so a local cap on torch versions does not hide
-the release under test. The `compat` tests (pytest -m compat) are those that touch every
-torch seam: a healthy multi-node run with every phase, bandwidth included; the torchrun
-mode; the host killed mid-run.
+mode. Everything but netcheck comes from wheels only (--only-binary=:all:), as on a node
+without a compiler: a dependency that would need one fails the release. PyPI's Linux
+wheels carry the CUDA libraries (about 5 GB an environment); the environments share one
+pip cache, so a rebuild downloads nothing it has seen. pip runs without the machine's pip
+configuration, so a local cap on torch versions does not hide the release under test. An
+environment built by another clone sharing the folder is pointed at this checkout first.
+The `compat` tests (pytest -m compat) are those that touch every torch seam: a healthy
+multi-node run with every phase, bandwidth included; the torchrun mode; the host killed
+mid-run.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # torch and what only the project's own environment needs stay out: the release under test
 # brings its own torch (and numpy, or none, as users have it).
-NOT_SHARED = ("torch", "numpy", "matplotlib")
+NOT_SHARED = ("torch", "numpy", "matplotlib", "build")
 
 
 def test_requirements() -> list[str]:
@@ -47,19 +50,33 @@ def pip_env(cache: Path) -> dict[str, str]:
 
 def environment(root: Path, version: str) -> Path:
     """The environment for one torch release, built once (a marker file says it is whole)."""
+    root = root.absolute()  # pip and pytest run elsewhere
     home = root / f"torch-{version}"
     python = home / "bin" / "python"
     env = pip_env(root / "pip-cache")
     if (home / ".ready").exists():  # built: only the test tools the project added since
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *test_requirements()], env=env, check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary=:all:", *test_requirements()],
+                       env=env, check=True)
+        if not tests_this_checkout(python):  # built by another clone sharing --dir
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)],
+                           env=env, check=True)
         return python
     print(f"building {home} (torch {version}) ...", flush=True)
     venv.create(home, with_pip=True, clear=True)
     pip = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run(pip + [f"torch=={version}", *test_requirements()], env=env, check=True)
+    # Wheels only, as a user's node without a compiler installs: every dependency of netcheck
+    # and of this torch release must have a wheel for this Python (issue 23).
+    subprocess.run(pip + ["--only-binary=:all:", f"torch=={version}", *test_requirements()], env=env, check=True)
     subprocess.run(pip + ["--no-deps", "-e", str(REPO)], env=env, check=True)
     (home / ".ready").touch()
     return python
+
+
+def tests_this_checkout(python: Path) -> bool:
+    """Whether the environment's editable netcheck is this checkout's, not another clone's."""
+    done = subprocess.run([str(python), "-c", "import netcheck; print(netcheck.__file__)"],
+                          cwd="/", capture_output=True, text=True)
+    return done.returncode == 0 and Path(done.stdout.strip()).resolve().parent == (REPO / "netcheck").resolve()
 
 
 def run_compat_tests(python: Path) -> tuple[int, str, float]:
