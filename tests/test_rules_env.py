@@ -266,6 +266,45 @@ def test_processes_of_one_host_are_named_once():
     per_host = {r: f"gpu0{r // 4}" for r in range(8)}  # torchrun: 4 ranks on each of 2 hosts
     facts = cluster(8, torch__version={r: "2.13.0+cu124" for r in range(4)})
     [finding] = [f for f in env_findings(facts, per_host) if f.severity != PASS]
-    assert finding.summary == ("torch.version splits the nodes with no majority: gpu00 have 2.13.0+cu124; "
-                               "gpu01 have 2.14.1+cu124")
+    # Two hosts, one version each: said of the nodes, not of their 4 ranks each.
+    assert finding.summary == ("torch.version differs on every node: gpu00 has 2.13.0+cu124, "
+                               "gpu01 has 2.14.1+cu124")
     assert finding.evidence == ("torch.version: 2.13.0+cu124 on gpu00", "torch.version: 2.14.1+cu124 on gpu01")
+
+
+TORCHRUN = {r: f"node{r // 2}" for r in range(6)}   # 3 hosts x 2 ranks
+
+
+def test_under_torchrun_counts_are_of_nodes_not_ranks():
+    [agree] = env_findings(cluster(6), TORCHRUN)
+    assert agree.summary.startswith("3 nodes (6 ranks) agree on ")
+    [one] = env_findings(cluster(2), {0: "vm", 1: "vm"})
+    assert one.summary.startswith("the 2 ranks on vm agree on ")
+    facts = cluster(6, var__NCCL_IB_DISABLE={4: "1", 5: "1"})
+    [odd] = [f for f in env_findings(facts, TORCHRUN) if f.severity != PASS]
+    assert odd.summary == "node2 has NCCL_IB_DISABLE=1; the other 2 have it unset"
+    assert odd.nodes == (4, 5)
+    rows = env_differences(facts, TORCHRUN)
+    assert [r.nodes for r in rows if r.key == "var.NCCL_IB_DISABLE"] == ["node2", "the other 2"]
+
+
+def test_shm_says_a_node_without_gpus_needs_no_shared_memory_and_folds_its_ranks():
+    [none] = shm_findings(cluster(4, gpu__count={r: "0" for r in range(4)}), TORCHRUN)
+    assert none.severity == PASS
+    assert none.summary == ("no node has GPUs: NCCL's shared-memory transport is not used, whatever the "
+                            "size of /dev/shm")
+    assert none.evidence == ("node0 (ranks 0, 1): no GPUs, NCCL's shared memory is not needed",
+                             "node1 (ranks 2, 3): no GPUs, NCCL's shared memory is not needed")
+    [lone] = shm_findings(cluster(1, gpu__count={0: "0"}), {0: "vm"})
+    assert lone.summary.startswith("vm has no GPUs: ")
+    [mixed] = shm_findings(cluster(3, gpu__count={2: "0"}), NAMES)
+    assert mixed.summary == "/dev/shm is large enough for the GPUs on node0, node1; node2 has no GPUs"
+    [full] = shm_findings(cluster(2), NAMES)
+    assert full.summary == "/dev/shm is large enough for the GPUs on every node"
+
+
+def test_shm_too_small_on_one_host_of_torchrun_names_it_once():
+    facts = cluster(4, shm__bytes={2: str(64 * MiB), 3: str(64 * MiB)})
+    [small] = shm_findings(facts, TORCHRUN)
+    assert small.nodes == (2, 3) and small.summary.startswith("/dev/shm on node1 is 64 MiB; its 8 GPUs")
+    assert small.evidence == ("node1 (ranks 2, 3): /dev/shm 64 MiB, 8 GPUs: fails below 256 MiB, 1 GiB recommended",)

@@ -3,6 +3,8 @@ facts): the launch mistakes of FAILURES rows 4 and 5."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from netcheck.core.model import Launch, NodeFacts
 
 from netcheck.core.nictable import NicTable
@@ -94,3 +96,12 @@ def test_several_slurm_tasks_per_node_are_named_by_each_task_at_once():
 
 def test_one_slurm_task_per_node_is_no_finding():
     assert task_findings(slurm_task("1")) == [] and task_findings(slurm_task(None)) == []
+
+
+def test_a_disagreement_under_torchrun_is_a_line_per_host_with_its_ranks():
+    processes = TWO_BY_TWO[:2] + [(r, dataclasses.replace(f, launch=dataclasses.replace(f.launch, nnodes_min=3,
+                                                                                          nnodes_max=3)))
+                                  for r, f in TWO_BY_TWO[2:]]
+    (finding,) = [f for f in launch_findings(processes) if f.kind == "nnodes_disagree"]
+    assert finding.summary == "nodes disagree about nnodes: a, b say 2, 3: no value is the majority"
+    assert finding.evidence == ("a (ranks 0, 1): 2", "b (ranks 2, 3): 3")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from netcheck.rules import nic as nic_rules
@@ -250,3 +251,105 @@ def test_a_blackhole_fix_names_an_unsafe_interface_as_if():
     holes = tuple(Attempt(s, 2, EVIL, "198.18.0.12", "blackhole", 0.1, "eth0", "connected", lost) for s in (0, 1))
     (finding,) = nic_rules.blackhole_findings({0: "node0", 1: "node1", 2: "node2"}, holes + (ok(0, 1, "ens5"),))
     assert "on node2: ip link set dev IF mtu" in finding.fix and "touch" not in finding.fix
+
+
+# --- per node under torchrun: a host's ranks share its interfaces ---------------------------------
+
+def worker(rank: int, host: str, *nics: Nic) -> Member:
+    """A torchrun worker process: a member per rank, the host's facts."""
+    m = member(rank, *nics)
+    return Member(rank, dataclasses.replace(m.facts, hostname=host, fqdn=f"{host}.c"))
+
+
+# 2 nodes x 2 workers (issue 23's run): ranks 0, 1 on node0, 2, 3 on node1; node1 open only on the
+# rendezvous port, so nothing reaches node1's eth0 from node0.
+WORKERS = tuple(worker(r, f"node{r // 2}", nic("eth0", f"198.18.0.{10 + r // 2}")) for r in range(4))
+HOSTS = {r: f"node{r // 2}" for r in range(4)}
+
+
+def filtered_node1() -> tuple[Attempt, ...]:
+    def attempt(s: int, d: int) -> Attempt:
+        address = f"198.18.0.{10 + d // 2}"
+        if s // 2 == 0 and d // 2 == 1:
+            return Attempt(s, d, "eth0", address, "filtered", None, None, "no answer in 2 s")
+        return Attempt(s, d, "eth0", address, "ok", 0.1, "eth0", "connected")
+    return tuple(attempt(s, d) for s in range(4) for d in range(4) if s != d)
+
+
+def test_under_torchrun_the_mesh_speaks_of_node_pairs_and_lists_the_ranks():
+    (finding,) = nic_rules.mesh_findings(HOSTS, filtered_node1())
+    assert finding.summary == "1 of 2 node-to-node directions (4 rank pairs) connect on no interface"
+    assert finding.evidence == ("node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)",)
+    assert finding.nodes == (0, 1, 2, 3), "two nodes: either end could be at fault"
+    flagged = nic_rules.flagged_paths(HOSTS, filtered_node1())
+    assert flagged.paths == ("node0 -> node1 eth0 (198.18.0.11): filtered",)
+
+
+def test_under_torchrun_a_ranks_sibling_neither_clears_nor_blames_its_node():
+    """3 nodes x 2 workers, node2 firewalled: its ranks reach each other on the host, which
+    proves nothing about the network; node2 alone is named, as without torchrun."""
+    hosts = {r: f"node{r // 2}" for r in range(6)}
+    attempts = tuple((failed(s, d, "eth0") if d // 2 == 2 and s // 2 != 2 else ok(s, d, "eth0"))
+                     for s in range(6) for d in range(6) if s != d)
+    (finding,) = nic_rules.mesh_findings(hosts, attempts)
+    assert finding.nodes == (4, 5) and finding.summary.endswith("; no peer reaches node2"), finding.summary
+    members = tuple(worker(r, hosts[r], nic("eth0", f"198.18.0.{10 + r // 2}")) for r in range(6))
+    assert nic_rules.proven_interfaces(members, attempts) == {0: ["eth0"], 1: ["eth0"], 2: ["eth0"], 3: ["eth0"],
+                                                              4: [], 5: []}
+
+
+def test_under_torchrun_the_libraries_choices_are_said_once_per_node():
+    proven = nic_rules.proven_interfaces(WORKERS, filtered_node1())
+    assert proven == {0: ["eth0"], 1: ["eth0"], 2: [], 3: []}
+    (nccl,) = nic_rules.nccl_findings(WORKERS, proven)
+    assert nccl.summary == "NCCL's interface choice fails on node1" and nccl.nodes == (2, 3)
+    assert len(nccl.evidence) == 1 and nccl.evidence[0].startswith(
+        "node1 (ranks 2, 3): NCCL would use eth0; eth0 reaches no peer (")
+    (gloo,) = nic_rules.gloo_findings(WORKERS, proven)
+    assert gloo.summary == "gloo would use an address peers cannot reach on node1"
+    assert gloo.evidence == ("node1 (ranks 2, 3): hostname: eth0 (198.18.0.11): the hostname's first bindable "
+                             "address; eth0 reaches no peer",)
+    (tp,) = nic_rules.tp_findings(WORKERS, proven)
+    assert tp.summary.endswith("on node1") and len(tp.evidence) == 1 and "eth0 reaches no peer" in tp.evidence[0]
+    rec = nic_rules.recommendation(WORKERS, proven)
+    assert rec.reason == "nothing proven to reach node1 from every peer: see mesh.connect"
+
+
+def test_under_torchrun_routes_are_a_line_per_node_pair():
+    healthy = full_mesh(range(4), lambda r: "eth0")
+    (route,) = nic_rules.route_findings(WORKERS, healthy, nic_rules.proven_interfaces(WORKERS, healthy))
+    assert route.summary == ("no *_SOCKET_IFNAME is set on every node: each library picks its own interface; "
+                             "routes to peers below (-v)")
+    assert route.evidence == ("node0 eth0 -> node1 eth0 (ranks 0, 1 -> 2, 3)",
+                              "node1 eth0 -> node0 eth0 (ranks 2, 3 -> 0, 1)")
+
+
+def test_a_node_with_no_proven_path_has_no_speed_to_warn_about():
+    """The mesh fault is mesh.connect's; 'node1: unknown' is no warning about speed."""
+    proven = nic_rules.proven_interfaces(WORKERS, filtered_node1())
+    (speed,) = nic_rules.speed_findings(WORKERS, proven)
+    assert (speed.severity, speed.nodes) == ("pass", (0, 1))
+    assert speed.summary == "node0's link runs at 10000 Mb/s"
+    assert speed.evidence == ("node0 (ranks 0, 1): 10000 Mb/s",
+                              "node1 (ranks 2, 3): no path proven, so no link to rate (see mesh.connect)")
+    assert nic_rules.speed_findings(WORKERS, {0: [], 1: [], 2: [], 3: []}) == [], "nothing proven: no pass"
+    members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", speed=None)))
+    (unknown,) = nic_rules.speed_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    assert unknown.severity == "warn" and unknown.summary == (
+        "node1: link speed not reported, beside peers at 10000 Mb/s")
+
+
+def test_one_node_is_said_as_that_node_not_every_node():
+    """netcheck local: one node, nothing tested against peers."""
+    me = (member(0, nic("eth0", "198.18.0.10")),)
+    (nccl,) = nic_rules.nccl_findings(me, None)
+    assert nccl.summary == "NCCL's interface choice looks usable on node0 (not tested against peers here)"
+    (route,) = nic_rules.route_findings(me, (), {})
+    assert route.summary == "no *_SOCKET_IFNAME is set on node0: each library picks its own interface"
+    (ib,) = nic_rules.ib_findings(me)
+    assert ib.summary == "no InfiniBand ports on node0"
+    set_here = (member(0, nic("eth0", "198.18.0.10"), env={"NCCL_SOCKET_IFNAME": "eth0"}),)
+    assert nic_rules.route_findings(set_here, (), {})[0].summary == (
+        "the interface settings on node0 name interfaces that exist there")
+    proven = nic_rules.proven_interfaces(THREE, full_mesh(range(3), NAMES.get))
+    assert nic_rules.nccl_findings(THREE, proven)[0].summary == "NCCL's interface choice works on every node"

@@ -76,7 +76,8 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
     found = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
     assert found[0] == Finding("rdzv.resolve", "pass", (2,), "node0 resolves to 10.0.0.4")
     assert found[1] == Finding(
-        "rdzv.reach", "fail", (2,), "node0:29500 refused the connection for 30 s: nothing listens there",
+        "rdzv.reach", "fail", (2,), "node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
+        "listens there",
         ("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
          "58 attempt(s) over 29.6 s"),
         REACH_FIXES["refused"])
@@ -87,10 +88,23 @@ def test_reach_filtered_says_how_long_it_waited():
     probe = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0012)
     found = rdzv_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
     assert found[1] == Finding(
-        "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3 s",
+        "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3.0 s",
         ("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
         REACH_FIXES["filtered"])
     assert "firewall" in found[1].fix
+
+
+def test_a_probe_summary_says_the_seconds_its_evidence_says():
+    """Not "refused for 3 s" beside "6 attempt(s) over 2.5 s": one number, in one precision."""
+    probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused", 0.0003)
+    (_, refused) = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=2.5, attempts=6), (1,))
+    assert refused.summary == "node0:29500 refused the connection, 6 attempts over 2.5 s: nothing listens there"
+    assert refused.evidence[-1] == "6 attempt(s) over 2.5 s"
+    (_, once) = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=0.004), (1,))
+    assert once.summary == "node0:29500 refused the connection: nothing listens there"
+    slow = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 2.6)
+    (_, filtered) = rdzv_rules.reach_findings(reach("filtered", (slow,), seconds=2.6), (1,))
+    assert filtered.summary.endswith("no answer in 2.6 s") and filtered.evidence[-1].endswith("over 2.6 s")
 
 
 def test_reach_unreachable():
@@ -233,8 +247,9 @@ def test_join_without_a_count_passes_with_one_joiner():
 
 def test_join_without_a_count_fails_when_the_host_heard_from_nobody():
     found = rdzv_rules.join_findings(gathering((member(0),), expected=None, waited=6.0))
+    # The host is not at fault for the others' absence: no node is named, so none is excluded.
     assert [(f.check, f.severity, f.nodes, f.summary, f.kind) for f in found] == [
-        ("rdzv.join", "fail", (0,), "no other node joined in 6 s", "alone")]
+        ("rdzv.join", "fail", (), "no other node joined in the 6 s the host waited", "alone")]
 
 
 def test_join_duplicate_claims_name_every_claimant():
@@ -513,3 +528,43 @@ def test_a_flood_of_foreign_visitors_and_rejected_entries_is_counted_not_listed(
     (rejected,) = [f for f in findings if f.summary.startswith(f"{300 - MAX_STRANGERS} more store entries")]
     assert len(rejected.evidence) == MAX_STRANGERS
 
+
+
+# --- per node under torchrun: every worker process is a member ----------------------------------
+
+
+def worker(rank: int, host: str, address: str, **kw) -> Member:
+    """A torchrun worker: seated by its RANK, on a host it shares (facts and all) with its siblings."""
+    m = member(next(r for r, a in ADDRESS.items() if a == address), **kw)
+    return Member(rank, dataclasses.replace(m.facts, hostname=host, fqdn=f"{host}.example"), m.results)
+
+
+def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
+    workers = tuple(worker(r, f"node{r // 2}", ADDRESS[r // 2]) for r in range(4))
+    reached = tuple(dataclasses.replace(w, facts=dataclasses.replace(w.facts, reach=reach("open", ()))) for w in workers)
+    (summary,) = rdzv_rules.reach_summary(reached)
+    assert summary.summary.startswith("2 node(s) (4 ranks) reached node0:29500")
+    (joined,) = rdzv_rules.join_findings(gathering(workers, expected=4))
+    assert joined.summary.startswith("2 node(s) (4 ranks) joined in ")
+    (lost,) = rdzv_rules.lost_findings("mesh", {2: "node1", 3: "node1"}, [2, 3])
+    assert lost.summary == "node1 stopped answering during the mesh phase" and lost.nodes == (2, 3)
+    (goodbye,) = run_rules.unheard_goodbyes({2: "node1", 3: "node1"})
+    assert goodbye.summary.startswith("--timeout was spent before node1 said goodbye")
+
+
+def test_under_torchrun_a_failed_lookup_is_a_line_per_host():
+    wrong = {1: resolving(1, ("127.0.1.1",))}
+    first = member(0, lookups=wrong)
+    members = (first, dataclasses.replace(first, rank=3), member(1), member(2))
+    (found,) = rdzv_rules.fqdn_findings(members)
+    assert found.evidence == ("node0 (ranks 0, 3) -> node1.example (rank 1): resolves to 127.0.1.1, none of them "
+                              "that node's own address",)
+    assert found.summary.startswith("1 FQDN lookup(s)")
+
+
+def test_under_torchrun_a_skewed_clock_is_said_once_per_host():
+    skewed = [worker(r, "node1", ADDRESS[1], clock=ClockSample(5.0 + r / 100, 0.01 * r)) for r in (2, 3)]
+    members = (member(0), *skewed)
+    (clock,) = rdzv_rules.clock_findings(members)
+    assert clock.nodes == (2, 3) and clock.summary.startswith("node1: clock off")
+    assert clock.evidence == ("node1: +5.020 s (+/- 0.020 s)",)

@@ -15,6 +15,7 @@ from netcheck.core.majority import split
 from netcheck.core.model import FAIL, WARN, Endpoint, Finding, Member, NodeFacts, hostnames
 from netcheck.core.nictable import address_owners
 from netcheck.facts.launcher import JOB_VARS, is_torchrun_worker
+from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
     ENDPOINT_ELSEWHERE, ENDPOINT_LOOPBACK, ENDPOINT_NOT_RANK0, ENDPOINT_SEVERAL, ENV_DISAGREE, ENV_FLAGS,
     LAUNCH_ENDPOINT, LAUNCH_ENV,
@@ -93,7 +94,7 @@ def reached_addresses(members: tuple[Member, ...]) -> list[Finding]:
     names, host = hostnames(members), next(m.facts.reach.host for m in members if m.facts.reach)
     return [Finding(LAUNCH_ENDPOINT, WARN, split(used).odd, f"{host} resolves to several addresses and "
                     f"the nodes reached different ones: {', '.join(sorted(set(used.values())))}",
-                    tuple(f"{names[r]}: {a}" for r, a in sorted(used.items())),
+                    per_node(sorted(used.items()), names),
                     "use one address in --rdzv (MASTER_ADDR), or one answer for the name everywhere",
                     ENDPOINT_SEVERAL)]
 
@@ -133,8 +134,8 @@ def shared_variable_findings(members: tuple[Member, ...]) -> list[Finding]:
             continue
         others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
         findings.append(Finding(
-            LAUNCH_ENV, FAIL, views.odd, f"nodes disagree about {var}: {', '.join(names[r] for r in views.odd)} "
+            LAUNCH_ENV, FAIL, views.odd, f"nodes disagree about {var}: {node_names(views.odd, names)} "
             f"say {', '.join(sorted({values[r] for r in views.odd}))}{others}",
-            tuple(f"{names[r]}: {var}={v}" for r, v in sorted(values.items())),
+            per_node(((r, f"{var}={v}") for r, v in sorted(values.items())), names),
             f"export the same {var} on every node (the launch script's line that sets it)", ENV_DISAGREE))
     return findings

@@ -27,6 +27,7 @@ from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES
 from netcheck.core.envfacts import ABSENT, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.facts.hashing import human_bytes
+from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_MISMATCH, HOST_SHM
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
@@ -217,6 +218,7 @@ def env_findings(facts_by_rank: Mapping[int, EnvFacts],
     ranks = tuple(sorted(facts_by_rank))
     if len(ranks) < 2:
         return [Finding(ENV_MISMATCH, PASS, ranks, "one node: no environment to compare")]
+    # Under torchrun every worker process is a rank: the counts said are of nodes.
     splits = compare(facts_by_rank)
     flagged: dict[tuple, list[Split]] = defaultdict(list)
     for s in splits:
@@ -224,7 +226,7 @@ def env_findings(facts_by_rank: Mapping[int, EnvFacts],
             flagged[(s.severity, frozenset(frozenset(r) for _, r in s.groups))].append(s)
     findings = [_finding(group, hostnames) for group in flagged.values()]
     if not findings:
-        findings.append(_agree(ranks, splits))
+        findings.append(_agree(ranks, splits, hostnames))
     return findings
 
 
@@ -242,9 +244,12 @@ def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
     return Finding(ENV_MISMATCH, head.severity, nodes, summary, evidence, fix_for(head))
 
 
-def _agree(ranks: tuple[int, ...], splits: list[Split]) -> Finding:
+def _agree(ranks: tuple[int, ...], splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
     info = [s.key for s in splits if s.severity == INFO]
-    summary = f"{len(ranks)} nodes agree on {len(splits) - len(info)} environment keys"
+    count = hosts(ranks, hostnames)
+    who = (f"{count} nodes" + (f" ({len(ranks)} ranks)" if len(ranks) > count else "")) if count > 1 else \
+        f"the {len(ranks)} ranks on {node_names(ranks, hostnames)}"
+    summary = f"{who} agree on {len(splits) - len(info)} environment keys"
     if info:
         summary += f"; {len(info)} more differ as expected per node"
     return Finding(ENV_MISMATCH, PASS, ranks, summary,
@@ -262,15 +267,15 @@ def sentence(split: Split, hostnames: Mapping[int, str]) -> str:
     """The finding's summary, e.g. "node3 has torch.version 2.13.0; the other 7 have 2.14.1",
     or with no majority "torch.version differs on every node: node0 has 2.13.0, ..."."""
     if split.majority is None:
-        parts = [f"{_names(r, hostnames)} {_has(r)} {_show(split.key, v, True)}"
+        parts = [f"{_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, True)}"
                  for v, r in split.groups]
-        if all(len(r) == 1 for _, r in split.groups):
+        if all(hosts(r, hostnames) == 1 for _, r in split.groups):
             return f"{split.key} differs on every node: " + ", ".join(parts)
         return f"{split.key} splits the nodes with no majority: " + "; ".join(parts)
     odd = [(v, r) for v, r in split.groups if v != split.majority]
-    parts = [f"{_names(r, hostnames)} {_has(r)} {_show(split.key, v, i > 0)}"
+    parts = [f"{_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, i > 0)}"
              for i, (v, r) in enumerate(odd)]
-    others = len(split.groups[0][1])
+    others = hosts(split.groups[0][1], hostnames)
     text = f"{', '.join(parts)}; the other {others} have {_show(split.key, split.majority, True)}"
     if _is_version_key(split.key) and all(
             version_change(v, split.majority) == "build" for v, _ in odd):
@@ -295,8 +300,8 @@ def _short(value: str) -> str:
     return value if len(value) <= SUMMARY_VALUE_CHARS else value[:SUMMARY_VALUE_CHARS - 1] + "…"
 
 
-def _has(ranks: tuple[int, ...]) -> str:
-    return "has" if len(ranks) == 1 else "have"
+def _has(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
+    return "has" if hosts(ranks, hostnames) == 1 else "have"
 
 
 def _names(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
@@ -320,7 +325,7 @@ def env_differences(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[in
     Without verbose, a per-node key with no majority (GPU UUIDs, CPU models) is one row
     saying so, not one row per node.
     """
-    total = len(facts_by_rank)
+    total = hosts(facts_by_rank, hostnames)
     rows: list[EnvRow] = []
     for s in compare(facts_by_rank):
         if s.severity == SAME:
@@ -335,7 +340,7 @@ def env_differences(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[in
 
 
 def _row(s: Split, value: str, ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> EnvRow:
-    nodes = f"the other {len(ranks)}" if value == s.majority else _names(ranks, hostnames)
+    nodes = f"the other {hosts(ranks, hostnames)}" if value == s.majority else _names(ranks, hostnames)
     return EnvRow(s.key, value, ranks, nodes, s.severity)
 
 
@@ -352,53 +357,70 @@ class _Shm:
     severity: str
     name: str
     summary: str        # the finding's summary when this node is the only one
-    line: str           # its evidence line
+    line: str           # its evidence line, after the node's name
     warn_below: int     # bytes recommended (0: no GPUs, or the size is unknown)
+    gpus: int = 0
 
 
 def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
                  hostnames: Mapping[int, str]) -> list[Finding]:
-    """host.shm: /dev/shm too small for the GPUs on a node; one finding per severity."""
+    """host.shm: /dev/shm too small for the GPUs on a node; one finding per severity, a line
+    per node (torchrun's ranks of one host share its /dev/shm)."""
     verdicts = {r: _shm_verdict(f.values, hostnames.get(r) or f"rank {r}")
                 for r, f in sorted(facts_by_rank.items())}
+    names = {r: v.name for r, v in verdicts.items()}
     findings = []
     for severity in (FAIL, WARN):
-        nodes = [v for v in verdicts.values() if v.severity == severity]
-        if nodes:
-            ranks = tuple(r for r, v in verdicts.items() if v.severity == severity)
-            findings.append(_shm_finding(severity, ranks, nodes))
+        ranks = tuple(r for r, v in verdicts.items() if v.severity == severity)
+        if ranks:
+            findings.append(_shm_finding(severity, ranks, verdicts, names))
     if not findings and verdicts:
-        findings.append(Finding(HOST_SHM, PASS, tuple(verdicts),
-                                "/dev/shm is large enough for the GPUs on every node",
-                                tuple(v.line for v in verdicts.values())))
+        findings.append(Finding(HOST_SHM, PASS, tuple(verdicts), _shm_pass(verdicts, names),
+                                per_node(((r, v.line) for r, v in verdicts.items()), names)))
     return findings
+
+
+def _shm_pass(verdicts: dict[int, _Shm], names: dict[int, str]) -> str:
+    """What a pass covers: the nodes with GPUs, and those without (NCCL's SHM transport is
+    between GPUs: a node without one does not use it)."""
+    with_gpus = [r for r, v in verdicts.items() if v.gpus]
+    without = [r for r in verdicts if r not in with_gpus]
+    if not with_gpus:
+        where = every_node(verdicts, names)
+        return ("no node has GPUs" if where == "every node" else f"{where} has no GPUs") + \
+            ": NCCL's shared-memory transport is not used, whatever the size of /dev/shm"
+    summary = f"/dev/shm is large enough for the GPUs on {every_node(with_gpus, names)}" if not without else \
+        f"/dev/shm is large enough for the GPUs on {node_names(with_gpus, names)}"
+    return summary + (f"; {node_names(without, names)} {'has' if hosts(without, names) == 1 else 'have'} no GPUs"
+                      if without else "")
 
 
 def _shm_verdict(values: Mapping[str, str], name: str) -> _Shm:
     gpus, shm = _count(values.get("gpu.count")) or 0, _count(values.get("shm.bytes"))
     if gpus == 0:
-        return _Shm(PASS, name, "", f"{name}: no GPUs, NCCL's shared memory is not needed", 0)
+        return _Shm(PASS, name, "", "no GPUs, NCCL's shared memory is not needed", 0)
     if shm is None:
         reading = values.get("shm.bytes", "not recorded")
         return _Shm(WARN, name, f"the size of /dev/shm on {name} is unknown ({reading})",
-                    f"{name}: /dev/shm {reading}", 0)
+                    f"/dev/shm {reading}", 0, gpus)
     fail_below, warn_below = shm_thresholds(gpus)
     severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
     have, need, floor = human_bytes(shm), human_bytes(warn_below), human_bytes(fail_below)
     return _Shm(severity, name,
                 f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
                 f"(fails below {floor})",
-                f"{name}: /dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
-                warn_below)
+                f"/dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
+                warn_below, gpus)
 
 
-def _shm_finding(severity: str, ranks: tuple[int, ...], nodes: list[_Shm]) -> Finding:
+def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts: dict[int, _Shm], names: dict[int, str]) -> Finding:
+    nodes = [verdicts[r] for r in ranks]
     unknown = "" if all(n.warn_below for n in nodes) else " or of unknown size"
-    summary = nodes[0].summary if len(nodes) == 1 else (
-        f"/dev/shm is too small for NCCL{unknown} on {len(nodes)} nodes: "
-        f"{', '.join(n.name for n in nodes)}")
+    count = hosts(ranks, names)
+    summary = nodes[0].summary if count == 1 else (
+        f"/dev/shm is too small for NCCL{unknown} on {count} nodes: {node_names(ranks, names)}")
     size = max(1, -(-max(n.warn_below for n in nodes) // SHM_WARN_FLOOR_BYTES))   # GiB, rounded up
-    return Finding(HOST_SHM, severity, ranks, summary, tuple(n.line for n in nodes),
+    return Finding(HOST_SHM, severity, ranks, summary, per_node(((r, verdicts[r].line) for r in ranks), names),
                    f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
                    "an emptyDir with medium: Memory mounted at /dev/shm; a host: mount -o "
                    f"remount,size={size}G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "

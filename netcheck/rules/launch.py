@@ -15,6 +15,7 @@ from collections import defaultdict
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts
 from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.rules.pernode import ranks_note
 from netcheck.rules.registry import (
     LAUNCH_CROWDED, LAUNCH_DEVICE, LAUNCH_NNODES, LAUNCH_NPROC, LAUNCH_SHARED_GPU, LAUNCH_TOPOLOGY,
     LAUNCH_TORCHRUN,
@@ -130,10 +131,15 @@ def _disagreement(processes, view, what: str, fix: str, kind: str) -> Finding:
     views = split({i: view(f) for i, (_, f) in enumerate(processes)})
     odd = [processes[i] for i in views.odd]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
+    # A line per host and view: torchrun's ranks of one host see one launcher.
+    lines: dict[tuple[str, str], list[int]] = {}
+    for rank, f in processes:
+        lines.setdefault((f.hostname, view(f)), []).append(rank)
     return Finding(LAUNCH_TOPOLOGY, FAIL, _ranks(odd),
-                   f"nodes disagree about {what}: {', '.join(f.hostname for _, f in odd)} say "
+                   f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
-                   tuple(f"{f.hostname}: {view(f)}" for _, f in processes), fix, kind)
+                   tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
+                         for (host, seen), ranks in lines.items()), fix, kind)
 
 
 def visible_devices(facts: NodeFacts) -> int | None:

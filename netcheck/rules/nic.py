@@ -19,6 +19,9 @@ from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
+from netcheck.rules.pernode import (
+    every_node, hosts, name_of, node_names, pairs_note, per_node, per_pair, ranks_note, same_node,
+)
 from netcheck.rules.registry import (
     MESH_BLACKHOLE, MESH_CONNECT, NIC_GLOO_DEFAULT, NIC_IB, NIC_MTU, NIC_NCCL_DEFAULT, NIC_ROUTE, NIC_SPEED,
     NIC_TP_DEFAULT, ROUTE_UNSAFE_NAME,
@@ -44,9 +47,11 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
     peers died first) is left out: there is no evidence either way, and the rules that
     need proof skip it rather than fail it.
     """
-    # A node that reaches no peer proves nothing about the peers it tried.
-    _, isolated = cut_off_nodes(*_directions(attempts))
-    witnessed = [a for a in attempts if a.src not in isolated]
+    # A node that reaches no peer proves nothing about the peers it tried; nor does a path
+    # between two ranks of one host (torchrun's workers): it never leaves the host.
+    names = hostnames(members)
+    _, isolated = cut_off_nodes(*_directions(attempts), names)
+    witnessed = [a for a in attempts if a.src not in isolated and not same_node(names, a.src, a.dst)]
     tried, reached = defaultdict(set), defaultdict(set)
     for a in witnessed:
         tried[(a.dst, a.ifname)].add(a.src)
@@ -72,25 +77,40 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> l
     broken = _broken_directions(attempts)
     directions = {(a.src, a.dst) for a in attempts}
     if broken:
-        unreachable, isolated = cut_off_nodes(*_directions(attempts))
+        unreachable, isolated = cut_off_nodes(*_directions(attempts), names)
         ranks = _at_fault(unreachable | isolated, set(broken))
-        summary = f"{len(broken)} of {len(directions)} node-to-node directions connect on no interface"
+        summary = f"{_counted(names, set(broken), directions)} connect on no interface"
         if unreachable:
-            summary += f"; no peer reaches {_names(names, unreachable)}"
+            summary += f"; no peer reaches {node_names(sorted(unreachable), names)}"
         if isolated:
-            summary += f"; {_names(names, isolated)} reach(es) no peer"
-        evidence = tuple(f"{names.get(s, s)} -> {names.get(d, d)}: " + "; ".join(
-            f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries)
-            for (s, d), tries in sorted(broken.items()))
+            summary += f"; {node_names(sorted(isolated), names)} reach(es) no peer"
+        evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
+                             for (s, d), tries in sorted(broken.items())), names)
         return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
-    summary = f"all {len(directions)} node-to-node directions connect"
+    summary = f"all {_counted(names, directions, directions, every=True)} connect"
     if frames := [a.transfer.trials[0].frame for a in attempts if a.outcome == "ok" and a.transfer]:
         summary += f" and echo full-size frames (up to {max(frames)} bytes)"
     if rtts:
         summary += f"; median connect {median(rtts):.2f} ms"
     return [Finding(MESH_CONNECT, PASS, tuple(sorted(names)), summary, idle)]
+
+
+def _counted(names: dict[int, str], some: set[tuple[int, int]], tried: set[tuple[int, int]],
+             every: bool = False) -> str:
+    """`1 of 2 node-to-node directions`, counted between nodes (a path between two ranks of one
+    host never leaves it), with the rank pairs where nodes run several ranks (torchrun)."""
+    def between(pairs):
+        return {(name_of(names, s), name_of(names, d)) for s, d in pairs if not same_node(names, s, d)}
+
+    nodes, of = between(some), between(tried)
+    if not of:   # one host's ranks only: no path between nodes was tested
+        return f"{len(some)} direction(s) between ranks on {node_names(sorted({r for p in tried for r in p}), names)}"
+    counted = f"{len(nodes)} node-to-node directions" if every else \
+        f"{len(nodes)} of {len(of)} node-to-node directions"
+    pairs = [p for p in some if not same_node(names, *p)]
+    return counted + (f" ({len(pairs)} rank pairs)" if len(pairs) > len(nodes) else "")
 
 
 def _broken_directions(attempts: tuple[Attempt, ...]) -> dict[tuple[int, int], list[Attempt]]:
@@ -123,29 +143,42 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
     if not holes:
         return []
     lossy = {(a.src, a.dst) for a in holes}
-    unreachable, isolated = cut_off_nodes({(a.src, a.dst) for a in attempts if a.connected}, lossy)
+    unreachable, isolated = cut_off_nodes({(a.src, a.dst) for a in attempts if a.connected}, lossy, names)
     blamed = unreachable | isolated
     ranks = _at_fault(blamed, lossy)
     full = max(a.transfer.trials[0].frame for a in holes)
     passed = min(passed_frame(a.transfer) for a in holes)
-    where = (f"at {_names(names, blamed)}" if blamed else "between " + ", ".join(
-        f"{names.get(s, s)} and {names.get(d, d)}" for s, d in sorted({tuple(sorted(p)) for p in lossy})))
-    summary = (f"path-MTU blackhole {where}: {len(holes)} path(s) connect and carry small messages, but "
+    where = (f"at {_names(names, blamed)}" if blamed else "between " + ", ".join(dict.fromkeys(
+        f"{name_of(names, s)} and {name_of(names, d)}" for s, d in sorted({tuple(sorted(p)) for p in lossy}))))
+    shown = _hole_lines(names, holes)
+    summary = (f"path-MTU blackhole {where}: {len(shown)} path(s) connect and carry small messages, but "
                f"full-size frames ({full} bytes) vanish; " + (f"{passed}-byte frames pass" if passed else
                                                              "smaller frames too"))
     return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary,
-                    tuple(_hole_text(names, a) for a in holes), _blackhole_fix(names, holes, blamed or ranks,
+                    shown, _blackhole_fix(names, holes, blamed or ranks,
                                                                               bool(blamed), full, passed),
                     MESH_BLACKHOLE)]
 
 
-def _hole_text(names: dict[int, str], a: Attempt) -> str:
-    t = a.transfer
-    passed = passed_frame(t)
-    return (f"{names.get(a.src, a.src)} (rank {a.src}) {a.src_ifname or '?'} mtu {t.src_mtu or '?'} -> "
-            f"{names.get(a.dst, a.dst)} (rank {a.dst}) {a.ifname} {a.address} mtu {t.dst_mtu or '?'}: "
-            f"{t.trials[0].frame}-byte frames lost, " + (f"{passed}-byte frames passed" if passed else
-                                                        "only the greeting passed"))
+def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:
+    """A line per lossy path between two nodes, the ranks that found it alike listed together."""
+    groups: dict[tuple, tuple[list[int], list[int]]] = {}
+    for a in holes:
+        t = a.transfer
+        path = (name_of(names, a.src), a.src_ifname or "?", t.src_mtu or "?", name_of(names, a.dst), a.ifname,
+                a.address, t.dst_mtu or "?", t.trials[0].frame, passed_frame(t))
+        srcs, dsts = groups.setdefault(path, ([], []))
+        srcs.append(a.src)
+        dsts.append(a.dst)
+    return tuple(f"{src} ({_ranks(srcs)}) {sif} mtu {smtu} -> {dst} ({_ranks(dsts)}) {dif} {addr} mtu {dmtu}: "
+                 f"{frame}-byte frames lost, " + (f"{passed}-byte frames passed" if passed else
+                                                  "only the greeting passed")
+                 for (src, sif, smtu, dst, dif, addr, dmtu, frame, passed), (srcs, dsts) in groups.items())
+
+
+def _ranks(ranks: list[int]) -> str:
+    distinct = sorted(set(ranks))
+    return f"rank {distinct[0]}" if len(distinct) == 1 else "ranks " + ", ".join(map(str, distinct))
 
 
 def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int], one_link: bool,
@@ -155,7 +188,8 @@ def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int],
     ends = sorted({(a.src, _pasteable(a.src_ifname)) for a in holes if a.src in fixed}
                   | {(a.dst, _pasteable(a.ifname)) for a in holes if a.dst in fixed})
     mtu = str(passed) if passed else "MTU"
-    commands = "; ".join(f"on {names.get(r, r)}: ip link set dev {ifname} mtu {mtu}" for r, ifname in ends)
+    commands = "; ".join(dict.fromkeys(f"on {name_of(names, r)}: ip link set dev {ifname} mtu {mtu}"
+                                       for r, ifname in ends))
     measure = "" if passed else (", MTU being the path's (find it with ping -M do -s SIZE PEER: the "
                                  "largest SIZE that answers, plus 28)")
     where = f"the switch port of {_names(names, fixed)}" if one_link else "the switch ports between these nodes"
@@ -183,40 +217,55 @@ def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> Flagg
     """The paths behind a failing mesh.connect: those that lose full-size frames, then those
     of directions that connect on no interface (an address that is this node's own, like
     docker0's, aside: it never was a path)."""
-    holes = [a for a in attempts if a.outcome == "blackhole"]
-    broken = [a for tries in _broken_directions(attempts).values() for a in tries if a.outcome != "local"]
-    unreachable, isolated = cut_off_nodes(*_directions(attempts))
-    return FlaggedPaths(len(holes), tuple(_path_text(names, a) for a in (holes + broken)[:MESH_FLAGGED_TOLD]),
+    # A line per path between two nodes: torchrun's ranks of one host find the same paths.
+    holes = list(dict.fromkeys(_path_text(names, a) for a in attempts if a.outcome == "blackhole"))
+    broken = [_path_text(names, a) for tries in _broken_directions(attempts).values() for a in tries
+              if a.outcome != "local"]
+    unreachable, isolated = cut_off_nodes(*_directions(attempts), names)
+    return FlaggedPaths(len(holes), tuple(dict.fromkeys(holes + broken))[:MESH_FLAGGED_TOLD],
                         tuple(sorted(unreachable | isolated)))
 
 
 def _path_text(names: dict[int, str], a: Attempt) -> str:
-    return f"{names.get(a.src, a.src)} -> {names.get(a.dst, a.dst)} {a.ifname} ({a.address}): {a.outcome}"
+    return f"{name_of(names, a.src)} -> {name_of(names, a.dst)} {a.ifname} ({a.address}): {a.outcome}"
 
 
-def cut_off_nodes(tried: set[tuple[int, int]], broken: set[tuple[int, int]]) -> tuple[set[int], set[int]]:
-    """(nodes no peer reaches, nodes that reach no peer), each judged only where at least two
-    peers tried: with one, a broken direction says nothing about which end is at fault."""
+def cut_off_nodes(tried: set[tuple[int, int]], broken: set[tuple[int, int]],
+                  names: dict[int, str] | None = None) -> tuple[set[int], set[int]]:
+    """(nodes no peer reaches, nodes that reach no peer), each judged only where peers on at
+    least two other nodes tried: with one, a broken direction says nothing about which end is
+    at fault. A path between two ranks of one host (`names`: torchrun's workers) never leaves
+    it, so it neither clears nor blames either."""
+    names = names or {}
     into, out_of = defaultdict(set), defaultdict(set)
     for src, dst in tried:
-        into[dst].add(src)
-        out_of[src].add(dst)
-    unreachable = {d for d, srcs in into.items() if len(srcs) >= 2 and all((s, d) in broken for s in srcs)}
-    isolated = {s for s, dsts in out_of.items() if len(dsts) >= 2 and all((s, d) in broken for d in dsts)}
+        if not same_node(names, src, dst):
+            into[dst].add(src)
+            out_of[src].add(dst)
+    unreachable = {d for d, srcs in into.items()
+                   if hosts(srcs, names) >= 2 and all((s, d) in broken for s in srcs)}
+    isolated = {s for s, dsts in out_of.items()
+                if hosts(dsts, names) >= 2 and all((s, d) in broken for d in dsts)}
     return unreachable, isolated
 
 
 def _names(names: dict[int, str], ranks: set[int]) -> str:
-    return ", ".join(names.get(r, str(r)) for r in sorted(ranks))
+    return node_names(sorted(ranks), names)
 
 
 def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
-    """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0)."""
+    """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0), a
+    line per node and interface (a rank's sibling on its host proves nothing)."""
     outcomes = defaultdict(set)
     for a in attempts:
-        outcomes[(a.dst, a.ifname)].add(a.outcome)
-    return tuple(f"{names.get(d, d)} {ifname} carries nothing between nodes: {', '.join(sorted(o))}"
-                 for (d, ifname), o in sorted(outcomes.items()) if not o & set(CONNECTED))
+        if not same_node(names, a.src, a.dst):
+            outcomes[(a.dst, a.ifname)].add(a.outcome)
+    lines: dict[tuple[str, str, str], list[int]] = {}
+    for (d, ifname), seen in sorted(outcomes.items()):
+        if not seen & set(CONNECTED):
+            lines.setdefault((name_of(names, d), ifname, ", ".join(sorted(seen))), []).append(d)
+    return tuple(f"{host}{ranks_note(ranks)} {ifname} carries nothing between nodes: {seen}"
+                 for (host, ifname, seen), ranks in lines.items())
 
 
 def route_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
@@ -240,8 +289,8 @@ def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str
     return [Finding(NIC_ROUTE, FAIL, tuple(unsafe),
                     f"interface names no *_SOCKET_IFNAME can safely hold on {_names(names, set(unsafe))}: "
                     "left out of the exports",
-                    tuple(f"{names.get(r, r)}: {n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-"
-                          for r, bad in unsafe.items() for n in bad),
+                    per_node(((r, f"{n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-")
+                              for r, bad in unsafe.items() for n in bad), names),
                     "rename the interface (ip link set dev OLD name NEW); if the node has no such interface, "
                     "what it sent is not netcheck's: take the node out of the job and find what runs there",
                     ROUTE_UNSAFE_NAME)]
@@ -249,30 +298,35 @@ def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str
 
 def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """The *_SOCKET_IFNAME each node was given, against its interfaces: a fail, else a warning
-    for shared subnets, else a pass with the routes the mesh used."""
+    for shared subnets, else a pass with the routes the mesh used. A line per node: torchrun's
+    ranks of one host share its settings and interfaces."""
+    names = hostnames(members)
     problems = []
     for m in members:
         for var in SETTINGS:
             value = m.facts.socket_env.get(var)
             problem = ifselect.validate_setting(var, value, m.facts.nics) if value else None
             if problem:
-                problems.append((m, f"{m.facts.hostname}: {var}={value}: {problem.reason}"))
+                problems.append((m.rank, f"{var}={value}: {problem.reason}"))
     if problems:
-        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({m.rank for m, _ in problems})),
-                        f"{len(problems)} interface setting(s) do not work on their node",
-                        tuple(text for _, text in problems),
+        lines = per_node(problems, names)
+        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})),
+                        f"{len(lines)} interface setting(s) do not work on their node", lines,
                         "set the variables to interface names that exist on every node; a "
                         "cluster run's export lines name ones that work")]
-    shared = [(m, text) for m in members for text in shared_subnets(m.facts.nics)]
+    shared = [(m.rank, text) for m in members for text in shared_subnets(m.facts.nics)]
     if shared:
-        return [Finding(NIC_ROUTE, WARN, tuple(sorted({m.rank for m, _ in shared})),
+        return [Finding(NIC_ROUTE, WARN, tuple(sorted({r for r, _ in shared})),
                         "two interfaces on one subnet: the kernel may answer from either",
-                        tuple(f"{m.facts.hostname}: {text}" for m, text in shared),
+                        per_node(shared, names),
                         "give each interface its own subnet, or pin the libraries to one of "
                         "them with the exports below (nccl#913)")]
+    where, routes = every_node(names, names), _routes(names, attempts)
+    summary = (f"the interface settings on {where} name interfaces that exist there"
+               if any(var in m.facts.socket_env for m in members for var in SETTINGS) else
+               f"no *_SOCKET_IFNAME is set on {where}: each library picks its own interface")
     return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
-                    "interface settings match every node's interfaces; routes to peers below (-v)",
-                    _routes(members, attempts))]
+                    summary + ("; routes to peers below (-v)" if routes else ""), routes)]
 
 
 def shared_subnets(table) -> list[str]:
@@ -286,30 +340,31 @@ def shared_subnets(table) -> list[str]:
     return [f"{', '.join(names)} on {net}" for net, names in by_net.items() if len(set(names)) > 1]
 
 
-def _routes(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
-    names = hostnames(members)
-    used = sorted({(a.src, a.src_ifname, a.dst, a.ifname) for a in attempts
-                   if a.connected and a.src in names})
-    return tuple(f"{names[s]} {si} -> {names.get(d, f'rank {d}')} {di}" for s, si, d, di in used)
+def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
+    """The interfaces the kernel used toward each peer node, a line per node pair and route."""
+    used: dict[tuple[str, str | None, str, str], set[tuple[int, int]]] = {}
+    for a in sorted(attempts, key=lambda a: (a.src, a.dst)):
+        if a.connected and a.src in names and not same_node(names, a.src, a.dst):
+            used.setdefault((names[a.src], a.src_ifname, name_of(names, a.dst), a.ifname), set()).add((a.src, a.dst))
+    return tuple(f"{src} {si} -> {dst} {di}{pairs_note(pairs)}" for (src, si, dst, di), pairs in used.items())
 
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
     choices = [(m, ifselect.nccl_choice(m.facts.nics, m.facts.socket_env)) for m in members]
     return _library_finding(
-        NIC_NCCL_DEFAULT, FAIL, members, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
+        NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
-        "peer: a cluster run's export lines name one", "NCCL's interface choice works on every node",
-        tuple(f"{m.facts.hostname}: {c.reason}" for m, c in choices))
+        "peer: a cluster run's export lines name one", "NCCL's interface choice",
+        per_node(((m.rank, c.reason) for m, c in choices), hostnames(members)))
 
 
 def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
     picked = [p.name for p in choice.interfaces]
     if choice.bootstrap is None:
-        return f"{m.facts.hostname}: NCCL finds no socket interface ({choice.reason})"
+        return f"NCCL finds no socket interface ({choice.reason})"
     if dead := _unproven(proven, m.rank, picked):
-        return (f"{m.facts.hostname}: NCCL would use {', '.join(picked)}; {', '.join(dead)} reaches no "
-                f"peer ({choice.reason})")
+        return f"NCCL would use {', '.join(picked)}; {_reaches_none(dead)} ({choice.reason})"
     return None
 
 
@@ -317,14 +372,16 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
     def trouble(m: Member) -> str | None:
         choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
-        bad = any(d.error or d.loopback or _unproven(proven, m.rank, [d.interface]) for d in choice.devices)
-        return f"{m.facts.hostname}: {choice.reason}" if bad else None
+        dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
+        if any(d.error or d.loopback for d in choice.devices):
+            return choice.reason
+        return f"{choice.reason}; {_reaches_none(dead)}" if dead else None
 
     return _library_finding(
-        NIC_GLOO_DEFAULT, FAIL, members, [(m, trouble(m)) for m in members],
+        NIC_GLOO_DEFAULT, FAIL, members, proven, [(m, trouble(m)) for m in members],
         "gloo would use an address peers cannot reach", "set GLOO_SOCKET_IFNAME to an interface that "
         "reaches every peer (a cluster run's export lines name one per node), or fix /etc/hosts so the "
-        "hostname resolves to the node's real address, not 127.0.1.1", "gloo's address works on every node")
+        "hostname resolves to the node's real address, not 127.0.1.1", "gloo's address")
 
 
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
@@ -332,16 +389,18 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
     uses it, not DDP or FSDP, so a bad one warns."""
     def trouble(m: Member) -> str | None:
         choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        said = f"{choice.interface or '?'} ({choice.address}): {choice.reason}"
         # TensorPipe's silent fallback is loopback too.
-        bad = choice.loopback or _unproven(proven, m.rank, [choice.interface])
-        return f"{m.facts.hostname}: {choice.interface or '?'} ({choice.address}): {choice.reason}" \
-            if bad else None
+        if choice.loopback:
+            return said
+        dead = _unproven(proven, m.rank, [choice.interface])
+        return f"{said}; {_reaches_none(dead)}" if dead else None
 
     return _library_finding(
-        NIC_TP_DEFAULT, WARN, members, [(m, trouble(m)) for m in members],
+        NIC_TP_DEFAULT, WARN, members, proven, [(m, trouble(m)) for m in members],
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
-        "lines name one per node)", "TensorPipe's address works on every node")
+        "lines name one per node)", "TensorPipe's address")
 
 
 def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | None]) -> list[str | None]:
@@ -351,15 +410,25 @@ def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | 
     return [n for n in names if n not in proven[rank]]
 
 
-def _library_finding(check: str, severity: str, members: tuple[Member, ...],
-                     troubles: list[tuple[Member, str | None]], summary: str, fix: str, passed: str,
+def _reaches_none(dead: list[str | None]) -> str:
+    return f"{', '.join(n or '?' for n in dead)} reach{'es' if len(dead) == 1 else ''} no peer"
+
+
+def _library_finding(check: str, severity: str, members: tuple[Member, ...], proven: dict[int, list[str]] | None,
+                     troubles: list[tuple[Member, str | None]], summary: str, fix: str, subject: str,
                      passed_evidence: tuple[str, ...] = ()) -> list[Finding]:
-    """One library's choice judged node by node: the nodes with trouble, else a pass."""
-    bad = [(m, text) for m, text in troubles if text]
-    if not bad:
-        return [Finding(check, PASS, tuple(m.rank for m in members), passed, passed_evidence)]
-    return [Finding(check, severity, tuple(m.rank for m, _ in bad),
-                    f"{summary} on {', '.join(m.facts.hostname for m, _ in bad)}", tuple(t for _, t in bad), fix)]
+    """One library's choice judged node by node: the nodes with trouble (a line per node), else
+    a pass that says whether the mesh tested the choice or only this node's tables were read."""
+    names = hostnames(members)
+    bad = [(m.rank, text) for m, text in troubles if text]
+    if bad:
+        return [Finding(check, severity, tuple(r for r, _ in bad),
+                        f"{summary} on {node_names((r for r, _ in bad), names)}", per_node(bad, names), fix)]
+    where = every_node(names, names)
+    tested = proven is not None and all(m.rank in proven for m in members)
+    passed = f"{subject} works on {where}" if tested else \
+        f"{subject} looks usable on {where} (not tested against peers here)"
+    return [Finding(check, PASS, tuple(m.rank for m in members), passed, passed_evidence)]
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -372,7 +441,9 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
         if a.connected and src and dst and src.mtu != dst.mtu:
             pairs.add(tuple(sorted([(names[a.src], src.name, src.mtu), (names[a.dst], dst.name, dst.mtu)])))
     if not pairs:
-        holes = sum(a.outcome == "blackhole" for a in attempts)
+        # A path between two nodes, however many of their ranks found it (torchrun).
+        holes = len({(names.get(a.src), a.src_ifname, names.get(a.dst), a.ifname)
+                     for a in attempts if a.outcome == "blackhole"})
         # Agreeing ends prove nothing about a switch port between them: say so where the mesh found one.
         return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU" + (
             f"; {holes} path(s) between them carry less: see mesh.connect" if holes else ""))]
@@ -392,25 +463,42 @@ def _odd_nodes(members: tuple[Member, ...], mtu_by_iface: dict[tuple[str, str], 
 
 
 def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) -> list[Finding]:
-    """Link speed of the interfaces each node uses: one slow node paces every collective."""
-    speeds = {m.rank: used_speed(m, proven[m.rank]) for m in members if m.rank in proven}
-    known = {r: s for r, s in speeds.items() if s is not None}
+    """Link speed of the interfaces each node uses: one slow node paces every collective. A
+    node with no proven interface is mesh.connect's to name: its speed says nothing here."""
     names = hostnames(members)
-    def line(r: int) -> str:
-        return f"{names[r]}: {f'{speeds[r]} Mb/s' if speeds[r] else 'unknown'}"
+    speeds = {m.rank: used_speed(m, proven[m.rank]) for m in members if proven.get(m.rank)}
+    known = {r: s for r, s in speeds.items() if s is not None}
+    unproven = per_node(((m.rank, "no path proven, so no link to rate (see mesh.connect)")
+                         for m in members if m.rank in proven and not proven[m.rank]), names)
 
-    evidence = tuple(line(r) for r in sorted(speeds))
+    def lines(ranks) -> tuple[str, ...]:
+        return per_node(((r, f"{speeds[r]} Mb/s" if speeds[r] else "speed unknown") for r in ranks), names)
+
+    if not speeds:
+        return []   # nothing proven: no link to judge, and no pass
     if not known:
         return [Finding(NIC_SPEED, PASS, tuple(speeds), "link speeds are not reported (virtual "
-                        "interfaces); the bandwidth phase measures them", evidence)]
+                        "interfaces); the bandwidth phase measures them", lines(sorted(speeds)) + unproven)]
     fastest = max(known.values())
-    slow = tuple(r for r, s in speeds.items() if s is None or s < fastest)
-    if not slow:
-        return [Finding(NIC_SPEED, PASS, tuple(names), f"every node's link runs at {fastest} Mb/s", evidence)]
-    slow_first = tuple(line(r) for r in sorted(speeds, key=lambda r: (r not in slow, r)))
-    return [Finding(NIC_SPEED, WARN, slow, f"{', '.join(names[r] for r in slow)}: link slower than "
-                    f"its peers' {fastest} Mb/s, or unknown", slow_first,
+    slower = [r for r, s in sorted(speeds.items()) if s is not None and s < fastest]
+    unknown = [r for r, s in sorted(speeds.items()) if s is None]
+    if not slower and not unknown:
+        return [Finding(NIC_SPEED, PASS, tuple(speeds), f"{_all_at(names, speeds)} {fastest} Mb/s",
+                        lines(sorted(speeds)) + unproven)]
+    said = []
+    if slower:
+        said.append(f"{node_names(slower, names)}: link slower than its peers' {fastest} Mb/s")
+    if unknown:
+        said.append(f"{node_names(unknown, names)}: link speed not reported, beside peers at {fastest} Mb/s")
+    odd = slower + unknown
+    return [Finding(NIC_SPEED, WARN, tuple(sorted(odd)), "; ".join(said),
+                    lines(sorted(speeds, key=lambda r: (r not in odd, r))) + unproven,
                     "check cabling, autonegotiation (ethtool IF) and the switch port")]
+
+
+def _all_at(names: dict[int, str], speeds: dict[int, int | None]) -> str:
+    where = every_node(speeds, names)
+    return f"{where}'s link runs at" if where != "every node" else "every node's link runs at"
 
 
 def used_speed(m: Member, names) -> int | None:
@@ -423,25 +511,32 @@ def used_speed(m: Member, names) -> int | None:
 def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
     """HCA ports that are not ACTIVE, and nodes whose active HCA ports differ from the rest."""
     names = hostnames(members)
-    down = [(m, p) for m in members for p in m.facts.nics.ib_ports if p.state != "ACTIVE"]
+    down = [(m.rank, f"{p.device} port {p.port}: {p.state}") for m in members
+            for p in m.facts.nics.ib_ports if p.state != "ACTIVE"]
     active = {m.rank: sorted((p.link_layer, p.rate) for p in m.facts.nics.ib_ports if p.state == "ACTIVE")
               for m in members}
     findings = []
     if down:
-        findings.append(Finding(NIC_IB, FAIL, tuple(sorted({m.rank for m, _ in down})),
-                                f"{len(down)} InfiniBand port(s) not active",
-                                tuple(f"{names[m.rank]} {p.device} port {p.port}: {p.state}" for m, p in down),
+        lines = per_node(down, names)   # a line per port: a host's ranks share its HCAs
+        findings.append(Finding(NIC_IB, FAIL, tuple(sorted({r for r, _ in down})),
+                                f"{len(lines)} InfiniBand port(s) not active", lines,
                                 "check the cable and the subnet manager (ibstat), or exclude the HCA "
                                 "with NCCL_IB_HCA"))
     odd = split({r: tuple(v) for r, v in active.items()}).odd
     if odd:
         findings.append(Finding(NIC_IB, WARN, odd, "nodes have different sets of active InfiniBand "
-                                "ports", tuple(f"{names[r]}: {len(v)} active {v}" for r, v in sorted(active.items())),
+                                "ports", per_node(((r, f"{len(v)} active {v}") for r, v in sorted(active.items())),
+                                                  names),
                                 "uneven HCAs make NCCL fall back or fail: make every node's ports alike"))
     if not findings:
-        count = sum(len(v) for v in active.values())
-        findings.append(Finding(NIC_IB, PASS, tuple(names), f"{count} active InfiniBand port(s), alike "
-                                "on every node" if count else "no InfiniBand ports on any node"))
+        count = sum({names[r]: len(v) for r, v in active.items()}.values())
+        where = every_node(names, names)
+        if where == "every node":
+            summary = f"{count} active InfiniBand port(s), alike on every node" if count else \
+                "no InfiniBand ports on any node"
+        else:
+            summary = f"{count} active InfiniBand port(s) on {where}" if count else f"no InfiniBand ports on {where}"
+        findings.append(Finding(NIC_IB, PASS, tuple(names), summary))
     return findings
 
 
@@ -472,8 +567,8 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
 def _no_recommendation(members: tuple[Member, ...], lists: list[list[str]], proven: dict[int, list[str]]) -> str:
     """Why there are no settings: nodes the mesh proved nothing on, nodes whose proven names fail the rule."""
     stuck = [m for m, names in zip(members, lists) if not names]
-    unproven = [m.facts.hostname for m in stuck if not proven.get(m.rank)]
-    unsafe = [m.facts.hostname for m in stuck if proven.get(m.rank)]
+    unproven = list(dict.fromkeys(m.facts.hostname for m in stuck if not proven.get(m.rank)))
+    unsafe = list(dict.fromkeys(m.facts.hostname for m in stuck if proven.get(m.rank)))
     reasons = []
     if unproven:
         reasons.append(f"nothing proven to reach {', '.join(unproven)} from every peer: see mesh.connect")

@@ -12,6 +12,7 @@ from netcheck.core.model import (
     hostnames,
 )
 from netcheck.core.nictable import address_owners
+from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, LISTEN_FIREWALLED,
@@ -42,7 +43,7 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     resolved = Finding(RDZV_RESOLVE, PASS, ranks,
                        f"{reach.host} resolves to {', '.join(reach.addresses)}")
     evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
-                     for p in reach.probes) + (f"{reach.attempts} attempt(s) over {reach.seconds:.1f} s",)
+                     for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",)
     if reach.outcome == "open":
         return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
     if reach.outcome == "not_store":
@@ -85,11 +86,17 @@ def firewalled_finding(port: int, probes: tuple[Probe, ...]) -> Finding:
 
 def _reach_summary(reach: Reach, endpoint: str) -> str:
     if reach.outcome == "refused":
-        return f"{endpoint} refused the connection for {reach.seconds:.0f} s: nothing listens there"
+        tries = f", {reach.attempts} attempts over {_seconds(reach.seconds)}" if reach.attempts > 1 else ""
+        return f"{endpoint} refused the connection{tries}: nothing listens there"
     if reach.outcome == "filtered":
         waited = max(p.seconds for p in reach.probes if p.outcome == "filtered")
-        return f"{endpoint} is filtered from this node: no answer in {waited:.0f} s"
+        return f"{endpoint} is filtered from this node: no answer in {_seconds(waited)}"
     return f"{endpoint} is unreachable from this node: no route"
+
+
+def _seconds(seconds: float) -> str:
+    """A probe's time as the evidence gives it too: the summary and its evidence say one number."""
+    return f"{seconds:.1f} s"
 
 
 def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
@@ -109,7 +116,7 @@ def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
         return []
     slowest = max(joiners, key=lambda m: m.facts.reach.seconds)
     return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
-                    f"{len(joiners)} node(s) reached {slowest.facts.reach.host}:"
+                    f"{node_count([m.rank for m in joiners], hostnames(joiners))} reached {slowest.facts.reach.host}:"
                     f"{slowest.facts.reach.port}; slowest {slowest.facts.hostname} in "
                     f"{slowest.facts.reach.seconds:.2f} s")]
 
@@ -143,7 +150,8 @@ def join_findings(g: Gathering) -> list[Finding]:
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
-                                f"{len(g.members)} node(s) joined in {g.waited:.1f} s{_coverage(g)}"))
+                                f"{node_count([m.rank for m in g.members], hostnames(g.members))} joined in "
+                                f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
 
 
@@ -232,11 +240,12 @@ def _coverage(g: Gathering) -> str:
 
 def _alone(g: Gathering) -> list[Finding]:
     """Without --nnodes nobody is owed, but a host that heard from no other node has proven
-    nothing about the network: that is no pass."""
+    nothing about the network: that is no pass. Nor is the host at fault (what kept the others
+    away is theirs to say): the finding names no node, so no exclude list names the host."""
     if g.expected is not None or len(g.members) >= ARRIVAL_MIN_NODES:
         return []
-    return [Finding(RDZV_JOIN, FAIL, tuple(m.rank for m in g.members),
-                    f"no other node joined in {g.waited:.0f} s", (),
+    return [Finding(RDZV_JOIN, FAIL, (),
+                    f"no other node joined in the {g.waited:.0f} s the host waited", (),
                     "start netcheck with the same --rdzv on the other nodes (or give --nnodes); "
                     "if they were started, read their reports: rdzv.reach and rdzv.resolve say "
                     "why they could not get here", kind=JOIN_ALONE)]
@@ -266,7 +275,7 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[F
     if not ranks:
         return []
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
-                    f"{', '.join(names.get(r, f'rank {r}') for r in ranks)} stopped answering "
+                    f"{node_names(ranks, names)} stopped answering "
                     f"during the {phase} phase", (),
                     "that node's netcheck died or hung, or the network path to it broke: look "
                     "at that node and its link", kind=lost_in(phase))]
@@ -284,7 +293,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
             bad = _bad_resolution(r.addresses, r.error, own.get(r.rank, set()))
             if bad:
                 problems.update({m.rank, r.rank})
-                evidence.append(f"{hostname[m.rank]} -> {r.name} (rank {r.rank}): {bad}")
+                evidence.append((m.rank, r.rank, r.name, bad))
     if not evidence:
         looked_up = sum(len(m.results.resolutions) for m in members if m.results)
         if not looked_up:
@@ -293,10 +302,23 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
             return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), "every node resolves every other node's FQDN")]
         return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), f"every node resolves the FQDNs it looked up "
                         f"({looked_up}: the host's and a sample of peers', in a cluster this large)")]
+    lines = _lookup_lines(evidence, hostname)
     return [Finding(RDZV_FQDN, FAIL, tuple(sorted(problems)),
-                    f"{len(evidence)} FQDN lookup(s) between nodes fail or point elsewhere",
-                    tuple(evidence), "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
+                    f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
+                    lines, "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
                     "node's FQDN to DNS or /etc/hosts on every node, with its real address")]
+
+
+def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, str]) -> tuple[str, ...]:
+    """`node0 -> node1.example (rank 1): ...`, a line per looking node and name: torchrun's ranks
+    of one host look up the same names alike (their ranks listed where several did)."""
+    groups: dict[tuple[str, str, str], tuple[list[int], set[int]]] = {}
+    for src, dst, name, bad in failed:
+        looked, wanted = groups.setdefault((hostname[src], name, bad), ([], set()))
+        looked.append(src)
+        wanted.add(dst)
+    return tuple(f"{host}{ranks_note(looked)} -> {name} ({'rank' if len(wanted) == 1 else 'ranks'} "
+                 f"{', '.join(map(str, sorted(wanted)))}): {bad}" for (host, name, bad), (looked, wanted) in groups.items())
 
 
 def _own_addresses(m: Member) -> set[str]:
@@ -319,11 +341,16 @@ def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
     if not skewed:
         return [Finding(HOST_CLOCK, PASS, tuple(m.rank for m in members),
                         f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]
+    names = hostnames(members)
+    # A host's ranks read one clock: its closest sample speaks for it.
+    best: dict[str, Member] = {}
+    for m in skewed:
+        if names[m.rank] not in best or m.results.clock.error < best[names[m.rank]].results.clock.error:
+            best[names[m.rank]] = m
     return [Finding(HOST_CLOCK, WARN, tuple(m.rank for m in skewed),
-                    f"{', '.join(m.facts.hostname for m in skewed)}: clock off the host's by more "
-                    f"than {CLOCK_WARN_SECONDS:g} s",
-                    tuple(f"{m.facts.hostname}: {m.results.clock.offset:+.3f} s "
-                          f"(+/- {m.results.clock.error:.3f} s)" for m in skewed),
+                    f"{', '.join(best)}: clock off the host's by more than {CLOCK_WARN_SECONDS:g} s",
+                    tuple(f"{host}: {m.results.clock.offset:+.3f} s (+/- {m.results.clock.error:.3f} s)"
+                          for host, m in best.items()),
                     "run chrony or ntpd against one time source on every node")]
 
 
@@ -336,7 +363,7 @@ def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
     hostname = hostnames(members)
     return [Finding(RDZV_RESOLVE, WARN, odd,
                     "the rendezvous host resolves to different address families across nodes",
-                    tuple(f"{hostname[r]}: {f}" for r, f in sorted(families.items())),
+                    per_node(sorted(families.items()), hostname),
                     "give the host one address family everywhere (use an address, or fix "
                     "/etc/hosts and DNS so every node gets the same answer)")]
 

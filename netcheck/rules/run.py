@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
+from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     MESH_CONNECT, RUN_CLUSTER, RUN_INTERNAL, RUN_SKIPPED, RUN_STOPPED, RUN_TIMEOUT, RUN_TORCH,
     SKIPPED_GOODBYE, SKIPPED_NO_PEER, SKIPPED_PHASE, STOPPED_SIGINT, STOPPED_SIGTERM,
@@ -37,7 +38,7 @@ def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
     """Goodbyes the host had no time left to wait for: not counted as lost nodes."""
     if not names:
         return []
-    return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {', '.join(names.values())} "
+    return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {node_names(names, names)} "
                     "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX, SKIPPED_GOODBYE)]
 
 

@@ -1,0 +1,87 @@
+"""Per node where a person reads per node.
+
+Under torchrun every worker process is a member, seated by its RANK, and a host's ranks share
+its interfaces, routes and /dev/shm: a rule that writes a line per member would say the same
+thing once per rank. These fold such lines into one per node (or node pair), listing the
+ranks. In the other modes a node is one member and nothing folds. Pure: text in, text out.
+
+    per_node([(2, "eth0 reaches no peer"), (3, "eth0 reaches no peer")], {2: "node1", 3: "node1"})
+      ('node1 (ranks 2, 3): eth0 reaches no peer',)
+    per_pair([(0, 2, "filtered"), (1, 3, "filtered")], {0: "node0", 1: "node0", 2: "node1", 3: "node1"})
+      ('node0 -> node1 (ranks 0, 1 -> 2, 3): filtered',)
+    node_names([2, 3], {2: "node1", 3: "node1"})   ->  'node1'
+    node_count([0, 1, 2, 3], names)                ->  '2 node(s) (4 ranks)'
+    every_node([0, 1], {0: "vm", 1: "vm"})         ->  'vm'
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+
+def per_node(lines: Iterable[tuple[int, str]], names: Mapping[int, str]) -> tuple[str, ...]:
+    """`host: text` once per node and text, in the order first seen; `host (ranks 2, 3): text`
+    where several ranks of the node said it."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for rank, text in lines:
+        groups.setdefault((name_of(names, rank), text), []).append(rank)
+    return tuple(f"{host}{ranks_note(ranks)}: {text}" for (host, text), ranks in groups.items())
+
+
+def per_pair(lines: Iterable[tuple[int, int, str]], names: Mapping[int, str]) -> tuple[str, ...]:
+    """`a -> b: text` once per node pair and text; `a -> b (ranks 0, 1 -> 2, 3): text` where
+    several rank pairs between the two nodes said it."""
+    groups: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for src, dst, text in lines:
+        groups.setdefault((name_of(names, src), name_of(names, dst), text), []).append((src, dst))
+    return tuple(f"{a} -> {b}{pairs_note(pairs)}: {text}" for (a, b, text), pairs in groups.items())
+
+
+def node_names(ranks: Iterable[int], names: Mapping[int, str]) -> str:
+    """The nodes of these ranks, each once: `node1`, not `node1, node1`."""
+    return ", ".join(dict.fromkeys(name_of(names, r) for r in ranks))
+
+
+def node_count(ranks: Iterable[int], names: Mapping[int, str]) -> str:
+    """`3 node(s)`; `2 node(s) (4 ranks)` where nodes run several ranks (torchrun)."""
+    ranks = set(ranks)
+    nodes = hosts(ranks, names)
+    return f"{nodes} node(s)" + (f" ({len(ranks)} ranks)" if len(ranks) > nodes else "")
+
+
+def hosts(ranks: Iterable[int], names: Mapping[int, str]) -> int:
+    """How many nodes these ranks run on."""
+    return len({name_of(names, r) for r in ranks})
+
+
+def every_node(ranks: Iterable[int], names: Mapping[int, str]) -> str:
+    """`every node`, or the node's name where there is one node (`netcheck local`, a lone host)."""
+    ranks = list(ranks)
+    return node_names(ranks, names) if hosts(ranks, names) == 1 else "every node"
+
+
+def same_node(names: Mapping[int, str], src: int, dst: int) -> bool:
+    """Two ranks on one host (torchrun's workers): a path between them never leaves it."""
+    return src != dst and src in names and names.get(src) == names.get(dst)
+
+
+def name_of(names: Mapping[int, str], rank: int) -> str:
+    return names.get(rank, f"rank {rank}")
+
+
+def ranks_note(ranks: Iterable[int]) -> str:
+    """` (ranks 2, 3)` where several ranks said it; nothing for one."""
+    distinct = sorted(set(ranks))
+    return f" (ranks {_listed(distinct)})" if len(distinct) > 1 else ""
+
+
+def pairs_note(pairs: Iterable[tuple[int, int]]) -> str:
+    """` (ranks 0, 1 -> 2, 3)` where several rank pairs said it; nothing for one."""
+    pairs = set(pairs)
+    if len(pairs) < 2:
+        return ""
+    return f" (ranks {_listed(sorted({s for s, _ in pairs}))} -> {_listed(sorted({d for _, d in pairs}))})"
+
+
+def _listed(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
