@@ -21,11 +21,12 @@ from netcheck.bandwidth.orchestrate import (
 )
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.sweep import (
-    COLLECTIVES, DTYPES, Budget, add_arguments, bandwidths, choose_backend, count_wrong,
-    make_row, modulus, options_from_args, pair_size, parse_size, plan_stages, ring_sum,
-    round_robin, size_series, stage_budgets,
+    COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
+    choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, plan_stages,
+    ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
-from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Sweep, SweepOptions
+from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, headline
+from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
 from netcheck.bandwidth.worker import Event
 
 
@@ -92,8 +93,12 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
               "all_gather,alltoall", "--dtype", "half", "--backend", "gloo", "--expect-busbw", "2.5",
               "--bw-budget", "4")
     assert o == SweepOptions(1024, 1 << 20, 4, 0, 3, False, ("all_gather", "alltoall"), "float16",
-                             "gloo", 2.5, 4.0)
+                             "gloo", 2.5, 4.0, past_maxbytes=False, iters_by_time=False)
     assert parse("--op", "all").op == tuple(COLLECTIVES)
+    assert parse("--model-params", "7e9").model_params == 7_000_000_000
+    assert parse("--model-params", "70B", "--grad-dtype", "fp32").grad_dtype == "float32"
+    assert parse("--model-params", "1.5T").model_params == 1_500_000_000_000
+    assert parse("-b", "1K").past_maxbytes and not parse("-e", "1G").past_maxbytes
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -108,6 +113,12 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
     (["--expect-busbw", "nan"], "--expect-busbw nan: a positive number"),
     (["--expect-busbw", "0"], "--expect-busbw 0: a positive number"),
     (["--bw-budget", "inf"], "--bw-budget inf: must be more than 0 seconds"),
+    (["--model-params", "0"], "--model-params '0': expected a positive parameter count"),
+    (["--model-params=-7e9"], "--model-params '-7e9': expected a positive parameter count"),
+    (["--model-params", "lots"], "--model-params 'lots': expected a positive parameter count"),
+    (["--model-params", "nan"], "--model-params 'nan': expected a positive parameter count"),
+    (["--grad-dtype", "fp4"], "--grad-dtype 'fp4': one of float32"),
+    (["--model-params", "2e15"], "--model-params '2e15': expected a positive parameter count"),
 ])
 def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
     with pytest.raises(ValueError) as e:
@@ -123,35 +134,85 @@ def test_size_series_steps_like_nccl_tests():
 
 # --- the time budget ---------------------------------------------------------------------------
 
-def run_budgeted(sizes: list[int], seconds: float, latency: float, rate: float) -> tuple[list[int], float]:
-    """The worker's loop against a link of a given latency and rate: (sizes run, time spent)."""
-    budget, ran = Budget(seconds), []
-    for size in sizes:
-        if budget.admits(size):
-            budget.spend(size, latency + size / rate)
-            ran.append(size)
-    return ran, budget.spent
+class Link:
+    """A simulated group: an iteration of `size` takes latency + size / rate, and busbw
+    (here simply size / time) rises toward `rate` as latency stops mattering."""
+
+    def __init__(self, latency: float, rate: float):
+        self.latency, self.rate = latency, rate
+        self.ran: list[tuple[int, int]] = []     # (size, iterations)
+        self.skipped: list[int] = []
+
+    def measure(self, size: int, iters: int) -> Measured:
+        seconds = self.latency + size / self.rate
+        self.ran.append((size, iters))
+        row = Row(size, size // 4, "float32", "sum", seconds * 1e6, size / seconds / 1e9, size / seconds / 1e9, 0)
+        return Measured(row, seconds, seconds * (5 + iters))
+
+    def sweep(self, options: SweepOptions, seconds: float, top: int = 1 << 40) -> "Link":
+        self.budget = Budget(seconds, 1e9, options.warmup_iters)
+        run_sizes(options, 4, top, self.budget, self.measure, self.skipped.append)
+        return self
+
+    def sizes(self) -> list[int]:
+        return [s for s, _ in self.ran]
+
+
+EXPLICIT = SweepOptions(past_maxbytes=False, iters_by_time=False)
 
 
 def test_a_fast_link_runs_every_size():
     sizes = size_series(8, 128 << 20, 2)
-    assert run_budgeted(sizes, 10.0, 1e-4, 10e9)[0] == sizes
+    assert Link(1e-4, 10e9).sweep(EXPLICIT, 10.0).sizes() == sizes
 
 
 def test_a_slow_link_stops_early_inside_the_budget():
     sizes = size_series(8, 128 << 20, 2)
-    ran, spent = run_budgeted(sizes, 2.0, 1e-4, 2.5e6)  # 20 Mbit/s
-    assert spent <= 2.0
-    assert ran == sizes[:len(ran)] and 8 < len(ran) < len(sizes)
-    assert ran[-1] <= 2.0 * 2.5e6  # nothing larger than the budget could carry
+    link = Link(1e-4, 2.5e6).sweep(EXPLICIT, 2.0)  # 20 Mbit/s
+    assert link.budget.spent <= 2.0
+    assert link.sizes() == sizes[:len(link.ran)] and 8 < len(link.ran) < len(sizes)
+    assert link.sizes()[-1] <= 2.0 * 2.5e6  # nothing larger than the budget could carry
+    assert link.skipped == sizes[len(link.ran):]
 
 
 @pytest.mark.parametrize("latency,rate", [(0.0, 1e6), (5e-3, 1e6), (1e-4, 1e9), (2e-2, 1e5)])
-def test_the_budget_is_never_overrun_on_an_affine_link(latency, rate):
+@pytest.mark.parametrize("options", [EXPLICIT, SweepOptions()])
+def test_the_budget_is_never_overrun_on_an_affine_link(latency, rate, options):
     # The first step always runs; from then on extrapolation overestimates an affine cost.
-    sizes = size_series(1024, 1 << 30, 2)
-    _, spent = run_budgeted(sizes, 3.0, latency, rate)
-    assert spent <= max(3.0, latency + 1024 / rate)
+    link = Link(latency, rate).sweep(options, 3.0)
+    first = (latency + 8 / rate) * (options.warmup_iters + options.iters)
+    assert link.budget.spent <= max(3.0, first)
+
+
+def test_without_n_a_long_iteration_gets_fewer_timed_ones_never_below_the_floor():
+    # 100 MB/s: 4 MiB takes 0.042 s an iteration (as predicted from 2 MiB), so 0.5 s holds
+    # 11; 16 MiB takes 0.17 s, 0.5 s holds 2 of them: the floor, 5.
+    link = Link(1e-4, 1e8).sweep(SweepOptions(), 60.0)
+    iters = dict(link.ran)
+    assert iters[8] == iters[1 << 20] == 20 and iters[4 << 20] == 11
+    assert iters[16 << 20] == BW_MIN_ITERS
+    assert all(BW_MIN_ITERS <= i <= 20 for _, i in link.ran)
+    assert Link(1e-4, 1e8).sweep(EXPLICIT, 60.0).ran[-1][1] == 20   # -n keeps its meaning
+
+
+def test_without_e_the_sweep_goes_on_while_busbw_rises_and_stops_at_the_plateau():
+    # Latency 1 ms at 10 GB/s: at 128 MiB the latency is still 7% of an iteration, and busbw
+    # rises past -e's default until a doubling gains under 5%.
+    rising = Link(1e-3, 10e9).sweep(SweepOptions(), 1e6)
+    assert rising.sizes()[-1] > 128 << 20, "the plateau is above -e's default: go on"
+    assert rising.sizes()[-1] <= BW_AUTO_MAXBYTES
+    # The last size measured gained little over the one before (the plateau), the one before did.
+    rows = [s / (1e-3 + s / 10e9) for s in rising.sizes()]
+    assert rows[-1] <= 1.05 * rows[-2] and rows[-2] > 1.05 * rows[-3]
+    # With -e the sweep ends there, as nccl-tests does.
+    assert Link(1e-3, 10e9).sweep(EXPLICIT, 1e6).sizes()[-1] == 128 << 20
+    # A node's memory share caps it, and so does the budget.
+    assert Link(1e-3, 10e9).sweep(SweepOptions(), 1e6, top=256 << 20).sizes()[-1] == 256 << 20
+    assert Link(1e-3, 10e9).sweep(SweepOptions(), 1.0).sizes()[-1] < 256 << 20
+
+
+def test_at_the_plateau_by_128m_the_sweep_ends_there():
+    assert Link(1e-5, 1e9).sweep(SweepOptions(), 1e6).sizes()[-1] == 128 << 20
 
 
 def test_budget_shares_and_pair_size():
@@ -270,16 +331,24 @@ def test_checker_counts_nan_as_wrong():
 # --- backend choice ---------------------------------------------------------------------------------
 
 def test_backend_is_nccl_only_when_every_rank_has_cuda():
-    assert choose_backend("auto", [True] * 4, 2) == ("nccl", "CUDA on every rank: using nccl")
-    assert choose_backend("auto", [False] * 4, 2) == ("gloo", "no CUDA: using gloo")
-    assert choose_backend("auto", [True, True, False, False], 2) == \
+    assert choose_backend("auto", [0] * 4, 2) == ("nccl", "CUDA on every rank: using nccl")
+    assert choose_backend("auto", [NO_CUDA] * 4, 2) == ("gloo", "no CUDA: using gloo")
+    assert choose_backend("auto", [0, 0, NO_CUDA, NO_CUDA], 2) == \
         ("gloo", "no CUDA on node 1 (rank 2, 3): using gloo")
-    assert choose_backend("gloo", [True] * 2, 1) == ("gloo", "--backend gloo")
+    assert choose_backend("gloo", [0] * 2, 1) == ("gloo", "--backend gloo")
+
+
+def test_the_reason_names_which_ranks_cannot_run_nccl_and_why():
+    # Slurm --gres=gpu:2 on a node where netcheck started 4 ranks; another node's torch has no NCCL.
+    troubles = [0, 0, PAST_VISIBLE, PAST_VISIBLE, NO_NCCL, NO_NCCL, NO_NCCL, NO_NCCL]
+    assert choose_backend("auto", troubles, 4) == (
+        "gloo", "torch without NCCL on node 1 (rank 4, 5, 6, 7); local rank beyond the visible GPUs "
+                "on node 0 (rank 2, 3): using gloo")
 
 
 def test_nccl_asked_for_without_cuda_names_the_node():
-    with pytest.raises(ValueError, match=r"--backend nccl, but no CUDA device for NCCL on node 1 \(rank 3\)"):
-        choose_backend("nccl", [True, True, True, False], 2)
+    with pytest.raises(ValueError, match=r"--backend nccl, but no CUDA on node 1 \(rank 3\)"):
+        choose_backend("nccl", [0, 0, 0, NO_CUDA], 2)
 
 
 # --- tables -------------------------------------------------------------------------------------------
@@ -421,3 +490,32 @@ def test_a_node_that_went_silent_is_blamed_before_the_ranks_whose_reads_from_it_
     faults = [Fault(0, 0, 0, "all", "failed", "Read error [198.18.0.11]: Connection reset by peer"),
               Fault(1, -1, -1, "all", "silent", "node 1 sent no account of its workers")]
     assert root_cause(faults) == ("all", "node 1: node 1 sent no account of its workers")
+
+
+# --- the headline -----------------------------------------------------------------------------
+
+def swept(busbws: dict[int, float], stage: str = "all", ranks: int = 3) -> Sweep:
+    rows = tuple(Row(size, size // 4, "float32", "sum", 10.0 + size / 1e3, b / 1.5, b, 0) for size, b in busbws.items())
+    return Sweep(stage, "all_reduce", ranks, 1, rows)
+
+
+def test_the_plateau_is_the_sizes_near_the_peak_and_latency_the_small_ones():
+    sweep = swept({8: 0.001, 64 << 10: 0.1, 1 << 20: 0.5, 32 << 20: 0.86, 64 << 20: 0.88, 128 << 20: 0.84})
+    h = headline(sweep, 2, None)
+    assert (h.plateau_from, h.plateau_to) == (32 << 20, 128 << 20)
+    assert h.plateau_busbw == pytest.approx((0.86 + 0.88 + 0.84) / 3)
+    assert (h.latency_from_us, h.latency_to_us, h.latency_sizes) == (10.008, 10.0 + 65.536, (8, 64 << 10))
+    assert h.step_s is None and h.gradient_bytes is None
+    assert headline(Sweep("all", "all_reduce", 3, 1), 2, None) is None
+
+
+def test_a_gradient_all_reduce_costs_2s_n_minus_1_over_n_at_the_plateau():
+    # A 7e9-parameter bf16 gradient is 14 GB; over 3 ranks at 0.87 GB/s each rank moves
+    # 2 x 14e9 x 2/3 bytes: 21.5 s a step.
+    h = headline(swept({64 << 20: 0.87}), 2, 7 * 10 ** 9)
+    assert h.gradient_bytes == 14 * 10 ** 9
+    assert h.step_s == pytest.approx(2 * 14e9 * (3 - 1) / 3 / 0.87e9, rel=1e-6)
+    assert round(h.step_s, 1) == 21.5
+    # Other collectives do not stand for a gradient's all_reduce.
+    other = Sweep("all", "all_gather", 3, 1, swept({64 << 20: 0.87}).rows)
+    assert headline(other, 2, 7 * 10 ** 9).step_s is None

@@ -35,17 +35,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated, Callable
 
-from netcheck.bandwidth.sweep import COLLECTIVES, round_robin, size_series
+from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, round_robin, size_series
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
 from netcheck.cluster.store import POSTED, Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit,
+    STAGES, BandwidthResult, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
 )
 from netcheck.core.constants import (
-    BW_ABORT_GRACE, BW_ABORT_POLL, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE, BW_REPORT_WAIT,
-    BW_STUCK_AFTER,
+    BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE,
+    BW_REPORT_WAIT, BW_STUCK_AFTER,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_RANK, NodeRank, Text
@@ -189,6 +189,7 @@ class Worker:
     failure: str = ""                     # what it said when a stage failed
     done: bool = False
     fate: str = ""                        # what the node did to it: "stuck" | "timeout" | "stopped"
+    starting_cuda: bool = False           # between its "cuda" event and the next: may be silent longer
     sweep: Sweep | None = None            # the last table it reported: where its sweep is
     pairs: tuple[Pair, ...] = ()          # the node pairs it has reported measured
     stdout: Lines = field(default_factory=lambda: Lines(BW_MAX_EVENT_BYTES))
@@ -246,7 +247,7 @@ class Watch:
     def ends_now(self, now: float) -> bool:
         """Notice deaths and silences, post or see an abort; True when it is time to stop."""
         for w in self.workers:
-            if w.running() and now - w.heard > BW_STUCK_AFTER:
+            if w.running() and now - w.heard > (BW_CUDA_START_AFTER if w.starting_cuda else BW_STUCK_AFTER):
                 w.fate = "stuck"
                 w.kill()
         # Without the host's store this node can neither hear of an abort nor report: its
@@ -357,6 +358,7 @@ class Watch:
         except codec.DecodeError:
             return  # not ours: the worker writes nothing else to this pipe, so ignore it
         w.heard = time.monotonic()
+        w.starting_cuda = event.kind == "cuda"
         if event.kind == "stage":
             w.stage = event.stage
         elif event.kind == "failed":
@@ -422,7 +424,12 @@ def in_flight(stage: str, sweep: Sweep | None, pairs: tuple[Pair, ...], node: in
     sizes = [] if sweep.note else [s for s in size_series(options.minbytes, options.maxbytes, options.stepfactor)
                                    if coll.chunk(s, options.dtype, sweep.ranks)]
     done = len(sweep.rows) + len(sweep.skipped)
-    return InFlight(sweep.op, sizes[done], ranks) if done < len(sizes) else None
+    if done < len(sizes):
+        return InFlight(sweep.op, sizes[done], ranks)
+    # Past -e's default the sweep goes on while busbw rises: the next size, if it went on.
+    if options.past_maxbytes and sweep.rows and sweep.rows[-1].size >= options.maxbytes:
+        return InFlight(sweep.op, sweep.rows[-1].size * options.stepfactor, ranks)
+    return None
 
 
 def _pair_in_flight(pairs: tuple[Pair, ...], node: int, nnodes: int, nproc: int) -> InFlight | None:
@@ -493,5 +500,7 @@ def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults
     order = {op: i for i, op in enumerate(options.op)}
     sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
     stage, why = root_cause(faults)
+    per_param = DTYPES[options.grad_dtype][0]
+    headlines = tuple(h for s in sweeps if (h := headline(s, per_param, options.model_params)))
     return BandwidthResult(backend[0], backend[1], nnodes, nproc, tuple(sweeps), watch.pairs, stage,
-                           why, tuple(faults), round(time.monotonic() - started, 3))
+                           why, tuple(faults), round(time.monotonic() - started, 3), headlines=headlines)

@@ -15,12 +15,13 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
-from netcheck.core.bwrecords import Row, SweepOptions
+from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
-    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
-    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_MAX_BYTES, BW_PATTERN_MAX,
+    BW_AUTO_MAXBYTES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
+    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_MAX_BYTES, BW_MIN_ITERS, BW_PATTERN_MAX,
+    MAX_MODEL_PARAMS,
 )
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -34,7 +35,7 @@ DTYPES = {
     "int8": (1, 127), "uint8": (1, 255),
 }
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
-                 "char": "int8", "bf16": "bfloat16"}
+                 "char": "int8", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "fp64": "float64"}
 
 
 # --- options ----------------------------------------------------------------------------
@@ -62,6 +63,11 @@ def add_arguments(parser) -> None:
                    help="auto: nccl when every rank has a CUDA device, else gloo (default auto)")
     g.add_argument("--expect-busbw", type=float, metavar="GBPS",
                    help="fail bw.busbw when the all-rank busbw peaks below this many GB/s")
+    g.add_argument("--model-params", metavar="N",
+                   help="a model's parameter count (7e9, 70B): the time one all_reduce of its gradient "
+                   "takes per step at the measured plateau")
+    g.add_argument("--grad-dtype", metavar="TYPE",
+                   help="the gradient's element type for --model-params (default bfloat16)")
     g.add_argument("--bw-budget", type=float, metavar="S",
                    help="seconds the timed sweeps and pair rounds may take together, counted once "
                    "every worker is up; worker start-up (importing torch, joining the process "
@@ -83,7 +89,10 @@ def options_from_args(args) -> SweepOptions:
         op=parse_ops(args.op) if args.op is not None else d.op,
         dtype=parse_dtype(args.dtype) if args.dtype is not None else d.dtype,
         backend=_pick(args.backend, d.backend), expect_busbw=args.expect_busbw,
-        budget_s=_pick(args.bw_budget, d.budget_s))
+        budget_s=_pick(args.bw_budget, d.budget_s),
+        past_maxbytes=args.maxbytes is None, iters_by_time=args.iters is None,
+        model_params=parse_count("--model-params", args.model_params) if args.model_params is not None else None,
+        grad_dtype=parse_dtype(args.grad_dtype, "--grad-dtype") if args.grad_dtype is not None else d.grad_dtype)
     _check_numbers(options, _pick(args.check, 1))
     return options
 
@@ -130,11 +139,24 @@ def parse_ops(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_dtype(text: str) -> str:
+def parse_dtype(text: str, flag: str = "--dtype") -> str:
     name = DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
     if name not in DTYPES:
-        raise ValueError(f"--dtype {text!r}: one of {', '.join(DTYPES)}")
+        raise ValueError(f"{flag} {text!r}: one of {', '.join(DTYPES)}")
     return name
+
+
+COUNT_UNITS = {"": 1, "K": 10 ** 3, "M": 10 ** 6, "B": 10 ** 9, "G": 10 ** 9, "T": 10 ** 12}
+
+
+def parse_count(flag: str, text: str) -> int:
+    """'7e9', '7000000000', '70B', '1.5T' (powers of 1000, as model sizes are named) -> a
+    positive whole count, at most MAX_MODEL_PARAMS."""
+    match = re.fullmatch(r"\s*(\d{1,16}(?:\.\d{1,6})?(?:e\d{1,2})?)\s*([KMBGT]?)\s*", str(text), re.IGNORECASE)
+    value = float(match[1]) * COUNT_UNITS[match[2].upper()] if match else 0.0
+    if not match or not 1 <= value <= MAX_MODEL_PARAMS:
+        raise ValueError(f"{flag} {text!r}: expected a positive parameter count such as 7e9, 70B or 1.5T")
+    return round(value)
 
 
 def size_text(n: int) -> str:
@@ -159,6 +181,9 @@ def size_series(minbytes: int, maxbytes: int, stepfactor: int) -> list[int]:
 class Budget:
     """Which sizes of a sweep run: each, smallest first, while its step fits what is left.
 
+    Two clocks: `seconds` of collective time (the warm-up and timed iterations, what
+    --bw-budget counts; group set-up and checks are not the network's), and `wall` seconds
+    of the whole step, checks and gathers included, so the sweep also ends inside the phase.
     A step's cost is extrapolated linearly from the previous size's: time grows at most in
     proportion to the bytes (less while latency dominates), so this errs on the safe side
     and a slow link ends the sweep early instead of hanging it. The first size always runs.
@@ -166,18 +191,87 @@ class Budget:
     """
 
     seconds: float
+    wall: float
+    warmup: int
     spent: float = 0.0
+    walled: float = 0.0
     last_size: int = 0
-    last_seconds: float = 0.0
+    last_op: float = 0.0       # seconds per iteration at last_size
+    last_wall: float = 0.0     # the whole step at last_size
 
-    def admits(self, size: int) -> bool:
+    def op_seconds(self, size: int) -> float:
+        """A size's predicted time per iteration (0: nothing measured yet)."""
+        return self.last_op * size / self.last_size if self.last_size else 0.0
+
+    def admits(self, size: int, iters: int) -> bool:
         if not self.last_size:
             return True
-        return self.spent + self.last_seconds * size / self.last_size <= self.seconds
+        scale = size / self.last_size
+        return (self.spent + self.op_seconds(size) * (self.warmup + iters) <= self.seconds
+                and self.walled + self.last_wall * scale <= self.wall)
 
-    def spend(self, size: int, seconds: float) -> None:
-        self.spent += seconds
-        self.last_size, self.last_seconds = size, seconds
+    def spend(self, size: int, op_seconds: float, iters: int, wall: float) -> None:
+        self.spent += op_seconds * (self.warmup + iters)
+        self.walled += wall
+        self.last_size, self.last_op, self.last_wall = size, op_seconds, wall
+
+
+def iterations(options: SweepOptions, op_seconds: float) -> int:
+    """Timed iterations for a size whose iteration should take op_seconds: -n where given;
+    else -n's default, cut to about BW_ITERS_SECONDS of them but never below BW_MIN_ITERS."""
+    if not options.iters_by_time or op_seconds <= 0:
+        return options.iters
+    return max(BW_MIN_ITERS, min(options.iters, int(BW_ITERS_SECONDS / op_seconds)))
+
+
+def sizes_past_maxbytes(options: SweepOptions, top: int) -> Iterator[int]:
+    """Without -e, the sizes after maxbytes (times -f each) up to top; the sweep takes them
+    only while busbw still rises and the budget admits them."""
+    if not options.past_maxbytes:
+        return
+    size = size_series(options.minbytes, options.maxbytes, options.stepfactor)[-1] * options.stepfactor
+    while size <= min(top, BW_AUTO_MAXBYTES):
+        yield size
+        size *= options.stepfactor
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One size, measured on every rank."""
+
+    row: Row
+    op_seconds: float   # the slowest rank's time per iteration: everyone waited for it
+    wall: float         # the slowest rank's whole step, check included
+
+
+def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
+              measure: Callable[[int, int], Measured], skip: Callable[[int], None]) -> None:
+    """Drive one sweep: each size of -b..-e by -f from `smallest` (the first that gives every
+    rank an element) that the budget admits, the others skipped; then, without -e, larger
+    sizes up to `top` while busbw still rises and the budget admits them. measure(size,
+    iters) runs one size on every rank."""
+    rows: list[Row] = []
+
+    def admitted(size: int) -> int:
+        """The size's timed iterations, or 0 where the budget has no room for it."""
+        iters = iterations(options, budget.op_seconds(size))
+        return iters if budget.admits(size, iters) else 0
+
+    def run(size: int, iters: int) -> None:
+        done = measure(size, iters)
+        budget.spend(size, done.op_seconds, iters, done.wall)
+        rows.append(done.row)
+
+    for size in size_series(options.minbytes, options.maxbytes, options.stepfactor):
+        if size < smallest:
+            continue
+        iters = admitted(size)
+        run(size, iters) if iters else skip(size)
+    for size in sizes_past_maxbytes(options, top):
+        iters = admitted(size)
+        if not iters or not still_rising(tuple(rows)):
+            return
+        run(size, iters)
 
 
 def stage_budgets(budget: float, sweeps: int, with_pairs: bool) -> tuple[float, float]:
@@ -285,8 +379,11 @@ class Collective:
 
     def chunk(self, size: int, dtype: str, n: int) -> int:
         """The count the API takes (nccl-tests' count column) for a size in bytes."""
-        per_element = DTYPES[dtype][0] * (n if any(self.scaled) else 1)
-        return size // per_element
+        return size // self.smallest(dtype, n)
+
+    def smallest(self, dtype: str, n: int) -> int:
+        """The smallest size that gives every rank an element."""
+        return DTYPES[dtype][0] * (n if any(self.scaled) else 1)
 
     def bytes(self, chunk: int, dtype: str, n: int) -> int:
         """nccl-tests' size: the larger of the send and the receive buffer."""
@@ -337,37 +434,49 @@ def bandwidths(coll: Collective, chunk: int, dtype: str, n: int, seconds: float)
     return algbw, algbw * coll.factor(n)
 
 
-def choose_backend(requested: str, cuda: list[bool], nproc: int) -> tuple[str, str]:
-    """The data backend every rank will use, and why; cuda[r]: rank r has a GPU for NCCL.
+# Why a rank cannot run NCCL, as the control stage gathers it (a number: the gather is of floats).
+NO_CUDA, NO_NCCL, PAST_VISIBLE = 1, 2, 3
+CUDA_TROUBLES = {NO_CUDA: "no CUDA", NO_NCCL: "torch without NCCL", PAST_VISIBLE: "local rank beyond the visible GPUs"}
+
+
+def choose_backend(requested: str, troubles: list[int], nproc: int) -> tuple[str, str]:
+    """The data backend every rank will use, and why; troubles[r]: 0 where rank r can run
+    NCCL, else why not (CUDA_TROUBLES).
 
     Decided from every rank's answer at once, so all ranks pick the same. ValueError when
     nccl was asked for and some rank cannot run it.
     """
-    missing = [r for r, ok in enumerate(cuda) if not ok]
-    where = ", ".join(f"node {n} (rank {', '.join(str(r) for r in missing if r // nproc == n)})"
-                      for n in dict.fromkeys(r // nproc for r in missing))
     if requested == "gloo":
         return "gloo", "--backend gloo"
-    if not missing:
+    if not any(troubles):
         return "nccl", "--backend nccl" if requested == "nccl" else "CUDA on every rank: using nccl"
+    why = "; ".join(f"{CUDA_TROUBLES[t]} on {_where([r for r, u in enumerate(troubles) if u == t], nproc)}"
+                    for t in sorted(set(troubles) - {0}))
     if requested == "nccl":
-        raise ValueError(f"--backend nccl, but no CUDA device for NCCL on {where}")
-    if len(missing) == len(cuda):
+        raise ValueError(f"--backend nccl, but {why}")
+    if all(t == NO_CUDA for t in troubles):
         return "gloo", "no CUDA: using gloo"
-    return "gloo", f"no CUDA on {where}: using gloo"
+    return "gloo", f"{why}: using gloo"
+
+
+def _where(ranks: list[int], nproc: int) -> str:
+    return ", ".join(f"node {n} (rank {', '.join(str(r) for r in ranks if r // nproc == n)})"
+                     for n in dict.fromkeys(r // nproc for r in ranks))
 
 
 # --- results ----------------------------------------------------------------------------------
 
 
 def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[float],
-             wrongs: list[int], checked: bool, ranks: list[int]) -> Row:
+             wrongs: list[int], checked: bool, ranks: list[int], iters: int = 0,
+             spreads_s: list[float] = ()) -> Row:
     """A table row from every member rank's own time and wrong count (nccl-tests' average)."""
     seconds = statistics.fmean(times_s)
     algbw, busbw = bandwidths(coll, chunk, dtype, n, seconds)
     wrong_ranks = tuple(r for r, w in zip(ranks, wrongs) if w > 0) if checked else ()
     return Row(coll.bytes(chunk, dtype, n), chunk, dtype, "sum" if coll.reduces else "none",
                round(seconds * 1e6, 3), round(algbw, 6), round(busbw, 6),
-               sum(wrongs) if checked else None, wrong_ranks)
+               sum(wrongs) if checked else None, wrong_ranks, iters,
+               round(max(spreads_s, default=0.0) * 1e6, 3))
 
 

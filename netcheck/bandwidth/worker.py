@@ -33,13 +33,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netcheck.bandwidth.sweep import (
-    COLLECTIVES, Budget, Collective, Peers, bandwidths, choose_backend, count_wrong,
-    make_row, modulus, pair_size, plan_stages, round_robin, size_series, stage_budgets,
+    COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
+    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages, round_robin, run_sizes,
+    size_series, stage_budgets,
 )
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
 from netcheck.core.compat import eager_device, import_distributed
-from netcheck.core.constants import BW_CHECK_CHUNK, BW_HEARTBEAT, BW_PG_MARGIN
+from netcheck.core.constants import (
+    BW_CHECK_CHUNK, BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE,
+)
 from netcheck.core.fields import Text
 
 PR_SET_PDEATHSIG = 1
@@ -53,7 +56,9 @@ MAX_DETAIL = 300  # characters of an error kept: gloo's and NCCL's run long
 class Event:
     """One line from a worker to its node."""
 
-    kind: str                 # "beat" | "stage" | "backend" | "sweep" | "pairs" | "failed" | "done"
+    kind: str                 # "beat" | "stage" | "cuda" (starting the CUDA driver: it may hold the
+                              # GIL, and so the heartbeat, for seconds) | "backend" | "sweep" |
+                              # "pairs" | "failed" | "done"
     stage: str = ""           # stage: the one entered; failed: the one that failed
     detail: Text = ""         # backend: the name; failed: the error, one line
     reason: Text = ""         # backend: why that backend
@@ -183,9 +188,9 @@ def run(events: Events, args) -> None:
         h = Harness(torch, dist, me, options, events, args.deadline_at)
         facts = h.control(args.run_id)
     with stage(events, "data"):
-        h.data_plane([bool(f[0]) for f in facts])
-    budget = min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * min(f[1] for f in facts))
-    h.sweeps(budget)
+        h.data_plane([int(f[0]) for f in facts])
+    left = min(f[1] for f in facts)
+    h.sweeps(min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * left), BW_SWEEP_WALL_SHARE * left)
     # No destroy_process_group: with torch 2.1.2 and 2.4.1 a gloo rank that tears its group
     # down while a peer still finishes the last collective can block in the destructor with
     # the GIL held (heartbeat silent, then killed as hung). main() leaves with os._exit.
@@ -204,12 +209,13 @@ class Harness:
     device: Any = None
     backend: str = "gloo"
     data: Any = None          # the data-plane group over every rank (None: the default group)
+    top: int = 0              # the largest size every rank's memory share holds (past -e's default)
     finished: dict[str, Sweep] = field(default_factory=dict)   # stage -> its last sweep
 
     # --- stages ---------------------------------------------------------------------------
 
     def control(self, run_id: str) -> list[list[float]]:
-        """The gloo control plane; returns every rank's [has CUDA, seconds left]."""
+        """The gloo control plane; returns every rank's [why not NCCL (0: it can), seconds left]."""
         dist, torch = self.dist, self.torch
         timeout = self.timeout()
         base = dist.TCPStore(self.me.master_addr, self.me.master_port, None, False, timeout)
@@ -220,11 +226,12 @@ class Harness:
         dist.all_reduce(one)
         if one.item() != self.me.world:
             raise RuntimeError(f"control all_reduce gave {one.item():g}, not {self.me.world}")
-        return self.gather([float(self._has_cuda()), self.deadline_at - time.monotonic()])
+        trouble = self._cuda_trouble()
+        return self.gather([float(trouble), self.deadline_at - time.monotonic()])
 
-    def data_plane(self, cuda: list[bool]) -> None:
+    def data_plane(self, troubles: list[int]) -> None:
         torch, dist = self.torch, self.dist
-        self.backend, reason = choose_backend(self.options.backend, cuda, self.me.nproc)
+        self.backend, reason = choose_backend(self.options.backend, troubles, self.me.nproc)
         if self.backend == "nccl":
             self.device = torch.device("cuda", self.me.local_rank)
             torch.cuda.set_device(self.device)
@@ -237,60 +244,84 @@ class Harness:
             self.sync()
         else:
             self.device = torch.device("cpu")
+        self.top = int(min(t[0] for t in self.gather([float(self._memory_share())])))
         self.events.emit(Event("backend", "data", self.backend, reason))
 
-    def sweeps(self, budget: float) -> None:
+    def sweeps(self, budget: float, wall: float) -> None:
         o, me = self.options, self.me
         plan = plan_stages(me.nnodes, me.nproc)
-        per_sweep, pairs_budget = stage_budgets(budget, len(plan) * len(o.op), me.nnodes > 1)
+        shares = len(plan) * len(o.op)
+        per_sweep, pairs_budget = stage_budgets(budget, shares, me.nnodes > 1)
+        per_wall, _ = stage_budgets(wall, shares, me.nnodes > 1)
         for name in plan:
             with stage(self.events, name):
                 group, members = self.group_for(name)
                 for op in o.op:
-                    self.finished[name] = self.sweep(name, COLLECTIVES[op], group, members, per_sweep)
+                    self.finished[name] = self.sweep(name, COLLECTIVES[op], group, members,
+                                                     Budget(per_sweep, per_wall, o.warmup_iters))
         if me.nnodes > 1:
             with stage(self.events, "pairs"):
                 self.pairs(pairs_budget)
 
     def group_for(self, name: str) -> tuple[Any, list[list[int]]]:
-        """The group this rank measures in for a stage, and every group's global ranks."""
+        """The group this rank measures in for a stage, and every group's global ranks, set up
+        before the sweep: NCCL builds a communicator lazily in its first collective (0.5-2 s
+        with NVLS or InfiniBand), which would otherwise land in the first size's warm-up, or
+        with -w 0 in its timed window."""
         dist, me = self.dist, self.me
         nodes = [list(range(n * me.nproc, (n + 1) * me.nproc)) for n in range(me.nnodes)]
         if name == "all":
             return self.data, [list(range(me.world))]
         if name == "intra":
             mine, _ = dist.new_subgroups_by_enumeration(nodes, backend=self.backend, timeout=self.timeout())
+            self.set_up(mine)
             return mine, nodes
         leaders = [ranks[0] for ranks in nodes]
-        return dist.new_group(leaders, backend=self.backend, timeout=self.timeout()), [leaders]
+        group = dist.new_group(leaders, backend=self.backend, timeout=self.timeout(),
+                               **(eager_device(dist, self.device) if self.backend == "nccl" else {}))
+        if me.rank in leaders:
+            self.set_up(group)
+        return group, [leaders]
+
+    def set_up(self, group) -> None:
+        """One untimed collective on the group: its connections are made here."""
+        one = self.torch.ones(1, device=self.device)
+        self.dist.all_reduce(one, group=group)
+        self.sync()
 
     # --- one sweep ----------------------------------------------------------------------------
 
-    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], seconds: float) -> Sweep:
-        """The sizes in order, as long as each fits the budget; every rank takes the same
-        decisions, from numbers all ranks share, so no rank waits for a size others skip."""
+    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], budget: Budget) -> Sweep:
+        """The sizes run_sizes picks; every rank takes the same decisions, from numbers all
+        ranks share, so no rank waits for a size others skip."""
         o = self.options
         n = len(groups[0])
         note = f"{coll.name} needs {coll.min_ranks} ranks" if n < coll.min_ranks else ""
         result = Sweep(name, coll.name, n, len(groups), note=note)
         self.events.emit(Event("sweep", name, sweep=result))
         mine = next((g for g in groups if self.me.rank in g), None)
-        budget = Budget(seconds)
-        for size in size_series(o.minbytes, o.maxbytes, o.stepfactor) if not note else ():
+        if note:
+            return result
+
+        def measure(size: int, iters: int) -> Measured:
+            nonlocal result
             chunk = coll.chunk(size, o.dtype, n)
-            if chunk == 0:
-                continue  # too small to give every rank an element
-            if not budget.admits(size):
-                result = replace(result, skipped=result.skipped + (size,))
-            else:
-                table = self.gather(list(self.step(coll, chunk, group, mine)) if mine else self.idle(4))
-                budget.spend(size, max(t[2] for t in table))  # everyone waited for the slowest
-                result = self.add_row(result, coll, chunk, table, groups)
+            table = self.gather(list(self.step(coll, chunk, group, mine, iters)) if mine else self.idle(5))
+            result = self.add_row(result, coll, chunk, table, groups, iters)
             self.events.emit(Event("sweep", name, sweep=result))
+            return Measured(result.rows[-1], max(t[0] for t in table), max(t[2] for t in table))
+
+        def skip(size: int) -> None:
+            nonlocal result
+            result = replace(result, skipped=result.skipped + (size,))
+            self.events.emit(Event("sweep", name, sweep=result))
+
+        run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)
         return result
 
-    def step(self, coll: Collective, chunk: int, group, ranks: list[int]) -> tuple[float, ...]:
-        """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1)."""
+    def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int) -> tuple[float, ...]:
+        """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1,
+        the iterations' standard deviation)."""
         o, torch = self.options, self.torch
         started = time.perf_counter()
         n, grank = len(ranks), ranks.index(self.me.rank)
@@ -302,28 +333,33 @@ class Harness:
         out = torch.zeros(n_out, dtype=dtype, device=self.device)
         inp = out if coll.inplace else torch.zeros(n_in, dtype=dtype, device=self.device)
         call = lambda: coll.run(self.dist, inp, out, group, peers)  # noqa: E731
-        seconds = self.timed(call)
+        seconds, spread = self.timed(call, iters)
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
-        return seconds, float(wrong), time.perf_counter() - started, 1.0
+        return seconds, float(wrong), time.perf_counter() - started, 1.0, spread
 
-    def timed(self, call) -> float:
-        """Seconds per iteration of `call`, nccl-tests' way: warm up, line up, time -n of them."""
+    def timed(self, call, iters: int) -> tuple[float, float]:
+        """(mean, standard deviation) of the seconds per iteration of `call`, nccl-tests'
+        way: warm up, line up, time `iters` of them."""
         for _ in range(self.options.warmup_iters):
             call()
         self.sync()
         self.dist.barrier()  # the gloo control group: every rank starts the clock together
         if self.device.type == "cuda":
-            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            for _ in range(self.options.iters):
+            marks = [self.torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+            marks[0].record()
+            for mark in marks[1:]:
                 call()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3 / self.options.iters
-        started = time.perf_counter()
-        for _ in range(self.options.iters):
-            call()  # gloo's CPU collectives return once complete
-        return (time.perf_counter() - started) / self.options.iters
+                mark.record()
+            marks[-1].synchronize()
+            times = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        else:
+            times, last = [], time.perf_counter()
+            for _ in range(iters):
+                call()  # gloo's CPU collectives return once complete
+                now = time.perf_counter()
+                times.append(now - last)
+                last = now
+        return statistics.fmean(times), statistics.pstdev(times)
 
     def idle(self, values: int) -> list[float]:
         """A rank outside this step's groups: it only lines up with the others (timed's
@@ -340,12 +376,13 @@ class Harness:
         return self.wrong(out, lambda i: coll.expected(i, grank, n, chunk, m))
 
     def add_row(self, result: Sweep, coll: Collective, chunk: int, table: list[list[float]],
-                groups: list[list[int]]) -> Sweep:
+                groups: list[list[int]], iters: int) -> Sweep:
         """The row every rank computes alike from the gathered table, and per-rank times."""
         o, nproc = self.options, self.me.nproc
         members = [r for r, t in enumerate(table) if t[3]]
         row = make_row(coll, chunk, o.dtype, result.ranks, [table[r][0] for r in members],
-                       [int(table[r][1]) for r in members], o.check, members)
+                       [int(table[r][1]) for r in members], o.check, members, iters,
+                       [table[r][4] for r in members])
         rank_times = tuple(RankTime(r, r // nproc, round(table[r][0] * 1e6, 3)) for r in members)
         node_busbw = {} if result.stage != "intra" else {
             str(g[0] // nproc): round(bandwidths(coll, chunk, o.dtype, len(g),
@@ -376,7 +413,8 @@ class Harness:
     def exchange(self, size: int, peer: int) -> float:
         inp, out = (self.torch.zeros(size, dtype=self.torch.uint8, device=self.device) for _ in range(2))
         peers = Peers(peer, peer, peer)
-        return self.timed(lambda: COLLECTIVES["sendrecv"].run(self.dist, inp, out, self.data, peers))
+        return self.timed(lambda: COLLECTIVES["sendrecv"].run(self.dist, inp, out, self.data, peers),
+                          self.options.iters)[0]
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -412,10 +450,28 @@ class Harness:
         a dead peer reports a timeout instead of being killed silently."""
         return datetime.timedelta(seconds=max(1.0, self.deadline_at - time.monotonic() - BW_PG_MARGIN))
 
-    def _has_cuda(self) -> bool:
+    def _cuda_trouble(self) -> int:
+        """Why this rank cannot run NCCL (sweep.CUDA_TROUBLES), 0 where it can. Starting the
+        CUDA driver takes seconds on nodes without persistence mode, holding the GIL (and so
+        the heartbeat): the node is told first, and waits longer for this."""
         torch, dist = self.torch, self.dist
-        return bool(torch.cuda.is_available() and self.me.local_rank < torch.cuda.device_count()
-                    and dist.is_nccl_available())
+        self.events.emit(Event("cuda"))
+        if not torch.cuda.is_available():
+            return NO_CUDA
+        if not dist.is_nccl_available():
+            return NO_NCCL
+        # device_count honours CUDA_VISIBLE_DEVICES and the devices the cgroup grants.
+        return PAST_VISIBLE if self.me.local_rank >= torch.cuda.device_count() else 0
+
+    def _memory_share(self) -> int:
+        """The largest size this rank's buffers (two of it) may take: a share of the GPU's free
+        memory, or of the node's available RAM split between its ranks."""
+        if self.device.type == "cuda":
+            free, _ = self.torch.cuda.mem_get_info(self.device)
+            return int(free * BW_MEMORY_SHARE / 2)
+        import psutil
+
+        return int(psutil.virtual_memory().available * BW_MEMORY_SHARE / self.me.nproc / 2)
 
 
 def _pair(a: int, b: int, size: int, times: list[float]) -> Pair:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from netcheck.core.constants import (
-    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
+    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_LATENCY_MAXBYTES, BW_PLATEAU_BAND, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP,
 )
 from netcheck.core.fields import (
@@ -40,8 +40,12 @@ class SweepOptions:
     op: tuple[str, ...] = ("all_reduce",)    # --op: collectives to sweep, in order
     dtype: str = "float32"                   # --dtype
     backend: str = "auto"                    # --backend: auto = nccl where CUDA is, else gloo
-    expect_busbw: Gbps | None = None         # --expect-busbw: GB/s the all-rank sweep must reach
+    expect_busbw: Gbps | None = None         # --expect-busbw: GB/s the all-rank plateau must reach
     budget_s: Seconds = BW_DEFAULT_BUDGET    # --bw-budget: seconds all sweeps may take together
+    past_maxbytes: bool = True               # no -e: go on past maxbytes while busbw still rises
+    iters_by_time: bool = True               # no -n: fewer timed iterations where one takes long
+    model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
+    grad_dtype: str = "bfloat16"             # --grad-dtype: the gradient's element type
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class Row:
     busbw: Gbps
     wrong: Count | None             # corrupted elements over all ranks; None: not checked (-c 0)
     wrong_ranks: Ranks = ()
+    iters: Count = 0                # timed iterations (fewer than -n where one took long)
+    spread_us: Micros = 0.0         # the largest standard deviation of one rank's iterations
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,24 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Headline:
+    """What a sweep says in two figures: its plateau and its small-message latency, and what
+    one gradient all_reduce would cost per training step at that plateau."""
+
+    stage: str
+    op: str
+    ranks: GroupSize
+    plateau_busbw: Gbps             # the mean busbw of the sizes within BW_PLATEAU_BAND of the peak
+    plateau_from: Bytes             # the smallest and largest of those sizes
+    plateau_to: Bytes
+    latency_from_us: Micros | None  # time per op at the smallest and the largest size up to
+    latency_to_us: Micros | None    # BW_LATENCY_MAXBYTES (None: none measured)
+    latency_sizes: tuple[Bytes, ...] = ()   # those two sizes
+    gradient_bytes: Bytes | None = None     # --model-params x the gradient's element size
+    step_s: Seconds | None = None   # that gradient's all_reduce at the plateau: 2S(n-1)/n / busbw
+
+
+@dataclass(frozen=True)
 class BandwidthResult:
     """What the bandwidth phase measured, cluster-wide, and where it stopped if it did."""
 
@@ -132,6 +156,7 @@ class BandwidthResult:
     seconds: Seconds
     # node (as in pairs, faults) -> hostname
     hostnames: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
+    headlines: tuple[Headline, ...] = ()   # one per sweep with rows, in the sweeps' order
 
     def node_name(self, node: int) -> str:
         return self.hostnames.get(str(node), f"node {node}")
@@ -165,3 +190,39 @@ def avg_busbw(sweep: Sweep) -> float:
 
 def peak_busbw(sweep: Sweep) -> float:
     return max((r.busbw for r in sweep.rows), default=0.0)
+
+
+def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """The rows within BW_PLATEAU_BAND of the peak busbw: where adding bytes adds no speed."""
+    peak = max((r.busbw for r in rows), default=0.0)
+    return tuple(r for r in rows if r.busbw >= (1 - BW_PLATEAU_BAND) * peak)
+
+
+def still_rising(rows: tuple[Row, ...]) -> bool:
+    """Whether the last size set a new high by more than BW_PLATEAU_BAND: the plateau is
+    further up."""
+    if len(rows) < 2:
+        return True
+    return rows[-1].busbw > (1 + BW_PLATEAU_BAND) * max(r.busbw for r in rows[:-1])
+
+
+def headline(sweep: Sweep, bytes_per_param: int, model_params: int | None) -> Headline | None:
+    """The sweep's two figures (None: no rows); with model_params, an all_reduce sweep also
+    gives the time of one gradient all_reduce per step at its plateau."""
+    if not sweep.rows:
+        return None
+    top = plateau_rows(sweep.rows)
+    plateau = statistics.fmean(r.busbw for r in top)
+    small = [r for r in sweep.rows if r.size <= BW_LATENCY_MAXBYTES]
+    latency = (small[0].time_us, small[-1].time_us, (small[0].size, small[-1].size)) if small else (None, None, ())
+    gradient = model_params * bytes_per_param if model_params else None
+    step = None
+    if gradient and sweep.op == "all_reduce" and plateau > 0:
+        step = round(gradient_step_seconds(gradient, sweep.ranks, plateau), 6)
+    return Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size,
+                    *latency, gradient, step)
+
+
+def gradient_step_seconds(gradient_bytes: int, ranks: int, busbw_gbps: float) -> float:
+    """One all_reduce of the gradient: each rank moves 2S(n-1)/n bytes at busbw."""
+    return 2 * gradient_bytes * (ranks - 1) / ranks / (busbw_gbps * 1e9)

@@ -104,10 +104,26 @@ BW_DEFAULT_ITERS = 20        # -n, nccl-tests' default
 BW_DEFAULT_BUDGET = 6.0      # --bw-budget: seconds the timed sweeps may take together, once workers are up
                              # (6 keeps a default 3-node run near 15 s here: benchmarks/RESULTS.md)
 BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
+# Without -e the sweep goes on past BW_DEFAULT_MAXBYTES while busbw still rises (NCCL's keeps
+# rising past 1 GB on 2-node H200 RoCE fabrics; validation guides run nccl-tests with -e 8G),
+# up to this, the budget and a share of the memory allow.
+BW_AUTO_MAXBYTES = 8 << 30
+MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
+BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
+BW_PLATEAU_BAND = 0.05       # the plateau: sizes whose busbw is within this share of the peak
+BW_LATENCY_MAXBYTES = 64 << 10   # the latency figure: time per op at sizes up to this
+# Without -n the timed iterations of a size are bounded by time too: about this many seconds
+# of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
+BW_ITERS_SECONDS = 0.5
+BW_MIN_ITERS = 5
+BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
+                             # (the budget counts collective time; checks and gathers come on top)
 BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
 BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
 BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
 BW_STUCK_AFTER = 10.0        # a worker silent this long is hung (stopped, or stuck holding the GIL)
+BW_CUDA_START_AFTER = 60.0   # ... or this long while it starts the CUDA driver (seconds without
+                             # persistence mode, GIL held); the phase's deadline still bounds it
 BW_ABORT_POLL = 1.0          # how often a node looks for another node's abort notice in the store
                              # (each wake-up costs the measurement: on 2 CPUs 20 Hz cost ~3% of busbw)
 BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
