@@ -14,7 +14,7 @@ from netcheck.render import export
 from netcheck.core.names import is_safe_hostname
 from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
 from netcheck.core.nictable import NicTable
-from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
+from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep, SweepOptions, headline
 from prom import series
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
@@ -117,6 +117,19 @@ def test_bandwidth_gives_each_sweeps_average_and_each_pair():
     text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
     assert series(text, "netcheck_bw_busbw_gbps") == {(("op", "all_reduce"), ("stage", "all")): 1.8}
     assert series(text, "netcheck_bw_pair_busbw_gbps") == {(("node", "gpu01"), ("peer", "gpu02")): 1.86}
+
+
+def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
+    rows = (Row(8, 2, "float32", "sum", 95.0, 0.0, 0.0, 0), Row(1 << 24, 1 << 22, "float32", "sum", 9000.0, 1.82, 1.82, 0),
+            Row(1 << 25, 1 << 23, "float32", "sum", 18000.0, 1.9, 1.9, 0))
+    sweep = Sweep("all", "all_reduce", 2, 1, rows)
+    head = headline(sweep, SweepOptions(model_params=7 * 10 ** 9), 2)
+    bw = BandwidthResult("gloo", "no CUDA: using gloo", 2, 1, (sweep,), (), None, "", (), 5.0, headlines=(head,))
+    text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
+    where = (("op", "all_reduce"), ("stage", "all"))
+    assert series(text, "netcheck_bw_plateau_busbw_gbps") == {where: 1.86}
+    assert series(text, "netcheck_bw_latency_seconds") == {where: 95e-6}
+    assert series(text, "netcheck_bw_step_seconds") == {where: round(2 * 14e9 / 2 / 1.86e9, 6)}
 
 
 def test_two_ranks_on_one_hostname_give_one_series_each():

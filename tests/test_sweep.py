@@ -23,7 +23,7 @@ from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, ta
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
     choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, plan_stages,
-    ring_sum, round_robin, run_sizes, size_series, stage_budgets,
+    planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
 from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, headline
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
@@ -93,7 +93,7 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
               "all_gather,alltoall", "--dtype", "half", "--backend", "gloo", "--expect-busbw", "2.5",
               "--bw-budget", "4")
     assert o == SweepOptions(1024, 1 << 20, 4, 0, 3, False, ("all_gather", "alltoall"), "float16",
-                             "gloo", 2.5, 4.0, past_maxbytes=False, iters_by_time=False)
+                             "gloo", 2.5, 4.0, past_maxbytes=False, iters_by_time=False, few_small_sizes=False)
     assert parse("--op", "all").op == tuple(COLLECTIVES)
     assert parse("--model-params", "7e9").model_params == 7_000_000_000
     assert parse("--model-params", "70B", "--grad-dtype", "fp32").grad_dtype == "float32"
@@ -124,6 +124,13 @@ def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
     with pytest.raises(ValueError) as e:
         parse(*argv)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_without_b_and_f_the_latency_bound_sizes_are_few():
+    assert planned_sizes(SweepOptions()) == [8, 64, 512, 4096, 32768] + [(64 << 10) << k for k in range(12)]
+    assert planned_sizes(parse("-f", "2")) == size_series(8, 128 << 20, 2)     # nccl-tests' meaning
+    assert planned_sizes(parse("-b", "1K")) == size_series(1024, 128 << 20, 2)
+    assert planned_sizes(parse("-e", "32K")) == size_series(8, 32 << 10, 2)
 
 
 def test_size_series_steps_like_nccl_tests():
@@ -158,7 +165,7 @@ class Link:
         return [s for s, _ in self.ran]
 
 
-EXPLICIT = SweepOptions(past_maxbytes=False, iters_by_time=False)
+EXPLICIT = SweepOptions(past_maxbytes=False, iters_by_time=False, few_small_sizes=False)
 
 
 def test_a_fast_link_runs_every_size():
@@ -501,21 +508,22 @@ def swept(busbws: dict[int, float], stage: str = "all", ranks: int = 3) -> Sweep
 
 def test_the_plateau_is_the_sizes_near_the_peak_and_latency_the_small_ones():
     sweep = swept({8: 0.001, 64 << 10: 0.1, 1 << 20: 0.5, 32 << 20: 0.86, 64 << 20: 0.88, 128 << 20: 0.84})
-    h = headline(sweep, 2, None)
+    h = headline(sweep, SweepOptions(), 2)
     assert (h.plateau_from, h.plateau_to) == (32 << 20, 128 << 20)
     assert h.plateau_busbw == pytest.approx((0.86 + 0.88 + 0.84) / 3)
     assert (h.latency_from_us, h.latency_to_us, h.latency_sizes) == (10.008, 10.0 + 65.536, (8, 64 << 10))
     assert h.step_s is None and h.gradient_bytes is None
-    assert headline(Sweep("all", "all_reduce", 3, 1), 2, None) is None
+    assert headline(Sweep("all", "all_reduce", 3, 1), SweepOptions(), 2) is None
 
 
 def test_a_gradient_all_reduce_costs_2s_n_minus_1_over_n_at_the_plateau():
     # A 7e9-parameter bf16 gradient is 14 GB; over 3 ranks at 0.87 GB/s each rank moves
     # 2 x 14e9 x 2/3 bytes: 21.5 s a step.
-    h = headline(swept({64 << 20: 0.87}), 2, 7 * 10 ** 9)
-    assert h.gradient_bytes == 14 * 10 ** 9
+    model = SweepOptions(model_params=7 * 10 ** 9)
+    h = headline(swept({64 << 20: 0.87}), model, 2)
+    assert (h.model_params, h.grad_dtype, h.gradient_bytes) == (7 * 10 ** 9, "bfloat16", 14 * 10 ** 9)
     assert h.step_s == pytest.approx(2 * 14e9 * (3 - 1) / 3 / 0.87e9, rel=1e-6)
     assert round(h.step_s, 1) == 21.5
     # Other collectives do not stand for a gradient's all_reduce.
     other = Sweep("all", "all_gather", 3, 1, swept({64 << 20: 0.87}).rows)
-    assert headline(other, 2, 7 * 10 ** 9).step_s is None
+    assert headline(other, model, 2).step_s is None

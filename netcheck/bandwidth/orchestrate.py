@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated, Callable
 
-from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, round_robin, size_series
+from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
 from netcheck.cluster.store import POSTED, Exchange, collect
@@ -421,13 +421,14 @@ def in_flight(stage: str, sweep: Sweep | None, pairs: tuple[Pair, ...], node: in
     if sweep is None or sweep.stage != stage:  # the stage's group is being made (all: no time at all)
         return InFlight("new_group" if stage != "all" else options.op[0], 0, ranks)
     coll = COLLECTIVES[sweep.op]
-    sizes = [] if sweep.note else [s for s in size_series(options.minbytes, options.maxbytes, options.stepfactor)
+    sizes = [] if sweep.note else [s for s in planned_sizes(options)
                                    if coll.chunk(s, options.dtype, sweep.ranks)]
     done = len(sweep.rows) + len(sweep.skipped)
     if done < len(sizes):
         return InFlight(sweep.op, sizes[done], ranks)
-    # Past -e's default the sweep goes on while busbw rises: the next size, if it went on.
-    if options.past_maxbytes and sweep.rows and sweep.rows[-1].size >= options.maxbytes:
+    # Without -e the sweep goes on while busbw rises and nothing was skipped for the budget:
+    # the next size, if it went on.
+    if options.past_maxbytes and sweep.rows and not sweep.skipped and sweep.rows[-1].size >= sizes[-1]:
         return InFlight(sweep.op, sweep.rows[-1].size * options.stepfactor, ranks)
     return None
 
@@ -501,6 +502,6 @@ def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults
     sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
     stage, why = root_cause(faults)
     per_param = DTYPES[options.grad_dtype][0]
-    headlines = tuple(h for s in sweeps if (h := headline(s, per_param, options.model_params)))
+    headlines = tuple(h for s in sweeps if (h := headline(s, options, per_param)))
     return BandwidthResult(backend[0], backend[1], nnodes, nproc, tuple(sweeps), watch.pairs, stage,
                            why, tuple(faults), round(time.monotonic() - started, 3), headlines=headlines)

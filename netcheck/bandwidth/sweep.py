@@ -20,8 +20,8 @@ from typing import Callable, Iterator
 from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
     BW_AUTO_MAXBYTES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
-    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_MAX_BYTES, BW_MIN_ITERS, BW_PATTERN_MAX,
-    MAX_MODEL_PARAMS,
+    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
+    BW_MAX_BYTES, BW_MIN_ITERS, BW_PATTERN_MAX, MAX_MODEL_PARAMS,
 )
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -91,6 +91,7 @@ def options_from_args(args) -> SweepOptions:
         backend=_pick(args.backend, d.backend), expect_busbw=args.expect_busbw,
         budget_s=_pick(args.bw_budget, d.budget_s),
         past_maxbytes=args.maxbytes is None, iters_by_time=args.iters is None,
+        few_small_sizes=args.minbytes is None and args.stepfactor is None,
         model_params=parse_count("--model-params", args.model_params) if args.model_params is not None else None,
         grad_dtype=parse_dtype(args.grad_dtype, "--grad-dtype") if args.grad_dtype is not None else d.grad_dtype)
     _check_numbers(options, _pick(args.check, 1))
@@ -224,12 +225,23 @@ def iterations(options: SweepOptions, op_seconds: float) -> int:
     return max(BW_MIN_ITERS, min(options.iters, int(BW_ITERS_SECONDS / op_seconds)))
 
 
+def planned_sizes(options: SweepOptions) -> list[int]:
+    """-b, -b*f, ... up to -e; without -b and -f, the latency-bound sizes below
+    BW_LATENCY_MAXBYTES step by BW_LATENCY_STEP instead (each costs about the same time
+    there: fewer of them leave the budget to the sizes that find the plateau)."""
+    o = options
+    if not o.few_small_sizes or o.maxbytes <= BW_LATENCY_MAXBYTES:
+        return size_series(o.minbytes, o.maxbytes, o.stepfactor)
+    small = size_series(o.minbytes, BW_LATENCY_MAXBYTES - 1, BW_LATENCY_STEP)
+    return small + size_series(BW_LATENCY_MAXBYTES, o.maxbytes, o.stepfactor)
+
+
 def sizes_past_maxbytes(options: SweepOptions, top: int) -> Iterator[int]:
     """Without -e, the sizes after maxbytes (times -f each) up to top; the sweep takes them
     only while busbw still rises and the budget admits them."""
     if not options.past_maxbytes:
         return
-    size = size_series(options.minbytes, options.maxbytes, options.stepfactor)[-1] * options.stepfactor
+    size = planned_sizes(options)[-1] * options.stepfactor
     while size <= min(top, BW_AUTO_MAXBYTES):
         yield size
         size *= options.stepfactor
@@ -246,7 +258,7 @@ class Measured:
 
 def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
               measure: Callable[[int, int], Measured], skip: Callable[[int], None]) -> None:
-    """Drive one sweep: each size of -b..-e by -f from `smallest` (the first that gives every
+    """Drive one sweep: each planned size from `smallest` (the first that gives every
     rank an element) that the budget admits, the others skipped; then, without -e, larger
     sizes up to `top` while busbw still rises and the budget admits them. measure(size,
     iters) runs one size on every rank."""
@@ -262,7 +274,7 @@ def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
         budget.spend(size, done.op_seconds, iters, done.wall)
         rows.append(done.row)
 
-    for size in size_series(options.minbytes, options.maxbytes, options.stepfactor):
+    for size in planned_sizes(options):
         if size < smallest:
             continue
         iters = admitted(size)

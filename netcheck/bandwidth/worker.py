@@ -34,8 +34,8 @@ from typing import Any
 
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages, round_robin, run_sizes,
-    size_series, stage_budgets,
+    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages, planned_sizes, round_robin,
+    run_sizes, stage_budgets,
 )
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
@@ -399,7 +399,7 @@ class Harness:
         rounds = round_robin(me.nnodes)
         sweep = self.finished.get("inter") or self.finished["all"]  # the network's pace
         rate = sweep.rows[-1].busbw * 1e9 if sweep.rows else 0.0
-        size = pair_size(size_series(o.minbytes, o.maxbytes, o.stepfactor), rate,
+        size = pair_size(planned_sizes(o), rate,
                          budget / len(rounds), o.warmup_iters + o.iters)
         found: tuple[Pair, ...] = ()
         for pairing in rounds:

@@ -4,7 +4,7 @@ reader of them needs (average and peak busbw, whom to blame)."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from netcheck.core.constants import (
@@ -43,6 +43,7 @@ class SweepOptions:
     expect_busbw: Gbps | None = None         # --expect-busbw: GB/s the all-rank plateau must reach
     budget_s: Seconds = BW_DEFAULT_BUDGET    # --bw-budget: seconds all sweeps may take together
     past_maxbytes: bool = True               # no -e: go on past maxbytes while busbw still rises
+    few_small_sizes: bool = True             # no -b, -f: sizes up to 64K step by BW_LATENCY_STEP
     iters_by_time: bool = True               # no -n: fewer timed iterations where one takes long
     model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
     grad_dtype: str = "bfloat16"             # --grad-dtype: the gradient's element type
@@ -136,6 +137,8 @@ class Headline:
     latency_from_us: Micros | None  # time per op at the smallest and the largest size up to
     latency_to_us: Micros | None    # BW_LATENCY_MAXBYTES (None: none measured)
     latency_sizes: tuple[Bytes, ...] = ()   # those two sizes
+    model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
+    grad_dtype: str = ""            # --grad-dtype
     gradient_bytes: Bytes | None = None     # --model-params x the gradient's element size
     step_s: Seconds | None = None   # that gradient's all_reduce at the plateau: 2S(n-1)/n / busbw
 
@@ -206,8 +209,8 @@ def still_rising(rows: tuple[Row, ...]) -> bool:
     return rows[-1].busbw > (1 + BW_PLATEAU_BAND) * max(r.busbw for r in rows[:-1])
 
 
-def headline(sweep: Sweep, bytes_per_param: int, model_params: int | None) -> Headline | None:
-    """The sweep's two figures (None: no rows); with model_params, an all_reduce sweep also
+def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int) -> Headline | None:
+    """The sweep's two figures (None: no rows); with --model-params, an all_reduce sweep also
     gives the time of one gradient all_reduce per step at its plateau."""
     if not sweep.rows:
         return None
@@ -215,12 +218,12 @@ def headline(sweep: Sweep, bytes_per_param: int, model_params: int | None) -> He
     plateau = statistics.fmean(r.busbw for r in top)
     small = [r for r in sweep.rows if r.size <= BW_LATENCY_MAXBYTES]
     latency = (small[0].time_us, small[-1].time_us, (small[0].size, small[-1].size)) if small else (None, None, ())
-    gradient = model_params * bytes_per_param if model_params else None
-    step = None
-    if gradient and sweep.op == "all_reduce" and plateau > 0:
-        step = round(gradient_step_seconds(gradient, sweep.ranks, plateau), 6)
-    return Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size,
-                    *latency, gradient, step)
+    h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size, *latency)
+    if not options.model_params or sweep.op != "all_reduce" or plateau <= 0:
+        return h
+    gradient = options.model_params * bytes_per_param
+    return replace(h, model_params=options.model_params, grad_dtype=options.grad_dtype, gradient_bytes=gradient,
+                   step_s=round(gradient_step_seconds(gradient, sweep.ranks, plateau), 6))
 
 
 def gradient_step_seconds(gradient_bytes: int, ranks: int, busbw_gbps: float) -> float:

@@ -112,6 +112,8 @@ MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
 BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
 BW_PLATEAU_BAND = 0.05       # the plateau: sizes whose busbw is within this share of the peak
 BW_LATENCY_MAXBYTES = 64 << 10   # the latency figure: time per op at sizes up to this
+BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by this (8 64 512 4K 32K 64K):
+                             # each costs about the same time, so the budget goes to the plateau
 # Without -n the timed iterations of a size are bounded by time too: about this many seconds
 # of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
 BW_ITERS_SECONDS = 0.5

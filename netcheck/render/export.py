@@ -22,9 +22,10 @@ The metrics are Prometheus' text format, for the node exporter's textfile collec
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 from netcheck import __version__
-from netcheck.core.bwrecords import avg_busbw
+from netcheck.core.bwrecords import Headline, avg_busbw
 from netcheck.core.model import PASS, SEVERITIES, Report
 from netcheck.core.names import is_safe_hostname
 
@@ -57,6 +58,14 @@ def render_prom(report: Report) -> str:
          [({"phase": phase}, seconds) for phase, seconds in report.timings.items()]),
         ("netcheck_bw_busbw_gbps", "Average bus bandwidth of each sweep, GB/s (nccl-tests' "
          "'Avg bus bandwidth'), by collective and stage (all, intra, inter).", _busbw(report)),
+        ("netcheck_bw_plateau_busbw_gbps", "Each sweep's plateau: the mean busbw of the sizes within 5% of "
+         "its peak, GB/s (bw.busbw's headline), by collective and stage.",
+         _headline(report, lambda h: h.plateau_busbw)),
+        ("netcheck_bw_latency_seconds", "Each sweep's time per op at its smallest size (the small-message "
+         "latency), by collective and stage.",
+         _headline(report, lambda h: None if h.latency_from_us is None else h.latency_from_us / 1e6)),
+        ("netcheck_bw_step_seconds", "Seconds one all_reduce of a --model-params gradient takes per step at "
+         "each sweep's plateau, by stage.", _headline(report, lambda h: h.step_s)),
         ("netcheck_bw_pair_busbw_gbps", "Bandwidth between two nodes, GB/s each way.", _pairs(report)),
     )
     return "".join(_family(name, text, samples) for name, text, samples in families)
@@ -65,6 +74,11 @@ def render_prom(report: Report) -> str:
 def _busbw(report: Report) -> list[Sample]:
     sweeps = report.bandwidth.sweeps if report.bandwidth else ()
     return [({"op": s.op, "stage": s.stage}, avg_busbw(s)) for s in sweeps if s.rows]
+
+
+def _headline(report: Report, figure: Callable[[Headline], float | None]) -> list[Sample]:
+    heads = report.bandwidth.headlines if report.bandwidth else ()
+    return [({"op": h.op, "stage": h.stage}, figure(h)) for h in heads if figure(h) is not None]
 
 
 def _pairs(report: Report) -> list[Sample]:
