@@ -17,7 +17,7 @@ from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
 from netcheck.core import stop
 from netcheck.config import (
-    BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
+    RDZV_REQUIRED, BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
@@ -108,16 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:
+    """The validated Config. Every other mistake is found before a missing endpoint: a typo in
+    --nnodes is named as such, not as 'no --rdzv' (check_config asks for the endpoint last)."""
     rdzv = args.rdzv or rdzv_from_env(env)
-    if not rdzv:
-        raise UsageError("--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)")
     try:
         launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node,
                                local_gpus=driver_gpus())
     except LaunchError as e:
         raise UsageError(str(e)) from None
     return check_config(Config(
-        rdzv=parse_endpoint(rdzv), launch=launch,
+        rdzv=parse_endpoint(rdzv) if rdzv else None, launch=launch,
         run_id=args.rdzv_id or default_run_id(env),
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
@@ -253,11 +253,14 @@ def run_local(argv: list[str]) -> int:
     p = _Parser(prog="netcheck local", description="This node only: interfaces, names, "
                 "/dev/shm, launcher view. No network traffic.")
     p.add_argument("--json", metavar="PATH|-")
+    p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
+    p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
+                   "this report always shows the evidence of passing checks")
     args = p.parse_args(argv)
     from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
-    emit(rep, args.json, False, True)
+    emit(rep, args.json, args.quiet, True)
     return EXIT_BY_VERDICT[rep.verdict]
 
 
@@ -300,8 +303,6 @@ def run_inspect(argv: list[str]) -> int:
     args = p.parse_args(argv)
     env = os.environ
     rdzv = args.rdzv or rdzv_from_env(env)
-    if not rdzv:
-        raise UsageError("--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)")
     if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
     try:
@@ -312,6 +313,8 @@ def run_inspect(argv: list[str]) -> int:
         raise UsageError(str(e)) from None
     if world is not None and world < 1:
         raise UsageError(f"--world-size {world}: must be 1 or more")
+    if not rdzv:   # last: any other mistake is the one to name
+        raise UsageError(RDZV_REQUIRED)
     from netcheck.phases.inspect import inspect_job
 
     rep = inspect_job(parse_endpoint(rdzv), args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world,

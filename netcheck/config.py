@@ -25,9 +25,21 @@ class UsageError(ValueError):
     """An unusable command line: printed as one line, exit 64."""
 
 
+# --expect-busbw above this is a typo (a unit off, digits repeated): no interconnect's busbw
+# comes near it (NVLink 5 moves 1.8 TB/s per GPU).
+MAX_EXPECT_BUSBW = 10_000.0   # GB/s
+# --bw-budget below this times nothing (the sweep's smallest size alone takes about this long
+# with its warm-up and iterations on a busy node); above it, a typo: a preflight sweep that
+# needs an hour is no preflight. (A budget past --timeout is the bandwidth phase's to skip, and
+# say so: the default budget outlasts a short --timeout.)
+MIN_BW_BUDGET = 0.1           # seconds
+MAX_BW_BUDGET = 3600.0        # seconds
+RDZV_REQUIRED = "--rdzv HOST:PORT is required (no MASTER_ADDR or PET_MASTER_ADDR in the environment)"
+
+
 @dataclass(frozen=True)
 class Config:
-    rdzv: Endpoint
+    rdzv: Endpoint          # check_config refuses a Config without one
     launch: Launch
     run_id: str
     timeout: float          # bounds the whole run
@@ -110,10 +122,25 @@ def check_config(config: Config) -> Config:
             raise UsageError(str(e)) from None
     if not is_run_id(config.run_id):
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-{MAX_RUN_ID_CHARS} characters, no '/'")
+    _check_bandwidth_numbers(config)
     for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
                        ("--prom", config.prom_path), ("--plot", config.plot_path)):
         _check_writable(flag, path)
+    # Last: every other mistake on the command line is the one to name, not a missing endpoint.
+    if config.rdzv is None:
+        raise UsageError(RDZV_REQUIRED)
     return config
+
+
+def _check_bandwidth_numbers(config: Config) -> None:
+    """--expect-busbw and --bw-budget within what a run can mean. NaN compares false with
+    everything (a NaN budget never runs out), and infinity never ends."""
+    expect, budget = config.sweep.expect_busbw, config.sweep.budget_s
+    if expect is not None and not (0 < expect <= MAX_EXPECT_BUSBW and math.isfinite(expect)):
+        raise UsageError(f"--expect-busbw {expect:g}: a number of GB/s above 0 and at most "
+                         f"{MAX_EXPECT_BUSBW:g} (no interconnect comes near it)")
+    if not (MIN_BW_BUDGET <= budget <= MAX_BW_BUDGET and math.isfinite(budget)):
+        raise UsageError(f"--bw-budget {budget:g}: {MIN_BW_BUDGET:g} to {MAX_BW_BUDGET:g} seconds")
 
 
 def _check_writable(flag: str, path: str | None) -> None:

@@ -10,12 +10,14 @@ import json
 import os
 import re
 import subprocess
+import time
 import sys
 from pathlib import Path
 
 import pytest
 
 from netcheck import cli
+from netcheck.config import RDZV_REQUIRED
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
@@ -79,8 +81,22 @@ def assert_one_usage_line(err: str, out: str, message: str | None = None) -> Non
      "unknown phase nosuch: phases are local, reach, rendezvous, mesh, nic, env, bandwidth"),
     (["--rdzv", "node0", "--skip", "mesh", "--only", "env"], "--skip and --only cannot be used together"),
     (["--rdzv", "node0", "--rdzv-id", "a/b"], "--rdzv-id 'a/b': 1-128 characters, no '/'"),
-    ([], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
-    (["--nnodes", "2"], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
+    ([], RDZV_REQUIRED),
+    (["--nnodes", "2"], RDZV_REQUIRED),
+    # Without an endpoint, the real mistake is still the one named (issue 23), the endpoint last.
+    (["--nnodes", "two"], "--nnodes 'two': expected N or MIN:MAX with whole numbers"),
+    (["--timeout", "-1"], "--timeout -1: must be more than 0 seconds, and finite"),
+    (["--skip", "nosuch"], "unknown phase nosuch: phases are local, reach, rendezvous, mesh, nic, env, bandwidth"),
+    (["--node-rank", "3", "--nnodes", "2"], "node rank 3 (from flags) is not below nnodes 2"),
+    (["--rdzv-id", "a/b"], "--rdzv-id 'a/b': 1-128 characters, no '/'"),
+    (["--bw-budget", "1e9"], "--bw-budget 1e+09: 0.1 to 3600 seconds"),
+    # --expect-busbw and --bw-budget: finite, positive, and nothing absurd.
+    (["--rdzv", "node0", "--expect-busbw", "1e12"], "--expect-busbw 1e+12: a number of GB/s above 0 and at most "
+                                                    "10000 (no interconnect comes near it)"),
+    (["--rdzv", "node0", "--expect-busbw=-inf"], "--expect-busbw -inf: a positive number of GB/s"),
+    (["--rdzv", "node0", "--bw-budget", "nan"], "--bw-budget nan: must be more than 0 seconds, and finite"),
+    (["--rdzv", "node0", "--bw-budget", "0.001"], "--bw-budget 0.001: 0.1 to 3600 seconds"),
+    (["--rdzv", "node0", "--bw-budget", "86400"], "--bw-budget 86400: 0.1 to 3600 seconds"),
 ])
 def test_a_bad_command_line_exits_64_with_one_line(argv, message, clean_env, capsys):
     assert cli.main(argv) == EXIT_USAGE == 64
@@ -130,7 +146,8 @@ def test_the_slurm_job_id_is_the_default_run_id():
     (["probe", "127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["probe", "127.0.0.1:1", "--bogus"], "unrecognized arguments: --bogus"),
     (["local", "--bogus"], "unrecognized arguments: --bogus"),
-    (["inspect"], "--rdzv HOST:PORT is required (no MASTER_ADDR in the environment)"),
+    (["inspect"], RDZV_REQUIRED),
+    (["inspect", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["inspect", "--rdzv", "n:1", "--world-size", "0"], "--world-size 0: must be 1 or more"),
     (["inspect", "--rdzv", "n:1", "--nnodes", "3:2"], "--nnodes '3:2': need 1 <= MIN <= MAX"),
     (["inspect", "--rdzv", "n:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
@@ -225,3 +242,39 @@ def test_a_broken_torch_is_named_as_such_not_as_a_netcheck_bug(tmp_path):
     (torch,) = [f for f in parse_report(done.stdout)["findings"] if f["check"] == "run.torch"]
     assert torch["severity"] == "fail" and "libtorch_cpu.so" in torch["summary"], torch
     assert torch["fix"].startswith("install a working torch")
+
+
+# --- netcheck local: this node's words ------------------------------------------------------------
+
+
+def test_local_takes_quiet_and_verbose_and_speaks_of_this_node(clean_env, capsys):
+    code = cli.main(["local"])
+    out = capsys.readouterr().out
+    host = out.split("\n", 1)[0]
+    assert host.startswith("netcheck ") and " - local: " in host and "rank" not in host, host
+    assert "works on every node" not in out and "(-v)" not in out
+    assert "this node: " in out and "/dev/shm: " in out and "launcher: none seen" in out
+    assert cli.main(["local", "-q"]) == code and capsys.readouterr().out == ""
+    assert cli.main(["local", "-v", "--json", "-"]) == code
+    captured = capsys.readouterr()
+    assert parse_report(captured.out)["role"] == "local" and "this node: " in captured.err
+
+
+# --- a lone host: the seconds it says are the seconds it waited ------------------------------------
+
+
+def test_a_lone_host_says_how_long_it_waited_and_lists_no_node_faulty(tmp_path):
+    """Nobody joins a host without --nnodes: it fails, names the time it waited (the wall clock
+    agrees), and lists no node faulty: what kept the others away is theirs to say."""
+    port, path = free_port(), tmp_path / "alone.json"
+    started = time.monotonic()
+    done = run_netcheck("--rdzv", f"127.0.0.1:{port}", "--timeout", "6", "--join-window", "1", "--json", str(path),
+                        timeout=30)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stdout + done.stderr
+    report = parse_report(path.read_text())
+    (alone,) = [f for f in report["findings"] if f["check"] == "rdzv.join"]
+    said = float(re.fullmatch(r"no other node joined in the (\d+) s the host waited", alone["summary"]).group(1))
+    assert alone["kind"] == "alone" and alone["nodes"] == [] and report["faulty_nodes"] == []
+    assert said <= took and said >= report["timings"]["rendezvous"] - 0.5, (said, took, report["timings"])
+    assert "faulty:" not in done.stdout

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import SweepOptions
-from netcheck.config import Config, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.config import RDZV_REQUIRED, Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import DEFAULT_PORT, PHASES
 from netcheck.core.model import Launch
@@ -194,6 +194,21 @@ GOOD = Config(
 )
 
 
+EXPECT_RANGE = "a number of GB/s above 0 and at most 10000 (no interconnect comes near it)"
+BUDGET_RANGE = "0.1 to 3600 seconds"
+
+
+def with_sweep(**changes) -> Config:
+    return dataclasses.replace(GOOD, sweep=dataclasses.replace(GOOD.sweep, **changes))
+
+
+def test_the_bandwidth_numbers_take_what_a_run_can_mean():
+    assert check_config(with_sweep(expect_busbw=1800.0, budget_s=0.1)).sweep.expect_busbw == 1800.0
+    assert check_config(with_sweep(budget_s=3600.0)).sweep.budget_s == 3600.0
+    # A budget past --timeout is the bandwidth phase's to skip and say so: the default outlasts --timeout 3.
+    assert check_config(dataclasses.replace(GOOD, timeout=3.0)).sweep.budget_s == 6.0
+
+
 def with_launch(**changes) -> Config:
     return dataclasses.replace(GOOD, launch=dataclasses.replace(GOOD.launch, **changes))
 
@@ -222,6 +237,20 @@ def test_a_good_config_is_returned_unchanged():
     (dataclasses.replace(GOOD, run_id="a/b"), "--rdzv-id 'a/b': 1-128 characters, no '/'"),
     (dataclasses.replace(GOOD, run_id=""), "--rdzv-id '': 1-128 characters, no '/'"),
     (dataclasses.replace(GOOD, run_id="x" * 129), f"--rdzv-id '{'x' * 129}': 1-128 characters, no '/'"),
+    # The bandwidth numbers, held to what a run can mean however the Config was made.
+    (with_sweep(expect_busbw=float("nan")), f"--expect-busbw nan: {EXPECT_RANGE}"),
+    (with_sweep(expect_busbw=float("inf")), f"--expect-busbw inf: {EXPECT_RANGE}"),
+    (with_sweep(expect_busbw=0.0), f"--expect-busbw 0: {EXPECT_RANGE}"),
+    (with_sweep(expect_busbw=-2.5), f"--expect-busbw -2.5: {EXPECT_RANGE}"),
+    (with_sweep(expect_busbw=1e5), f"--expect-busbw 100000: {EXPECT_RANGE}"),
+    (with_sweep(budget_s=float("nan")), f"--bw-budget nan: {BUDGET_RANGE}"),
+    (with_sweep(budget_s=float("inf")), f"--bw-budget inf: {BUDGET_RANGE}"),
+    (with_sweep(budget_s=-1.0), f"--bw-budget -1: {BUDGET_RANGE}"),
+    (with_sweep(budget_s=0.01), f"--bw-budget 0.01: {BUDGET_RANGE}"),
+    (with_sweep(budget_s=3601.0), f"--bw-budget 3601: {BUDGET_RANGE}"),
+    # With every other value right, a missing endpoint is the mistake; with another one, not.
+    (dataclasses.replace(GOOD, rdzv=None), RDZV_REQUIRED),
+    (dataclasses.replace(GOOD, rdzv=None, timeout=-1.0), "--timeout -1: must be more than 0 seconds, and finite"),
 ])
 def test_check_config_errors(config, message):
     with pytest.raises(UsageError) as caught:

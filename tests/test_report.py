@@ -36,7 +36,8 @@ def test_findings_point_at_node_ranks_with_their_hostnames():
 def test_under_torchrun_findings_point_at_process_ranks():
     text = render_text(report("torchrun"))
     assert "host (rank 0)" in text
-    assert "is slow  [rank 0 (node0), 1 (node0)]" in text
+    # A host's ranks are listed together, the host named once.
+    assert "is slow  [node0: ranks 0, 1]" in text
 
 
 def test_a_passing_finding_points_nowhere():
@@ -103,3 +104,66 @@ def test_an_export_value_is_one_shell_word_and_a_hostname_cannot_end_its_comment
 def test_a_run_id_is_shown_once_escaped():
     text = render_text(dataclasses.replace(report("flags"), run_id="job\x1b[2J"))
     assert text.startswith("netcheck ") and "run 'job\\x1b[2J'" in text
+
+
+# --- one node's report: its words ------------------------------------------------------------------
+
+def local_report(rank: int | None = None, source: str = "arrival") -> Report:
+    node = entry(-1 if rank is None else rank, "vm", source)
+    facts = dataclasses.replace(node.facts, hostname_addresses=("192.0.2.2",), shm_bytes=64 << 20, gpus=0,
+                                launch=Launch(source, rank, None, None, 1, (), {"SLURM_NODEID": "3"} if rank else {}))
+    finding = Finding("nic.gloo_default", "fail", (node.rank,), "gloo would use an address peers cannot reach on vm",
+                      ("vm: hostname: lo (127.0.1.1): loopback",), "set GLOO_SOCKET_IFNAME")
+    return Report(run_id="local", node_rank=rank, role="local", verdict="fail",
+                  nodes=(dataclasses.replace(node, facts=facts),), findings=(finding,), recommend={},
+                  recommend_per_node={}, env_table=(), bandwidth=None, timings={}, unfinished=None,
+                  healthy_nodes=(), faulty_nodes=())
+
+
+def test_netcheck_local_speaks_of_this_node_and_shows_what_the_readme_promises():
+    text = render_text(local_report())
+    assert text.startswith("netcheck 0.1.0 - local: vm - verdict FAIL\n"), text
+    assert "node rank ?" not in text and "[node" not in text, "one node's report points at no rank"
+    assert "this node: vm (FQDN vm); the hostname resolves to 192.0.2.2" in text
+    assert "/dev/shm: 64 MiB; NVIDIA GPUs: none" in text
+    assert "launcher: none seen (a cluster run numbers such nodes as they arrive); no node rank or node count " \
+           "given; 1 process(es) per node" in text
+    assert "interfaces of vm:" in text
+    slurm = render_text(local_report(3, "slurm"))
+    assert slurm.startswith("netcheck 0.1.0 - local: vm (node rank 3) - verdict FAIL\n")
+    assert "launcher: Slurm; node rank 3, no node count given; 1 process(es)" in slurm and "launcher variables: SLURM_NODEID=3" in slurm
+
+
+def test_a_probe_header_claims_no_run_and_no_rank():
+    rep = dataclasses.replace(local_report(), role="probe", run_id="probe", nodes=(), findings=())
+    text = render_text(rep)
+    assert text.startswith("netcheck 0.1.0 - probe - verdict FAIL\n") and "rank" not in text
+
+
+def test_under_torchrun_a_hosts_interfaces_print_once_and_counts_are_of_nodes():
+    rep = dataclasses.replace(report("torchrun"), faulty_nodes=("node0",))
+    assert render_text(rep, verbose=True).count("interfaces of node0:") == 1
+    many = dataclasses.replace(rep, nodes=tuple(entry(r, f"gpu{r // 8}", "torchrun") for r in range(32)),
+                               findings=(Finding("nic.nccl_default", "fail", tuple(range(8, 16)), "fails on gpu1"),
+                                         Finding("host.shm", "fail", (8, 9, 17), "small")),
+                               healthy_nodes=("gpu0", "gpu3"), faulty_nodes=("gpu1", "gpu2"))
+    text = render_text(many)
+    assert "32 ranks on 4 nodes: 2 healthy, 2 faulty" in text
+    assert "most named (findings): gpu1 (2), gpu2 (1)" in text
+    assert "fails on gpu1  [gpu1: ranks 8, 9, 10, 11, 12, 13, 14, 15]" in text
+
+
+# --- the bandwidth table: rates a person reads -----------------------------------------------------
+
+def test_bandwidth_cells_never_use_scientific_notation():
+    from netcheck.bandwidth.tables import _gbps, rate_text, sweep_text
+    from netcheck.core.bwrecords import Row, Sweep
+
+    assert [_gbps(v) for v in (12.345, 0.5, 0.0251, 0.0025, 6e-06, 1e-09, 0.0)] == [
+        "12.35", "0.5", "0.0251", "2.5 MB/s", "6 KB/s", "1 B/s", "0"]
+    assert [rate_text(v) for v in (12.345, 0.0025, 6e-06)] == ["12.3 GB/s", "2.5 MB/s", "6 KB/s"]
+    rows = (Row(8, 2, "float32", "sum", 1310.4, 6.1e-06, 9.2e-06, 0), Row(1 << 20, 1 << 18, "float32", "sum",
+                                                                         700.0, 1.5, 2.25, 0))
+    text = sweep_text(Sweep("all", "all_reduce", 4, 1, rows), "gloo")
+    assert "e-0" not in text and "6.1 KB/s" in text and "9.2 KB/s" in text
+    assert "# Avg bus bandwidth : 1.13 GB/s" in text

@@ -318,7 +318,7 @@ def test_under_torchrun_the_libraries_choices_are_said_once_per_node():
 def test_under_torchrun_routes_are_a_line_per_node_pair():
     healthy = full_mesh(range(4), lambda r: "eth0")
     (route,) = nic_rules.route_findings(WORKERS, healthy, nic_rules.proven_interfaces(WORKERS, healthy))
-    assert route.summary == ("no *_SOCKET_IFNAME is set on every node: each library picks its own interface; "
+    assert route.summary == ("no *_SOCKET_IFNAME is set on any node: each library picks its own interface; "
                              "routes to peers below (-v)")
     assert route.evidence == ("node0 eth0 -> node1 eth0 (ranks 0, 1 -> 2, 3)",
                               "node1 eth0 -> node0 eth0 (ranks 2, 3 -> 0, 1)")

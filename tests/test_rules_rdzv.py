@@ -541,7 +541,8 @@ def worker(rank: int, host: str, address: str, **kw) -> Member:
 
 def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
     workers = tuple(worker(r, f"node{r // 2}", ADDRESS[r // 2]) for r in range(4))
-    reached = tuple(dataclasses.replace(w, facts=dataclasses.replace(w.facts, reach=reach("open", ()))) for w in workers)
+    reached = tuple(dataclasses.replace(w, facts=dataclasses.replace(w.facts, reach=reach("open", ())))
+                    for w in workers)
     (summary,) = rdzv_rules.reach_summary(reached)
     assert summary.summary.startswith("2 node(s) (4 ranks) reached node0:29500")
     (joined,) = rdzv_rules.join_findings(gathering(workers, expected=4))

@@ -3,6 +3,7 @@ rendezvous; every worker process takes part, rank 0 prints the cluster's report.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -63,3 +64,30 @@ def test_worker_store_port_blocked_for_one_node_fails_clearly(cluster, tmp_path)
     report = read_report(tmp_path / "rank0.json")
     missing = [f for f in report["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
     assert sorted(r for f in missing for r in f["nodes"]) == [2, 3], report["findings"]
+
+
+def test_a_mesh_fault_under_torchrun_reads_per_node(cluster, tmp_path):
+    """2 nodes x 2 workers, node1 open only on torchrun's rendezvous port (issue 23): the report
+    speaks of nodes, each host's ranks listed once, not a line per rank (pair); and a node with
+    no proven path is mesh.connect's to name, not a speed warning."""
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        c.allow_only_inbound(1, [RDZV_PORT])
+        results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(30)), *SKIP_BANDWIDTH), timeout=scaled(60))
+    host, text = read_report(tmp_path / "rank0.json"), host_text(results[0][0])
+    by_check = {f["check"]: f for f in host["findings"]}
+    mesh = by_check["mesh.connect"]
+    assert mesh["summary"] == "1 of 2 node-to-node directions (4 rank pairs) connect on no interface", mesh
+    assert mesh["evidence"] == ["node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)"]
+    nccl = by_check["nic.nccl_default"]
+    assert nccl["summary"] == "NCCL's interface choice fails on node1" and nccl["nodes"] == [2, 3], nccl
+    assert len(nccl["evidence"]) == 1 and nccl["evidence"][0].startswith("node1 (ranks 2, 3): NCCL would use eth0")
+    assert by_check["nic.speed"]["severity"] == "pass", by_check["nic.speed"]
+    assert host["faulty_nodes"] == ["node0", "node1"] and host["healthy_nodes"] == [], host["faulty_nodes"]
+    assert "node1, node1" not in text and "[node1: ranks 2, 3]" in text, text
+    assert text.count("eth0 198.18.0.11: filtered") == 1 and "faulty: node0 node1\n" in text, text
+
+
+def host_text(out: str) -> str:
+    """Rank 0's report among node0's output (its sibling prints too when it fails)."""
+    reports = re.split(r"^(?=netcheck \S+ - run )", out, flags=re.M)
+    return next(r for r in reports if " - host (rank 0) - " in r.split("\n", 1)[0])

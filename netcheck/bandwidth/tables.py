@@ -2,7 +2,8 @@
 pair matrix, the progress bar.
 
     size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong
-    1024  256    float32  sum    61.2       0.02          0.03          0
+    8     2      float32  sum    1310.4     6.1 KB/s      9.16 KB/s     0
+    1024  256    float32  sum    61.2       0.0167        0.0251        0
     ...
     # Avg bus bandwidth : 1.07 GB/s
 """
@@ -19,9 +20,39 @@ from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Pair, Sweep, 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
 
 
+# Below this many GB/s a rate is said in its own unit (MB/s, KB/s, B/s): 6e-06 is no number a
+# person reads, 6 KB/s is (a latency-bound 8-byte message, a link shaped to a trickle).
+GBPS_FLOOR = 0.01
+SMALL_UNITS = (("MB/s", 1e3), ("KB/s", 1e6), ("B/s", 1e9))
+
+
 def _gbps(value: float) -> str:
-    # Two decimals as nccl-tests prints, but a shaped or broken link's 0.0025 must not read 0.00.
-    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+    """A GB/s column's cell: two decimals as nccl-tests prints them, three significant digits
+    below 1 GB/s (a shaped link's 0.0025 must not read 0.00), never scientific notation: under
+    GBPS_FLOOR the rate with its unit, "6 KB/s"."""
+    if value >= 1:
+        return f"{value:.2f}"
+    if value >= GBPS_FLOOR or value <= 0:
+        return _digits(value)
+    unit, scale = next(((u, k) for u, k in SMALL_UNITS if value * k >= 1), SMALL_UNITS[-1])
+    return f"{_digits(value * scale)} {unit}"
+
+
+def rate_text(value: float) -> str:
+    """A rate in a sentence, three significant digits in its unit: `12.3 GB/s`, `6 KB/s`."""
+    if value >= GBPS_FLOOR or value <= 0:
+        return f"{_digits(value)} GB/s"
+    return _gbps(value)
+
+
+def _with_unit(cell: str) -> str:
+    return cell if cell.endswith("/s") else f"{cell} GB/s"
+
+
+def _digits(value: float) -> str:
+    """Three significant digits, written out (999.95 is 1000, not 1e+03)."""
+    text = f"{value:.3g}"
+    return f"{value:.0f}" if "e" in text else text
 
 
 def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:
@@ -38,7 +69,7 @@ def sweep_text(sweep: Sweep, backend: str) -> str:
     lines = [sweep_title(sweep, backend)]
     if sweep.rows:
         lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
-                  f"# Avg bus bandwidth : {_gbps(avg_busbw(sweep))} GB/s"]
+                  f"# Avg bus bandwidth : {_with_unit(_gbps(avg_busbw(sweep)))}"]
     if sweep.skipped:
         skipped = ", ".join(size_text(s) for s in sweep.skipped)
         lines.append(f"# skipped to stay inside --bw-budget: {skipped}")

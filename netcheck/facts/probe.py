@@ -3,7 +3,12 @@
 A joiner learns in seconds what a TCPStore client would take ten minutes to time out on:
 
     $ netcheck probe node0:29500
-    FAIL rdzv.reach  node0:29500 is filtered from here: no answer in 3 s (198.18.0.10)
+    netcheck 0.1.0 - probe - verdict FAIL
+
+    PASS  rdzv.resolve  node0 resolves to 198.18.0.10
+    FAIL  rdzv.reach    node0:29500 is filtered from this node: no answer in 3.0 s
+          198.18.0.10 (ipv4): filtered, no answer in 3 s, 3.00 s
+          1 attempt(s) over 3.0 s
 
 Outcomes: open (a TCPStore answered), not_store (something accepts connections but does not
 answer as a TCPStore: a hung or stopped process, another program), refused (RST: nothing

@@ -20,18 +20,25 @@ def build_report(run: Run) -> Report:
     by_rank = hostnames(members)
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or nic_rules.Recommendation({}, {}, "")
+    faulty = _hosts(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing
     return Report(
         run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
-        nodes=_entries(members), findings=findings, recommend=rec.cluster,
+        nodes=entries(members), findings=findings, recommend=rec.cluster,
         recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth=run.bandwidth,
         timings=dict(run.timings),
         unfinished=run.unfinished,
-        healthy_nodes=tuple(h for r, h in sorted(by_rank.items()) if r not in faulty_ranks),
-        faulty_nodes=tuple(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing,
+        healthy_nodes=_hosts(h for _, h in sorted(by_rank.items()) if h not in faulty),
+        faulty_nodes=faulty,
         recommend_note=rec.reason, cluster=run.cluster)
 
 
-def _entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
+def _hosts(names) -> tuple[str, ...]:
+    """Hostnames for a scheduler's exclude list, each once: under torchrun a host runs several
+    ranks, and one faulty rank makes its host faulty (the host is what a scheduler excludes)."""
+    return tuple(dict.fromkeys(names))
+
+
+def entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
     return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts, m.env) for m in members)
 
 
@@ -42,14 +49,15 @@ def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> t
 
 
 def local_only(env) -> Report:
-    """`netcheck local`: this node's interfaces and what each library would pick here."""
+    """`netcheck local`: this node's interfaces and what each library would pick here, judged for
+    this node alone (nothing is tested against peers). A node no launcher numbered is not seated."""
     launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
     facts = gather_facts(default_run_id(env), launch)
-    me = (Member(launch.node_rank or 0, facts),)
+    me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
     findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
                      + nic_rules.ib_findings(me))
-    return _single_node_report("local", launch.node_rank, _entries(me), findings, {})
+    return _single_node_report("local", launch.node_rank, entries(me), findings, {})
 
 
 def probe_only(host: str, port: int, timeout: float) -> Report:

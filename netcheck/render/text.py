@@ -24,6 +24,7 @@ from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.model import NodeEntry, Report
+from netcheck.facts.hashing import human_bytes
 from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.render.escape import printable_copy
 
@@ -52,7 +53,9 @@ def render_text(report: Report, verbose: bool = False) -> str:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
         lines += ["", bwtables.render_text(report.bandwidth, pairs=full)]
-    for node in report.nodes if report.role == "local" or verbose else ():
+    if report.role == "local":
+        lines += [""] + [line for node in report.nodes for line in node_facts(node)]
+    for node in _one_per_host(report.nodes) if report.role == "local" or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)
     if report.job is not None and report.job.ras is not None and not report.job.ras.answered:
@@ -60,6 +63,47 @@ def render_text(report: Report, verbose: bool = False) -> str:
     if report.timings:
         lines += ["", _footer(report)]
     return "\n".join(lines) + "\n"
+
+
+def _one_per_host(nodes: tuple[NodeEntry, ...]) -> list[NodeEntry]:
+    """A node entry per host: under torchrun a host's ranks share its interfaces. (Two machines
+    that share a name, and so differ in their interfaces, are both shown.)"""
+    seen, shown = set(), []
+    for node in nodes:
+        key = (node.hostname, node.facts.nics if node.facts else None)
+        if key not in seen:
+            seen.add(key)
+            shown.append(node)
+    return shown
+
+
+LAUNCHERS = {"flags": "the command line", "slurm": "Slurm", "kubeflow": "Kubeflow (PyTorchJob)",
+             "torchrun": "torchrun (a worker process)",
+             "arrival": "none seen (a cluster run numbers such nodes as they arrive)"}
+
+
+def node_facts(node: NodeEntry) -> list[str]:
+    """What `netcheck local` learnt of this node besides its interfaces: its names, /dev/shm and
+    GPUs, and the launcher's view (README: netcheck local)."""
+    f = node.facts
+    if f is None:
+        return []
+    resolves = ", ".join(f.hostname_addresses) or "nothing"
+    shm = "unknown" if f.shm_bytes is None else human_bytes(f.shm_bytes)
+    launch = f.launch
+    nnodes = None if launch.nnodes_max is None else str(launch.nnodes_max) \
+        if launch.nnodes_min == launch.nnodes_max else f"{launch.nnodes_min}:{launch.nnodes_max}"
+    given = [f"{word} {value}" for word, value in (("node rank", launch.node_rank), ("nnodes", nnodes))
+             if value is not None]
+    unknown = [word for word, value in (("node rank", launch.node_rank), ("node count", nnodes)) if value is None]
+    seat = ", ".join(given + ([f"no {' or '.join(unknown)} given"] if unknown else []))
+    lines = [f"this node: {f.hostname} (FQDN {f.fqdn}); the hostname resolves to {resolves}",
+             f"/dev/shm: {shm}; NVIDIA GPUs: {f.gpus or 'none'}",
+             f"launcher: {LAUNCHERS.get(launch.source, launch.source)}; {seat}; "
+             f"{launch.nproc_per_node} process(es) per node"]
+    if launch.variables:
+        lines.append("launcher variables: " + " ".join(f"{k}={v}" for k, v in sorted(launch.variables.items())))
+    return lines
 
 
 def nic_table(node: NodeEntry) -> str:
@@ -102,12 +146,18 @@ def _seat(report: Report) -> str:
 
 
 def _header(report: Report) -> str:
+    verdict = f"verdict {LABELS[report.verdict]}"
     if report.job is not None:
         run = f"run '{report.job.run_id}'" if report.job.run_id else "every run"
-        return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - verdict {LABELS[report.verdict]}"
+        return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - {verdict}"
+    if report.role == "probe":   # one probe from this node: no run, no rank
+        return f"netcheck {__version__} - probe - {verdict}"
+    if report.role == "local":   # this node alone: its name, and its rank where a launcher gave one
+        seat = "" if report.node_rank is None else f" ({_seat(report)} {report.node_rank})"
+        return f"netcheck {__version__} - local: {', '.join(n.hostname for n in report.nodes)}{seat} - {verdict}"
     rank = "?" if report.node_rank is None else report.node_rank
     return (f"netcheck {__version__} - run '{report.run_id}' - {report.role} ({_seat(report)} {rank}) "
-            f"- verdict {LABELS[report.verdict]}")
+            f"- {verdict}")
 
 
 def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
@@ -116,8 +166,9 @@ def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
     listed = [f for f in report.findings if full or f.severity != "pass"]
     width = max((len(f.check) for f in listed), default=0)
     lines = []
+    alone = report.role in ("local", "probe")   # one node's report: it points at that node
     for f in listed:
-        at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" else ""
+        at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" and not alone else ""
         lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
         if f.severity != "pass" or verbose:
             shown = f.evidence if verbose else f.evidence[:SHOWN if full else SHOWN_AT_SCALE]
@@ -133,27 +184,41 @@ def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
 
 
 def _at(ranks: tuple[int, ...], hostnames: dict[int, str], word: str, verbose: bool) -> str:
+    """`[node 0 (node0), 2 (node2)]`; under torchrun a host's ranks together:
+    `[node1: ranks 2, 3]`, or `[node0: rank 0; node1: ranks 2, 3]`."""
     if not ranks:
         return ""
     shown = ranks if verbose else ranks[:SHOWN]
-    named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in shown]
     more = f" and {len(ranks) - len(shown)} more" if len(shown) < len(ranks) else ""
+    if word == "rank":
+        hosts: dict[str, list[int]] = {}
+        for r in shown:
+            hosts.setdefault(hostnames.get(r, ""), []).append(r)
+        # Hosts this report knows first; a joiner's other ranks (hosts unknown to it) last.
+        named = [f"{host + ': ' if host else ''}rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                 for host, rs in sorted(hosts.items(), key=lambda item: not item[0])]
+        return f"  [{'; '.join(named)}{more}]"
+    named = [f"{r} ({hostnames[r]})" if r in hostnames else str(r) for r in shown]
     return f"  [{word} {', '.join(named)}{more}]"
 
 
 def _nodes_count(report: Report) -> str:
-    return (f"{len(report.nodes)} nodes: {len(report.healthy_nodes)} healthy, {len(report.faulty_nodes)} faulty "
+    hosts = len({n.hostname for n in report.nodes})
+    counted = f"{hosts} nodes" if hosts == len(report.nodes) else f"{len(report.nodes)} ranks on {hosts} nodes"
+    return (f"{counted}: {len(report.healthy_nodes)} healthy, {len(report.faulty_nodes)} faulty "
             "(the table of every node: -v, or the JSON)")
 
 
 def _offenders(report: Report) -> list[str]:
     """The nodes named by the most findings that are not passes, most first."""
     hostnames = {n.rank: n.hostname for n in report.nodes}
-    counts = Counter(r for f in report.findings if f.severity != "pass" for r in f.nodes)
+    word = "rank" if _seat(report) == "rank" else "node rank"
+    # A finding counts once for a host, however many of its ranks it names (torchrun).
+    counts = Counter(name for f in report.findings if f.severity != "pass"
+                     for name in dict.fromkeys(hostnames.get(r, f"{word} {r}") for r in f.nodes))
     if not counts:
         return []
-    word = "rank" if _seat(report) == "rank" else "node rank"
-    top = [f"{hostnames.get(r, f'{word} {r}')} ({n})" for r, n in counts.most_common(SHOWN)]
+    top = [f"{name} ({n})" for name, n in counts.most_common(SHOWN)]
     more = f" and {len(counts) - len(top)} more" if len(counts) > len(top) else ""
     return [f"most named (findings): {', '.join(top)}{more}"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 
 from netcheck.bandwidth.sweep import size_text
+from netcheck.bandwidth.tables import rate_text
 from netcheck.core.bwrecords import (
     BandwidthResult, Fault, InFlight, Sweep, culprits, first_culprit, peak_busbw,
 )
@@ -195,14 +196,14 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
     if not any(f.severity != PASS for f in findings):
         best = max(all_ranks, key=peak_busbw)
         findings = [Finding(BW_BUSBW, PASS, everyone, f"{best.op} busbw peaks at "
-                            f"{peak_busbw(best):.3g} GB/s over {best.ranks} ranks ({result.backend})",
+                            f"{rate_text(peak_busbw(best))} over {best.ranks} ranks ({result.backend})",
                             tuple(f.summary for f in findings))]
     return findings
 
 
 def _expect_finding(sweep: Sweep, expect: float, nodes: tuple[int, ...]) -> Finding:
     peak = peak_busbw(sweep)
-    summary = (f"{sweep.op} busbw peaks at {peak:.3g} GB/s over {sweep.ranks} ranks: "
+    summary = (f"{sweep.op} busbw peaks at {rate_text(peak)} over {sweep.ranks} ranks: "
                f"{100 * peak / expect:.0f}% of --expect-busbw {expect:g} GB/s")
     if peak >= expect:
         return Finding(BW_BUSBW, PASS, nodes, summary)
@@ -224,9 +225,9 @@ def _line_rate_finding(result: BandwidthResult, names: _Names,
     slowest = min(known, key=known.get)
     line = known[slowest] / 8  # Gbit/s -> GB/s
     efficiency = peak_busbw(sweep) / line
-    summary = (f"{sweep.op} busbw over the network peaks at {peak_busbw(sweep):.3g} GB/s, "
+    summary = (f"{sweep.op} busbw over the network peaks at {rate_text(peak_busbw(sweep))}, "
                f"{100 * efficiency:.0f}% of the slowest NIC's line rate ({names.node(slowest)}: "
-               f"{known[slowest]:g} Gb/s = {line:.3g} GB/s)")
+               f"{known[slowest]:g} Gb/s = {rate_text(line)})")
     if efficiency >= BW_LINE_RATE_WARN:
         return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary)
     if result.backend != "nccl":
@@ -238,7 +239,7 @@ def _line_rate_finding(result: BandwidthResult, names: _Names,
 
 
 def _largest_rows(sweep: Sweep) -> tuple[str, ...]:
-    return tuple(f"{r.size} B: time {r.time_us:.1f} us, algbw {r.algbw:.3g}, busbw {r.busbw:.3g} GB/s"
+    return tuple(f"{r.size} B: time {r.time_us:.1f} us, algbw {rate_text(r.algbw)}, busbw {rate_text(r.busbw)}"
                  for r in sweep.rows[-3:])
 
 
@@ -247,7 +248,7 @@ def _largest_rows(sweep: Sweep) -> tuple[str, ...]:
 def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     if not result.pairs:
         return []
-    evidence = tuple(f"{names.node(p.a)} <-> {names.node(p.b)}: {p.busbw:.3g} GB/s each way"
+    evidence = tuple(f"{names.node(p.a)} <-> {names.node(p.b)}: {rate_text(p.busbw)} each way"
                      for p in result.pairs)
     everyone = tuple(range(result.nnodes))
     if result.nnodes < 3:
@@ -260,9 +261,9 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
     if not slow:
         return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs within "
-                        f"{100 * BW_PAIR_SLOW:.0f}% of the median ({median:.3g} GB/s)", evidence)]
-    detail = ", ".join(f"{names.node(n)} at best {best[n]:.3g} GB/s" for n in slow)
-    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node reaches {median:.3g} GB/s",
+                        f"{100 * BW_PAIR_SLOW:.0f}% of the median ({rate_text(median)})", evidence)]
+    detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in slow)
+    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node reaches {rate_text(median)}",
                     evidence, "every collective runs at the slowest node's pace: check that node's "
                     "link speed and errors (ethtool -S), its cabling and switch port, and the "
                     "interface its traffic takes (nic.route); or exclude it")]
@@ -304,7 +305,7 @@ def _slow_intra(sweep: Sweep, names: _Names) -> list[Finding]:
         return []
     return [Finding(BW_STRAGGLER, WARN, tuple(sorted(slow)),
                     f"intra-node {sweep.op} busbw on {', '.join(names.node(n) for n in sorted(slow))} "
-                    f"is below {100 * BW_PAIR_SLOW:.0f}% of the median node ({median:.3g} GB/s)",
-                    tuple(f"{names.node(int(n))}: {b:.3g} GB/s" for n, b in sorted(sweep.node_busbw.items())),
+                    f"is below {100 * BW_PAIR_SLOW:.0f}% of the median node ({rate_text(median)})",
+                    tuple(f"{names.node(int(n))}: {rate_text(b)}" for n, b in sorted(sweep.node_busbw.items())),
                     "inside that node the ranks talk slowly: check GPU topology (nvidia-smi topo -m), "
                     "PCIe/NVLink state, /dev/shm size and CPU load")]

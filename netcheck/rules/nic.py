@@ -324,7 +324,8 @@ def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...
     where, routes = every_node(names, names), _routes(names, attempts)
     summary = (f"the interface settings on {where} name interfaces that exist there"
                if any(var in m.facts.socket_env for m in members for var in SETTINGS) else
-               f"no *_SOCKET_IFNAME is set on {where}: each library picks its own interface")
+               f"no *_SOCKET_IFNAME is set on {'any node' if where == 'every node' else where}: each library "
+               "picks its own interface")
     return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
                     summary + ("; routes to peers below (-v)" if routes else ""), routes)]
 

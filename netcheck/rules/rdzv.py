@@ -318,7 +318,8 @@ def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, s
         looked.append(src)
         wanted.add(dst)
     return tuple(f"{host}{ranks_note(looked)} -> {name} ({'rank' if len(wanted) == 1 else 'ranks'} "
-                 f"{', '.join(map(str, sorted(wanted)))}): {bad}" for (host, name, bad), (looked, wanted) in groups.items())
+                 f"{', '.join(map(str, sorted(wanted)))}): {bad}"
+                 for (host, name, bad), (looked, wanted) in groups.items())
 
 
 def _own_addresses(m: Member) -> set[str]:
