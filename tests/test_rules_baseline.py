@@ -59,4 +59,14 @@ def test_a_bandwidth_drop_beyond_a_fifth_is_drift_and_a_small_one_is_not():
     (small,) = drift_findings(old, NODES, {"NCCL_SOCKET_IFNAME": "eth0"}, sweep_of(1.7))
     assert small.severity == "pass"
     (drop,) = drift_findings(old, NODES, {"NCCL_SOCKET_IFNAME": "eth0"}, sweep_of(1.0))
-    assert drop.evidence == ("all_reduce (all) average busbw: 2 -> 1 GB/s",)
+    assert drop.evidence == ("all_reduce (all) average busbw: 2 GB/s -> 1 GB/s",)
+
+
+def test_under_torchrun_a_hosts_ranks_drift_in_one_line():
+    """Each rank of a host is a node entry; a change of the host is said once, with its ranks."""
+    old = baseline(nodes=(entry(0, ENV),))
+    twice = tuple(NodeEntry(r, "node0", e.address, e.facts, EnvFacts({**ENV, "torch.version": "2.14.1"}))
+                  for r, e in ((0, entry(0, ENV)), (1, entry(0, ENV))))
+    (finding,) = drift_findings(old, twice, {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert finding.nodes == (0, 1) and finding.summary.startswith("1 change(s) since the baseline")
+    assert finding.evidence == ("node0 (ranks 0, 1): torch.version: 2.13.0 -> 2.14.1",)

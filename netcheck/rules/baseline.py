@@ -7,32 +7,36 @@ settings. Pure: two reports' data in, findings out.
 
 from __future__ import annotations
 
+from netcheck.bandwidth.tables import rate_text
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 from netcheck.core.constants import BASELINE_BW_DROP
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
+from netcheck.rules.pernode import per_node
 from netcheck.rules.registry import BASELINE_DRIFT
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],
                    bandwidth: BandwidthResult | None = None) -> list[Finding]:
     before = {n.hostname: n for n in old.nodes}
-    changes: list[tuple[int, str]] = []
+    drifted: list[tuple[int, str]] = []
     for node in nodes:
         earlier = before.get(node.hostname)
         if earlier is None:
-            changes.append((node.rank, f"{node.hostname}: not in the baseline"))
+            drifted.append((node.rank, "not in the baseline"))
             continue
-        changes += [(node.rank, f"{node.hostname}: {text}") for text in _node_changes(earlier, node)]
+        drifted += [(node.rank, text) for text in _node_changes(earlier, node)]
+    # A line per node and change: under torchrun a host's ranks drift alike.
+    changes = list(per_node(drifted, {n.rank: n.hostname for n in nodes}))
     now = {n.hostname for n in nodes}
-    changes += [(-1, f"{host}: in the baseline, not in this run") for host in sorted(set(before) - now)]
-    changes += [(-1, f"recommended {text}") for text in _dict_changes(old.recommend, recommend)]
-    changes += [(-1, text) for text in _bandwidth_drops(old.bandwidth, bandwidth)]
+    changes += [f"{host}: in the baseline, not in this run" for host in sorted(set(before) - now)]
+    changes += [f"recommended {text}" for text in _dict_changes(old.recommend, recommend)]
+    changes += _bandwidth_drops(old.bandwidth, bandwidth)
     if not changes:
         return [Finding(BASELINE_DRIFT, PASS, tuple(n.rank for n in nodes),
                         f"nothing drifted since the baseline (run {old.run_id!r})")]
-    ranks = tuple(sorted({r for r, _ in changes if r >= 0}))
+    ranks = tuple(sorted({r for r, _ in drifted if r >= 0}))
     return [Finding(BASELINE_DRIFT, WARN, ranks, f"{len(changes)} change(s) since the baseline "
-                    f"(run {old.run_id!r})", tuple(text for _, text in changes),
+                    f"(run {old.run_id!r})", tuple(changes),
                     "if the change was not intended, undo it; if it was, rerun and keep this "
                     "report as the new baseline")]
 
@@ -69,6 +73,6 @@ def _bandwidth_drops(old: BandwidthResult | None, new: BandwidthResult | None) -
     for s in new.sweeps:
         was, now = before.get((s.stage, s.op)), avg_busbw(s) if s.rows else None
         if was and now is not None and now < was * (1 - BASELINE_BW_DROP):
-            drops.append(f"{s.op} ({s.stage}) average busbw: {was:.3g} -> {now:.3g} GB/s")
+            drops.append(f"{s.op} ({s.stage}) average busbw: {rate_text(was)} -> {rate_text(now)}")
     return drops
 
