@@ -28,7 +28,7 @@ from netcheck.core.model import REACH_OUTCOMES
 from netcheck.facts.launcher import (
     LaunchError, default_run_id, detect_launch, int_var, is_torchrun_worker, parse_nnodes, rdzv_from_env,
 )
-from netcheck.facts.local import driver_gpus
+from netcheck.facts.local import usable_gpus
 from netcheck.render import export, text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
@@ -113,7 +113,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
     rdzv = args.rdzv or rdzv_from_env(env)
     try:
         launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node,
-                               local_gpus=driver_gpus())
+                               local_gpus=usable_gpus())
     except LaunchError as e:
         raise UsageError(str(e)) from None
     return check_config(Config(

@@ -54,12 +54,47 @@ def _conf_lines(path: str) -> list[tuple[str, str]]:
     return [(k.strip(), v.strip()) for k, v in pairs if k.strip().startswith("NCCL_")]
 
 
-def driver_gpus(proc: str = "/proc") -> int:
-    """GPUs the NVIDIA driver lists, read without CUDA or torch (0 without the driver)."""
+def usable_gpus(env: Mapping[str, str] = os.environ, proc: str = "/proc", dev: str = "/dev") -> int:
+    """GPUs this process may use, read without CUDA or torch (which would start the driver):
+    those the NVIDIA driver lists, less those whose device node this process cannot open
+    (a cgroup's or a container's devices: Slurm --gres=gpu:4 on an 8-GPU node), and no more
+    than CUDA_VISIBLE_DEVICES names."""
     try:
-        return len(os.listdir(os.path.join(proc, "driver/nvidia/gpus")))
+        listed = len(os.listdir(os.path.join(proc, "driver/nvidia/gpus")))
     except OSError:
         return 0
+    return min(listed, _openable_gpu_nodes(dev), _cuda_visible(env.get("CUDA_VISIBLE_DEVICES"), listed))
+
+
+def _openable_gpu_nodes(dev: str) -> int:
+    count = 0
+    for name in _gpu_nodes(dev):
+        try:
+            os.close(os.open(os.path.join(dev, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+            count += 1
+        except OSError:
+            continue  # EPERM: the cgroup denies it
+    return count
+
+
+def _gpu_nodes(dev: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(dev) if n.startswith("nvidia") and n[6:].isdigit()]
+    except OSError:
+        return []
+
+
+def _cuda_visible(value: str | None, listed: int) -> int:
+    """How many devices CUDA_VISIBLE_DEVICES leaves: CUDA reads the list up to its first
+    entry that names no device (an index out of range, -1, a typo) and ignores the rest."""
+    if value is None:
+        return listed
+    count = 0
+    for entry in (e.strip() for e in value.split(",")):
+        if not (entry.isdigit() and int(entry) < listed) and not entry.startswith(("GPU-", "MIG-")):
+            break
+        count += 1
+    return count
 
 
 def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
@@ -73,7 +108,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         hostname_addresses=addresses,
         launch=launch,
         shm_bytes=shm_bytes(),
-        gpus=driver_gpus(),
+        gpus=usable_gpus(),
         nics=read_nic_table(),
         socket_env=socket_env(os.environ),
         reach=None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import FAIL, Finding, Member, NodeEntry, Report, hostnames, verdict_of
 from netcheck.facts.launcher import default_run_id, detect_launch
-from netcheck.facts.local import driver_gpus, gather_facts
+from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
@@ -51,7 +51,7 @@ def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> t
 def local_only(env) -> Report:
     """`netcheck local`: this node's interfaces and what each library would pick here, judged for
     this node alone (nothing is tested against peers). A node no launcher numbered is not seated."""
-    launch = detect_launch(env, None, None, None, local_gpus=driver_gpus())
+    launch = detect_launch(env, None, None, None, local_gpus=usable_gpus())
     facts = gather_facts(default_run_id(env), launch)
     me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
     findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
