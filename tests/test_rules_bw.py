@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from netcheck.bandwidth.orchestrate import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
-from netcheck.core.bwrecords import BandwidthResult, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions
+from netcheck.core.bwrecords import BandwidthResult, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline
 from netcheck.rules import registry
 from netcheck.rules.bw import bandwidth_findings, flagged_skip
 from netcheck.rules.nic import FlaggedPaths
@@ -34,8 +35,10 @@ def result(nnodes=3, nproc=1, busbw=1.0, pairs=(), faults=(), failed=None, sweep
     sweeps = sweeps if sweeps is not None else (Sweep("all", "all_reduce", world, 1, rows(world, busbw),
                                                       rank_times=times),)
     reason = "no CUDA: using gloo" if backend == "gloo" else "every rank has CUDA: using nccl"
+    options = kw.pop("options", SweepOptions())
+    heads = tuple(h for s in sweeps if (h := headline(s, options, 2)))
     return BandwidthResult(backend, reason, nnodes, nproc, sweeps, tuple(pairs), failed,
-                           "why" if failed else "", tuple(faults), 3.0, **kw)
+                           "why" if failed else "", tuple(faults), 3.0, headlines=heads, **kw)
 
 
 def healthy_pairs(slow: set[int] = frozenset(), n: int = 3) -> tuple[Pair, ...]:
@@ -133,7 +136,7 @@ def test_the_sweep_is_skipped_where_the_mesh_found_a_blackhole_and_runs_otherwis
     assert "2 more" in skipped.summary and "path MTU" in skipped.fix
 
 
-OPTIONS = SweepOptions(minbytes=1 << 10, maxbytes=1 << 20, stepfactor=4)   # 1K 4K 16K 64K 256K 1M
+OPTIONS = SweepOptions(minbytes=1 << 10, maxbytes=1 << 20, stepfactor=4, few_small_sizes=False)  # 1K 4K 16K 64K 256K 1M
 
 
 def test_the_size_in_flight_is_the_one_after_the_last_reported():
@@ -141,6 +144,10 @@ def test_the_size_in_flight_is_the_one_after_the_last_reported():
     assert in_flight("all", two_done, (), 0, 2, 2, OPTIONS) == InFlight("all_reduce", 16 << 10, (0, 1, 2, 3))
     skipped = replace(two_done, skipped=(1 << 20,) * 4)   # every size accounted for: between sweeps
     assert in_flight("all", skipped, (), 0, 2, 2, OPTIONS) is None
+    # Without -e, a sweep that ran every size may go on past the last: the next one is in flight.
+    all_ran = replace(two_done, rows=two_done.rows * 3)
+    assert in_flight("all", all_ran, (), 0, 2, 2, OPTIONS) == InFlight("all_reduce", 4 << 20, (0, 1, 2, 3))
+    assert in_flight("all", all_ran, (), 0, 2, 2, replace(OPTIONS, past_maxbytes=False)) is None
     assert in_flight("intra", two_done, (), 1, 2, 2, OPTIONS) == InFlight("new_group", 0, (2, 3))
     assert in_flight("control", None, (), 0, 2, 2, OPTIONS) is None
 
@@ -172,7 +179,7 @@ def test_unchecked_runs_say_nothing_about_corruption():
 def test_busbw_below_the_expectation_fails_with_the_efficiency():
     (busbw,) = by_check(findings_of(result(busbw=0.5), expect=2.0), registry.BW_BUSBW)
     assert busbw.severity == "fail"
-    assert busbw.summary == "all_reduce busbw peaks at 0.5 GB/s over 3 ranks: 25% of --expect-busbw 2 GB/s"
+    assert busbw.summary == "all_reduce busbw plateau 0.5 GB/s at 1MB over 3 ranks: 25% of --expect-busbw 2 GB/s"
 
 
 def test_busbw_at_the_expectation_passes():
@@ -245,3 +252,35 @@ def test_a_node_cut_off_by_the_mesh_skips_the_sweep_instead_of_timing_out_on_it(
                            {0: "node0", 1: "node1", 2: "node2"})
     assert (skipped.check, skipped.kind) == ("run.skipped", "phase_skipped")
     assert "node2 cut off" in skipped.summary and "firewall" in skipped.fix
+
+
+def test_the_pass_names_the_plateau_the_latency_and_the_cost_per_step():
+    """2 nodes x 2 ranks: the all-rank plateau heads the finding; the intra and inter
+    plateaus, and a 7e9-parameter bf16 gradient's all_reduce per step, come beside it."""
+    sweeps = (Sweep("all", "all_reduce", 4, 1, rows(4, 0.9)), Sweep("intra", "all_reduce", 2, 2, rows(2, 4.0)),
+              Sweep("inter", "all_reduce", 2, 1, rows(2, 1.0)))
+    res = result(nnodes=2, nproc=2, sweeps=sweeps, backend="gloo", options=SweepOptions(model_params=7 * 10 ** 9))
+    (busbw,) = by_check(findings_of(res), registry.BW_BUSBW)
+    assert busbw.severity == "pass"
+    assert busbw.summary.startswith("all_reduce busbw plateau 0.9 GB/s at 1MB over 4 ranks (gloo); latency ")
+    # 64K is the only latency-bound size here (1M is past them): one latency figure.
+    assert re.search(r"; latency [\d.]+ (us|ms) per op at 64KB$", busbw.summary), busbw.summary
+    step = 2 * 14e9 * 3 / 4 / 0.9e9
+    assert (f"a 7e9-parameter bfloat16 gradient (14 GB) all_reduce: {step:.3g} s per step across 2 node(s) "
+            "(4 ranks) at 0.9 GB/s") in busbw.evidence
+    assert "inside each node: all_reduce busbw plateau 4 GB/s at 1MB over 2 ranks (gloo); latency" in busbw.evidence[0]
+    assert any(e.startswith("a 7e9-parameter bfloat16 gradient (14 GB) all_reduce: ") and "inside a node (2 ranks)" in e
+               for e in busbw.evidence)
+
+
+def test_expect_busbw_judges_the_plateau_not_a_lucky_peak():
+    # One size ran 20% above the rest (a noisy sample): the plateau is the sizes within 5% of
+    # the peak, here the peak alone; a run whose plateau is the three sizes around 1 GB/s
+    # passes 0.95 and fails 1.05.
+    flat = tuple(make_row(ALL_REDUCE, s // 4, "float32", 3, [s * ALL_REDUCE.factor(3) / (b * 1e9)] * 3, [0] * 3,
+                          True, [0, 1, 2]) for s, b in ((1 << 20, 0.5), (8 << 20, 0.98), (16 << 20, 1.0), (32 << 20, 0.99)))
+    res = result(sweeps=(Sweep("all", "all_reduce", 3, 1, flat),))
+    (ok,) = by_check(findings_of(res, expect=0.95), registry.BW_BUSBW)
+    assert ok.severity == "pass" and "plateau 0.99 GB/s at 8MB-32MB" in ok.evidence[0]
+    (low,) = by_check(findings_of(res, expect=1.05), registry.BW_BUSBW)
+    assert low.severity == "fail" and "94% of --expect-busbw 1.05 GB/s" in low.summary

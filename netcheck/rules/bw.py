@@ -13,12 +13,13 @@ Rules never print and never touch the network.
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from netcheck.bandwidth.sweep import size_text
 from netcheck.bandwidth.tables import rate_text
 from netcheck.core.bwrecords import (
-    BandwidthResult, Fault, InFlight, Sweep, culprits, first_culprit, peak_busbw,
+    STAGE_TITLES, BandwidthResult, Fault, Headline, InFlight, Sweep, culprits, first_culprit, peak_busbw,
 )
 from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.model import FAIL, PASS, WARN, Finding
@@ -186,27 +187,67 @@ def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
 
 def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[int, float | None],
                    expect_busbw: float | None) -> list[Finding]:
-    all_ranks = [s for s in result.sweeps if s.stage == "all" and s.rows]
-    if not all_ranks:
+    """The all-rank sweeps' plateau: judged against --expect-busbw and the NICs' line rate;
+    a pass names it with its sizes, and the latency and per-step figures beside it."""
+    heads = [h for h in result.headlines if h.stage == "all"]
+    if not heads:
         return []
     everyone = tuple(range(result.nnodes))
-    findings = [_expect_finding(s, expect_busbw, everyone) for s in all_ranks] if expect_busbw else []
+    findings = [_expect_finding(result, h, expect_busbw, everyone) for h in heads] if expect_busbw else []
     line = _line_rate_finding(result, names, line_rate_gbps)
     findings += [line] if line else []
     if not any(f.severity != PASS for f in findings):
-        best = max(all_ranks, key=peak_busbw)
-        findings = [Finding(BW_BUSBW, PASS, everyone, f"{best.op} busbw peaks at "
-                            f"{rate_text(peak_busbw(best))} over {best.ranks} ranks ({result.backend})",
-                            tuple(f.summary for f in findings))]
+        best = max(heads, key=lambda h: h.plateau_busbw)
+        findings = [Finding(BW_BUSBW, PASS, everyone, _headline_text(best, result.backend),
+                            tuple(f.summary for f in findings) + _figures(result))]
     return findings
 
 
-def _expect_finding(sweep: Sweep, expect: float, nodes: tuple[int, ...]) -> Finding:
-    peak = peak_busbw(sweep)
-    summary = (f"{sweep.op} busbw peaks at {rate_text(peak)} over {sweep.ranks} ranks: "
-               f"{100 * peak / expect:.0f}% of --expect-busbw {expect:g} GB/s")
-    if peak >= expect:
+def _headline_text(h: Headline, backend: str) -> str:
+    text = (f"{h.op} busbw plateau {rate_text(h.plateau_busbw)} at {_sizes(h.plateau_from, h.plateau_to)} "
+            f"over {h.ranks} ranks ({backend})")
+    if h.latency_from_us is not None:
+        lo, hi = h.latency_sizes
+        text += f"; latency {_time_text(h.latency_from_us)} per op at {_sizes(lo, lo)}"
+        text += f", {_time_text(h.latency_to_us)} at {_sizes(hi, hi)}" if hi != lo else ""
+    return text
+
+
+def _time_text(us: float) -> str:
+    return f"{us:.3g} us" if us < 1000 else f"{us / 1000:.3g} ms"
+
+
+def _figures(result: BandwidthResult) -> tuple[str, ...]:
+    """The other stages' plateaus (inside a node, one rank per node), and the per-step cost of
+    a gradient all_reduce at each plateau, where --model-params asked for it."""
+    lines = tuple(f"{STAGE_TITLES[h.stage]}: {_headline_text(h, result.backend)}"
+                  for h in result.headlines if h.stage != "all")
+    return lines + tuple(_step_text(h, result) for h in result.headlines if h.step_s is not None)
+
+
+def _step_text(h: Headline, result: BandwidthResult) -> str:
+    where = {"all": f"across {result.nnodes} node(s)" + (f" ({h.ranks} ranks)" if result.nproc_per_node > 1 else ""),
+             "intra": f"inside a node ({h.ranks} ranks)",
+             "inter": f"across {h.ranks} nodes, one rank each"}[h.stage]
+    return (f"a {_count_text(h.model_params)}-parameter {h.grad_dtype} gradient ({h.gradient_bytes / 1e9:.3g} GB) "
+            f"all_reduce: {h.step_s:.3g} s per step {where} at {rate_text(h.plateau_busbw)}")
+
+
+def _count_text(n: int) -> str:
+    """A parameter count as models are named: 7e9, 1.5e12, 125000."""
+    return re.sub(r"e\+?0*(\d+)", r"e\1", f"{n:.3g}")
+
+
+def _sizes(lo: int, hi: int) -> str:
+    return f"{size_text(lo)}B" if lo == hi else f"{size_text(lo)}B-{size_text(hi)}B"
+
+
+def _expect_finding(result: BandwidthResult, h: Headline, expect: float, nodes: tuple[int, ...]) -> Finding:
+    summary = (f"{h.op} busbw plateau {rate_text(h.plateau_busbw)} at {_sizes(h.plateau_from, h.plateau_to)} "
+               f"over {h.ranks} ranks: {100 * h.plateau_busbw / expect:.0f}% of --expect-busbw {expect:g} GB/s")
+    if h.plateau_busbw >= expect:
         return Finding(BW_BUSBW, PASS, nodes, summary)
+    sweep = next(s for s in result.sweeps if (s.stage, s.op) == (h.stage, h.op))
     return Finding(BW_BUSBW, FAIL, nodes, summary, _largest_rows(sweep),
                    "find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME in use) "
                    "before blaming the job; lower --expect-busbw only if the hardware cannot do more")
