@@ -5,6 +5,7 @@ lines, how a worker's end is classified, whom to blame)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import itertools
 import signal
 import subprocess
@@ -380,6 +381,14 @@ def test_table_has_nccl_tests_columns_and_the_average_line():
     assert "# skipped to stay inside --bw-budget: 4K" in text
     assert "intra busbw    inter busbw" in text
     assert "node0   -        0.102" in text and "node1   0.102    -" in text
+
+
+def test_a_sweep_with_a_headline_says_its_plateau_and_latency():
+    result = sample_result()
+    heads = tuple(headline(s, SweepOptions(), 2) for s in result.sweeps)
+    text = render_text(replace(result, headlines=heads))
+    assert "# Plateau           : 1.5 GB/s at 1K-2K (the sizes within 5% of the peak)" in text
+    assert "# Latency           : 1.0 us per op at 1K" in text
 
 
 def test_unchecked_rows_say_n_a():

@@ -15,7 +15,8 @@ from typing import Any, Callable
 from tabulate import tabulate
 
 from netcheck.bandwidth.sweep import size_text
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Pair, Sweep, avg_busbw
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw
+from netcheck.core.constants import BW_PLATEAU_BAND
 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong")
 
@@ -65,11 +66,19 @@ def sweep_title(sweep: Sweep, backend: str) -> str:
     return f"# {sweep.op}, {STAGE_TITLES[sweep.stage]}: {sweep.ranks} ranks{groups} ({backend})"
 
 
-def sweep_text(sweep: Sweep, backend: str) -> str:
+def sweep_text(sweep: Sweep, backend: str, head: Headline | None = None) -> str:
     lines = [sweep_title(sweep, backend)]
     if sweep.rows:
         lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
                   f"# Avg bus bandwidth : {_with_unit(_gbps(avg_busbw(sweep)))}"]
+    if head is not None:
+        span = size_text(head.plateau_from) + ("" if head.plateau_to == head.plateau_from
+                                               else f"-{size_text(head.plateau_to)}")
+        lines.append(f"# Plateau           : {rate_text(head.plateau_busbw)} at {span} "
+                     f"(the sizes within {BW_PLATEAU_BAND:.0%} of the peak)")
+    if head is not None and head.latency_from_us is not None:
+        lines.append(f"# Latency           : {head.latency_from_us:.1f} us per op at "
+                     f"{size_text(head.latency_sizes[0])}")
     if sweep.skipped:
         skipped = ", ".join(size_text(s) for s in sweep.skipped)
         lines.append(f"# skipped to stay inside --bw-budget: {skipped}")
@@ -105,7 +114,8 @@ def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str]) -> str:
 def render_text(result: BandwidthResult, pairs: bool = True) -> str:
     """Every table of the phase, for the text report; the node-pair matrix only with `pairs`
     (it has a row and a column per node)."""
-    parts = [sweep_text(s, result.backend) for s in result.sweeps]
+    heads = {(h.stage, h.op): h for h in result.headlines}
+    parts = [sweep_text(s, result.backend, heads.get((s.stage, s.op))) for s in result.sweeps]
     by_stage = {(s.stage, s.op): s for s in result.sweeps}
     for op in dict.fromkeys(s.op for s in result.sweeps):
         if ("intra", op) in by_stage and ("inter", op) in by_stage:
