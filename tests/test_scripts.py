@@ -221,3 +221,22 @@ def test_manifests_command_forms_the_cluster_on_namespaces(cluster, tmp_path):
     host = read_report(tmp_path / "netcheck-0.json")
     assert host["role"] == "host" and host["healthy_nodes"] == names
     assert host["nodes"][1]["facts"]["launch"]["source"] == "kubeflow"
+
+
+# --- the GPU check ----------------------------------------------------------------------------------
+
+GPU_CHECK = REPO / "scripts" / "gpu_check.sh"
+NVIDIA_DRIVER = Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir() or shutil.which("nvidia-smi")
+
+
+@pytest.mark.skipif(bool(NVIDIA_DRIVER), reason="this machine has an NVIDIA driver: the script would measure")
+def test_gpu_check_without_cuda_says_so_in_one_line_and_exits_3_at_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK")}
+    done = subprocess.run(["bash", str(GPU_CHECK), str(tmp_path / "out")], capture_output=True, text=True,
+                          env=env, timeout=10)
+    assert done.returncode == 3 and done.stdout == "", done
+    assert done.stderr.splitlines() == [
+        "gpu_check: no CUDA: no NVIDIA driver on this machine (no /dev/nvidiactl, /proc/driver/nvidia/gpus "
+        "or nvidia-smi); nothing measured"]
+    assert not (tmp_path / "out").exists()
+    assert subprocess.run(["shellcheck", str(GPU_CHECK)], capture_output=True).returncode == 0
