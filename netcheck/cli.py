@@ -17,7 +17,7 @@ from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
 from netcheck.core import stop
 from netcheck.config import (
-    RDZV_REQUIRED, BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
+    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
@@ -298,11 +298,14 @@ def run_inspect(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
                    help=f"bounds the look at the store, seconds (default {INSPECT_TIMEOUT:g}); "
                    "torch's import comes on top")
+    p.add_argument("--traces", metavar="DIR", help="a folder of the job's flight-recorder dumps (pickle or "
+                   "JSON, one per rank, the rank in the file's name): who is behind, out of step, or silent; "
+                   "read without torch and without running anything in them")
     p.add_argument("--json", metavar="PATH|-")
     p.add_argument("--prom", metavar="PATH")
     args = p.parse_args(argv)
     env = os.environ
-    rdzv = args.rdzv or rdzv_from_env(env)
+    rdzv = args.rdzv or (None if args.traces else rdzv_from_env(env))
     if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
     try:
@@ -313,12 +316,15 @@ def run_inspect(argv: list[str]) -> int:
         raise UsageError(str(e)) from None
     if world is not None and world < 1:
         raise UsageError(f"--world-size {world}: must be 1 or more")
-    if not rdzv:   # last: any other mistake is the one to name
-        raise UsageError(RDZV_REQUIRED)
+    if not rdzv and not args.traces:   # last: any other mistake is the one to name
+        raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
     from netcheck.phases.inspect import inspect_job
+    from netcheck.phases.traces import inspect_traces
 
     rep = inspect_job(parse_endpoint(rdzv), args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world,
-                      args.timeout, env)
+                      args.timeout, env) if rdzv else None
+    if args.traces:
+        rep = inspect_traces(args.traces, world, args.timeout, rep)
     emit(rep, args.json, False, True, prom_path=args.prom)
     return EXIT_BY_VERDICT[rep.verdict]
 

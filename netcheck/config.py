@@ -34,7 +34,8 @@ MAX_EXPECT_BUSBW = 10_000.0   # GB/s
 # say so: the default budget outlasts a short --timeout.)
 MIN_BW_BUDGET = 0.1           # seconds
 MAX_BW_BUDGET = 3600.0        # seconds
-RDZV_REQUIRED = "--rdzv HOST:PORT is required (no MASTER_ADDR or PET_MASTER_ADDR in the environment)"
+NO_RDZV_IN_ENV = "(no MASTER_ADDR or PET_MASTER_ADDR in the environment)"
+RDZV_REQUIRED = f"--rdzv HOST:PORT is required {NO_RDZV_IN_ENV}"
 
 
 @dataclass(frozen=True)

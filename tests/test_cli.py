@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from netcheck import cli
-from netcheck.config import RDZV_REQUIRED
+from netcheck.config import NO_RDZV_IN_ENV, RDZV_REQUIRED
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
@@ -146,7 +146,7 @@ def test_the_slurm_job_id_is_the_default_run_id():
     (["probe", "127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["probe", "127.0.0.1:1", "--bogus"], "unrecognized arguments: --bogus"),
     (["local", "--bogus"], "unrecognized arguments: --bogus"),
-    (["inspect"], RDZV_REQUIRED),
+    (["inspect"], f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}"),
     (["inspect", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["inspect", "--rdzv", "n:1", "--world-size", "0"], "--world-size 0: must be 1 or more"),
     (["inspect", "--rdzv", "n:1", "--nnodes", "3:2"], "--nnodes '3:2': need 1 <= MIN <= MAX"),

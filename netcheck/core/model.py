@@ -18,6 +18,7 @@ from netcheck.core.fields import (
     NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text, WholeNumbersAt,
     one_of,
 )
+from netcheck.core.hangrecords import HangView
 from netcheck.core.jobrecords import JobView
 from netcheck.core.nictable import FAMILIES, NicTable
 
@@ -238,6 +239,7 @@ class Report:
     recommend_note: Text = ""       # why there are no settings to recommend, when there are none
     job: JobView | None = None     # netcheck inspect: what the job's store and NCCL's RAS showed
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict, when it was heard
+    hang: HangView | None = None   # netcheck inspect --traces: the ranks' flight recorders
     schema: str = REPORT_SCHEMA
 
 

@@ -141,8 +141,11 @@ def _export_lines(values: dict[str, str]) -> list[str]:
 
 
 def _seat(report: Report) -> str:
-    """What a seat is called: under torchrun every worker process is one, by its RANK."""
-    return "rank" if any(n.facts and is_torchrun_worker(n.facts.launch) for n in report.nodes) else "node rank"
+    """What a seat is called: under torchrun every worker process is one, by its RANK; a
+    hung job's findings name its ranks."""
+    if report.role == "inspect" or any(n.facts and is_torchrun_worker(n.facts.launch) for n in report.nodes):
+        return "rank"
+    return "node rank"
 
 
 def _header(report: Report) -> str:
@@ -152,6 +155,8 @@ def _header(report: Report) -> str:
         return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - {verdict}"
     if report.role == "probe":   # one probe from this node: no run, no rank
         return f"netcheck {__version__} - probe - {verdict}"
+    if report.hang is not None:   # dumps alone: no store, no run
+        return f"netcheck {__version__} - inspect --traces {report.hang.source} - {verdict}"
     if report.role == "local":   # this node alone: its name, and its rank where a launcher gave one
         seat = "" if report.node_rank is None else f" ({_seat(report)} {report.node_rank})"
         return f"netcheck {__version__} - local: {', '.join(n.hostname for n in report.nodes)}{seat} - {verdict}"

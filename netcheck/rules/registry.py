@@ -48,6 +48,7 @@ JOB_HEARTBEAT = "job.heartbeat"
 JOB_RANKS = "job.ranks"
 JOB_NCCL = "job.nccl"
 JOB_HOSTILE = "job.hostile"
+JOB_HANG = "job.hang"
 RUN_TIMEOUT = "run.timeout"
 RUN_STOPPED = "run.stopped"
 RUN_CLUSTER = "run.cluster"
@@ -112,6 +113,10 @@ JOB_HOSTILE_VALUE = "hostile_value"
 JOB_FOREIGN_VALUE = "foreign_value"
 JOB_RAS_MISSING = "ranks_missing"
 JOB_RAS_ERRORS = "ranks_in_error"
+HANG_BEHIND = "behind"
+HANG_DESYNC = "desync"
+HANG_STUCK = "stuck"
+HANG_NO_DATA = "no_trace"
 
 # run.stopped's exact findings.
 STOPPED_SIGINT = "sigint"
@@ -299,11 +304,22 @@ CHECKS: tuple[Check, ...] = (
           {JOB_RAS_MISSING: "ranks missing from a communicator (never joined, or dead)",
            JOB_RAS_ERRORS: "ranks with an async error, an abort, or still initialising"}),
     Check(JOB_HOSTILE, "inspect", (FAIL,),
-          "netcheck inspect: a value in the job's store that is not a rendezvous state: refused, never run",
-          ("job.hostile_findings",), "the raw value under torch.rendezvous.RUN",
-          ("test_rules_job.py", "test_inspect.py"),
+          "netcheck inspect: a value in the job's store that is not a rendezvous state, or a trace file "
+          "that is not a flight-recorder dump: refused, never run",
+          ("job.hostile_findings", "hang.hang_findings"), "the raw value under torch.rendezvous.RUN, trace files",
+          ("test_rules_job.py", "test_inspect.py", "test_rules_hang.py"),
           {JOB_HOSTILE_VALUE: "a pickle asking for code (a global outside the state's types)",
            JOB_FOREIGN_VALUE: "garbage, the wrong type, or over the size limit"}),
+    Check(JOB_HANG, "inspect", ALL,
+          "netcheck inspect: the ranks' flight recorders: a rank behind the collective the others wait in, "
+          "ranks out of step, a collective no rank completes, ranks with no trace",
+          ("hang.hang_findings",), "HangView (flight-recorder dumps, --traces DIR)",
+          ("test_rules_hang.py", "test_hang_cluster.py"),
+          {HANG_BEHIND: "rank(s) never issued the collective the others wait in: their last line",
+           HANG_DESYNC: "ranks issued different collectives (op, sizes, dtype) at one sequence id",
+           HANG_STUCK: "every rank issued the collective and none completed it (NCCL records completion)",
+           HANG_NO_DATA: "ranks with no trace: no dump, no answer, or the process gone (fail where the traced "
+                         "ranks are in step, waiting for them; warn beside a rank behind or out of step)"}),
     Check(RUN_SKIPPED, "run", (WARN,),
           "a phase left out, and why",
           ("run.skipped_finding", "run.unheard_goodbyes", "run.no_peer_findings"),

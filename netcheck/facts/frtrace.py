@@ -1,0 +1,155 @@
+"""Flight-recorder dumps, read without trusting them: `netcheck inspect --traces DIR`.
+
+torch writes one file per rank when its watchdog fires (TORCH_NCCL_DUMP_ON_TIMEOUT, at
+TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE plus the rank), or when a job
+calls torch._C._distributed_c10d._dump_fr_trace() (a pickle) or _dump_fr_trace_json() (JSON).
+A pickle runs code in whoever loads it with pickle: this one goes through netcheck's bounded
+decoder (core.pickled) with no global admitted, so a dump is plain dicts, lists, tuples,
+strings, numbers, booleans and None, or it is refused, by file name. Each file is bounded in
+size, all of them together too; a rank's number is taken from its file's name.
+
+The format (torch 2.5 on; version "2.10" in 2.13): {"version", "pg_config": {name: {"name",
+"desc", "ranks": "[0, 1]"}}, "pg_status", "entries": [{"collective_seq_id", "process_group":
+(name, desc), "profiling_name", "input_sizes", "input_dtypes", "output_sizes", "state",
+"frames": [{"filename", "line", "name"}], "is_p2p", ...}]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from netcheck.core import pickled
+from netcheck.core.deadline import Deadline
+from netcheck.core.hangrecords import HANG_TAIL, Collective, GroupTail, HangView, RankTrace, Refused
+
+MAX_TRACE_BYTES = 16 << 20      # one rank's dump: a 20,000-entry NCCL ring is about 10 MB
+MAX_TRACES_BYTES = 2 << 30      # every file together (1,024 ranks of 2 MB)
+MAX_TRACE_FILES = 16_384
+_RANK = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
+# Where a frame is torch's own: the user's line is the innermost frame outside these.
+_LIBRARY = re.compile(r"[/\\](torch|site-packages|dist-packages)[/\\]|^<frozen ")
+_COMPLETED = {"completed": True, "scheduled": False, "started": False}
+
+
+class NotADump(ValueError):
+    """A file that is no flight-recorder dump netcheck reads: the message says why."""
+
+
+def read_dumps(folder: str, world_size: int | None = None, deadline: Deadline | None = None) -> HangView:
+    """Every dump in FOLDER that reads, and every file refused, each named."""
+    traces, refused, total = [], [], 0
+    for name in _listed(folder)[:MAX_TRACE_FILES]:
+        path = os.path.join(folder, name)
+        rank = _rank_of(name)
+        if rank is None or not os.path.isfile(path):
+            continue
+        try:
+            size = os.path.getsize(path)
+            if size > MAX_TRACE_BYTES or total + size > MAX_TRACES_BYTES:
+                raise NotADump(f"{size} bytes, over the {MAX_TRACE_BYTES}-byte limit per dump"
+                               if size > MAX_TRACE_BYTES else "over the limit for all dumps together")
+            total += size
+            with open(path, "rb") as f:
+                data = f.read(MAX_TRACE_BYTES + 1)
+            traces.append(trace_of(rank, name, data, deadline))
+        except pickled.HostilePickle as e:
+            refused.append(Refused(name, f"a pickle that asks for code, never run: {e}", True))
+        except (NotADump, pickled.ForeignPickle, OSError) as e:
+            refused.append(Refused(name, str(e), False))
+    return HangView(folder, tuple(sorted(traces, key=lambda t: t.rank)), tuple(refused), world_size)
+
+
+def _listed(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError as e:
+        raise NotADump(f"{folder}: {e.strerror}") from None
+
+
+def _rank_of(name: str) -> int | None:
+    match = _RANK.search(name)
+    return int(match[1]) if match and len(match[1]) <= 7 else None
+
+
+def trace_of(rank: int, source: str, data: bytes, deadline: Deadline | None = None, host: str = "",
+             stack: str = "") -> RankTrace:
+    """One rank's dump (pickle or JSON) as its last collectives per group; NotADump,
+    ForeignPickle or HostilePickle where it is not one."""
+    if data[:1] == b"{":
+        try:
+            dump = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise NotADump("not a JSON dump: the text does not parse (truncated?)") from None
+    elif data[:1] == b"\x80":
+        dump = pickled.decode(data, {}, deadline)
+    else:
+        raise NotADump("neither a pickle nor JSON")
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
+        raise NotADump("not a flight-recorder dump: no list of entries")
+    return RankTrace(rank, source, host, _groups(dump), stack)
+
+
+def _groups(dump: dict) -> tuple[GroupTail, ...]:
+    tails: dict[str, list[Collective]] = {}
+    descs: dict[str, str] = {}
+    for entry in dump.get("entries") or ():
+        if not isinstance(entry, dict) or entry.get("is_p2p"):
+            continue
+        name, desc = _group_of(entry.get("process_group"))
+        seq = entry.get("collective_seq_id")
+        if name is None or not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise NotADump("an entry without a process group or a sequence id")
+        descs[name] = desc
+        tail = tails.setdefault(name, [])
+        tail.append(_collective(entry, seq))
+        del tail[:-HANG_TAIL]
+    ranks = _group_ranks(dump.get("pg_config"))
+    return tuple(GroupTail(name, descs[name], ranks.get(name, ranks.get(descs[name], ())),
+                           tuple(sorted(tail, key=lambda c: c.seq)))
+                 for name, tail in sorted(tails.items()))
+
+
+def _group_of(value: object) -> tuple[str | None, str]:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None, ""
+
+
+def _collective(entry: dict, seq: int) -> Collective:
+    state = entry.get("state")
+    # gloo's recorder leaves every entry "scheduled": its completion is not recorded.
+    op = _text(entry.get("profiling_name"))
+    completed = None if op.startswith("gloo:") else _COMPLETED.get(state)
+    sizes = f"{_text(entry.get('input_sizes'))} -> {_text(entry.get('output_sizes'))}"
+    return Collective(seq, op, sizes, _text(entry.get("input_dtypes")), completed, _user_frame(entry.get("frames")))
+
+
+def _user_frame(frames: object) -> str:
+    """The innermost frame outside torch: the line of the program that called it."""
+    if not isinstance(frames, list):
+        return ""
+    for frame in frames:
+        if isinstance(frame, dict) and not _LIBRARY.search(_text(frame.get("filename"))):
+            return f"{_text(frame.get('filename'))}:{_text(frame.get('line'))} in {_text(frame.get('name'))}"
+    return ""
+
+
+def _group_ranks(config: object) -> dict[str, tuple[int, ...]]:
+    """name -> its global ranks, where pg_config lists them ("[0, 1]"; gloo writes "[]")."""
+    if not isinstance(config, dict):
+        return {}
+    ranks = {}
+    for name, group in config.items():
+        text = group.get("ranks") if isinstance(group, dict) else None
+        listed = tuple(int(r) for r in re.findall(r"\d+", text)) if isinstance(text, str) and len(text) < 1 << 20 else ()
+        if listed and isinstance(name, str):
+            ranks[name] = listed
+    return ranks
+
+
+def _text(value: object) -> str:
+    """A value of the dump as text, whatever its type (the dump's writer chose it)."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:200]
