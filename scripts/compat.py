@@ -13,7 +13,8 @@ mode. Everything but netcheck comes from wheels only (--only-binary=:all:), as o
 without a compiler: a dependency that would need one fails the release. PyPI's Linux
 wheels carry the CUDA libraries (about 5 GB an environment); the environments share one
 pip cache, so a rebuild downloads nothing it has seen. pip runs without the machine's pip
-configuration, so a local cap on torch versions does not hide the release under test. An
+configuration (files and PIP_* variables alike), so a local cap on torch versions or a
+local build does not stand in for the release under test. An
 environment built by another clone sharing the folder is pointed at this checkout first.
 The `compat` tests (pytest -m compat) are those that touch every torch seam: a healthy
 multi-node run with every phase, bandwidth included; the torchrun mode; the host killed
@@ -43,8 +44,15 @@ def test_requirements() -> list[str]:
             if ln.strip() and not ln.startswith("#") and ln.split("==")[0].strip() not in NOT_SHARED]
 
 
+# The machine's pip settings that choose what is installed, whether from a file or from the
+# environment (PIP_FIND_LINKS=/opt/wheels would give a local torch 2.13.0+cpu, not PyPI's).
+CHOOSING = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT",
+            "PIP_PRE", "PIP_ONLY_BINARY", "PIP_NO_BINARY", "PIP_PREFER_BINARY")
+
+
 def pip_env(cache: Path) -> dict[str, str]:
-    return {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(cache),
+    kept = {k: v for k, v in os.environ.items() if k not in CHOOSING}
+    return {**kept, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(cache),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
