@@ -51,6 +51,30 @@ def test_differences_between_nodes_are_named(cluster, tmp_path):
     assert ("var.NCCL_IB_DISABLE", "node2") in rows
 
 
+def test_a_hang_that_would_not_be_diagnosable_is_warned_per_node_and_torchs_defaults_pass(cluster, tmp_path):
+    """torch 2.13's defaults record and dump (env.flight_recorder passes, exit 0); the same cluster
+    with the recorder off on node1, no dump on a timeout there and error handling off on both warns
+    once per cause and set of nodes (exit 1), beside env.mismatch for what differs between them."""
+    off = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        clean = finish_all([start(c, i, ranked(i, 2), tmp_path) for i in range(2)], 60)
+        envs = [{"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, off]
+        runs = finish_all([start(c, i, ranked(i, 2), tmp_path, env=envs[i]) for i in range(2)], 60)
+    assert [r.rc for r in clean] == [0, 0], explain(clean)
+    (passed,) = clean[0].findings("env.flight_recorder")
+    assert passed["severity"] == "pass" and passed["nodes"] == [0, 1], passed
+    assert [r.rc for r in runs] == [1, 1], explain(runs)
+    warned = {f["kind"]: f for f in runs[0].findings("env.flight_recorder", "warn")}
+    assert {k: f["nodes"] for k, f in warned.items()} == {
+        "recorder_off": [1], "no_dump_on_timeout": [1], "watchdog_cannot_abort": [0, 1]}, warned
+    assert warned["recorder_off"]["evidence"] == ["node1: TORCH_FR_BUFFER_SIZE=0"]
+    assert warned["recorder_off"]["fix"].startswith("export TORCH_FR_BUFFER_SIZE=2000")
+    assert warned["no_dump_on_timeout"]["fix"].startswith("export TORCH_NCCL_DUMP_ON_TIMEOUT=1")
+    assert warned["watchdog_cannot_abort"]["fix"].startswith("export TORCH_NCCL_ASYNC_ERROR_HANDLING=3")
+    differ = [e for f in runs[0].findings("env.mismatch", "warn") for e in f["evidence"]]
+    assert "var.TORCH_FR_BUFFER_SIZE: 0 on node1" in differ, differ
+
+
 def test_broken_slurm_launch_fails_launch_topology(cluster, tmp_path):
     """srun with --ntasks-per-node=3 on node1: three netchecks claim one node rank there, and
     the ones with SLURM_LOCALID 1 and 2 would use GPUs that CUDA_VISIBLE_DEVICES=0 lacks."""

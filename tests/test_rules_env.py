@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from netcheck.rules.env import (
-    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for,
+    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, flight_recorder_findings,
     severity_of, shm_findings, shm_thresholds, version_change, version_key,
 )
 from netcheck.core.envfacts import EnvFacts
@@ -308,3 +308,93 @@ def test_shm_too_small_on_one_host_of_torchrun_names_it_once():
     [small] = shm_findings(facts, TORCHRUN)
     assert small.nodes == (2, 3) and small.summary.startswith("/dev/shm on node1 is 64 MiB; its 8 GPUs")
     assert small.evidence == ("node1 (ranks 2, 3): /dev/shm 64 MiB, 8 GPUs: fails below 256 MiB, 1 GiB recommended",)
+
+
+# ---------------------------------------------------------------------------- env.flight_recorder
+
+def recorded(findings):
+    return [(f.check, f.severity, f.kind, f.nodes) for f in findings]
+
+
+def test_torch_213s_defaults_make_a_hang_diagnosable():
+    (f,) = flight_recorder_findings(cluster(3), {0: "node0", 1: "node1", 2: "node2"})
+    assert recorded([f]) == [("env.flight_recorder", "pass", "", (0, 1, 2))]
+    assert f.summary.startswith("a hang would be diagnosable on every node")
+
+
+def test_a_recorder_set_to_zero_warns_per_node_with_the_export_line():
+    facts = cluster(3, var__TORCH_FR_BUFFER_SIZE={1: "0", 2: "0"})
+    (f,) = flight_recorder_findings(facts, {0: "node0", 1: "node1", 2: "node2"})
+    assert recorded([f]) == [("env.flight_recorder", "warn", "recorder_off", (1, 2))]
+    assert f.summary.startswith("torch's flight recorder is off on node1, node2:")
+    assert f.evidence == ("node1: TORCH_FR_BUFFER_SIZE=0", "node2: TORCH_FR_BUFFER_SIZE=0")
+    assert f.fix.startswith("export TORCH_FR_BUFFER_SIZE=2000 (")
+
+
+def test_the_first_name_torch_reads_wins_and_the_older_one_gates_nccls_dump():
+    # TORCH_FR_BUFFER_SIZE is read first: the older name's 0 does not turn the recorder off,
+    # but NCCL's process group reads only the older name to decide whether to dump.
+    facts = cluster(1, var__TORCH_FR_BUFFER_SIZE={0: "4000"}, var__TORCH_NCCL_TRACE_BUFFER_SIZE={0: "0"})
+    (f,) = flight_recorder_findings(facts, {0: "node0"})
+    assert recorded([f]) == [("env.flight_recorder", "warn", "no_dump_on_timeout", (0,))]
+    assert f.fix.startswith("export TORCH_NCCL_TRACE_BUFFER_SIZE=2000")
+    facts = cluster(1, var__TORCH_NCCL_TRACE_BUFFER_SIZE={0: "0"})
+    (f,) = flight_recorder_findings(facts, {0: "node0"})
+    assert (f.kind, f.evidence) == ("recorder_off", ("node0: TORCH_NCCL_TRACE_BUFFER_SIZE=0",))
+
+
+@pytest.mark.parametrize("torch,kinds", [
+    ("2.13.0+cpu", []),
+    ("2.11.0", []),
+    ("2.10.1+cu128", ["recorder_off"]),                       # the recorder defaulted to 0
+    ("2.6.0", ["recorder_off", "no_dump_on_timeout"]),        # and nothing dumped on a timeout
+    ("unreadable: No module named 'torch'", ["recorder_off", "no_dump_on_timeout"]),
+])
+def test_unset_variables_mean_the_defaults_of_the_nodes_torch(torch, kinds):
+    (f, *more) = flight_recorder_findings(cluster(1, torch__version={0: torch}), {0: "node0"})
+    assert [x.kind for x in (f, *more) if x.severity == "warn"] == kinds
+    if kinds:
+        assert "unset" in f.evidence[0] and "off unless set" in f.evidence[0]
+    if torch == "2.6.0":
+        assert f.fix.startswith("export TORCH_NCCL_TRACE_BUFFER_SIZE=2000")   # the only name torch 2.6 reads
+        assert more[0].fix.startswith("export TORCH_NCCL_DUMP_ON_TIMEOUT=1")
+
+
+@pytest.mark.parametrize("name,value,kind", [
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", "no_dump_on_timeout"),
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "false", "no_dump_on_timeout"),
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "sometimes", "no_dump_on_timeout"),    # torch refuses it
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "YES", None),
+    ("TORCH_NCCL_ENABLE_MONITORING", "0", "no_dump_on_timeout"),
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", "watchdog_cannot_abort"),
+    ("NCCL_ASYNC_ERROR_HANDLING", "0", "watchdog_cannot_abort"),          # the deprecated name
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", None),
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", None),                        # aborts the communicator
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", None),
+    ("TORCH_FR_BUFFER_SIZE", "x", "recorder_off"),
+])
+def test_each_variable_as_torch_reads_it(name, value, kind):
+    (f,) = flight_recorder_findings(cluster(1, **{f"var__{name}": {0: value}}), {0: "node0"})
+    assert f.kind == (kind or "") and f.severity == ("warn" if kind else "pass")
+    if kind:
+        assert f.evidence[0].startswith(f"node0: {name}={value}")
+
+
+def test_the_torch_name_wins_over_the_deprecated_one_for_error_handling():
+    facts = cluster(1, var__TORCH_NCCL_ASYNC_ERROR_HANDLING={0: "1"}, var__NCCL_ASYNC_ERROR_HANDLING={0: "0"})
+    assert recorded(flight_recorder_findings(facts, {0: "node0"}))[0][1] == "pass"
+
+
+def test_one_finding_per_cause_and_node_set_with_a_hosts_ranks_folded():
+    """Under torchrun a host's ranks share its environment: named once, counted once."""
+    names = {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+    facts = cluster(4, var__TORCH_NCCL_DUMP_ON_TIMEOUT={2: "0", 3: "0"},
+                    var__TORCH_NCCL_ASYNC_ERROR_HANDLING={0: "0", 1: "0", 2: "0", 3: "0"})
+    found = flight_recorder_findings(facts, names)
+    assert recorded(found) == [("env.flight_recorder", "warn", "watchdog_cannot_abort", (0, 1, 2, 3)),
+                               ("env.flight_recorder", "warn", "no_dump_on_timeout", (2, 3))]
+    assert found[0].evidence == ("node0 (ranks 0, 1): TORCH_NCCL_ASYNC_ERROR_HANDLING=0: no handling of a "
+                                 "timed-out or failed collective", "node1 (ranks 2, 3): TORCH_NCCL_ASYNC_ERROR_"
+                                 "HANDLING=0: no handling of a timed-out or failed collective")
+    assert found[0].fix.startswith("export TORCH_NCCL_ASYNC_ERROR_HANDLING=3")
+    assert "on node1 when the NCCL watchdog" in found[1].summary

@@ -32,6 +32,7 @@ NIC_SPEED = "nic.speed"
 NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
 HOST_SHM = "host.shm"
+ENV_FLIGHT_RECORDER = "env.flight_recorder"
 LAUNCH_TOPOLOGY = "launch.topology"
 LAUNCH_ENDPOINT = "launch.endpoint"
 LAUNCH_ENV = "launch.env"
@@ -101,6 +102,11 @@ ENDPOINT_ELSEWHERE = "rank0_elsewhere"
 ENDPOINT_SEVERAL = "several_addresses"
 ENV_FLAGS = "flags_vs_env"
 ENV_DISAGREE = "variables_disagree"
+
+# env.flight_recorder's exact findings.
+FR_OFF = "recorder_off"
+FR_NO_DUMP = "no_dump_on_timeout"
+FR_NO_ABORT = "watchdog_cannot_abort"
 
 # netcheck inspect's exact findings.
 JOB_WAITING = "round_incomplete"
@@ -229,6 +235,17 @@ CHECKS: tuple[Check, ...] = (
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),
+    Check(ENV_FLIGHT_RECORDER, "env", (PASS, WARN),
+          "a hang in this job would not be diagnosable on a node: torch's flight recorder off, no dump "
+          "on a timeout, or a watchdog that cannot abort a hung collective",
+          ("env.flight_recorder_findings",), "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
+          ("test_rules_env.py", "test_env_cluster.py"),
+          {FR_OFF: "TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE set to 0 (or unset where the "
+                   "node's torch defaults to 0): no rank records its collectives",
+           FR_NO_DUMP: "nothing is written when the NCCL watchdog fires: TORCH_NCCL_DUMP_ON_TIMEOUT off "
+                       "(or unset before torch 2.7), or the monitoring thread or NCCL's trace buffer off",
+           FR_NO_ABORT: "TORCH_NCCL_ASYNC_ERROR_HANDLING=0: the watchdog neither aborts the communicator "
+                        "nor stops the process, so a hung collective hangs for good"}),
     Check(LAUNCH_TOPOLOGY, "rendezvous", ALL,
           "the launch line laid the processes out wrong: one per task, disagreeing counts, devices",
           ("launch.launch_findings", "launch.task_findings"), "NodeFacts.launch of every arrival, EnvFacts (GPU UUIDs)",
