@@ -147,3 +147,17 @@ def test_a_dump_over_the_size_limit_is_refused_unread(tmp_path, size):
         f.truncate(size)
     (refused,) = read_dumps(str(tmp_path)).refused
     assert "over the" in refused.reason
+
+
+MEMO_BOMB = b"\x80\x02N" + b"r\xff\xff\xff\x7f" + b"."          # LONG_BINPUT at index 2**31-1: gigabytes of memo
+DEEP_SET = b"\x80\x04\x8f(" + b")" + b"\x85" * 150_000 + b"\x90."   # a tuple 150,000 deep in a set: its hash overflows C's stack
+
+
+@pytest.mark.parametrize("name,data", [("trace_rank_0", MEMO_BOMB), ("trace_rank_1", DEEP_SET)])
+def test_a_pickle_built_to_exhaust_its_reader_is_refused_and_the_rest_still_read(tmp_path, name, data):
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "trace_rank_7").write_bytes(pickle.dumps(dump(5, 6), protocol=2))
+    view = read_dumps(str(tmp_path))
+    assert [t.rank for t in view.traces] == [7]
+    (refused,) = view.refused
+    assert refused.source == name and not refused.hostile, refused

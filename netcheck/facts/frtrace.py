@@ -3,10 +3,11 @@
 torch writes one file per rank when its watchdog fires (TORCH_NCCL_DUMP_ON_TIMEOUT, at
 TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE plus the rank), or when a job
 calls torch._C._distributed_c10d._dump_fr_trace() (a pickle) or _dump_fr_trace_json() (JSON).
-A pickle runs code in whoever loads it with pickle: this one goes through netcheck's bounded
-decoder (core.pickled) with no global admitted, so a dump is plain dicts, lists, tuples,
-strings, numbers, booleans and None, or it is refused, by file name. Each file is bounded in
-size, all of them together too; a rank's number is taken from its file's name.
+A pickle runs code in whoever loads it with pickle: these are decoded in limited child
+processes with every global refused (facts.frdecode), so a dump is plain dicts, lists,
+tuples, strings, numbers, booleans and None, or it is refused, by file name. Each file is
+bounded in size and decoding time, all of them together too; a rank's number is taken from
+its file's name.
 
 The format (torch 2.5 on; version "2.10" in 2.13): {"version", "pg_config": {name: {"name",
 "desc", "ranks": "[0, 1]"}}, "pg_status", "entries": [{"collective_seq_id", "process_group":
@@ -20,45 +21,40 @@ import json
 import os
 import re
 
-from netcheck.core import pickled
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HANG_TAIL, Collective, GroupTail, HangView, RankTrace, Refused
+from netcheck.facts.frdecode import MAX_TRACE_BYTES, NotADump, decode_files
 
-MAX_TRACE_BYTES = 16 << 20      # one rank's dump: a 20,000-entry NCCL ring is about 10 MB
 MAX_TRACES_BYTES = 2 << 30      # every file together (1,024 ranks of 2 MB)
 MAX_TRACE_FILES = 16_384
+MAX_READ_SECONDS = 60.0         # without a deadline (tests, benchmarks)
 _RANK = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 # Where a frame is torch's own: the user's line is the innermost frame outside these.
 _LIBRARY = re.compile(r"[/\\](torch|site-packages|dist-packages)[/\\]|^<frozen ")
 _COMPLETED = {"completed": True, "scheduled": False, "started": False}
 
 
-class NotADump(ValueError):
-    """A file that is no flight-recorder dump netcheck reads: the message says why."""
-
-
 def read_dumps(folder: str, world_size: int | None = None, deadline: Deadline | None = None) -> HangView:
     """Every dump in FOLDER that reads, and every file refused, each named."""
-    traces, refused, total = [], [], 0
+    deadline = deadline or Deadline(MAX_READ_SECONDS)
+    files, refused, total = [], [], 0
     for name in _listed(folder)[:MAX_TRACE_FILES]:
         path = os.path.join(folder, name)
         rank = _rank_of(name)
         if rank is None or not os.path.isfile(path):
             continue
-        try:
-            size = os.path.getsize(path)
-            if size > MAX_TRACE_BYTES or total + size > MAX_TRACES_BYTES:
-                raise NotADump(f"{size} bytes, over the {MAX_TRACE_BYTES}-byte limit per dump"
-                               if size > MAX_TRACE_BYTES else "over the limit for all dumps together")
-            total += size
-            with open(path, "rb") as f:
-                data = f.read(MAX_TRACE_BYTES + 1)
-            traces.append(trace_of(rank, name, data, deadline))
-        except pickled.HostilePickle as e:
-            refused.append(Refused(name, f"a pickle that asks for code, never run: {e}", True))
-        except (NotADump, pickled.ForeignPickle, OSError) as e:
-            refused.append(Refused(name, str(e), False))
-    return HangView(folder, tuple(sorted(traces, key=lambda t: t.rank)), tuple(refused), world_size)
+        size = os.path.getsize(path)
+        if size > MAX_TRACE_BYTES or total + size > MAX_TRACES_BYTES:
+            refused.append(Refused(name, f"{size} bytes, over the {MAX_TRACE_BYTES}-byte limit per dump"
+                                   if size > MAX_TRACE_BYTES else "over the limit for all dumps together", False))
+            continue
+        total += size
+        files.append((rank, path))
+    results = decode_files(files, deadline)
+    traces = [r for r in results if isinstance(r, RankTrace)]
+    refused += [r for r in results if isinstance(r, Refused)]
+    return HangView(folder, tuple(sorted(traces, key=lambda t: (t.rank, t.source))),
+                    tuple(sorted(refused, key=lambda r: r.source)), world_size)
 
 
 def _listed(folder: str) -> list[str]:
@@ -73,41 +69,33 @@ def _rank_of(name: str) -> int | None:
     return int(match[1]) if match and len(match[1]) <= 7 else None
 
 
-def trace_of(rank: int, source: str, data: bytes, deadline: Deadline | None = None, host: str = "",
-             stack: str = "") -> RankTrace:
-    """One rank's dump (pickle or JSON) as its last collectives per group; NotADump,
-    ForeignPickle or HostilePickle where it is not one."""
-    if data[:1] == b"{":
-        try:
-            dump = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise NotADump("not a JSON dump: the text does not parse (truncated?)") from None
-    elif data[:1] == b"\x80":
-        dump = pickled.decode(data, {}, deadline)
-    else:
-        raise NotADump("neither a pickle nor JSON")
+def trace_of(rank: int, source: str, dump: object, host: str = "", stack: str = "") -> RankTrace:
+    """One rank's dump, as decoded (facts.frdecode), as its last collectives per group;
+    NotADump where it is not one."""
     if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
         raise NotADump("not a flight-recorder dump: no list of entries")
     return RankTrace(rank, source, host, _groups(dump), stack)
 
 
 def _groups(dump: dict) -> tuple[GroupTail, ...]:
-    tails: dict[str, list[Collective]] = {}
+    """Each group's last HANG_TAIL collectives; only those are looked at closely (a ring
+    holds thousands of entries, and a thousand ranks' dumps are read at once)."""
+    tails: dict[str, list[dict]] = {}
     descs: dict[str, str] = {}
     for entry in dump.get("entries") or ():
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
         name, desc = _group_of(entry.get("process_group"))
-        seq = entry.get("collective_seq_id")
-        if name is None or not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-            raise NotADump("an entry without a process group or a sequence id")
+        if name is None:
+            raise NotADump("an entry without a process group")
         descs[name] = desc
         tail = tails.setdefault(name, [])
-        tail.append(_collective(entry, seq))
-        del tail[:-HANG_TAIL]
+        tail.append(entry)
+        if len(tail) > 2 * HANG_TAIL:
+            del tail[:-HANG_TAIL]
     ranks = _group_ranks(dump.get("pg_config"))
     return tuple(GroupTail(name, descs[name], ranks.get(name, ranks.get(descs[name], ())),
-                           tuple(sorted(tail, key=lambda c: c.seq)))
+                           tuple(sorted(map(_collective, tail[-HANG_TAIL:]), key=lambda c: c.seq)))
                  for name, tail in sorted(tails.items()))
 
 
@@ -117,7 +105,10 @@ def _group_of(value: object) -> tuple[str | None, str]:
     return None, ""
 
 
-def _collective(entry: dict, seq: int) -> Collective:
+def _collective(entry: dict) -> Collective:
+    seq = entry.get("collective_seq_id")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise NotADump("an entry without a sequence id")
     state = entry.get("state")
     # gloo's recorder leaves every entry "scheduled": its completion is not recorded.
     op = _text(entry.get("profiling_name"))
