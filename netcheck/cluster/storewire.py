@@ -12,6 +12,10 @@ libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBac
     -> GET (3), uint64 key length, key        (the client's "/" prefix, then the key)
     <- uint64 value length, value             (libuv: length 0 for a missing key;
                                                legacy: the connection closed)
+
+torch 2.1's store knows no VALIDATE, and GET is 2 there: it resets a connection that starts
+with a VALIDATE. A store that resets the first request on a fresh connection is asked again
+that way, and its endpoint remembered (the job's torch may be older than netcheck's).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from netcheck.core.deadline import Deadline
 from netcheck.facts.probe import _STORE_MAGIC, _VALIDATE, error_text, resolve
 
 _GET = 3
+_GET_WITHOUT_VALIDATE = 2   # torch 2.1's QueryType, which has no VALIDATE before SET
+_without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
 _LENGTH = struct.Struct("<Q")
 _CHUNK = 1 << 20
@@ -32,6 +38,10 @@ _CHUNK = 1 << 20
 
 class WireError(ConnectionError):
     """The store took no connection, broke off or did not answer in time; one line."""
+
+    def __init__(self, message: str, reset: bool = False):
+        super().__init__(message)
+        self.reset = reset   # the store dropped the connection before any reply
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,22 @@ class Wire:
 
     def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
         """As get_bounded; raises WireError (and closes) when the store does not answer."""
+        fresh, endpoint = self._sock is None, (self.host, self.port)
         try:
-            request = _get_request(key)
+            return self._get(key, max_bytes, deadline, endpoint in _without_validate)
+        except WireError as e:
+            if not (fresh and e.reset and endpoint not in _without_validate):
+                raise
+            value = self._get(key, max_bytes, deadline, True)   # torch 2.1's store?
+            _without_validate.add(endpoint)
+            return value
+
+    def _get(self, key: str, max_bytes: int, deadline: Deadline, legacy: bool) -> StoreValue:
+        try:
+            request = _get_request(key, _GET_WITHOUT_VALIDATE if legacy else _GET)
             if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
-                request = struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + request
+                request = (b"" if legacy else struct.pack("<BI", _VALIDATE, _STORE_MAGIC)) + request
             self._sock.sendall(request)
             size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
             if size > max_bytes:
@@ -79,7 +100,8 @@ class Wire:
             self.close()
             if isinstance(e, WireError):
                 raise
-            raise WireError(f"the store broke off a read of {key!r}: {error_text(e)}") from None
+            raise WireError(f"the store broke off a read of {key!r}: {error_text(e)}",
+                            reset=isinstance(e, ConnectionResetError)) from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -87,9 +109,9 @@ class Wire:
             self._sock = None
 
 
-def _get_request(key: str) -> bytes:
+def _get_request(key: str, query: int) -> bytes:
     name = _KEY_PREFIX + key.encode()
-    return struct.pack("<BQ", _GET, len(name)) + name
+    return struct.pack("<BQ", query, len(name)) + name
 
 
 def _connected(host: str, port: int, deadline: Deadline) -> socket.socket:
