@@ -1,5 +1,6 @@
-"""One bounded decoder for every pickle netcheck reads from outside: torchrun's rendezvous
-state now, flight-recorder dumps next.
+"""The bounded decoder for the pickles netcheck reads from a job's store: torchrun's
+rendezvous state. (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
+by the C unpickler with every global refused, in limited child processes: facts.frdecode.)
 
 pickle.Unpickler cannot be bounded from outside: a memo index allocates before anything is
 checked, nested values recurse in C, colliding keys cost quadratic time, and BUILD reaches
