@@ -319,10 +319,13 @@ def run_inspect(argv: list[str]) -> int:
     if not rdzv and not args.traces:   # last: any other mistake is the one to name
         raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
     from netcheck.phases.inspect import inspect_job
-    from netcheck.phases.traces import inspect_traces
+    from netcheck.phases.traces import inspect_live, inspect_traces
 
-    rep = inspect_job(parse_endpoint(rdzv), args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world,
-                      args.timeout, env) if rdzv else None
+    rep = None
+    if rdzv:
+        endpoint = parse_endpoint(rdzv)
+        rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, args.timeout, env)
+        rep = inspect_live(rep, endpoint, args.timeout) if not args.traces else rep
     if args.traces:
         rep = inspect_traces(args.traces, world, args.timeout, rep)
     emit(rep, args.json, False, True, prom_path=args.prom)

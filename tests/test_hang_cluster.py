@@ -6,8 +6,11 @@ rank, the collective and the line from the files alone.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,76 @@ def test_a_killed_rank_leaves_no_trace_and_is_named(cluster, tmp_path):
     code, report = inspect(dumps)
     (f,) = hang(report)
     assert (code, f["severity"], f["kind"], f["nodes"]) == (2, "fail", "no_trace", [CULPRIT]), f
+
+
+# --- live, from the job's debug server ---------------------------------------------------------
+
+LIVE_PORT = 29410
+LIVE_JOB = """
+import datetime, os, time
+import torch, torch.distributed as dist
+from torch.distributed.debug import start_debug_server
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+start_debug_server(port=0)
+grads = torch.ones(1000)
+for _ in range(5):
+    dist.all_reduce(grads)
+if int(os.environ["RANK"]) == 0:
+    dist.all_reduce(grads)           # waits here for rank 1
+else:
+    time.sleep(300)                  # rank 1 never issues it
+"""
+
+
+def test_live_a_rank_that_never_issues_is_named_with_its_stack_and_a_stopped_one_has_no_trace(cluster, tmp_path):
+    """A 2-node torchrun job running torch's debug server: rank 1 sleeps instead of issuing
+    its 6th all_reduce. inspect finds the ranks' servers in the store, and names rank 1 with
+    the line its stack is at; once rank 1 is SIGSTOPped its server no longer answers, and it
+    is named as a rank without a trace, within --timeout."""
+    script = tmp_path / "live_job.py"
+    script.write_text(LIVE_JOB)
+    env = {"TORCH_FR_BUFFER_SIZE": "2000"}
+    with cluster(nodes(2)) as c:
+        jobs = [c.popen(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{LIVE_PORT}", "--rdzv-id", "live7",
+                            "--max-restarts", "0", str(script)], env=env, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL) for i in range(2)]
+        report = _until(c, lambda r: any(f["kind"] == "behind" for f in hang(r)))
+        (behind,) = [f for f in hang(report) if f["kind"] == "behind"]
+        assert behind["nodes"] == [1], behind
+        assert "never issued gloo:all_reduce #6 of process group 0 (default_pg), which rank(s) 0 wait in" in behind["summary"]
+        assert f"live_job.py:{_line_of('waits here')} in <module>" in behind["summary"]   # from rank 0's stack
+        assert "(node1): last issued #5 gloo:all_reduce; its stack: " in behind["evidence"][0]
+        assert f"live_job.py:{_line_of('never issues')} in <module>" in behind["evidence"][0]
+        worker = _worker_of(jobs[1].pid)
+        os.kill(worker, signal.SIGSTOP)   # the process tree is this machine's: namespaces share its pids
+        stopped = _until(c, lambda r: any(f["kind"] == "no_trace" for f in hang(r)))
+        (silent,) = [f for f in hang(stopped) if f["kind"] == "no_trace"]
+        assert silent["nodes"] == [1] and silent["severity"] == "fail", silent
+        os.kill(worker, signal.SIGCONT)
+        for job in jobs:
+            job.kill()
+
+
+def _until(c, found, limit: float = scaled(90)) -> dict:
+    start, report = time.monotonic(), None
+    while time.monotonic() - start < limit:
+        done = c.run(0, [sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"node0:{LIVE_PORT}", "--json", "-"],
+                     timeout=scaled(60))
+        assert "Traceback" not in done.stderr, done.stderr
+        report = parse_report(done.stdout)
+        if found(report):
+            return report
+        time.sleep(0.5)
+    raise AssertionError(f"not found in {limit} s: {report and report['findings']}")
+
+
+def _line_of(comment: str) -> int:
+    return next(n for n, line in enumerate(LIVE_JOB.split("\n"), 1) if comment in line)
+
+
+def _worker_of(agent: int) -> int:
+    """The training process torchrun's agent started (the agent's python child)."""
+    import psutil
+
+    return next(p.pid for p in psutil.Process(agent).children(recursive=True) if "live_job.py" in " ".join(p.cmdline()))

@@ -114,10 +114,10 @@ def _collective(entry: dict) -> Collective:
     op = _text(entry.get("profiling_name"))
     completed = None if op.startswith("gloo:") else _COMPLETED.get(state)
     sizes = f"{_text(entry.get('input_sizes'))} -> {_text(entry.get('output_sizes'))}"
-    return Collective(seq, op, sizes, _text(entry.get("input_dtypes")), completed, _user_frame(entry.get("frames")))
+    return Collective(seq, op, sizes, _text(entry.get("input_dtypes")), completed, user_frame(entry.get("frames")))
 
 
-def _user_frame(frames: object) -> str:
+def user_frame(frames: object) -> str:
     """The innermost frame outside torch: the line of the program that called it."""
     if not isinstance(frames, list):
         return ""

@@ -1,7 +1,6 @@
-"""`netcheck inspect --traces DIR`: a hung job's flight-recorder dumps, read post-mortem.
-
-No store and no torch: the dumps are files, read through the bounded decoder within
---timeout, and judged by rules.hang. With --rdzv too, the findings join the store's."""
+"""A hung job's flight recorders, judged by rules.hang: live from torch's debug server, found
+through the job's store (`netcheck inspect --rdzv`), or post-mortem from dump files
+(`--traces DIR`: no store and no torch). Either joins the store's findings."""
 
 from __future__ import annotations
 
@@ -9,7 +8,11 @@ import dataclasses
 import time
 
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import WARN, Finding, Report, verdict_of
+from netcheck.core.hangrecords import HangView
+from netcheck.core.model import WARN, Endpoint, Finding, Report, verdict_of
+from netcheck.cluster.jobstore import read_job_store
+from netcheck.cluster.store import RendezvousError
+from netcheck.facts.debugserver import MAX_URL_BYTES, debug_urls, live_view, worker_store
 from netcheck.facts.frtrace import NotADump, read_dumps
 from netcheck.rules import hang as hang_rules
 from netcheck.rules.registry import HANG_NO_DATA, JOB_HANG
@@ -29,6 +32,29 @@ def inspect_traces(folder: str, world_size: int | None, timeout: float, report: 
         return Report(run_id="inspect", node_rank=None, role="inspect", verdict=verdict_of(findings), nodes=(),
                       findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
                       timings={"traces": seconds}, unfinished=None, healthy_nodes=(), faulty_nodes=(), hang=view)
+    return _joined(report, view, findings, "traces", seconds)
+
+
+def inspect_live(report: Report, endpoint: Endpoint, timeout: float) -> Report:
+    """The ranks' recorders and stacks from the job's debug servers, where the store names
+    any; the report as it was where it names none."""
+    start, deadline = time.monotonic(), Deadline(timeout)
+    keys = report.job.keys if report.job else None
+    urls = debug_urls(keys, endpoint.host, endpoint.port, deadline)
+    workers = None if urls else worker_store(keys, endpoint.host, endpoint.port, deadline)
+    if workers:   # torchrun: the workers' process group has a store of its own
+        try:
+            urls = debug_urls(read_job_store(*workers, "", deadline, MAX_URL_BYTES).keys, *workers, deadline)
+        except RendezvousError:
+            urls = {}
+    if not urls:
+        return report
+    view = live_view(urls, deadline)
+    return _joined(report, view, tuple(hang_rules.hang_findings(view)), "live", round(time.monotonic() - start, 3))
+
+
+def _joined(report: Report, view: HangView | None, findings: tuple[Finding, ...], step: str,
+            seconds: float) -> Report:
     merged = report.findings + findings
     return dataclasses.replace(report, findings=merged, verdict=verdict_of(merged), hang=view,
-                               timings={**report.timings, "traces": seconds})
+                               timings={**report.timings, step: seconds})

@@ -88,22 +88,23 @@ def _group_findings(name: str, tails: dict[int, tuple[Collective, ...]],
         ranks = tuple(sorted(r for rs in sides.values() for r in rs))
         findings.append(Finding(JOB_HANG, FAIL, ranks, f"ranks issued different collectives as #{seq} of {label}: "
                                 + "; ".join(f"rank(s) {_ranks(rs)} {_call(c)}" for c, rs in sides.items()),
-                                tuple(f"rank {r} ({_host(traced, r)}): {_call(c)} at {c.where or 'an unknown line'}"
+                                tuple(f"rank {r} ({_host(traced, r)}): {_call(c)} at {_line(traced, r, c)}"
                                       for c, rs in sides.items() for r in rs), DESYNC_FIX, HANG_DESYNC))
     if behind:
-        wait = next(iter(at_front.values()))
+        first, wait = next(iter(at_front.items()))
         findings.append(Finding(
             JOB_HANG, FAIL, tuple(sorted(behind)),
             f"rank(s) {_ranks(behind)} never issued {wait.op} #{front} of {label}, which rank(s) "
-            f"{_ranks(at_front)} wait in ({wait.where or 'line unknown'})",
-            tuple(f"rank {r} ({_host(traced, r)}): last issued #{c.seq} {c.op} at {c.where or 'an unknown line'}"
+            f"{_ranks(at_front)} wait in ({_line(traced, first, wait)})",
+            tuple(f"rank {r} ({_host(traced, r)}): last issued #{c.seq} {c.op}"
+                  + (f" at {c.where}" if c.where else "")
                   + (f"; its stack: {traced[r].stack}" if traced[r].stack else "")
                   for r, c in sorted(behind.items())), BEHIND_FIX, HANG_BEHIND))
     elif not desync and len(at_front) > 1 and all(c.completed is False for c in at_front.values()):
-        wait = next(iter(at_front.values()))
+        first, wait = next(iter(at_front.items()))
         findings.append(Finding(JOB_HANG, FAIL, tuple(sorted(at_front)),
                                 f"every rank of {label} ({_ranks(at_front)}) issued {wait.op} #{front} "
-                                f"({wait.where or 'line unknown'}) and none completed it", (), STUCK_FIX, HANG_STUCK))
+                                f"({_line(traced, first, wait)}) and none completed it", (), STUCK_FIX, HANG_STUCK))
     return findings
 
 
@@ -138,7 +139,13 @@ def _group_label(name: str, traced: dict[int, RankTrace]) -> str:
 
 def _group_line(name: str, tails: dict[int, tuple[Collective, ...]], traced: dict[int, RankTrace]) -> str:
     last = next(iter(tails.values()))[-1]
-    return f"{_group_label(name, traced)}: #{last.seq} {last.op} at {last.where or 'an unknown line'} on rank(s) {_ranks(tails)}"
+    rank = next(iter(tails))
+    return f"{_group_label(name, traced)}: #{last.seq} {last.op} at {_line(traced, rank, last)} on rank(s) {_ranks(tails)}"
+
+
+def _line(traced: dict[int, RankTrace], rank: int, c: Collective) -> str:
+    """Where the rank called it: the recorder's frame (dumps), else its stack (live)."""
+    return c.where or traced[rank].stack or "line unknown"
 
 
 def _call(c: Collective) -> str:
