@@ -44,12 +44,22 @@ NO_FINDING = r"(?!)"   # a `record` focus that matches nothing: the fault leaves
 # the agent, inside a node
 
 def _store(endpoint: str, timeout: float = 30.0):
+    """A client of the host's store, once the store has taken the host's listener over: until
+    then the host answers only netcheck's probe and closes other connections, and torch 2.1
+    and 2.4 clients give up on the first close where later ones retry (make compat)."""
     import datetime
 
     import torch.distributed as dist
 
     host, port = endpoint.rsplit(":", 1)
-    return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
+    until = time.monotonic() + timeout
+    while True:
+        try:
+            return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
+        except (RuntimeError, OSError):
+            if time.monotonic() > until:
+                raise
+            time.sleep(POLL)
 
 
 def _say(*words: object) -> None:
