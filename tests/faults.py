@@ -55,7 +55,9 @@ def _store(endpoint: str, timeout: float = 30.0):
     until = time.monotonic() + timeout
     while True:
         try:
-            return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
+            store = dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout))
+            has_key(store, ROOT)   # a round trip: torch 2.1's constructor sends nothing
+            return store
         except (RuntimeError, OSError):
             if time.monotonic() > until:
                 raise
@@ -111,7 +113,7 @@ def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> Non
                             _say("flooding", i, flood.start(json.loads(store.get(key(name, i)))))
             time.sleep(POLL)
     except (RuntimeError, OSError) as e:  # the host's store went away
-        _say("gone", type(e).__name__)
+        _say("gone", type(e).__name__, str(e).strip().splitlines()[0][:300] if str(e).strip() else "")
     if flood:
         _say("flooded", flood.stop())
 
