@@ -1,5 +1,6 @@
 """`netcheck inspect` on real torchrun jobs in network namespaces: a node that never started, a
-node whose agent hangs (SIGSTOP), and a healthy job that completes under inspect's polling.
+node whose agent and worker stop mid-run (SIGSTOP) and are evicted, and a healthy job that
+completes under inspect's polling.
 
 Each waits on events (the rendezvous state in the store, a finding appearing), bounded by
 scaled() limits; how fast the verdicts come is measured in benchmarks/inspect_hung.py.
@@ -22,6 +23,16 @@ pytestmark = pytest.mark.root_required
 
 PORT = 29400
 SLEEPER = "import time\ntime.sleep(300)\n"
+# node1's worker registers torch's debug server (the worker side only: rank 0's would start the
+# frontend too, which wants Jinja2 and aiohttp): its URL in the store names its host.
+DEBUG_SLEEPER = """
+import os, time
+if os.environ["RANK"] != "0":
+    from torch.distributed.debug import start_debug_server
+    start_debug_server()
+    print("debug server registered", flush=True)
+time.sleep(300)
+"""
 QUICK = """
 import torch.distributed as dist
 dist.init_process_group("gloo")
@@ -64,11 +75,18 @@ def until(c, node: int, found, *args: str, limit: float = scaled(60)) -> tuple[d
     raise AssertionError(f"not found in {limit} s: {json.dumps(report and report['findings'], indent=1)}")
 
 
+def wait_for_line(log, line: str, limit: float = scaled(60)) -> None:
+    start = time.monotonic()
+    while line not in log.read_text():
+        assert time.monotonic() - start < limit, f"no {line!r} in {limit} s:\n{log.read_text()[-2000:]}"
+        time.sleep(0.2)
+
+
 def kinds(report: dict, check: str) -> list[str]:
     return [f["kind"] for f in report["findings"] if f["check"] == check]
 
 
-def test_a_node_that_never_started_is_counted_missing_and_a_hung_agent_is_named_dead(cluster, tmp_path):
+def test_a_node_that_never_started_is_counted_missing_and_another_run_id_named(cluster, tmp_path):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
@@ -81,17 +99,54 @@ def test_a_node_that_never_started_is_counted_missing_and_a_hung_agent_is_named_
         other = inspect(c, 2, "--rdzv-id", "other")
         assert kinds(other, "job.rdzv") == ["no_such_run"]
 
-        node1 = start_job(c, 1, script, tmp_path)
-        until(c, 2, lambda r: any(f["check"] == "job.rdzv" and f["severity"] == "pass" for f in r["findings"]))
-        c.kill(node1, signal.SIGSTOP)   # node1's agent and worker hang: alive, silent
-        # node1 named dead once its agent's last heartbeat is 15 s old. (torch 2.13's host agent
-        # itself sometimes lets its own heartbeat lag past 15 s here: reported as it is.)
-        dead, _ = until(c, 2, lambda r: any(f["kind"] == "dead" and "node1.cluster" in f["summary"]
-                                            for f in r["findings"]))
-        (beat,) = [f for f in dead["findings"] if f["check"] == "job.heartbeat"]
-        assert beat["severity"] == "fail" and "node1.cluster (pid " in beat["summary"], beat
         c.kill(node0)
-        c.kill(node1)
+
+
+def test_a_stopped_torchrun_node_is_named_evicted_within_20_s_with_its_workers_and_host(cluster, tmp_path):
+    """node1's agent and worker SIGSTOPped: named evicted once its heartbeat passes torchrun's limit
+    (every agent drops it at its next read of the state), then from the round's own keys once
+    the survivor has written the state without it; each look read-only."""
+    script = tmp_path / "debug_sleeper.py"
+    script.write_text(DEBUG_SLEEPER)
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        jobs = [start_job(c, i, script, tmp_path) for i in range(2)]
+        wait_for_line(tmp_path / "torchrun1.log", "debug server registered")
+        ready, _ = until(c, 2, lambda r: any(f["check"] == "job.rdzv" and f["severity"] == "pass"
+                                             for f in r["findings"]))
+        keys = set(ready["job"]["keys"])
+        c.kill(jobs[1], signal.SIGSTOP)
+        stopped, beats = time.monotonic(), []
+        named, _ = until(c, 2, lambda r: beats.append(kinds(r, "job.heartbeat")) or "evicted" in kinds(r, "job.rdzv"),
+                         limit=scaled(40))
+        seconds = time.monotonic() - stopped
+        (evicted,) = [f for f in named["findings"] if f["kind"] == "evicted"]
+        assert evicted["nodes"] == [1] and evicted["severity"] == "fail", evicted
+        assert "group rank 1 (node1" in evicted["summary"], evicted
+        assert "removed by torchrun after its heartbeat stopped" in evicted["summary"]
+        assert "look at that node now" in evicted["fix"]
+        assert evicted["evidence"][0].startswith("group rank 1: worker rank 1, "), evicted
+        # Before: late (a missed keep-alive, warn). Now: one cause, one failure.
+        assert any("heartbeat_late" in k for k in beats), beats
+        (beat,) = [f for f in named["findings"] if f["check"] == "job.heartbeat"]
+        assert beat["severity"] == "pass", beat   # the survivor beats; node1 is job.rdzv's, not dead besides
+        print(f"node1 named evicted {seconds:.1f} s after its SIGSTOP")
+        assert seconds <= scaled(20), seconds
+
+        # The store's own copy follows at the survivor's next heartbeat: node1 is then named
+        # from the round's keys (role_info/1, assigned_ranks/1) and its worker's debug server URL.
+        gone, _ = until(c, 2, lambda r: len(r["job"]["runs"][0]["state"]["participants"]) == 1
+                        and "evicted" in kinds(r, "job.rdzv"), limit=scaled(30))
+        (evicted,) = [f for f in gone["findings"] if f["kind"] == "evicted"]
+        assert evicted["summary"].startswith("run 'job7': group rank 1 (node1) of round 0 is no longer among its "
+                                             "participants"), evicted
+        assert evicted["evidence"][0] == ("group rank 1: worker rank 1, on node1 (its workers' debug server "
+                                          "URLs)"), evicted
+        assert "round 0's keys name group ranks 0, 1" in evicted["evidence"], evicted
+        (round_,) = gone["job"]["rounds"]
+        assert round_["group_ranks"] == [0, 1] and round_["members"][0]["hosts"] == [[1, "node1"]], round_
+        assert set(gone["job"]["keys"]) == keys, "inspect wrote to the job's store"
+        for job in jobs:
+            c.kill(job)
 
 
 def test_a_healthy_job_completes_under_inspects_polling_and_its_store_is_left_alone(cluster, tmp_path):

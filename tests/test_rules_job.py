@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RunState
+from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.rules.job import (
-    heartbeat_findings, hostile_findings, job_findings, ranks_findings, rendezvous_findings, store_finding,
+    eviction_findings, heartbeat_findings, hostile_findings, job_findings, live_ranks, ranks_findings,
+    rendezvous_findings, store_finding,
 )
 
 NOW = "2026-12-01T08:01:00+00:00"
@@ -19,8 +20,8 @@ def view(**fields) -> JobView:
 
 
 def state(participants=((A, 0),), complete=False, heartbeats=((A, "2026-12-01T08:00:58+00:00"),),
-          deadline=None, wait=()) -> RendezvousView:
-    return RendezvousView("job7", 2, complete, False, deadline, tuple(participants), tuple(wait), (),
+          deadline=None, wait=(), closed=False) -> RendezvousView:
+    return RendezvousView("job7", 2, complete, closed, deadline, tuple(participants), tuple(wait), (),
                           tuple(heartbeats))
 
 
@@ -65,16 +66,98 @@ def test_a_store_without_any_rendezvous_or_ranks_warns():
     assert checks([f]) == [("job.rdzv", "warn", "no_rendezvous")]
 
 
-@pytest.mark.parametrize("age,dead", [(14, False), (16, True)])
-def test_a_heartbeat_older_than_torchruns_limit_is_a_dead_node(age, dead):
+@pytest.mark.parametrize("age,kind", [(4, ""), (7, ""), (8, "heartbeat_late"), (15, "heartbeat_late"),
+                                      (16, "dead")])
+def test_a_heartbeat_past_the_keep_alive_is_late_and_past_torchruns_limit_dead(age, kind):
     beat = f"2026-12-01T08:00:{60 - age:02d}+00:00"
     s = state(participants=((A, 0), (B, 1)), heartbeats=((A, "2026-12-01T08:00:59+00:00"), (B, beat)))
     (f,) = heartbeat_findings(view(runs=(RunState("job7", s),)))
-    assert checks([f]) == ([("job.heartbeat", "fail", "dead")] if dead else [("job.heartbeat", "pass", "")])
+    severity = {"": "pass", "heartbeat_late": "warn", "dead": "fail"}[kind]
+    assert checks([f]) == [("job.heartbeat", severity, kind)]
     assert f.evidence == ("node0.cluster (pid 101): last heartbeat 1 s ago",
                           f"node1.cluster (pid 202): last heartbeat {age} s ago")
-    if dead:
+    if kind == "dead":
         assert f.summary.startswith("run 'job7': node1.cluster (pid 202): no heartbeat for over 15 s")
+    if kind == "heartbeat_late":
+        assert f.summary == (f"run 'job7': node1.cluster (pid 202): last heartbeat {age} s ago, past the 5 s "
+                             "keep-alive; torchrun removes a node at 15 s")
+
+
+def test_a_late_and_a_dead_agent_are_two_findings_and_a_closed_rendezvous_none():
+    s = state(participants=((A, 0), (B, 1)), heartbeats=((A, "2026-12-01T08:00:50+00:00"),
+                                                          (B, "2026-12-01T08:00:30+00:00")))
+    found = heartbeat_findings(view(runs=(RunState("job7", s),)))
+    assert checks(found) == [("job.heartbeat", "fail", "dead"), ("job.heartbeat", "warn", "heartbeat_late")]
+    assert "node1.cluster" in found[0].summary and "node0.cluster" in found[1].summary
+    closed = state(participants=((A, 0), (B, 1)), heartbeats=s.last_heartbeats, complete=True, closed=True)
+    (f,) = heartbeat_findings(view(runs=(RunState("job7", closed),)))
+    assert checks([f]) == [("job.heartbeat", "pass", "")] and "closed" in f.summary
+
+
+def evicted_view(*absent: RoundMember, wait=(), round_=2, listed=True) -> JobView:
+    s = state(participants=((A, 0),), complete=True, wait=wait)
+    ranks = tuple(sorted({0} | {m.group_rank for m in absent}))
+    return view(runs=(RunState("job7", s),), rounds=(RoundKeys("job7", round_, ranks, listed, absent),))
+
+
+def test_a_node_of_the_round_gone_from_its_participants_is_named_evicted_with_its_workers():
+    (f,) = eviction_findings(evicted_view(RoundMember(1, 8, 8)))
+    assert (f.check, f.severity, f.kind, f.nodes) == ("job.rdzv", "fail", "evicted", (1,))
+    assert f.summary == ("run 'job7': group rank 1 of round 2 is no longer among its participants: removed by "
+                         "torchrun after its heartbeat stopped (no beat for 15 s)")
+    assert f.evidence[0].startswith("group rank 1: worker ranks 8 to 15, host not in the store")
+    assert f.evidence[1:] == ("still in round 2: rank 0: node0.cluster (pid 101)",
+                              "round 2's keys name group ranks 0, 1")
+    assert "look at that node now" in f.fix and "--max-restarts" in f.fix
+
+
+def test_an_evicted_nodes_host_comes_from_its_workers_debug_server_urls():
+    gone = (RoundMember(1, 2, 2, ((2, "node1"), (3, "node1"))), RoundMember(3, 2, 6, (), "role_info/3: garbage"))
+    (f,) = eviction_findings(evicted_view(*gone, listed=False))
+    assert f.nodes == (1, 3)
+    assert f.summary.startswith("run 'job7': group ranks 1, 3 (node1) of round 2 are no longer among")
+    assert f.evidence[0] == "group rank 1: worker ranks 2 to 3, on node1 (its workers' debug server URLs)"
+    assert f.evidence[1].endswith("; role_info/3: garbage")
+    assert f.evidence[-1] == "round 2's keys name group ranks 0, 1, 3 (probed: this torch cannot list keys)"
+
+
+def test_no_eviction_without_absent_agents_or_for_an_older_round():
+    assert eviction_findings(evicted_view()) == []
+    assert eviction_findings(evicted_view(RoundMember(1), round_=1)) == []   # the state has moved on
+
+
+def test_a_participant_past_the_dead_limit_is_evicted_at_once_with_its_host_not_dead_too():
+    """Every agent drops it on its next read of the state; the store's copy follows at their
+    next heartbeat. Named once, by the cause, with the host the state still holds."""
+    s = state(participants=((A, 0), (B, 1)), complete=True,
+              heartbeats=((A, "2026-12-01T08:00:58+00:00"), (B, "2026-12-01T08:00:44+00:00")))
+    keys = RoundKeys("job7", 2, (0, 1), True, (RoundMember(1, 1, 1),))
+    v = view(runs=(RunState("job7", s),), rounds=(keys,))
+    assert live_ranks(s, NOW) == {0}
+    (f,) = eviction_findings(v)
+    assert (f.kind, f.nodes) == ("evicted", (1,))
+    assert f.summary.startswith("run 'job7': group rank 1 (node1.cluster) of round 2 is no longer among")
+    assert f.evidence[0] == ("group rank 1: worker rank 1, node1.cluster (pid 202): last heartbeat 16 s ago, past "
+                             "torchrun's 15 s: every agent drops it at its next read of the state, the store's "
+                             "copy at their next heartbeat")
+    assert f.evidence[1] == "still in round 2: rank 0: node0.cluster (pid 101)"
+    (beat,) = heartbeat_findings(v)
+    assert (beat.severity, beat.kind) == ("pass", "")
+    assert beat.summary.endswith("; node1.cluster (pid 202): evicted (job.rdzv)")
+    assert [f.kind for f in job_findings(v) if f.severity == "fail"] == ["evicted"]
+
+
+def test_a_closed_rendezvous_evicts_no_one_for_its_silent_heartbeats():
+    s = state(participants=((A, 0), (B, 1)), complete=True, closed=True,
+              heartbeats=((A, "2026-12-01T08:00:00+00:00"), (B, "2026-12-01T08:00:00+00:00")))
+    assert eviction_findings(view(runs=(RunState("job7", s),))) == []
+
+
+def test_round_keys_that_could_not_be_read_are_said_beside_the_round():
+    s = state(participants=((A, 0),), complete=True)
+    v = view(runs=(RunState("job7", s),), rounds=(RoundKeys("job7", 2, (), True, error="not read: no answer"),))
+    (f,) = rendezvous_findings(v)
+    assert f.severity == "pass" and f.evidence[-1] == "round 2's agent keys not read: no answer"
 
 
 def test_refused_values_are_hostile_or_foreign_findings():

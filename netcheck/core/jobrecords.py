@@ -44,6 +44,34 @@ class RendezvousView:
 
 
 @dataclass(frozen=True, order=True)
+class RoundMember:
+    """A node of a completed round as the round's own keys tell, once the state has dropped it
+    (torch.rendezvous.RUN.ROUND/torchelastic/role_info/<group rank>, .../assigned_ranks/<group rank>,
+    written by the agents after the round completed; values are JSON, read bounded)."""
+
+    group_rank: Count
+    local_world_size: Count | None = None    # its workers (role_info); None: not read
+    first_rank: Count | None = None          # its first worker's global rank (assigned_ranks)
+    # (global rank, host) where its workers' debug servers registered a URL (debug_server/rank<N>)
+    hosts: Annotated[tuple[tuple[Count, Text], ...], PER_RANK] = ()
+    unread: Text = ""                        # why a value was not read ("" when each was)
+
+
+@dataclass(frozen=True)
+class RoundKeys:
+    """One run's current round as the store's keys show it, beside its decoded state."""
+
+    run_id: Text
+    round: Count
+    group_ranks: Annotated[tuple[Count, ...], PER_RANK]   # every group rank with a role_info or assigned_ranks key
+    listed: bool                                          # from the listed keys; False: probed one by one
+    # what the store holds of the agents inspect asked about: those the state no longer lists
+    # as participants, and those past torchrun's dead limit (every agent drops them on its next read)
+    members: Annotated[tuple[RoundMember, ...], PER_RANK] = ()
+    error: Text = ""                                      # why the keys were not read ("" when they were)
+
+
+@dataclass(frozen=True, order=True)
 class RasRank:
     rank: Rank
     host: Text
@@ -98,6 +126,8 @@ class JobView:
     run_ids: Annotated[tuple[Text, ...], PER_NODE_AND_ITEM] = ()
     # the states read: the one asked for, else all of them
     runs: Annotated[tuple[RunState, ...], PER_NODE_AND_ITEM] = ()
+    # each decoded run's current round as its keys show it (torchrun's evictions)
+    rounds: Annotated[tuple[RoundKeys, ...], PER_NODE_AND_ITEM] = ()
     # init_process_group ranks whose address key is there
     arrived_ranks: Annotated[tuple[Rank, ...], PER_RANK] = ()
     world_size: GroupSize | None = None   # --world-size (WORLD_SIZE): the ranks a static job waits for

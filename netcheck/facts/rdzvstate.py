@@ -15,10 +15,12 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import json
+import urllib.parse
 
 from netcheck.core import pickled
 from netcheck.core.constants import MAX_NODES
-from netcheck.core.fields import MAX_PID
+from netcheck.core.fields import MAX_PID, MAX_PROCS_PER_NODE, MAX_RANKS, shown
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import NodeDesc, RendezvousView
 
@@ -150,3 +152,69 @@ def _time(value: object, optional: bool = False) -> str | None:
             (offset < datetime.timedelta(0) and naive > datetime.datetime.max + offset):
         raise ForeignValue(f"a time of {naive.isoformat()} at offset {offset}: outside the range of dates")
     return (naive - offset).replace(tzinfo=_UTC).isoformat()
+
+
+# ---------------------------------------------------------------------------- a round's own keys
+# After a round completes, each agent writes torchelastic/role_info/<group rank> and the
+# group's rank 0 writes torchelastic/assigned_ranks/<group rank> for every agent, under the
+# round's prefix torch.rendezvous.RUN.ROUND/ (torch/distributed/elastic/agent/server/api.py,
+# _assign_worker_ranks, 2.13): JSON, never pickled. A worker that starts torch's debug server
+# registers debug_server/rank<N> = "http://<hostname>:<port>" (torch/distributed/debug).
+
+def decode_role_info(raw: bytes, group_rank: int) -> int:
+    """Its local world size: {"role": str, "rank": <group rank>, "local_world_size": int}."""
+    info = _json(raw, dict, "a role_info")
+    if info.get("rank") != group_rank or isinstance(info.get("rank"), bool):
+        raise ForeignValue(f"a role_info naming rank {shown(info.get('rank'))} under group rank {group_rank}")
+    return _bounded_int(info.get("local_world_size"), 1, MAX_PROCS_PER_NODE, "a local world size")
+
+
+def decode_assigned_ranks(raw: bytes) -> int:
+    """Its first worker's global rank: [base global rank, world size, base role rank, role world size]."""
+    ranks = _json(raw, list, "an assigned_ranks")
+    if len(ranks) != 4:
+        raise ForeignValue(f"an assigned_ranks of {len(ranks)} items, not torch's 4")
+    return _bounded_int(ranks[0], 0, MAX_RANKS - 1, "a global rank")
+
+
+def decode_master_addr(raw: bytes) -> str:
+    """The round's MASTER_ADDR: where the workers' own store runs (torchrun's rank-0 agent)."""
+    try:
+        return _address(raw.decode("ascii"))
+    except UnicodeDecodeError:
+        raise ForeignValue("a MASTER_ADDR that is not ASCII") from None
+
+
+def decode_master_port(raw: bytes) -> int:
+    try:
+        return _bounded_int(int(raw.decode("ascii")), 1, 65535, "a port")
+    except (UnicodeDecodeError, ValueError):
+        raise ForeignValue("a MASTER_PORT that is not a number") from None
+
+
+def decode_worker_url(raw: bytes) -> str:
+    """The host a debug server's URL names (its hostname as the worker saw it)."""
+    try:
+        url = urllib.parse.urlsplit(raw.decode("ascii"))
+        host = url.hostname
+    except (UnicodeDecodeError, ValueError):
+        raise ForeignValue("a debug server URL that is not an ASCII URL") from None
+    if url.scheme != "http" or not host:
+        raise ForeignValue("a debug server value that is not an http://HOST:PORT URL")
+    return _address(host)
+
+
+def _json(raw: bytes, kind: type, what: str):
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ForeignValue(f"{what} that is not JSON") from None
+    if not isinstance(value, kind):
+        raise ForeignValue(f"{what} holding a {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def _bounded_int(value: object, low: int, high: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ForeignValue(f"{shown(value)} where torch writes {what} ({low} to {high})")
+    return value

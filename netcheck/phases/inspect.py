@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+from functools import partial
 
-from netcheck.cluster.jobstore import arrived_ranks, read_job_store, rendezvous_runs
-from netcheck.cluster.store import RendezvousError
+from netcheck.cluster.jobstore import arrived_ranks, read_job_store, read_round, rendezvous_runs
+from netcheck.cluster.store import RendezvousError, first_line
 from netcheck.core import compat
 from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.jobrecords import JobView, RunState
+from netcheck.core.jobrecords import JobView, RoundKeys, RunState
 from netcheck.core.model import Endpoint, Reach, Report, verdict_of
 from netcheck.facts.probe import call_with_timeout, reach
 from netcheck.facts.ras import query_ras, ras_address
@@ -26,6 +27,7 @@ from netcheck.rules import job as job_rules, run as run_rules
 RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
 DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that took all of --timeout
                       # (a state of MAX_NODES nodes decodes in about 0.5 s, 1 s on a busy 2-core machine)
+ROUND_SECONDS = 1.0   # and a round's own keys this: a few small values (torchrun's evictions)
 
 
 def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
@@ -44,11 +46,13 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
         deadline = Deadline(timeout)
         read = _bounded_read(endpoint, run_id, deadline)
         listed = read.keys is not None
+        runs = tuple(_decoded(read.states, read.unread, Deadline(max(DECODE_SECONDS, deadline.remaining()))))
         view = dataclasses.replace(
             view, observed_at=_now(), keys=read.keys, hidden_keys=read.hidden,
             run_ids=tuple(rendezvous_runs(read.keys)) if listed else tuple(read.states),
-            runs=tuple(_decoded(read.states, read.unread, Deadline(max(DECODE_SECONDS, deadline.remaining())))),
-            arrived_ranks=arrived_ranks(read.keys or ()))
+            runs=runs, arrived_ranks=arrived_ranks(read.keys or ()))
+        view = dataclasses.replace(view, rounds=_rounds(endpoint, runs, read.keys, view.observed_at,
+                                                        Deadline(max(ROUND_SECONDS, deadline.remaining()))))
     except RendezvousError as e:
         view = dataclasses.replace(view, observed_at=_now(), store_error=str(e))
     except compat.TorchUnusable as e:
@@ -90,6 +94,26 @@ def _decoded(states: dict[str, bytes], unread: dict[str, str], deadline: Deadlin
         except ForeignValue as e:
             runs.append(RunState(run, None, str(e)))
     return sorted(runs, key=lambda r: r.run_id)
+
+
+def _rounds(endpoint: Endpoint, runs: tuple[RunState, ...], keys, now: str,
+            deadline: Deadline) -> tuple[RoundKeys, ...]:
+    """Each completed round's agents as its keys show them (whom torchrun has removed since, or
+    removes now); where the store stops answering now, the round says why and the state stands."""
+    rounds = []
+    for run in runs:
+        state = run.state
+        if state is None or not state.complete:
+            continue
+        members = job_rules.live_ranks(state, now)
+        seconds = max(0.1, deadline.remaining())
+        found, error = call_with_timeout(partial(read_round, endpoint.host, endpoint.port, run.run_id, state.round,
+                                                 members, keys, deadline), seconds)
+        if error is not None:
+            why = f"no answer in {seconds:.1f} s" if isinstance(error, TimeoutError) else first_line(error)
+            found = RoundKeys(run.run_id, state.round, (), keys is not None, error=f"not read: {why}")
+        rounds.append(found)
+    return tuple(rounds)
 
 
 def _unreached(found: Reach) -> str:

@@ -6,15 +6,19 @@ from __future__ import annotations
 import datetime
 
 from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
-from netcheck.core.jobrecords import JobView, RasView, RendezvousView, RunState
+from netcheck.core.jobrecords import JobView, NodeDesc, RasView, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import (
-    JOB_DEAD, JOB_FOREIGN_VALUE, JOB_HEARTBEAT, JOB_HOSTILE, JOB_HOSTILE_VALUE, JOB_NCCL, JOB_NO_RDZV,
-    JOB_NO_SUCH_RUN, JOB_NOT_STARTED, JOB_RANKS, JOB_RAS_ERRORS, JOB_RAS_MISSING, JOB_RDZV, JOB_STORE,
-    JOB_WAITING, JOB_WAITING_NEXT,
+    JOB_DEAD, JOB_EVICTED, JOB_FOREIGN_VALUE, JOB_HEARTBEAT, JOB_HOSTILE, JOB_HOSTILE_VALUE, JOB_LATE, JOB_NCCL,
+    JOB_NO_RDZV, JOB_NO_SUCH_RUN, JOB_NOT_STARTED, JOB_RANKS, JOB_RAS_ERRORS, JOB_RAS_MISSING, JOB_RDZV,
+    JOB_STORE, JOB_WAITING, JOB_WAITING_NEXT,
 )
 
 DEAD_AFTER = KEEP_ALIVE_INTERVAL * KEEP_ALIVE_MAX_ATTEMPTS   # torchrun's own rule (dynamic_rendezvous)
+# An agent beats every keep-alive interval (it writes when its last beat is that old, on a timer
+# of that period); past it, plus a little for the write itself and a busy agent, a beat was missed.
+LATE_GRACE = 2.0
+LATE_AFTER = KEEP_ALIVE_INTERVAL + LATE_GRACE
 MAX_KEYS_SHOWN = 40
 
 
@@ -22,7 +26,7 @@ def job_findings(view: JobView) -> list[Finding]:
     if view.store_error:
         return [store_finding(view)] + ras_findings(view.ras)
     return ([store_finding(view)] + hostile_findings(view.runs) + rendezvous_findings(view)
-            + heartbeat_findings(view) + ranks_findings(view) + ras_findings(view.ras))
+            + eviction_findings(view) + heartbeat_findings(view) + ranks_findings(view) + ras_findings(view.ras))
 
 
 def store_finding(view: JobView) -> Finding:
@@ -80,6 +84,8 @@ def _round_findings(run_id: str, state: RendezvousView | None, view: JobView) ->
     evidence += tuple(f"waiting for the next round: {node}" for node in state.wait_list)
     evidence += tuple(f"spare (beyond max nodes): {node}" for node in state.redundancy_list)
     if state.complete:
+        evidence += tuple(f"round {r.round}'s agent keys {r.error}" for r in view.rounds
+                          if r.run_id == run_id and r.error)
         findings = [Finding(JOB_RDZV, PASS, (), f"run {run_id!r}: round {state.round} is complete with "
                             f"{joined} node(s){', closed' if state.closed else ''}", evidence)]
         if state.wait_list:
@@ -107,26 +113,130 @@ def _deadline_text(deadline: str | None, now: str) -> str:
         f"; its deadline passed {-left:.0f} s ago"
 
 
-def heartbeat_findings(view: JobView) -> list[Finding]:
-    now = datetime.datetime.fromisoformat(view.observed_at)
+def live_ranks(state: RendezvousView, now: str) -> frozenset[int]:
+    """Group ranks of the participants torchrun's agents still count: each agent drops a node
+    whose heartbeat is older than the dead limit on every read of the state
+    (dynamic_rendezvous._sanitize), and writes that back with its next heartbeat."""
+    stale = {node for node, age in _ages(state, now) if age is None or age > DEAD_AFTER}
+    return frozenset(rank for node, rank in state.participants if node not in stale)
+
+
+def eviction_findings(view: JobView) -> list[Finding]:
+    """Agents that completed the current round and are no longer among its participants (their
+    round's role_info / assigned_ranks keys, against the state), or that every agent drops on
+    its next read (a heartbeat past the dead limit): torchrun removed them."""
+    rounds = {(r.run_id, r.round): r for r in view.rounds}
     findings = []
     for run in view.runs:
-        if run.state is None or not run.state.last_heartbeats:
+        state = run.state
+        if state is None or not state.complete:
             continue
-        ages = [(node, (now - datetime.datetime.fromisoformat(t)).total_seconds() if t else None)
-                for node, t in run.state.last_heartbeats]
-        evidence = tuple(f"{node}: last heartbeat {age:.0f} s ago" if age is not None else f"{node}: none"
-                         for node, age in ages)
-        dead = [node for node, age in ages if age is None or age > DEAD_AFTER]
-        if not dead:
-            findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run.run_id!r}: every node's agent beat "
-                                    f"within {DEAD_AFTER:g} s", evidence))
+        keys = rounds.get((run.run_id, state.round))
+        ranks = {rank for _, rank in state.participants}
+        removed = sorted(set(keys.group_ranks) - ranks) if keys else []
+        live = live_ranks(state, view.observed_at) if not state.closed else ranks
+        dropping = [(node, rank) for node, rank in state.participants if rank not in live]
+        if removed or dropping:
+            findings.append(_eviction(run.run_id, state, keys, removed, dropping, view.observed_at))
+    return findings
+
+
+def _eviction(run_id: str, state: RendezvousView, keys: RoundKeys | None, removed: list[int],
+              dropping: list, now: str) -> Finding:
+    members = {m.group_rank: m for m in keys.members} if keys else {}
+    ages = dict(_ages(state, now))
+    ranks = tuple(sorted(removed + [rank for _, rank in dropping]))
+    hosts = list(dict.fromkeys([node.addr for node, _ in dropping] +
+                               [h for g in removed for _, h in (members[g].hosts if g in members else ())]))
+    who = f"group rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}" + (f" ({', '.join(hosts)})" if hosts else "")
+    lines = {g: f"group rank {g}: {_workers(members.get(g))}, " + _host(members.get(g)) for g in removed}
+    lines.update({rank: f"group rank {rank}: {_workers(members.get(rank))}, {node}: last heartbeat "
+                  f"{_age(ages.get(node))}, past torchrun's {DEAD_AFTER:g} s: every agent drops it at its next "
+                  "read of the state, the store's copy at their next heartbeat" for node, rank in dropping})
+    evidence = tuple(lines[g] + _unread(members.get(g)) for g in ranks)
+    evidence += tuple(f"still in round {state.round}: rank {rank}: {node}"
+                      for node, rank in sorted(state.participants, key=lambda p: p[1]) if rank not in ranks)
+    if keys and keys.group_ranks:
+        evidence += (f"round {keys.round}'s keys name group ranks {_ranks(keys.group_ranks)}"
+                     f"{'' if keys.listed else ' (probed: this torch cannot list keys)'}",)
+    return Finding(JOB_RDZV, FAIL, ranks, f"run {run_id!r}: {who} of round {state.round} "
+                   f"{'are' if len(ranks) > 1 else 'is'} no longer among its participants: removed by torchrun "
+                   f"after its heartbeat stopped (no beat for {DEAD_AFTER:g} s)", evidence,
+                   "look at that node now: its torchrun agent stopped beating (hung, stopped, out of memory, "
+                   "or cut off from the store), and the job's other workers wait on its ranks until their "
+                   "collective timeout (NCCL 10 min, gloo 30 min). Stop the job and start it again without "
+                   "the node (or with it, once fixed); with --nnodes MIN:MAX and --max-restarts, torchrun "
+                   "restarts the rest in a new round by itself", JOB_EVICTED)
+
+
+def _workers(m: RoundMember | None) -> str:
+    if m is None or m.first_rank is None or m.local_world_size is None:
+        return "worker ranks unknown"
+    last = m.first_rank + m.local_world_size - 1
+    return f"worker rank {m.first_rank}" if last == m.first_rank else f"worker ranks {m.first_rank} to {last}"
+
+
+def _host(m: RoundMember | None) -> str:
+    if m is not None and m.hosts:
+        return "on " + ", ".join(dict.fromkeys(host for _, host in m.hosts)) + " (its workers' debug server URLs)"
+    return ("host not in the store (torchrun keeps no address of a removed node; a worker running "
+            "torch's debug server registers its host)")
+
+
+def _unread(m: RoundMember | None) -> str:
+    return f"; {m.unread}" if m is not None and m.unread else ""
+
+
+def _ages(state: RendezvousView, now: str) -> list[tuple[NodeDesc, float | None]]:
+    moment = datetime.datetime.fromisoformat(now)
+    return [(node, (moment - datetime.datetime.fromisoformat(t)).total_seconds() if t else None)
+            for node, t in state.last_heartbeats]
+
+
+def _age(age: float | None) -> str:
+    return "none" if age is None else f"{age:.0f} s ago"
+
+
+def heartbeat_findings(view: JobView) -> list[Finding]:
+    findings = []
+    for run in view.runs:
+        state = run.state
+        if state is None or not state.last_heartbeats:
             continue
-        findings.append(Finding(JOB_HEARTBEAT, FAIL, (), f"run {run.run_id!r}: {', '.join(map(str, dead))}: no "
+        if state.closed:
+            findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run.run_id!r}: the rendezvous is closed "
+                                    "(the job has ended): its agents no longer beat"))
+            continue
+        findings += _heartbeats(run.run_id, state, view.observed_at)
+    return findings
+
+
+def _heartbeats(run_id: str, state: RendezvousView, now: str) -> list[Finding]:
+    """A participant of a complete round past the dead limit is job.rdzv's (evicted); the others'
+    (a round still forming, the wait list) are named dead here."""
+    ages = _ages(state, now)
+    evidence = tuple(f"{node}: last heartbeat {_age(age)}" for node, age in ages)
+    evicting = {node for node, _ in state.participants} if state.complete else set()
+    dead = [node for node, age in ages if (age is None or age > DEAD_AFTER) and node not in evicting]
+    late = [(node, age) for node, age in ages if age is not None and LATE_AFTER < age <= DEAD_AFTER]
+    findings = []
+    if dead:
+        findings.append(Finding(JOB_HEARTBEAT, FAIL, (), f"run {run_id!r}: {', '.join(map(str, dead))}: no "
                                 f"heartbeat for over {DEAD_AFTER:g} s; torchrun counts such a node dead",
                                 evidence, "that node's torchrun agent is hung or gone (or its clock is far "
-                                "off this one's): look at the node; the others wait for it until it is "
-                                "evicted", JOB_DEAD))
+                                "off this one's): look at the node; the others drop it from the round", JOB_DEAD))
+    if late:
+        findings.append(Finding(
+            JOB_HEARTBEAT, WARN, (), f"run {run_id!r}: " + ", ".join(f"{node}: last heartbeat {age:.0f} s ago"
+                                                                     for node, age in late)
+            + f", past the {KEEP_ALIVE_INTERVAL:g} s keep-alive; torchrun removes a node at {DEAD_AFTER:g} s",
+            evidence, "that node's agent missed a keep-alive: it is stalled, stopped or starved of CPU, or "
+            "its path to the store is slow; look at it now, before the others evict it", JOB_LATE))
+    if not findings:
+        gone = [node for node, age in ages if node in evicting and (age is None or age > DEAD_AFTER)]
+        findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run_id!r}: every {'other ' if gone else ''}node's "
+                                f"agent beat within {LATE_AFTER:g} s (keep-alive {KEEP_ALIVE_INTERVAL:g} s)"
+                                + (f"; {', '.join(map(str, gone))}: evicted (job.rdzv)" if gone else ""), evidence))
     return findings
 
 

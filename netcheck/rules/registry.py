@@ -115,6 +115,8 @@ JOB_NOT_STARTED = "no_round"
 JOB_NO_SUCH_RUN = "no_such_run"
 JOB_NO_RDZV = "no_rendezvous"
 JOB_DEAD = "dead"
+JOB_LATE = "heartbeat_late"
+JOB_EVICTED = "evicted"
 JOB_HOSTILE_VALUE = "hostile_value"
 JOB_FOREIGN_VALUE = "foreign_value"
 JOB_RAS_MISSING = "ranks_missing"
@@ -299,18 +301,26 @@ CHECKS: tuple[Check, ...] = (
           ("job.store_finding",), "JobView (the store read)", ("test_rules_job.py", "test_inspect.py")),
     Check(JOB_RDZV, "inspect", ALL,
           "netcheck inspect: torchrun's c10d rendezvous: the round, who joined, who is missing or waiting",
-          ("job.rendezvous_findings",), "RendezvousView (decoded safely), --nnodes",
+          ("job.rendezvous_findings", "job.eviction_findings"),
+          "RendezvousView (decoded safely), RoundKeys (the round's role_info / assigned_ranks keys), --nnodes",
           ("test_rules_job.py", "test_inspect_cluster.py"),
           {JOB_WAITING: "the round is not complete: nodes joined, how many are missing, the deadline",
            JOB_WAITING_NEXT: "nodes wait for the next round of a complete one (warn)",
            JOB_NOT_STARTED: "the backend is set up and no node has joined (warn)",
            JOB_NO_SUCH_RUN: "no rendezvous for the run id asked for; the store holds others",
-           JOB_NO_RDZV: "no rendezvous and no process group keys at all (warn)"}),
-    Check(JOB_HEARTBEAT, "inspect", (PASS, FAIL),
-          "netcheck inspect: a torchrun agent whose heartbeat is older than torchrun's dead-node limit",
+           JOB_NO_RDZV: "no rendezvous and no process group keys at all (warn)",
+           JOB_EVICTED: "nodes that completed the current round are no longer among its participants, or "
+                        "are past torchrun's dead limit (every agent drops them on its next read of the "
+                        "state): removed by torchrun after their heartbeat stopped"}),
+    Check(JOB_HEARTBEAT, "inspect", ALL,
+          "netcheck inspect: a torchrun agent whose heartbeat is older than the keep-alive (late) or "
+          "torchrun's dead-node limit",
           ("job.heartbeat_findings",), "RendezvousView.last_heartbeats, inspect's clock",
           ("test_rules_job.py", "test_inspect_cluster.py"),
-          {JOB_DEAD: "no heartbeat for over keep-alive interval x attempts (15 s): hung or gone"}),
+          {JOB_DEAD: "no heartbeat for over keep-alive interval x attempts (15 s): hung or gone (a round "
+                     "still forming, the wait list; in a complete round it is job.rdzv's evicted)",
+           JOB_LATE: "a heartbeat older than the keep-alive interval (5 s, 2 s of grace) and inside the "
+                     "dead limit: a missed beat (warn)"}),
     Check(JOB_RANKS, "inspect", ALL,
           "netcheck inspect: a static rendezvous (init_process_group): which ranks never arrived",
           ("job.ranks_findings",), "the default process group's rank keys, --world-size",
