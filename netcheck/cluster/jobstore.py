@@ -30,7 +30,8 @@ from netcheck.core.constants import MAX_NODES
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import RoundKeys, RoundMember
 from netcheck.facts.rdzvstate import (
-    ForeignValue, decode_assigned_ranks, decode_master_addr, decode_master_port, decode_role_info, decode_worker_url,
+    ForeignValue, decode_assigned_ranks, decode_debug_server, decode_master_addr, decode_master_port,
+    decode_role_info, decode_worker_url,
 )
 
 RDZV_PREFIX = "torch.rendezvous."
@@ -42,6 +43,8 @@ RANK_KEY = re.compile(r"default_pg/\d+//[a-z]+//\d+/(\d+)")
 # A round's agent keys, after its prefix torch.rendezvous.RUN.ROUND/.
 ROUND_KEY = re.compile(r"torchelastic/(?:role_info|assigned_ranks)/(\d+)")
 DEBUG_SERVER_KEY = "debug_server/rank{}"
+DEBUG_SERVER_RANK = re.compile(r"debug_server/rank(\d{1,7})")
+MASTER_KEY = re.compile(r"torch\.rendezvous\.(.+)\.(\d{1,9})/MASTER_ADDR")
 MAX_ROUND_VALUE = 4096        # role_info and assigned_ranks are tens of bytes of JSON
 MAX_URL_BYTES = 512           # http://HOSTNAME:PORT
 MAX_HOSTS_READ = 64           # debug server URLs read per agent asked about (its first workers')
@@ -206,3 +209,39 @@ def _read(wire: Wire, exists, key: str, limit: int, decode, deadline: Deadline, 
         return decode(value.data), ""
     except ForeignValue as e:
         return None, str(e)
+
+
+def debug_servers(host: str, port: int, keys: tuple[str, ...] | None, deadline: Deadline) -> dict[int, tuple[str, int]]:
+    """rank -> (host, port) of its debug server, as registered in this store or, under torchrun,
+    in the workers' store that the newest round's MASTER_ADDR and MASTER_PORT name. Read-only
+    and bounded; a value that is no URL is left out. Raises RendezvousError, WireError."""
+    wire = Wire(host, port)
+    try:
+        servers = _registered(wire, keys, deadline)
+        rounds = sorted((int(m[2]), m[1]) for k in keys or () if (m := MASTER_KEY.fullmatch(k)))
+        if servers or not rounds:
+            return servers
+        round_, run_id = rounds[-1]
+        listed = frozenset(keys)
+        workers, _ = _workers_store(wire, listed.__contains__, round_prefix(run_id, round_), deadline)
+    finally:
+        wire.close()
+    if workers is None:
+        return {}
+    try:
+        return _registered(workers, read_job_store(workers.host, workers.port, "", deadline, MAX_URL_BYTES).keys,
+                           deadline)
+    finally:
+        workers.close()
+
+
+def _registered(wire: Wire, keys: tuple[str, ...] | None, deadline: Deadline) -> dict[int, tuple[str, int]]:
+    servers = {}
+    for key in keys or ():
+        match = DEBUG_SERVER_RANK.fullmatch(key)
+        if not match:
+            continue
+        server, _ = _read(wire, lambda _: True, key, MAX_URL_BYTES, decode_debug_server, deadline)
+        if server is not None:
+            servers[int(match[1])] = server
+    return servers

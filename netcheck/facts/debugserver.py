@@ -17,71 +17,29 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from netcheck.cluster.storewire import WireError, get_bounded
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import is_host
 from netcheck.core.hangrecords import HangView, RankTrace
 from netcheck.facts.frdecode import MAX_TRACE_BYTES, NotADump
 from netcheck.facts.frtrace import trace_of, user_frame
 
-URL_KEY = re.compile(r"^debug_server/rank(\d{1,7})$")
-MAX_URL_BYTES = 512
 MAX_STACK_BYTES = 1 << 20
 FETCH_SECONDS = 3.0          # one handler of one rank
 MAX_FETCHES = 64             # at once
 TRACE_HANDLERS = ("/handler/fr_trace_nccl_json", "/handler/fr_trace_json")   # NCCL's first: it records completion
-_URL = re.compile(r"^http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
 _STACK_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+) in (.*)$')
 
 
-def debug_urls(keys: tuple[str, ...] | None, store_host: str, store_port: int,
-               deadline: Deadline) -> dict[int, str]:
-    """rank -> its worker server's URL, from the store's debug_server keys (read bounded)."""
-    urls = {}
-    for key in keys or ():
-        match = URL_KEY.match(key)
-        if not match or deadline.expired():
-            continue
-        try:
-            value = get_bounded(store_host, store_port, key, MAX_URL_BYTES, deadline.within(FETCH_SECONDS))
-        except WireError:
-            continue
-        url = (value.data or b"").decode("utf-8", "replace")
-        found = _URL.match(url)
-        if found and is_host(found[1].strip("[]")) and 0 < int(found[2]) < 65536:
-            urls[int(match[1])] = url
-    return urls
+def live_view(servers: dict[int, tuple[str, int]], deadline: Deadline) -> HangView:
+    """Every rank's recorder and stack from its debug server (rank -> host, port, as the job's
+    store registers them), fetched at once. A rank that does not answer in time, or answers
+    nonsense, has no trace: the rules name it with the ranks that left none."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_FETCHES, len(servers)))) as pool:
+        answers = list(pool.map(lambda item: _rank_view(item[0], *item[1], deadline), sorted(servers.items())))
+    return HangView("live", tuple(a for a in answers if a is not None), (), max(servers) + 1)
 
 
-def worker_store(keys: tuple[str, ...] | None, store_host: str, store_port: int,
-                 deadline: Deadline) -> tuple[str, int] | None:
-    """Where torchrun's workers keep their process group's store (the round's MASTER_ADDR and
-    MASTER_PORT keys), when it is not the rendezvous store itself; None if the keys say nothing."""
-    named = {k.rsplit("/", 1)[1]: k for k in keys or () if k.endswith(("/MASTER_ADDR", "/MASTER_PORT"))}
-    if len(named) != 2:
-        return None
-    try:
-        addr, port = (get_bounded(store_host, store_port, named[n], MAX_URL_BYTES, deadline.within(FETCH_SECONDS))
-                      for n in ("MASTER_ADDR", "MASTER_PORT"))
-    except WireError:
-        return None
-    host = (addr.data or b"").decode("utf-8", "replace")
-    number = (port.data or b"").decode("utf-8", "replace")
-    if not is_host(host) or not number.isdigit() or not 0 < int(number) < 65536:
-        return None
-    return None if (host, int(number)) == (store_host, store_port) else (host, int(number))
-
-
-def live_view(urls: dict[int, str], deadline: Deadline) -> HangView:
-    """Every rank's recorder and stack, fetched at once. A rank that does not answer in time,
-    or answers nonsense, has no trace: the rules name it with the ranks that left none."""
-    with ThreadPoolExecutor(max_workers=max(1, min(MAX_FETCHES, len(urls)))) as pool:
-        answers = list(pool.map(lambda item: _rank_view(*item, deadline), sorted(urls.items())))
-    return HangView("live", tuple(a for a in answers if a is not None), (), max(urls) + 1)
-
-
-def _rank_view(rank: int, url: str, deadline: Deadline) -> RankTrace | None:
-    host = _URL.match(url)[1].strip("[]")
+def _rank_view(rank: int, host: str, port: int, deadline: Deadline) -> RankTrace | None:
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     try:
         dump = _trace(url, deadline)
         stack = _post(url + "/handler/dump_traceback", MAX_STACK_BYTES, deadline).decode("utf-8", "replace")
@@ -111,7 +69,7 @@ def _post(url: str, max_bytes: int, deadline: Deadline) -> bytes:
     if seconds <= 0:
         raise TimeoutError("--timeout was spent")
     request = urllib.request.Request(url, data=b"", method="POST")
-    with urllib.request.urlopen(request, timeout=seconds) as answer:   # noqa: S310 - http only (_URL)
+    with urllib.request.urlopen(request, timeout=seconds) as answer:   # noqa: S310 - http, host and port checked
         data = answer.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise NotADump(f"an answer over {max_bytes} bytes")

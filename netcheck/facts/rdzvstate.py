@@ -194,14 +194,19 @@ def decode_master_port(raw: bytes) -> int:
 
 def decode_worker_url(raw: bytes) -> str:
     """The host a debug server's URL names (its hostname as the worker saw it)."""
+    return decode_debug_server(raw)[0]
+
+
+def decode_debug_server(raw: bytes) -> tuple[str, int]:
+    """(host, port) of a rank's debug server, from its http://HOST:PORT URL."""
     try:
         url = urllib.parse.urlsplit(raw.decode("ascii"))
-        host = url.hostname
+        host, port = url.hostname, url.port
     except (UnicodeDecodeError, ValueError):
         raise ForeignValue("a debug server URL that is not an ASCII URL") from None
-    if url.scheme != "http" or not host:
+    if url.scheme != "http" or not host or not port:
         raise ForeignValue("a debug server value that is not an http://HOST:PORT URL")
-    return _address(host)
+    return _address(host), port
 
 
 def _json(raw: bytes, kind: type, what: str):

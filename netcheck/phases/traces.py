@@ -10,9 +10,10 @@ import time
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
 from netcheck.core.model import WARN, Endpoint, Finding, Report, verdict_of
-from netcheck.cluster.jobstore import read_job_store
+from netcheck.cluster.jobstore import debug_servers
 from netcheck.cluster.store import RendezvousError
-from netcheck.facts.debugserver import MAX_URL_BYTES, debug_urls, live_view, worker_store
+from netcheck.cluster.storewire import WireError
+from netcheck.facts.debugserver import live_view
 from netcheck.facts.frtrace import NotADump, read_dumps
 from netcheck.rules import hang as hang_rules
 from netcheck.rules.registry import HANG_NO_DATA, JOB_HANG
@@ -39,17 +40,13 @@ def inspect_live(report: Report, endpoint: Endpoint, timeout: float) -> Report:
     """The ranks' recorders and stacks from the job's debug servers, where the store names
     any; the report as it was where it names none."""
     start, deadline = time.monotonic(), Deadline(timeout)
-    keys = report.job.keys if report.job else None
-    urls = debug_urls(keys, endpoint.host, endpoint.port, deadline)
-    workers = None if urls else worker_store(keys, endpoint.host, endpoint.port, deadline)
-    if workers:   # torchrun: the workers' process group has a store of its own
-        try:
-            urls = debug_urls(read_job_store(*workers, "", deadline, MAX_URL_BYTES).keys, *workers, deadline)
-        except RendezvousError:
-            urls = {}
-    if not urls:
+    try:
+        servers = debug_servers(endpoint.host, endpoint.port, report.job.keys if report.job else None, deadline)
+    except (RendezvousError, WireError):
+        servers = {}
+    if not servers:
         return report
-    view = live_view(urls, deadline)
+    view = live_view(servers, deadline)
     return _joined(report, view, tuple(hang_rules.hang_findings(view)), "live", round(time.monotonic() - start, 3))
 
 

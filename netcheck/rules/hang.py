@@ -172,5 +172,5 @@ def _refused_finding(r: Refused) -> Finding:
 
 def _no_data_fix() -> str:
     return ("a rank without a trace died before it could dump (its node's logs, dmesg) or ran without the flight "
-            "recorder: set TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.7) and "
-            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 in the job's environment")
+            "recorder: set TORCH_FR_BUFFER_SIZE=2000 (older torch: TORCH_NCCL_TRACE_BUFFER_SIZE) and, with NCCL, "
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 in the job's environment (env.flight_recorder checks them before launch)")
