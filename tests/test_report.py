@@ -167,3 +167,16 @@ def test_bandwidth_cells_never_use_scientific_notation():
     text = sweep_text(Sweep("all", "all_reduce", 4, 1, rows), "gloo")
     assert "e-0" not in text and "6.1 KB/s" in text and "9.2 KB/s" in text
     assert "# Avg bus bandwidth : 1.13 GB/s" in text
+
+
+def test_an_inspect_without_a_live_view_says_how_to_get_one_and_one_with_it_does_not():
+    from netcheck.core.hangrecords import HangView
+    from netcheck.core.jobrecords import JobView
+
+    looked = dataclasses.replace(report("flags"), role="inspect", nodes=(), job=JobView("node0:29500", None, "now", 0.1))
+    assert "live collective view: no rank of this job registered a debug server" in render_text(looked)
+    assert "start_debug_server(port=0)" in render_text(looked)
+    seen = dataclasses.replace(looked, hang=HangView("live", ()))
+    assert "live collective view" not in render_text(seen)
+    unreached = dataclasses.replace(looked, job=JobView("node0:29500", None, "now", 0.1, store_error="refused"))
+    assert "live collective view" not in render_text(unreached)

@@ -60,9 +60,18 @@ def render_text(report: Report, verbose: bool = False) -> str:
     lines += _exports(report)
     if report.job is not None and report.job.ras is not None and not report.job.ras.answered:
         lines += ["", f"NCCL RAS at {report.job.ras.address}: {report.job.ras.error}"]
+    if report.job is not None and not report.job.store_error and report.hang is None:
+        lines += ["", NO_LIVE_VIEW]
     if report.timings:
         lines += ["", _footer(report)]
     return "\n".join(lines) + "\n"
+
+
+NO_LIVE_VIEW = ("live collective view: no rank of this job registered a debug server; to see which rank and "
+                "line a hang waits on next time, add `from torch.distributed.debug import start_debug_server` and "
+                "`start_debug_server(port=0)` after init_process_group (torch 2.13+), and keep the flight recorder "
+                "on (TORCH_FR_BUFFER_SIZE=2000; with NCCL, TORCH_NCCL_DUMP_ON_TIMEOUT=1 for dumps to read with "
+                "--traces)")
 
 
 def _one_per_host(nodes: tuple[NodeEntry, ...]) -> list[NodeEntry]:
