@@ -17,7 +17,7 @@ from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
 from netcheck.core import stop
 from netcheck.config import (
-    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, load_baseline, parse_endpoint, select_phases,
+    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, load_report, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
@@ -145,11 +145,11 @@ def _plot_path(path: str | None) -> str | None:
     return path
 
 
-def _baseline(path: str | None):
+def _baseline(path: str | None, flag: str = "--baseline"):
     if path is None:
         return None
     try:
-        return load_baseline(path)
+        return load_report(flag, path)
     except BaselineError as e:
         raise UsageError(str(e)) from None
 
@@ -301,11 +301,14 @@ def run_inspect(argv: list[str]) -> int:
     p.add_argument("--traces", metavar="DIR", help="a folder of the job's flight-recorder dumps (pickle or "
                    "JSON, one per rank, the rank in the file's name): who is behind, out of step, or silent; "
                    "read without torch and without running anything in them")
+    p.add_argument("--preflight", metavar="REPORT.json", help="the job's preflight report (netcheck --json), "
+                   "to name each rank of --traces by its host")
     p.add_argument("--json", metavar="PATH|-")
     p.add_argument("--prom", metavar="PATH")
     args = p.parse_args(argv)
     env = os.environ
     rdzv = args.rdzv or (None if args.traces else rdzv_from_env(env))
+    preflight = _baseline(args.preflight, "--preflight")
     if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
     try:
@@ -327,7 +330,8 @@ def run_inspect(argv: list[str]) -> int:
         rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, args.timeout, env)
         rep = inspect_live(rep, endpoint, args.timeout) if not args.traces else rep
     if args.traces:
-        rep = inspect_traces(args.traces, world, args.timeout, rep)
+        hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
+        rep = inspect_traces(args.traces, world, args.timeout, rep, hosts)
     emit(rep, args.json, False, True, prom_path=args.prom)
     return EXIT_BY_VERDICT[rep.verdict]
 

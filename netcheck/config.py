@@ -159,17 +159,18 @@ class BaselineError(ValueError):
     """The baseline file cannot be used; the message says why in one line."""
 
 
-def load_baseline(path: str) -> Report:
+def load_report(flag: str, path: str) -> Report:
+    """An earlier JSON report netcheck wrote (--baseline, --preflight); BaselineError in one line."""
     try:
         with open(path, "rb") as f:
             text = f.read(MAX_BASELINE_BYTES + 1)
     except OSError as e:
-        raise BaselineError(f"--baseline {path}: {error_text(e)}") from None
+        raise BaselineError(f"{flag} {path}: {error_text(e)}") from None
     try:
         report = codec.loads(Report, text, MAX_BASELINE_BYTES)
     except codec.DecodeError as e:
-        raise BaselineError(f"--baseline {path}: not a {REPORT_SCHEMA} report ({e})") from None
+        raise BaselineError(f"{flag} {path}: not a {REPORT_SCHEMA} report ({e})") from None
     if report.schema != REPORT_SCHEMA:
-        raise BaselineError(f"--baseline {path}: schema {report.schema!r}, this netcheck reads "
+        raise BaselineError(f"{flag} {path}: schema {report.schema!r}, this netcheck reads "
                             f"{REPORT_SCHEMA!r}")
     return report

@@ -31,7 +31,7 @@ from netcheck import cli
 from netcheck.render import text as report
 from netcheck.rules.baseline import drift_findings
 from netcheck.cli import build_parser, config_from_args
-from netcheck.config import BaselineError, UsageError, load_baseline
+from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path, human_bytes
@@ -157,7 +157,7 @@ def load_text(data: str | bytes):
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
         f.write(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
     try:
-        return load_baseline(f.name)
+        return load_report("--baseline", f.name)
     finally:
         os.unlink(f.name)
 
@@ -239,7 +239,7 @@ def test_a_baseline_over_the_size_limit_is_refused_unread(tmp_path):
     with open(big, "wb") as f:
         f.truncate(MAX_BASELINE_BYTES + 4096)   # sparse: no disk used
     with pytest.raises(BaselineError, match="byte limit"):
-        load_baseline(str(big))
+        load_report("--baseline", str(big))
 
 
 @pytest.mark.parametrize("name", ["missing.json", "folder", "file/below"])
@@ -247,7 +247,7 @@ def test_a_baseline_that_cannot_be_read_is_named(tmp_path, name):
     (tmp_path / "folder").mkdir()
     (tmp_path / "file").write_text("{}")
     with pytest.raises(BaselineError, match=r"^--baseline .*: "):
-        load_baseline(str(tmp_path / name))
+        load_report("--baseline", str(tmp_path / name))
 
 
 # --- --hash --------------------------------------------------------------------------------

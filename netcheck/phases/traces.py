@@ -19,11 +19,13 @@ from netcheck.rules import hang as hang_rules
 from netcheck.rules.registry import HANG_NO_DATA, JOB_HANG
 
 
-def inspect_traces(folder: str, world_size: int | None, timeout: float, report: Report | None = None) -> Report:
-    """The dumps' findings, alone or added to the store's report."""
+def inspect_traces(folder: str, world_size: int | None, timeout: float, report: Report | None = None,
+                   hosts: dict[int, str] | None = None) -> Report:
+    """The dumps' findings, alone or added to the store's report; `hosts` (rank -> hostname, from
+    the job's preflight report) names each rank's host, which dumps do not say."""
     start = time.monotonic()
     try:
-        view = read_dumps(folder, world_size, Deadline(timeout))
+        view = with_hosts(read_dumps(folder, world_size, Deadline(timeout)), hosts or {})
         findings = tuple(hang_rules.hang_findings(view))
     except NotADump as e:
         view, findings = None, (Finding(JOB_HANG, WARN, (), f"no trace read: {e}", (),
@@ -34,6 +36,11 @@ def inspect_traces(folder: str, world_size: int | None, timeout: float, report: 
                       findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
                       timings={"traces": seconds}, unfinished=None, healthy_nodes=(), faulty_nodes=(), hang=view)
     return _joined(report, view, findings, "traces", seconds)
+
+
+def with_hosts(view: HangView, hosts: dict[int, str]) -> HangView:
+    traces = tuple(dataclasses.replace(t, host=t.host or hosts.get(t.rank, "")) for t in view.traces)
+    return dataclasses.replace(view, traces=traces)
 
 
 def inspect_live(report: Report, endpoint: Endpoint, timeout: float) -> Report:
