@@ -604,7 +604,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parts", default=",".join(PARTS), help=f"which, comma-separated: {', '.join(PARTS)}")
     p.add_argument("--repeats", type=int, default=12, help="1.'s pairs of runs")
-    p.add_argument("--rounds", type=int, default=3, help="3.'s pairs of runs, per link")
+    p.add_argument("--rounds", type=int, default=3, help="3.'s rounds per link (netcheck, the bare loop, the bare loop again)")
     args = p.parse_args()
     parts = args.parts.split(",")
     print("machine:", ", ".join(f"{k}={v}" for k, v in machine_facts().items()),
