@@ -224,7 +224,7 @@ def test_at_the_plateau_by_128m_the_sweep_ends_there():
 
 
 def test_budget_shares_and_pair_size():
-    assert stage_budgets(10.0, 3, True) == (2.5, 2.5)
+    assert stage_budgets(10.0, 3, True) == pytest.approx((8.0 / 3, 2.0))   # the pairs a fifth
     assert stage_budgets(10.0, 1, False) == (10.0, 0.0)
     sizes = size_series(1024, 64 << 20, 2)
     # 25 transfers of S at 2.5 MB/s in 1 s: S <= 100 kB, so 64 KiB.

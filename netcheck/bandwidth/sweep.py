@@ -21,7 +21,7 @@ from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
     BW_AUTO_MAXBYTES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
-    BW_MAX_BYTES, BW_MIN_ITERS, BW_PATTERN_MAX, MAX_MODEL_PARAMS,
+    BW_MAX_BYTES, BW_MIN_ITERS, BW_PAIRS_SHARE, BW_PATTERN_MAX, MAX_MODEL_PARAMS,
 )
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -287,9 +287,13 @@ def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
 
 
 def stage_budgets(budget: float, sweeps: int, with_pairs: bool) -> tuple[float, float]:
-    """Equal shares of the budget: (per sweep of one stage and op, for all pair rounds)."""
-    share = budget / max(1, sweeps + (1 if with_pairs else 0))
-    return share, share if with_pairs else 0.0
+    """(per sweep of one stage and op, for all pair rounds): the pairs BW_PAIRS_SHARE of the
+    budget, the sweeps equal shares of the rest. The pairs exchange one size, chosen to fit
+    their share; the sweeps need the room to reach their plateau (an equal share left the
+    all-rank sweep at 16-32 MiB of a plateau at 64-256 MiB while the pairs used a third of
+    theirs: benchmarks/RESULTS.md)."""
+    pairs = budget * BW_PAIRS_SHARE if with_pairs else 0.0
+    return (budget - pairs) / max(1, sweeps), pairs
 
 
 def pair_size(sizes: list[int], rate_bytes_s: float, round_budget: float, runs: int) -> int:

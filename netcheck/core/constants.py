@@ -118,6 +118,7 @@ BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by thi
 # of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
 BW_ITERS_SECONDS = 0.5
 BW_MIN_ITERS = 5
+BW_PAIRS_SHARE = 0.2         # of --bw-budget, the node-pair rounds' (the sweeps share the rest)
 BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
                              # (the budget counts collective time; checks and gathers come on top)
 BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
