@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from netcheck.rules.env import (
-    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, flight_recorder_findings,
-    severity_of, shm_findings, shm_thresholds, version_change, version_key,
+    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, severity_of, shm_findings,
+    shm_thresholds, version_change, version_key,
 )
+from netcheck.rules.flightrec import flight_recorder_findings
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, verdict_of
 

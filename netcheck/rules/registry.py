@@ -240,7 +240,7 @@ CHECKS: tuple[Check, ...] = (
     Check(ENV_FLIGHT_RECORDER, "env", (PASS, WARN),
           "a hang in this job would not be diagnosable on a node: torch's flight recorder off, no dump "
           "on a timeout, or a watchdog that cannot abort a hung collective",
-          ("env.flight_recorder_findings",), "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
+          ("flightrec.flight_recorder_findings",), "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
           ("test_rules_env.py", "test_env_cluster.py"),
           {FR_OFF: "TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE set to 0 (or unset where the "
                    "node's torch defaults to 0): no rank records its collectives",
