@@ -156,3 +156,27 @@ def test_a_static_rendezvous_names_the_rank_that_never_arrived(tmp_path):
         for r in ranks:
             r.kill()
             r.wait()
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 7, 8, 9, 100, 1023, 1024, 1025, 4095])
+def test_a_store_that_cannot_list_keys_has_its_rounds_agents_counted_in_about_2_log2_n_looks(count):
+    """Where torch cannot list keys, a round's role_info keys are probed: every count found, in
+    at most 2 log2(n) + 2 looks (4,096 agents: 26)."""
+    asked = []
+    found = jobstore._probe_count(lambda g: asked.append(g) or g < count, Deadline(60))
+    assert found == count
+    assert len(asked) <= 2 * max(count, 1).bit_length() + 2, asked
+
+
+def test_the_probe_stops_asking_at_its_deadline():
+    asked = []
+    deadline = Deadline(60)
+
+    def exists(g):
+        asked.append(g)
+        if len(asked) == 3:
+            deadline.at = deadline.start          # expires now
+        return True
+
+    assert jobstore._probe_count(exists, deadline) >= 1
+    assert len(asked) == 3, asked

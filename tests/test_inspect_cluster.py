@@ -40,6 +40,14 @@ dist.barrier()
 dist.destroy_process_group()
 """
 
+PROBED = """
+import json
+from netcheck.cluster.jobstore import read_round
+from netcheck.core.deadline import Deadline
+r = read_round("node0", {port}, "job7", 0, frozenset({{0}}), None, Deadline(20))
+print(json.dumps([r.group_ranks, r.listed, [m.hosts for m in r.members]]))
+"""
+
 
 def torchrun(script, nnodes: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
@@ -144,6 +152,9 @@ def test_a_stopped_torchrun_node_is_named_evicted_within_20_s_with_its_workers_a
         assert "round 0's keys name group ranks 0, 1" in evicted["evidence"], evicted
         (round_,) = gone["job"]["rounds"]
         assert round_["group_ranks"] == [0, 1] and round_["members"][0]["hosts"] == [[1, "node1"]], round_
+        # A torch that cannot list keys finds the same round by probing its role_info keys.
+        probed = json.loads(c.run(2, [sys.executable, "-c", PROBED.format(port=PORT)], timeout=scaled(60)).stdout)
+        assert probed == [[0, 1], False, [[[1, "node1"]]]], probed
         assert set(gone["job"]["keys"]) == keys, "inspect wrote to the job's store"
         for job in jobs:
             c.kill(job)
