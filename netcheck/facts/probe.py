@@ -53,6 +53,10 @@ _NOT_READY = b"\x01"
 _PROBE_KEY = b"netcheck/probe"
 STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
                + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
+# torch 2.1's store knows no VALIDATE (its CHECK is 4) and resets a connection that starts with
+# one: what resets or closes the probe is asked again this way on a fresh connection.
+_LEGACY_CHECK = 4
+LEGACY_STORE_PROBE = struct.pack("<BQQ", _LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
 
 
 def call_with_timeout(fn, timeout: float):
@@ -140,30 +144,42 @@ def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool 
 
 
 def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool) -> tuple[str, str]:
+    found, turned_away = _connect_once(family, sockaddr, timeout, STORE_PROBE if handshake else None)
+    if turned_away:
+        legacy, _ = _connect_once(family, sockaddr, timeout, LEGACY_STORE_PROBE)
+        if legacy[0] == "open":
+            return "open", "connected; a TCPStore answered (torch 2.1's protocol)"
+    return found
+
+
+def _connect_once(family: int, sockaddr: tuple, timeout: float, probe: bytes | None
+                  ) -> tuple[tuple[str, str], bool]:
+    """((outcome, detail), whether what accepted reset or closed the probe unanswered)."""
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(sockaddr)
         except OSError as e:
-            return failed_connect(e, timeout)
-        return store_answer(sock, timeout) if handshake else ("open", "connected")
+            return failed_connect(e, timeout), False
+        return store_answer(sock, timeout, probe) if probe else (("open", "connected"), False)
 
 
-def store_answer(sock: socket.socket, timeout: float) -> tuple[str, str]:
-    """(open | not_store, detail) of a connected socket, from the TCPStore handshake."""
+def store_answer(sock: socket.socket, timeout: float, probe: bytes) -> tuple[tuple[str, str], bool]:
+    """((open | not_store, detail), turned away) of a connected socket, from the TCPStore handshake."""
     sock.settimeout(timeout)
     try:
-        sock.sendall(STORE_PROBE)
+        sock.sendall(probe)
         answer = sock.recv(16)
     except socket.timeout:
-        return "not_store", f"no answer to the TCPStore handshake in {timeout:g} s"
+        return ("not_store", f"no answer to the TCPStore handshake in {timeout:g} s"), False
     except OSError as e:
-        return "not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"
+        return ("not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"), \
+            e.errno in (errno.ECONNRESET, errno.EPIPE)
     if answer in _STORE_ANSWERS:
-        return "open", "connected; a TCPStore answered"
+        return ("open", "connected; a TCPStore answered"), False
     if not answer:
-        return "not_store", "closed the connection without answering the TCPStore handshake"
-    return "not_store", f"answered the TCPStore handshake with {answer!r}"
+        return ("not_store", "closed the connection without answering the TCPStore handshake"), True
+    return ("not_store", f"answered the TCPStore handshake with {answer!r}"), False
 
 
 def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
