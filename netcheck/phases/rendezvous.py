@@ -60,8 +60,8 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         except rendezvous.CameTooLate:
             run.findings.append(rdzv_rules.seat_finding(None, 0, run.facts.hostname))
             return None
-        except HostLost:  # it answered the reach probe: named lost, as in every later phase
-            run.lose_host("rendezvous")
+        except HostLost as e:  # it answered the reach probe: named lost, as in every later phase
+            run.lose_host("rendezvous", str(e))
             return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))

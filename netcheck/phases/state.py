@@ -11,6 +11,7 @@ from typing import Callable
 
 from netcheck.cluster import rendezvous
 from netcheck.cluster.mesh import Attempt
+from netcheck.cluster.store import first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
@@ -94,7 +95,7 @@ class Run:
             if self.role == "host" or not compat.store_lost(e):
                 self.findings.append(run_rules.internal_finding(name, e))
             else:
-                self.lose_host(name)
+                self.lose_host(name, first_line(e))
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
         if self.deadline.expired():
@@ -114,11 +115,13 @@ class Run:
         for rank in ranks:
             self.alive.pop(rank, None)
 
-    def lose_host(self, phase: str) -> None:
-        """The host died, or the path to it: named once, in the phase it happened."""
+    def lose_host(self, phase: str, seen: str = "") -> None:
+        """The host died, or the path to it: named once, in the phase it happened, with what
+        this node's store client saw of it."""
         if not self.host_lost:
             self.host_lost = True
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0])
+            evidence = (f"this node's store client: {seen}",) if seen else ()
+            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], evidence)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

@@ -270,13 +270,15 @@ def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
     return findings
 
 
-def lost_findings(phase: str, names: dict[int, str], ranks: list[int]) -> list[Finding]:
-    """Nodes that were seated, then stopped answering before `phase` was over."""
+def lost_findings(phase: str, names: dict[int, str], ranks: list[int], evidence: tuple[str, ...] = ()
+                  ) -> list[Finding]:
+    """Nodes that were seated, then stopped answering before `phase` was over; `evidence`, what
+    this node saw of it where it has more than silence (the store's error)."""
     if not ranks:
         return []
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
                     f"{node_names(ranks, names)} stopped answering "
-                    f"during the {phase} phase", (),
+                    f"during the {phase} phase", evidence,
                     "that node's netcheck died or hung, or the network path to it broke: look "
                     "at that node and its link", kind=lost_in(phase))]
 
