@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pty
@@ -34,6 +35,12 @@ def scaled(seconds: float) -> float:
 # deadline starts and its shutdown, on a busy 2-core machine.
 GRACE = scaled(5.0)
 SKIP_BANDWIDTH = ["--skip", "bandwidth"]
+# A healthy job's environment, hangs included: diagnosable on every torch with a flight recorder
+# (2.2 on; before 2.11 it is off unless set). torch 2.1 has none, and env.flight_recorder rightly
+# warns there whatever is set (make compat runs the healthy tests on 2.1).
+DIAGNOSABLE = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+TORCH_RELEASE = tuple(int(x) for x in importlib.metadata.version("torch").split("+")[0].split(".")[:2])
+HEALTHY_WARNINGS = set() if TORCH_RELEASE >= (2, 2) else {"env.flight_recorder"}
 SCHEMA_PATH = Path(__file__).parents[1] / "schema" / "netcheck.report.schema.json"
 SCHEMA = Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 

@@ -14,7 +14,7 @@ import pytest
 
 from cluster import NodeSpec
 from faults import Agent
-from nodes import GRACE, PORT, explain, finish, finish_all, scaled, start
+from nodes import DIAGNOSABLE, GRACE, HEALTHY_WARNINGS, PORT, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
@@ -37,14 +37,15 @@ SMALL_SWEEP = ["-b", "1K", "-e", "64K", "-f", "4", "-w", "1", "-n", "2", "--bw-b
 def test_three_healthy_nodes_pass(cluster, tmp_path):
     """Every phase, bandwidth included (a small sweep)."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, i, ranked(i, 3, scaled(60)) + SMALL_SWEEP, tmp_path, bandwidth=True)
+        runs = finish_all([start(c, i, ranked(i, 3, scaled(60)) + SMALL_SWEEP, tmp_path, DIAGNOSABLE, bandwidth=True)
                            for i in range(3)], scaled(60) + GRACE)
     # Three gloo workers share this machine's cores, and the sweep's sizes are tiny: the
     # speed verdicts (a straggler, a slow pair) are the truth of a busy 2-core machine, not
     # what this test is about. Anything else must pass.
+    allowed = {"bw.straggler", "bw.pair"} | HEALTHY_WARNINGS
     for r in runs:
         judged = {f["check"] for f in r.report["findings"] if f["severity"] != "pass"}
-        assert judged <= {"bw.straggler", "bw.pair"}, explain(runs)
+        assert judged <= allowed, explain(runs)
     host = runs[0].report
     assert set(host["timings"]) >= {"rendezvous", "mesh", "nic", "env", "bandwidth"}
     assert host["bandwidth"]["sweeps"][0]["rows"] and host["bandwidth"]["backend"] == "gloo"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from cluster import NodeSpec
-from nodes import SKIP_BANDWIDTH, read_report, scaled
+from nodes import DIAGNOSABLE, HEALTHY_WARNINGS, SKIP_BANDWIDTH, read_report, scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -23,7 +23,7 @@ def torchrun(tmp_path, *netcheck_args: str, nproc: int = 2) -> list[str]:
 
 
 def run_both(c, argv, timeout=scaled(90)):
-    procs = [c.popen(i, argv) for i in range(2)]
+    procs = [c.popen(i, argv, env=DIAGNOSABLE) for i in range(2)]
     return [p.communicate(timeout=timeout) + (p.returncode,) for p in procs]
 
 
@@ -35,7 +35,7 @@ def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
     # 4 gloo workers, 4 netcheck ranks and 2 agents share this machine's 2 cores: one node's
     # intra-node sweep running at a third of the other's (bw.straggler) is the truth here.
     not_passed = {f["check"] for f in report["findings"] if f["severity"] != "pass"}
-    assert not_passed <= {"bw.straggler"}, [ln for out, _, _ in results for ln in out.splitlines()
+    assert not_passed <= {"bw.straggler"} | HEALTHY_WARNINGS, [ln for out, _, _ in results for ln in out.splitlines()
                                              if ln.startswith(("WARN", "FAIL"))]
     assert [rc for *_, rc in results] == [1 if not_passed else 0] * 2, results
     assert report["role"] == "host"

@@ -25,6 +25,8 @@ from netcheck.rules.registry import ENV_FLIGHT_RECORDER, FR_NO_ABORT, FR_NO_DUMP
 FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 ASYNC_ERROR = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 FR_ENTRIES = 2000               # torch's own default where the recorder is on by default
+FR_FROM = (2, 2)                # the recorder, its dump on timeout and the TORCH_ names (pytorch#110960,
+                                # #114615): torch 2.1 reads NCCL_ASYNC_ERROR_HANDLING alone
 FR_ON_FROM = (2, 11)            # the recorder's default became 2000 (pytorch#172843, January 2026); 0 before
 DUMP_ON_FROM = (2, 7)           # TORCH_NCCL_DUMP_ON_TIMEOUT's default became true (pytorch#143446)
 _TRUE, _FALSE = ("y", "yes", "t", "true", "1"), ("n", "no", "f", "false", "0")
@@ -61,18 +63,26 @@ def diagnosability_gaps(values: Mapping[str, str]) -> list[_Gap]:
     release = version_key(values.get("torch.version", ""))
     torch = f"torch {values['torch.version']}" if release else "torch unknown"
     release = release[0] if release else (0,)
+    if (0,) < release < FR_FROM:
+        # Nothing to set: no variable makes this torch record or dump (the fix is an upgrade).
+        return [_Gap(FR_OFF, f"{torch} has no flight recorder (torch 2.2 and later have one)", ())] + \
+            _abort_gaps(values, ASYNC_ERROR[1:], "1")
     gaps = []
     name, entries = _setting(values, FR_BUFFER, FR_ENTRIES if release >= FR_ON_FROM else 0, _integer)
     if entries is None or entries <= 0:
         what = f"{name}={values[f'var.{name}']}" if name else f"{' and '.join(FR_BUFFER)} unset ({torch}: off unless set)"
         gaps.append(_Gap(FR_OFF, what + (", not a number torch reads" if name and entries is None else ""),
                          (f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
-    gaps += _dump_gaps(values, release, torch, entries)
-    name, mode = _setting(values, ASYNC_ERROR, None, _integer)
-    if name and mode == 0:
-        gaps.append(_Gap(FR_NO_ABORT, f"{name}=0: no handling of a timed-out or failed collective",
-                         (f"export {ASYNC_ERROR[0]}=3",)))
-    return gaps
+    return gaps + _dump_gaps(values, release, torch, entries) + _abort_gaps(values, ASYNC_ERROR, "3")
+
+
+def _abort_gaps(values: Mapping[str, str], names: tuple[str, ...], mode: str) -> list[_Gap]:
+    """The watchdog told to leave a timed-out collective alone; `mode` the one to set instead."""
+    name, value = _setting(values, names, None, _integer)
+    if name and value == 0:
+        return [_Gap(FR_NO_ABORT, f"{name}=0: no handling of a timed-out or failed collective",
+                     (f"export {names[0]}={mode}",))]
+    return []
 
 
 def _dump_gaps(values: Mapping[str, str], release: tuple[int, ...], torch: str, entries: int | None) -> list[_Gap]:
@@ -118,6 +128,9 @@ def _fr_name(release: tuple[int, ...]) -> str:
     return FR_BUFFER[0] if release >= FR_ON_FROM else FR_BUFFER[1]
 
 
+UPGRADE = ("upgrade torch on those nodes to 2.2 or later (the job's torch): its flight recorder then records "
+           "with TORCH_NCCL_TRACE_BUFFER_SIZE=2000, and from torch 2.11 by default")
+
 _GAP_SUMMARY = {
     FR_OFF: "torch's flight recorder is off on {nodes}: a hang there leaves no record of the collectives "
             "each rank issued",
@@ -133,6 +146,7 @@ def _gap_finding(kind: str, exports: tuple[str, ...], lines: list[tuple[int, str
     ranks = tuple(sorted({r for r, _ in lines}))
     nodes = node_names(ranks, names) if hosts(ranks, names) <= NAMES_SHOWN else \
         f"{hosts(ranks, names)} nodes"
+    fix = "; ".join(exports) + " (in the job's environment on those nodes, before torchrun or the job " \
+        "starts)" if exports else UPGRADE
     return Finding(ENV_FLIGHT_RECORDER, WARN, ranks, _GAP_SUMMARY[kind].format(nodes=nodes),
-                   per_node(lines, names), "; ".join(exports) + " (in the job's environment on those nodes, "
-                   "before torchrun or the job starts)", kind)
+                   per_node(lines, names), fix, kind)
