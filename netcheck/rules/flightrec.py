@@ -43,8 +43,8 @@ def flight_recorder_findings(facts_by_rank: Mapping[int, EnvFacts],
                              hostnames: Mapping[int, str]) -> list[Finding]:
     """env.flight_recorder: per node (a host's ranks share its environment), whether its flight
     recorder is on, a timeout would be dumped and the watchdog may abort a hung collective; one
-    finding per cause and set of nodes, its fix the export lines. Differences between nodes are
-    env.mismatch's."""
+    finding per cause and set of nodes, its fix the export lines (before torch 2.2, an upgrade).
+    Differences between nodes are env.mismatch's."""
     names = {r: hostnames.get(r) or f"rank {r}" for r in facts_by_rank}
     groups: dict[tuple[str, tuple[str, ...]], list[tuple[int, str]]] = defaultdict(list)
     for rank, facts in sorted(facts_by_rank.items()):
