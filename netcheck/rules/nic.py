@@ -382,7 +382,8 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         NIC_GLOO_DEFAULT, FAIL, members, proven, [(m, trouble(m)) for m in members],
         "gloo would use an address peers cannot reach", "set GLOO_SOCKET_IFNAME to an interface that "
         "reaches every peer (a cluster run's export lines name one per node), or fix /etc/hosts so the "
-        "hostname resolves to the node's real address, not 127.0.1.1", "gloo's address")
+        "hostname resolves to the node's real address, not a loopback one (Debian-style images write "
+        "127.0.1.1)", "gloo's address")
 
 
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
