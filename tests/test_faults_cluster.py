@@ -407,7 +407,8 @@ def test_joiner_hung_during_the_sweep(cluster, tmp_path):
     host = assert_survivor(runs[0], timeout)
     assert lost_in(host) == {"bandwidth": {1}}, host["findings"]
     assert bw_stage(host)["severity"] == "fail"
-    assert runs[0].seconds < timeout - 5, "the beat ends it, not the deadline"
+    # The beat ends it, not the deadline (an event, not a time: under load the two come close).
+    assert not [f for f in host["findings"] if f["check"] == "run.timeout"], host["findings"]
     bystander = assert_survivor(runs[2], timeout)
     assert bw_stage(bystander)["severity"] == "fail" and 1 in bw_stage(bystander)["nodes"], bystander["findings"]
 
