@@ -13,9 +13,8 @@ libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBac
     <- uint64 value length, value             (libuv: length 0 for a missing key;
                                                legacy: the connection closed)
 
-torch 2.1's store knows no VALIDATE, and GET is 2 there: it resets a connection that starts
-with a VALIDATE. A store that resets the first request on a fresh connection is asked again
-that way, and its endpoint remembered (the job's torch may be older than netcheck's).
+A store that resets the first request on a fresh connection is asked again in torch 2.1's
+protocol (facts.probe: _LEGACY_GET), and its endpoint remembered.
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.facts.probe import _STORE_MAGIC, _VALIDATE, error_text, resolve
+from netcheck.facts.probe import _GET, _STORE_MAGIC, _VALIDATE, _LEGACY_GET, error_text, resolve
 
-_GET = 3
-_GET_WITHOUT_VALIDATE = 2   # torch 2.1's QueryType, which has no VALIDATE before SET
 _without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
 _LENGTH = struct.Struct("<Q")
@@ -83,7 +80,7 @@ class Wire:
 
     def _get(self, key: str, max_bytes: int, deadline: Deadline, legacy: bool) -> StoreValue:
         try:
-            request = _get_request(key, _GET_WITHOUT_VALIDATE if legacy else _GET)
+            request = _get_request(key, _LEGACY_GET if legacy else _GET)
             if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
                 request = (b"" if legacy else struct.pack("<BI", _VALIDATE, _STORE_MAGIC)) + request

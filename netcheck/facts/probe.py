@@ -45,7 +45,12 @@ _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
 # TCPStore's wire protocol: QueryType VALIDATE (0) with its magic, then CHECK (5) of one key
 # (uint64 count, then uint64 length and bytes per key); the answer is READY (0) or NOT_READY
 # (1). Integers go in the sender's byte order: little-endian on every platform torch ships for.
-_VALIDATE, _CHECK = 0, 5
+_VALIDATE, _GET, _CHECK = 0, 3, 5
+# torch 2.1's store knows no VALIDATE (its GET is 2, its CHECK 4) and resets a connection that
+# starts with one. Where a fresh connection's first request is reset or closed unanswered, the
+# probe and inspect's reads (cluster.storewire) ask again this way: a job's torch may be older
+# than netcheck's.
+_LEGACY_GET, _LEGACY_CHECK = 2, 4
 _STORE_MAGIC = 0x3C85F7CE
 _STORE_ANSWERS = (b"\x00", b"\x01")
 _NOT_READY = b"\x01"
@@ -53,9 +58,6 @@ _NOT_READY = b"\x01"
 _PROBE_KEY = b"netcheck/probe"
 STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
                + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
-# torch 2.1's store knows no VALIDATE (its CHECK is 4) and resets a connection that starts with
-# one: what resets or closes the probe is asked again this way on a fresh connection.
-_LEGACY_CHECK = 4
 LEGACY_STORE_PROBE = struct.pack("<BQQ", _LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
 
 
