@@ -244,6 +244,9 @@ def test_host_killed_during_the_mesh(cluster, tmp_path):
     for node in (1, 2):
         in_mesh = assert_survivor(runs[node], timeout)
         assert lost_in(in_mesh) == {"mesh": {0}}, in_mesh["findings"]
+        (lost,) = [f for f in in_mesh["findings"] if f["kind"] == "lost_in_mesh"]
+        (seen,) = lost["evidence"]   # what the store client saw of the host's death
+        assert seen.startswith("this node's store client: ") and seen != "this node's store client: ", lost
         assert runs[node].seconds < timeout, "it stops waiting for a host that is gone"
 
 

@@ -104,5 +104,9 @@ def test_a_host_lost_before_the_joiner_connects_its_store_is_said_at_once(cluste
     assert took < scaled(5) + GRACE, f"{took:.1f} s after the host was gone\n{explain([joiner])}"
     report = joiner.report
     assert lost_in(report) == {"rendezvous": {0}}, report["findings"]
-    assert [f["kind"] for f in report["findings"] if f["check"] == "rdzv.join"] == ["lost_in_rendezvous"]
+    (lost,) = [f for f in report["findings"] if f["check"] == "rdzv.join"]
+    assert lost["kind"] == "lost_in_rendezvous", lost
+    (seen,) = lost["evidence"]   # the cause, once: not the summary again
+    assert seen.startswith("this node's store client: ") and "refused" in seen, lost
+    assert "stopped answering" not in seen and "is gone" not in seen, lost
     assert_quiet(joiner)

@@ -211,8 +211,10 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     except (RuntimeError, OSError) as e:
         if late:  # the host was done with the rendezvous, and may be done altogether
             raise CameTooLate(first_line(e)) from None
-        error = HostLost if compat.store_lost(e) else RendezvousError
-        raise error(f"the host stopped answering during the rendezvous: {first_line(e)}") from None
+        what = "the host stopped answering during the rendezvous"
+        if compat.store_lost(e):
+            raise HostLost(what, first_line(e)) from None
+        raise RendezvousError(f"{what}: {first_line(e)}") from None
     if seat.rank is None:
         return seat, None
     return seat, report_back(seat, clock)

@@ -46,7 +46,11 @@ def _timedelta(seconds: float) -> datetime.timedelta:
 
 class HostLost(RendezvousError):
     """The host's store was there (the reach probe heard it) and is gone: the host died, or
-    the path to it broke."""
+    the path to it broke. `seen` is the cause in its own words, the finding's evidence."""
+
+    def __init__(self, what: str, seen: str):
+        super().__init__(f"{what}: {seen}")
+        self.seen = seen
 
 
 def host_store(listener: Listener, port: int, deadline: Deadline):
@@ -78,7 +82,7 @@ def client_store(host: str, port: int, deadline: Deadline):
     while True:
         gone = _not_listening(host, port, deadline)
         if gone:
-            raise HostLost(f"the host's store at {host}:{port} is gone: {gone}")
+            raise HostLost(f"the host's store at {host}:{port} is gone", gone)
         store, error = _client_try(dist, host, port, deadline)
         if store is not None:
             return store

@@ -61,7 +61,7 @@ def joiner(run: Run) -> rendezvous.Seat | None:
             run.findings.append(rdzv_rules.seat_finding(None, 0, run.facts.hostname))
             return None
         except HostLost as e:  # it answered the reach probe: named lost, as in every later phase
-            run.lose_host("rendezvous", str(e))
+            run.lose_host("rendezvous", e.seen)
             return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
