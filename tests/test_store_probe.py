@@ -11,12 +11,14 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from netcheck.cluster.store import HostLost, RendezvousError, client_store
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline
 from netcheck.facts.probe import listen, probe_address
+from faults import wait_until
 from nodes import free_port, scaled
 
 
@@ -124,13 +126,21 @@ def test_a_torch_client_that_comes_before_the_store_retries_until_it_is_up(dist)
     trip such a client took the listener, which closes it, for the store (make compat)."""
     listener = listen(0)
     port = listener.getsockname()[1]
-    handed = threading.Timer(1.0, lambda: setattr(
-        handed, "server", compat.server_store(dist, port, datetime.timedelta(seconds=10), listener.hand_over())))
-    handed.start()
-    client = client_store("127.0.0.1", port, Deadline(scaled(10)))
-    handed.join()
-    client.set("k", "v")
-    assert handed.server.get("k") == b"v"
+    client = {}
+    trying = threading.Thread(target=lambda: client.update(
+        store=client_store("127.0.0.1", port, Deadline(scaled(10)))), daemon=True)
+    trying.start()
+    wait_until(lambda: _connected_to(port), scaled(10), "the client's first connect, taken by the listener")
+    server = compat.server_store(dist, port, datetime.timedelta(seconds=10), listener.hand_over())
+    trying.join(scaled(10))
+    client["store"].set("k", "v")
+    assert server.get("k") == b"v"
+
+
+def _connected_to(port: int) -> bool:
+    """Whether a connection to PORT was made here: while open, or closed (TIME_WAIT, a minute)."""
+    return any(c.laddr and c.raddr and port in (c.laddr.port, c.raddr.port)
+               for c in psutil.net_connections("tcp"))
 
 
 @pytest.mark.parametrize("peer", ["silent"], indirect=True)
