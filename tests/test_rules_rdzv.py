@@ -569,3 +569,11 @@ def test_under_torchrun_a_skewed_clock_is_said_once_per_host():
     (clock,) = rdzv_rules.clock_findings(members)
     assert clock.nodes == (2, 3) and clock.summary.startswith("node1: clock off")
     assert clock.evidence == ("node1: +5.020 s (+/- 0.020 s)",)
+
+
+def test_a_lost_host_is_named_with_what_the_store_client_saw_once():
+    (lost,) = rdzv_rules.lost_findings("mesh", {0: "the host"}, [0], "Connection reset by peer")
+    assert lost.summary == "the host stopped answering during the mesh phase"
+    assert lost.evidence == ("this node's store client: Connection reset by peer",)
+    (silent,) = rdzv_rules.lost_findings("mesh", {0: "the host"}, [0])
+    assert silent.evidence == ()

@@ -120,8 +120,7 @@ class Run:
         this node's store client saw of it."""
         if not self.host_lost:
             self.host_lost = True
-            evidence = (f"this node's store client: {seen}",) if seen else ()
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], evidence)
+            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

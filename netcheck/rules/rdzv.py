@@ -270,15 +270,14 @@ def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
     return findings
 
 
-def lost_findings(phase: str, names: dict[int, str], ranks: list[int], evidence: tuple[str, ...] = ()
-                  ) -> list[Finding]:
-    """Nodes that were seated, then stopped answering before `phase` was over; `evidence`, what
-    this node saw of it where it has more than silence (the store's error)."""
+def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "") -> list[Finding]:
+    """Nodes that were seated, then stopped answering before `phase` was over; `seen`, what
+    this node's store client saw of it where it has more than silence (the store's error)."""
     if not ranks:
         return []
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
                     f"{node_names(ranks, names)} stopped answering "
-                    f"during the {phase} phase", evidence,
+                    f"during the {phase} phase", (f"this node's store client: {seen}",) if seen else (),
                     "that node's netcheck died or hung, or the network path to it broke: look "
                     "at that node and its link", kind=lost_in(phase))]
 
