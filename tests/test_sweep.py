@@ -23,12 +23,12 @@ from netcheck.bandwidth.orchestrate import (
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, plan_stages,
-    planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
+    choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, pattern_pieces,
+    plan_stages, planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
 from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, headline
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
-from netcheck.bandwidth.worker import Event
+from netcheck.bandwidth.worker import Event, fill, wrong
 
 
 def parse(*argv: str) -> SweepOptions:
@@ -330,6 +330,42 @@ def test_checker_catches_chunks_from_the_wrong_rank(op):
 def test_checker_catches_sendrecv_from_the_wrong_peer():
     received, expected = simulate("sendrecv", 4, 37, "float32")
     assert count_wrong(received[2], expected[3]) == 37
+
+
+@pytest.mark.parametrize("op", list(COLLECTIVES))
+@pytest.mark.parametrize("chunk", [37, 1000])
+def test_values_said_to_repeat_every_m_elements_do(op, chunk):
+    """The check computes a period's values once and compares every period with them."""
+    coll, n = COLLECTIVES[op], 3
+    m = modulus("uint8", n, coll.reduces)       # 85 or 255: many periods in a small buffer
+    index = torch.arange(5 * m + 3)
+    for r in range(n):
+        assert torch.equal(coll.inputs(index, r, n, chunk, m), coll.inputs(index % m, r, n, chunk, m))
+        if coll.periodic:
+            assert torch.equal(coll.expected(index, r, n, chunk, m), coll.expected(index % m, r, n, chunk, m))
+
+
+@pytest.mark.parametrize("numel,period,piece", [(10, 3, 2), (10, 10, 4), (10, 20, 4), (7, 1, 5), (1, 5, 5),
+                                                (100, 7, 3)])
+def test_pattern_pieces_cover_every_element_once_at_its_place_in_the_period(numel, period, piece):
+    seen = []
+    for lo, hi, starts in pattern_pieces(numel, period, piece):
+        assert hi - lo <= piece
+        seen += [(start + k, lo + k) for start in starts for k in range(hi - lo) if start + k < numel]
+    assert sorted(seen) == [(i, i % min(period, numel)) for i in range(numel)]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_the_checker_counts_wrong_elements_in_every_period(op):
+    coll, n, chunk, r = COLLECTIVES[op], 3, 5000, 1
+    m = modulus("float16", n, coll.reduces)   # 682 or 2048: periods of a small buffer
+    got = torch.zeros(coll.elements(chunk, n)[1], dtype=torch.float16)
+    period = m if coll.periodic else got.numel()
+    fill(torch, got, lambda i: coll.expected(i, r, n, chunk, m), period)
+    assert torch.equal(got, coll.expected(torch.arange(got.numel()), r, n, chunk, m).to(torch.float16))
+    assert wrong(torch, got, lambda i: coll.expected(i, r, n, chunk, m), period) == 0
+    got[[0, m - 1, m, 3 * m + 5, got.numel() - 1]] += 1
+    assert wrong(torch, got, lambda i: coll.expected(i, r, n, chunk, m), period) == 5
 
 
 def test_checker_counts_nan_as_wrong():

@@ -34,8 +34,8 @@ from typing import Any
 
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, pair_size, plan_stages, planned_sizes, round_robin,
-    run_sizes, stage_budgets,
+    choose_backend, count_wrong, make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes,
+    round_robin, run_sizes, stage_budgets,
 )
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
@@ -370,10 +370,11 @@ class Harness:
     def check(self, coll: Collective, inp, out, call, grank: int, n: int, chunk: int) -> int:
         """One more iteration on data with a known answer; elements that differ from it."""
         m = modulus(self.options.dtype, n, coll.reduces)
-        self.fill(inp, lambda i: coll.inputs(i, grank, n, chunk, m))  # in place: inp is out
+        fill(self.torch, inp, lambda i: coll.inputs(i, grank, n, chunk, m), m)  # in place: inp is out
         call()
         self.sync()
-        return self.wrong(out, lambda i: coll.expected(i, grank, n, chunk, m))
+        return wrong(self.torch, out, lambda i: coll.expected(i, grank, n, chunk, m),
+                     m if coll.periodic else out.numel())
 
     def add_row(self, result: Sweep, coll: Collective, chunk: int, table: list[list[float]],
                 groups: list[list[int]], iters: int) -> Sweep:
@@ -427,20 +428,6 @@ class Harness:
         self.dist.all_gather(out, mine)
         return [t.tolist() for t in out]
 
-    def fill(self, tensor, values) -> None:
-        for lo, index in self._chunks(tensor):
-            tensor[lo:lo + len(index)] = values(index).to(tensor.dtype)
-
-    def wrong(self, tensor, values) -> int:
-        return sum(count_wrong(tensor[lo:lo + len(index)], values(index).to(tensor.dtype))
-                   for lo, index in self._chunks(tensor))
-
-    def _chunks(self, tensor):
-        # Index tensors a chunk at a time: checking a 128 MiB buffer must not take gigabytes.
-        numel = tensor.numel()
-        for lo in range(0, numel, BW_CHECK_CHUNK):
-            yield lo, self.torch.arange(lo, min(numel, lo + BW_CHECK_CHUNK), device=tensor.device)
-
     def sync(self) -> None:
         if self.device is not None and self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
@@ -472,6 +459,28 @@ class Harness:
         import psutil
 
         return int(psutil.virtual_memory().available * BW_MEMORY_SHARE / self.me.nproc / 2)
+
+
+def fill(torch, tensor, values, period: int) -> None:
+    """TENSOR[i] = values(i), for values that repeat every `period` elements."""
+    for view, piece in _aligned(torch, tensor, values, period):
+        view.copy_(piece)
+
+
+def wrong(torch, tensor, values, period: int) -> int:
+    """Elements of TENSOR that differ from values(i), for values that repeat every `period`."""
+    return sum(count_wrong(view, piece) for view, piece in _aligned(torch, tensor, values, period))
+
+
+def _aligned(torch, tensor, values, period: int):
+    """(a slice of TENSOR, the values that belong there) over the whole tensor; values are
+    computed a piece of one period at a time, so checking a 128 MiB buffer needs little memory."""
+    numel = tensor.numel()
+    for lo, hi, starts in pattern_pieces(numel, period, BW_CHECK_CHUNK):
+        piece = values(torch.arange(lo, hi, device=tensor.device)).to(tensor.dtype)
+        for start in starts:
+            end = min(start + hi - lo, numel)
+            yield tensor[start:end], piece[:end - start]
 
 
 def _pair(a: int, b: int, size: int, times: list[float]) -> Pair:

@@ -121,7 +121,8 @@ BW_MIN_ITERS = 5
 BW_PAIRS_SHARE = 0.2         # of --bw-budget, the node-pair rounds' (the sweeps share the rest)
 BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
                              # (the budget counts collective time; checks and gathers come on top)
-BW_PATTERN_MAX = 1 << 24     # check data values stay below this (exact in float32)
+BW_PATTERN_MAX = 1 << 20     # check data values stay below this (sums exact in float32), so they repeat
+                             # at least every 2^20 elements and a period's values are computed once
 BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
 BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
 BW_STUCK_AFTER = 10.0        # a worker silent this long is hung (stopped, or stuck holding the GIL)
