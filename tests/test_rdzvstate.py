@@ -75,9 +75,9 @@ def big_state(nodes: int) -> _RendezvousState:
 @pytest.mark.parametrize("protocol", [2, 4])  # the most verbose, and torch's default
 def test_a_state_of_max_nodes_decodes_within_the_limits(protocol):
     raw = encoded(big_state(MAX_NODES), protocol)
-    start = time.perf_counter()
+    start = time.process_time()   # CPU seconds: the decoder's work, not a busy machine's wall clock
     view = decode_state(raw, "job7", 16 << 20)
-    assert time.perf_counter() - start < scaled(3)
+    assert time.process_time() - start < scaled(3)
     assert len(view.participants) == MAX_NODES and len(view.wait_list) == MAX_NODES // 10
 
 
