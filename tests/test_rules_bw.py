@@ -284,3 +284,18 @@ def test_expect_busbw_judges_the_plateau_not_a_lucky_peak():
     assert ok.severity == "pass" and "plateau 0.99 GB/s at 8MB-32MB" in ok.evidence[0]
     (low,) = by_check(findings_of(res, expect=1.05), registry.BW_BUSBW)
     assert low.severity == "fail" and "94% of --expect-busbw 1.05 GB/s" in low.summary
+
+
+def test_a_plateau_at_the_largest_size_the_budget_allowed_is_said_to_be_a_floor():
+    cut = Sweep("all", "all_reduce", 3, 1, rows(3, 1.0), skipped=(2 << 20, 4 << 20))
+    (ok,) = by_check(findings_of(result(sweeps=(cut,))), registry.BW_BUSBW)
+    assert ok.severity == "pass" and ok.evidence[0] == (
+        "the plateau reaches the largest size --bw-budget left time for (1MB; 2MB-4MB skipped): busbw may still "
+        "rise past it, and a larger --bw-budget measures further")
+    (low,) = by_check(findings_of(result(sweeps=(cut,)), expect=2.0), registry.BW_BUSBW)
+    assert low.severity == "fail" and low.evidence[-1].startswith("the plateau reaches the largest size")
+    # Not where nothing was skipped, nor where the sweep went past its fastest size.
+    whole = replace(cut, skipped=())
+    assert not any("--bw-budget" in e for f in findings_of(result(sweeps=(whole,))) for e in f.evidence)
+    falling = replace(cut, rows=tuple(reversed([replace(r, size=s) for r, s in zip(cut.rows, (1 << 20, 1 << 16))])))
+    assert not any("--bw-budget" in e for f in findings_of(result(sweeps=(falling,))) for e in f.evidence)

@@ -199,8 +199,22 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
     if not any(f.severity != PASS for f in findings):
         best = max(heads, key=lambda h: h.plateau_busbw)
         findings = [Finding(BW_BUSBW, PASS, everyone, _headline_text(best, result.backend),
-                            tuple(f.summary for f in findings) + _figures(result))]
+                            _cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
     return findings
+
+
+def _cut_short(result: BandwidthResult, h: Headline) -> tuple[str, ...]:
+    """A line where the budget ended the sweep at its fastest size: the plateau is a floor."""
+    sweep = _sweep_of(result, h)
+    if not sweep.skipped or h.plateau_to != sweep.rows[-1].size:
+        return ()
+    return (f"the plateau reaches the largest size --bw-budget left time for ({_sizes(h.plateau_to, h.plateau_to)}; "
+            f"{_sizes(sweep.skipped[0], sweep.skipped[-1])} skipped): busbw may still rise past it, and a larger "
+            "--bw-budget measures further",)
+
+
+def _sweep_of(result: BandwidthResult, h: Headline) -> Sweep:
+    return next(s for s in result.sweeps if (s.stage, s.op) == (h.stage, h.op))
 
 
 def _headline_text(h: Headline, backend: str) -> str:
@@ -247,8 +261,7 @@ def _expect_finding(result: BandwidthResult, h: Headline, expect: float, nodes: 
                f"over {h.ranks} ranks: {100 * h.plateau_busbw / expect:.0f}% of --expect-busbw {expect:g} GB/s")
     if h.plateau_busbw >= expect:
         return Finding(BW_BUSBW, PASS, nodes, summary)
-    sweep = next(s for s in result.sweeps if (s.stage, s.op) == (h.stage, h.op))
-    return Finding(BW_BUSBW, FAIL, nodes, summary, _largest_rows(sweep),
+    return Finding(BW_BUSBW, FAIL, nodes, summary, _largest_rows(_sweep_of(result, h)) + _cut_short(result, h),
                    "find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME in use) "
                    "before blaming the job; lower --expect-busbw only if the hardware cannot do more")
 
