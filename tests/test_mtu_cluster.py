@@ -39,6 +39,24 @@ def test_a_short_switch_port_under_jumbo_frames_is_a_blackhole_and_the_sweep_is_
         assert not run.findings("bw.stage") and "ran out of time" not in run.stdout
 
 
+def test_a_joiner_cut_off_by_a_blackhole_at_the_host_names_it_not_a_silent_host(cluster, tmp_path):
+    """The host's switch port short under jumbo frames: a joiner whose facts are larger than a
+    frame (two more interfaces) gets no answer to their publishing, and once said only 'the
+    host stopped answering' (chaos seed 22262, schedule 6). Its store still answers a small
+    request, not the same one in a full frame: the joiner names the blackhole."""
+    timeout = scaled(30)
+    with cluster([NodeSpec(mtu=JUMBO, port_mtu=1500), NodeSpec(mtu=JUMBO)]) as c:
+        c.add_decoy(1, "ib0", "198.19.2.1/24")
+        c.add_decoy(1, "ib1", "198.19.3.1/24")
+        runs = finish_all([start(c, i, args(i, 2, timeout), tmp_path) for i in range(2)], timeout + GRACE)
+    joiner = runs[1]
+    assert joiner.rc == 2 and joiner.seconds < timeout + GRACE, explain(runs)
+    (hole,) = joiner.findings("mesh.connect", "fail")
+    assert hole["kind"] == "blackhole" and hole["nodes"] == [0, 1], hole
+    assert "between this node and the host" in hole["summary"] and "ping -M do" in hole["fix"], hole
+    assert runs[0].rc == 2, explain(runs)
+
+
 def test_jumbo_frames_everywhere_pass_the_mesh(cluster, tmp_path):
     timeout = scaled(30)
     with cluster([NodeSpec(mtu=JUMBO) for _ in range(3)]) as c:

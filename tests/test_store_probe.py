@@ -17,7 +17,7 @@ import pytest
 from netcheck.cluster.store import HostLost, RendezvousError, client_store
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline
-from netcheck.facts.probe import listen, probe_address
+from netcheck.facts.probe import full_frames_lost, listen, probe_address
 from faults import wait_until
 from nodes import free_port, scaled
 
@@ -185,3 +185,10 @@ def test_nothing_of_torchs_cpp_log_reaches_stderr_and_the_users_level_stays():
     assert "raised: could not connect a TCPStore client" in done.stdout, done
     assert "level: INFO" in done.stdout, "the env phase reports the user's own value"
     assert done.stderr == "", done.stderr
+
+
+def test_a_store_answers_the_full_frame_probe_where_nothing_drops_frames(store):
+    """Loopback carries any frame: the small request and the full-frame one are both answered
+    (test_mtu_cluster: a short switch port drops the second); nothing listening is no blackhole."""
+    assert not full_frames_lost("127.0.0.1", store.port, 2.0)
+    assert not full_frames_lost("127.0.0.1", free_port(), 2.0)

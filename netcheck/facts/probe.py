@@ -59,6 +59,13 @@ _PROBE_KEY = b"netcheck/probe"
 STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
                + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
 LEGACY_STORE_PROBE = struct.pack("<BQQ", _LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
+# The same question in one full jumbo segment: where both ends' MTU is 9000 and a port between
+# them carries 1500, TCP sends it whole and it vanishes; on a 1500 path it is cut up and passes.
+# Two keys of half the frame each: the libuv store refuses a key over 8 KiB.
+FULL_FRAME = 8900
+_HALF_KEY = _PROBE_KEY + b"/" + b"f" * (FULL_FRAME // 2 - 16 - len(_PROBE_KEY) - 1)
+FULL_STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + struct.pack("<BQ", _CHECK, 2)
+                    + 2 * (struct.pack("<Q", len(_HALF_KEY)) + _HALF_KEY))
 
 
 def call_with_timeout(fn, timeout: float):
@@ -182,6 +189,18 @@ def store_answer(sock: socket.socket, timeout: float, probe: bytes) -> tuple[tup
     if not answer:
         return ("not_store", "closed the connection without answering the TCPStore handshake"), True
     return ("not_store", f"answered the TCPStore handshake with {answer!r}"), False
+
+
+def full_frames_lost(host: str, port: int, timeout: float) -> bool:
+    """Whether the store at host:port answers a small request but not the same request in one
+    full jumbo frame (FULL_FRAME bytes): a path-MTU blackhole between here and there."""
+    addresses, _ = resolve(host, port, timeout)
+    for family, sockaddr in addresses[:1]:
+        (small, _), _ = _connect_once(family, sockaddr, timeout, STORE_PROBE)
+        if small == "open":
+            (full, _), _ = _connect_once(family, sockaddr, timeout, FULL_STORE_PROBE)
+            return full != "open"
+    return False
 
 
 def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:

@@ -15,10 +15,12 @@ from netcheck.cluster.store import first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import GOODBYE_RESERVE, REPORT_RESERVE
+from netcheck.core.constants import GOODBYE_RESERVE, PROBE_TIMEOUT, REPORT_RESERVE
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.facts.probe import FULL_FRAME, full_frames_lost
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
+from netcheck.rules.registry import MESH_BLACKHOLE
 
 
 # The host stops waiting for joiners at this share of --timeout, leaving the rest to the
@@ -121,6 +123,17 @@ class Run:
         if not self.host_lost:
             self.host_lost = True
             self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen)
+            named = any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in self.findings)  # by the mesh
+            if not named and self._full_frames_lost():
+                self.findings.append(nic_rules.host_blackhole_finding(self.my_ranks(), FULL_FRAME))
+
+    def _full_frames_lost(self) -> bool:
+        """Asked once the host's store stopped answering: a path that drops full-size frames
+        looks just so from here (small requests pass, a large value hangs), within what the
+        deadline leaves before the report (a resolve and two probes of two waits each)."""
+        seconds = min(PROBE_TIMEOUT, (self.deadline.remaining() - REPORT_RESERVE) / 5)
+        rdzv = self.config.rdzv
+        return seconds >= 0.2 and full_frames_lost(rdzv.host, rdzv.port, seconds)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

@@ -160,6 +160,18 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
                     MESH_BLACKHOLE)]
 
 
+def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
+    """A joiner whose store client lost the host, and whose host still answers a small request
+    but not one full frame: the path between them is a blackhole (its own report names it)."""
+    return Finding(MESH_CONNECT, FAIL, (0,) + ranks,
+                   f"path-MTU blackhole between this node and the host: the host's store answers a small "
+                   f"request but not the same request in one {frame}-byte frame, so every store message "
+                   "or collective larger than a frame between them hangs",
+                   (), "set the path's MTU on this node's and the host's interfaces (find it with ping -M do "
+                   "-s SIZE HOST: the largest SIZE that answers, plus 28), or enable jumbo frames along the "
+                   "path: the switch ports between them, and any tunnel or router on the way", MESH_BLACKHOLE)
+
+
 def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:
     """A line per lossy path between two nodes, the ranks that found it alike listed together."""
     groups: dict[tuple, tuple[list[int], list[int]]] = {}
