@@ -195,12 +195,11 @@ def full_frames_lost(host: str, port: int, timeout: float) -> bool:
     """Whether the store at host:port answers a small request but not the same request in one
     full jumbo frame (FULL_FRAME bytes): a path-MTU blackhole between here and there."""
     addresses, _ = resolve(host, port, timeout)
-    for family, sockaddr in addresses[:1]:
-        (small, _), _ = _connect_once(family, sockaddr, timeout, STORE_PROBE)
-        if small == "open":
-            (full, _), _ = _connect_once(family, sockaddr, timeout, FULL_STORE_PROBE)
-            return full != "open"
-    return False
+    if not addresses:
+        return False
+    family, sockaddr = addresses[0]   # the one torch's client took first
+    (small, _), _ = _connect_once(family, sockaddr, timeout, STORE_PROBE)
+    return small == "open" and _connect_once(family, sockaddr, timeout, FULL_STORE_PROBE)[0][0] != "open"
 
 
 def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:

@@ -160,6 +160,15 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
                     MESH_BLACKHOLE)]
 
 
+# The two halves of every blackhole's fix, the mesh's and a joiner's that lost the host.
+_MEASURE_MTU = "find it with ping -M do -s SIZE {peer}: the largest SIZE that answers, plus 28"
+
+
+def _jumbo_along(where: str, mtu: int | None = None) -> str:
+    return (f"enable jumbo frames{f' (MTU {mtu})' if mtu else ''} along the path: {where}, and any tunnel "
+            "or router on the way")
+
+
 def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
     """A joiner whose store client lost the host, and whose host still answers a small request
     but not one full frame: the path between them is a blackhole (its own report names it)."""
@@ -167,9 +176,8 @@ def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
                    f"path-MTU blackhole between this node and the host: the host's store answers a small "
                    f"request but not the same request in one {frame}-byte frame, so every store message "
                    "or collective larger than a frame between them hangs",
-                   (), "set the path's MTU on this node's and the host's interfaces (find it with ping -M do "
-                   "-s SIZE HOST: the largest SIZE that answers, plus 28), or enable jumbo frames along the "
-                   "path: the switch ports between them, and any tunnel or router on the way", MESH_BLACKHOLE)
+                   (), f"set the path's MTU on this node's and the host's interfaces ({_MEASURE_MTU.format(peer='HOST')}), "
+                   f"or {_jumbo_along('the switch ports between them')}", MESH_BLACKHOLE)
 
 
 def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:
@@ -202,11 +210,9 @@ def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int],
     mtu = str(passed) if passed else "MTU"
     commands = "; ".join(dict.fromkeys(f"on {name_of(names, r)}: ip link set dev {ifname} mtu {mtu}"
                                        for r, ifname in ends))
-    measure = "" if passed else (", MTU being the path's (find it with ping -M do -s SIZE PEER: the "
-                                 "largest SIZE that answers, plus 28)")
+    measure = "" if passed else f", MTU being the path's ({_MEASURE_MTU.format(peer='PEER')})"
     where = f"the switch port of {_names(names, fixed)}" if one_link else "the switch ports between these nodes"
-    return (f"set the path's MTU on the interfaces ({commands}{measure}), or enable jumbo frames (MTU {full}) "
-            f"along the path: {where}, and any tunnel or router on the way")
+    return f"set the path's MTU on the interfaces ({commands}{measure}), or {_jumbo_along(where, full)}"
 
 
 def _pasteable(ifname: str | None) -> str:
