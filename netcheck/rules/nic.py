@@ -176,8 +176,9 @@ def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
                    f"path-MTU blackhole between this node and the host: the host's store answers a small "
                    f"request but not the same request in one {frame}-byte frame, so every store message "
                    "or collective larger than a frame between them hangs",
-                   (), f"set the path's MTU on this node's and the host's interfaces ({_MEASURE_MTU.format(peer='HOST')}), "
-                   f"or {_jumbo_along('the switch ports between them')}", MESH_BLACKHOLE)
+                   (), "set the path's MTU on this node's and the host's interfaces "
+                   f"({_MEASURE_MTU.format(peer='HOST')}), or {_jumbo_along('the switch ports between them')}",
+                   MESH_BLACKHOLE)
 
 
 def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:
