@@ -34,6 +34,13 @@ def scaled(seconds: float) -> float:
 # What a netcheck process may take beyond its --timeout: Python's start-up before the
 # deadline starts and its shutdown, on a busy 2-core machine.
 GRACE = scaled(5.0)
+# --timeout for a test cluster of four or more nodes started at once (or two started one
+# after the other): the host's join share, half of it, must hold every node's torch import
+# and sign-in while the suite's other worker runs a cluster of its own and a busy loop
+# shares the 2 cores. Measured at 0029870 so: the joiners of a 4-node cluster had not
+# signed in 15 s after they started, past a 12 s share. Where the rendezvous closes on an
+# event (--nnodes, every node in), the room costs nothing when the nodes come sooner.
+CLUSTER_TIMEOUT = scaled(40)
 SKIP_BANDWIDTH = ["--skip", "bandwidth"]
 # A healthy job's environment, hangs included: diagnosable on every torch with a flight recorder
 # (2.2 on; before 2.11 it is off unless set). torch 2.1 has none, and env.flight_recorder rightly

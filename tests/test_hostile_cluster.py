@@ -17,7 +17,7 @@ from faults import (
     GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory, counted_args,
     assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
-from nodes import PORT, scaled, start
+from nodes import CLUSTER_TIMEOUT, PORT, scaled, start
 
 pytestmark = pytest.mark.root_required
 
@@ -50,7 +50,7 @@ def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_pa
     visitor counter once the roster is posted."""
     # node2 starts only after the hostile writes, which wait for the host's store: two torch
     # imports in a row inside the host's join deadline (half of this) on a busy machine.
-    timeout = scaled(40)
+    timeout = 2 * CLUSTER_TIMEOUT
     actions = [*HOSTILE_BEFORE_THE_LAST_NODE, "roster", *HOSTILE_AFTER_THE_ROSTER]
     with cluster(nodes(4)) as c:
         runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
@@ -86,7 +86,7 @@ def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
     """Every mesh listener is flooded as soon as it is offered (100 connections held open
     that never send, 4 threads connecting and closing), while the other nodes probe it; a
     filtered candidate on the host keeps the mesh open for its 2 s connect timeout."""
-    timeout = scaled(30)
+    timeout = CLUSTER_TIMEOUT
     flood_seconds = 4
     with cluster(nodes(4)) as c:
         slow_mesh(c, peers=(1, 2))  # not node3, whose flood would wait on the filtered address
@@ -113,8 +113,8 @@ def test_a_node_without_the_token_is_not_seated(cluster, tmp_path):
     """--token: node2 does not have the secret; node1 has it through NETCHECK_TOKEN and
     starts once the host has read node2's unsigned facts (so they are judged before the
     roster, not as a latecomer's). Two torch imports in a row inside the host's join
-    deadline (half of --timeout) on a busy machine."""
-    timeout = scaled(40)
+    deadline (half of --timeout) on a busy machine: twice a cluster's room."""
+    timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(3)) as c:
         args = counted_args(2, timeout)
         runs = {0: start(c, 0, args + ["--token", "s3cret"], tmp_path), 2: start(c, 2, args, tmp_path)}

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from cluster import NodeSpec
-from nodes import DIAGNOSABLE, HEALTHY_WARNINGS, SKIP_BANDWIDTH, read_report, scaled
+from nodes import CLUSTER_TIMEOUT, DIAGNOSABLE, HEALTHY_WARNINGS, SKIP_BANDWIDTH, read_report, scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -54,10 +54,12 @@ def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
 
 def test_worker_store_port_blocked_for_one_node_fails_clearly(cluster, tmp_path):
     """torchrun's own rendezvous port is open, the workers' MASTER_PORT is not: node1's
-    workers say `filtered` in seconds, rank 0 names ranks 2 and 3 missing; nobody hangs."""
+    workers say `filtered` in seconds, rank 0 names ranks 2 and 3 missing; nobody hangs. Four
+    workers import torch at once: rank 1 must sign in inside rank 0's join share."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
         c.allow_only_inbound(0, [RDZV_PORT])
-        results = run_both(c, torchrun(tmp_path, "--timeout", str(scaled(16)), *SKIP_BANDWIDTH), timeout=scaled(60))
+        results = run_both(c, torchrun(tmp_path, "--timeout", str(CLUSTER_TIMEOUT), *SKIP_BANDWIDTH),
+                           timeout=scaled(90))
     assert [rc for *_, rc in results] != [0, 0]
     node1_out = results[1][0]
     assert "FAIL  rdzv.reach" in node1_out and "filtered" in node1_out, results[1]
