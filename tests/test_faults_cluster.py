@@ -38,23 +38,25 @@ LOCAL_STORE = f"127.0.0.1:{PORT}"   # the watch agent runs on the host's node
 
 def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     """Three joiners are SIGKILLed, SIGTERMed and SIGINTed as soon as they have published
-    their facts; a sixth node starts only once the roster is posted (the host closes once
-    five have come, numbered as they arrive). node4 is held (SIGSTOP) from the roster until
-    the latecomer has arrived, so the host, waiting for node4's mesh offer, is still there
-    to name it, whatever the machine's speed."""
-    timeout = CLUSTER_TIMEOUT
+    their facts. node4 starts once they are gone, and its arrival, the fifth, closes the
+    rendezvous (nodes are numbered as they arrive); a sixth node starts only once the roster
+    is posted. node4 is held (SIGSTOP) from the roster until the latecomer has arrived, so
+    the host, waiting for node4's mesh offer, is still there to name it, whatever the
+    machine's speed. Two torch imports in a row inside the host's join share."""
+    timeout = 2 * CLUSTER_TIMEOUT
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     args = counted_args(5, timeout)
     with cluster(nodes(6)) as c:
-        runs = {i: start(c, i, args, tmp_path) for i in range(5)}
+        runs = {i: start(c, i, args, tmp_path) for i in range(4)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         pending = dict(victims)
         while pending:
-            node = int(agent.wait_for(r"^arrival \d+ node(\d+)")[1])
+            node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
             if pending.pop(node, None) == "SIGINT":
                 took = signal_and_finish(c, runs[node], signal.SIGINT, within=scaled(3))
             elif node in victims:
                 c.kill(runs[node].proc, getattr(signal, victims[node]))
+        runs[4] = start(c, 4, args, tmp_path)
         ranks = agent.roster(timeout)
         agent.wait_for(rf"^result {ranks['node4'][1]}$", timeout)   # seated and reported back
         c.kill(runs[4].proc, signal.SIGSTOP)

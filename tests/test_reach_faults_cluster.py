@@ -1,6 +1,7 @@
 """The endpoint's faults that a TCP connect alone cannot tell, on real network namespaces: a
-squatter that accepts and never answers, the host's own firewall on its port, and a host
-lost between a joiner's probe and its store connect.
+squatter that accepts and never answers, the host's own firewall on its port, a host lost
+between a joiner's probe and its store connect, and a joiner that gets to its store connect
+only after the host has closed the rendezvous and ended.
 
 Each is named under its own check and kind within seconds, ends with exit 2 (not 3, not a
 hang), and prints nothing of torch's internals (no traceback, no C++ frame).
@@ -110,3 +111,33 @@ def test_a_host_lost_before_the_joiner_connects_its_store_is_said_at_once(cluste
     assert seen.startswith("this node's store client: ") and "refused" in seen, lost
     assert "stopped answering" not in seen and "is gone" not in seen, lost
     assert_quiet(joiner)
+
+
+def test_a_joiner_that_comes_to_sign_in_after_the_hosts_join_deadline_came_late(cluster, tmp_path):
+    """The joiner's probe heard the host; then the joiner is held (SIGSTOP) in its torch import,
+    as on a loaded node, until the host has waited its join share, named it missing and
+    ended, and the joiner's own join share is over too. It came late: "the host stopped
+    answering" would send the user to a host that did its job."""
+    timeout = scaled(30)
+    join_share = timeout / 2    # the host takes nodes in for half of --timeout from its start
+    with cluster(nodes(2)) as c:
+        host = start(c, 0, ranked_args(0, 2, timeout), tmp_path)
+        joiner = start(c, 1, ranked_args(1, 2, timeout), tmp_path, terminal=True)
+        joiner.wait_for_progress("netcheck: rendezvous", timeout)   # reach passed: the host answered
+        c.kill(joiner.proc, signal.SIGSTOP)
+        finish_each([host], timeout + GRACE)
+        # its own clock starts once Python has (GRACE), and the host's share is timed as its own
+        time.sleep(max(0.0, joiner.started + join_share + GRACE - time.monotonic()))
+        c.kill(joiner.proc, signal.SIGCONT)
+        finish_each([joiner], timeout)
+
+    missing = [f for f in host.report["findings"] if f["kind"] == "missing"]
+    assert [f["nodes"] for f in missing] == [[1]], host.report["findings"]
+    assert joiner.rc == 2, explain([host, joiner])
+    report = joiner.report
+    assert not lost_in(report), report["findings"]
+    (late,) = [f for f in report["findings"] if f["check"] == "rdzv.join"]
+    assert (late["kind"], late["severity"], late["nodes"]) == ("late", "fail", [1]), late
+    assert f"past the host's join deadline ({join_share:g} s after its start with --timeout {timeout:g})" \
+        in late["summary"], late
+    assert "refused" in late["evidence"][0], late

@@ -54,14 +54,22 @@ def host(run: Run) -> rendezvous.Seat | None:
 def joiner(run: Run) -> rendezvous.Seat | None:
     cfg = run.config
     with run.phase("rendezvous"):
+        store = None
         try:
             store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
             seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
         except rendezvous.CameTooLate:
             run.findings.append(rdzv_rules.seat_finding(None, 0, run.facts.hostname))
             return None
-        except HostLost as e:  # it answered the reach probe: named lost, as in every later phase
-            run.lose_host("rendezvous", e.seen)
+        except HostLost as e:
+            if store is None and run.join_deadline.expired():
+                # Gone before this node got in, past the host's join deadline: the host had
+                # closed without it (and, with nobody else come, ended), whatever became of
+                # it after. "The host stopped answering" would send the user to a sound host.
+                run.findings.append(rdzv_rules.gone_before_sign_in(
+                    run.deadline.elapsed(), run.join_seconds, cfg.timeout, run.my_ranks(), e.seen))
+            else:  # it answered the reach probe: named lost, as in every later phase
+                run.lose_host("rendezvous", e.seen)
             return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))

@@ -66,8 +66,13 @@ class Run:
         self.rank = self.config.launch.node_rank
 
     @property
+    def join_seconds(self) -> float:
+        """How long after its start the host takes nodes in, at most."""
+        return self.config.timeout * JOIN_SHARE
+
+    @property
     def join_deadline(self) -> Deadline:
-        return Deadline(self.config.timeout * JOIN_SHARE, start=self.deadline.start)
+        return Deadline(self.join_seconds, start=self.deadline.start)
 
     def phase_deadline(self, seconds: float | None = None) -> Deadline:
         """The rest of the run less the reserve kept for writing the report."""

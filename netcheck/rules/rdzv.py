@@ -270,6 +270,19 @@ def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
     return findings
 
 
+def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks: tuple[int, ...],
+                        seen: str) -> Finding:
+    """A joiner that came to sign in past the host's join deadline and found its store gone."""
+    return Finding(RDZV_JOIN, FAIL, ranks,
+                   f"this node came to sign in {took:.1f} s after it started, past the host's join "
+                   f"deadline ({join_seconds:g} s after its start with --timeout {timeout:g}), and the "
+                   "host's store was gone: the host had closed the rendezvous without it",
+                   (f"this node's store client: {seen}",) if seen else (),
+                   "start every node within the host's join deadline; a node this slow to start (torch's "
+                   "import on a loaded machine) needs a larger --timeout on every node. The host's "
+                   "report says whether it ran without this node or died", kind=JOIN_LATE)
+
+
 def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "") -> list[Finding]:
     """Nodes that were seated, then stopped answering before `phase` was over; `seen`, what
     this node's store client saw of it where it has more than silence (the store's error)."""
