@@ -16,6 +16,7 @@ import time
 import pytest
 
 from faults import finish_each, lost_in, nodes, ranked_args, signal_and_finish
+from netcheck.phases.state import JOIN_SHARE
 from nodes import GRACE, PORT, explain, finish, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -119,7 +120,7 @@ def test_a_joiner_that_comes_to_sign_in_after_the_hosts_join_deadline_came_late(
     ended, and the joiner's own join share is over too. It came late: "the host stopped
     answering" would send the user to a host that did its job."""
     timeout = scaled(30)
-    join_share = timeout / 2    # the host takes nodes in for half of --timeout from its start
+    join_share = timeout * JOIN_SHARE   # how long after its start the host takes nodes in
     with cluster(nodes(2)) as c:
         host = start(c, 0, ranked_args(0, 2, timeout), tmp_path)
         joiner = start(c, 1, ranked_args(1, 2, timeout), tmp_path, terminal=True)

@@ -199,7 +199,10 @@ def full_frames_lost(host: str, port: int, timeout: float) -> bool:
         return False
     family, sockaddr = addresses[0]   # the one torch's client took first
     (small, _), _ = _connect_once(family, sockaddr, timeout, STORE_PROBE)
-    return small == "open" and _connect_once(family, sockaddr, timeout, FULL_STORE_PROBE)[0][0] != "open"
+    if small != "open":
+        return False
+    (full, _), _ = _connect_once(family, sockaddr, timeout, FULL_STORE_PROBE)
+    return full != "open"
 
 
 def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
