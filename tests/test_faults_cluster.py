@@ -25,7 +25,7 @@ from faults import (
     Agent, assert_interrupted, assert_stopped, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
-from netcheck.core.constants import BW_STUCK_AFTER, STORE_REPLY_TIMEOUT
+from netcheck.core.constants import BW_STUCK_AFTER, RESULTS_WAIT, STORE_REPLY_TIMEOUT
 from nodes import CLUSTER_TIMEOUT, PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -97,6 +97,50 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     latecomer = assert_survivor(runs[5], timeout)
     assert runs[5].seconds < timeout / 2, "a latecomer is told at once, not at its deadline"
     assert any(f["kind"] == "not_seated" for f in latecomer["findings"] if f["severity"] == "fail")
+
+
+def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster, tmp_path):
+    """One joiner is SIGKILLed on arrival, seated but never reporting back, and three are held
+    (SIGSTOP) on arrival; a sixth node starts once they are in, and its arrival closes the
+    rendezvous. The held ones are let go one by one, each RESULTS_WAIT / 2 after the one
+    before has reported back, so the host, waiting for results until RESULTS_WAIT passes with
+    none new, posts who is still here well past GOODBYE_WAIT after the first result. Every
+    healthy joiner waits for that list, instead of giving up on it and waiting out the dead
+    node again in the mesh, where it would name it lost a second time (for the host it was
+    lost at the rendezvous), as a busy machine once made one do. Two torch imports in a row
+    inside the host's join share."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    args = counted_args(6, timeout)
+    with cluster(nodes(6)) as c:
+        runs = {i: start(c, i, args, tmp_path) for i in range(5)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        order = []
+        while len(order) < 4:
+            node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
+            if node:
+                order.append(node)
+                c.kill(runs[node].proc, signal.SIGKILL if len(order) == 1 else signal.SIGSTOP)
+        victim, held, first = order[0], order[1:], 5
+        runs[first] = start(c, first, args, tmp_path)
+        ranks = agent.roster(timeout)
+        agent.wait_for(rf"^result {ranks[f'node{first}'][1]}$", timeout)
+        for node in held:
+            time.sleep(RESULTS_WAIT / 2)
+            c.kill(runs[node].proc, signal.SIGCONT)
+            agent.wait_for(rf"^result {ranks[f'node{node}'][1]}$", timeout)
+        finish_each(runs.values(), timeout + 10)
+    roles = {0: "host", victim: "victim: SIGKILL once arrived", first: "joiner",
+             **{n: f"joiner held on arrival, let go {RESULTS_WAIT / 2:g} s after the result before"
+                for n in held}}
+    record("joiner SIGKILL once arrived, while the host waits for the others' results", "rendezvous",
+           timeout, [runs[0], runs[first], *(runs[n] for n in held)], roles)
+
+    lost = lost_in(assert_survivor(runs[0], timeout))
+    assert lost == {"rendezvous": {ranks[f"node{victim}"][0]}}, runs[0].report["findings"]
+    for node in (first, *held):
+        healthy = assert_survivor(runs[node], timeout, codes=(0, 1))
+        assert not lost_in(healthy), (node, healthy["findings"])
+        assert {f["check"] for f in healthy["findings"] if f["severity"] != "pass"} <= {"run.skipped"}
 
 
 def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):

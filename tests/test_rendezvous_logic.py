@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -20,6 +21,7 @@ from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_PINGS_BYTES, NEWEST_FIRST
 from netcheck.core.compat import import_distributed
+from nodes import scaled
 
 
 def nic(name: str, *addrs: str) -> Nic:
@@ -219,6 +221,26 @@ def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wa
     ex.enlist(ex.key("result", "posted"), "3")
     assert collect(ex, int, "result", list(range(count)), Deadline(0.2)) == {
         i: i * 10 for i in range(count) if i not in (1, 3)}
+
+
+@pytest.mark.compat
+def test_collect_with_a_quiet_window_waits_as_long_as_a_few_ids_keep_coming():
+    """The quiet window runs from the last value in: a few ids are checked together, which
+    sees none until all are in, and so a steady trickle longer in all than the window was
+    cut off at it (the host named lost a node that had reported back)."""
+    server, ex = local_store()
+    writer = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
+                                                    timedelta(seconds=10)), "netcheck")
+    quiet, ids = scaled(1.0), [0, 1, 2, 3]
+
+    def trickle():
+        for i in ids:
+            time.sleep(quiet / 2)
+            writer.post("result", i, i)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(trickle)
+        assert collect(ex, int, "result", ids, Deadline(10 * quiet), quiet=quiet) == {i: i for i in ids}
 
 
 def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_later():

@@ -352,7 +352,7 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     heard = time.monotonic()
     while pending:  # one look at least, also past the deadline: what is there counts
         over = deadline.expired() or (quiet is not None and time.monotonic() - heard >= quiet)
-        new = _ready(ex, name, pending, over)
+        new = _ready(ex, name, pending, over, each_counts=quiet is not None)
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
         for i in new:
             value = values.get(ex.key(name, i))
@@ -369,16 +369,19 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     return found
 
 
-def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool) -> list[int]:
-    """The pending ids whose value is there, in one request a look: for many ids, from the
-    posted list; for a few, one check of them all. On the last look the ids not found so
-    are asked after key by key (a value posted whose listing never came is still read)."""
+def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool, each_counts: bool) -> list[int]:
+    """The pending ids whose value is there, in one request a look: for many ids, or where
+    each new one counts (a quiet window runs from the last), from the posted list; for a
+    few, one check of them all, which sees none until all are in. On the last look the ids
+    not found so are asked after key by key (a value posted whose listing never came is
+    still read)."""
     ids = sorted(pending)
     keys = [ex.key(name, i) for i in ids]
-    posted = ex.posted(name) if len(ids) > FEW_IDS else None
+    listed = each_counts or len(ids) > FEW_IDS
+    posted = ex.posted(name) if listed else None
     if posted is not None:
         ready = pending & posted
-    elif len(ids) > FEW_IDS:  # the list was grown past any cluster's: each key is asked after
+    elif listed:  # the list was grown past any cluster's: each key is asked after
         ready = {i for i, k in zip(ids, keys) if ex.has(k)}
     else:
         ready = pending if ex.has_all(keys) else set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import Exchange, HostLost, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
-from netcheck.core.constants import GOODBYE_WAIT, LOOKUP_TIMEOUT, RESULTS_WAIT
+from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
 from netcheck.core.model import Finding, Member, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
@@ -79,25 +79,35 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         if results is not None:
             run.members = (Member(seat.rank, run.facts, results),)
             run.findings += rdzv_rules.clock_findings(run.members)
+        run.alive = _alive_by_host(run, seat)
         return seat
     return None
 
 
-def still_here(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+def post_alive(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     """The seated nodes that reported back, as rank -> hostname: later phases wait only for
     them, so one node lost at the rendezvous does not eat every later phase's time (and get
     live nodes blamed for it). The host decides and publishes; joiners read it."""
-    ex = seat.exchange
+    alive = tuple(m.rank for m in run.members if m.results is not None)
+    seat.exchange.put(seat.exchange.key(ALIVE), alive)
+    return _seated_of(seat, alive)
+
+
+def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+    """Waited for to the phase's deadline: the host posts it only once it has waited out the
+    results of nodes lost after their seat, and a joiner that stopped waiting sooner would go
+    on to wait for those dead nodes in the mesh and be named lost by them. A host that dies
+    meanwhile breaks the store: named lost in this phase, at once."""
+    try:
+        alive = seat.exchange.wait_read(tuple[int, ...], seat.exchange.key(ALIVE), run.phase_deadline())
+    except (TimeoutError, codec.DecodeError):
+        alive = tuple(seat.roster.hostnames())
+    return _seated_of(seat, alive)
+
+
+def _seated_of(seat: rendezvous.Seat, ranks: tuple[int, ...]) -> dict[int, str]:
     seated = seat.roster.hostnames()
-    if run.role == "host":
-        alive = tuple(m.rank for m in run.members if m.results is not None)
-        ex.put(ex.key(ALIVE), alive)
-    else:
-        try:
-            alive = ex.wait_read(tuple[int, ...], ex.key(ALIVE), run.phase_deadline(GOODBYE_WAIT))
-        except (TimeoutError, codec.DecodeError):
-            alive = tuple(seated)
-    return {r: seated[r] for r in alive if r in seated}
+    return {r: seated[r] for r in ranks if r in seated}
 
 
 def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:

@@ -60,7 +60,8 @@ def _run_phases(run: Run) -> None:
 
 
 def _after_rendezvous(run: Run, seat: Seat) -> None:
-    run.alive = rendezvous.still_here(run, seat)
+    if run.role == "host":
+        run.alive = rendezvous.post_alive(run, seat)
     if seat.rank not in run.alive:
         run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))
         return
