@@ -3,11 +3,15 @@ rendezvous; every worker process takes part, rank 0 prints the cluster's report.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
+from pathlib import Path
 
 import pytest
 from cluster import NodeSpec
+from faults import Agent, lost_in, wait_until
 from nodes import CLUSTER_TIMEOUT, DIAGNOSABLE, HEALTHY_WARNINGS, SKIP_BANDWIDTH, read_report, scaled
 
 pytestmark = pytest.mark.root_required
@@ -43,7 +47,7 @@ def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
         (0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")]
     (topology,) = [f for f in report["findings"] if f["check"] == "launch.topology"]
     assert topology["severity"] == "pass" and "4 process(es) on 2 host(s)" in topology["summary"]
-    assert "host (rank 0) - verdict " in results[0][0] and results[1][0] == "", "only rank 0 prints"
+    assert "host (rank 0) - verdict " in results[0][0] and results[1][0] == "", ("only rank 0 prints", results)
     # The bandwidth phase runs per host (from LOCAL_RANK 0): 2 nodes x 2 workers.
     bw = report["bandwidth"]
     assert (bw["nnodes"], bw["nproc_per_node"], bw["sweeps"][0]["ranks"]) == (2, 2, 4), bw
@@ -93,3 +97,48 @@ def host_text(out: str) -> str:
     """Rank 0's report among node0's output (its sibling prints too when it fails)."""
     reports = re.split(r"^(?=netcheck \S+ - run )", out, flags=re.M)
     return next(r for r in reports if " - host (rank 0) - " in r.split("\n", 1)[0])
+
+
+def worker_pid(tmp_path, rank: int) -> int | None:
+    """This test's netcheck worker of that global RANK: torchrun starts it, not the test."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit() and str(tmp_path).encode() in (proc / "cmdline").read_bytes()
+                    and f"RANK={rank}".encode() in (proc / "environ").read_bytes().split(b"\0")):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_a_failing_worker_waits_for_the_hosts_report_before_it_exits(cluster, tmp_path):
+    """torchrun stops every worker of a node as soon as one exits non-zero. Rank 1, on the
+    host's node, fails on its own (its NCCL_SOCKET_IFNAME names no interface); rank 3 is held
+    (SIGSTOP) once it has posted its environment, so the host waits out its goodbye. Rank 1
+    must not exit until the host has written its report: the agent would SIGTERM rank 0
+    mid-goodbye, and the cluster's report would be a stopped run's."""
+    wrapper = [sys.executable, "-m", "torch.distributed.run", *torchrun(tmp_path)[3:]]
+    at = wrapper.index("-m", 3)
+    wrapper[at:at + 2] = ["--no-python", "sh", "-c",
+                          '[ "$RANK" = 1 ] && export NCCL_SOCKET_IFNAME=nope0; exec "$0" "$@"', sys.executable,
+                          "-m", "netcheck"]
+    wrapper += ["--timeout", str(CLUSTER_TIMEOUT), *SKIP_BANDWIDTH]
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        procs = [c.popen(i, wrapper, env=DIAGNOSABLE) for i in range(2)]
+        host = wait_until(lambda: worker_pid(tmp_path, 0), CLUSTER_TIMEOUT, "rank 0 started")
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{host}/environ").read_text().split("\0") if "=" in v)
+        agent = Agent.start(c, 0, "watch", f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}",
+                            run_id=environ["TORCHELASTIC_RUN_ID"])
+        agent.wait_for(r"^env 3$", CLUSTER_TIMEOUT)
+        held = worker_pid(tmp_path, 3)
+        os.kill(held, signal.SIGSTOP)
+        try:
+            out, err = procs[0].communicate(timeout=CLUSTER_TIMEOUT + scaled(30))
+        finally:
+            os.kill(held, signal.SIGKILL)  # its own session: the agent's group does not hold it
+        procs[1].communicate(timeout=scaled(60))  # its agent stops the other worker and ends
+    report = read_report(tmp_path / "rank0.json")
+    assert "run.stopped" not in {f["check"] for f in report["findings"]}, report["findings"]
+    assert lost_in(report) == {"goodbye": {3}}, report["findings"]
+    assert "host (rank 0) - verdict FAIL" in out, (out, err)
+    assert read_report(tmp_path / "rank1.json")["verdict"] == "fail"

@@ -4,16 +4,20 @@ every process that came."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from netcheck.cluster import rendezvous
 from netcheck.cluster.store import collect
 from netcheck.core import codec
 from netcheck.core.constants import GOODBYE_WAIT, MIN_PHASE_SECONDS
+from netcheck.core.deadline import Deadline
 from netcheck.core.model import ClusterVerdict
+from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
 
 VERDICT = "verdict"  # the host's ClusterVerdict, posted before it waits for goodbyes
+REPORTED = "reported"  # the host's, once its report is written
 
 
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
@@ -75,3 +79,36 @@ def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
         run.findings.append(run_rules.verdict_unheard(time.monotonic() - deadline.start))
         return
     run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
+
+
+def report_out(run: Run, exit_code: int) -> Callable[[], None]:
+    """What this process does once its report is written. Under torchrun a worker that exits
+    non-zero stops every worker of its node at once (the agent's FAILED state; with
+    --max-restarts it restarts them all): a joiner that fails before the host has written
+    its report would cut the cluster's report off, mid-goodbye or mid-write. So there the
+    host says when its report is out, and a failing joiner waits for that before it exits."""
+    seat = run.seat
+    if seat is None or seat.rank is None or not is_torchrun_worker(run.config.launch):
+        return lambda: None
+    if run.role == "host":
+        return lambda: _say_reported(seat)
+    if exit_code == 0 or run.host_lost or run.stopped_by is not None:
+        return lambda: None
+    return lambda: _wait_reported(seat, Deadline(run.deadline.remaining()))
+
+
+def _say_reported(seat: rendezvous.Seat) -> None:
+    try:
+        seat.exchange.put(seat.exchange.key(REPORTED), 1)
+    except (RuntimeError, OSError):
+        pass  # the store is gone (the agent ended): so are the joiners waiting on it
+
+
+def _wait_reported(seat: rendezvous.Seat, deadline: Deadline) -> None:
+    """Until the host has written its report, its store is gone (it hosted the store and
+    ended), or --timeout is spent; the agent's SIGTERM, once the host failed, ends it too:
+    this node's report is written already."""
+    try:
+        seat.exchange.wait(seat.exchange.key(REPORTED), deadline)
+    except (TimeoutError, RuntimeError, OSError, KeyboardInterrupt):
+        pass

@@ -31,7 +31,8 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
     if config.baseline is not None:
         draft = build_report(run)
         run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend, draft.bandwidth)
-    return Outcome(build_report(run), exit_code(run), run.stopped_by)
+    code = exit_code(run)
+    return Outcome(build_report(run), code, run.stopped_by, goodbye.report_out(run, code))
 
 
 
@@ -47,7 +48,7 @@ def _run_phases(run: Run) -> None:
         if run.listener is not None:
             run.listener.close()
         return
-    seat = rendezvous.host(run) if run.role == "host" else rendezvous.joiner(run)
+    seat = run.seat = rendezvous.host(run) if run.role == "host" else rendezvous.joiner(run)
     if seat is None or seat.rank is None:
         return
     try:

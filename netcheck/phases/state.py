@@ -33,6 +33,7 @@ class Outcome:
     report: Report
     exit_code: int
     stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM: the exit code is 128 + it
+    report_out: Callable[[], None] = lambda: None  # called once the report is written
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Run:
     bandwidth: BandwidthResult | None = None
     arrivals: rendezvous.HostState | None = None   # the host's: every process that came
     listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
+    seat: rendezvous.Seat | None = None            # this process's seat at the host's store, once taken
     alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
     findings: list[Finding] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
