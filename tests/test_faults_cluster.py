@@ -25,6 +25,7 @@ from faults import (
     Agent, assert_interrupted, assert_stopped, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
+from netcheck.cluster import mesh
 from netcheck.core.constants import BW_STUCK_AFTER, RESULTS_WAIT, STORE_REPLY_TIMEOUT
 from nodes import CLUSTER_TIMEOUT, PORT, bind_mounted, scaled, start
 
@@ -141,6 +142,29 @@ def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster,
         healthy = assert_survivor(runs[node], timeout, codes=(0, 1))
         assert not lost_in(healthy), (node, healthy["findings"])
         assert {f["check"] for f in healthy["findings"] if f["severity"] != "pass"} <= {"run.skipped"}
+
+
+def test_a_node_that_offers_after_the_host_has_probed_is_not_taken_for_lost(cluster, tmp_path):
+    """With a sampled mesh the host reads only its targets' offers. One node it does not
+    target is held (SIGSTOP) once it has reported back, and let go once the host has posted
+    its own mesh results: every node sees the host's list at its own poll (at scale, one look
+    per pace), so an offer can come after the host's probes, and that node must still be
+    waited for, not named lost in the mesh."""
+    args = counted_args(5, CLUSTER_TIMEOUT) + ["--mesh", "sample:1"]
+    with cluster(nodes(5)) as c:
+        runs = {i: start(c, i, args, tmp_path) for i in range(5)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        ranks = agent.roster(CLUSTER_TIMEOUT)
+        (late,) = set(range(1, 5)) - set(mesh.targets(0, list(range(5)), 1, "netcheck"))
+        node, arrival = next((int(h.removeprefix("node")), a) for h, (r, a) in ranks.items() if r == late)
+        agent.wait_for(rf"^result {arrival}$", CLUSTER_TIMEOUT)
+        c.kill(runs[node].proc, signal.SIGSTOP)
+        agent.wait_for(r"^mesh 0$", CLUSTER_TIMEOUT)
+        c.kill(runs[node].proc, signal.SIGCONT)
+        finish_each(runs.values(), CLUSTER_TIMEOUT + 10)
+    for run in runs.values():
+        report = assert_survivor(run, CLUSTER_TIMEOUT, codes=(0, 1))
+        assert not [f for f in report["findings"] if f["severity"] == "fail"], (run.node, report["findings"])
 
 
 def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):

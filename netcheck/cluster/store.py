@@ -369,6 +369,21 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     return found
 
 
+def posted_by(ex: Exchange, name: str, ids: list[int], deadline: Deadline) -> set[int]:
+    """The ids listed as having posted `name`, waited for until all are or the deadline: for
+    a value every node posts once it sees a go-ahead at its own poll, so not all at once."""
+    pending, found = set(ids), set()
+    while pending:
+        over = deadline.expired()
+        new = set(_ready(ex, name, pending, over, each_counts=True))
+        found |= new
+        pending -= new
+        if over:
+            break
+        time.sleep(ex.pause)
+    return found
+
+
 def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool, each_counts: bool) -> list[int]:
     """The pending ids whose value is there, in one request a look: for many ids, or where
     each new one counts (a quiet window runs from the last), from the posted list; for a

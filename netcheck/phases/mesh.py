@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.mesh import Attempt
-from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.store import Exchange, collect, posted_by
 from netcheck.core import codec
 from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN
 from netcheck.core.deadline import Deadline
@@ -51,9 +51,11 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
             run.findings += nic_rules.mesh_findings(names, mine)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, OFFER, peers, offers))
             return mine
-        # A node that never offered will not report: waiting for it would make the nodes
-        # that did report late for the go-ahead.
-        offered = (ex.posted(OFFER) or set()) | set(offers) | {me}
+        # A node that never offered will not report: waiting for its results would make the
+        # nodes that did report late for the go-ahead. One is not taken for it before the
+        # offers' deadline, though: every node sees the host's list at its own poll, and at
+        # scale (one look per pace) offers come over a second or so.
+        offered = posted_by(ex, OFFER, ranks, offers_deadline) | set(offers) | {me}
         results = collect(ex, mesh.MeshResults, RESULTS, [r for r in ranks if r in offered], deadline)
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
