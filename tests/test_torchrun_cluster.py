@@ -116,24 +116,26 @@ def test_a_failing_worker_waits_for_the_hosts_report_before_it_exits(cluster, tm
     host's node, fails on its own (its NCCL_SOCKET_IFNAME names no interface); rank 3 is held
     (SIGSTOP) once it has posted its environment, so the host waits out its goodbye. Rank 1
     must not exit until the host has written its report: the agent would SIGTERM rank 0
-    mid-goodbye, and the cluster's report would be a stopped run's."""
+    mid-goodbye, and the cluster's report would be a stopped run's. Four workers import torch
+    at once: the doubled --timeout gives rank 3 room to sign in inside rank 0's join share."""
+    timeout = 2 * CLUSTER_TIMEOUT
     wrapper = [sys.executable, "-m", "torch.distributed.run", *torchrun(tmp_path)[3:]]
     at = wrapper.index("-m", 3)
     wrapper[at:at + 2] = ["--no-python", "sh", "-c",
                           '[ "$RANK" = 1 ] && export NCCL_SOCKET_IFNAME=nope0; exec "$0" "$@"', sys.executable,
                           "-m", "netcheck"]
-    wrapper += ["--timeout", str(CLUSTER_TIMEOUT), *SKIP_BANDWIDTH]
+    wrapper += ["--timeout", str(timeout), *SKIP_BANDWIDTH]
     with cluster([NodeSpec(), NodeSpec()]) as c:
         procs = [c.popen(i, wrapper, env=DIAGNOSABLE) for i in range(2)]
-        host = wait_until(lambda: worker_pid(tmp_path, 0), CLUSTER_TIMEOUT, "rank 0 started")
+        host = wait_until(lambda: worker_pid(tmp_path, 0), timeout, "rank 0 started")
         environ = dict(v.split("=", 1) for v in Path(f"/proc/{host}/environ").read_text().split("\0") if "=" in v)
         agent = Agent.start(c, 0, "watch", f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}",
                             run_id=environ["TORCHELASTIC_RUN_ID"])
-        agent.wait_for(r"^env 3$", CLUSTER_TIMEOUT)
+        agent.wait_for(r"^env 3$", timeout)
         held = worker_pid(tmp_path, 3)
         os.kill(held, signal.SIGSTOP)
         try:
-            out, err = procs[0].communicate(timeout=CLUSTER_TIMEOUT + scaled(30))
+            out, err = procs[0].communicate(timeout=timeout + scaled(30))
         finally:
             os.kill(held, signal.SIGKILL)  # its own session: the agent's group does not hold it
         procs[1].communicate(timeout=scaled(60))  # its agent stops the other worker and ends
