@@ -79,7 +79,8 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         if results is not None:
             run.members = (Member(seat.rank, run.facts, results),)
             run.findings += rdzv_rules.clock_findings(run.members)
-        run.alive = _alive_by_host(run, seat)
+        if seat.rank is not None:  # one not seated takes no part in the later phases
+            run.alive = _alive_by_host(run, seat)
         return seat
     return None
 
