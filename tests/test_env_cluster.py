@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 
 import pytest
 
 from cluster import NodeSpec
+from faults import Agent, wait_until
 from nodes import PORT, bind_mounted, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -87,6 +89,16 @@ def test_broken_slurm_launch_fails_launch_topology(cluster, tmp_path):
         for task in tasks:  # all three wait at the endpoint before the host exists: none comes late
             task.wait_for_progress("netcheck: reach", scaled(30))
         runs = [start(c, 0, args, tmp_path, env={**base, "SLURM_NODEID": "0"})] + tasks
+        # The host judges the launch over the processes in by its goodbye: the seated task is
+        # held (SIGSTOP) in the mesh until the other two, importing torch beside it on a busy
+        # machine, have signed in too (one run saw one of them come after the goodbye).
+        agent = Agent.start(c, 0, "watch", f"127.0.0.1:{PORT}", run_id=base["SLURM_JOB_ID"])
+        seated = wait_until(lambda: next((t for t in tasks if "netcheck: mesh..." in t.progress), None),
+                            scaled(60), "a task seated")
+        c.kill(seated.proc, signal.SIGSTOP)
+        for _ in range(4):  # the host and node1's three tasks
+            agent.wait_for(r"^arrival \d+ ", scaled(60))
+        c.kill(seated.proc, signal.SIGCONT)
         finish_all(runs, 60)
     host = runs[0]
     assert host.rc == 2, explain(runs)
