@@ -34,7 +34,7 @@ from netcheck.core import codec  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
-from netcheck.core.model import ClockSample, Launch, NodeResults, Resolution  # noqa: E402
+from netcheck.core.model import ClockSample, Launch, NodeRanks, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
@@ -110,7 +110,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     ex.post(rendezvous.RESULT, seat.arrival, NodeResults(
         ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
     yield ex.key(rdzv_phase.ALIVE)
-    alive = sorted(ex.read(tuple[int, ...], ex.key(rdzv_phase.ALIVE)))
+    alive = sorted(ex.read(NodeRanks, ex.key(rdzv_phase.ALIVE)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return

@@ -18,8 +18,14 @@ from netcheck.cluster.rendezvous import (
     sign_in, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
+from netcheck.core import codec
 from netcheck.core.codec import DecodeError
-from netcheck.core.constants import MAX_PINGS_BYTES, NEWEST_FIRST
+from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, NEWEST_FIRST
+from netcheck.core.model import NodeRanks
+from netcheck.phases.mesh import MeshDone
+from netcheck.phases.rendezvous import ALIVE
+from netcheck.rules.nic import FlaggedPaths
+from netcheck.rules.rdzv import hosts_message_refused
 from netcheck.core.compat import import_distributed
 from nodes import scaled
 
@@ -348,3 +354,22 @@ def test_a_pings_list_flooded_past_any_clusters_is_cleared_unread_and_named():
     ping(ex, 1, 0)
     _answer_pings(ex, state, Deadline(10.0))
     assert ex.has(ex.key("pong", 1, 0, shared=True))
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("nodes", [1100, MAX_NODES])
+def test_the_hosts_list_of_who_is_still_here_reads_back_at_every_cluster_size_accepted(nodes):
+    """Past 1,024 nodes the joiners refused it (the generic bound of an unannotated list) and
+    fell back to every seated node, dead ones included: the regression behind issue 38."""
+    _, ex = local_store()
+    alive = tuple(range(1, nodes))
+    ex.put(ex.key(ALIVE), alive)
+    assert ex.read(NodeRanks, ex.key(ALIVE)) == alive
+    flagged = MeshDone(FlaggedPaths(cut_off=alive))
+    assert codec.loads(MeshDone, codec.dumps(flagged), MAX_FACTS_BYTES) == flagged
+
+
+def test_a_message_of_the_hosts_that_a_joiner_refuses_is_a_finding_naming_its_key():
+    finding = hosts_message_refused("netcheck/alive", "$: 1099 items, expected at most 1024")
+    assert (finding.check, finding.kind, finding.severity) == ("rdzv.join", "malformed", "warn")
+    assert "netcheck/alive" in finding.summary and "1099 items" in finding.evidence[0]

@@ -7,7 +7,7 @@ from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import Exchange, HostLost, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
 from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
-from netcheck.core.model import Finding, Member, NodeResults
+from netcheck.core.model import Finding, Member, NodeRanks, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
@@ -98,10 +98,15 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     """Waited for to the phase's deadline: the host posts it only once it has waited out the
     results of nodes lost after their seat, and a joiner that stopped waiting sooner would go
     on to wait for those dead nodes in the mesh and be named lost by them. A host that dies
-    meanwhile breaks the store: named lost in this phase, at once."""
+    meanwhile breaks the store: named lost in this phase, at once. One this node cannot read
+    is said, not swallowed: waiting for every seated node instead may get it named lost."""
+    key = seat.exchange.key(ALIVE)
     try:
-        alive = seat.exchange.wait_read(tuple[int, ...], seat.exchange.key(ALIVE), run.phase_deadline())
-    except (TimeoutError, codec.DecodeError):
+        alive = seat.exchange.wait_read(NodeRanks, key, run.phase_deadline())
+    except TimeoutError:
+        alive = tuple(seat.roster.hostnames())
+    except codec.DecodeError as e:
+        run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
         alive = tuple(seat.roster.hostnames())
     return _seated_of(seat, alive)
 

@@ -16,7 +16,7 @@ from statistics import median
 from netcheck.cluster.mesh import CONNECTED, Attempt, passed_frame
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
-from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
+from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, NodeRanks, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
 from netcheck.rules.pernode import (
@@ -229,7 +229,7 @@ class FlaggedPaths:
 
     blackholes: int = 0             # how many lose full-size frames
     paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
-    cut_off: tuple[int, ...] = ()   # nodes no peer reaches, or that reach no peer (cut_off_nodes)
+    cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (cut_off_nodes)
 
 
 def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> FlaggedPaths:

@@ -391,6 +391,14 @@ def rendezvous_failure(message: str, ranks: tuple[int, ...]) -> Finding:
     return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view", JOIN_FAILED)
 
 
+def hosts_message_refused(key: str, why: str) -> Finding:
+    """A joiner could not read what the host posted under key: said, never silently replaced
+    by a guess (the guess may get this node named lost, or blamed for waiting)."""
+    return Finding(RDZV_JOIN, WARN, (), f"this node refused the host's message under {key}", (why,),
+                   "the host runs another netcheck version, or something else writes the run's keys: "
+                   "the same netcheck on every node, and --token (NETCHECK_TOKEN)", kind=JOIN_MALFORMED)
+
+
 def left_behind_finding(ranks: tuple[int, ...]) -> Finding:
     return Finding(RDZV_JOIN, FAIL, ranks, "the host went on without this node: it reported back after "
                    "the host's deadline", (), "see the host's report for the cluster's view", JOIN_LEFT_BEHIND)
