@@ -35,10 +35,12 @@ $(STAMP): requirements-dev.txt setup.cfg
 # (most of a cluster test is waiting on deadlines, not computing); a worker that runs out of
 # tests takes some of the other's (worksteal), so a 45 s Slurm test does not end the run alone.
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # Unit tests only: seconds, no root needed.
 test-fast: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not root_required"
 
 # The torch compatibility matrix: the `compat` tests under each release setup.cfg admits

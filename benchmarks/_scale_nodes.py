@@ -144,7 +144,8 @@ def main() -> None:
     env = gather_env((), os.environ)
     greeters = Greeters()
     greeters.thread.start()
-    nodes = [(r, f"sim{r:04d}", plan["addresses"][str(r)]) for r in range(first, last) if r != plan["faults"]["missing"]]
+    nodes = [(r, f"sim{r:04d}", plan["addresses"][str(r)]) for r in range(first, last)
+             if r != plan["faults"]["missing"]]
     if first <= plan["faults"]["duplicate"] < last:
         nodes.append((plan["faults"]["duplicate"], plan["duplicate_hostname"], plan["duplicate_address"]))
     stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))

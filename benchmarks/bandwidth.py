@@ -476,7 +476,8 @@ def per_size(part: str, name: str, done: list[Round], warmup: int) -> None:
         iters = "/".join(sorted({str(row["iters"]) for row in mine.values()}, key=int))
         paired = " ".join(f"{mine[i]['time_us'] / theirs[i]:.2f}" for i in sorted(mine) if i in theirs)
         paired_aa = " ".join(f"{again[i] / theirs[i]:.2f}" for i in sorted(again) if i in theirs)
-        print(f"     {size_text(size):>8} {iters:>9} {statistics.median(row['time_us'] for row in mine.values()):12.1f} "
+        print(f"     {size_text(size):>8} {iters:>9} "
+              f"{statistics.median(row['time_us'] for row in mine.values()):12.1f} "
               f"{statistics.median(theirs.values()):10.1f} {q:6.3f}  {paired:<16} {aa:10.3f}  {paired_aa}"
               + ("" if len(mine) == len(theirs) == len(done) else f"  (runs {len(mine)}/{len(theirs)})"))
     off = [(q, s) for q, s in gaps if abs(q - 1) > PER_SIZE_TARGET]
@@ -516,7 +517,8 @@ def against_bare_loop(name: str, label: str, rounds: int) -> None:
           f"loop {statistics.median(bare):.3f} GB/s, ratio {ratio:.3f} (per round "
           f"{' '.join(f'{o / b:.3f}' for o, b in zip(ours, bare))}){shaped}; target within "
           f"{100 * TARGET[name]:.0f}%: {within(ratio, TARGET[name])}; the bare loop over netcheck's sizes alone "
-          f"{at_ours:.3f} GB/s (netcheck / that {statistics.median(ours) / at_ours:.3f}); timed part {min(timed):.2f}..{max(timed):.2f} s "
+          f"{at_ours:.3f} GB/s (netcheck / that {statistics.median(ours) / at_ours:.3f}); timed part "
+          f"{min(timed):.2f}..{max(timed):.2f} s "
           f"of --bw-budget {BW_DEFAULT_BUDGET:g}", flush=True)
     per_size("3c", name, done, BW_DEFAULT_WARMUP)
     cpu_summary("3c", done)
@@ -594,7 +596,8 @@ def traits(rounds: int) -> None:
     for size in sorted(found["plain"]):
         base = statistics.median(found["plain"][size])
         print(f"     {size_text(size):>8} " + " ".join(
-            f"{statistics.median(found[v][size]):12.0f} {statistics.median(found[v][size]) / base:6.3f}" for v in TRAITS))
+            f"{statistics.median(found[v][size]):12.0f} {statistics.median(found[v][size]) / base:6.3f}"
+            for v in TRAITS))
 
 
 PARTS = ("reference", "tbf", "unshaped", "shaped", "overhead", "traits")
@@ -604,7 +607,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parts", default=",".join(PARTS), help=f"which, comma-separated: {', '.join(PARTS)}")
     p.add_argument("--repeats", type=int, default=12, help="1.'s pairs of runs")
-    p.add_argument("--rounds", type=int, default=3, help="3.'s rounds per link (netcheck, the bare loop, the bare loop again)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="3.'s rounds per link (netcheck, the bare loop, the bare loop again)")
     args = p.parse_args()
     parts = args.parts.split(",")
     print("machine:", ", ".join(f"{k}={v}" for k, v in machine_facts().items()),

@@ -45,7 +45,8 @@ def write_dumps(folder: Path, ranks: int, entries: int) -> int:
         last = entries - (1 if rank == BEHIND else 0)
         ring = [entry(s) for s in range(last - entries + 1, last + 1)]
         ring[-1] = {**ring[-1], "state": "scheduled"}
-        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(ranks)))}},
+        dump = {"version": "2.10",
+                "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(ranks)))}},
                 "pg_status": {}, "entries": ring}
         data = pickle.dumps(dump, protocol=2)
         (folder / f"nccl_trace_rank_{rank}").write_bytes(data)

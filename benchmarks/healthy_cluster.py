@@ -13,7 +13,8 @@ Reproduce (root; needs ip netns, iptables, unshare; about 1 minute):
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     repeat 1:
-      netcheck node0: wall 2.99 s (report printed at 2.41 s), rc=0, verdict pass; phases (s): local 0.01, reach 0.00, rendezvous 1.97
+      netcheck node0: wall 2.99 s (report printed at 2.41 s), rc=0, verdict pass;
+        phases (s): local 0.01, reach 0.00, rendezvous 1.97
       ...
       import torch x3 concurrent: 1.98, 2.40, 2.28 s; alone: 1.20 s
     ...

@@ -10,7 +10,8 @@ Reproduce (root; about a minute):
     cd /work/main && .venv/bin/python benchmarks/inspect_hung.py --repeats 5
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
-    inspect #1: rc=2 in 1.72 s: FAIL  job.rdzv       run 'job7': round 0 is not complete: 1 of 2 node(s) joined, 1 missing; ...
+    inspect #1: rc=2 in 1.72 s: FAIL  job.rdzv       run 'job7': round 0 is not complete: 1 of 2 node(s) joined,
+        1 missing; ...
     ...
     inspect: median 1.70 s, min 1.44 s (n=5)
     torchrun on node0 in the same 8.7 s: 0 lines after its start-up; it says nothing until its join timeout (600 s)

@@ -50,7 +50,8 @@ def stack(line: int) -> bytes:
 
 def serve(rank: int, ranks: int) -> ThreadingHTTPServer:
     behind = rank == ranks - 1
-    answers = {"/handler/fr_trace_json": recorder(5 if behind else 6), "/handler/dump_traceback": stack(13 if behind else 11)}
+    answers = {"/handler/fr_trace_json": recorder(5 if behind else 6),
+               "/handler/dump_traceback": stack(13 if behind else 11)}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):

@@ -21,10 +21,13 @@ Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     b./c. run together, capped at 120.0 s:
       TCPStore: stopped at 120 s (cap), no exit; first output at -; first useful at -
       torchrun: exited rc=1 at 61.29 s; first output at 0.88 s; first useful at 60.91 s
-          [   0.88 s err] W1129 07:50:31.513000 26053 torch/distributed/run.py:865] node_rank is only used for static rdzv_backend. It will be ignored for rdzv_backend=c10d.
-          [  60.91 s err] [E1129 07:51:31.217120202 socket.cpp:1028] [c10d] The client socket has timed out after 60000ms while trying to connect to (node0, 29500).
+          [   0.88 s err] W1129 07:50:31.513000 26053 torch/distributed/run.py:865] node_rank is only used for static
+              rdzv_backend. It will be ignored for rdzv_backend=c10d.
+          [  60.91 s err] [E1129 07:51:31.217120202 socket.cpp:1028] [c10d] The client socket has timed out after
+              60000ms while trying to connect to (node0, 29500).
           ...
-          [  60.91 s err] torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+          [  60.91 s err] torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d
+              store has failed. See inner exception for details.
     headline: netcheck 3.1 s | TCPStore >= 120.0 s = >= 38x netcheck | torchrun 60.9 s = 19x netcheck
 """
 

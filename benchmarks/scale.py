@@ -7,8 +7,9 @@ Two namespaces on the test bridge: node0 runs `netcheck --rdzv node0:29500 --nno
 each: one never comes (rdzv.join missing: the host runs with --nnodes N-1:N and closes the
 rendezvous JOIN_WINDOW s after the last arrival), one's mesh port refuses (mesh.connect),
 one has another torch (env.mismatch), a second process claims one node's rank
-(rdzv.join duplicate_rank), one's clock is 30 s off (host.clock). `ok` is true only when the host's report names exactly those
-nodes, each under its check, and the exclude file and the .prom file name them too.
+(rdzv.join duplicate_rank), one's clock is 30 s off (host.clock). `ok` is true only when the
+host's report names exactly those nodes, each under its check, and the exclude file and the
+.prom file name them too.
 
 The bandwidth phase is skipped: its collectives need a torch worker on every node, which
 no simulator can stand in for (RESULTS.md, "Scale", says what that leaves out).

@@ -1055,7 +1055,8 @@ def _own_output(o: Outcome, r: NodeRun) -> str:
     console (its rendezvous, its report of a worker's exit code as a ChildFailedError
     traceback) is the launcher's output, not netcheck's."""
     if o.sched.mode == "torchrun":
-        return "\n".join(p.read_text(errors="replace") for p in sorted((o.run.tmp / f"logs{r.node}").glob("**/std*.log")))
+        return "\n".join(p.read_text(errors="replace")
+                         for p in sorted((o.run.tmp / f"logs{r.node}").glob("**/std*.log")))
     return (r.stdout or "") + "\n" + (r.stderr or "")
 
 
@@ -1093,7 +1094,8 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
 def _judge_blame(o: Outcome, b: Blame) -> None:
     reporter = 0 if b.reporter is None else b.reporter
     report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
-    want = f"{b.severity} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "") + f" naming node{b.node}"
+    want = (f"{b.severity} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "")
+            + f" naming node{b.node}")
     if report is None:
         if not (b.reporter is None and o.run.runs[0].rc == -signal.SIGKILL):
             o.violations.append(f"node{reporter}: no report to hold {want}")

@@ -230,10 +230,11 @@ if __name__ == "__main__":
 
 def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
     """The whole command, bandwidth included: 2 nodes x 2 processes, -c on."""
+    def args(i: int) -> list[str]:
+        return ["--rdzv", "node0:29500", "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "2",
+                "--timeout", str(scaled(60)), "--bw-budget", "4", "-c", "1", "--plot", str(tmp_path / "bw-{rank}.png")]
+
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = lambda i: ["--rdzv", "node0:29500", "--nnodes", "2", "--node-rank", str(i),
-                          "--nproc-per-node", "2", "--timeout", str(scaled(60)), "--bw-budget", "4", "-c", "1",
-                          "--plot", str(tmp_path / "bw-{rank}.png")]
         runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(2)], 90)
     # 4 gloo workers share this machine's 2 cores: a straggler warning is the truth here.
     assert all(r.rc in (0, 1) for r in runs), nodes.explain(runs)

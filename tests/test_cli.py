@@ -214,7 +214,6 @@ def test_probe_of_a_listening_port_is_open_and_exits_0(clean_env, capsys):
 
 
 def test_probe_json_to_stdout_is_one_document(clean_env, capsys):
-    import json
 
     port = free_port()
     assert cli.main(["probe", f"127.0.0.1:{port}", "--timeout", "0.5", "--json", "-"]) == 2

@@ -125,7 +125,8 @@ def test_baseline_names_a_changed_variable_and_hash(cluster, tmp_path):
         first.write_text(runs[0].json_path.read_text())
         code.write_text("print('v2')\n")
         envs = [{}, {"NCCL_DEBUG": "INFO"}]
-        runs = finish_all([start(c, i, ranked(i, 2, "--hash", str(code), *(["--baseline", str(first)] if i == 0 else [])),
+        runs = finish_all([start(c, i, ranked(i, 2, "--hash", str(code),
+                                              *(["--baseline", str(first)] if i == 0 else [])),
                                  tmp_path, env=envs[i]) for i in range(2)], 60)
     (drift,) = runs[0].findings("baseline.drift", "warn")
     assert drift["nodes"] == [0, 1], drift

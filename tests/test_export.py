@@ -120,7 +120,8 @@ def test_bandwidth_gives_each_sweeps_average_and_each_pair():
 
 
 def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
-    rows = (Row(8, 2, "float32", "sum", 95.0, 0.0, 0.0, 0), Row(1 << 24, 1 << 22, "float32", "sum", 9000.0, 1.82, 1.82, 0),
+    rows = (Row(8, 2, "float32", "sum", 95.0, 0.0, 0.0, 0),
+            Row(1 << 24, 1 << 22, "float32", "sum", 9000.0, 1.82, 1.82, 0),
             Row(1 << 25, 1 << 23, "float32", "sum", 18000.0, 1.9, 1.9, 0))
     sweep = Sweep("all", "all_reduce", 2, 1, rows)
     head = headline(sweep, SweepOptions(model_params=7 * 10 ** 9), 2)

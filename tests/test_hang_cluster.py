@@ -121,7 +121,8 @@ def test_live_a_rank_that_never_issues_is_named_with_its_stack_and_a_stopped_one
         report = _until(c, lambda r: any(f["kind"] == "behind" for f in hang(r)))
         (behind,) = [f for f in hang(report) if f["kind"] == "behind"]
         assert behind["nodes"] == [1], behind
-        assert "never issued gloo:all_reduce #6 of process group 0 (default_pg), which rank(s) 0 wait in" in behind["summary"]
+        assert ("never issued gloo:all_reduce #6 of process group 0 (default_pg), which rank(s) 0 wait in"
+                in behind["summary"])
         assert f"live_job.py:{_line_of('waits here')} in <module>" in behind["summary"]   # from rank 0's stack
         assert "(node1): last issued #5 gloo:all_reduce; its stack: " in behind["evidence"][0]
         assert f"live_job.py:{_line_of('never issues')} in <module>" in behind["evidence"][0]
@@ -167,8 +168,9 @@ def test_a_preflight_report_names_each_dumped_rank_by_its_host(cluster, tmp_path
 
     dumps = dumps_of(cluster, tmp_path, "skip")
     nodes = tuple(NodeEntry(r, f"gpu{r:02d}", f"198.18.0.{10 + r}", NodeFacts(
-        run_id="job", hostname=f"gpu{r:02d}", fqdn=f"gpu{r:02d}", hostname_addresses=(), launch=Launch("flags", r, 3, 3, 1),
-        shm_bytes=None, gpus=0, nics=NicTable((), (), None), socket_env={}, reach=None, version="0")) for r in range(WORLD))
+        run_id="job", hostname=f"gpu{r:02d}", fqdn=f"gpu{r:02d}", hostname_addresses=(),
+        launch=Launch("flags", r, 3, 3, 1), shm_bytes=None, gpus=0, nics=NicTable((), (), None), socket_env={},
+        reach=None, version="0")) for r in range(WORLD))
     preflight = tmp_path / "preflight.json"
     preflight.write_text(codec.dumps(Report(run_id="job", node_rank=0, role="host", verdict="pass", nodes=nodes,
                                             findings=(), recommend={}, recommend_per_node={}, env_table=(),

@@ -14,10 +14,10 @@ import re
 import pytest
 
 from faults import (
-    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory, counted_args,
-    assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
+    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory,
+    counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
-from nodes import CLUSTER_TIMEOUT, PORT, scaled, start
+from nodes import CLUSTER_TIMEOUT, PORT, start
 
 pytestmark = pytest.mark.root_required
 

@@ -22,8 +22,11 @@ ALLREDUCE = str(Path(__file__).with_name("gloo_allreduce.py"))
 def run_cluster(c, tmp_path, envs=None, timeout=scaled(30)):
     n = len(c.nodes)
     envs = envs or [None] * n
-    args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
-                      "--timeout", str(timeout)]
+
+    def args(i: int) -> list[str]:
+        return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
+                "--timeout", str(timeout)]
+
     return finish_all([start(c, i, args(i), tmp_path, env=envs[i]) for i in range(n)], timeout + 30)
 
 
@@ -145,8 +148,10 @@ def test_second_interface_on_the_same_subnet_is_flagged(cluster, tmp_path):
 
 def test_only_mesh_runs_the_mesh_on_the_rendezvous_it_needs(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", str(i), "--timeout", str(scaled(30)),
-                          "--only", "mesh"]
+        def args(i: int) -> list[str]:
+            return ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", str(i), "--timeout", str(scaled(30)),
+                    "--only", "mesh"]
+
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(2)], 60)
     assert [r.rc for r in runs] == [0, 0], explain(runs)
     host = runs[0].report

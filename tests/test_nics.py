@@ -203,7 +203,8 @@ def test_default_route_lowest_metric(tmp_path):
 
 def test_default_route_ipv6_only(tmp_path):
     write(tmp_path, "net/route", ROUTE_HEADER)
-    v6_default = "0" * 32 + " 00 " + "0" * 32 + " 00 fd000000000000000000000000000001 00000400 00000002 00000000 00000003 ens5"
+    v6_default = ("0" * 32 + " 00 " + "0" * 32
+                  + " 00 fd000000000000000000000000000001 00000400 00000002 00000000 00000003 ens5")
     write(tmp_path, "net/ipv6_route", f"{V6_REJECT}\n{v6_default}")
     assert default_route_ifname(str(tmp_path)) == "ens5"
 

@@ -86,7 +86,8 @@ def test_a_thousand_node_report_with_five_faulty_nodes_fits_one_screen_and_names
     assert "1022 nodes: 1019 healthy, 5 faulty" in text
     assert "... 1018 more (-v, or the JSON)" in text
     assert "PASS  2 more checks: rdzv.listen, nic.mtu (-v for each)" in text
-    assert "most named (findings): node rank 1022 (1), node rank 1023 (1), gpu0017 (1), gpu0300 (1), gpu0301 (1)" in text
+    assert ("most named (findings): node rank 1022 (1), node rank 1023 (1), gpu0017 (1), gpu0300 (1), gpu0301 (1)"
+            in text)
     assert len(render_text(rep, verbose=True).splitlines()) > 3000, "-v keeps every line"
 
 
@@ -131,7 +132,8 @@ def test_netcheck_local_speaks_of_this_node_and_shows_what_the_readme_promises()
     assert "interfaces of vm:" in text
     slurm = render_text(local_report(3, "slurm"))
     assert slurm.startswith("netcheck 0.1.0 - local: vm (node rank 3) - verdict FAIL\n")
-    assert "launcher: Slurm; node rank 3, no node count given; 1 process(es)" in slurm and "launcher variables: SLURM_NODEID=3" in slurm
+    assert ("launcher: Slurm; node rank 3, no node count given; 1 process(es)" in slurm
+            and "launcher variables: SLURM_NODEID=3" in slurm)
 
 
 def test_a_probe_header_claims_no_run_and_no_rank():
@@ -173,7 +175,8 @@ def test_an_inspect_without_a_live_view_says_how_to_get_one_and_one_with_it_does
     from netcheck.core.hangrecords import HangView
     from netcheck.core.jobrecords import JobView
 
-    looked = dataclasses.replace(report("flags"), role="inspect", nodes=(), job=JobView("node0:29500", None, "now", 0.1))
+    looked = dataclasses.replace(report("flags"), role="inspect", nodes=(),
+                                 job=JobView("node0:29500", None, "now", 0.1))
     assert "live collective view: no rank of this job registered a debug server" in render_text(looked)
     assert "start_debug_server(port=0)" in render_text(looked)
     seen = dataclasses.replace(looked, hang=HangView("live", ()))

@@ -278,7 +278,8 @@ def test_expect_busbw_judges_the_plateau_not_a_lucky_peak():
     # the peak, here the peak alone; a run whose plateau is the three sizes around 1 GB/s
     # passes 0.95 and fails 1.05.
     flat = tuple(make_row(ALL_REDUCE, s // 4, "float32", 3, [s * ALL_REDUCE.factor(3) / (b * 1e9)] * 3, [0] * 3,
-                          True, [0, 1, 2]) for s, b in ((1 << 20, 0.5), (8 << 20, 0.98), (16 << 20, 1.0), (32 << 20, 0.99)))
+                          True, [0, 1, 2])
+                 for s, b in ((1 << 20, 0.5), (8 << 20, 0.98), (16 << 20, 1.0), (32 << 20, 0.99)))
     res = result(sweeps=(Sweep("all", "all_reduce", 3, 1, flat),))
     (ok,) = by_check(findings_of(res, expect=0.95), registry.BW_BUSBW)
     assert ok.severity == "pass" and "plateau 0.99 GB/s at 8MB-32MB" in ok.evidence[0]

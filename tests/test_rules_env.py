@@ -364,7 +364,8 @@ def test_unset_variables_mean_the_defaults_of_the_nodes_torch(torch, kinds):
 def test_a_torch_before_the_flight_recorder_is_told_to_upgrade_not_to_set_what_it_never_reads():
     """torch 2.1 has no recorder and no dump on timeout, whatever is set, and reads only
     NCCL_ASYNC_ERROR_HANDLING (its TORCH_ name came with 2.2): make compat's torch 2.1.2."""
-    facts = cluster(2, torch__version={0: "2.1.2+cu121", 1: "2.1.2+cu121"}, var__TORCH_NCCL_TRACE_BUFFER_SIZE={0: "2000"},
+    facts = cluster(2, torch__version={0: "2.1.2+cu121", 1: "2.1.2+cu121"},
+                    var__TORCH_NCCL_TRACE_BUFFER_SIZE={0: "2000"},
                     var__TORCH_NCCL_ASYNC_ERROR_HANDLING={0: "0"}, var__NCCL_ASYNC_ERROR_HANDLING={1: "0"})
     off, abort = flight_recorder_findings(facts, {0: "node0", 1: "node1"})
     assert (off.kind, off.nodes) == ("recorder_off", (0, 1))

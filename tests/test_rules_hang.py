@@ -48,7 +48,8 @@ def test_a_different_size_at_one_sequence_id_is_a_desync_naming_both_sides():
     assert "#6 of process group 0 (default_pg)" in f.summary
     assert "rank(s) 0 gloo:all_reduce [[1000]] -> [[1000]]" in f.summary
     assert "rank(s) 1 gloo:all_reduce [[2000]] -> [[2000]]" in f.summary
-    assert "rank 1 (trace_rank_1): gloo:all_reduce [[2000]] -> [[2000]] [\"Float\"] at train.py:17 in step" in f.evidence
+    assert ("rank 1 (trace_rank_1): gloo:all_reduce [[2000]] -> [[2000]] [\"Float\"] at train.py:17 in step"
+            in f.evidence)
 
 
 def test_a_hang_in_a_subgroup_names_that_group():
@@ -150,7 +151,8 @@ def test_a_dump_over_the_size_limit_is_refused_unread(tmp_path, size):
 
 
 MEMO_BOMB = b"\x80\x02N" + b"r\xff\xff\xff\x7f" + b"."          # LONG_BINPUT at index 2**31-1: gigabytes of memo
-DEEP_SET = b"\x80\x04\x8f(" + b")" + b"\x85" * 150_000 + b"\x90."   # a tuple 150,000 deep in a set: its hash overflows C's stack
+DEEP_SET = b"\x80\x04\x8f(" + b")" + b"\x85" * 150_000 + b"\x90."   # a tuple 150,000 deep in a set: its hash
+                                                                    # overflows C's stack
 
 
 @pytest.mark.parametrize("name,data", [("trace_rank_0", MEMO_BOMB), ("trace_rank_1", DEEP_SET)])

@@ -91,7 +91,8 @@ def slurm_task(tasks: str | None) -> NodeFacts:
 def test_several_slurm_tasks_per_node_are_named_by_each_task_at_once():
     (f,) = task_findings(slurm_task("2"))
     assert (f.check, f.severity, f.kind, f.nodes) == ("launch.topology", "fail", "crowded_host", (1,))
-    assert f.summary == "Slurm starts 2 tasks per node (SLURM_NTASKS_PER_NODE=2): 2 netchecks on gpu02 claim node rank 1"
+    assert f.summary == ("Slurm starts 2 tasks per node (SLURM_NTASKS_PER_NODE=2): "
+                         "2 netchecks on gpu02 claim node rank 1")
 
 
 def test_one_slurm_task_per_node_is_no_finding():

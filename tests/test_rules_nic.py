@@ -226,16 +226,19 @@ def test_a_proven_name_that_fails_the_rule_is_left_out_of_the_exports_and_its_no
     assert rec.per_node["node2"] == {"GLOO_SOCKET_IFNAME": "enp3s0f1", "TP_SOCKET_IFNAME": "enp3s0f1"}
     (finding,) = nic_rules.unsafe_name_findings(members, proven)
     assert (finding.check, finding.severity, finding.kind, finding.nodes) == ("nic.route", "fail", "unsafe_name", (2,))
-    assert "node2" in finding.summary and finding.evidence == (f"node2: {EVIL!r} is not 1 to 15 letters, digits and ._-",)
+    assert ("node2" in finding.summary
+            and finding.evidence == (f"node2: {EVIL!r} is not 1 to 15 letters, digits and ._-",))
 
 
 def test_route_fails_on_an_unsafe_proven_name_instead_of_passing():
     members = THREE[:2] + (member(2, nic(EVIL, "198.18.0.12")),)
     attempts = full_mesh(range(3), {0: "eth0", 1: "ens5", 2: EVIL}.get)
-    assert [(f.severity, f.kind, f.nodes) for f in nic_rules.route_findings(members, attempts, nic_rules.proven_interfaces(members, attempts))] == [
+    assert [(f.severity, f.kind, f.nodes)
+            for f in nic_rules.route_findings(members, attempts, nic_rules.proven_interfaces(members, attempts))] == [
         ("fail", "unsafe_name", (2,))]
     healthy = full_mesh(range(3), NAMES.get)
-    assert [f.severity for f in nic_rules.route_findings(THREE, healthy, nic_rules.proven_interfaces(THREE, healthy))] == ["pass"]
+    assert [f.severity
+            for f in nic_rules.route_findings(THREE, healthy, nic_rules.proven_interfaces(THREE, healthy))] == ["pass"]
 
 
 def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so():

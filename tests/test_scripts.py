@@ -33,10 +33,11 @@ SRUN = """#!/bin/sh
 while [ "${1#-}" != "$1" ]; do shift; done
 exec "$@"
 """
-SCONTROL = f"""#!/bin/sh
+SCONTROL = (f"""#!/bin/sh
 # scontrol show hostnames LIST, answered with netcheck's own expansion of Slurm host lists.
-exec {sys.executable} -c 'import sys; from netcheck.facts.launcher import expand_hostlist; print("\\n".join(expand_hostlist(sys.argv[1])))' "$3"
-"""
+exec {sys.executable} -c 'import sys; from netcheck.facts.launcher import expand_hostlist; """
+            """print("\\n".join(expand_hostlist(sys.argv[1])))' "$3"
+""")
 
 
 def tool(folder: Path, name: str, text: str) -> Path:
@@ -113,7 +114,8 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, s
 @pytest.mark.root_required
 def test_sbatch_on_three_healthy_nodes_collects_every_report(cluster, tmp_path):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path, lambda i: ["--timeout", str(scaled(30)), *SKIP_BANDWIDTH]), 60)
+        done = wait_all(sbatch_on(c, [0, 1, 2], 3, tmp_path,
+                                  lambda i: ["--timeout", str(scaled(30)), *SKIP_BANDWIDTH]), 60)
     assert [rc for rc, _ in done] == [0, 0, 0], done
     folder = tmp_path / "netcheck-4242"
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -129,9 +131,12 @@ def test_sbatch_on_three_healthy_nodes_collects_every_report(cluster, tmp_path):
 @pytest.mark.root_required
 def test_sbatch_with_a_node_missing_names_it_in_the_exclude_list_and_metrics(cluster, tmp_path):
     """node2 is in the allocation but never runs; --prom is node-local, one path per node."""
-    prom = lambda i: tmp_path / f"textfile-node{i}.prom"
+    def prom(i: int) -> Path:
+        return tmp_path / f"textfile-node{i}.prom"
+
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path, lambda i: ["--timeout", str(scaled(20)), "--prom", str(prom(i))]),
+        done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path,
+                                  lambda i: ["--timeout", str(scaled(20)), "--prom", str(prom(i))]),
                         scaled(20) + 15)
     assert [rc for rc, _ in done] == [2, 0], done
     folder = tmp_path / "netcheck-4242"
@@ -226,7 +231,8 @@ def test_manifests_command_forms_the_cluster_on_namespaces(cluster, tmp_path):
 # --- the GPU check ----------------------------------------------------------------------------------
 
 GPU_CHECK = REPO / "scripts" / "gpu_check.sh"
-NVIDIA_DRIVER = Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir() or shutil.which("nvidia-smi")
+NVIDIA_DRIVER = (Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+                 or shutil.which("nvidia-smi"))
 
 
 @pytest.mark.skipif(bool(NVIDIA_DRIVER), reason="this machine has an NVIDIA driver: the script would measure")

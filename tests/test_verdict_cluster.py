@@ -14,8 +14,11 @@ pytestmark = pytest.mark.root_required
 
 def ranked_run(c, tmp_path, timeout=scaled(30), extra=(), bandwidth=False):
     n = len(c.nodes)
-    args = lambda i: ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
-                      "--timeout", str(timeout), *extra]
+
+    def args(i: int) -> list[str]:
+        return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
+                "--timeout", str(timeout), *extra]
+
     return finish_all([start(c, i, args(i), tmp_path, bandwidth=bandwidth) for i in range(n)], timeout + 30)
 
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.constants import (
-    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS,
-    MESH_TRANSFER_TIMEOUT,
+    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS,
+    MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_NODE_AND_ITEM, IfName, IpAddress, Millis, Mtu, NodeRank, Port, Text

@@ -134,7 +134,8 @@ def _group_ranks(config: object) -> dict[str, tuple[int, ...]]:
     ranks = {}
     for name, group in config.items():
         text = group.get("ranks") if isinstance(group, dict) else None
-        listed = tuple(int(r) for r in re.findall(r"\d+", text)) if isinstance(text, str) and len(text) < 1 << 20 else ()
+        listed = (tuple(int(r) for r in re.findall(r"\d+", text))
+                  if isinstance(text, str) and len(text) < 1 << 20 else ())
         if listed and isinstance(name, str):
             ranks[name] = listed
     return ranks

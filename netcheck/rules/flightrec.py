@@ -70,7 +70,8 @@ def diagnosability_gaps(values: Mapping[str, str]) -> list[_Gap]:
     gaps = []
     name, entries = _setting(values, FR_BUFFER, FR_ENTRIES if release >= FR_ON_FROM else 0, _integer)
     if entries is None or entries <= 0:
-        what = f"{name}={values[f'var.{name}']}" if name else f"{' and '.join(FR_BUFFER)} unset ({torch}: off unless set)"
+        what = (f"{name}={values[f'var.{name}']}" if name
+                else f"{' and '.join(FR_BUFFER)} unset ({torch}: off unless set)")
         gaps.append(_Gap(FR_OFF, what + (", not a number torch reads" if name and entries is None else ""),
                          (f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
     return gaps + _dump_gaps(values, release, torch, entries) + _abort_gaps(values, ASYNC_ERROR, "3")

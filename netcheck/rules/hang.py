@@ -28,7 +28,8 @@ BEHIND_FIX = ("the rank(s) behind stopped issuing collectives: their last line a
 DESYNC_FIX = ("make the call identical on every rank: a size that depends on the rank's own data, a dtype cast "
               "on one path, or a different collective on another code path")
 STUCK_FIX = ("every rank issued the collective and none completed it: not a rank behind but the transport; run "
-             "netcheck's preflight on these nodes (mesh.connect, nic.*, NCCL_SOCKET_IFNAME) and look at NCCL_DEBUG=INFO")
+             "netcheck's preflight on these nodes (mesh.connect, nic.*, NCCL_SOCKET_IFNAME) and look at "
+             "NCCL_DEBUG=INFO")
 
 
 def hang_findings(view: HangView) -> list[Finding]:
@@ -140,7 +141,8 @@ def _group_label(name: str, traced: dict[int, RankTrace]) -> str:
 def _group_line(name: str, tails: dict[int, tuple[Collective, ...]], traced: dict[int, RankTrace]) -> str:
     last = next(iter(tails.values()))[-1]
     rank = next(iter(tails))
-    return f"{_group_label(name, traced)}: #{last.seq} {last.op} at {_line(traced, rank, last)} on rank(s) {_ranks(tails)}"
+    return (f"{_group_label(name, traced)}: #{last.seq} {last.op} at {_line(traced, rank, last)} "
+            f"on rank(s) {_ranks(tails)}")
 
 
 def _line(traced: dict[int, RankTrace], rank: int, c: Collective) -> str:

@@ -75,7 +75,8 @@ def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> l
         problems.append(f"{host}: LOCAL_RANK repeats: {', '.join(sorted(map(str, local_ranks)))}")
     expected = {v.get("LOCAL_WORLD_SIZE") for _, v in procs}
     if expected != {str(len(procs))}:
-        problems.append(f"{host}: {len(procs)} worker(s), LOCAL_WORLD_SIZE says {', '.join(sorted(map(str, expected)))}")
+        problems.append(f"{host}: {len(procs)} worker(s), "
+                        f"LOCAL_WORLD_SIZE says {', '.join(sorted(map(str, expected)))}")
     groups = {v.get("GROUP_RANK") for _, v in procs}
     if len(groups) > 1:
         problems.append(f"{host}: workers disagree on GROUP_RANK: {', '.join(sorted(map(str, groups)))}")

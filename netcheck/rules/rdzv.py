@@ -138,7 +138,8 @@ def join_findings(g: Gathering) -> list[Finding]:
         findings.append(Finding(
             RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
             f"{', '.join(claimants)}; only the first was seated",
-            tuple(f"{h} claims node rank {rank}" for h in claimants), "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
+            tuple(f"{h} claims node rank {rank}" for h in claimants),
+            "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
     for text in g.unseated:
         findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
