@@ -246,3 +246,39 @@ def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
     assert all(row["wrong"] == 0 for s in bw["sweeps"] for row in s["rows"])
     assert "Avg bus bandwidth" in runs[0].stdout and runs[0].findings("bw.wrong", "pass")
     assert (tmp_path / "bw-0.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_busy_loop_on_one_node_is_named_by_the_hosts_report_and_marks_the_figures(cluster, tmp_path):
+    """A process that is not netcheck's, spinning on one node's CPU before and during the run
+    (a leftover of an earlier job): host.busy names that node, the pid and the command, and
+    the plateau says it was measured beside it; the other nodes' processes are not counted."""
+    def args(i: int) -> list[str]:
+        return ["--rdzv", "node0:29500", "--nnodes", "3", "--node-rank", str(i), "--timeout", str(scaled(60)),
+                "--bw-budget", "3", "--only", "reach,rendezvous,bandwidth"]
+
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        loop = c.popen(2, [sys.executable, "-c", "while True: pass"])
+        runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(3)], 90)
+        loop.kill()
+        loop.wait()
+    host = runs[0]
+    assert host.rc == 1, nodes.explain(runs)
+    (busy,) = host.findings("host.busy")
+    assert (busy["severity"], busy["nodes"]) == ("warn", [2]), busy
+    assert busy["evidence"][0].startswith(f"pid {loop.pid} (root) `{sys.executable} -c while True: pass` at "), busy
+    (busbw,) = host.findings("bw.busbw")
+    assert busbw["summary"].endswith("measured while node2 ran other work (host.busy)"), busbw
+    assert [(p["node"], p["pid"]) for p in host.report["bandwidth"]["busy"]] == [(2, loop.pid)]
+
+
+def test_a_host_no_node_joined_measures_nothing_and_passes_no_bandwidth_check(cluster, tmp_path):
+    """One rank's sweep measures memory, not a network: before, a lone host spent the whole
+    budget and said `PASS bw.busbw ... 0 GB/s over 1 ranks`."""
+    with cluster([NodeSpec()]) as c:
+        (host,) = nodes.finish_all([nodes.start(c, 0, ["--rdzv", "node0:29500", "--join-window", "2", "--timeout",
+                                                       str(scaled(60)), "--bw-budget", "20"], tmp_path,
+                                                bandwidth=True)], 60)
+    report = host.report   # no bandwidth timing: the phase never ran, so its budget was not spent
+    assert report["bandwidth"] is None and "bandwidth" not in report["timings"], nodes.explain([host])
+    assert not [f for f in report["findings"] if f["check"].startswith("bw.")], nodes.explain([host])
+    assert any(f["kind"] == "no_peer" and "bandwidth" in f["summary"] for f in host.findings("run.skipped"))

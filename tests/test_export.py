@@ -7,6 +7,7 @@ The metrics are read back through `promtool check metrics` and prometheus_client
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from netcheck import __version__, cli
 
@@ -121,16 +122,21 @@ def test_bandwidth_gives_each_sweeps_average_and_each_pair():
 
 def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
     rows = (Row(8, 2, "float32", "sum", 95.0, 0.0, 0.0, 0),
-            Row(1 << 24, 1 << 22, "float32", "sum", 9000.0, 1.82, 1.82, 0),
-            Row(1 << 25, 1 << 23, "float32", "sum", 18000.0, 1.9, 1.9, 0))
+            Row(1 << 24, 1 << 22, "float32", "sum", 9000.0, 1.82, 1.82, 0, spread=0.1),
+            Row(1 << 25, 1 << 23, "float32", "sum", 18000.0, 1.86, 1.86, 0),
+            Row(1 << 26, 1 << 24, "float32", "sum", 36000.0, 1.9, 1.9, 0))
     sweep = Sweep("all", "all_reduce", 2, 1, rows)
-    head = headline(sweep, SweepOptions(model_params=7 * 10 ** 9), 2)
+    bucket = 25 << 20
+    head = headline(sweep, SweepOptions(model_params=100 * bucket // 2, bucket_bytes=bucket), 2, 2)
     bw = BandwidthResult("gloo", "no CUDA: using gloo", 2, 1, (sweep,), (), None, "", (), 5.0, headlines=(head,))
     text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
     where = (("op", "all_reduce"), ("stage", "all"))
     assert series(text, "netcheck_bw_plateau_busbw_gbps") == {where: 1.86}
+    assert series(text, "netcheck_bw_plateau_spread_ratio") == {where: 0.1}
     assert series(text, "netcheck_bw_latency_seconds") == {where: 95e-6}
-    assert series(text, "netcheck_bw_step_seconds") == {where: round(2 * 14e9 / 2 / 1.86e9, 6)}
+    # 100 buckets of 25 MiB, each at the busbw interpolated between 16 and 32 MiB
+    at_bucket = 1.82 + (1.86 - 1.82) * math.log2(25 / 16)
+    assert series(text, "netcheck_bw_step_seconds") == {where: round(100 * bucket / at_bucket / 1e9, 6)}
 
 
 def test_two_ranks_on_one_hostname_give_one_series_each():

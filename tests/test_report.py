@@ -157,17 +157,19 @@ def test_under_torchrun_a_hosts_interfaces_print_once_and_counts_are_of_nodes():
 
 # --- the bandwidth table: rates a person reads -----------------------------------------------------
 
-def test_bandwidth_cells_never_use_scientific_notation():
-    from netcheck.bandwidth.tables import _gbps, rate_text, sweep_text
-    from netcheck.core.bwrecords import Row, Sweep
+def test_bandwidth_cells_are_numbers_in_gb_s_and_never_scientific_notation():
+    from netcheck.bandwidth.tables import gbps_cell, rate_text, sweep_text
+    from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
 
-    assert [_gbps(v) for v in (12.345, 0.5, 0.0251, 0.0025, 6e-06, 1e-09, 0.0)] == [
-        "12.35", "0.5", "0.0251", "2.5 MB/s", "6 KB/s", "1 B/s", "0"]
+    assert [gbps_cell(v) for v in (12.345, 0.5, 0.0251, 0.0025, 6e-06, 1e-09, 0.0)] == [
+        "12.35", "0.500", "0.0251", "0.00250", "0.00000600", "0.00000000100", "0"]
     assert [rate_text(v) for v in (12.345, 0.0025, 6e-06)] == ["12.3 GB/s", "2.5 MB/s", "6 KB/s"]
     rows = (Row(8, 2, "float32", "sum", 1310.4, 6.1e-06, 9.2e-06, 0), Row(1 << 20, 1 << 18, "float32", "sum",
                                                                          700.0, 1.5, 2.25, 0))
-    text = sweep_text(Sweep("all", "all_reduce", 4, 1, rows), "gloo")
-    assert "e-0" not in text and "6.1 KB/s" in text and "9.2 KB/s" in text
+    sweep = Sweep("all", "all_reduce", 4, 1, rows)
+    result = BandwidthResult("gloo", "no CUDA: using gloo", 2, 2, (sweep,), (), None, "", (), 1.0)
+    text = sweep_text(sweep, result)
+    assert "e-0" not in text and "0.00000610" in text and "0.00000920" in text and "KB/s" not in text
     assert "# Avg bus bandwidth : 1.13 GB/s" in text
 
 

@@ -9,7 +9,9 @@ import pytest
 
 from netcheck.bandwidth.orchestrate import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
-from netcheck.core.bwrecords import BandwidthResult, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline
+from netcheck.core.bwrecords import (
+    BandwidthResult, BusyProcess, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline,
+)
 from netcheck.rules import registry
 from netcheck.rules.bw import bandwidth_findings, flagged_skip
 from netcheck.rules.nic import FlaggedPaths
@@ -36,7 +38,7 @@ def result(nnodes=3, nproc=1, busbw=1.0, pairs=(), faults=(), failed=None, sweep
                                                       rank_times=times),)
     reason = "no CUDA: using gloo" if backend == "gloo" else "every rank has CUDA: using nccl"
     options = kw.pop("options", SweepOptions())
-    heads = tuple(h for s in sweeps if (h := headline(s, options, 2)))
+    heads = tuple(h for s in sweeps if (h := headline(s, options, 2, nnodes)))
     return BandwidthResult(backend, reason, nnodes, nproc, sweeps, tuple(pairs), failed,
                            "why" if failed else "", tuple(faults), 3.0, headlines=heads, **kw)
 
@@ -116,7 +118,7 @@ def stuck_at_deadline(flagged=()):
 def test_a_sweep_stopped_at_its_deadline_names_the_collective_in_flight_and_the_flagged_paths():
     stage = stuck_at_deadline((HOLE,))
     assert stage.severity == "fail" and stage.nodes == (0, 1, 2)
-    assert "all_reduce of 4MB among ranks 0-2" in stage.summary and "ran out of time" not in stage.summary
+    assert "all_reduce of 4 MiB among ranks 0-2" in stage.summary and "ran out of time" not in stage.summary
     assert f"flagged by the mesh: {HOLE}" in stage.evidence
     assert "mesh.connect" in stage.fix and "--timeout" in stage.fix and "more time" not in stage.fix
 
@@ -179,7 +181,9 @@ def test_unchecked_runs_say_nothing_about_corruption():
 def test_busbw_below_the_expectation_fails_with_the_efficiency():
     (busbw,) = by_check(findings_of(result(busbw=0.5), expect=2.0), registry.BW_BUSBW)
     assert busbw.severity == "fail"
-    assert busbw.summary == "all_reduce busbw plateau 0.5 GB/s at 1MB over 3 ranks: 25% of --expect-busbw 2 GB/s"
+    assert busbw.summary == ("all_reduce busbw plateau over 3 ranks: 0.5 GB/s at 1 MiB, still rising at the largest "
+                             "size (a floor); 25% of --expect-busbw 2 GB/s")
+    assert busbw.nodes == (), "a figure of the whole cluster names no node: the exclude file would list them all"
 
 
 def test_busbw_at_the_expectation_passes():
@@ -262,27 +266,28 @@ def test_the_pass_names_the_plateau_the_latency_and_the_cost_per_step():
     res = result(nnodes=2, nproc=2, sweeps=sweeps, backend="gloo", options=SweepOptions(model_params=7 * 10 ** 9))
     (busbw,) = by_check(findings_of(res), registry.BW_BUSBW)
     assert busbw.severity == "pass"
-    assert busbw.summary.startswith("all_reduce busbw plateau 0.9 GB/s at 1MB over 4 ranks (gloo); latency ")
+    assert busbw.summary.startswith("all_reduce busbw plateau over 4 ranks (gloo): 0.9 GB/s at 1 MiB, still rising")
     # 64K is the only latency-bound size here (1M is past them): one latency figure.
-    assert re.search(r"; latency [\d.]+ (us|ms) per op at 64KB$", busbw.summary), busbw.summary
+    assert re.search(r"; latency [\d.]+ (us|ms) per op at 64 KiB$", busbw.summary), busbw.summary
+    # 25 MiB buckets are past the largest size measured: each at the plateau's busbw.
     step = 2 * 14e9 * 3 / 4 / 0.9e9
-    assert (f"a 7e9-parameter bfloat16 gradient (14 GB) all_reduce: {step:.3g} s per step across 2 node(s) "
-            "(4 ranks) at 0.9 GB/s") in busbw.evidence
-    assert "inside each node: all_reduce busbw plateau 4 GB/s at 1MB over 2 ranks (gloo); latency" in busbw.evidence[0]
-    assert any(e.startswith("a 7e9-parameter bfloat16 gradient (14 GB) all_reduce: ") and "inside a node (2 ranks)" in e
-               for e in busbw.evidence)
+    assert (f"a 7e9-parameter bfloat16 gradient (14 GB) in 25 MiB buckets: {step:.3g} s of all_reduce per step "
+            "across 2 node(s) (4 ranks) (0.9 GB/s at 25 MiB)") in busbw.evidence
+    assert busbw.evidence[0].startswith(
+        "inside each node: all_reduce busbw plateau over 2 ranks (gloo): 4 GB/s at 1 MiB")
+    assert any(e.startswith("a 7e9-parameter bfloat16 gradient (14 GB) in 25 MiB buckets: ")
+               and "inside a node (2 ranks)" in e for e in busbw.evidence)
 
 
 def test_expect_busbw_judges_the_plateau_not_a_lucky_peak():
-    # One size ran 20% above the rest (a noisy sample): the plateau is the sizes within 5% of
-    # the peak, here the peak alone; a run whose plateau is the three sizes around 1 GB/s
-    # passes 0.95 and fails 1.05.
+    # The plateau is the large-message end (8-32 MiB around 1 GB/s), never the 1 MiB row: a
+    # run whose plateau is those three sizes passes 0.95 and fails 1.05.
     flat = tuple(make_row(ALL_REDUCE, s // 4, "float32", 3, [s * ALL_REDUCE.factor(3) / (b * 1e9)] * 3, [0] * 3,
                           True, [0, 1, 2])
                  for s, b in ((1 << 20, 0.5), (8 << 20, 0.98), (16 << 20, 1.0), (32 << 20, 0.99)))
     res = result(sweeps=(Sweep("all", "all_reduce", 3, 1, flat),))
     (ok,) = by_check(findings_of(res, expect=0.95), registry.BW_BUSBW)
-    assert ok.severity == "pass" and "plateau 0.99 GB/s at 8MB-32MB" in ok.evidence[0]
+    assert ok.severity == "pass" and "0.99 GB/s (0.98-1) at 8 MiB-32 MiB" in ok.evidence[0]
     (low,) = by_check(findings_of(res, expect=1.05), registry.BW_BUSBW)
     assert low.severity == "fail" and "94% of --expect-busbw 1.05 GB/s" in low.summary
 
@@ -291,12 +296,41 @@ def test_a_plateau_at_the_largest_size_the_budget_allowed_is_said_to_be_a_floor(
     cut = Sweep("all", "all_reduce", 3, 1, rows(3, 1.0), skipped=(2 << 20, 4 << 20))
     (ok,) = by_check(findings_of(result(sweeps=(cut,))), registry.BW_BUSBW)
     assert ok.severity == "pass" and ok.evidence[0] == (
-        "the plateau reaches the largest size --bw-budget left time for (1MB; 2MB-4MB skipped): busbw may still "
-        "rise past it, and a larger --bw-budget measures further")
+        "the sweep reached 1 MiB in --bw-budget (2 MiB-4 MiB skipped) while busbw still rose: a larger --bw-budget "
+        "measures further")
     (low,) = by_check(findings_of(result(sweeps=(cut,)), expect=2.0), registry.BW_BUSBW)
-    assert low.severity == "fail" and low.evidence[-1].startswith("the plateau reaches the largest size")
+    assert low.severity == "fail" and low.evidence[-1].startswith("the sweep reached 1 MiB in --bw-budget")
     # Not where nothing was skipped, nor where the sweep went past its fastest size.
     whole = replace(cut, skipped=())
     assert not any("--bw-budget" in e for f in findings_of(result(sweeps=(whole,))) for e in f.evidence)
     falling = replace(cut, rows=tuple(reversed([replace(r, size=s) for r, s in zip(cut.rows, (1 << 20, 1 << 16))])))
     assert not any("--bw-budget" in e for f in findings_of(result(sweeps=(falling,))) for e in f.evidence)
+
+
+# --- host.busy, and the figures it affects -----------------------------------------------------
+
+def test_a_busy_process_is_named_per_node_and_marks_the_figure_it_was_measured_beside():
+    loops = (BusyProcess(2, 4242, "alice", "python -c while True: pass", 0.98),
+             BusyProcess(2, 4343, "root", "python train.py --resume", 0.6))
+    found = findings_of(result(pairs=healthy_pairs(), busy=loops))
+    (busy,) = by_check(found, registry.HOST_BUSY)
+    assert (busy.severity, busy.nodes) == ("warn", (2,))
+    assert busy.summary.startswith("node2: pid 4242 (alice) `python -c while True: pass` at 98% of a CPU and 1 more")
+    assert busy.evidence[1] == "pid 4343 (root) `python train.py --resume` at 60% of a CPU"
+    (busbw,) = by_check(found, registry.BW_BUSBW)
+    assert busbw.summary.endswith("measured while node2 ran other work (host.busy)")
+    assert not by_check(findings_of(result(pairs=healthy_pairs())), registry.HOST_BUSY), "none seen: none said"
+
+
+def test_a_noisy_plateau_with_no_busy_process_says_none_was_seen():
+    noisy = tuple(replace(r, spread=0.5) for r in rows(3, 1.0))
+    (busbw,) = by_check(findings_of(result(sweeps=(Sweep("all", "all_reduce", 3, 1, noisy),))), registry.BW_BUSBW)
+    assert "noisy: moved 50% while measured" in busbw.summary
+    assert busbw.summary.endswith("no other process was seen holding the CPUs")
+
+
+def test_the_pairs_median_is_the_pairs():
+    pairs = (Pair(0, 1, 1 << 20, 1.0, 0.916), Pair(0, 2, 1 << 20, 1.0, 0.711), Pair(1, 2, 1 << 20, 1.0, 0.861))
+    (ok,) = by_check(findings_of(result(pairs=pairs)), registry.BW_PAIR)
+    assert ok.summary.startswith("3 node pairs, median 0.861 GB/s; every node's best pair within 50% of the median "
+                                 "node's best (0.916 GB/s)")

@@ -4,6 +4,7 @@ lines, how a worker's end is classified, whom to blame)."""
 
 from __future__ import annotations
 
+import math
 import argparse
 from dataclasses import replace
 import itertools
@@ -20,13 +21,15 @@ from netcheck.core import codec
 from netcheck.bandwidth.orchestrate import (
     Lines, NodeReport, classify, merge_faults, root_cause, worker_env,
 )
-from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
+from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, step_text, table_rows
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
     choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, pattern_pieces,
     plan_stages, planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
-from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, headline
+from netcheck.core.bwrecords import (
+    BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup,
+)
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
 from netcheck.bandwidth.worker import Event, fill, wrong
 
@@ -410,26 +413,27 @@ def sample_result() -> BandwidthResult:
 def test_table_has_nccl_tests_columns_and_the_average_line():
     result = sample_result()
     # 1024 B in 1.024 us: algbw 1 GB/s, busbw 1.5 over 4 ranks.
-    assert table_rows(result.sweeps[0])[0] == (1024, 256, "float32", "sum", "1.0", "1.00", "1.50", 0)
+    assert table_rows(result.sweeps[0])[0] == (1024, 256, "float32", "sum", "1.0", "1.00", "1.50", 0, "0%")
     text = render_text(result)
-    assert "size    count    type     redop    time (us)    algbw (GB/s)    busbw (GB/s)    #wrong" in text
-    assert "# Avg bus bandwidth : 1.50 GB/s" in text
-    assert "# skipped to stay inside --bw-budget: 4K" in text
+    assert "size    count    type     redop    time (us)    algbw (GB/s)    busbw (GB/s)    #wrong    spread" in text
+    assert "# Avg bus bandwidth : 1.5 GB/s (nccl-tests' mean over every size)" in text
+    assert "# skipped to stay inside --bw-budget: 4 KiB" in text
     assert "intra busbw    inter busbw" in text
     assert "node0   -        0.102" in text and "node1   0.102    -" in text
 
 
 def test_a_sweep_with_a_headline_says_its_plateau_and_latency():
     result = sample_result()
-    heads = tuple(headline(s, SweepOptions(), 2) for s in result.sweeps)
+    heads = tuple(headline(s, SweepOptions(), 2, 2) for s in result.sweeps)
     text = render_text(replace(result, headlines=heads))
-    assert "# Plateau           : 1.5 GB/s at 1K-2K (the sizes within 5% of the peak)" in text
-    assert "# Latency           : 1.0 us per op at 1K" in text
+    assert ("# Plateau           : 1.5 GB/s at 1 KiB-2 KiB (the largest 3 sizes and those next to them "
+            "within 10%: their median and range)") in text
+    assert "# Latency           : 1.02 us per op at 1 KiB" in text
 
 
 def test_unchecked_rows_say_n_a():
     rows = (make_row(COLLECTIVES["broadcast"], 8, "int8", 2, [1e-5], [0], False, [0]),)
-    assert table_rows(Sweep("all", "broadcast", 2, 1, rows))[0][-1] == "N/A"
+    assert table_rows(Sweep("all", "broadcast", 2, 1, rows))[0][7] == "N/A"
 
 
 def test_result_survives_the_json_codec():
@@ -448,8 +452,8 @@ def test_progress_bar_shows_the_budget_spent():
 def test_pair_matrix_is_symmetric():
     text = pair_matrix((Pair(0, 1, 8, 1.0, 2.0), Pair(0, 2, 8, 1.0, 0.5), Pair(1, 2, 8, 1.0, 0.25)), str)
     lines = text.splitlines()
-    assert lines[2].split() == ["0", "-", "2.00", "0.5"]
-    assert lines[4].split() == ["2", "0.5", "0.25", "-"]
+    assert lines[2].split() == ["0", "-", "2.00", "0.500"]
+    assert lines[4].split() == ["2", "0.500", "0.250", "-"]
 
 
 # --- node side: environment, event lines, endings, blame ----------------------------------------------
@@ -551,24 +555,85 @@ def swept(busbws: dict[int, float], stage: str = "all", ranks: int = 3) -> Sweep
     return Sweep(stage, "all_reduce", ranks, 1, rows)
 
 
-def test_the_plateau_is_the_sizes_near_the_peak_and_latency_the_small_ones():
+def test_the_plateau_is_the_large_message_end_and_latency_the_small_sizes():
     sweep = swept({8: 0.001, 64 << 10: 0.1, 1 << 20: 0.5, 32 << 20: 0.86, 64 << 20: 0.88, 128 << 20: 0.84})
-    h = headline(sweep, SweepOptions(), 2)
+    h = headline(sweep, SweepOptions(), 2, 3)
     assert (h.plateau_from, h.plateau_to) == (32 << 20, 128 << 20)
-    assert h.plateau_busbw == pytest.approx((0.86 + 0.88 + 0.84) / 3)
+    assert h.plateau_busbw == 0.86, "the median of the plateau's sizes"
+    assert (h.plateau_low, h.plateau_high) == (0.84, 0.88) and not h.noisy and not h.rising
     assert (h.latency_from_us, h.latency_to_us, h.latency_sizes) == (10.008, 10.0 + 65.536, (8, 64 << 10))
     assert h.step_s is None and h.gradient_bytes is None
-    assert headline(Sweep("all", "all_reduce", 3, 1), SweepOptions(), 2) is None
+    assert headline(Sweep("all", "all_reduce", 3, 1), SweepOptions(), 2, 3) is None
 
 
-def test_a_gradient_all_reduce_costs_2s_n_minus_1_over_n_at_the_plateau():
-    # A 7e9-parameter bf16 gradient is 14 GB; over 3 ranks at 0.87 GB/s each rank moves
-    # 2 x 14e9 x 2/3 bytes: 21.5 s a step.
-    model = SweepOptions(model_params=7 * 10 ** 9)
-    h = headline(swept({64 << 20: 0.87}), model, 2)
-    assert (h.model_params, h.grad_dtype, h.gradient_bytes) == (7 * 10 ** 9, "bfloat16", 14 * 10 ** 9)
-    assert h.step_s == pytest.approx(2 * 14e9 * (3 - 1) / 3 / 0.87e9, rel=1e-6)
-    assert round(h.step_s, 1) == 21.5
+@pytest.mark.parametrize("busbws,plateau,sizes", [
+    # make demo on a busy machine: a hump at 2 MiB over a lower large-message end
+    ({1 << 20: 0.25, 2 << 20: 0.322, 4 << 20: 0.189, 8 << 20: 0.178, 16 << 20: 0.208}, 0.189, (4 << 20, 16 << 20)),
+    ({2 << 20: 0.4, 4 << 20: 0.54, 8 << 20: 0.38, 16 << 20: 0.38, 32 << 20: 0.31}, 0.38, (8 << 20, 32 << 20)),
+    # one lucky size among the largest: the median of them, not the spike
+    ({16 << 20: 0.74, 32 << 20: 0.75, 64 << 20: 1.01, 128 << 20: 0.78}, 0.765, (16 << 20, 128 << 20)),
+    # sizes next to the largest ones within the band join the plateau
+    ({4 << 20: 0.5, 8 << 20: 0.83, 16 << 20: 0.85, 32 << 20: 0.86, 64 << 20: 0.86, 128 << 20: 0.84},
+     0.85, (8 << 20, 128 << 20)),
+])
+def test_a_hump_or_a_lucky_size_never_becomes_the_headline(busbws, plateau, sizes):
+    h = headline(swept(busbws), SweepOptions(), 2, 3)
+    assert (h.plateau_busbw, (h.plateau_from, h.plateau_to)) == (plateau, sizes)
+    assert h.plateau_high <= max(busbws.values())
+
+
+def test_a_plateau_whose_sizes_or_batches_disagree_is_noisy_and_one_still_rising_is_a_floor():
+    wide = headline(swept({32 << 20: 0.5, 64 << 20: 1.0, 128 << 20: 0.7}), SweepOptions(), 2, 3)
+    assert wide.noisy and wide.spread == pytest.approx(0.5 / 0.7, abs=1e-4)
+    batches = tuple(replace(r, spread=0.4) for r in swept({32 << 20: 0.86, 64 << 20: 0.86, 128 << 20: 0.86}).rows)
+    assert headline(Sweep("all", "all_reduce", 3, 1, batches), SweepOptions(), 2, 3).noisy
+    rising = headline(swept({32 << 20: 0.3, 64 << 20: 0.5, 128 << 20: 0.7}), SweepOptions(), 2, 3)
+    assert rising.rising and (rising.plateau_busbw, rising.plateau_from) == (0.7, 128 << 20)
+
+
+def test_busbw_at_a_size_is_interpolated_on_a_log_axis_never_the_peak():
+    rows = swept({16 << 20: 0.8, 32 << 20: 1.0, 64 << 20: 0.9, 128 << 20: 0.9}).rows
+    assert busbw_at(rows, 16 << 20) == 0.8
+    assert busbw_at(rows, 24 << 20) == pytest.approx(0.8 + 0.2 * math.log2(1.5))
+    assert busbw_at(rows, 1 << 30) == 0.9, "past the largest size: the plateau's"
+    assert busbw_at(rows, 1 << 20) == 0.8, "below the smallest: the smallest's"
+
+
+def test_a_gradient_costs_its_buckets_each_at_the_busbw_of_its_size():
+    # A 7e9-parameter bf16 gradient is 14 GB: 534 buckets of 25 MiB and one of 1,510,400 B.
+    rows = swept({1 << 20: 0.5, 2 << 20: 0.6, 16 << 20: 0.8, 32 << 20: 0.9, 64 << 20: 0.87}).rows
+    bucket, rest = 25 << 20, 14 * 10 ** 9 - 534 * (25 << 20)
+    expected = (534 * 2 * bucket * 2 / 3 / (busbw_at(rows, bucket) * 1e9)
+                + 2 * rest * 2 / 3 / (busbw_at(rows, rest) * 1e9))
+    assert bucket_cost(14 * 10 ** 9, bucket, rows, 3) == pytest.approx(expected)
+    h = headline(Sweep("all", "all_reduce", 3, 1, rows), SweepOptions(model_params=7 * 10 ** 9), 2, 3)
+    assert (h.model_params, h.grad_dtype, h.gradient_bytes, h.bucket_bytes) == (7 * 10 ** 9, "bfloat16",
+                                                                                 14 * 10 ** 9, bucket)
+    assert h.step_s == pytest.approx(expected, rel=1e-6)
+    assert h.bucket_busbw == pytest.approx(0.8 + 0.1 * math.log2(25 / 16), abs=1e-6)
     # Other collectives do not stand for a gradient's all_reduce.
-    other = Sweep("all", "all_gather", 3, 1, swept({64 << 20: 0.87}).rows)
-    assert headline(other, model, 2).step_s is None
+    assert headline(Sweep("all", "all_gather", 3, 1, rows), SweepOptions(model_params=7 * 10 ** 9), 2, 3).step_s is None
+
+
+@pytest.mark.parametrize("nodes,c,m,low,high", [
+    (3, 2.0, 1.0, 2.0, 3.0),     # 3*2/(2+1), 3*2/max(2,1)
+    (3, 1.0, 2.0, 1.0, 1.5),
+    (4, 1.0, 9.0, 0.4, 4 / 9),   # slower than one node either way
+])
+def test_the_speedup_of_n_nodes_lies_between_no_overlap_and_full_overlap(nodes, c, m, low, high):
+    assert speedup(nodes, c, m) == pytest.approx((low, high))
+
+
+def test_step_time_gives_the_all_rank_sweep_its_speedup_in_words():
+    rows = swept({16 << 20: 0.9, 32 << 20: 0.9, 64 << 20: 0.9}).rows
+    options = SweepOptions(model_params=7 * 10 ** 9, step_time_s=20.0)
+    h = headline(Sweep("all", "all_reduce", 3, 1, rows), options, 2, 3)
+    m = bucket_cost(14 * 10 ** 9, 25 << 20, rows, 3)
+    assert (h.speedup_low, h.speedup_high) == pytest.approx((3 * 20 / (20 + m), 3 * 20 / max(20, m)), abs=1e-4)
+    line = step_text(h, 3, 1)
+    assert line.startswith("a 7e9-parameter bfloat16 gradient (14 GB) in 25 MiB buckets: ")
+    assert "s of all_reduce per step across 3 node(s) (0.9 GB/s at 25 MiB)" in line
+    assert line.endswith(f"with a 20 s step on one node, 3 nodes would train {h.speedup_low:.3g}-"
+                         f"{h.speedup_high:.3g}x faster than one")
+    slow = headline(Sweep("all", "all_reduce", 3, 1, rows), replace(options, step_time_s=1.0), 2, 3)
+    assert "3 nodes would train slower than one: talk less" in step_text(slow, 3, 1)

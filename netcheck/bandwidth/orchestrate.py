@@ -41,7 +41,7 @@ from netcheck.bandwidth.worker import Event
 from netcheck.cluster.store import POSTED, Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
+    STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
 )
 from netcheck.core.constants import (
     BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE,
@@ -49,6 +49,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_RANK, NodeRank, Text
+from netcheck.facts.busy import busy_processes, cpu_snapshot
 
 ALIVE = "bw/alive"   # ALIVE/K: node K's beat count; ALIVE/posted lists the nodes that beat
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
@@ -66,6 +67,7 @@ class NodeReport:
     faults: Annotated[tuple[Fault, ...], PER_RANK]
     backend: str
     backend_reason: Text
+    busy: tuple[BusyProcess, ...] = ()   # at most BW_BUSY_SHOWN
 
 
 def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,
@@ -83,7 +85,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options, nproc_per_node)
-    interrupted = False
+    interrupted, before = False, cpu_snapshot()
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
@@ -100,9 +102,10 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
         if interrupted:
             _say_stopped(ex, node_rank, watch)
     faults = watch.faults()
+    busy = busy_processes(node_rank, before, cpu_snapshot())
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
-    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend),
+    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy),
                         [n for n in range(nnodes) if n not in watch.quiet], deadline.within(BW_REPORT_WAIT))
     silence = (f"this node lost the host's store ({ex.lost}), so it cannot know more" if ex.lost
                else "its netcheck ended early or hung, or its link to the host broke")
@@ -502,6 +505,8 @@ def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults
     sweeps = sorted(watch.sweeps.values(), key=lambda s: (STAGES.index(s.stage), order.get(s.op, 0)))
     stage, why = root_cause(faults)
     per_param = DTYPES[options.grad_dtype][0]
-    headlines = tuple(h for s in sweeps if (h := headline(s, options, per_param)))
+    headlines = tuple(h for s in sweeps if (h := headline(s, options, per_param, nnodes)))
+    busy = tuple(p for r in sorted(reports.values(), key=lambda r: r.node) for p in r.busy)
     return BandwidthResult(backend[0], backend[1], nnodes, nproc, tuple(sweeps), watch.pairs, stage,
-                           why, tuple(faults), round(time.monotonic() - started, 3), headlines=headlines)
+                           why, tuple(faults), round(time.monotonic() - started, 3), headlines=headlines,
+                           busy=busy)

@@ -19,10 +19,11 @@ from typing import Callable, Iterator
 
 from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
-    BW_AUTO_MAXBYTES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
+    BW_AUTO_MAXBYTES, BW_BATCHES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
-    BW_MAX_BYTES, BW_MIN_ITERS, BW_PAIRS_SHARE, BW_PATTERN_MAX, MAX_MODEL_PARAMS,
+    BW_MAX_BYTES, BW_MIN_ITERS, BW_PAIRS_SHARE, BW_PATTERN_MAX, DDP_BUCKET_BYTES, MAX_MODEL_PARAMS,
 )
+from netcheck.core.fields import MAX_SECONDS
 
 BACKENDS = ("auto", "nccl", "gloo")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}   # nccl-tests' parsesize: powers of 1024
@@ -64,10 +65,16 @@ def add_arguments(parser) -> None:
     g.add_argument("--expect-busbw", type=float, metavar="GBPS",
                    help="fail bw.busbw when the all-rank busbw peaks below this many GB/s")
     g.add_argument("--model-params", metavar="N",
-                   help="a model's parameter count (7e9, 70B): the time one all_reduce of its gradient "
-                   "takes per step at the measured plateau")
+                   help="a model's parameter count (7e9, 70B): the seconds of all_reduce its gradient "
+                   "costs per training step, in DDP's buckets, at the busbw measured at the bucket size")
     g.add_argument("--grad-dtype", metavar="TYPE",
                    help="the gradient's element type for --model-params (default bfloat16)")
+    g.add_argument("--bucket-mb", type=float, metavar="MB",
+                   help="DDP's bucket_cap_mb for --model-params: the gradient is all-reduced in buckets "
+                   f"of this many MiB (default {DDP_BUCKET_BYTES >> 20}, DDP's)")
+    g.add_argument("--step-time", type=float, metavar="S",
+                   help="with --model-params: one training step's seconds on a single node (same "
+                   "per-node batch); says how much faster these nodes would train than one")
     g.add_argument("--bw-budget", type=float, metavar="S",
                    help="seconds the timed sweeps and pair rounds may take together, counted once "
                    "every worker is up; worker start-up (importing torch, joining the process "
@@ -93,7 +100,9 @@ def options_from_args(args) -> SweepOptions:
         past_maxbytes=args.maxbytes is None, iters_by_time=args.iters is None,
         few_small_sizes=args.minbytes is None and args.stepfactor is None,
         model_params=parse_count("--model-params", args.model_params) if args.model_params is not None else None,
-        grad_dtype=parse_dtype(args.grad_dtype, "--grad-dtype") if args.grad_dtype is not None else d.grad_dtype)
+        grad_dtype=parse_dtype(args.grad_dtype, "--grad-dtype") if args.grad_dtype is not None else d.grad_dtype,
+        bucket_bytes=parse_bucket(args.bucket_mb) if args.bucket_mb is not None else d.bucket_bytes,
+        step_time_s=args.step_time)
     _check_numbers(options, _pick(args.check, 1))
     return options
 
@@ -118,6 +127,18 @@ def _check_numbers(o: SweepOptions, check: int) -> None:
         raise ValueError(f"--expect-busbw {o.expect_busbw:g}: a positive number of GB/s")
     if not (o.budget_s > 0 and math.isfinite(o.budget_s)):
         raise ValueError(f"--bw-budget {o.budget_s:g}: must be more than 0 seconds, and finite")
+    if o.step_time_s is not None and not (0 < o.step_time_s <= MAX_SECONDS):
+        raise ValueError(f"--step-time {o.step_time_s:g}: a training step's seconds, more than 0")
+    if o.step_time_s is not None and o.model_params is None:
+        raise ValueError("--step-time needs --model-params: the speed-up weighs the step against its gradient's "
+                         "all_reduce")
+
+
+def parse_bucket(mib: float) -> int:
+    """--bucket-mb, in MiB as DDP's bucket_cap_mb counts them -> bytes."""
+    if not (math.isfinite(mib) and 1 <= mib * (1 << 20) <= BW_MAX_BYTES):
+        raise ValueError(f"--bucket-mb {mib:g}: a bucket of more than 0 MiB, as DDP's bucket_cap_mb (25 by default)")
+    return round(mib * (1 << 20))
 
 
 def parse_size(flag: str, text: str) -> int:
@@ -161,10 +182,19 @@ def parse_count(flag: str, text: str) -> int:
 
 
 def size_text(n: int) -> str:
+    """A size as -b and -e take it: `64K`, `128M`, `1000`."""
     for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
+
+
+def size_words(n: int) -> str:
+    """A size in a sentence, in binary units: `4 MiB`, `64 KiB`, `1.5 GiB`, `1000 B`."""
+    for suffix, unit in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= unit:
+            return f"{n / unit:.3g} {suffix}" if n % unit else f"{n // unit} {suffix}"
+    return f"{n} B"
 
 
 # --- sizes and the time budget -------------------------------------------------------------
@@ -497,9 +527,18 @@ def _where(ranks: list[int], nproc: int) -> str:
 # --- results ----------------------------------------------------------------------------------
 
 
+def batch_times(times: list[float]) -> list[float]:
+    """Seconds per iteration of each of BW_BATCHES batches of consecutive iterations (fewer
+    where there are fewer iterations): a slow moment moves the batch it fell in, and the
+    median batch stays the link's."""
+    batches = min(BW_BATCHES, len(times))
+    bounds = [len(times) * k // batches for k in range(batches + 1)]
+    return [statistics.fmean(times[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
 def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[float],
              wrongs: list[int], checked: bool, ranks: list[int], iters: int = 0,
-             spreads_s: list[float] = ()) -> Row:
+             spreads_s: list[float] = (), batch_spreads: list[float] = ()) -> Row:
     """A table row from every member rank's own time and wrong count (nccl-tests' average)."""
     seconds = statistics.fmean(times_s)
     algbw, busbw = bandwidths(coll, chunk, dtype, n, seconds)
@@ -507,6 +546,6 @@ def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[flo
     return Row(coll.bytes(chunk, dtype, n), chunk, dtype, "sum" if coll.reduces else "none",
                round(seconds * 1e6, 3), round(algbw, 6), round(busbw, 6),
                sum(wrongs) if checked else None, wrong_ranks, iters,
-               round(max(spreads_s, default=0.0) * 1e6, 3))
+               round(max(spreads_s, default=0.0) * 1e6, 3), round(max(batch_spreads, default=0.0), 4))
 
 

@@ -34,11 +34,11 @@ from typing import Any
 
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes,
+    batch_times, choose_backend, count_wrong, make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes,
     round_robin, run_sizes, stage_budgets,
 )
 from netcheck.core import codec
-from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions
+from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions, spread_of
 from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import (
     BW_CHECK_CHUNK, BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE,
@@ -306,7 +306,7 @@ class Harness:
         def measure(size: int, iters: int) -> Measured:
             nonlocal result
             chunk = coll.chunk(size, o.dtype, n)
-            table = self.gather(list(self.step(coll, chunk, group, mine, iters)) if mine else self.idle(5))
+            table = self.gather(list(self.step(coll, chunk, group, mine, iters)) if mine else self.idle(6))
             result = self.add_row(result, coll, chunk, table, groups, iters)
             self.events.emit(Event("sweep", name, sweep=result))
             return Measured(result.rows[-1], max(t[0] for t in table), max(t[2] for t in table))
@@ -321,7 +321,7 @@ class Harness:
 
     def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int) -> tuple[float, ...]:
         """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1,
-        the iterations' standard deviation)."""
+        the iterations' standard deviation, the batches' spread)."""
         o, torch = self.options, self.torch
         started = time.perf_counter()
         n, grank = len(ranks), ranks.index(self.me.rank)
@@ -333,13 +333,13 @@ class Harness:
         out = torch.zeros(n_out, dtype=dtype, device=self.device)
         inp = out if coll.inplace else torch.zeros(n_in, dtype=dtype, device=self.device)
         call = lambda: coll.run(self.dist, inp, out, group, peers)  # noqa: E731
-        seconds, spread = self.timed(call, iters)
+        seconds, deviation, spread = self.timed(call, iters)
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
-        return seconds, float(wrong), time.perf_counter() - started, 1.0, spread
+        return seconds, float(wrong), time.perf_counter() - started, 1.0, deviation, spread
 
-    def timed(self, call, iters: int) -> tuple[float, float]:
-        """(mean, standard deviation) of the seconds per iteration of `call`, nccl-tests'
-        way: warm up, line up, time `iters` of them."""
+    def timed(self, call, iters: int) -> tuple[float, float, float]:
+        """Seconds per iteration of `call` (the median batch's, batch_times), the iterations'
+        standard deviation and the batches' spread: warmed up and lined up as nccl-tests does."""
         for _ in range(self.options.warmup_iters):
             call()
         self.sync()
@@ -359,7 +359,8 @@ class Harness:
                 now = time.perf_counter()
                 times.append(now - last)
                 last = now
-        return statistics.fmean(times), statistics.pstdev(times)
+        batches = batch_times(times)
+        return statistics.median(batches), statistics.pstdev(times), spread_of(batches)
 
     def idle(self, values: int) -> list[float]:
         """A rank outside this step's groups: it only lines up with the others (timed's
@@ -383,7 +384,7 @@ class Harness:
         members = [r for r, t in enumerate(table) if t[3]]
         row = make_row(coll, chunk, o.dtype, result.ranks, [table[r][0] for r in members],
                        [int(table[r][1]) for r in members], o.check, members, iters,
-                       [table[r][4] for r in members])
+                       [table[r][4] for r in members], [table[r][5] for r in members])
         rank_times = tuple(RankTime(r, r // nproc, round(table[r][0] * 1e6, 3)) for r in members)
         node_busbw = {} if result.stage != "intra" else {
             str(g[0] // nproc): round(bandwidths(coll, chunk, o.dtype, len(g),

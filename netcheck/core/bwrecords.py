@@ -3,18 +3,20 @@ reader of them needs (average and peak busbw, whom to blame)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from netcheck.core.constants import (
-    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_LATENCY_MAXBYTES, BW_PLATEAU_BAND, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
-    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP,
+    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES, BW_DEFAULT_STEPFACTOR,
+    BW_DEFAULT_WARMUP, BW_LATENCY_MAXBYTES, BW_NOISY_SPREAD, BW_PLATEAU_BAND, BW_PLATEAU_TOP, BW_RISING_BAND,
+    DDP_BUCKET_BYTES,
 )
 from netcheck.core.fields import (
-    MAX_INT, PER_NODE, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
-    LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, ProcCount, Range, Rank,
-    RankOrMinusOne, Seconds, Text, one_of,
+    MAX_INT, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
+    LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, Pid, ProcCount, Range, Rank,
+    RankOrMinusOne, Ratio, Seconds, Text, one_of,
 )
 
 
@@ -47,6 +49,8 @@ class SweepOptions:
     iters_by_time: bool = True               # no -n: fewer timed iterations where one takes long
     model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
     grad_dtype: str = "bfloat16"             # --grad-dtype: the gradient's element type
+    bucket_bytes: MessageSize = DDP_BUCKET_BYTES   # --bucket-mb: DDP's gradient bucket
+    step_time_s: Seconds | None = None       # --step-time: one training step on one node
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,14 @@ class Row:
     count: Count                    # elements, as the API counts them
     dtype: str
     redop: str                      # "sum" | "none"
-    time_us: Micros                 # per iteration, averaged across the ranks
+    time_us: Micros                 # per iteration: each rank's median batch, averaged across the ranks
     algbw: Gbps                     # GB/s (1e9 bytes)
     busbw: Gbps
     wrong: Count | None             # corrupted elements over all ranks; None: not checked (-c 0)
     wrong_ranks: Ranks = ()
     iters: Count = 0                # timed iterations (fewer than -n where one took long)
     spread_us: Micros = 0.0         # the largest standard deviation of one rank's iterations
+    spread: Ratio = 0.0             # the timed batches' range over their median, the widest rank's
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,14 @@ class Fault:
 
 @dataclass(frozen=True)
 class Headline:
-    """What a sweep says in two figures: its plateau and its small-message latency, and what
-    one gradient all_reduce would cost per training step at that plateau."""
+    """What a sweep says in two figures: its plateau (with its range and whether it can be
+    trusted) and its small-message latency; and what a training step's gradient all_reduce
+    would cost in DDP's buckets, and what that makes of N nodes against one."""
 
     stage: str
     op: str
     ranks: GroupSize
-    plateau_busbw: Gbps             # the mean busbw of the sizes within BW_PLATEAU_BAND of the peak
+    plateau_busbw: Gbps             # the median busbw of the plateau's sizes (plateau_rows)
     plateau_from: Bytes             # the smallest and largest of those sizes
     plateau_to: Bytes
     latency_from_us: Micros | None  # time per op at the smallest and the largest size up to
@@ -140,7 +146,28 @@ class Headline:
     model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
     grad_dtype: str = ""            # --grad-dtype
     gradient_bytes: Bytes | None = None     # --model-params x the gradient's element size
-    step_s: Seconds | None = None   # that gradient's all_reduce at the plateau: 2S(n-1)/n / busbw
+    step_s: Seconds | None = None   # that gradient's all_reduce in buckets (bucket_cost)
+    plateau_low: Gbps = 0.0         # the plateau's sizes' lowest and highest busbw
+    plateau_high: Gbps = 0.0
+    spread: Ratio = 0.0             # the plateau's widest spread: its sizes' range, or a size's batches
+    rising: bool = False            # the largest size still set a new high: the plateau is further up
+    bucket_bytes: Bytes | None = None       # --bucket-mb, with --model-params
+    bucket_busbw: Gbps | None = None        # busbw at the bucket size, interpolated from the sweep
+    step_time_s: Seconds | None = None      # --step-time
+    speedup_low: Ratio | None = None        # N nodes over one, no overlap of communication and compute
+    speedup_high: Ratio | None = None       # ... full overlap
+    noisy: bool = False             # spread above BW_NOISY_SPREAD: the figure moved while measured
+
+
+@dataclass(frozen=True)
+class BusyProcess:
+    """A process outside netcheck that used a node's CPUs while its bandwidth workers ran."""
+
+    node: NodeRank
+    pid: Pid
+    user: Text
+    command: Text                   # its command line, cut short
+    cpu_share: Ratio                # of one CPU, on average over the workers' run
 
 
 @dataclass(frozen=True)
@@ -160,6 +187,7 @@ class BandwidthResult:
     # node (as in pairs, faults) -> hostname
     hostnames: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
     headlines: tuple[Headline, ...] = ()   # one per sweep with rows, in the sweeps' order
+    busy: Annotated[tuple[BusyProcess, ...], PER_NODE_AND_ITEM] = ()   # every node's, busiest first (host.busy)
 
     def node_name(self, node: int) -> str:
         return self.hostnames.get(str(node), f"node {node}")
@@ -196,36 +224,94 @@ def peak_busbw(sweep: Sweep) -> float:
 
 
 def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
-    """The rows within BW_PLATEAU_BAND of the peak busbw: where adding bytes adds no speed."""
-    peak = max((r.busbw for r in rows), default=0.0)
-    return tuple(r for r in rows if r.busbw >= (1 - BW_PLATEAU_BAND) * peak)
+    """The large-message end of the curve, where a job's gradient buckets run: the largest
+    BW_PLATEAU_TOP sizes, and the smaller ones next to them within BW_PLATEAU_BAND of their
+    median busbw. Past the latency-bound sizes where there are enough; the largest alone
+    where it still set a new high (the plateau is further up: a floor)."""
+    if still_rising(rows):
+        return rows[-1:]
+    big = [r for r in rows if r.size >= BW_LATENCY_MAXBYTES] or list(rows)
+    start = max(0, len(big) - BW_PLATEAU_TOP)
+    reference = statistics.median(r.busbw for r in big[start:])
+    while start > 0 and abs(big[start - 1].busbw - reference) <= BW_PLATEAU_BAND * reference:
+        start -= 1
+    return tuple(big[start:])
 
 
 def still_rising(rows: tuple[Row, ...]) -> bool:
-    """Whether the last size set a new high by more than BW_PLATEAU_BAND: the plateau is
+    """Whether the last size set a new high by more than BW_RISING_BAND: the plateau is
     further up."""
     if len(rows) < 2:
         return True
-    return rows[-1].busbw > (1 + BW_PLATEAU_BAND) * max(r.busbw for r in rows[:-1])
+    return rows[-1].busbw > (1 + BW_RISING_BAND) * max(r.busbw for r in rows[:-1])
 
 
-def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int) -> Headline | None:
-    """The sweep's two figures (None: no rows); with --model-params, an all_reduce sweep also
-    gives the time of one gradient all_reduce per step at its plateau."""
+def spread_of(values: list[float]) -> float:
+    """The range of values over their median: 0.3 where they span 30% of it."""
+    middle = statistics.median(values) if values else 0.0
+    return (max(values) - min(values)) / middle if middle > 0 else 0.0
+
+
+def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: int) -> Headline | None:
+    """The sweep's figures (None: no rows): its plateau with its range and spread, its
+    latency; with --model-params, an all_reduce sweep also gives a step's gradient cost, and
+    with --step-time the all-rank sweep what nnodes nodes make of it against one."""
     if not sweep.rows:
         return None
     top = plateau_rows(sweep.rows)
-    plateau = statistics.fmean(r.busbw for r in top)
+    figures = [r.busbw for r in top]
+    plateau = statistics.median(figures)
+    spread = max([spread_of(figures)] + [r.spread for r in top])
     small = [r for r in sweep.rows if r.size <= BW_LATENCY_MAXBYTES]
     latency = (small[0].time_us, small[-1].time_us, (small[0].size, small[-1].size)) if small else (None, None, ())
-    h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size, *latency)
+    h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size, *latency,
+                 plateau_low=min(figures), plateau_high=max(figures), spread=round(spread, 4),
+                 rising=len(sweep.rows) > 1 and still_rising(sweep.rows), noisy=spread > BW_NOISY_SPREAD)
     if not options.model_params or sweep.op != "all_reduce" or plateau <= 0:
         return h
     gradient = options.model_params * bytes_per_param
-    return replace(h, model_params=options.model_params, grad_dtype=options.grad_dtype, gradient_bytes=gradient,
-                   step_s=round(gradient_step_seconds(gradient, sweep.ranks, plateau), 6))
+    step = bucket_cost(gradient, options.bucket_bytes, sweep.rows, sweep.ranks)
+    h = replace(h, model_params=options.model_params, grad_dtype=options.grad_dtype, gradient_bytes=gradient,
+                step_s=round(step, 6), bucket_bytes=options.bucket_bytes,
+                bucket_busbw=round(busbw_at(sweep.rows, options.bucket_bytes), 6))
+    if options.step_time_s is None or sweep.stage != "all":
+        return h
+    low, high = speedup(nnodes, options.step_time_s, step)
+    return replace(h, step_time_s=options.step_time_s, speedup_low=round(low, 4), speedup_high=round(high, 4))
+
+
+def busbw_at(rows: tuple[Row, ...], size: int) -> float:
+    """busbw at a size, interpolated on a log size axis between the measured sizes around it;
+    beyond the largest measured, the plateau's (busbw has stopped growing there); below the
+    smallest, the smallest's."""
+    if size >= rows[-1].size:
+        return statistics.median(r.busbw for r in plateau_rows(rows))
+    below = [r for r in rows if r.size <= size]
+    if not below:
+        return rows[0].busbw
+    lo = below[-1]
+    hi = next(r for r in rows if r.size > size)
+    if lo.size == size:
+        return lo.busbw
+    at = math.log(size / lo.size) / math.log(hi.size / lo.size)
+    return lo.busbw + at * (hi.busbw - lo.busbw)
+
+
+def bucket_cost(gradient_bytes: int, bucket_bytes: int, rows: tuple[Row, ...], ranks: int) -> float:
+    """Seconds of all_reduce per training step as DDP does it: the gradient in buckets of
+    bucket_bytes (the last one smaller), each all_reduced at the busbw measured at its size."""
+    full, rest = divmod(gradient_bytes, bucket_bytes)
+    cost = full * gradient_step_seconds(bucket_bytes, ranks, busbw_at(rows, bucket_bytes))
+    return cost + (gradient_step_seconds(rest, ranks, busbw_at(rows, rest)) if rest else 0.0)
 
 
 def gradient_step_seconds(gradient_bytes: int, ranks: int, busbw_gbps: float) -> float:
-    """One all_reduce of the gradient: each rank moves 2S(n-1)/n bytes at busbw."""
+    """One all_reduce of gradient_bytes: each rank moves 2S(n-1)/n bytes at busbw."""
     return 2 * gradient_bytes * (ranks - 1) / ranks / (busbw_gbps * 1e9)
+
+
+def speedup(nodes: int, compute_s: float, comm_s: float) -> tuple[float, float]:
+    """How much faster n nodes train than one, each step computing compute_s (measured on one
+    node, same per-node batch) and all-reducing for comm_s: n*c/(c+m) where communication
+    waits for compute (no overlap), n*c/max(c, m) where it hides behind it (full overlap)."""
+    return nodes * compute_s / (compute_s + comm_s), nodes * compute_s / max(compute_s, comm_s)

@@ -110,7 +110,26 @@ BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
 BW_AUTO_MAXBYTES = 8 << 30
 MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
 BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
-BW_PLATEAU_BAND = 0.05       # the plateau: sizes whose busbw is within this share of the peak
+# The plateau, the headline figure: the largest BW_PLATEAU_TOP sizes measured (the message
+# sizes of a real job's gradient buckets), and the smaller sizes next to them whose busbw is
+# within BW_PLATEAU_BAND of those sizes' median; the headline is the median of them all. A
+# hump at cache-sized messages, or one lucky size, is outside the band and never the headline.
+BW_PLATEAU_TOP = 3
+BW_PLATEAU_BAND = 0.10
+BW_RISING_BAND = 0.05        # without -e the sweep goes on while a size gains more than this on every
+                             # smaller one: busbw still rises (NCCL's rises slowly past 1 GB on RoCE)
+# Timed iterations are split into this many batches, each timed as a whole: a size's time is
+# the median batch's (one slow moment moves one batch, not the figure), its spread the range
+# of the batches over their median.
+BW_BATCHES = 5
+# A figure whose batches, or a plateau whose sizes, spread wider than this is noisy: said
+# beside the figure, with the busy processes seen (host.busy) as the likely cause.
+BW_NOISY_SPREAD = 0.25
+# host.busy: a process outside netcheck that used this share of one CPU, on average, while
+# the node's bandwidth workers ran (a leftover job's rank, a data loader, a busy loop).
+BW_BUSY_SHARE = 0.5
+BW_BUSY_SHOWN = 5            # busy processes named per node (the busiest first)
+DDP_BUCKET_BYTES = 25 << 20  # --bucket-mb's default: DDP's bucket_cap_mb (25 MiB)
 BW_LATENCY_MAXBYTES = 64 << 10   # the latency figure: time per op at sizes up to this
 BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by this (8 64 512 4K 32K 64K):
                              # each costs about the same time, so the budget goes to the plateau

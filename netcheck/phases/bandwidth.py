@@ -47,6 +47,9 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     else:
         node, per_node = seat.rank, 1
     nnodes = len(seats) // per_node
+    if nnodes < 2:  # torchrun's workers of one host: seats, and no other node
+        run.findings += run_rules.no_peer_findings(["bandwidth"])
+        return
     result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
                            launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
                            run.progress)

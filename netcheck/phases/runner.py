@@ -66,7 +66,7 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if seat.rank not in run.alive:
         run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))
         return
-    between_nodes = [p for p in ("mesh", "nic") if p in run.config.phases]
+    between_nodes = [p for p in ("mesh", "nic", "bandwidth") if p in run.config.phases]
     if len(run.alive) < 2:
         run.findings += run_rules.no_peer_findings(between_nodes)
         between_nodes = []
@@ -79,7 +79,7 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if "env" in run.config.phases and _time_for(run, "env"):
         with run.phase("env"):
             env.compare_env(run, seat, dict(run.alive))
-    if "bandwidth" in run.config.phases:
+    if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
             bandwidth.measure_bandwidth(run, seat)
 

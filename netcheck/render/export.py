@@ -58,14 +58,17 @@ def render_prom(report: Report) -> str:
          [({"phase": phase}, seconds) for phase, seconds in report.timings.items()]),
         ("netcheck_bw_busbw_gbps", "Average bus bandwidth of each sweep, GB/s (nccl-tests' "
          "'Avg bus bandwidth'), by collective and stage (all, intra, inter).", _busbw(report)),
-        ("netcheck_bw_plateau_busbw_gbps", "Each sweep's plateau: the mean busbw of the sizes within 5% of "
-         "its peak, GB/s (bw.busbw's headline), by collective and stage.",
-         _headline(report, lambda h: h.plateau_busbw)),
+        ("netcheck_bw_plateau_busbw_gbps", "Each sweep's plateau: the median busbw of its largest sizes, GB/s "
+         "(bw.busbw's headline), by collective and stage.", _headline(report, lambda h: h.plateau_busbw)),
+        ("netcheck_bw_plateau_spread_ratio", "How far each sweep's plateau moved while measured: its sizes' "
+         "range, or a size's timed batches', over the median (above 0.25: noisy).",
+         _headline(report, lambda h: h.spread)),
         ("netcheck_bw_latency_seconds", "Each sweep's time per op at its smallest size (the small-message "
          "latency), by collective and stage.",
          _headline(report, lambda h: None if h.latency_from_us is None else h.latency_from_us / 1e6)),
-        ("netcheck_bw_step_seconds", "Seconds one all_reduce of a --model-params gradient takes per step at "
-         "each sweep's plateau, by stage.", _headline(report, lambda h: h.step_s)),
+        ("netcheck_bw_step_seconds", "Seconds of all_reduce a --model-params gradient costs per step in "
+         "DDP's buckets (--bucket-mb), at the busbw measured at the bucket size, by stage.",
+         _headline(report, lambda h: h.step_s)),
         ("netcheck_bw_pair_busbw_gbps", "Bandwidth between two nodes, GB/s each way.", _pairs(report)),
     )
     return "".join(_family(name, text, samples) for name, text, samples in families)

@@ -7,25 +7,26 @@
     bw.busbw      below --expect-busbw, or far below the line rate of the NICs in use
     bw.pair       a node whose best pair runs well below the other nodes' (named)
     bw.straggler  a rank (or a node's intra-node sweep) far slower than the rest
+    host.busy     a process outside netcheck using a node's CPUs while the sweep ran
 
 Rules never print and never touch the network.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 
-from netcheck.bandwidth.sweep import size_text
-from netcheck.bandwidth.tables import rate_text
+from netcheck.bandwidth.sweep import size_words
+from netcheck.bandwidth.tables import plateau_text, rate_text, sizes_text, step_text, time_text
 from netcheck.core.bwrecords import (
-    STAGE_TITLES, BandwidthResult, Fault, Headline, InFlight, Sweep, culprits, first_culprit, peak_busbw,
+    STAGE_TITLES, BandwidthResult, BusyProcess, Fault, Headline, InFlight, Sweep, culprits, first_culprit,
+    peak_busbw,
 )
 from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
 from netcheck.rules.nic import FlaggedPaths
-from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG
+from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
 SHOWN_RANKS = 8    # ranks of a group named before "..."
@@ -62,7 +63,7 @@ def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float 
     names = _Names(result)
     return (stage_findings(result, names, flagged) + wrong_findings(result, names)
             + busbw_findings(result, names, line_rate_gbps, expect_busbw)
-            + pair_findings(result, names) + straggler_findings(result, names))
+            + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))
 
 
 class _Names:
@@ -131,7 +132,7 @@ def _what(f: Fault) -> str:
 def _in_flight_text(f: InFlight) -> str:
     if f.op == "new_group":
         return f"the stage's process group setup among {_ranks_text(f.ranks)}"
-    size = f" of {size_text(f.size)}B" if f.size else ""
+    size = f" of {size_words(f.size)}" if f.size else ""
     return f"{f.op}{size} among {_ranks_text(f.ranks)}"
 
 
@@ -157,7 +158,8 @@ def _timeout_fix(flagged: tuple[str, ...]) -> str:
                 "collective across one waits until the deadline whatever --timeout is; fix them first "
                 "(mesh.connect)")
     return ("the collective in flight hung: the mesh flagged no path (where it was skipped, run it: it "
-            "tests every path with full-size frames), so look at the ranks in flight: a stopped or overloaded process, their link (bw.pair, ethtool -S for errors), the "
+            "tests every path with full-size frames), so look at the ranks in flight: a stopped or overloaded "
+            "process, their link (bw.pair, ethtool -S for errors), the "
             "interface they use (NCCL_DEBUG=INFO names the peer waited on); a bigger --timeout helps only "
             "if the sizes before it already took seconds each")
 
@@ -188,29 +190,40 @@ def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
 def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[int, float | None],
                    expect_busbw: float | None) -> list[Finding]:
     """The all-rank sweeps' plateau: judged against --expect-busbw and the NICs' line rate;
-    a pass names it with its sizes, and the latency and per-step figures beside it."""
+    a pass names it with its range and sizes, the latency and per-step figures beside it.
+    A cluster-wide figure names no node: bw.pair, bw.straggler and host.busy do, where their
+    evidence isolates one."""
     heads = [h for h in result.headlines if h.stage == "all"]
     if not heads:
         return []
-    everyone = tuple(range(result.nnodes))
-    findings = [_expect_finding(result, h, expect_busbw, everyone) for h in heads] if expect_busbw else []
+    findings = [_expect_finding(result, h, expect_busbw) for h in heads] if expect_busbw else []
     line = _line_rate_finding(result, names, line_rate_gbps)
     findings += [line] if line else []
     if not any(f.severity != PASS for f in findings):
         best = max(heads, key=lambda h: h.plateau_busbw)
-        findings = [Finding(BW_BUSBW, PASS, everyone, _headline_text(best, result.backend),
+        findings = [Finding(BW_BUSBW, PASS, tuple(range(result.nnodes)),
+                            _headline_text(best, result.backend) + _trust(best, result, names),
                             _cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
     return findings
 
 
+def _trust(h: Headline, result: BandwidthResult, names: _Names) -> str:
+    """What the figure was measured beside: the busy processes seen (host.busy), the likely
+    cause of a noisy one."""
+    busy = sorted({p.node for p in result.busy})
+    if not busy:
+        return "; no other process was seen holding the CPUs" if h.noisy else ""
+    return f"; measured while {', '.join(names.node(n) for n in busy)} ran other work (host.busy)"
+
+
 def _cut_short(result: BandwidthResult, h: Headline) -> tuple[str, ...]:
-    """A line where the budget ended the sweep at its fastest size: the plateau is a floor."""
+    """A line where the budget ended the sweep while busbw still rose: the plateau is a floor."""
     sweep = _sweep_of(result, h)
-    if not sweep.skipped or h.plateau_to != sweep.rows[-1].size:
+    if not sweep.skipped or not h.rising:
         return ()
-    return (f"the plateau reaches the largest size --bw-budget left time for ({_sizes(h.plateau_to, h.plateau_to)}; "
-            f"{_sizes(sweep.skipped[0], sweep.skipped[-1])} skipped): busbw may still rise past it, and a larger "
-            "--bw-budget measures further",)
+    skipped = sizes_text(sweep.skipped[0], sweep.skipped[-1])
+    return (f"the sweep reached {size_words(h.plateau_to)} in --bw-budget ({skipped} "
+            "skipped) while busbw still rose: a larger --bw-budget measures further",)
 
 
 def _sweep_of(result: BandwidthResult, h: Headline) -> Sweep:
@@ -218,52 +231,33 @@ def _sweep_of(result: BandwidthResult, h: Headline) -> Sweep:
 
 
 def _headline_text(h: Headline, backend: str) -> str:
-    text = (f"{h.op} busbw plateau {rate_text(h.plateau_busbw)} at {_sizes(h.plateau_from, h.plateau_to)} "
-            f"over {h.ranks} ranks ({backend})")
+    text = f"{h.op} busbw plateau over {h.ranks} ranks ({backend}): {plateau_text(h)}"
     if h.latency_from_us is not None:
         lo, hi = h.latency_sizes
-        text += f"; latency {_time_text(h.latency_from_us)} per op at {_sizes(lo, lo)}"
-        text += f", {_time_text(h.latency_to_us)} at {_sizes(hi, hi)}" if hi != lo else ""
+        text += f"; latency {time_text(h.latency_from_us)} per op at {size_words(lo)}"
+        text += f", {time_text(h.latency_to_us)} at {size_words(hi)}" if hi != lo else ""
     return text
-
-
-def _time_text(us: float) -> str:
-    return f"{us:.3g} us" if us < 1000 else f"{us / 1000:.3g} ms"
 
 
 def _figures(result: BandwidthResult) -> tuple[str, ...]:
     """The other stages' plateaus (inside a node, one rank per node), and the per-step cost of
-    a gradient all_reduce at each plateau, where --model-params asked for it."""
+    a gradient all_reduce in each stage, where --model-params asked for it."""
     lines = tuple(f"{STAGE_TITLES[h.stage]}: {_headline_text(h, result.backend)}"
                   for h in result.headlines if h.stage != "all")
-    return lines + tuple(_step_text(h, result) for h in result.headlines if h.step_s is not None)
+    return lines + tuple(step_text(h, result.nnodes, result.nproc_per_node)
+                         for h in result.headlines if h.step_s is not None)
 
 
-def _step_text(h: Headline, result: BandwidthResult) -> str:
-    where = {"all": f"across {result.nnodes} node(s)" + (f" ({h.ranks} ranks)" if result.nproc_per_node > 1 else ""),
-             "intra": f"inside a node ({h.ranks} ranks)",
-             "inter": f"across {h.ranks} nodes, one rank each"}[h.stage]
-    return (f"a {_count_text(h.model_params)}-parameter {h.grad_dtype} gradient ({h.gradient_bytes / 1e9:.3g} GB) "
-            f"all_reduce: {h.step_s:.3g} s per step {where} at {rate_text(h.plateau_busbw)}")
-
-
-def _count_text(n: int) -> str:
-    """A parameter count as models are named: 7e9, 1.5e12, 125000."""
-    return re.sub(r"e\+?0*(\d+)", r"e\1", f"{n:.3g}")
-
-
-def _sizes(lo: int, hi: int) -> str:
-    return f"{size_text(lo)}B" if lo == hi else f"{size_text(lo)}B-{size_text(hi)}B"
-
-
-def _expect_finding(result: BandwidthResult, h: Headline, expect: float, nodes: tuple[int, ...]) -> Finding:
-    summary = (f"{h.op} busbw plateau {rate_text(h.plateau_busbw)} at {_sizes(h.plateau_from, h.plateau_to)} "
-               f"over {h.ranks} ranks: {100 * h.plateau_busbw / expect:.0f}% of --expect-busbw {expect:g} GB/s")
+def _expect_finding(result: BandwidthResult, h: Headline, expect: float) -> Finding:
+    summary = (f"{h.op} busbw plateau over {h.ranks} ranks: {plateau_text(h)}; "
+               f"{100 * h.plateau_busbw / expect:.0f}% of --expect-busbw {expect:g} GB/s")
     if h.plateau_busbw >= expect:
-        return Finding(BW_BUSBW, PASS, nodes, summary)
-    return Finding(BW_BUSBW, FAIL, nodes, summary, _largest_rows(_sweep_of(result, h)) + _cut_short(result, h),
-                   "find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME in use) "
-                   "before blaming the job; lower --expect-busbw only if the hardware cannot do more")
+        return Finding(BW_BUSBW, PASS, tuple(range(result.nnodes)), summary)
+    return Finding(BW_BUSBW, FAIL, (), summary, _largest_rows(_sweep_of(result, h)) + _cut_short(result, h)
+                   + _figures(result),
+                   "a figure of the whole cluster: find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME "
+                   "in use) or the busy node (host.busy) before blaming the job; lower --expect-busbw only if the "
+                   "hardware cannot do more")
 
 
 def _line_rate_finding(result: BandwidthResult, names: _Names,
@@ -314,10 +308,12 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     median = statistics.median(best.values())
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
     if not slow:
-        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs within "
-                        f"{100 * BW_PAIR_SLOW:.0f}% of the median ({rate_text(median)})", evidence)]
+        pairs_median = statistics.median(p.busbw for p in result.pairs)
+        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs, median {rate_text(pairs_median)}; "
+                        f"every node's best pair within {100 * BW_PAIR_SLOW:.0f}% of the median node's best "
+                        f"({rate_text(median)})", evidence)]
     detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in slow)
-    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node reaches {rate_text(median)}",
+    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node's best pair reaches {rate_text(median)}",
                     evidence, "every collective runs at the slowest node's pace: check that node's "
                     "link speed and errors (ethtool -S), its cabling and switch port, and the "
                     "interface its traffic takes (nic.route); or exclude it")]
@@ -363,3 +359,26 @@ def _slow_intra(sweep: Sweep, names: _Names) -> list[Finding]:
                     tuple(f"{names.node(int(n))}: {rate_text(b)}" for n, b in sorted(sweep.node_busbw.items())),
                     "inside that node the ranks talk slowly: check GPU topology (nvidia-smi topo -m), "
                     "PCIe/NVLink state, /dev/shm size and CPU load")]
+
+
+# --- host.busy ------------------------------------------------------------------------------
+
+def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
+    """A node whose CPUs another process used while the workers ran: the likeliest cause of a
+    slow rank or a noisy figure, named before the job pays for it. None said where no node
+    looked (the phase stopped before its workers ran)."""
+    by_node: dict[int, list[BusyProcess]] = {}
+    for p in result.busy:
+        by_node.setdefault(p.node, []).append(p)
+    return [Finding(HOST_BUSY, WARN, (node,), f"{names.node(node)}: {_busy_text(procs[0])}"
+                    + (f" and {len(procs) - 1} more process(es)" if len(procs) > 1 else "")
+                    + " used its CPUs while bandwidth was measured: its figures are affected",
+                    tuple(_busy_text(p) for p in procs),
+                    "stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the node: "
+                    "every collective waits for that node's slowest rank", )
+            for node, procs in sorted(by_node.items())]
+
+
+def _busy_text(p: BusyProcess) -> str:
+    return f"pid {p.pid} ({p.user}) `{p.command}` at {p.cpu_share:.0%} of a CPU"
+

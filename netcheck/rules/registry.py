@@ -41,6 +41,7 @@ BW_WRONG = "bw.wrong"
 BW_BUSBW = "bw.busbw"
 BW_PAIR = "bw.pair"
 BW_STRAGGLER = "bw.straggler"
+HOST_BUSY = "host.busy"
 BASELINE_DRIFT = "baseline.drift"
 RUN_SKIPPED = "run.skipped"
 JOB_STORE = "job.store"
@@ -242,7 +243,8 @@ CHECKS: tuple[Check, ...] = (
     Check(ENV_FLIGHT_RECORDER, "env", (PASS, WARN),
           "a hang in this job would not be diagnosable on a node: torch's flight recorder off, no dump "
           "on a timeout, or a watchdog that cannot abort a hung collective",
-          ("flightrec.flight_recorder_findings",), "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
+          ("flightrec.flight_recorder_findings",),
+          "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
           ("test_rules_env.py", "test_env_cluster.py"),
           {FR_OFF: "TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE set to 0 (or unset where the "
                    "node's torch defaults to 0): no rank records its collectives",
@@ -285,7 +287,8 @@ CHECKS: tuple[Check, ...] = (
           ("bw.wrong_findings",), "BandwidthResult (rows' wrong counts)",
           ("test_rules_bw.py", "test_bandwidth_cluster.py")),
     Check(BW_BUSBW, "bandwidth", ALL,
-          "busbw below --expect-busbw (fail), or far below the line rate with nccl (warn)",
+          "the plateau's busbw (the large-message end, with its range) below --expect-busbw (fail, a figure "
+          "of the whole cluster: no node named), or far below the line rate with nccl (warn)",
           ("bw.busbw_findings",), "BandwidthResult (sweeps), NIC line rates",
           ("test_rules_bw.py", "test_bandwidth_cluster.py")),
     Check(BW_PAIR, "bandwidth", (PASS, FAIL),
@@ -294,6 +297,11 @@ CHECKS: tuple[Check, ...] = (
     Check(BW_STRAGGLER, "bandwidth", (PASS, WARN),
           "a rank much slower than the median at the largest size",
           ("bw.straggler_findings",), "BandwidthResult (rank times)", ("test_rules_bw.py",)),
+    Check(HOST_BUSY, "bandwidth", (WARN,),
+          "a process outside netcheck used a node's CPUs while its bandwidth workers ran (a leftover job, a "
+          "busy loop): named with its pid, user, command and share of a CPU; the figures are affected",
+          ("bw.busy_findings",), "BandwidthResult.busy (each node's processes in its network namespace)",
+          ("test_rules_bw.py", "test_bandwidth_cluster.py")),
     Check(BASELINE_DRIFT, "run", (PASS, WARN),
           "with --baseline: what changed since a known-good report",
           ("baseline.drift_findings",), "the baseline Report and this run's", ("test_rules_baseline.py",

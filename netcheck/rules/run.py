@@ -26,10 +26,15 @@ def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, th
     return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix, SKIPPED_PHASE)
 
 
+NO_PEER_LEFT_OUT = {"bandwidth": "no bandwidth between nodes was measured (a sweep on one node's ranks "
+                                  "measures memory, not the network)"}
+
+
 def no_peer_findings(phases: list[str]) -> list[Finding]:
     """Checks between nodes with no other node to check against: said, never passed."""
     return [Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was not run: no other node is in the run, "
-                    "so no path between nodes was tested", (), "run netcheck on every node of the job "
+                    f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", (),
+                    "run netcheck on every node of the job "
                     "at once (--nnodes N makes an absent node a failure)", SKIPPED_NO_PEER)
             for phase in phases]
 

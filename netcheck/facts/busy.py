@@ -1,0 +1,85 @@
+"""Processes outside netcheck using this node's CPUs while its bandwidth workers run.
+
+A leftover rank of an earlier job, a data loader or a busy loop on one node slows every
+collective, and a preflight measuring bandwidth beside it reports that node's slowness as the
+network's. Two snapshots of every process's CPU time, one before the workers start and one
+after they end, say who used the CPUs meanwhile.
+
+A node's processes are those in this process's network namespace: on a machine that is one
+node (the usual case) that is every process it can see; on a machine that hosts several
+(network-namespace test clusters, containers with their own network), the processes of this
+node alone. Processes of another user may be unreadable without root: they are left out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from netcheck.core.bwrecords import BusyProcess
+from netcheck.core.constants import BW_BUSY_SHARE, BW_BUSY_SHOWN
+
+COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    taken: float                  # time.monotonic()
+    cpu_s: dict[int, float]       # pid -> user + system CPU seconds so far
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """Every process of this node's CPU seconds so far."""
+    here = _netns(os.getpid())
+    cpu = {}
+    for proc in psutil.process_iter(["cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is not None and here is not None and _netns(proc.pid) == here:
+            cpu[proc.pid] = times.user + times.system
+    return CpuSnapshot(time.monotonic(), cpu)
+
+
+def busy_processes(node: int, before: CpuSnapshot, after: CpuSnapshot) -> tuple[BusyProcess, ...]:
+    """The processes besides netcheck's own that used at least BW_BUSY_SHARE of a CPU between
+    the snapshots, busiest first (at most BW_BUSY_SHOWN)."""
+    seconds = after.taken - before.taken
+    if seconds <= 0:
+        return ()
+    ours = _netchecks()
+    shares = {pid: (cpu - before.cpu_s.get(pid, 0.0)) / seconds for pid, cpu in after.cpu_s.items()
+              if pid not in ours}
+    busiest = sorted((pid for pid, share in shares.items() if share >= BW_BUSY_SHARE), key=lambda p: -shares[p])
+    found = (_described(node, pid, shares[pid]) for pid in busiest)
+    return tuple(p for p in found if p is not None)[:BW_BUSY_SHOWN]
+
+
+def _netns(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:   # gone, or another user's without root
+        return None
+
+
+def _netchecks() -> set[int]:
+    """netcheck's own processes: this one, its ancestors (the shell, a launcher), its workers,
+    and any other netcheck (torchrun's other ranks on this host, a demo's other nodes)."""
+    me = psutil.Process()
+    ours = {me.pid} | {p.pid for p in me.parents()} | {p.pid for p in me.children(recursive=True)}
+    for proc in psutil.process_iter(["cmdline"]):
+        if any("netcheck" in part for part in (proc.info["cmdline"] or ())[:4]):
+            ours.add(proc.pid)
+    return ours
+
+
+def _described(node: int, pid: int, share: float) -> BusyProcess | None:
+    try:
+        proc = psutil.Process(pid)
+        command = " ".join(proc.cmdline()) or f"[{proc.name()}]"
+        user = proc.username()
+    except (psutil.Error, KeyError):   # gone since; KeyError: a uid with no name
+        return None
+    command = command if len(command) <= COMMAND_CHARS else command[:COMMAND_CHARS] + "..."
+    return BusyProcess(node, pid, user, command, round(share, 3))
