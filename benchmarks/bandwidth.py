@@ -6,19 +6,22 @@ Each part on a fresh namespace cluster (gloo on CPU, one rank per node); --parts
      and averaging across ranks, run one after the other, --repeats times each.
   2. tbf: 2 nodes, node1's link shaped with tc tbf (both ways): netcheck's large-message
      busbw against the shaped rate, and iperf3's TCP throughput over the same link.
-  3. unshaped, shaped, overhead (issue 21): 3 nodes, the netcheck command against a bare
-     gloo all_reduce loop on the same cluster, one after the other, --rounds times,
-     alternating which goes first; the bare loop runs twice a round, so two runs of one
-     tool show how far runs differ here. unshaped, then every node's link shaped to 400
-     Mbit/s, with netcheck's default bandwidth flags (no size flags, --bw-budget 6):
-     3a/3b: netcheck's headline plateau (stage "all") against the bare loop's (the same
-     definition: the mean busbw of the sizes within 5% of the peak; the bare loop sweeps
-     8 B..512 MiB, 16 MiB when shaped, by 2, with 5 to 200 timed iterations bounded by
-     about 1 s), and netcheck's timed part against --bw-budget. 3c: time per op at each of
-     netcheck's sizes, the bare loop at the same sizes with netcheck's -w and each row's
-     iterations; median of the rounds each. overhead (3d): 3c with 200 iterations at 8 B..
-     16 MiB (-b 8 -e 16M -f 8 -w 20 -n 200), netcheck against the bare loop. Each
-     also gives the CPU time netcheck's node processes used while their workers ran.
+  3. unshaped, shaped, overhead (issues 21, 33): 3 nodes, the netcheck command against a bare
+     gloo all_reduce loop on the same cluster, --rounds times. unshaped, then every node's link
+     shaped to 400 Mbit/s, with netcheck's default bandwidth flags (no size flags, --bw-budget
+     6): 3a/3b: each round the bare loop sweeps 1 MiB..128 MiB (16 MiB when shaped) by 2, 5 to
+     200 timed iterations a size bounded by about 1 s, and its median busbw at 16, 32, 64 and
+     128 MiB (shaped: its four largest, 2, 4, 8 and 16 MiB) is the bare figure; netcheck runs
+     right after it, and its headline (plateau_busbw of stage "all": the median busbw of the
+     plateau's sizes) is held against the bare figure measured just before it: within 10% (5%
+     shaped) each, and the three headlines' spread (max-min over median) no wider than the
+     three bare figures'; with netcheck's timed part against --bw-budget. Then the bare loop
+     runs twice at netcheck's sizes, with its -w and each row's iterations: 3c: time per op
+     there, netcheck against the first, the second against the first (how far two runs of one
+     tool differ), median of the rounds each. overhead (3d): 3c with 200 iterations at 8 B..
+     16 MiB (-b 8 -e 16M -f 8 -w 20 -n 200), netcheck against the bare loop, alternating which
+     goes first. Each also gives the CPU time netcheck's node processes used while their
+     workers ran.
      traits (3e): the bare loop with a data group apart from the default one and a
      heartbeat thread added (as netcheck's worker has them), 200 iterations.
 
@@ -39,10 +42,10 @@ Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     2. tbf 1gbit = 0.1250 GB/s:
          32 MiB: busbw 0.1195 GB/s = 95.6% of the shaped rate
          iperf3 TCP node1 -> node0, 5 s: 0.9570 Gbit/s = 0.1196 GB/s = 95.7% of the shaped rate; ...
-    3a. unshaped: headline plateau, median of 3: netcheck 0.941 GB/s, bare loop 1.072 GB/s, ratio 0.878 (per
-        round 0.918 0.828 0.698); target within 10%: missed by 2.2 points; ...; timed part 3.65..4.45 s of --bw-budget 6
-    3b. shaped: headline plateau, median of 3: netcheck 0.047 GB/s, bare loop 0.048 GB/s, ratio 0.996 (per
-        round 0.997 0.996 0.995); 94.7% of the shaped rate; target within 5%: met; ...
+    3a. unshaped: bare figure = the bare loop's median busbw at 16 MiB, 32 MiB, 64 MiB, 128 MiB; per round
+        bare ... GB/s, netcheck ... GB/s, ratio ...
+    3a. unshaped: each headline within 10% of the bare figure just before it: ...; spread (max-min over median)
+        of the headlines ..., of the bare figures ...: ...; timed part ... s of --bw-budget 6: inside; ...
     3c. unshaped: the largest gap 1.802 at 8 B; within 10% at every size: missed at 8 B (1.802), 64 B (1.248), ...
     3c. netcheck's own processes while the workers ran: 0.6% of one core for the 3 node processes together ...
     3d. unshaped, 200 iterations: the largest gap 1.166 at 256 KiB; within 10% at every size: missed at 8 B (1.145), ...
@@ -65,8 +68,8 @@ import psutil
 from _common import PORT, PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
 
 from netcheck.core import codec
-from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_WARMUP, BW_PLATEAU_BAND
+from netcheck.core.bwrecords import BandwidthResult, Row, plateau_rows, spread_of
+from netcheck.core.constants import BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_WARMUP
 
 DRIVER = str(REPO / "tests" / "test_bandwidth_cluster.py")
 CAP = 120.0
@@ -204,7 +207,11 @@ def shaped(rate: str, gbit: float, sizes: list[str]) -> None:
 NODES = 3
 SHAPED_RATE, SHAPED_GBS = "400mbit", 0.05
 BARE_PORT = 29600
-BARE_TOP = {"unshaped": 512 * MIB, "shaped": 16 * MIB}   # shaped: flat from 256 KiB; 512 MiB would take 14 s an op
+# 3a/3b's bare figure: the median busbw of the bare loop's sweep at these sizes (issue 33's
+# acceptance test: 16-128 MiB); shaped, the loop's four largest (it is flat from 256 KiB there,
+# and 512 MiB would take 14 s an op). The sweep runs from BARE_FROM to the largest of them by 2.
+BARE_SIZES = {"unshaped": (16 * MIB, 32 * MIB, 64 * MIB, 128 * MIB), "shaped": (2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB)}
+BARE_FROM = MIB
 BARE_SECONDS = 1.0     # the bare plateau sweep's timed iterations per size, about (5 to 200 of them)
 TARGET = {"unshaped": 0.10, "shaped": 0.05}
 PER_SIZE_TARGET = 0.10
@@ -213,8 +220,8 @@ OVERHEAD_FLAGS = ["-b", "8", "-e", "16M", "-f", "8", "-w", "20", "-n", "200", "-
                   "--timeout", "150"]
 # The bare loop netcheck is held against, on the same cluster: first the given sizes with
 # the given warm-up and iterations (netcheck's, for the time per op side by side), then,
-# when asked, its own sweep from 8 B up to a top size by 2, each size's iterations bounded
-# by time, for the plateau. Timing as netcheck's worker does it: warm up, line up on a
+# when asked, its own sweep from a bottom size up to a top size by 2, each size's iterations
+# bounded by time, for the plateau. Timing as netcheck's worker does it: warm up, line up on a
 # barrier, time each iteration with perf_counter, average per rank, then across ranks.
 BARE = """
 import datetime, json, statistics, sys, time, torch, torch.distributed as dist
@@ -244,7 +251,7 @@ def emit(kind, size, iters, seconds):
 
 for size, iters in plan["fixed"]:
     emit("fixed", size, iters, timed(torch.zeros(size // 4), plan["warmup"], iters))
-size = 8
+size = plan.get("bottom", 8)
 while size <= plan["top"]:
     t = torch.zeros(size // 4)
     began = time.perf_counter()
@@ -277,11 +284,12 @@ class Cpu:
 
 @dataclass
 class Round:
-    """netcheck's run and the bare loop's two, one after the other on the same cluster."""
+    """netcheck's run and the bare loop's, one after the other on the same cluster."""
 
     netcheck_first: bool
     busy: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # run -> busy_while's CPU %
     bandwidth: dict = field(default_factory=dict)   # netcheck's JSON report's "bandwidth"
+    findings: list[dict] = field(default_factory=list)   # ... and its "findings"
     phase_s: float = 0.0                            # the report's timings["bandwidth"]
     cpu: Cpu = field(default_factory=Cpu)
     fixed: dict[int, float] = field(default_factory=dict)     # bare: size -> time per op, us
@@ -295,9 +303,23 @@ class Round:
         return next(h for h in self.bandwidth["headlines"] if h["stage"] == "all")
 
     def bare_at_our_sizes(self) -> tuple[float, int, int]:
-        """The bare loop's plateau over netcheck's sizes alone (its first run of them)."""
+        """The bare loop's plateau over netcheck's sizes alone (its first run of them), by
+        netcheck's definition."""
         factor = 2 * (NODES - 1) / NODES
         return plateau([(size, size / t * 1e6 / 1e9 * factor) for size, t in sorted(self.fixed.items())])
+
+    def bare_figure(self, sizes: tuple[int, ...]) -> float:
+        """3a/3b's bare figure: the median busbw of the bare loop's sweep at `sizes`."""
+        found = dict(self.swept)
+        missing = [size_text(s) for s in sizes if s not in found]
+        if missing:
+            raise RuntimeError(f"the bare loop's sweep lacks {', '.join(missing)}: {sorted(found)}")
+        return statistics.median(found[s] for s in sizes)
+
+    def plateau_sizes(self) -> list[int]:
+        """The sizes of netcheck's headline plateau (stage "all")."""
+        h = self.headline()
+        return [row["size"] for row in self.rows() if h["plateau_from"] <= row["size"] <= h["plateau_to"]]
 
     def timed_part(self, warmup: int, pair_runs: int) -> tuple[float, float]:
         """Collective seconds, as --bw-budget counts them: the sweep's warm-up and timed
@@ -308,11 +330,10 @@ class Round:
 
 
 def plateau(rows: list[tuple[int, float]]) -> tuple[float, int, int]:
-    """netcheck's definition: the mean busbw of the sizes within BW_PLATEAU_BAND of the peak,
-    and those sizes' range."""
-    peak = max(b for _, b in rows)
-    top = [(s, b) for s, b in rows if b >= (1 - BW_PLATEAU_BAND) * peak]
-    return statistics.fmean(b for _, b in top), top[0][0], top[-1][0]
+    """netcheck's headline definition (bwrecords.plateau_rows): the median busbw of the
+    largest sizes and the smaller ones next to them within the band; those sizes' range."""
+    top = plateau_rows(tuple(Row(size, size // 4, "float32", "sum", 0.0, 0.0, busbw, None) for size, busbw in rows))
+    return statistics.median(r.busbw for r in top), top[0].size, top[-1].size
 
 
 def size_text(size: int) -> str:
@@ -412,6 +433,7 @@ def rounds_on(c: Cluster, rounds: int, flags: list[str], warmup: int, top: int) 
             def ours() -> None:
                 report, r.busy["netcheck"] = busy_while(lambda: netcheck_cli(c, Path(folder), flags, r.cpu))
                 r.bandwidth, r.phase_s = report["bandwidth"], report["timings"].get("bandwidth", 0.0)
+                r.findings = report.get("findings", [])
 
             def bare(name: str, sweep_to: int) -> None:
                 latest = r if r.bandwidth else done[-1]
@@ -429,25 +451,63 @@ def rounds_on(c: Cluster, rounds: int, flags: list[str], warmup: int, top: int) 
     return done
 
 
+def bare_then_netcheck(c: Cluster, rounds: int, top: int) -> list[Round]:
+    """3a/3b: `rounds` rounds of the bare loop's sweep (BARE_FROM up to `top`) right before
+    netcheck with its default flags, so each netcheck run has the bare figure measured just
+    before it on the same cluster; then the bare loop twice at netcheck's sizes with its
+    warm-up and each row's iterations (3c's time per op, and how far two runs of it differ)."""
+    done: list[Round] = []
+    with tempfile.TemporaryDirectory(prefix="bench-bw-") as folder:
+        for _ in range(rounds):
+            r = Round(netcheck_first=False)
+            plan = {"fixed": [], "warmup": BW_DEFAULT_WARMUP, "bottom": BARE_FROM, "top": top, "seconds": BARE_SECONDS}
+            lines, r.busy["bare sweep"] = busy_while(lambda: bare_run(c, plan))
+            r.swept = [(d["size"], d["busbw"]) for d in lines if d["kind"] == "plateau"]
+            report, r.busy["netcheck"] = busy_while(lambda: netcheck_cli(c, Path(folder), [], r.cpu))
+            r.bandwidth, r.phase_s = report["bandwidth"], report["timings"].get("bandwidth", 0.0)
+            r.findings = report.get("findings", [])
+            plan = {"fixed": [[row["size"], row["iters"]] for row in r.rows()], "warmup": BW_DEFAULT_WARMUP,
+                    "top": 0, "seconds": BARE_SECONDS}
+            for name in ("bare", "again"):
+                lines, r.busy[name] = busy_while(lambda: bare_run(c, plan))
+                setattr(r, "fixed" if name == "bare" else "again",
+                        {d["size"]: d["time_us"] for d in lines if d["kind"] == "fixed"})
+            done.append(r)
+    return done
+
+
 def busy_text(r: Round) -> str:
     return ", ".join(f"{run} {b:.0f}/{d:.0f}/{o:.0f}%" for run, (b, d, o) in r.busy.items())
 
 
-def print_round(k: int, r: Round) -> None:
+def findings_text(r: Round) -> str:
+    """netcheck's bandwidth findings that are not a pass (bw.*, host.busy), and how many busy
+    processes its report lists."""
+    shown = [f"{f['check']} {f['severity']}: {f['summary'][:240]}" for f in r.findings
+             if (f["check"].startswith("bw.") or f["check"] == "host.busy") and f["severity"] != "pass"]
+    return (f"{len(r.bandwidth.get('busy', []))} busy processes listed; "
+            + ("; ".join(shown) if shown else "no bw.*/host.busy warning or failure"))
+
+
+def print_round(k: int, r: Round, sizes: tuple[int, ...]) -> None:
     h = r.headline()
-    bare, lo, hi = plateau(r.swept)
+    bare = r.bare_figure(sizes)
+    swept = dict(r.swept)
+    mine = r.plateau_sizes()
     sweep_s, pairs_s = r.timed_part(BW_DEFAULT_WARMUP, BW_DEFAULT_WARMUP + BW_DEFAULT_ITERS)
-    print(f"  round {k + 1} ({'netcheck' if r.netcheck_first else 'bare loop'} first; CPU busy before/during/"
-          f"others' during: {busy_text(r)}): netcheck plateau {h['plateau_busbw']:.3f} GB/s "
-          f"({size_text(h['plateau_from'])}..{size_text(h['plateau_to'])}, {len(r.rows())} sizes up to "
-          f"{size_text(r.rows()[-1]['size'])}), bare loop {bare:.3f} GB/s ({size_text(lo)}..{size_text(hi)}), "
-          f"ratio {h['plateau_busbw'] / bare:.3f}; the bare loop over netcheck's sizes alone "
-          f"{r.bare_at_our_sizes()[0]:.3f} GB/s; netcheck's timed part {sweep_s + pairs_s:.2f} s (sweep "
-          f"{sweep_s:.2f} + pairs {pairs_s:.2f}) of --bw-budget {BW_DEFAULT_BUDGET:g}, phase wall {r.phase_s:.1f} s; "
-          f"{r.cpu.text()}", flush=True)
+    print(f"  round {k + 1} (CPU busy before/during/others' during: {busy_text(r)}): bare loop "
+          f"{bare:.3f} GB/s (median of {' '.join(f'{size_text(s)} {swept[s]:.3f}' for s in sizes)}), "
+          f"then netcheck headline {h['plateau_busbw']:.3f} GB/s (range {h['plateau_low']:.3f}-"
+          f"{h['plateau_high']:.3f}; {len(mine)} sizes {', '.join(size_text(s) for s in mine)}; spread "
+          f"{h['spread']:.3f}, noisy {h['noisy']}, rising {h['rising']}; {len(r.rows())} sizes up to "
+          f"{size_text(r.rows()[-1]['size'])}), ratio {h['plateau_busbw'] / bare:.3f}; the bare loop over "
+          f"netcheck's sizes alone {r.bare_at_our_sizes()[0]:.3f} GB/s; netcheck's timed part "
+          f"{sweep_s + pairs_s:.2f} s (sweep {sweep_s:.2f} + pairs {pairs_s:.2f}) of --bw-budget "
+          f"{BW_DEFAULT_BUDGET:g}, phase wall {r.phase_s:.1f} s; {r.cpu.text()}", flush=True)
     print("    busbw GB/s from 1 MiB: netcheck " + " ".join(
         f"{size_text(row['size'])} {row['busbw']:.3f}" for row in r.rows() if row["size"] >= MIB)
         + "; bare loop " + " ".join(f"{size_text(size)} {b:.3f}" for size, b in r.swept if size >= MIB), flush=True)
+    print(f"    netcheck's findings: {findings_text(r)}", flush=True)
 
 
 def within(ratio: float, target: float) -> str:
@@ -496,30 +556,40 @@ def cpu_summary(part: str, done: list[Round]) -> None:
 
 
 def against_bare_loop(name: str, label: str, rounds: int) -> None:
-    """3a/3b: netcheck's default headline plateau against the bare loop's; 3c: time per op
-    at netcheck's sizes, median of the rounds each."""
-    print(f"3. {name}: 3 nodes, {label}; netcheck's default bandwidth flags, {rounds} rounds", flush=True)
+    """3a/3b: each round the bare loop's median busbw at BARE_SIZES, then netcheck's default
+    headline plateau right after it; each headline against the bare figure just before it,
+    and the spread of the headlines against that of the bare figures. 3c: time per op at
+    netcheck's sizes, median of the rounds each."""
+    sizes = BARE_SIZES[name]
+    print(f"3. {name}: 3 nodes, {label}; netcheck's default bandwidth flags, {rounds} rounds, each the bare loop "
+          f"({size_text(BARE_FROM)}..{size_text(max(sizes))}) just before netcheck", flush=True)
     with Cluster([NodeSpec() for _ in range(NODES)]) as c:
         if name == "shaped":
             for i in range(NODES):
                 c.shape(i, SHAPED_RATE)
-        done = rounds_on(c, rounds, [], BW_DEFAULT_WARMUP, BARE_TOP[name])
+        done = bare_then_netcheck(c, rounds, max(sizes))
     for k, r in enumerate(done):
-        print_round(k, r)
-    part = "3a" if name == "unshaped" else "3b"
+        print_round(k, r, sizes)
+    part, target = ("3a" if name == "unshaped" else "3b"), TARGET[name]
     ours = [r.headline()["plateau_busbw"] for r in done]
-    bare = [plateau(r.swept)[0] for r in done]
-    ratio = statistics.median(ours) / statistics.median(bare)
+    bare = [r.bare_figure(sizes) for r in done]
+    ratios = [o / b for o, b in zip(ours, bare)]
+    missed = [f"round {k + 1} ({within(q, target)})" for k, q in enumerate(ratios) if abs(q - 1) > target]
     at_ours = statistics.median(r.bare_at_our_sizes()[0] for r in done)
     timed = [sum(r.timed_part(BW_DEFAULT_WARMUP, BW_DEFAULT_WARMUP + BW_DEFAULT_ITERS)) for r in done]
     shaped = f"; {100 * statistics.median(ours) / SHAPED_GBS:.1f}% of the shaped rate" if name == "shaped" else ""
-    print(f"{part}. {name}: headline plateau, median of {rounds}: netcheck {statistics.median(ours):.3f} GB/s, bare "
-          f"loop {statistics.median(bare):.3f} GB/s, ratio {ratio:.3f} (per round "
-          f"{' '.join(f'{o / b:.3f}' for o, b in zip(ours, bare))}){shaped}; target within "
-          f"{100 * TARGET[name]:.0f}%: {within(ratio, TARGET[name])}; the bare loop over netcheck's sizes alone "
-          f"{at_ours:.3f} GB/s (netcheck / that {statistics.median(ours) / at_ours:.3f}); timed part "
-          f"{min(timed):.2f}..{max(timed):.2f} s "
-          f"of --bw-budget {BW_DEFAULT_BUDGET:g}", flush=True)
+    ours_spread, bare_spread = spread_of(ours), spread_of(bare)
+    print(f"{part}. {name}: bare figure = the bare loop's median busbw at {', '.join(size_text(s) for s in sizes)}; "
+          f"per round bare {' '.join(f'{b:.3f}' for b in bare)} GB/s, netcheck {' '.join(f'{o:.3f}' for o in ours)} "
+          f"GB/s, ratio {' '.join(f'{q:.3f}' for q in ratios)}{shaped}", flush=True)
+    print(f"{part}. {name}: each headline within {100 * target:.0f}% of the bare figure just before it: "
+          + ("met" if not missed else "missed in " + ", ".join(missed))
+          + f"; spread (max-min over median) of the headlines {ours_spread:.3f}, of the bare figures "
+          f"{bare_spread:.3f}: " + ("met" if ours_spread <= bare_spread else "missed")
+          + f"; timed part {min(timed):.2f}..{max(timed):.2f} s of --bw-budget {BW_DEFAULT_BUDGET:g}: "
+          + ("inside" if max(timed) <= BW_DEFAULT_BUDGET else "over")
+          + f"; the bare loop over netcheck's sizes alone (netcheck's definition), median {at_ours:.3f} GB/s",
+          flush=True)
     per_size("3c", name, done, BW_DEFAULT_WARMUP)
     cpu_summary("3c", done)
 

@@ -221,6 +221,8 @@ def run_and_render(config: Config) -> int:
     emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
     if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
         plot.write_plot(rep.bandwidth, paths[3])
+        if not quiet:
+            say(f"the bandwidth plot is in {paths[3]}")
     outcome.report_out()
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"

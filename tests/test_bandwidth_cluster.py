@@ -25,7 +25,7 @@ import nodes
 from nodes import scaled
 from netcheck.core import codec
 from netcheck.rules.bw import bandwidth_findings
-from netcheck.core.bwrecords import BandwidthResult
+from netcheck.core.bwrecords import BandwidthResult, bucket_cost
 from netcheck.bandwidth.sweep import add_arguments, options_from_args
 
 pytestmark = pytest.mark.root_required
@@ -229,10 +229,12 @@ if __name__ == "__main__":
 
 
 def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
-    """The whole command, bandwidth included: 2 nodes x 2 processes, -c on."""
+    """The whole command, bandwidth included: 2 nodes x 2 processes, -c on; a training step's
+    cost and the speed-up in the default text and the JSON, agreeing with the formulas."""
     def args(i: int) -> list[str]:
         return ["--rdzv", "node0:29500", "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "2",
-                "--timeout", str(scaled(60)), "--bw-budget", "4", "-c", "1", "--plot", str(tmp_path / "bw-{rank}.png")]
+                "--timeout", str(scaled(60)), "--bw-budget", "4", "-c", "1", "--plot", str(tmp_path / "bw-{rank}.png"),
+                "--model-params", "1e8", "--step-time", "2"]
 
     with cluster([NodeSpec(), NodeSpec()]) as c:
         runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(2)], 90)
@@ -246,6 +248,18 @@ def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
     assert all(row["wrong"] == 0 for s in bw["sweeps"] for row in s["rows"])
     assert "Avg bus bandwidth" in runs[0].stdout and runs[0].findings("bw.wrong", "pass")
     assert (tmp_path / "bw-0.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"the bandwidth plot is in {tmp_path / 'bw-0.png'}" in runs[0].stderr
+    (head,) = [h for h in bw["headlines"] if h["stage"] == "all"]
+    sweep = codec.from_plain(BandwidthResult, bw).sweeps[0]
+    step = bucket_cost(2 * 10 ** 8, 25 << 20, sweep.rows, 4)
+    assert (head["gradient_bytes"], head["bucket_bytes"]) == (2 * 10 ** 8, 25 << 20)
+    assert head["step_s"] == pytest.approx(step, rel=1e-4)
+    assert (head["speedup_low"], head["speedup_high"]) == pytest.approx((2 * 2 / (2 + step), 2 * 2 / max(2, step)),
+                                                                      abs=1e-3)
+    line, *others = [ln for ln in runs[0].stdout.splitlines() if ln.startswith("# Per step")]   # all ranks' first
+    assert len(others) == 2, "inside a node and across nodes too"
+    assert "a 1e8-parameter bfloat16 gradient (0.2 GB) in 25 MiB buckets: " in line
+    assert "with a 2 s step on one node, 2 nodes would train" in line
 
 
 def test_a_busy_loop_on_one_node_is_named_by_the_hosts_report_and_marks_the_figures(cluster, tmp_path):

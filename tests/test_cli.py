@@ -97,6 +97,13 @@ def assert_one_usage_line(err: str, out: str, message: str | None = None) -> Non
     (["--rdzv", "node0", "--bw-budget", "nan"], "--bw-budget nan: must be more than 0 seconds, and finite"),
     (["--rdzv", "node0", "--bw-budget", "0.001"], "--bw-budget 0.001: 0.1 to 3600 seconds"),
     (["--rdzv", "node0", "--bw-budget", "86400"], "--bw-budget 86400: 0.1 to 3600 seconds"),
+    # --model-params' companions: a bucket DDP could use, a step that takes time, and only with a model.
+    (["--rdzv", "node0", "--model-params", "7e9", "--bucket-mb", "0"], "--bucket-mb 0: a bucket of more than 0 MiB, "
+     "as DDP's bucket_cap_mb (25 by default)"),
+    (["--rdzv", "node0", "--model-params", "7e9", "--step-time", "nan"], "--step-time nan: a training step's seconds, "
+     "more than 0"),
+    (["--rdzv", "node0", "--step-time", "2"], "--step-time needs --model-params: the "
+     "speed-up weighs the step against its gradient's all_reduce"),
 ])
 def test_a_bad_command_line_exits_64_with_one_line(argv, message, clean_env, capsys):
     assert cli.main(argv) == EXIT_USAGE == 64

@@ -195,6 +195,7 @@ def test_busbw_far_below_the_line_rate_warns_against_the_slowest_nic():
     line = {0: 100.0, 1: 25.0, 2: None}  # 25 Gb/s = 3.125 GB/s; 0.5 GB/s is 16% of it
     (busbw,) = by_check(findings_of(result(busbw=0.5), line), registry.BW_BUSBW)
     assert busbw.severity == "warn" and "16% of the slowest NIC's line rate (node1: 25 Gb/s" in busbw.summary
+    assert busbw.nodes == (), "a figure of the whole cluster: no node is excluded for it"
     (ok,) = by_check(findings_of(result(busbw=3.0), line), registry.BW_BUSBW)
     assert ok.severity == "pass" and "96% of the slowest NIC's line rate" in ok.evidence[0]
 
@@ -326,7 +327,7 @@ def test_a_noisy_plateau_with_no_busy_process_says_none_was_seen():
     noisy = tuple(replace(r, spread=0.5) for r in rows(3, 1.0))
     (busbw,) = by_check(findings_of(result(sweeps=(Sweep("all", "all_reduce", 3, 1, noisy),))), registry.BW_BUSBW)
     assert "noisy: moved 50% while measured" in busbw.summary
-    assert busbw.summary.endswith("no other process was seen holding the CPUs")
+    assert "no busy process was seen on the nodes (host.busy)" in busbw.summary
 
 
 def test_the_pairs_median_is_the_pairs():

@@ -212,7 +212,8 @@ def _trust(h: Headline, result: BandwidthResult, names: _Names) -> str:
     cause of a noisy one."""
     busy = sorted({p.node for p in result.busy})
     if not busy:
-        return "; no other process was seen holding the CPUs" if h.noisy else ""
+        return ("; no busy process was seen on the nodes (host.busy): look for load netcheck cannot see, other "
+                "containers or VMs on the machines, traffic on a shared link") if h.noisy else ""
     return f"; measured while {', '.join(names.node(n) for n in busy)} ran other work (host.busy)"
 
 
@@ -281,7 +282,7 @@ def _line_rate_finding(result: BandwidthResult, names: _Names,
     if result.backend != "nccl":
         # gloo on CPUs is bound by the CPUs far below any NIC's rate: a number, not a warning.
         return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary + " (gloo: far below NCCL's)")
-    return Finding(BW_BUSBW, WARN, tuple(sorted(known)), summary, _largest_rows(sweep),
+    return Finding(BW_BUSBW, WARN, (), summary, _largest_rows(sweep),
                    "traffic may take a slower interface than the one rated (check NCCL_SOCKET_IFNAME "
                    "against nic.route), or the link negotiated down: compare ethtool on both ends")
 
