@@ -38,7 +38,7 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
-# Unit tests only: seconds, no root needed.
+# Unit tests only: a few minutes on 2 cores, no root needed.
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not root_required"

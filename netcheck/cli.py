@@ -16,6 +16,8 @@ from typing import Sequence
 from netcheck import __version__
 from netcheck.bandwidth import plot, sweep
 from netcheck.core import stop
+from netcheck.core.budget import timeout_help
+from netcheck.core.deadline import Deadline
 from netcheck.config import (
     NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, load_report, parse_endpoint, select_phases,
 )
@@ -24,9 +26,9 @@ from netcheck.core.constants import (
     INSPECT_TIMEOUT,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
-from netcheck.core.model import REACH_OUTCOMES
+from netcheck.core.model import REACH_OUTCOMES, is_torchrun_worker
 from netcheck.facts.launcher import (
-    LaunchError, default_run_id, detect_launch, int_var, is_torchrun_worker, parse_nnodes, rdzv_from_env,
+    LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env,
 )
 from netcheck.facts.local import usable_gpus
 from netcheck.render import export, text as report
@@ -71,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "are reported, never mixed in (default: $SLURM_JOB_ID, else $TORCHELASTIC_RUN_ID, "
                    "else 'netcheck')")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
-                   help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); the host "
-                   "waits for joiners for half of it")
+                   help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); {timeout_help()}")
     p.add_argument("--join-window", type=float, default=DEFAULT_JOIN_WINDOW, metavar="S",
                    help="without a fixed node count: the host closes the rendezvous once no "
                    f"node has joined for this long (default {DEFAULT_JOIN_WINDOW:g})")
@@ -299,11 +300,14 @@ def run_inspect(argv: list[str]) -> int:
     p.add_argument("--world-size", type=int, metavar="N", help="init_process_group's world size, to name "
                    "the missing ranks of a static rendezvous (default: $WORLD_SIZE)")
     p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
-                   help=f"bounds the look at the store, seconds (default {INSPECT_TIMEOUT:g}); "
-                   "torch's import comes on top")
+                   help=f"bounds the whole look, seconds (default {INSPECT_TIMEOUT:g}): torch's import, the store, "
+                   "the ranks' debug servers and the dumps")
     p.add_argument("--traces", metavar="DIR", help="a folder of the job's flight-recorder dumps (pickle or "
                    "JSON, one per rank, the rank in the file's name): who is behind, out of step, or silent; "
                    "read without torch and without running anything in them")
+    p.add_argument("--prefix", metavar="PREFIX", help="--traces: the dumps' file names before the rank, as torch's "
+                   "analyzer takes -p (default: the prefix most files ending in a number share); other files "
+                   "are counted, not read")
     p.add_argument("--preflight", metavar="REPORT.json", help="the job's preflight report (netcheck --json), "
                    "to name each rank of --traces by its host")
     p.add_argument("--json", metavar="PATH|-")
@@ -327,14 +331,14 @@ def run_inspect(argv: list[str]) -> int:
     from netcheck.phases.inspect import inspect_job
     from netcheck.phases.traces import inspect_live, inspect_traces
 
-    rep = None
+    rep, deadline = None, Deadline(args.timeout)   # one look, one --timeout: store, live view and dumps
     if rdzv:
         endpoint = parse_endpoint(rdzv)
-        rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, args.timeout, env)
-        rep = inspect_live(rep, endpoint, args.timeout) if not args.traces else rep
+        rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, deadline, env)
+        rep = inspect_live(rep, endpoint, deadline) if not args.traces else rep
     if args.traces:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
-        rep = inspect_traces(args.traces, world, args.timeout, rep, hosts)
+        rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
     emit(rep, args.json, False, True, prom_path=args.prom)
     return EXIT_BY_VERDICT[rep.verdict]
 

@@ -163,8 +163,8 @@ def listening_ports(pid: int) -> list[int]:
 
 # --------------------------------------------------------------------------------------
 # The registry against the suite: every check id netcheck declares is emitted somewhere in
-# the suite, with only the severities and kinds the registry gives it. Judged once the whole
-# suite has passed (a subset, -k or -m proves nothing about the rest).
+# the suite, with only the kinds the registry gives it and the severities it gives them. Judged
+# once the whole suite has passed (a subset, -k or -m proves nothing about the rest).
 
 
 def start_recording_checks(config) -> None:
@@ -198,7 +198,9 @@ def judge_registry(session, seen: set[tuple[str, str, str]]) -> None:
         entry = BY_ID.get(check)
         if entry is None:
             problems.append(f"{check}: emitted, not in the registry")
-        elif severity not in entry.severities or kind and kind not in entry.kinds:
+        elif kind and kind not in entry.kinds:
+            problems.append(f"{check} kind {kind!r}: not declared in the registry")
+        elif severity not in (entry.kinds[kind].severities if kind else entry.severities):
             problems.append(f"{check} {severity} {kind!r}: not declared in the registry")
     if problems:
         session.config.get_terminal_writer().line(

@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import SweepOptions
+from netcheck.core.budget import MIN_TIMEOUT
 from netcheck.config import RDZV_REQUIRED, Config, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import DEFAULT_PORT, PHASES
@@ -205,8 +206,8 @@ def with_sweep(**changes) -> Config:
 def test_the_bandwidth_numbers_take_what_a_run_can_mean():
     assert check_config(with_sweep(expect_busbw=1800.0, budget_s=0.1)).sweep.expect_busbw == 1800.0
     assert check_config(with_sweep(budget_s=3600.0)).sweep.budget_s == 3600.0
-    # A budget past --timeout is the bandwidth phase's to skip and say so: the default outlasts --timeout 3.
-    assert check_config(dataclasses.replace(GOOD, timeout=3.0)).sweep.budget_s == 6.0
+    # A budget past --timeout is the bandwidth phase's to skip and say so: the default outlasts the least --timeout.
+    assert check_config(dataclasses.replace(GOOD, timeout=MIN_TIMEOUT)).sweep.budget_s == 6.0
 
 
 def with_launch(**changes) -> Config:

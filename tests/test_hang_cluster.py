@@ -139,8 +139,8 @@ def test_live_a_rank_that_never_issues_is_named_with_its_stack_and_a_stopped_one
 def _until(c, found, limit: float = scaled(90)) -> dict:
     start, report = time.monotonic(), None
     while time.monotonic() - start < limit:
-        done = c.run(0, [sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"node0:{LIVE_PORT}", "--json", "-"],
-                     timeout=scaled(60))
+        done = c.run(0, [sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"node0:{LIVE_PORT}", "--json", "-",
+                         "--timeout", str(scaled(30))], timeout=scaled(60))
         assert "Traceback" not in done.stderr, done.stderr
         report = parse_report(done.stdout)
         if found(report):

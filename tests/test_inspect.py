@@ -29,9 +29,11 @@ REPO = Path(__file__).parents[1]
 
 
 def inspect(port: int, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    # torch's import is inside --timeout: a loaded machine's needs more than the default leaves.
     done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"127.0.0.1:{port}",
-                           "--json", "-", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=scaled(60), env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{free_port()}"})
+                           "--json", "-", "--timeout", str(scaled(30)), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=scaled(60),
+                          env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{free_port()}"})
     assert "Traceback" not in done.stderr and "[c10d]" not in done.stderr, done.stderr
     return parse_report(done.stdout), done
 

@@ -67,7 +67,7 @@ def start_job(c, node: int, script, tmp_path):
 
 def inspect(c, node: int, *args: str) -> dict:
     done = c.run(node, [sys.executable, "-m", "netcheck", "inspect", "--rdzv", f"node0:{PORT}", "--json", "-",
-                        *args], timeout=scaled(60))
+                        "--timeout", str(scaled(30)), *args], timeout=scaled(60))
     assert "Traceback" not in done.stderr, done.stderr
     return parse_report(done.stdout)
 

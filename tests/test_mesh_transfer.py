@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from netcheck.cluster import mesh
-from netcheck.cluster.mesh import Attempt, Transfer, Trial
 from netcheck.cluster.store import Exchange
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_MAX_CANDIDATES, MESH_TRANSFER_TIMEOUT
 from netcheck.core.deadline import Deadline
+from netcheck.core.meshrecords import Attempt, FlaggedPaths, Transfer, Trial, passed_frame
 from netcheck.core.nictable import NicTable
 from netcheck.phases.mesh import OFFER, _unheard, _usable
 from netcheck.rules import nic as nic_rules
@@ -38,7 +38,7 @@ SHORT_PORT = Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "echoed")))
 def test_a_transfer_is_classified_by_what_came_back(trials, outcome, passed):
     transfer = Transfer(9000, 9000, trials)
     assert mesh.transfer_outcome(transfer) == outcome
-    assert mesh.passed_frame(transfer) == passed
+    assert passed_frame(transfer) == passed
 
 
 def test_the_detail_says_the_size_lost_and_the_size_that_passed():
@@ -81,7 +81,7 @@ def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
 def test_a_healthy_jumbo_mesh_passes_and_says_it_carried_full_frames():
     (connect,) = nic_rules.mesh_findings(NAMES, three_nodes(short=None))
     assert connect.severity == "pass" and "echo full-size frames (up to 9000 bytes)" in connect.summary
-    assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == nic_rules.FlaggedPaths()
+    assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == FlaggedPaths()
 
 
 def test_flagged_paths_put_blackholes_first_and_a_blackholed_interface_stays_proven():

@@ -34,7 +34,8 @@ from netcheck.cli import build_parser, config_from_args
 from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.facts.envinfo import gather_env
-from netcheck.facts.hashing import hash_path, human_bytes
+from netcheck.core.envfacts import human_bytes
+from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
 from netcheck.phases.assemble import local_only
 from netcheck.bandwidth.sweep import UNITS, parse_size

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from faults import finish_each, lost_in, nodes, ranked_args, signal_and_finish
-from netcheck.phases.state import JOIN_SHARE
+from netcheck.core.budget import JOIN_SHARE
 from nodes import GRACE, PORT, explain, finish, scaled, start
 
 pytestmark = pytest.mark.root_required

@@ -81,7 +81,7 @@ def test_joiner_reach_outcomes_without_a_host(cluster, tmp_path):
     """refused (REJECT), dns, unreachable and nothing-listening, each its own verdict."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.reject_inbound(0, PORT)
-        args = ["--node-rank", "1", "--nnodes", "2", "--timeout", str(scaled(6))]
+        args = ["--node-rank", "1", "--nnodes", "2", "--timeout", str(scaled(6)), "--only", "rendezvous"]
         runs = [
             start(c, 1, RDZV + args, tmp_path),                               # REJECT -> refused
             start(c, 2, ["--rdzv", "nosuchnode.invalid:29500"] + args, tmp_path),
@@ -209,10 +209,10 @@ def test_without_ranks_the_node_named_by_the_endpoint_hosts_also_with_its_hostna
 
 @pytest.mark.compat
 def test_a_host_nobody_joins_fails(cluster, tmp_path):
-    """Nobody else comes: with --nnodes the missing rank is named, also when --timeout is
-    shorter than the host's own start-up; without it, 'no other node joined'. Never a pass."""
+    """Nobody else comes: with --nnodes the missing rank is named, also at the least --timeout
+    the rendezvous alone takes; without it, 'no other node joined'. Never a pass."""
     with cluster([NodeSpec(), NodeSpec()]) as c:
-        runs = finish_all([start(c, 0, ranked(0, 2, timeout=scaled(3)), tmp_path),
+        runs = finish_all([start(c, 0, ranked(0, 2, timeout=scaled(8)) + ["--only", "rendezvous"], tmp_path),
                            start(c, 1, RDZV[:1] + [f"node1:{PORT}", "--join-window", "1", "--timeout", str(scaled(8))],
                                  tmp_path)], scaled(8) + GRACE + 5)
     assert [r.rc for r in runs] == [2, 2], explain(runs)

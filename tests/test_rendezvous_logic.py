@@ -21,10 +21,10 @@ from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core import codec
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, NEWEST_FIRST
+from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone
 from netcheck.phases.rendezvous import ALIVE
-from netcheck.rules.nic import FlaggedPaths
 from netcheck.rules.rdzv import hosts_message_refused
 from netcheck.core.compat import import_distributed
 from nodes import scaled

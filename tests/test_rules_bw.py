@@ -12,9 +12,9 @@ from netcheck.bandwidth.sweep import COLLECTIVES, make_row
 from netcheck.core.bwrecords import (
     BandwidthResult, BusyProcess, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline,
 )
+from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.rules import registry
 from netcheck.rules.bw import bandwidth_findings, flagged_skip
-from netcheck.rules.nic import FlaggedPaths
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]

@@ -82,6 +82,8 @@ def test_a_loopback_endpoint_on_a_multi_node_launch_fails_the_joiner(address):
     (f,) = endpoint_findings(Endpoint("localhost", 29500), (address,), me, "refused")
     assert kinds([f]) == [("launch.endpoint", "fail", "loopback", (1,))]
     assert f.summary.startswith(f"localhost resolves to {address}: loopback, while 3 nodes are expected")
+    # Rank 0 on this machine with another port is the other slip that looks so: the port is named.
+    assert "give every node rank 0's port (this one was given 29500)" in f.fix
 
 
 def test_a_loopback_endpoint_warns_rank0_only_when_nodes_are_missing():

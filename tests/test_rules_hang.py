@@ -10,9 +10,10 @@ import pickle
 import pytest
 
 from netcheck.core.hangrecords import Collective, GroupTail, HangView, RankTrace
+from netcheck.facts.frformat import NotADump
 from netcheck.facts.frtrace import read_dumps
 from netcheck.rules import registry
-from netcheck.rules.hang import hang_findings
+from netcheck.rules.hang import hang_findings, unread_finding
 
 AR = "gloo:all_reduce"
 
@@ -142,6 +143,13 @@ def test_a_folder_of_nothing_readable_says_so(tmp_path):
     assert [(f.check, f.severity) for f in findings] == [(registry.JOB_HOSTILE, "fail"), (registry.JOB_HANG, "warn")]
 
 
+def test_a_traces_path_that_is_no_folder_warns(tmp_path):
+    with pytest.raises(NotADump) as refused:
+        read_dumps(str(tmp_path / "absent"))
+    f = unread_finding(str(refused.value))
+    assert (f.check, f.severity, f.kind, f.nodes) == (registry.JOB_HANG, "warn", registry.HANG_NO_DATA, ())
+
+
 @pytest.mark.parametrize("size", [17 << 20])
 def test_a_dump_over_the_size_limit_is_refused_unread(tmp_path, size):
     with open(tmp_path / "trace_rank_0", "wb") as f:
@@ -163,3 +171,21 @@ def test_a_pickle_built_to_exhaust_its_reader_is_refused_and_the_rest_still_read
     assert [t.rank for t in view.traces] == [7]
     (refused,) = view.refused
     assert refused.source == name and not refused.hostile, refused
+
+
+def test_other_files_beside_the_dumps_are_counted_once_and_never_called_hostile(tmp_path):
+    """torch writes its dumps into a folder that holds other things (/tmp by default): a log,
+    an empty marker ending in a number, a binary leftover. Before, `ready0` was a hostile dump."""
+    (tmp_path / "trace_rank_0").write_bytes(pickle.dumps(dump(5, 6), protocol=2))
+    (tmp_path / "trace_rank_1").write_bytes(pickle.dumps(dump(5, 6), protocol=2))
+    (tmp_path / "train.log").write_text("step 100 loss 1.9\n")
+    (tmp_path / "ready0").write_bytes(b"")
+    (tmp_path / "core.12345").write_bytes(b"\x7fELF\x00\x01" * 50)
+    view = read_dumps(str(tmp_path))
+    assert ([t.rank for t in view.traces], view.refused, view.prefix, view.ignored) == ([0, 1], (), "trace_rank_", 3)
+    findings = hang_findings(view)
+    assert not [f for f in findings if f.check == registry.JOB_HOSTILE]
+    (judged,) = [f for f in findings if f.check == registry.JOB_HANG]
+    assert judged.severity == "pass" and judged.evidence[-1].startswith(f"3 other file(s) in {tmp_path} not read")
+    # A prefix given picks those files alone, as torch's analyzer's -p does.
+    assert read_dumps(str(tmp_path), prefix="ready").traces == ()

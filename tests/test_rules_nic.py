@@ -7,7 +7,7 @@ from collections import Counter
 
 from netcheck.rules import nic as nic_rules
 from netcheck.cluster import mesh
-from netcheck.cluster.mesh import Attempt
+from netcheck.core.meshrecords import Attempt, Transfer, Trial
 from netcheck.core.model import Launch, Member, NodeFacts
 from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
@@ -250,7 +250,7 @@ def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so(
 
 
 def test_a_blackhole_fix_names_an_unsafe_interface_as_if():
-    lost = mesh.Transfer(9000, 9000, (mesh.Trial(9000, "lost"), mesh.Trial(1500, "echoed")))
+    lost = Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "echoed")))
     holes = tuple(Attempt(s, 2, EVIL, "198.18.0.12", "blackhole", 0.1, "eth0", "connected", lost) for s in (0, 1))
     (finding,) = nic_rules.blackhole_findings({0: "node0", 1: "node1", 2: "node2"}, holes + (ok(0, 1, "ens5"),))
     assert "on node2: ip link set dev IF mtu" in finding.fix and "touch" not in finding.fix

@@ -442,6 +442,10 @@ def test_resolve_consistency_ignores_the_host_which_does_not_probe():
 
 def test_seat_finding():
     assert rdzv_rules.seat_finding(2, 3, "node2") == Finding("rdzv.join", "pass", (2,), "joined as node rank 2 of 3")
+    assert rdzv_rules.seat_finding(2, 3, "node2", 3).summary == "joined as node rank 2 of 3"
+    # --nnodes 3 with two started: the joiner's count is the host's, not "of 2".
+    assert rdzv_rules.seat_finding(1, 2, "node1", 3).summary == (
+        "joined as node rank 1; 2 of 3 expected nodes joined (the host's report names the missing)")
     unseated = rdzv_rules.seat_finding(None, 3, "node9")
     assert (unseated.severity, unseated.nodes) == ("fail", ())
     assert unseated.summary == ("node9 was not seated: its rank was taken, or the cluster was full or had "

@@ -21,14 +21,15 @@ from netcheck.core import codec
 from netcheck.bandwidth.orchestrate import (
     Lines, NodeReport, classify, merge_faults, root_cause, worker_env,
 )
-from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, step_text, table_rows
+from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
     choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, pattern_pieces,
     plan_stages, planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
+from netcheck.core.bwtext import step_text
 from netcheck.core.bwrecords import (
-    BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup,
+    BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup, spread_of,
 )
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
 from netcheck.bandwidth.worker import Event, fill, wrong
@@ -97,7 +98,8 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
               "all_gather,alltoall", "--dtype", "half", "--backend", "gloo", "--expect-busbw", "2.5",
               "--bw-budget", "4")
     assert o == SweepOptions(1024, 1 << 20, 4, 0, 3, False, ("all_gather", "alltoall"), "float16",
-                             "gloo", 2.5, 4.0, past_maxbytes=False, iters_by_time=False, few_small_sizes=False)
+                             "gloo", 2.5, 4.0, past_maxbytes=False, iters_by_time=False, few_small_sizes=False,
+                             warmup_by_time=False)
     assert parse("--op", "all").op == tuple(COLLECTIVES)
     assert parse("--model-params", "7e9").model_params == 7_000_000_000
     assert parse("--model-params", "70B", "--grad-dtype", "fp32").grad_dtype == "float32"
@@ -152,16 +154,18 @@ class Link:
     def __init__(self, latency: float, rate: float):
         self.latency, self.rate = latency, rate
         self.ran: list[tuple[int, int]] = []     # (size, iterations)
+        self.warmups: list[int] = []
         self.skipped: list[int] = []
 
-    def measure(self, size: int, iters: int) -> Measured:
+    def measure(self, size: int, iters: int, warmup: int) -> Measured:
         seconds = self.latency + size / self.rate
         self.ran.append((size, iters))
+        self.warmups.append(warmup)
         row = Row(size, size // 4, "float32", "sum", seconds * 1e6, size / seconds / 1e9, size / seconds / 1e9, 0)
-        return Measured(row, seconds, seconds * (5 + iters))
+        return Measured(row, seconds, seconds * (warmup + iters))
 
     def sweep(self, options: SweepOptions, seconds: float, top: int = 1 << 40) -> "Link":
-        self.budget = Budget(seconds, 1e9, options.warmup_iters)
+        self.budget = Budget(seconds, 1e9)
         run_sizes(options, 4, top, self.budget, self.measure, self.skipped.append)
         return self
 
@@ -170,6 +174,20 @@ class Link:
 
 
 EXPLICIT = SweepOptions(past_maxbytes=False, iters_by_time=False, few_small_sizes=False)
+
+
+def test_without_w_a_long_size_warms_up_less_and_with_w_every_size_takes_it():
+    """128 MiB at 0.45 s an iteration: five warm-ups were 2.3 s of a 6 s budget, the plateau's
+    last size; one sets its buffers up as well."""
+    link = Link(1e-3, 0.3e9).sweep(SweepOptions(), 60.0)
+    assert link.warmups[0] == 5 and link.warmups[-1] == 1 and link.sizes()[-1] >= 128 << 20
+    assert set(Link(1e-3, 0.3e9).sweep(SweepOptions(warmup_by_time=False), 60.0).warmups) == {5}
+
+
+def test_the_spread_is_the_interquartile_range_past_three_values_so_one_slow_batch_moves_it_not():
+    assert spread_of([1.0, 1.0, 1.0, 1.0, 9.0]) == 0.0
+    assert spread_of([0.9, 1.0, 1.1]) == pytest.approx(0.2)
+    assert spread_of([0.8, 0.9, 1.0, 1.1, 1.2]) == pytest.approx(0.2)
 
 
 def test_a_fast_link_runs_every_size():

@@ -25,13 +25,14 @@ from hypothesis import strategies as st
 
 from netcheck.bandwidth.orchestrate import NodeReport
 from netcheck.bandwidth.worker import Event
-from netcheck.cluster.mesh import Attempt, Candidate, MeshResults, Offer, Transfer, Trial
+from netcheck.cluster.mesh import Candidate, MeshResults, Offer
 from netcheck.cluster.rendezvous import Hello, Roster, RosterEntry
 from netcheck.core import codec, fields
 from netcheck.core.bwrecords import Fault, InFlight, Pair, RankTime, Row, Sweep, SweepOptions
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
 from netcheck.core.envfacts import EnvFacts
+from netcheck.core.meshrecords import Attempt, Transfer, Trial
 from netcheck.core.model import (
     ClockSample, ClusterVerdict, Finding, Launch, NodeEntry, NodeFacts, NodeResults, Probe, Reach,
     Report, Resolution, Visitor,

@@ -44,9 +44,9 @@ from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
 )
 from netcheck.core.constants import (
-    BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_RESERVE,
-    BW_REPORT_WAIT, BW_STUCK_AFTER,
+    BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_WAIT, BW_STUCK_AFTER,
 )
+from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_RANK, NodeRank, Text
 from netcheck.facts.busy import busy_processes, cpu_snapshot
@@ -82,7 +82,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     """
     started = time.monotonic()
     deadline = Deadline(deadline_s)
-    reserve = min(BW_REPORT_RESERVE, 0.2 * deadline_s)
+    reserve = bandwidth_report_reserve(deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options, nproc_per_node)
     interrupted, before = False, cpu_snapshot()
@@ -102,7 +102,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
         if interrupted:
             _say_stopped(ex, node_rank, watch)
     faults = watch.faults()
-    busy = busy_processes(node_rank, before, cpu_snapshot())
+    busy = busy_processes(node_rank, nproc_per_node, before, cpu_snapshot())
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
     reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy),

@@ -4,9 +4,8 @@ node-pair matrix as a heatmap. matplotlib is an optional extra (`pip install net
 
 from __future__ import annotations
 
-from netcheck.bandwidth.sweep import size_words
-from netcheck.bandwidth.tables import gbps_cell, time_text
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult
+from netcheck.core.bwtext import gbps_cell, size_words, time_text
 
 HEATMAP_VALUES_UP_TO = 16   # nodes: beyond, the cells are too small for their numbers
 

@@ -21,7 +21,7 @@ from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
     BW_AUTO_MAXBYTES, BW_BATCHES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
-    BW_MAX_BYTES, BW_MIN_ITERS, BW_PAIRS_SHARE, BW_PATTERN_MAX, DDP_BUCKET_BYTES, MAX_MODEL_PARAMS,
+    BW_MAX_BYTES, BW_MIN_ITERS, BW_WARMUP_SECONDS, BW_PAIRS_SHARE, BW_PATTERN_MAX, DDP_BUCKET_BYTES, MAX_MODEL_PARAMS,
 )
 from netcheck.core.fields import MAX_SECONDS
 
@@ -63,7 +63,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--backend", metavar="auto|nccl|gloo",
                    help="auto: nccl when every rank has a CUDA device, else gloo (default auto)")
     g.add_argument("--expect-busbw", type=float, metavar="GBPS",
-                   help="fail bw.busbw when the all-rank busbw peaks below this many GB/s")
+                   help="fail bw.busbw when the all-rank plateau's busbw (its headline) is below this many GB/s")
     g.add_argument("--model-params", metavar="N",
                    help="a model's parameter count (7e9, 70B): the seconds of all_reduce its gradient "
                    "costs per training step, in DDP's buckets, at the busbw measured at the bucket size")
@@ -92,7 +92,7 @@ def options_from_args(args) -> SweepOptions:
         minbytes=minbytes, maxbytes=maxbytes,
         stepfactor=_pick(args.stepfactor, d.stepfactor),
         warmup_iters=_pick(args.warmup_iters, d.warmup_iters),
-        iters=_pick(args.iters, d.iters), check=bool(_pick(args.check, 1)),
+        iters=_pick(args.iters, d.iters), check=bool(_pick(args.check, 1)), warmup_by_time=args.warmup_iters is None,
         op=parse_ops(args.op) if args.op is not None else d.op,
         dtype=parse_dtype(args.dtype) if args.dtype is not None else d.dtype,
         backend=_pick(args.backend, d.backend), expect_busbw=args.expect_busbw,
@@ -189,14 +189,6 @@ def size_text(n: int) -> str:
     return str(n)
 
 
-def size_words(n: int) -> str:
-    """A size in a sentence, in binary units: `4 MiB`, `64 KiB`, `1.5 GiB`, `1000 B`."""
-    for suffix, unit in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= unit:
-            return f"{n / unit:.3g} {suffix}" if n % unit else f"{n // unit} {suffix}"
-    return f"{n} B"
-
-
 # --- sizes and the time budget -------------------------------------------------------------
 
 def size_series(minbytes: int, maxbytes: int, stepfactor: int) -> list[int]:
@@ -223,7 +215,6 @@ class Budget:
 
     seconds: float
     wall: float
-    warmup: int
     spent: float = 0.0
     walled: float = 0.0
     last_size: int = 0
@@ -234,15 +225,15 @@ class Budget:
         """A size's predicted time per iteration (0: nothing measured yet)."""
         return self.last_op * size / self.last_size if self.last_size else 0.0
 
-    def admits(self, size: int, iters: int) -> bool:
+    def admits(self, size: int, iters: int, warmup: int) -> bool:
         if not self.last_size:
             return True
         scale = size / self.last_size
-        return (self.spent + self.op_seconds(size) * (self.warmup + iters) <= self.seconds
+        return (self.spent + self.op_seconds(size) * (warmup + iters) <= self.seconds
                 and self.walled + self.last_wall * scale <= self.wall)
 
-    def spend(self, size: int, op_seconds: float, iters: int, wall: float) -> None:
-        self.spent += op_seconds * (self.warmup + iters)
+    def spend(self, size: int, op_seconds: float, iters: int, warmup: int, wall: float) -> None:
+        self.spent += op_seconds * (warmup + iters)
         self.walled += wall
         self.last_size, self.last_op, self.last_wall = size, op_seconds, wall
 
@@ -253,6 +244,15 @@ def iterations(options: SweepOptions, op_seconds: float) -> int:
     if not options.iters_by_time or op_seconds <= 0:
         return options.iters
     return max(BW_MIN_ITERS, min(options.iters, int(BW_ITERS_SECONDS / op_seconds)))
+
+
+def warmups(options: SweepOptions, op_seconds: float) -> int:
+    """Untimed iterations before a size whose iteration should take op_seconds: -w where given;
+    else -w's default, cut to about BW_WARMUP_SECONDS of them but at least one (a size's first
+    iteration sets its buffers and connections up; at 128 MiB four more cost the budget a size)."""
+    if not options.warmup_by_time or op_seconds <= 0:
+        return options.warmup_iters
+    return max(1, min(options.warmup_iters, int(BW_WARMUP_SECONDS / op_seconds)))
 
 
 def planned_sizes(options: SweepOptions) -> list[int]:
@@ -291,29 +291,30 @@ def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
     """Drive one sweep: each planned size from `smallest` (the first that gives every
     rank an element) that the budget admits, the others skipped; then, without -e, larger
     sizes up to `top` while busbw still rises and the budget admits them. measure(size,
-    iters) runs one size on every rank."""
+    iters, warmup) runs one size on every rank."""
     rows: list[Row] = []
 
-    def admitted(size: int) -> int:
-        """The size's timed iterations, or 0 where the budget has no room for it."""
-        iters = iterations(options, budget.op_seconds(size))
-        return iters if budget.admits(size, iters) else 0
+    def admitted(size: int) -> tuple[int, int]:
+        """The size's timed and warm-up iterations, or (0, 0) where the budget has no room for it."""
+        predicted = budget.op_seconds(size)
+        iters, warmup = iterations(options, predicted), warmups(options, predicted)
+        return (iters, warmup) if budget.admits(size, iters, warmup) else (0, 0)
 
-    def run(size: int, iters: int) -> None:
-        done = measure(size, iters)
-        budget.spend(size, done.op_seconds, iters, done.wall)
+    def run(size: int, iters: int, warmup: int) -> None:
+        done = measure(size, iters, warmup)
+        budget.spend(size, done.op_seconds, iters, warmup, done.wall)
         rows.append(done.row)
 
     for size in planned_sizes(options):
         if size < smallest:
             continue
-        iters = admitted(size)
-        run(size, iters) if iters else skip(size)
+        iters, warmup = admitted(size)
+        run(size, iters, warmup) if iters else skip(size)
     for size in sizes_past_maxbytes(options, top):
-        iters = admitted(size)
+        iters, warmup = admitted(size)
         if not iters or not still_rising(tuple(rows)):
             return
-        run(size, iters)
+        run(size, iters, warmup)
 
 
 def stage_budgets(budget: float, sweeps: int, with_pairs: bool) -> tuple[float, float]:

@@ -1,5 +1,5 @@
-"""The bandwidth phase's text: nccl-tests' table per sweep, intra against inter, the node
-pair matrix, the progress bar, and the words every other reader of a figure uses.
+"""The bandwidth phase's tables: nccl-tests' table per sweep, intra against inter, the node
+pair matrix, the progress bar (a figure in a sentence, and a table's cell: core.bwtext).
 
     size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong  spread
     8     2      float32  sum    1310.4     0.00000611    0.00000916    0       4%
@@ -10,97 +10,15 @@ pair matrix, the progress bar, and the words every other reader of a figure uses
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any, Callable
 
 from tabulate import tabulate
 
-from netcheck.bandwidth.sweep import size_words
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw
+from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, step_text, time_text
 from netcheck.core.constants import BW_PLATEAU_BAND, BW_PLATEAU_TOP
 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "spread")
-
-# Below this many GB/s a rate in a sentence is said in its own unit (MB/s, KB/s, B/s):
-# 6e-06 GB/s is no number a person reads, 6 KB/s is. The table's GB/s columns stay numbers.
-GBPS_FLOOR = 0.01
-SMALL_UNITS = (("MB/s", 1e3), ("KB/s", 1e6), ("B/s", 1e9))
-
-
-def gbps_cell(value: float) -> str:
-    """A GB/s column's cell, a number as nccl-tests prints it: two decimals from 1 GB/s, three
-    significant digits below (a latency-bound 8 B row's 0.00000611 must not read 0.00), never
-    scientific notation."""
-    if value >= 1:
-        return f"{value:.2f}"
-    if value <= 0:
-        return "0"
-    decimals = 2 - math.floor(math.log10(value))
-    return f"{value:.{decimals}f}"
-
-
-def rate_text(value: float) -> str:
-    """A rate in a sentence, three significant digits in its unit: `12.3 GB/s`, `6 KB/s`."""
-    if value >= GBPS_FLOOR or value <= 0:
-        return f"{_digits(value)} GB/s"
-    unit, scale = next(((u, k) for u, k in SMALL_UNITS if value * k >= 1), SMALL_UNITS[-1])
-    return f"{_digits(value * scale)} {unit}"
-
-
-def time_text(us: float) -> str:
-    """A time per op in a sentence, in its unit: `61.2 us`, `3.45 ms`, `1.2 s`."""
-    if us >= 1e6:
-        return f"{_digits(us / 1e6)} s"
-    return f"{_digits(us)} us" if us < 1000 else f"{_digits(us / 1000)} ms"
-
-
-def _digits(value: float) -> str:
-    """Three significant digits, written out (999.95 is 1000, not 1e+03)."""
-    text = f"{value:.3g}"
-    return f"{value:.0f}" if "e" in text else text
-
-
-def sizes_text(lo: int, hi: int) -> str:
-    """`4 MiB`, or `16 MiB-128 MiB`."""
-    return size_words(lo) if lo == hi else f"{size_words(lo)}-{size_words(hi)}"
-
-
-def count_text(n: int) -> str:
-    """A parameter count as models are named: 7e9, 1.5e12, 125000."""
-    return re.sub(r"e\+?0*(\d+)", r"e\1", f"{n:.3g}")
-
-
-def plateau_text(h: Headline) -> str:
-    """The headline figure with its trust: `0.87 GB/s (0.84-0.9) at 16 MiB-128 MiB`, and what
-    makes it less than a measurement of the link: noise, a plateau not reached."""
-    span = "" if h.plateau_low == h.plateau_high else f" ({_digits(h.plateau_low)}-{_digits(h.plateau_high)})"
-    text = f"{rate_text(h.plateau_busbw)}{span} at {sizes_text(h.plateau_from, h.plateau_to)}"
-    if h.rising:
-        text += ", still rising at the largest size (a floor)"
-    if h.noisy:
-        text += f", noisy: moved {h.spread:.0%} while measured"
-    return text
-
-
-def step_text(h: Headline, nnodes: int, nproc: int) -> str:
-    """One training step's gradient all_reduce in DDP's buckets, and with --step-time what
-    nnodes nodes make of it against one."""
-    where = {"all": f"across {nnodes} node(s)" + (f" ({h.ranks} ranks)" if nproc > 1 else ""),
-             "intra": f"inside a node ({h.ranks} ranks)",
-             "inter": f"across {h.ranks} nodes, one rank each"}[h.stage]
-    text = (f"a {count_text(h.model_params)}-parameter {h.grad_dtype} gradient ({h.gradient_bytes / 1e9:.3g} GB) "
-            f"in {size_words(h.bucket_bytes)} buckets: {_digits(h.step_s)} s of all_reduce per step {where} "
-            f"({rate_text(h.bucket_busbw)} at {size_words(h.bucket_bytes)})")
-    if h.speedup_low is None:
-        return text
-    lo, hi = h.speedup_low, h.speedup_high
-    verdict = (f"{nnodes} nodes would train {_digits(lo)}-{_digits(hi)}x faster than one" if lo >= 1 else
-               f"{nnodes} nodes would train slower than one: talk less (no_sync accumulation, gradient "
-               "compression, hybrid sharding) or fill one node first" if hi < 1 else
-               f"{nnodes} nodes would train {_digits(lo)}-{_digits(hi)}x as fast as one: faster only where "
-               "the job overlaps the all_reduce with its backward pass")
-    return f"{text}; with a {_digits(h.step_time_s)} s step on one node, {verdict}"
 
 
 def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:

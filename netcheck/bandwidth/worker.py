@@ -258,7 +258,7 @@ class Harness:
                 group, members = self.group_for(name)
                 for op in o.op:
                     self.finished[name] = self.sweep(name, COLLECTIVES[op], group, members,
-                                                     Budget(per_sweep, per_wall, o.warmup_iters))
+                                                     Budget(per_sweep, per_wall))
         if me.nnodes > 1:
             with stage(self.events, "pairs"):
                 self.pairs(pairs_budget)
@@ -303,10 +303,10 @@ class Harness:
         if note:
             return result
 
-        def measure(size: int, iters: int) -> Measured:
+        def measure(size: int, iters: int, warmup: int) -> Measured:
             nonlocal result
             chunk = coll.chunk(size, o.dtype, n)
-            table = self.gather(list(self.step(coll, chunk, group, mine, iters)) if mine else self.idle(6))
+            table = self.gather(list(self.step(coll, chunk, group, mine, iters, warmup)) if mine else self.idle(6))
             result = self.add_row(result, coll, chunk, table, groups, iters)
             self.events.emit(Event("sweep", name, sweep=result))
             return Measured(result.rows[-1], max(t[0] for t in table), max(t[2] for t in table))
@@ -319,7 +319,8 @@ class Harness:
         run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)
         return result
 
-    def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int) -> tuple[float, ...]:
+    def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int,
+             warmup: int) -> tuple[float, ...]:
         """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1,
         the iterations' standard deviation, the batches' spread)."""
         o, torch = self.options, self.torch
@@ -333,14 +334,14 @@ class Harness:
         out = torch.zeros(n_out, dtype=dtype, device=self.device)
         inp = out if coll.inplace else torch.zeros(n_in, dtype=dtype, device=self.device)
         call = lambda: coll.run(self.dist, inp, out, group, peers)  # noqa: E731
-        seconds, deviation, spread = self.timed(call, iters)
+        seconds, deviation, spread = self.timed(call, iters, warmup)
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
         return seconds, float(wrong), time.perf_counter() - started, 1.0, deviation, spread
 
-    def timed(self, call, iters: int) -> tuple[float, float, float]:
+    def timed(self, call, iters: int, warmup: int) -> tuple[float, float, float]:
         """Seconds per iteration of `call` (the median batch's, batch_times), the iterations'
         standard deviation and the batches' spread: warmed up and lined up as nccl-tests does."""
-        for _ in range(self.options.warmup_iters):
+        for _ in range(warmup):
             call()
         self.sync()
         self.dist.barrier()  # the gloo control group: every rank starts the clock together
@@ -416,7 +417,7 @@ class Harness:
         inp, out = (self.torch.zeros(size, dtype=self.torch.uint8, device=self.device) for _ in range(2))
         peers = Peers(peer, peer, peer)
         return self.timed(lambda: COLLECTIVES["sendrecv"].run(self.dist, inp, out, self.data, peers),
-                          self.options.iters)[0]
+                          self.options.iters, self.options.warmup_iters)[0]
 
     # --- helpers --------------------------------------------------------------------------------
 

@@ -35,13 +35,13 @@ from netcheck.core.constants import (
     MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import PER_NODE_AND_ITEM, IfName, IpAddress, Millis, Mtu, NodeRank, Port, Text
+from netcheck.core.fields import PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
+from netcheck.core.meshrecords import Attempt, Transfer, Trial, passed_frame
 from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
-CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
 UNTRIED = "untried"   # the mesh phase's deadline came before the attempt (or its full wait) did
 HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a frame is its MSS plus these
 MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
@@ -58,51 +58,12 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Trial:
-    """Segments of one frame size, each sent alone and echoed back."""
-
-    frame: Mtu             # bytes per frame on the wire, IP and TCP headers included
-    result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
-                           # "unreached" (a fresh connection for this size did not get through) |
-                           # "untried" (the mesh phase's deadline left less than the trial's time)
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """Full-size frames over a connected path, and smaller ones where those were lost."""
-
-    src_mtu: Mtu           # the sending interface's MTU (0: not known)
-    dst_mtu: Mtu           # the peer interface's, from its offer (0: not known)
-    trials: tuple[Trial, ...]   # full-size first
-
-
-@dataclass(frozen=True)
 class Offer:
     """What a node listens on for the mesh, and the token its listeners answer with."""
 
     rank: NodeRank
     token: str
     candidates: tuple[Candidate, ...]
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One connect from node `src` to one of node `dst`'s candidates."""
-
-    src: NodeRank
-    dst: NodeRank
-    ifname: IfName         # dst's interface
-    address: IpAddress
-    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local" |
-                           # "untried"
-    rtt_ms: Millis | None  # connect round trip, when it connected
-    src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
-    detail: Text
-    transfer: Transfer | None = None   # the full-size frames, once greeted
-
-    @property
-    def connected(self) -> bool:
-        return self.outcome in CONNECTED
 
 
 @dataclass(frozen=True)
@@ -460,11 +421,6 @@ def transfer_outcome(transfer: Transfer) -> str:
     if "closed" in results:
         return "refused"
     return "filtered" if "unreached" in results else "blackhole"
-
-
-def passed_frame(transfer: Transfer) -> int:
-    """The largest frame size that came back (0: none but the greeting's few bytes)."""
-    return max((t.frame for t in transfer.trials if t.result == "echoed"), default=0)
 
 
 def transfer_detail(transfer: Transfer) -> str:

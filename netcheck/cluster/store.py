@@ -58,7 +58,7 @@ def host_store(listener: Listener, port: int, deadline: Deadline):
 
     The store takes the descriptor over and closes it itself, so Python lets go of it.
     """
-    dist = compat.import_distributed()
+    dist = compat.import_distributed(deadline)
     try:
         return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.hand_over())
     except RuntimeError as e:  # its own client's connect: a firewall rule for the port since reach
@@ -78,7 +78,7 @@ def client_store(host: str, port: int, deadline: Deadline):
     host lost before this client connected is said at once, not retried to the deadline.
     Once connected, every request is bounded by _bound_replies; Exchange waits by polling.
     """
-    dist = compat.import_distributed()
+    dist = compat.import_distributed(deadline)
     while True:
         gone = _not_listening(host, port, deadline)
         if gone:

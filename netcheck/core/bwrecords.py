@@ -47,6 +47,7 @@ class SweepOptions:
     past_maxbytes: bool = True               # no -e: go on past maxbytes while busbw still rises
     few_small_sizes: bool = True             # no -b, -f: sizes up to 64K step by BW_LATENCY_STEP
     iters_by_time: bool = True               # no -n: fewer timed iterations where one takes long
+    warmup_by_time: bool = True              # no -w: fewer warm-up iterations where one takes long
     model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
     grad_dtype: str = "bfloat16"             # --grad-dtype: the gradient's element type
     bucket_bytes: MessageSize = DDP_BUCKET_BYTES   # --bucket-mb: DDP's gradient bucket
@@ -247,9 +248,15 @@ def still_rising(rows: tuple[Row, ...]) -> bool:
 
 
 def spread_of(values: list[float]) -> float:
-    """The range of values over their median: 0.3 where they span 30% of it."""
+    """How far values scatter, over their median: their interquartile range where there are four
+    or more (one slow batch of five moves it not at all), else their range. 0.3: 30%."""
     middle = statistics.median(values) if values else 0.0
-    return (max(values) - min(values)) / middle if middle > 0 else 0.0
+    if middle <= 0:
+        return 0.0
+    if len(values) < 4:
+        return (max(values) - min(values)) / middle
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / middle
 
 
 def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: int) -> Headline | None:

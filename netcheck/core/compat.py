@@ -34,8 +34,12 @@ import inspect
 import logging
 import os
 import sys
+import threading
+import time
 import warnings
 from contextlib import contextmanager
+
+from netcheck.core.deadline import Deadline
 
 # Never a stored value: netcheck stores JSON text and hex MACs, neither holds a NUL.
 _ABSENT = "\x00netcheck:absent\x00"
@@ -51,7 +55,52 @@ class TorchUnusable(Exception):
     """This node's torch cannot run netcheck's phases; the message says which and why."""
 
 
-def import_distributed():
+class TorchSlow(TorchUnusable):
+    """torch's import was not done by the deadline of the phase that needs it."""
+
+
+_loading: threading.Thread | None = None
+_loaded: dict = {}   # "dist": the module, or "error": the TorchUnusable the import raised
+
+
+def start_import() -> None:
+    """Import torch.distributed in the background from now: seconds of CPU on a loaded node,
+    spent beside the reach probe instead of inside a deadline that does not know about them.
+    Started after the local phase, which reads the environment the import changes for a moment
+    (TORCH_CPP_LOG_LEVEL). A signal still stops the run: it lands in the main thread."""
+    global _loading
+    if _loading is None:
+        _loading = threading.Thread(target=_load, name="netcheck-import-torch", daemon=True)
+        _loading.start()
+
+
+def _load() -> None:
+    try:
+        _loaded["dist"] = _import_distributed()
+    except TorchUnusable as e:
+        _loaded["error"] = e
+    except BaseException as e:  # noqa: BLE001 - said by the phase that waits for it
+        _loaded["error"] = TorchUnusable(f"torch's import failed: {type(e).__name__}: {e}")
+
+
+def import_distributed(deadline: Deadline | None = None):
+    """torch.distributed. Where start_import began the import, it is waited for until
+    `deadline` (TorchSlow past it): Python's import cannot be cut short, but waiting for it
+    can, so --timeout bounds the run however long torch takes to load."""
+    if _loading is None:
+        return _import_distributed()
+    started = time.monotonic()
+    _loading.join(None if deadline is None else deadline.remaining())
+    if _loading.is_alive():
+        raise TorchSlow(f"torch's import was still running after {time.monotonic() - started:.1f} s more of "
+                        "waiting, at the phase's deadline: this node is loaded (other processes on its CPUs) "
+                        "or its filesystem is slow")
+    if "error" in _loaded:
+        raise _loaded["error"]
+    return _loaded["dist"]
+
+
+def _import_distributed():
     """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
     try:
         with _cpp_log_level("FATAL"), warnings.catch_warnings():

@@ -30,9 +30,6 @@ IN_FLIGHT_GRACE = 3.0        # once the seats are full, the host waits this long
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
 RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for until this long passes with none
                              # new (a node's FQDN lookups take 2 s at most, in parallel)
-MIN_PHASE_SECONDS = 3.0      # a phase with less of --timeout left is skipped, and said so
-REPORT_RESERVE = 2.0         # kept back from every phase so the report is always written
-GOODBYE_RESERVE = 0.5        # the host's goodbye reaches into REPORT_RESERVE: its joiners read its verdict then
 STORE_POLL_INTERVAL = 0.05
 STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 1,000 nodes each looks
                                   # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)
@@ -41,7 +38,7 @@ LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung 
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 
 # netcheck inspect: a running job's store, read only.
-INSPECT_TIMEOUT = 5.0
+INSPECT_TIMEOUT = 15.0       # the whole look, torch's import included (seconds of CPU on a loaded node)
 MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this
 KEEP_ALIVE_INTERVAL = 5.0    # torchrun's defaults (dynamic_rendezvous.create_handler): a node
 KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is dead to the others
@@ -128,6 +125,8 @@ BW_NOISY_SPREAD = 0.25
 # host.busy: a process outside netcheck that used this share of one CPU, on average, while
 # the node's bandwidth workers ran (a leftover job's rank, a data loader, a busy loop).
 BW_BUSY_SHARE = 0.5
+BW_BUSY_RELATIVE = 0.5       # ... or, where the node's own workers got less than a CPU, half what one got
+BW_BUSY_FLOOR = 0.1          # ... but never under this: daemons, shells and loggers tick along below it
 BW_BUSY_SHOWN = 5            # busy processes named per node (the busiest first)
 DDP_BUCKET_BYTES = 25 << 20  # --bucket-mb's default: DDP's bucket_cap_mb (25 MiB)
 BW_LATENCY_MAXBYTES = 64 << 10   # the latency figure: time per op at sizes up to this
@@ -137,6 +136,7 @@ BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by thi
 # of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
 BW_ITERS_SECONDS = 0.5
 BW_MIN_ITERS = 5
+BW_WARMUP_SECONDS = 0.2      # without -w, warm-up iterations are bounded by time too (at least one)
 BW_PAIRS_SHARE = 0.2         # of --bw-budget, the node-pair rounds' (the sweeps share the rest)
 BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
                              # (the budget counts collective time; checks and gathers come on top)
@@ -150,7 +150,6 @@ BW_CUDA_START_AFTER = 60.0   # ... or this long while it starts the CUDA driver 
 BW_ABORT_POLL = 1.0          # how often a node looks for another node's abort notice in the store
                              # (each wake-up costs the measurement: on 2 CPUs 20 Hz cost ~3% of busbw)
 BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
-BW_REPORT_RESERVE = 3.0      # kept from the phase's deadline to exchange node reports (at most 20% of it)
 BW_REPORT_WAIT = 5.0         # once its workers are done, a node waits this long at most for the others' reports
 BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
 BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is dropped

@@ -1,4 +1,5 @@
-"""A node's environment as one record: dotted key -> value, and the values that mean "none"."""
+"""A node's environment as one record: dotted key -> value, the values that mean "none", and
+how a size among them is said (shm.bytes, a --hash read): `1.5 GiB`, `512 bytes`."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ class EnvFacts:
 
     values: dict[str, Text]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
     seconds: Seconds = 0.0     # how long gathering took
+
+
+def human_bytes(n: int) -> str:
+    """A file's or memory's size in a sentence, one decimal in binary units: `1.5 GiB`, `512 bytes`
+    (a message size is core.bwtext.size_words')."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"

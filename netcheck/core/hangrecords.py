@@ -68,3 +68,5 @@ class HangView:
     traces: Annotated[tuple[RankTrace, ...], PER_RANK]
     refused: Annotated[tuple[Refused, ...], PER_RANK] = ()
     world_size: Count | None = None   # --world-size, else the largest rank seen + 1
+    prefix: Text = ""              # the dumps' file names before the rank (--prefix, or the commonest)
+    ignored: Count = 0             # other files in the folder, not named so: not read, not judged

@@ -34,6 +34,8 @@ NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the host's list o
 # Launcher variables that hold a whole number, as the rules read them (facts.launcher's lists).
 NUMBER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_NNODES",
                     "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PET_NODE_RANK")
+# What every node of one job must agree on, recorded whatever the launcher (launch.env).
+JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class Launch:
     hostnames: Hostnames = ()      # expected hostnames by node rank, when the launcher lists them
     # the launcher variables seen
     variables: Annotated[dict[str, Text], WholeNumbersAt(NUMBER_VARIABLES)] = field(default_factory=dict)
+
+
+def is_torchrun_worker(launch: Launch) -> bool:
+    return launch.source == "torchrun"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psutil
 
 from netcheck.core.bwrecords import BusyProcess
-from netcheck.core.constants import BW_BUSY_SHARE, BW_BUSY_SHOWN
+from netcheck.core.constants import BW_BUSY_FLOOR, BW_BUSY_RELATIVE, BW_BUSY_SHARE, BW_BUSY_SHOWN
 
 COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
 
@@ -29,6 +29,7 @@ COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
 class CpuSnapshot:
     taken: float                  # time.monotonic()
     cpu_s: dict[int, float]       # pid -> user + system CPU seconds so far
+    workers_s: float              # CPU seconds of this process's children that ended (its workers)
 
 
 def cpu_snapshot() -> CpuSnapshot:
@@ -39,19 +40,26 @@ def cpu_snapshot() -> CpuSnapshot:
         times = proc.info["cpu_times"]
         if times is not None and here is not None and _netns(proc.pid) == here:
             cpu[proc.pid] = times.user + times.system
-    return CpuSnapshot(time.monotonic(), cpu)
+    ended = os.times()
+    return CpuSnapshot(time.monotonic(), cpu, ended.children_user + ended.children_system)
 
 
-def busy_processes(node: int, before: CpuSnapshot, after: CpuSnapshot) -> tuple[BusyProcess, ...]:
-    """The processes besides netcheck's own that used at least BW_BUSY_SHARE of a CPU between
-    the snapshots, busiest first (at most BW_BUSY_SHOWN)."""
+def busy_processes(node: int, workers: int, before: CpuSnapshot, after: CpuSnapshot) -> tuple[BusyProcess, ...]:
+    """The processes besides netcheck's own that used a CPU materially between the snapshots
+    (the workers ended and reaped by then), busiest first (at most BW_BUSY_SHOWN).
+
+    Materially: BW_BUSY_SHARE of a CPU, or, on a machine so crowded that a worker itself got
+    less, BW_BUSY_RELATIVE of what one worker got (never below BW_BUSY_FLOOR): a busy loop
+    sharing two cores with three workers gets a third of a CPU, and still slows every rank."""
     seconds = after.taken - before.taken
     if seconds <= 0:
         return ()
+    per_worker = (after.workers_s - before.workers_s) / seconds / max(1, workers)
+    threshold = max(BW_BUSY_FLOOR, min(BW_BUSY_SHARE, BW_BUSY_RELATIVE * per_worker))
     ours = _netchecks()
     shares = {pid: (cpu - before.cpu_s.get(pid, 0.0)) / seconds for pid, cpu in after.cpu_s.items()
               if pid not in ours}
-    busiest = sorted((pid for pid, share in shares.items() if share >= BW_BUSY_SHARE), key=lambda p: -shares[p])
+    busiest = sorted((pid for pid, share in shares.items() if share >= threshold), key=lambda p: -shares[p])
     found = (_described(node, pid, shares[pid]) for pid in busiest)
     return tuple(p for p in found if p is not None)[:BW_BUSY_SHOWN]
 

@@ -19,8 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView, RankTrace
-from netcheck.facts.frdecode import MAX_TRACE_BYTES, NotADump
-from netcheck.facts.frtrace import trace_of, user_frame
+from netcheck.facts.frformat import MAX_TRACE_BYTES, NotADump, trace_of, user_frame
 
 MAX_STACK_BYTES = 1 << 20
 FETCH_SECONDS = 3.0          # one handler of one rank

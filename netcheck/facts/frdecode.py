@@ -29,16 +29,12 @@ from typing import BinaryIO
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import RankTrace, Refused
+from netcheck.facts.frformat import MAX_TRACE_BYTES, NotADump, trace_of
 
-MAX_TRACE_BYTES = 16 << 20      # one rank's dump: a 20,000-entry NCCL ring is about 10 MB
 CHILD_MEMORY = 1 << 30        # a child's address space, beyond what Python itself maps at start
 FILE_SECONDS = 10.0           # one dump may take this long to decode
 MAX_CHILDREN = 4
 MAX_LINE = 1 << 20            # a child's answer for one file (a rank's tails: a few KB)
-
-
-class NotADump(ValueError):
-    """A file that is no flight-recorder dump netcheck reads: the message says why."""
 
 
 class CodeInPickle(pickle.UnpicklingError):
@@ -164,8 +160,6 @@ def _result(line: bytes, job: tuple[int, str]) -> RankTrace | Refused:
 
 def _serve() -> None:
     """The child: decode each file named on stdin, answer on stdout, never trust the file."""
-    from netcheck.facts.frtrace import trace_of
-
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (min(hard, _mapped() + CHILD_MEMORY) if hard != resource.RLIM_INFINITY
                                             else _mapped() + CHILD_MEMORY, hard))

@@ -7,41 +7,42 @@ A pickle runs code in whoever loads it with pickle: these are decoded in limited
 processes with every global refused (facts.frdecode), so a dump is plain dicts, lists,
 tuples, strings, numbers, booleans and None, or it is refused, by file name. Each file is
 bounded in size and decoding time, all of them together too; a rank's number is taken from
-its file's name.
-
-The format (torch 2.5 on; version "2.10" in 2.13): {"version", "pg_config": {name: {"name",
-"desc", "ranks": "[0, 1]"}}, "pg_status", "entries": [{"collective_seq_id", "process_group":
-(name, desc), "profiling_name", "input_sizes", "input_dtypes", "output_sizes", "state",
-"frames": [{"filename", "line", "name"}], "is_p2p", ...}]}.
+its file's name. Only files named PREFIX<rank> are dumps, as torch's analyzer reads them (its
+-p PREFIX; without one, the prefix most files ending in a number share): the log, marker and
+leftover files torch's dump folder (by default /tmp) also holds are counted, never judged.
+What a decoded dump means is facts.frformat's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
+from collections import Counter
 
 from netcheck.core.deadline import Deadline
-from netcheck.core.hangrecords import HANG_TAIL, Collective, GroupTail, HangView, RankTrace, Refused
-from netcheck.facts.frdecode import MAX_TRACE_BYTES, NotADump, decode_files
+from netcheck.core.hangrecords import HangView, RankTrace, Refused
+from netcheck.facts.frdecode import decode_files
+from netcheck.facts.frformat import MAX_TRACE_BYTES, NotADump
 
 MAX_TRACES_BYTES = 2 << 30      # every file together (1,024 ranks of 2 MB)
 MAX_TRACE_FILES = 16_384
 MAX_READ_SECONDS = 60.0         # without a deadline (tests, benchmarks)
-_RANK = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
-# Where a frame is torch's own: the user's line is the innermost frame outside these.
-_LIBRARY = re.compile(r"[/\\](torch|site-packages|dist-packages)[/\\]|^<frozen ")
-_COMPLETED = {"completed": True, "scheduled": False, "started": False}
+_NAMED = re.compile(r"(.*?)(\d{1,7})(?:\.json|\.pkl|\.pickle)?")
 
 
-def read_dumps(folder: str, world_size: int | None = None, deadline: Deadline | None = None) -> HangView:
-    """Every dump in FOLDER that reads, and every file refused, each named."""
+def read_dumps(folder: str, world_size: int | None = None, deadline: Deadline | None = None,
+               prefix: str | None = None) -> HangView:
+    """Every dump in FOLDER (named PREFIX<rank>) that reads, and every one refused, each named;
+    the other files counted."""
     deadline = deadline or Deadline(MAX_READ_SECONDS)
-    files, refused, total = [], [], 0
-    for name in _listed(folder)[:MAX_TRACE_FILES]:
+    names = [n for n in _listed(folder)[:MAX_TRACE_FILES] if os.path.isfile(os.path.join(folder, n))]
+    prefix = dump_prefix(names) if prefix is None else prefix
+    files, refused, total, ignored = [], [], 0, 0
+    for name in names:
         path = os.path.join(folder, name)
-        rank = _rank_of(name)
-        if rank is None or not os.path.isfile(path):
+        rank = _rank_of(name, prefix)
+        if rank is None:
+            ignored += 1
             continue
         size = os.path.getsize(path)
         if size > MAX_TRACE_BYTES or total + size > MAX_TRACES_BYTES:
@@ -54,7 +55,7 @@ def read_dumps(folder: str, world_size: int | None = None, deadline: Deadline | 
     traces = [r for r in results if isinstance(r, RankTrace)]
     refused += [r for r in results if isinstance(r, Refused)]
     return HangView(folder, tuple(sorted(traces, key=lambda t: (t.rank, t.source))),
-                    tuple(sorted(refused, key=lambda r: r.source)), world_size)
+                    tuple(sorted(refused, key=lambda r: r.source)), world_size, prefix, ignored)
 
 
 def _listed(folder: str) -> list[str]:
@@ -64,84 +65,13 @@ def _listed(folder: str) -> list[str]:
         raise NotADump(f"{folder}: {e.strerror}") from None
 
 
-def _rank_of(name: str) -> int | None:
-    match = _RANK.search(name)
-    return int(match[1]) if match and len(match[1]) <= 7 else None
+def dump_prefix(names: list[str]) -> str:
+    """The prefix most names ending in a number share (the longest of those tied), as torch's
+    analyzer guesses it: `nccl_trace_rank_` of nccl_trace_rank_0..7 beside ready0."""
+    counts = Counter(m[1] for n in names if (m := _NAMED.fullmatch(n)))
+    return max(counts, key=lambda p: (counts[p], len(p)), default="")
 
 
-def trace_of(rank: int, source: str, dump: object, host: str = "", stack: str = "") -> RankTrace:
-    """One rank's dump, as decoded (facts.frdecode), as its last collectives per group;
-    NotADump where it is not one."""
-    if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
-        raise NotADump("not a flight-recorder dump: no list of entries")
-    return RankTrace(rank, source, host, _groups(dump), stack)
-
-
-def _groups(dump: dict) -> tuple[GroupTail, ...]:
-    """Each group's last HANG_TAIL collectives; only those are looked at closely (a ring
-    holds thousands of entries, and a thousand ranks' dumps are read at once)."""
-    tails: dict[str, list[dict]] = {}
-    descs: dict[str, str] = {}
-    for entry in dump.get("entries") or ():
-        if not isinstance(entry, dict) or entry.get("is_p2p"):
-            continue
-        name, desc = _group_of(entry.get("process_group"))
-        if name is None:
-            raise NotADump("an entry without a process group")
-        descs[name] = desc
-        tail = tails.setdefault(name, [])
-        tail.append(entry)
-        if len(tail) > 2 * HANG_TAIL:
-            del tail[:-HANG_TAIL]
-    ranks = _group_ranks(dump.get("pg_config"))
-    return tuple(GroupTail(name, descs[name], ranks.get(name, ranks.get(descs[name], ())),
-                           tuple(sorted(map(_collective, tail[-HANG_TAIL:]), key=lambda c: c.seq)))
-                 for name, tail in sorted(tails.items()))
-
-
-def _group_of(value: object) -> tuple[str | None, str]:
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
-        return value[0], value[1]
-    return None, ""
-
-
-def _collective(entry: dict) -> Collective:
-    seq = entry.get("collective_seq_id")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise NotADump("an entry without a sequence id")
-    state = entry.get("state")
-    # gloo's recorder leaves every entry "scheduled": its completion is not recorded.
-    op = _text(entry.get("profiling_name"))
-    completed = None if op.startswith("gloo:") else _COMPLETED.get(state)
-    sizes = f"{_text(entry.get('input_sizes'))} -> {_text(entry.get('output_sizes'))}"
-    return Collective(seq, op, sizes, _text(entry.get("input_dtypes")), completed, user_frame(entry.get("frames")))
-
-
-def user_frame(frames: object) -> str:
-    """The innermost frame outside torch: the line of the program that called it."""
-    if not isinstance(frames, list):
-        return ""
-    for frame in frames:
-        if isinstance(frame, dict) and not _LIBRARY.search(_text(frame.get("filename"))):
-            return f"{_text(frame.get('filename'))}:{_text(frame.get('line'))} in {_text(frame.get('name'))}"
-    return ""
-
-
-def _group_ranks(config: object) -> dict[str, tuple[int, ...]]:
-    """name -> its global ranks, where pg_config lists them ("[0, 1]"; gloo writes "[]")."""
-    if not isinstance(config, dict):
-        return {}
-    ranks = {}
-    for name, group in config.items():
-        text = group.get("ranks") if isinstance(group, dict) else None
-        listed = (tuple(int(r) for r in re.findall(r"\d+", text))
-                  if isinstance(text, str) and len(text) < 1 << 20 else ())
-        if listed and isinstance(name, str):
-            ranks[name] = listed
-    return ranks
-
-
-def _text(value: object) -> str:
-    """A value of the dump as text, whatever its type (the dump's writer chose it)."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text[:200]
+def _rank_of(name: str, prefix: str) -> int | None:
+    match = _NAMED.fullmatch(name)
+    return int(match[2]) if match and match[1] == prefix else None

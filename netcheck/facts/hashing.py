@@ -13,6 +13,7 @@ import stat
 import time
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
+from netcheck.core.envfacts import human_bytes
 
 CHUNK = 1 << 20
 HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts
@@ -135,10 +136,3 @@ def _entry(full: str | None, budget: _Budget) -> str:
         return f"file {digest}"
     except OSError as e:
         return f"unreadable {type(e).__name__}"
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{n} bytes"

@@ -11,7 +11,7 @@ import re
 from typing import Mapping
 
 from netcheck.core.fields import valid_text
-from netcheck.core.model import Launch
+from netcheck.core.model import JOB_VARS, Launch
 
 SLURM_VARS = ("SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
               "SLURM_NTASKS_PER_NODE", "SLURM_PROCID", "SLURM_LOCALID")
@@ -20,8 +20,6 @@ KUBEFLOW_VARS = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_P
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES",)
-# What every node of one job must agree on, recorded whatever the launcher (launch.env).
-JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
 
 
 def default_run_id(env: Mapping[str, str]) -> str:
@@ -143,10 +141,6 @@ def _from_torchrun(env: Mapping[str, str], nproc: int) -> Launch | None:
     int_var(env, "GROUP_RANK")  # checked here: launch.topology compares it across processes
     return Launch("torchrun", int_var(env, "RANK"), world, world, per_node,
                   variables=_seen(env, TORCHRUN_VARS))
-
-
-def is_torchrun_worker(launch: Launch) -> bool:
-    return launch.source == "torchrun"
 
 
 def rdzv_from_env(env: Mapping[str, str]) -> str | None:

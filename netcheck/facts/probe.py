@@ -209,7 +209,7 @@ def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
     """(outcome, detail) of a TCP connect that failed: refused, filtered (no answer, or a
     local firewall), unreachable. The reach probe and the mesh classify alike."""
     if isinstance(error, socket.timeout):
-        return "filtered", f"no answer in {timeout:g} s"
+        return "filtered", f"no answer in {timeout:.3g} s"
     if isinstance(error, ConnectionRefusedError):
         return "refused", "connection refused: nothing listens there, or a REJECT rule"
     return ("filtered" if error.errno in _FILTERED else "unreachable"), error_text(error)

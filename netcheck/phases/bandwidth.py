@@ -8,7 +8,7 @@ from netcheck.bandwidth.orchestrate import run_bandwidth
 from netcheck.cluster import rendezvous
 from netcheck.core.bwrecords import NODE_GONE
 from netcheck.core.constants import BW_STARTUP_SECONDS
-from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.core.model import is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import bw as bw_rules, nic as nic_rules, run as run_rules
 

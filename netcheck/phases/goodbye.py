@@ -9,10 +9,10 @@ from typing import Callable
 from netcheck.cluster import rendezvous
 from netcheck.cluster.store import collect
 from netcheck.core import codec
-from netcheck.core.constants import GOODBYE_WAIT, MIN_PHASE_SECONDS
+from netcheck.core.budget import MIN_PHASE_SECONDS
+from netcheck.core.constants import GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import ClusterVerdict
-from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.core.model import ClusterVerdict, is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
 
@@ -72,11 +72,11 @@ def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
     never exits 0 (under Kubernetes each pod's status is what an operator sees)."""
     # As long as the run allows: the host may still be waiting out nodes lost in a phase, and
     # it tells its verdict before its own deadline, which ends before this node's.
-    ex, deadline = seat.exchange, run.goodbye_deadline()
+    ex, deadline, since = seat.exchange, run.goodbye_deadline(), time.monotonic()
     try:
         told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
-        run.findings.append(run_rules.verdict_unheard(time.monotonic() - deadline.start))
+        run.findings.append(run_rules.verdict_unheard(time.monotonic() - since))
         return
     run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
 

@@ -31,8 +31,10 @@ ROUND_SECONDS = 1.0   # and a round's own keys this: a few small values (torchru
 
 
 def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
-                world_size: int | None, timeout: float, env) -> Report:
-    start, deadline = time.monotonic(), Deadline(timeout)
+                world_size: int | None, deadline: Deadline, env) -> Report:
+    """One look at the job's store, torchrun's state in it and NCCL's RAS, all within `deadline`
+    (--timeout's, which the live look after it shares)."""
+    start, timeout = time.monotonic(), deadline.remaining()
     view = JobView(str(endpoint), run_id, _now(), 0.0, nnodes=nnodes, world_size=world_size)
     findings = []
     # A plain connect first: a store that is not there is said at once, and torch never loads.
@@ -40,10 +42,8 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
     try:
         if found.outcome != "open":
             raise RendezvousError(_unreached(found))
-        # torch's import (seconds on a loaded node) is not the job's doing: --timeout bounds
-        # the look at the store itself.
-        compat.import_distributed()
-        deadline = Deadline(timeout)
+        compat.start_import()   # waited for within the deadline: seconds on a loaded node
+        compat.import_distributed(deadline)
         read = _bounded_read(endpoint, run_id, deadline)
         listed = read.keys is not None
         runs = tuple(_decoded(read.states, read.unread, Deadline(max(DECODE_SECONDS, deadline.remaining()))))
@@ -55,6 +55,8 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
                                                         Deadline(max(ROUND_SECONDS, deadline.remaining()))))
     except RendezvousError as e:
         view = dataclasses.replace(view, observed_at=_now(), store_error=str(e))
+    except compat.TorchSlow as e:
+        findings.append(run_rules.torch_slow_finding("inspect", str(e), ()))
     except compat.TorchUnusable as e:
         findings.append(run_rules.torch_finding("inspect", str(e), ()))
     ras = query_ras(ras_address(env), Deadline(max(1.0, min(RAS_SECONDS, deadline.remaining()))))

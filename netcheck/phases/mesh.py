@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from netcheck.cluster import mesh, rendezvous
-from netcheck.cluster.mesh import Attempt
 from netcheck.cluster.store import Exchange, collect, posted_by
 from netcheck.core import codec
 from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN
 from netcheck.core.deadline import Deadline
+from netcheck.core.meshrecords import Attempt, FlaggedPaths
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
 
@@ -22,7 +22,7 @@ class MeshDone:
     """The host's go-ahead, with the paths its mesh.connect flagged: a joiner sees only its
     own connects, and every node must agree on whether the bandwidth phase can run."""
 
-    flagged: nic_rules.FlaggedPaths
+    flagged: FlaggedPaths
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:

@@ -8,9 +8,8 @@ import ipaddress
 import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
-from netcheck.core.model import Finding, Probe
+from netcheck.core.model import Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
-from netcheck.facts.launcher import is_torchrun_worker
 from netcheck.facts.probe import PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules

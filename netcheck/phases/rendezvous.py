@@ -75,7 +75,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
         run.rank = seat.rank
-        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname))
+        launch = cfg.launch
+        expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None
+        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname, expected))
         if results is not None:
             run.members = (Member(seat.rank, run.facts, results),)
             run.findings += rdzv_rules.clock_findings(run.members)

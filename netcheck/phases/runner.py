@@ -12,7 +12,9 @@ from typing import Callable
 
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED, MIN_PHASE_SECONDS
+from netcheck.core import compat
+from netcheck.core.budget import MIN_PHASE_SECONDS
+from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
 from netcheck.core.model import verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
@@ -40,6 +42,8 @@ def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch)
         run.findings += launch_rules.task_findings(run.facts)
+    if "rendezvous" in run.config.phases:
+        compat.start_import()
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):
@@ -90,8 +94,13 @@ def _time_for(run: Run, phase: str) -> bool:
     left = run.phase_deadline().remaining()
     if left >= MIN_PHASE_SECONDS:
         return True
-    run.findings.append(run_rules.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
-                                                 run_rules.SHORT_OF_TIME_FIX))
+    if len(run.alive) < 2:   # the time went to waiting for nodes that never came: that is the cause
+        run.findings.append(run_rules.skipped_finding(
+            phase, f"only {left:.1f} s of --timeout left: no other node came, and the rendezvous waited for them "
+            f"({run.timings.get('rendezvous', 0.0):.1f} s, its share {run.join_seconds:g} s)", run_rules.NO_PEER_FIX))
+    else:
+        run.findings.append(run_rules.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
+                                                     run_rules.SHORT_OF_TIME_FIX))
     return False
 
 

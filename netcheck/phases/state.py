@@ -10,22 +10,19 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.mesh import Attempt
 from netcheck.cluster.store import first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import GOODBYE_RESERVE, PROBE_TIMEOUT, REPORT_RESERVE
+from netcheck.core.budget import TimeBudget
+from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
+from netcheck.core.meshrecords import Attempt, FlaggedPaths
 from netcheck.core.model import ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.facts.probe import FULL_FRAME, full_frames_lost
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.registry import MESH_BLACKHOLE
 
-
-# The host stops waiting for joiners at this share of --timeout, leaving the rest to the
-# phases after the rendezvous and to the report.
-JOIN_SHARE = 0.5
 
 
 @dataclass
@@ -42,13 +39,13 @@ class Run:
 
     config: Config
     progress: Callable[[str], None]
-    deadline: Deadline = field(init=False)
+    budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = "joiner"
     rank: int | None = None
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
     attempts: tuple[Attempt, ...] = ()
-    flagged: nic_rules.FlaggedPaths = nic_rules.FlaggedPaths()  # mesh.connect's failed paths (host's word)
+    flagged: FlaggedPaths = FlaggedPaths()  # mesh.connect's failed paths (host's word)
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None
@@ -64,27 +61,27 @@ class Run:
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
 
     def __post_init__(self):
-        self.deadline = Deadline(self.config.timeout)
+        self.budget = TimeBudget.starting_now(self.config.timeout)
         self.rank = self.config.launch.node_rank
 
     @property
+    def deadline(self) -> Deadline:
+        return self.budget.run
+
+    @property
     def join_seconds(self) -> float:
-        """How long after its start the host takes nodes in, at most."""
-        return self.config.timeout * JOIN_SHARE
+        return self.budget.join_seconds
 
     @property
     def join_deadline(self) -> Deadline:
-        return Deadline(self.join_seconds, start=self.deadline.start)
+        return self.budget.join
 
     def phase_deadline(self, seconds: float | None = None) -> Deadline:
-        """The rest of the run less the reserve kept for writing the report."""
-        inner = Deadline(max(0.0, self.deadline.remaining() - REPORT_RESERVE))
-        return inner.within(seconds) if seconds is not None else inner
+        """The phases' end (the run's less the report's reserve), or `seconds` from now if sooner."""
+        return self.budget.phases.within(seconds) if seconds is not None else self.budget.phases
 
     def goodbye_deadline(self) -> Deadline:
-        """The goodbye's: past the phases' reserve, since the host tells its verdict only once
-        its phases are done, which may be at their deadline; the report takes milliseconds."""
-        return Deadline(max(0.0, self.deadline.remaining() - GOODBYE_RESERVE))
+        return self.budget.goodbye
 
     @contextmanager
     def phase(self, name: str):
@@ -98,6 +95,8 @@ class Run:
         except KeyboardInterrupt as e:
             self.stop(e)
             raise
+        except compat.TorchSlow as e:
+            self.findings.append(run_rules.torch_slow_finding(name, str(e), self.my_ranks()))
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
@@ -138,7 +137,7 @@ class Run:
         """Asked once the host's store stopped answering: a path that drops full-size frames
         looks just so from here (small requests pass, a large value hangs), within what the
         deadline leaves before the report (a resolve and two probes of two waits each)."""
-        seconds = min(PROBE_TIMEOUT, (self.deadline.remaining() - REPORT_RESERVE) / 5)
+        seconds = min(PROBE_TIMEOUT, self.budget.blackhole_probe_seconds())
         rdzv = self.config.rdzv
         return seconds >= 0.2 and full_frames_lost(rdzv.host, rdzv.port, seconds)
 

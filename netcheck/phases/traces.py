@@ -9,27 +9,26 @@ import time
 
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
-from netcheck.core.model import WARN, Endpoint, Finding, Report, verdict_of
+from netcheck.core.model import Endpoint, Finding, Report, verdict_of
 from netcheck.cluster.jobstore import debug_servers
 from netcheck.cluster.store import RendezvousError
 from netcheck.cluster.storewire import WireError
 from netcheck.facts.debugserver import live_view
-from netcheck.facts.frtrace import NotADump, read_dumps
+from netcheck.facts.frformat import NotADump
+from netcheck.facts.frtrace import read_dumps
 from netcheck.rules import hang as hang_rules
-from netcheck.rules.registry import HANG_NO_DATA, JOB_HANG
 
 
-def inspect_traces(folder: str, world_size: int | None, timeout: float, report: Report | None = None,
-                   hosts: dict[int, str] | None = None) -> Report:
+def inspect_traces(folder: str, world_size: int | None, deadline: Deadline, report: Report | None = None,
+                   hosts: dict[int, str] | None = None, prefix: str | None = None) -> Report:
     """The dumps' findings, alone or added to the store's report; `hosts` (rank -> hostname, from
     the job's preflight report) names each rank's host, which dumps do not say."""
     start = time.monotonic()
     try:
-        view = with_hosts(read_dumps(folder, world_size, Deadline(timeout)), hosts or {})
+        view = with_hosts(read_dumps(folder, world_size, deadline, prefix), hosts or {})
         findings = tuple(hang_rules.hang_findings(view))
     except NotADump as e:
-        view, findings = None, (Finding(JOB_HANG, WARN, (), f"no trace read: {e}", (),
-                                        "give --traces the folder the job's dumps are in", HANG_NO_DATA),)
+        view, findings = None, (hang_rules.unread_finding(str(e)),)
     seconds = round(time.monotonic() - start, 3)
     if report is None:
         return Report(run_id="inspect", node_rank=None, role="inspect", verdict=verdict_of(findings), nodes=(),
@@ -43,10 +42,10 @@ def with_hosts(view: HangView, hosts: dict[int, str]) -> HangView:
     return dataclasses.replace(view, traces=traces)
 
 
-def inspect_live(report: Report, endpoint: Endpoint, timeout: float) -> Report:
+def inspect_live(report: Report, endpoint: Endpoint, deadline: Deadline) -> Report:
     """The ranks' recorders and stacks from the job's debug servers, where the store names
-    any; the report as it was where it names none."""
-    start, deadline = time.monotonic(), Deadline(timeout)
+    any, within what is left of the look's deadline; the report as it was where it names none."""
+    start = time.monotonic()
     try:
         servers = debug_servers(endpoint.host, endpoint.port, report.job.keys if report.job else None, deadline)
     except (RendezvousError, WireError):

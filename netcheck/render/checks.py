@@ -12,7 +12,7 @@ def render_checks_text(checks: tuple[Check, ...]) -> str:
     rows = []
     for c in checks:
         rows.append((c.id, c.phase, "/".join(c.severities), c.meaning))
-        rows += [("", "", f"kind {kind}", meaning) for kind, meaning in c.kinds.items()]
+        rows += [(f"kind {name}", "", "/".join(kind.severities), kind.meaning) for name, kind in c.kinds.items()]
     return tabulate(rows, headers=("check", "phase", "severities", "meaning"), tablefmt="plain") + "\n"
 
 

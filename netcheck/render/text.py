@@ -23,9 +23,8 @@ from tabulate import tabulate
 from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
-from netcheck.core.model import NodeEntry, Report
-from netcheck.facts.hashing import human_bytes
-from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.core.envfacts import human_bytes
+from netcheck.core.model import NodeEntry, Report, is_torchrun_worker
 from netcheck.render.escape import printable_copy
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}

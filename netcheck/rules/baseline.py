@@ -7,8 +7,8 @@ settings. Pure: two reports' data in, findings out.
 
 from __future__ import annotations
 
-from netcheck.bandwidth.tables import rate_text
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
+from netcheck.core.bwtext import rate_text
 from netcheck.core.constants import BASELINE_BW_DROP
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
 from netcheck.rules.pernode import per_node

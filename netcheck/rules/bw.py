@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import statistics
 
-from netcheck.bandwidth.sweep import size_words
-from netcheck.bandwidth.tables import plateau_text, rate_text, sizes_text, step_text, time_text
 from netcheck.core.bwrecords import (
     STAGE_TITLES, BandwidthResult, BusyProcess, Fault, Headline, InFlight, Sweep, culprits, first_culprit,
     peak_busbw,
 )
+from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
 from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
+from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
-from netcheck.rules.nic import FlaggedPaths
 from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)

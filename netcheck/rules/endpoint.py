@@ -12,9 +12,10 @@ from __future__ import annotations
 import ipaddress
 
 from netcheck.core.majority import split
-from netcheck.core.model import FAIL, WARN, Endpoint, Finding, Member, NodeFacts, hostnames
+from netcheck.core.model import (
+    FAIL, JOB_VARS, WARN, Endpoint, Finding, Member, NodeFacts, hostnames, is_torchrun_worker,
+)
 from netcheck.core.nictable import address_owners
-from netcheck.facts.launcher import JOB_VARS, is_torchrun_worker
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
     ENDPOINT_ELSEWHERE, ENDPOINT_LOOPBACK, ENDPOINT_NOT_RANK0, ENDPOINT_SEVERAL, ENV_DISAGREE, ENV_FLAGS,
@@ -54,7 +55,8 @@ def endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: Nod
     if not mine:
         return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
                         f"are expected; a loopback endpoint reaches only this machine, {nothing}",
-                        (), FIX, ENDPOINT_LOOPBACK)]
+                        (), f"{FIX}; if rank 0 does run on this machine, it listens on another port: give every "
+                        f"node rank 0's port (this one was given {endpoint.port})", ENDPOINT_LOOPBACK)]
     return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}, an address of this node ({facts.hostname}, "
                     f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
                     f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),

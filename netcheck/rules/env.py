@@ -24,9 +24,8 @@ from fnmatch import fnmatchcase
 
 from netcheck.core import majority
 from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
-from netcheck.core.envfacts import ABSENT, EnvFacts
+from netcheck.core.envfacts import ABSENT, EnvFacts, human_bytes
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
-from netcheck.facts.hashing import human_bytes
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_MISMATCH, HOST_SHM
 

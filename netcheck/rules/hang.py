@@ -11,6 +11,8 @@ or never recorded.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import defaultdict
 
 from netcheck.core.hangrecords import Collective, HangView, RankTrace, Refused
@@ -38,8 +40,8 @@ def hang_findings(view: HangView) -> list[Finding]:
     findings = [_refused_finding(r) for r in view.refused]
     traced = _one_per_rank(view.traces)
     if not traced:
-        return findings + [Finding(JOB_HANG, WARN, (), f"no flight-recorder trace read from {view.source}", (),
-                                   _no_data_fix(), HANG_NO_DATA)]
+        return findings + [Finding(JOB_HANG, WARN, (), f"no flight-recorder trace read from {view.source}",
+                                   _ignored(view), _no_data_fix(), HANG_NO_DATA)]
     groups = _by_group(traced)
     problems = [f for name, ranks in sorted(groups.items()) for f in _group_findings(name, ranks, traced)]
     missing = _missing(view, traced)
@@ -55,7 +57,23 @@ def hang_findings(view: HangView) -> list[Finding]:
         problems = [Finding(JOB_HANG, PASS, tuple(sorted(traced)), f"every traced rank ({len(traced)}) issued the "
                             f"same last collective in each of {len(groups)} process group(s): none behind or "
                             "out of step", tuple(_group_line(n, r, traced) for n, r in sorted(groups.items())))]
-    return findings + problems
+    first = problems[0]
+    return findings + [dataclasses.replace(first, evidence=first.evidence + _ignored(view))] + problems[1:]
+
+
+def _ignored(view: HangView) -> tuple[str, ...]:
+    """The files beside the dumps, said once: a log or a marker is no dump, and no hostile one."""
+    if not view.ignored:
+        return ()
+    named = f"{view.prefix}<rank>" if view.prefix else "<rank>"
+    return (f"{view.ignored} other file(s) in {view.source} not read: not named {named} as the dumps are "
+            "(--prefix names another prefix)",)
+
+
+def unread_finding(why: str) -> Finding:
+    """--traces names no folder of dumps that reads (missing, not a folder, unreadable): `why`."""
+    return Finding(JOB_HANG, WARN, (), f"no trace read: {why}", (), "give --traces the folder the job's dumps are in",
+                   HANG_NO_DATA)
 
 
 def _one_per_rank(traces: tuple[RankTrace, ...]) -> dict[int, RankTrace]:

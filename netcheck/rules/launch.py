@@ -9,12 +9,10 @@ not exist (`invalid device ordinal`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 
 from netcheck.core.majority import split
-from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts
-from netcheck.facts.launcher import is_torchrun_worker
+from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts, is_torchrun_worker
 from netcheck.rules.pernode import ranks_note
 from netcheck.rules.registry import (
     LAUNCH_CROWDED, LAUNCH_DEVICE, LAUNCH_NNODES, LAUNCH_NPROC, LAUNCH_SHARED_GPU, LAUNCH_TOPOLOGY,
@@ -111,7 +109,7 @@ def _nnodes_disagree(processes) -> list[Finding]:
         return []
     return [_disagreement(processes, lambda f: _nnodes_text(f), "nnodes",
                           "give every node the same --nnodes (torchrun) / the same allocation (Slurm)",
-                          LAUNCH_NNODES)]
+                          LAUNCH_NNODES, FAIL)]
 
 
 def _nnodes_text(f: NodeFacts) -> str:
@@ -122,13 +120,12 @@ def _nnodes_text(f: NodeFacts) -> str:
 def _nproc_disagree(processes) -> list[Finding]:
     if len({f.launch.nproc_per_node for _, f in processes}) <= 1:
         return []
-    finding = _disagreement(processes, lambda f: str(f.launch.nproc_per_node), "processes per node",
-                            "the same --nproc-per-node everywhere, or nodes with the same GPU count",
-                            LAUNCH_NPROC)
-    return [dataclasses.replace(finding, severity=WARN)]
+    return [_disagreement(processes, lambda f: str(f.launch.nproc_per_node), "processes per node",
+                          "the same --nproc-per-node everywhere, or nodes with the same GPU count",
+                          LAUNCH_NPROC, WARN)]
 
 
-def _disagreement(processes, view, what: str, fix: str, kind: str) -> Finding:
+def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str) -> Finding:
     views = split({i: view(f) for i, (_, f) in enumerate(processes)})
     odd = [processes[i] for i in views.odd]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
@@ -136,7 +133,7 @@ def _disagreement(processes, view, what: str, fix: str, kind: str) -> Finding:
     lines: dict[tuple[str, str], list[int]] = {}
     for rank, f in processes:
         lines.setdefault((f.hostname, view(f)), []).append(rank)
-    return Finding(LAUNCH_TOPOLOGY, FAIL, _ranks(odd),
+    return Finding(LAUNCH_TOPOLOGY, severity, _ranks(odd),
                    f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
                    tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"

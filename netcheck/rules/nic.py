@@ -13,10 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
-from netcheck.cluster.mesh import CONNECTED, Attempt, passed_frame
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
-from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, NodeRanks, hostnames
+from netcheck.core.meshrecords import CONNECTED, Attempt, FlaggedPaths, passed_frame
+from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
 from netcheck.rules.pernode import (
@@ -220,16 +220,6 @@ def _pasteable(ifname: str | None) -> str:
     """An interface name for a command a person may paste: IF where it is unknown or fails
     the interface-name rule."""
     return ifname if is_safe_ifname(ifname) else "IF"
-
-
-@dataclass(frozen=True)
-class FlaggedPaths:
-    """The paths mesh.connect failed, for the phases after it. Small on purpose: the host
-    tells it to every joiner, and a message larger than a frame does not cross a blackhole."""
-
-    blackholes: int = 0             # how many lose full-size frames
-    paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
-    cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (cut_off_nodes)
 
 
 def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> FlaggedPaths:

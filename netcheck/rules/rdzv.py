@@ -15,7 +15,7 @@ from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, LISTEN_FIREWALLED,
+    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, lost_in,
 )
 
@@ -100,6 +100,13 @@ def _seconds(seconds: float) -> str:
 
 
 def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
+    hosts = [h for h in holders if "netcheck" in h.cmdline]
+    if hosts:   # a second rank 0, not a squatter: killing the first would only swap them
+        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already held by another netcheck on this machine "
+                       f"(pid {hosts[0].pid}), hosting the rendezvous: two processes were given node rank 0",
+                       (f"bind: {error}", _named(tuple(hosts))),
+                       "give each node its own --node-rank (one rank 0 per cluster, on the --rdzv host); if that "
+                       "netcheck is left over from an earlier run, stop it first", LISTEN_TWO_HOSTS)
     if holders:
         stop = f"kill {holders[0].pid}" if holders[0].pid is not None else "run netcheck as root to name it"
         return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {_named(holders)}",
@@ -405,11 +412,16 @@ def left_behind_finding(ranks: tuple[int, ...]) -> Finding:
                    "the host's deadline", (), "see the host's report for the cluster's view", JOIN_LEFT_BEHIND)
 
 
-def seat_finding(rank: int | None, nnodes: int, hostname: str) -> Finding:
+def seat_finding(rank: int | None, nnodes: int, hostname: str, expected: int | None = None) -> Finding:
+    """A joiner's own seat; where the launcher fixed the node count and fewer were seated, the
+    count it says is the host's (the host names the missing)."""
     if rank is None:
         return Finding(RDZV_JOIN, FAIL, (), f"{hostname} was not seated: its rank was taken, or the "
                        "cluster was full or had already started", (),
                        "check --node-rank and --nnodes on every node; see the host's report", JOIN_NOT_SEATED)
+    if expected is not None and expected != nnodes:
+        return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank}; {nnodes} of {expected} expected "
+                       "nodes joined (the host's report names the missing)")
     return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
 
 

@@ -1,12 +1,14 @@
 """Every check netcheck reports, in one table: the single source of check ids and kinds.
 
-A check id leads here, and from here in one hop each to the rule that emits it
-(`rules`, functions of netcheck.rules), the facts it reads and the tests that create its
-fault. A finding's `kind` tells apart the exact cases one id covers ("never joined", "lost
-during bandwidth"), so that tests, `--baseline` and monitoring never parse a summary.
-Check ids and kinds are a public contract (README, JSON, runbooks): add, never rename.
-`netcheck checks` prints this table; tests/test_registry.py holds the schema, the README
-and the ids the suite sees emitted to it.
+A check id leads here, and from here in one hop each to the rules that build its findings
+(`rules`, functions of netcheck.rules: every function that builds a Finding is listed), the
+facts they read and the tests that create its fault. A finding's `kind` tells apart the exact
+cases one id covers ("never joined", "lost during bandwidth"), so that tests, `--baseline` and
+monitoring never parse a summary; each kind declares the severities it can say. Check ids and
+kinds are a public contract (README, JSON, runbooks): add, never rename. `netcheck checks`
+prints this table; tests/test_registry.py holds the schema, the README, the rules' source (a
+Finding built outside a listed rule, or of a kind or severity not declared) and the ids the
+suite sees emitted to it.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 # rdzv.reach's and rdzv.listen's exact findings.
 REACH_NOT_STORE = "not_store"
 LISTEN_FIREWALLED = "firewalled"
+LISTEN_TWO_HOSTS = "two_hosts"
 
 
 def lost_in(phase: str) -> str:
@@ -136,20 +139,30 @@ SKIPPED_PHASE = "phase_skipped"
 SKIPPED_GOODBYE = "goodbye_unheard"
 SKIPPED_NO_PEER = "no_peer"
 
+# run.torch's exact findings.
+TORCH_SLOW = "slow_import"
+
+
+@dataclass(frozen=True)
+class Kind:
+    severities: tuple[str, ...]     # what a finding of this kind can say
+    meaning: str                    # one line, for runbook writers
+
 
 @dataclass(frozen=True)
 class Check:
     id: str
     phase: str                      # the phase whose facts it judges (SPEC "Phases"), or "run"
-    severities: tuple[str, ...]     # what it can say
+    severities: tuple[str, ...]     # what it can say, its kinds included
     meaning: str                    # one line, for runbook writers
-    rules: tuple[str, ...]          # "module.function" under netcheck.rules that emit it
+    rules: tuple[str, ...]          # "module.function" under netcheck.rules that build its findings
     facts: str                      # the facts those rules read
     tests: tuple[str, ...]          # test files that make its findings, faults created for real
-    kinds: dict[str, str] = field(default_factory=dict)  # kind -> meaning; empty: the id says it
+    kinds: dict[str, Kind] = field(default_factory=dict)  # empty: the id says it
 
 
 ALL = (PASS, WARN, FAIL)
+ONLY_WARN, ONLY_FAIL, WARN_FAIL = (WARN,), (FAIL,), (WARN, FAIL)
 CHECKS: tuple[Check, ...] = (
     Check(RDZV_RESOLVE, "reach", ALL,
           "the endpoint's name does not resolve on a node, or to different address families on different nodes",
@@ -161,34 +174,41 @@ CHECKS: tuple[Check, ...] = (
           ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_reach_faults_cluster.py"),
-          {REACH_NOT_STORE: "something accepts on the port but does not answer as a TCPStore "
-                            "(a hung or stopped process, another program)"}),
+          {REACH_NOT_STORE: Kind(ONLY_FAIL, "something accepts on the port but does not answer as a TCPStore "
+                                            "(a hung or stopped process, another program)")}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),
           "the host cannot listen on the port (names the process holding it), or cannot reach it itself",
           ("rdzv.listen_finding", "rdzv.listen_pass", "rdzv.firewalled_finding"),
           "Holder (psutil's view of the port), Probe (the host's connect to its own port)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_reach_faults_cluster.py"),
-          {LISTEN_FIREWALLED: "the host listens, but its own firewall filters or refuses the port: "
-                              "its store client and every joiner are kept out"}),
+          {LISTEN_FIREWALLED: Kind(ONLY_FAIL, "the host listens, but its own firewall filters or refuses the port: "
+                                              "its store client and every joiner are kept out"),
+           LISTEN_TWO_HOSTS: Kind(ONLY_FAIL, "another netcheck on this machine already hosts on the port: two "
+                                             "processes were given node rank 0")}),
     Check(RDZV_JOIN, "rendezvous", ALL,
           "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
-          ("rdzv.join_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
+          ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
            "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
-           "rdzv.hosts_message_refused"), "Gathering (the host's), Roster (a joiner's)",
+           "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
+           "rdzv.gone_before_sign_in"),
+          "Gathering (the host's), Roster (a joiner's), the values a seated node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_hostile_cluster.py"),
-          {JOIN_MISSING: "a node rank below --nnodes never joined",
-           JOIN_ALONE: "without --nnodes, no node besides the host joined",
-           JOIN_DUPLICATE: "a node rank claimed by several nodes; the first was seated",
-           JOIN_UNSEATED: "a node came with a rank at or above --nnodes, or after every seat was taken",
-           JOIN_LATE: "a process came after the roster was posted",
-           JOIN_FOREIGN: "a node of another --rdzv-id used this store (warn)",
-           JOIN_MALFORMED: "a store entry netcheck cannot read (warn)",
-           JOIN_FAILED: "a joiner could not take part: store unreachable, another run id, host gone",
-           JOIN_NOT_SEATED: "a joiner got no seat (its rank taken, the cluster full or started)",
-           JOIN_LEFT_BEHIND: "a joiner reported back after the host's deadline",
-           JOIN_SAME_NAME: "several nodes call themselves by one hostname or FQDN",
-           **{lost_in(p): f"a seated node stopped answering during the {p} phase" for p in LOST_PHASES}}),
+          {JOIN_MISSING: Kind(ONLY_FAIL, "a node rank below --nnodes never joined"),
+           JOIN_ALONE: Kind(ONLY_FAIL, "without --nnodes, no node besides the host joined"),
+           JOIN_DUPLICATE: Kind(ONLY_FAIL, "a node rank claimed by several nodes; the first was seated"),
+           JOIN_UNSEATED: Kind(ONLY_FAIL, "a node came with a rank at or above --nnodes, or after every seat was "
+                                          "taken"),
+           JOIN_LATE: Kind(ONLY_FAIL, "a process came after the roster was posted"),
+           JOIN_FOREIGN: Kind(ONLY_WARN, "a node of another --rdzv-id used this store"),
+           JOIN_MALFORMED: Kind(WARN_FAIL, "a store entry netcheck cannot read (fail where a seated node sent it: "
+                                           "that node is named)"),
+           JOIN_FAILED: Kind(ONLY_FAIL, "a joiner could not take part: store unreachable, another run id, host gone"),
+           JOIN_NOT_SEATED: Kind(ONLY_FAIL, "a joiner got no seat (its rank taken, the cluster full or started)"),
+           JOIN_LEFT_BEHIND: Kind(ONLY_FAIL, "a joiner reported back after the host's deadline"),
+           JOIN_SAME_NAME: Kind(ONLY_FAIL, "several nodes call themselves by one hostname or FQDN"),
+           **{lost_in(p): Kind(ONLY_FAIL, f"a seated node stopped answering during the {p} phase")
+              for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
           "a node cannot resolve another node's FQDN, or resolves it to an address that node lacks",
           ("rdzv.fqdn_findings",), "NodeResults.resolutions, NicTable",
@@ -204,15 +224,16 @@ CHECKS: tuple[Check, ...] = (
           "Attempt (every connect the mesh made, with its full-size frames echoed or lost); a joiner "
           "that lost the host: the host's store asked a small request and the same in one full frame",
           ("test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
-          {MESH_BLACKHOLE: "a path-MTU blackhole: the path connects and carries small messages, but "
-                           "frames of the interfaces' MTU vanish (a switch port or tunnel with a smaller "
-                           "MTU between two ends that agree)"}),
+          {MESH_BLACKHOLE: Kind(ONLY_FAIL, "a path-MTU blackhole: the path connects and carries small messages, but "
+                                           "frames of the interfaces' MTU vanish (a switch port or tunnel with a "
+                                           "smaller MTU between two ends that agree)")}),
     Check(NIC_ROUTE, "nic", ALL,
           "a set *_SOCKET_IFNAME that matches nothing on a node, or holds an address",
-          ("nic.route_findings",), "NodeFacts.socket_env, NicTable, Attempt",
+          ("nic.route_findings", "nic.unsafe_name_findings"), "NodeFacts.socket_env, NicTable, Attempt",
           ("test_mesh_cluster.py", "test_rules_nic.py"),
-          {ROUTE_UNSAFE_NAME: "an interface the mesh proved has a name no *_SOCKET_IFNAME can safely hold "
-                              f"(not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-): left out of the exports"}),
+          {ROUTE_UNSAFE_NAME: Kind(ONLY_FAIL, "an interface the mesh proved has a name no *_SOCKET_IFNAME can "
+                                              f"safely hold (not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-): "
+                                              "left out of the exports")}),
     Check(NIC_NCCL_DEFAULT, "nic", (PASS, FAIL),
           "the interfaces NCCL would pick reach no peer, or there are none",
           ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.ifselect: NCCL's rules)",
@@ -246,38 +267,43 @@ CHECKS: tuple[Check, ...] = (
           ("flightrec.flight_recorder_findings",),
           "EnvFacts (var.TORCH_*, var.NCCL_ASYNC_ERROR_HANDLING, torch.version)",
           ("test_rules_env.py", "test_env_cluster.py"),
-          {FR_OFF: "TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE set to 0 (or unset where the "
-                   "node's torch defaults to 0): no rank records its collectives",
-           FR_NO_DUMP: "nothing is written when the NCCL watchdog fires: TORCH_NCCL_DUMP_ON_TIMEOUT off "
-                       "(or unset before torch 2.7), or the monitoring thread or NCCL's trace buffer off",
-           FR_NO_ABORT: "TORCH_NCCL_ASYNC_ERROR_HANDLING=0: the watchdog neither aborts the communicator "
-                        "nor stops the process, so a hung collective hangs for good"}),
+          {FR_OFF: Kind(ONLY_WARN, "TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE set to 0 (or unset where the "
+                                   "node's torch defaults to 0): no rank records its collectives"),
+           FR_NO_DUMP: Kind(ONLY_WARN, "nothing is written when the NCCL watchdog fires: TORCH_NCCL_DUMP_ON_TIMEOUT "
+                                       "off (or unset before torch 2.7), or the monitoring thread or NCCL's trace "
+                                       "buffer off"),
+           FR_NO_ABORT: Kind(ONLY_WARN, "TORCH_NCCL_ASYNC_ERROR_HANDLING=0: the watchdog neither aborts the "
+                                        "communicator nor stops the process, so a hung collective hangs for good")}),
     Check(LAUNCH_TOPOLOGY, "rendezvous", ALL,
           "the launch line laid the processes out wrong: one per task, disagreeing counts, devices",
           ("launch.launch_findings", "launch.task_findings"), "NodeFacts.launch of every arrival, EnvFacts (GPU UUIDs)",
           ("test_rules_launch.py", "test_env_cluster.py", "test_torchrun_cluster.py", "test_slurm_cluster.py"),
-          {LAUNCH_CROWDED: "several netchecks on one host claim one node rank (one per task)",
-           LAUNCH_NNODES: "nodes disagree about nnodes",
-           LAUNCH_NPROC: "nodes disagree about processes per node (warn)",
-           LAUNCH_DEVICE: "a local rank with no device behind it, or more processes than GPUs",
-           LAUNCH_SHARED_GPU: "two processes of a host on one GPU UUID",
-           LAUNCH_TORCHRUN: "torchrun's workers laid out wrong (ranks, LOCAL_RANK, LOCAL_WORLD_SIZE)"}),
+          {LAUNCH_CROWDED: Kind(ONLY_FAIL, "several netchecks on one host claim one node rank (one per task)"),
+           LAUNCH_NNODES: Kind(ONLY_FAIL, "nodes disagree about nnodes"),
+           LAUNCH_NPROC: Kind(ONLY_WARN, "nodes disagree about processes per node"),
+           LAUNCH_DEVICE: Kind(ONLY_FAIL, "a local rank with no device behind it, or more processes than GPUs"),
+           LAUNCH_SHARED_GPU: Kind(ONLY_FAIL, "two processes of a host on one GPU UUID"),
+           LAUNCH_TORCHRUN: Kind(ONLY_FAIL, "torchrun's workers laid out wrong (ranks, LOCAL_RANK, "
+                                            "LOCAL_WORLD_SIZE)")}),
     Check(LAUNCH_ENDPOINT, "reach", (WARN, FAIL),
           "the launch line points nodes at the wrong place: the endpoint is not rank 0's",
           ("endpoint.endpoint_findings", "endpoint.host_endpoint_findings", "endpoint.reached_addresses"),
           "the endpoint's addresses, NicTable, Launch (node rank, nnodes), the reach probe",
           ("test_rules_endpoint.py", "test_launch_cluster.py"),
-          {ENDPOINT_LOOPBACK: "the endpoint resolves to loopback while more than one node is expected",
-           ENDPOINT_NOT_RANK0: "the endpoint is this node's own address, but this node is not rank 0",
-           ENDPOINT_ELSEWHERE: "this node is rank 0, but owns none of the endpoint's addresses (warn)",
-           ENDPOINT_SEVERAL: "the endpoint resolves to several addresses and nodes reached different ones"}),
+          {ENDPOINT_LOOPBACK: Kind(WARN_FAIL, "the endpoint resolves to loopback while more than one node is expected "
+                                              "(fail on a joiner it left alone; warn on rank 0, whose missing nodes "
+                                              "it would explain)"),
+           ENDPOINT_NOT_RANK0: Kind(ONLY_FAIL, "the endpoint is this node's own address, but this node is not rank 0"),
+           ENDPOINT_ELSEWHERE: Kind(ONLY_WARN, "this node is rank 0, but owns none of the endpoint's addresses"),
+           ENDPOINT_SEVERAL: Kind(ONLY_WARN, "the endpoint resolves to several addresses and nodes reached "
+                                             "different ones")}),
     Check(LAUNCH_ENV, "reach", (WARN, FAIL),
           "the launcher's variables disagree: with --rdzv on a node, or between nodes",
           ("endpoint.flags_findings", "endpoint.shared_variable_findings"),
           "Launch.variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE), the endpoint's addresses",
           ("test_rules_endpoint.py", "test_launch_cluster.py"),
-          {ENV_FLAGS: "--rdzv names another place than this node's MASTER_ADDR:MASTER_PORT (warn)",
-           ENV_DISAGREE: "nodes disagree about MASTER_ADDR, MASTER_PORT or WORLD_SIZE"}),
+          {ENV_FLAGS: Kind(ONLY_WARN, "--rdzv names another place than this node's MASTER_ADDR:MASTER_PORT"),
+           ENV_DISAGREE: Kind(ONLY_FAIL, "nodes disagree about MASTER_ADDR, MASTER_PORT or WORLD_SIZE")}),
     Check(BW_STAGE, "bandwidth", (PASS, FAIL),
           "a stage of the bandwidth phase failed; names the stage, node and rank",
           ("bw.stage_findings",), "BandwidthResult (faults, failed stage)",
@@ -314,23 +340,25 @@ CHECKS: tuple[Check, ...] = (
           ("job.rendezvous_findings", "job.eviction_findings"),
           "RendezvousView (decoded safely), RoundKeys (the round's role_info / assigned_ranks keys), --nnodes",
           ("test_rules_job.py", "test_inspect_cluster.py"),
-          {JOB_WAITING: "the round is not complete: nodes joined, how many are missing, the deadline",
-           JOB_WAITING_NEXT: "nodes wait for the next round of a complete one (warn)",
-           JOB_NOT_STARTED: "the backend is set up and no node has joined (warn)",
-           JOB_NO_SUCH_RUN: "no rendezvous for the run id asked for; the store holds others",
-           JOB_NO_RDZV: "no rendezvous and no process group keys at all (warn)",
-           JOB_EVICTED: "nodes that completed the current round are no longer among its participants, or "
-                        "are past torchrun's dead limit (every agent drops them on its next read of the "
-                        "state): removed by torchrun after their heartbeat stopped"}),
+          {JOB_WAITING: Kind(ONLY_FAIL, "the round is not complete: nodes joined, how many are missing, the deadline"),
+           JOB_WAITING_NEXT: Kind(ONLY_WARN, "nodes wait for the next round of a complete one"),
+           JOB_NOT_STARTED: Kind(ONLY_WARN, "the backend is set up and no node has joined"),
+           JOB_NO_SUCH_RUN: Kind(ONLY_FAIL, "no rendezvous for the run id asked for; the store holds others"),
+           JOB_NO_RDZV: Kind(ONLY_WARN, "no rendezvous and no process group keys at all"),
+           JOB_EVICTED: Kind(ONLY_FAIL, "nodes that completed the current round are no longer among its "
+                                        "participants, or are past torchrun's dead limit (every agent drops them on "
+                                        "its next read of the state): removed by torchrun after their heartbeat "
+                                        "stopped")}),
     Check(JOB_HEARTBEAT, "inspect", ALL,
           "netcheck inspect: a torchrun agent whose heartbeat is older than the keep-alive (late) or "
           "torchrun's dead-node limit",
           ("job.heartbeat_findings",), "RendezvousView.last_heartbeats, inspect's clock",
           ("test_rules_job.py", "test_inspect_cluster.py"),
-          {JOB_DEAD: "no heartbeat for over keep-alive interval x attempts (15 s): hung or gone (a round "
-                     "still forming, the wait list; in a complete round it is job.rdzv's evicted)",
-           JOB_LATE: "a heartbeat older than the keep-alive interval (5 s, 2 s of grace) and inside the "
-                     "dead limit: a missed beat (warn)"}),
+          {JOB_DEAD: Kind(ONLY_FAIL, "no heartbeat for over keep-alive interval x attempts (15 s): hung or gone (a "
+                                     "round still forming, the wait list; in a complete round it is job.rdzv's "
+                                     "evicted)"),
+           JOB_LATE: Kind(ONLY_WARN, "a heartbeat older than the keep-alive interval (5 s, 2 s of grace) and inside "
+                                     "the dead limit: a missed beat")}),
     Check(JOB_RANKS, "inspect", ALL,
           "netcheck inspect: a static rendezvous (init_process_group): which ranks never arrived",
           ("job.ranks_findings",), "the default process group's rank keys, --world-size",
@@ -338,49 +366,55 @@ CHECKS: tuple[Check, ...] = (
     Check(JOB_NCCL, "inspect", (PASS, FAIL),
           "netcheck inspect: NCCL's RAS on this node: communicators with missing, dead or failing ranks",
           ("job.ras_findings",), "RasView (NCCL_RAS_ADDR, STATUS)", ("test_ras.py",),
-          {JOB_RAS_MISSING: "ranks missing from a communicator (never joined, or dead)",
-           JOB_RAS_ERRORS: "ranks with an async error, an abort, or still initialising"}),
+          {JOB_RAS_MISSING: Kind(ONLY_FAIL, "ranks missing from a communicator (never joined, or dead)"),
+           JOB_RAS_ERRORS: Kind(ONLY_FAIL, "ranks with an async error, an abort, or still initialising")}),
     Check(JOB_HOSTILE, "inspect", (FAIL,),
           "netcheck inspect: a value in the job's store that is not a rendezvous state, or a trace file "
           "that is not a flight-recorder dump: refused, never run",
           ("job.hostile_findings", "hang.hang_findings"), "the raw value under torch.rendezvous.RUN, trace files",
           ("test_rules_job.py", "test_inspect.py", "test_rules_hang.py"),
-          {JOB_HOSTILE_VALUE: "a pickle asking for code (a global outside the state's types)",
-           JOB_FOREIGN_VALUE: "garbage, the wrong type, or over the size limit"}),
+          {JOB_HOSTILE_VALUE: Kind(ONLY_FAIL, "a pickle asking for code (a global outside the state's types)"),
+           JOB_FOREIGN_VALUE: Kind(ONLY_FAIL, "garbage, the wrong type, or over the size limit")}),
     Check(JOB_HANG, "inspect", ALL,
           "netcheck inspect: the ranks' flight recorders: a rank behind the collective the others wait in, "
           "ranks out of step, a collective no rank completes, ranks with no trace",
-          ("hang.hang_findings",), "HangView (flight-recorder dumps, --traces DIR)",
+          ("hang.hang_findings", "hang.unread_finding"), "HangView (flight-recorder dumps, --traces DIR)",
           ("test_rules_hang.py", "test_hang_cluster.py"),
-          {HANG_BEHIND: "rank(s) never issued the collective the others wait in: their last line",
-           HANG_DESYNC: "ranks issued different collectives (op, sizes, dtype) at one sequence id",
-           HANG_STUCK: "every rank issued the collective and none completed it (NCCL records completion)",
-           HANG_NO_DATA: "ranks with no trace: no dump, no answer, or the process gone (fail where the traced "
-                         "ranks are in step, waiting for them; warn beside a rank behind or out of step)"}),
+          {HANG_BEHIND: Kind(ONLY_FAIL, "rank(s) never issued the collective the others wait in: their last line"),
+           HANG_DESYNC: Kind(ONLY_FAIL, "ranks issued different collectives (op, sizes, dtype) at one sequence id"),
+           HANG_STUCK: Kind(ONLY_FAIL, "every rank issued the collective and none completed it (NCCL records "
+                                       "completion)"),
+           HANG_NO_DATA: Kind(WARN_FAIL, "ranks with no trace: no dump, no answer, or the process gone (fail where "
+                                         "the traced ranks are in step, waiting for them; warn beside a rank behind "
+                                         "or out of step, or where --traces names no folder of dumps)")}),
     Check(RUN_SKIPPED, "run", (WARN,),
           "a phase left out, and why",
           ("run.skipped_finding", "run.unheard_goodbyes", "run.no_peer_findings"),
           "the run's deadlines, earlier findings and the nodes still in it",
           ("test_rules_rdzv.py", "test_faults_cluster.py"),
-          {SKIPPED_PHASE: "a phase was skipped: nodes missing, too little of --timeout left, or a path "
-                          "it needs loses full-size frames (mesh.connect, blackhole)",
-           SKIPPED_GOODBYE: "--timeout was spent before some nodes said goodbye; not counted as lost",
-           SKIPPED_NO_PEER: "the mesh and the interface checks need a peer, and no other node is in the run"}),
+          {SKIPPED_PHASE: Kind(ONLY_WARN, "a phase was skipped: nodes missing, too little of --timeout left, or a path "
+                                          "it needs loses full-size frames (mesh.connect, blackhole)"),
+           SKIPPED_GOODBYE: Kind(ONLY_WARN, "--timeout was spent before some nodes said goodbye; not counted as lost"),
+           SKIPPED_NO_PEER: Kind(ONLY_WARN, "the mesh and the interface checks need a peer, and no other node is in "
+                                            "the run")}),
     Check(RUN_TIMEOUT, "run", (FAIL,),
           "a phase did not finish within --timeout",
           ("run.timeout_finding",), "the run's deadline", ("test_rules_rdzv.py", "test_hostile_cluster.py")),
     Check(RUN_STOPPED, "run", (FAIL,),
           "a signal ended the node's run before it finished (exit 130 or 143): never a pass",
           ("run.stopped_finding",), "the signal", ("test_rules_rdzv.py", "test_faults_cluster.py"),
-          {STOPPED_SIGINT: "interrupted: SIGINT (Ctrl-C)",
-           STOPPED_SIGTERM: "terminated: SIGTERM (scancel, a pod deleted)"}),
+          {STOPPED_SIGINT: Kind(ONLY_FAIL, "interrupted: SIGINT (Ctrl-C)"),
+           STOPPED_SIGTERM: Kind(ONLY_FAIL, "terminated: SIGTERM (scancel, a pod deleted)")}),
     Check(RUN_CLUSTER, "run", (WARN,),
           "a joiner left without the host's verdict on the cluster (the host's findings about a "
           "node become that node's own when heard)",
           ("run.verdict_unheard",), "the host's ClusterVerdict, or its absence", ("test_rules_rdzv.py",)),
     Check(RUN_TORCH, "run", (FAIL,),
-          "this node's torch cannot run the phases that need it",
-          ("run.torch_finding",), "the import of torch.distributed", ("test_cli.py",)),
+          "this node's torch cannot run the phases that need it, or did not load inside --timeout",
+          ("run.torch_finding", "run.torch_slow_finding"), "the import of torch.distributed",
+          ("test_cli.py", "test_budget.py"),
+          {TORCH_SLOW: Kind(ONLY_FAIL, "torch's import was still running at the deadline of the phase that needs "
+                                       "it: a loaded node, or a slow filesystem")}),
     Check(RUN_INTERNAL, "run", (FAIL,),
           "netcheck failed to run a phase (exit 3): a netcheck bug",
           ("run.internal_finding",), "the exception", ("test_rules_rdzv.py",)),

@@ -9,7 +9,7 @@ from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Fi
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     MESH_CONNECT, RUN_CLUSTER, RUN_INTERNAL, RUN_SKIPPED, RUN_STOPPED, RUN_TIMEOUT, RUN_TORCH,
-    SKIPPED_GOODBYE, SKIPPED_NO_PEER, SKIPPED_PHASE, STOPPED_SIGINT, STOPPED_SIGTERM,
+    SKIPPED_GOODBYE, SKIPPED_NO_PEER, SKIPPED_PHASE, STOPPED_SIGINT, STOPPED_SIGTERM, TORCH_SLOW,
 )
 
 
@@ -19,6 +19,8 @@ TOLD_FINDINGS = 32
 TOLD_EVIDENCE = 4
 
 SHORT_OF_TIME_FIX = "raise --timeout: waiting for the nodes above took the rest"
+NO_PEER_FIX = ("run netcheck on every node of the job at once (--nnodes N makes an absent node a failure); "
+               "--timeout need not change")
 
 
 def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
@@ -33,9 +35,8 @@ NO_PEER_LEFT_OUT = {"bandwidth": "no bandwidth between nodes was measured (a swe
 def no_peer_findings(phases: list[str]) -> list[Finding]:
     """Checks between nodes with no other node to check against: said, never passed."""
     return [Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was not run: no other node is in the run, "
-                    f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", (),
-                    "run netcheck on every node of the job "
-                    "at once (--nnodes N makes an absent node a failure)", SKIPPED_NO_PEER)
+                    f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", (), NO_PEER_FIX,
+                    SKIPPED_NO_PEER)
             for phase in phases]
 
 
@@ -58,6 +59,13 @@ def torch_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
     return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
                    "install a working torch 2.1 or newer in this environment (pip install "
                    "'torch>=2.1'; the README's compatibility table lists the releases tested)")
+
+
+def torch_slow_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
+    """torch loads, but not inside the run's time: the node's load is the cause, not its torch."""
+    return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
+                   "see what else runs on this node (top; netcheck's own host.busy names such processes once "
+                   "the bandwidth phase runs), or give every node a larger --timeout", TORCH_SLOW)
 
 
 def internal_finding(phase: str, error: BaseException) -> Finding:

@@ -1,0 +1,66 @@
+"""The mesh phase's records that leave it: every connect it made (`Attempt`, with the
+full-size frames it sent), and the paths mesh.connect failed (`FlaggedPaths`), which the host
+tells every joiner. The mesh itself is cluster.mesh; rules.nic judges these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netcheck.core.fields import IfName, IpAddress, Millis, Mtu, NodeRank, Text
+from netcheck.core.model import NodeRanks
+
+CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
+
+
+@dataclass(frozen=True)
+class Trial:
+    """Segments of one frame size, each sent alone and echoed back."""
+
+    frame: Mtu             # bytes per frame on the wire, IP and TCP headers included
+    result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
+                           # "unreached" (a fresh connection for this size did not get through) |
+                           # "untried" (the mesh phase's deadline left less than the trial's time)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Full-size frames over a connected path, and smaller ones where those were lost."""
+
+    src_mtu: Mtu           # the sending interface's MTU (0: not known)
+    dst_mtu: Mtu           # the peer interface's, from its offer (0: not known)
+    trials: tuple[Trial, ...]   # full-size first
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One connect from node `src` to one of node `dst`'s candidates."""
+
+    src: NodeRank
+    dst: NodeRank
+    ifname: IfName         # dst's interface
+    address: IpAddress
+    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local" |
+                           # "untried"
+    rtt_ms: Millis | None  # connect round trip, when it connected
+    src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
+    detail: Text
+    transfer: Transfer | None = None   # the full-size frames, once greeted
+
+    @property
+    def connected(self) -> bool:
+        return self.outcome in CONNECTED
+
+
+def passed_frame(transfer: Transfer) -> int:
+    """The largest frame size that came back (0: none but the greeting's few bytes)."""
+    return max((t.frame for t in transfer.trials if t.result == "echoed"), default=0)
+
+
+@dataclass(frozen=True)
+class FlaggedPaths:
+    """The paths mesh.connect failed, for the phases after it. Small on purpose: the host
+    tells it to every joiner, and a message larger than a frame does not cross a blackhole."""
+
+    blackholes: int = 0             # how many lose full-size frames
+    paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
+    cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (rules.nic.cut_off_nodes)
