@@ -21,8 +21,7 @@ Each part on a fresh namespace cluster (gloo on CPU, one rank per node); --parts
      tool differ), median of the rounds each. overhead (3d): 3c with 200 iterations at 8 B..
      16 MiB (-b 8 -e 16M -f 8 -w 20 -n 200), netcheck against the bare loop, alternating which
      goes first. Each also gives the CPU time netcheck's node processes used while their
-     workers ran.
-     traits (3e): the bare loop with a data group apart from the default one and a
+     workers ran. traits (3e): the bare loop with a data group apart from the default one and a
      heartbeat thread added (as netcheck's worker has them), 200 iterations.
 
 Parts 1 and 2 run the phase alone through the test driver (tests/test_bandwidth_cluster.py
@@ -32,7 +31,8 @@ in the measurement. Other engineers' test clusters share this machine's CPUs: ea
 waits for 2 s of idle CPU first (at most 2 minutes), and part 3 prints how busy the CPU
 was before each run, during it, and during it less its own processes (others' load).
 
-Reproduce (root; needs ip netns, tc, iperf3; about 25 minutes on a quiet machine, 3 alone about 16):
+Reproduce (root; needs ip netns, tc, iperf3; about 25 minutes on a quiet machine; 3a-3c, unshaped and
+shaped, about 9):
     cd /work/main && .venv/bin/python benchmarks/bandwidth.py
     cd /work/main && .venv/bin/python benchmarks/bandwidth.py --parts unshaped,shaped,overhead,traits
 
@@ -43,9 +43,12 @@ Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
          32 MiB: busbw 0.1195 GB/s = 95.6% of the shaped rate
          iperf3 TCP node1 -> node0, 5 s: 0.9570 Gbit/s = 0.1196 GB/s = 95.7% of the shaped rate; ...
     3a. unshaped: bare figure = the bare loop's median busbw at 16 MiB, 32 MiB, 64 MiB, 128 MiB; per round
-        bare ... GB/s, netcheck ... GB/s, ratio ...
-    3a. unshaped: each headline within 10% of the bare figure just before it: ...; spread (max-min over median)
-        of the headlines ..., of the bare figures ...: ...; timed part ... s of --bw-budget 6: inside; ...
+        bare 0.7898 0.8661 0.8521 GB/s, netcheck 0.6921 0.8065 0.7332 GB/s, ratio 0.876 0.931 0.860
+    3a. unshaped: each headline within 10% of the bare figure just before it: missed in round 1 (missed by 2.4
+        points), round 3 (missed by 4.0 points); spread (max-min over median) of the headlines 0.1561, of the
+        bare figures 0.0895: missed; timed part 4.84..5.46 s of --bw-budget 6: inside; ...
+    3b. shaped: ... per round bare 0.0477 0.0478 0.0478 GB/s, netcheck 0.0477 0.0477 0.0477 GB/s, ratio 1.000
+        0.998 0.998; 95.4% of the shaped rate
     3c. unshaped: the largest gap 1.802 at 8 B; within 10% at every size: missed at 8 B (1.802), 64 B (1.248), ...
     3c. netcheck's own processes while the workers ran: 0.6% of one core for the 3 node processes together ...
     3d. unshaped, 200 iterations: the largest gap 1.166 at 256 KiB; within 10% at every size: missed at 8 B (1.145), ...
@@ -580,12 +583,12 @@ def against_bare_loop(name: str, label: str, rounds: int) -> None:
     shaped = f"; {100 * statistics.median(ours) / SHAPED_GBS:.1f}% of the shaped rate" if name == "shaped" else ""
     ours_spread, bare_spread = spread_of(ours), spread_of(bare)
     print(f"{part}. {name}: bare figure = the bare loop's median busbw at {', '.join(size_text(s) for s in sizes)}; "
-          f"per round bare {' '.join(f'{b:.3f}' for b in bare)} GB/s, netcheck {' '.join(f'{o:.3f}' for o in ours)} "
+          f"per round bare {' '.join(f'{b:.4f}' for b in bare)} GB/s, netcheck {' '.join(f'{o:.4f}' for o in ours)} "
           f"GB/s, ratio {' '.join(f'{q:.3f}' for q in ratios)}{shaped}", flush=True)
     print(f"{part}. {name}: each headline within {100 * target:.0f}% of the bare figure just before it: "
           + ("met" if not missed else "missed in " + ", ".join(missed))
-          + f"; spread (max-min over median) of the headlines {ours_spread:.3f}, of the bare figures "
-          f"{bare_spread:.3f}: " + ("met" if ours_spread <= bare_spread else "missed")
+          + f"; spread (max-min over median) of the headlines {ours_spread:.4f}, of the bare figures "
+          f"{bare_spread:.4f}: " + ("met" if ours_spread <= bare_spread else "missed")
           + f"; timed part {min(timed):.2f}..{max(timed):.2f} s of --bw-budget {BW_DEFAULT_BUDGET:g}: "
           + ("inside" if max(timed) <= BW_DEFAULT_BUDGET else "over")
           + f"; the bare loop over netcheck's sizes alone (netcheck's definition), median {at_ours:.3f} GB/s",
