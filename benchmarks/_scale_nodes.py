@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck.cluster import mesh, rendezvous  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
-from netcheck.core import codec  # noqa: E402
+from netcheck.core import codec, storekeys as keys  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
@@ -39,7 +39,6 @@ from netcheck.core.nictable import Address  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
 from netcheck.facts.probe import allow_a_connection_per_node  # noqa: E402
-from netcheck.phases import env as env_phase, mesh as mesh_phase, rendezvous as rdzv_phase  # noqa: E402
 
 
 class Greeters:
@@ -107,30 +106,30 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
     offset = 30.0 if rank == faults["clock"] else 0.001
     peers = rendezvous.lookup_targets(seat.roster, seat.arrival, plan["run_id"])
-    ex.post(rendezvous.RESULT, seat.arrival, NodeResults(
+    ex.post(keys.RESULT, seat.arrival, NodeResults(
         ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
-    yield ex.key(rdzv_phase.ALIVE)
-    alive = sorted(ex.read(NodeRanks, ex.key(rdzv_phase.ALIVE)))
+    yield ex.key(keys.ALIVE)
+    alive = sorted(ex.read(NodeRanks, ex.key(keys.ALIVE)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return
     token = f"t{rank}"
     address = plan["addresses"][str(rank)]
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
-    ex.post(mesh_phase.OFFER, rank, mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
+    ex.post(keys.MESH_OFFER, rank, mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
     targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
     attempts = []
-    yield [ex.key(mesh_phase.OFFER, t) for t in targets]
-    offers = ex.read_many(mesh.Offer, [ex.key(mesh_phase.OFFER, t) for t in targets])
+    yield [ex.key(keys.MESH_OFFER, t) for t in targets]
+    offers = ex.read_many(mesh.Offer, [ex.key(keys.MESH_OFFER, t) for t in targets])
     for t in targets:
-        c = offers[ex.key(mesh_phase.OFFER, t)].candidates[0]
+        c = offers[ex.key(keys.MESH_OFFER, t)].candidates[0]
         bad = faults["mesh"] in (rank, t)
         attempts.append(mesh.Attempt(rank, t, c.ifname, c.address, "refused" if bad else "ok", None if bad else 0.1,
                                      None if bad else plan["ifname"], "Connection refused" if bad else "connected"))
-    ex.post(mesh_phase.RESULTS, rank, mesh.MeshResults(rank, tuple(attempts)))
-    yield ex.key(mesh_phase.DONE)
+    ex.post(keys.MESH_RESULT, rank, mesh.MeshResults(rank, tuple(attempts)))
+    yield ex.key(keys.MESH_DONE)
     mine = env if rank != faults["env"] else dataclasses.replace(env, values={**env.values, "torch.version": "2.4.1"})
-    ex.post(env_phase.ENV, rank, mine)
+    ex.post(keys.ENV, rank, mine)
     seat.goodbye()
     stamps["bye"].append(time.time())
 

@@ -71,8 +71,9 @@ import psutil
 from _common import PORT, PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
 
 from netcheck.core import codec
-from netcheck.core.bwrecords import BandwidthResult, Row, plateau_rows, spread_of
+from netcheck.core.bwrecords import BandwidthResult, Row, SweepOptions, plateau_rows, spread_of
 from netcheck.core.constants import BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_WARMUP
+from netcheck.bandwidth.sweep import warmups
 
 DRIVER = str(REPO / "tests" / "test_bandwidth_cluster.py")
 CAP = 120.0
@@ -327,8 +328,12 @@ class Round:
     def timed_part(self, warmup: int, pair_runs: int) -> tuple[float, float]:
         """Collective seconds, as --bw-budget counts them: the sweep's warm-up and timed
         iterations, and the pair rounds' (at the ranks' mean pace; the budget takes the
-        slowest rank's)."""
-        sweep = sum(r["time_us"] * (warmup + r["iters"]) for r in self.rows()) / 1e6
+        slowest rank's). Each size's warm-ups as the sweep chose them: `warmup` (-w), fewer
+        where the previous size predicts a long iteration (sweep.warmups)."""
+        rows = self.rows()
+        predicted = [0.0] + [a["time_us"] / 1e6 * b["size"] / a["size"] for a, b in zip(rows, rows[1:])]
+        options = SweepOptions(warmup_iters=warmup)
+        sweep = sum(r["time_us"] * (warmups(options, p) + r["iters"]) for r, p in zip(rows, predicted)) / 1e6
         return sweep, sum(p["time_us"] * pair_runs for p in self.bandwidth["pairs"]) / 1e6
 
 

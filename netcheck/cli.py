@@ -26,7 +26,7 @@ from netcheck.core.constants import (
     INSPECT_TIMEOUT,
     EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
 )
-from netcheck.core.model import REACH_OUTCOMES, is_torchrun_worker
+from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
 from netcheck.facts.launcher import (
     LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env,
 )
@@ -215,7 +215,7 @@ def run_and_render(config: Config) -> int:
     # Under torchrun every worker runs netcheck: rank 0 speaks for the cluster, the
     # others only when they failed on their own (say, they could not reach the store),
     # and write files only where the path names their rank ("report-{rank}.json").
-    worker = is_torchrun_worker(config.launch) and rep.role != "host"
+    worker = is_torchrun_worker(config.launch) and rep.role != HOST
     quiet = config.quiet or (worker and rep.verdict != "fail")
     paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path,
                                                      config.plot_path)]

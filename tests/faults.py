@@ -31,10 +31,11 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
+from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
+from netcheck.core.storekeys import ROOT
 from nodes import GRACE, PORT, finish
 
-ROOT = "netcheck"
 POLL = 0.01
 LOG_ENV = "NETCHECK_FAULT_LOG"
 NO_FINDING = r"(?!)"   # a `record` focus that matches nothing: the fault leaves no finding
@@ -78,8 +79,8 @@ class _Keys:
 
 
 # Per-roster keys the watcher reports, and the word it prints for each.
-WATCHED = (("result", "arrival", "result"), ("mesh-offer", "rank", "offer"),
-           ("mesh-result", "rank", "mesh"), ("env", "rank", "env"), ("bye", "arrival", "bye"))
+WATCHED = ((keys.RESULT, "arrival", "result"), (keys.MESH_OFFER, "rank", "offer"),
+           (keys.MESH_RESULT, "rank", "mesh"), (keys.ENV, "rank", "env"), (keys.BYE, "arrival", "bye"))
 
 
 def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> None:
@@ -96,13 +97,13 @@ def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> Non
     roster: list[dict] = []
     try:
         while True:
-            for a in range(arrivals_read, store.add(key("arrivals"), 0)):
-                if not has_key(store, key("node", a)):
+            for a in range(arrivals_read, store.add(key(keys.ARRIVALS), 0)):
+                if not has_key(store, key(keys.NODE, a)):
                     break
                 arrivals_read = a + 1
-                _say("arrival", a, _hostname(store.get(key("node", a))))
-            if not roster and has_key(store, key("roster")):
-                roster = json.loads(store.get(key("roster")))["entries"]
+                _say("arrival", a, _hostname(store.get(key(keys.NODE, a))))
+            if not roster and has_key(store, key(keys.ROSTER)):
+                roster = json.loads(store.get(key(keys.ROSTER)))["entries"]
                 _say("roster", " ".join(f"{e['rank']}={e['hostname']}@{e['arrival']}" for e in roster))
             for name, field, word in WATCHED:
                 for i in (e[field] for e in roster):
@@ -175,8 +176,8 @@ class _Flood:
 # Hostile store writes. Each returns what it did in a few words.
 
 def _bump_and_write(store, key: _Keys, value: bytes) -> int:
-    arrival = store.add(key("arrivals"), 1) - 1
-    store.set(key("node", arrival), value)
+    arrival = store.add(key(keys.ARRIVALS), 1) - 1
+    store.set(key(keys.NODE, arrival), value)
     return arrival
 
 
@@ -217,22 +218,22 @@ def hostile_notjson(store, key: _Keys) -> str:
 def hostile_foreign(store, key: _Keys) -> str:
     """A visitor of another run, with that run's own keys written beside ours."""
     other = _Keys("intruder-run")
-    visitor = store.add(key("visitors", shared=True), 1) - 1
-    store.set(key("visitor", visitor, shared=True),
+    visitor = store.add(key(keys.VISITORS, shared=True), 1) - 1
+    store.set(key(keys.VISITOR, visitor, shared=True),
               json.dumps({"run_id": other.run_id, "hostname": "intruder", "node_rank": 0}))
-    store.add(other("arrivals"), 1)
-    store.set(other("node", 0), json.dumps({"hostname": "intruder"}))
+    store.add(other(keys.ARRIVALS), 1)
+    store.set(other(keys.NODE, 0), json.dumps({"hostname": "intruder"}))
     return f"visitor {visitor}: run id {other.run_id}"
 
 
 def hostile_unwritten(store, key: _Keys) -> str:
     """An arrival counted and never written: the nodes after it must still be read."""
-    return f"arrival {store.add(key('arrivals'), 1) - 1}: counted, never written"
+    return f"arrival {store.add(key(keys.ARRIVALS), 1) - 1}: counted, never written"
 
 
 def hostile_arrivals(store, key: _Keys) -> str:
     """The arrivals counter pushed by 10,000: the nodes after it used to be unreadable."""
-    return f"arrivals counter at {store.add(key('arrivals'), 10_000)}"
+    return f"arrivals counter at {store.add(key(keys.ARRIVALS), 10_000)}"
 
 
 PINGS_FLOOD = (4, 4 << 20)   # appends of this many bytes each: past MAX_PINGS_BYTES, under the store's limit
@@ -242,7 +243,7 @@ def hostile_pings(store, key: _Keys) -> str:
     """The shared pings list grown by megabytes: the host used to re-read it on every poll."""
     count, size = PINGS_FLOOD
     for _ in range(count):
-        store.append(key("pings", shared=True), "9/9," * (size // 4))
+        store.append(key(keys.PINGS, shared=True), "9/9," * (size // 4))
     return f"{count} x {size >> 20} MiB appended to the pings list"
 
 
@@ -252,8 +253,8 @@ STRANGERS = 100
 def hostile_strangers(store, key: _Keys) -> str:
     """Visitor records of many other runs: counted and summarised, not one finding each."""
     for i in range(STRANGERS):
-        visitor = store.add(key("visitors", shared=True), 1) - 1
-        store.set(key("visitor", visitor, shared=True),
+        visitor = store.add(key(keys.VISITORS, shared=True), 1) - 1
+        store.set(key(keys.VISITOR, visitor, shared=True),
                   json.dumps({"run_id": f"stranger-run-{i % 4}", "hostname": f"stranger{i}", "node_rank": None}))
     return f"{STRANGERS} visitors of 4 other runs"
 
@@ -261,16 +262,16 @@ def hostile_strangers(store, key: _Keys) -> str:
 def hostile_replay(store, key: _Keys) -> str:
     """--token: the first arrival's signed facts, MAC and all, copied under a new arrival
     (a ghost seat): the MAC binds the key, so the copy is refused."""
-    store.wait([key("node", 0), key("node", 0) + "#mac"])
-    ghost = store.add(key("arrivals"), 1) - 1
-    for suffix in ("", "#mac"):
-        store.set(key("node", ghost) + suffix, store.get(key("node", 0) + suffix))
+    store.wait([key(keys.NODE, 0), key(keys.NODE, 0) + keys.MAC_SUFFIX])
+    ghost = store.add(key(keys.ARRIVALS), 1) - 1
+    for suffix in ("", keys.MAC_SUFFIX):
+        store.set(key(keys.NODE, ghost) + suffix, store.get(key(keys.NODE, 0) + suffix))
     return f"arrival {ghost}: a copy of arrival 0"
 
 
 def hostile_counters(store, key: _Keys) -> str:
     """The shared visitor counter pushed a million past any real cluster."""
-    return f"visitor counter at {store.add(key('visitors', shared=True), 1_000_000)}"
+    return f"visitor counter at {store.add(key(keys.VISITORS, shared=True), 1_000_000)}"
 
 
 def hostile_garbage(endpoint: str) -> str:
@@ -308,11 +309,11 @@ def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
     """Do the actions once the host's store answers; `roster` waits for the roster first.
     Says `did ACTION ...` for each and `done` at the end, then holds on until killed."""
     store, key = _store(endpoint), _Keys(run_id)
-    store.wait([key("host", shared=True)])
+    store.wait([key(keys.HOST, shared=True)])
     held = []
     for action in actions:
         if action == "roster":
-            store.wait([key("roster")])
+            store.wait([key(keys.ROSTER)])
             _say("roster")
         elif action == "garbage":
             _say("did garbage", hostile_garbage(endpoint))

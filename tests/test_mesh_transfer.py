@@ -15,7 +15,8 @@ from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_MAX_CANDIDATES, M
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, Transfer, Trial, passed_frame
 from netcheck.core.nictable import NicTable
-from netcheck.phases.mesh import OFFER, _unheard, _usable
+from netcheck.core.storekeys import MESH_OFFER
+from netcheck.phases.mesh import _unheard, _usable
 from netcheck.rules import nic as nic_rules
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
 
@@ -146,9 +147,9 @@ def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused
     offers = {1: mesh.Offer(1, "t", one), 2: mesh.Offer(1, "t", one),
               3: mesh.Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}
     assert list(_usable(ex, offers)) == [1]
-    assert sorted(ex.rejected) == [(OFFER, 2), (OFFER, 3)]
-    assert "over the 64 a node may offer" in ex.rejected[OFFER, 3]
-    assert _unheard(ex, OFFER, [1, 2, 3, 4], _usable(ex, offers)) == [4]
+    assert sorted(ex.rejected) == [(MESH_OFFER, 2), (MESH_OFFER, 3)]
+    assert "over the 64 a node may offer" in ex.rejected[MESH_OFFER, 3]
+    assert _unheard(ex, MESH_OFFER, [1, 2, 3, 4], _usable(ex, offers)) == [4]
 
 
 def test_an_untried_direction_fails_the_mesh_and_never_passes_it():

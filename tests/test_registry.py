@@ -387,3 +387,26 @@ def test_rules_do_no_io(name, path):
     assert not {m.split(".")[0] for m in imports_of(path)} & IO_MODULES, name
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not calls & {"open", "print", "input"}, name
+
+
+def inline_store_keys(source: str) -> list[str]:
+    """Store key names written as string literals where the product names a key: the first
+    argument of Exchange.key, .post and collect (their name comes from core.storekeys)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        name_arg = node.args[2] if callee == "collect" and len(node.args) > 2 else node.args[0]
+        if callee in ("key", "post", "collect") and isinstance(name_arg, ast.Constant) \
+                and isinstance(name_arg.value, str):
+            found.append(f"line {node.lineno}: {callee}({name_arg.value!r})")
+    return found
+
+
+def test_every_store_key_is_named_in_one_place():
+    for name, path in modules():
+        if name != "netcheck.core.storekeys":
+            assert not inline_store_keys(path.read_text()), (name, inline_store_keys(path.read_text()))
+    planted = 'ex.post("bw/node", 1, report)\ncollect(ex, int, "bye", [1], d)\nex.key(keys.ROSTER)\n'
+    assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')"]

@@ -14,7 +14,7 @@ from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange, collect
 from netcheck.cluster.rendezvous import (
-    PINGS, HostState, _answer_pings, counter_gaps, host_gather, ping, poll_arrivals, publish_facts, read_visitors,
+    HostState, _answer_pings, counter_gaps, host_gather, ping, poll_arrivals, publish_facts, read_visitors,
     sign_in, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
@@ -24,7 +24,7 @@ from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES,
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone
-from netcheck.phases.rendezvous import ALIVE
+from netcheck.core.storekeys import ALIVE, PINGS
 from netcheck.rules.rdzv import hosts_message_refused
 from netcheck.core.compat import import_distributed
 from nodes import scaled

@@ -38,7 +38,7 @@ from typing import Annotated, Callable
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
-from netcheck.cluster.store import POSTED, Exchange, collect
+from netcheck.cluster.store import Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
@@ -48,10 +48,10 @@ from netcheck.core.constants import (
 )
 from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
+from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
 from netcheck.core.fields import PER_RANK, NodeRank, Text
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 
-ALIVE = "bw/alive"   # ALIVE/K: node K's beat count; ALIVE/posted lists the nodes that beat
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
 STDERR_LINES = 20    # kept per worker, for the failure's evidence
@@ -119,7 +119,7 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
     stopped = Fault(node_rank, -1, -1, watch.furthest_stage(), "stopped",
                     f"node {node_rank}'s netcheck was interrupted (Ctrl-C or SIGTERM)")
     try:
-        ex.post("bw/node", node_rank, NodeReport(node_rank, (stopped,), *watch.backend))
+        ex.post(BW_NODE, node_rank, NodeReport(node_rank, (stopped,), *watch.backend))
     except (RuntimeError, OSError):
         pass  # the host's store is gone too: nobody is waiting
 
@@ -127,8 +127,8 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
 def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadline) -> dict[int, NodeReport]:
     """Post this node's account and read the given nodes', until all are in or the deadline."""
     try:
-        ex.post("bw/node", mine.node, mine)
-        return collect(ex, NodeReport, "bw/node", nodes, deadline)
+        ex.post(BW_NODE, mine.node, mine)
+        return collect(ex, NodeReport, BW_NODE, nodes, deadline)
     except (RuntimeError, OSError):  # the host's store is gone: this node's own view must do
         return {mine.node: mine}
 
@@ -269,7 +269,7 @@ class Watch:
         return bad
 
     def post_abort(self) -> None:
-        self._store(lambda: self.ex.put(self.ex.key("bw/abort"), self.node))
+        self._store(lambda: self.ex.put(self.ex.key(BW_ABORT), self.node))
 
     def others_aborted(self, now: float) -> bool:
         """Every BW_ABORT_POLL s: beat, and look for an abort; the host also listens to
@@ -281,12 +281,12 @@ class Watch:
         if self.node == 0 and self.heard_quiet(now):
             self.post_abort()
             return True
-        return bool(self._store(lambda: self.ex.has(self.ex.key("bw/abort"))))
+        return bool(self._store(lambda: self.ex.has(self.ex.key(BW_ABORT))))
 
     def _beat(self) -> None:
-        self.ex.count(self.ex.key(ALIVE, self.node), 1)
+        self.ex.count(self.ex.key(BW_ALIVE, self.node), 1)
         if not self.listed:  # the first beat: listed for the host
-            self.ex.enlist(self.ex.key(ALIVE, POSTED), str(self.node))
+            self.ex.enlist(self.ex.key(BW_ALIVE, POSTED), str(self.node))
             self.listed = True
 
     def heard_quiet(self, now: float) -> bool:
@@ -304,8 +304,8 @@ class Watch:
 
     def _beats(self) -> dict[int, int]:
         """node -> its beat count, for every node that has beaten."""
-        nodes = sorted(n for n in self.ex.posted(ALIVE) or () if 0 < n < self.nnodes)
-        return dict(zip(nodes, self.ex.counts([self.ex.key(ALIVE, n) for n in nodes]))) if nodes else {}
+        nodes = sorted(n for n in self.ex.posted(BW_ALIVE) or () if 0 < n < self.nnodes)
+        return dict(zip(nodes, self.ex.counts([self.ex.key(BW_ALIVE, n) for n in nodes]))) if nodes else {}
 
     def _store(self, call):
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now

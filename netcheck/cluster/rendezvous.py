@@ -39,13 +39,11 @@ from netcheck.core.model import (
     ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
     node_address,
 )
+from netcheck.core.storekeys import (
+    ARRIVALS, BYE, HOST, NODE, PINGS, PONG, RESULT, ROSTER, VISITOR, VISITORS,
+)
 from netcheck.facts.probe import resolve_many
 
-# Keys a later phase reads too (the rest are this module's own).
-RESULT = "result"
-BYE = "bye"
-PINGS = "pings"
-ARRIVAL_KEYED = (RESULT, BYE)  # posted under the node's arrival number; the later phases' under its rank
 
 
 @dataclass(frozen=True)
@@ -106,14 +104,14 @@ class Seat:
 
 def sign_in(ex: Exchange, facts: NodeFacts) -> int:
     """Register as a visitor (any run id), so the host can name nodes of other runs."""
-    visitor = ex.count(ex.key("visitors", shared=True), 1) - 1
-    ex.put(ex.key("visitor", visitor, shared=True),
+    visitor = ex.count(ex.key(VISITORS, shared=True), 1) - 1
+    ex.put(ex.key(VISITOR, visitor, shared=True),
            Visitor(facts.run_id, facts.hostname, facts.launch.node_rank), signed=False)
     return visitor
 
 
 def check_run_id(ex: Exchange, deadline: Deadline) -> None:
-    hello = ex.wait_read(Hello, ex.key("host", shared=True), deadline)
+    hello = ex.wait_read(Hello, ex.key(HOST, shared=True), deadline)
     if hello.run_id != ex.run_id:
         raise RendezvousError(f"the store at this endpoint serves run id {hello.run_id!r} "
                               f"(host {hello.hostname}); this node was started with "
@@ -145,7 +143,7 @@ def _pong(ex: Exchange, visitor: int, k: int, deadline: Deadline) -> tuple[float
         sent = time.time()
         ping(ex, visitor, k)
         try:
-            return sent, float(ex.wait_read(float, ex.key("pong", visitor, k, shared=True),
+            return sent, float(ex.wait_read(float, ex.key(PONG, visitor, k, shared=True),
                                             deadline.within(PING_RETRY)))
         except TimeoutError:
             if deadline.expired():
@@ -153,8 +151,8 @@ def _pong(ex: Exchange, visitor: int, k: int, deadline: Deadline) -> tuple[float
 
 
 def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
-    arrival = ex.count(ex.key("arrivals"), 1) - 1
-    ex.put(ex.key("node", arrival), facts)
+    arrival = ex.count(ex.key(ARRIVALS), 1) - 1
+    ex.put(ex.key(NODE, arrival), facts)
     return arrival
 
 
@@ -196,13 +194,13 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     try:
         visitor = sign_in(ex, facts)
         check_run_id(ex, deadline)
-        late = ex.has(ex.key("roster"))
+        late = ex.has(ex.key(ROSTER))
         if late:  # published so the host names it, not seated
-            seat = Seat(ex, publish_facts(ex, facts), ex.read(Roster, ex.key("roster")))
+            seat = Seat(ex, publish_facts(ex, facts), ex.read(Roster, ex.key(ROSTER)))
             return seat, None
         clock = measure_clock(ex, visitor, deadline)
         seat = Seat(ex, publish_facts(ex, facts))
-        seat.roster = ex.wait_read(Roster, ex.key("roster"), deadline)
+        seat.roster = ex.wait_read(Roster, ex.key(ROSTER), deadline)
         ex.pace(len(seat.roster.entries))  # also where the launcher gave no node count
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
@@ -246,7 +244,7 @@ class HostState:
 def announce(ex: Exchange, facts: NodeFacts) -> None:
     """The host's hello, signed before anyone knows the run's nonce it carries."""
     hello = Hello(facts.run_id, facts.hostname, facts.version, secrets.token_hex(16))
-    ex.put(ex.key("host", shared=True), hello)
+    ex.put(ex.key(HOST, shared=True), hello)
     ex.nonce = hello.nonce
 
 
@@ -293,19 +291,19 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     _answer_pings(ex, state, Deadline(POLL_SLICE))
     read_visitors(ex, state, Deadline(POLL_SLICE))
     scan = Deadline(POLL_SLICE)
-    counted = ex.count(ex.key("arrivals"))
+    counted = ex.count(ex.key(ARRIVALS))
     state.arrivals_counted = max(state.arrivals_counted, counted)
     for a in unread(state.arrivals_seen, counted, state.read):
         # Counted but not written yet: read on a later poll. Not a reason to stop: a
         # client that counts itself in and never writes must not hide the nodes after it.
         if scan.expired() or len(state.read) >= MAX_NODES:
             break
-        if not ex.has(ex.key("node", a)):
+        if not ex.has(ex.key(NODE, a)):
             continue
         state.read.add(a)
         state.last_arrival = time.monotonic()
         try:
-            state.arrivals[a] = ex.read(NodeFacts, ex.key("node", a))
+            state.arrivals[a] = ex.read(NodeFacts, ex.key(NODE, a))
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
     while state.arrivals_seen in state.read:
@@ -327,8 +325,8 @@ def unread(seen: int, counted: int, read: Container[int]) -> Iterator[int]:
 def counter_gaps(ex: Exchange, state: HostState) -> list[str]:
     """The counters pushed past what was written: numbers taken by something that never wrote
     (a node dies between the two only now and then; many at once are not netcheck's)."""
-    gaps = ((ex.key("arrivals"), state.arrivals_counted, len(state.read)),
-            (ex.key("visitors", shared=True), state.visitors_counted, len(state.visitors)))
+    gaps = ((ex.key(ARRIVALS), state.arrivals_counted, len(state.read)),
+            (ex.key(VISITORS, shared=True), state.visitors_counted, len(state.visitors)))
     return [f"{key} counts {counted} but {written} were written: the rest were counted in by a "
             "client that is not a netcheck node" for key, counted, written in gaps
             if counted - written > MAX_STRANGERS]
@@ -338,12 +336,12 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Read the visitor records not read yet, until the scan's deadline (the counter is
     anyone's). One counted but not written yet is looked at again on a later read, and
     does not hide the visitors after it."""
-    counted = ex.count(ex.key("visitors", shared=True))
+    counted = ex.count(ex.key(VISITORS, shared=True))
     state.visitors_counted = max(state.visitors_counted, counted)
     for v in unread(state.visitors_seen, counted, state.visitors.keys()):
         if scan.expired() or len(state.visitors) >= MAX_NODES:
             break
-        key = ex.key("visitor", v, shared=True)
+        key = ex.key(VISITOR, v, shared=True)
         if not ex.has(key):
             continue
         try:
@@ -372,7 +370,7 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
             return
         v, _, k = (codec.small_int(part) for part in entry.partition("/"))
         if v is not None and k is not None and v < MAX_NODES and k < CLOCK_PINGS:
-            ex.put(ex.key("pong", v, k, shared=True), time.time())
+            ex.put(ex.key(PONG, v, k, shared=True), time.time())
         state.pings_answered += 1
 
 
@@ -381,7 +379,7 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
         RosterEntry(a, r, arrivals[a].hostname, arrivals[a].fqdn, node_address(arrivals[a]))
         for a, r in sorted(ranks.items(), key=lambda item: item[1]))
     seat.roster = Roster(entries)
-    seat.exchange.put(seat.exchange.key("roster"), seat.roster)
+    seat.exchange.put(seat.exchange.key(ROSTER), seat.roster)
     seat.exchange.pace(len(entries))
     return seat.roster
 

@@ -20,18 +20,13 @@ from netcheck.core.constants import (
     STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
 from netcheck.facts.probe import Listener, call_with_timeout, reach
 
-
-ROOT = "netcheck"
-
-
-MAC_SUFFIX = "#mac"
 
 
 CONNECT_TRY = 2.0
 
-POSTED = "posted"  # name/posted: the ids that posted name/ID, appended as "ID,"
 FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
 MAX_POSTED_BYTES = 16 * MAX_NODES  # ",ID," for every node, twice over
 

@@ -23,6 +23,10 @@ from netcheck.core.jobrecords import JobView
 from netcheck.core.nictable import FAMILIES, NicTable
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+# Who wrote a report: the rendezvous host (the cluster's report), a joiner (its own view), or
+# one of the subcommands that speak for this node alone.
+ROLES = HOST, JOINER, LOCAL, PROBE, INSPECT = ("host", "joiner", "local", "probe", "inspect")
+Role = Annotated[str, one_of(*ROLES)]
 SEVERITIES = (PASS, WARN, FAIL)
 Severity = Annotated[str, one_of(*SEVERITIES)]
 # A probe's answer; the rules hold a fix for each (rules.rdzv.REACH_FIXES).
@@ -231,7 +235,7 @@ class NodeEntry:
 class Report:
     run_id: str                    # a run id, or inspect's: torchrun's, whatever it is
     node_rank: NodeRank | None
-    role: str                      # "host" | "joiner" | "local" | "probe" | "inspect"
+    role: Role
     verdict: Severity
     nodes: Annotated[tuple[NodeEntry, ...], PER_NODE]
     findings: Annotated[tuple[Finding, ...], PER_NODE_AND_ITEM]
@@ -248,6 +252,16 @@ class Report:
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict, when it was heard
     hang: HangView | None = None   # netcheck inspect --traces: the ranks' flight recorders
     schema: str = REPORT_SCHEMA
+
+
+def report_of(role: str, run_id: str, node_rank: int | None, findings: tuple[Finding, ...],
+              timings: dict[str, float], **parts) -> Report:
+    """The one way a Report is made: its verdict from its findings, and what the run did not
+    reach (nodes, recommendations, bandwidth...) empty unless given."""
+    empty = dict(nodes=(), recommend={}, recommend_per_node={}, env_table=(), bandwidth=None, unfinished=None,
+                 healthy_nodes=(), faulty_nodes=())
+    return Report(run_id=run_id, node_rank=node_rank, role=role, verdict=verdict_of(findings), findings=findings,
+                  timings=timings, **{**empty, **parts})
 
 
 def verdict_of(findings: tuple[Finding, ...] | list[Finding]) -> str:

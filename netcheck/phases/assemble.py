@@ -4,7 +4,7 @@ and `netcheck probe`."""
 from __future__ import annotations
 
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import FAIL, Finding, Member, NodeEntry, Report, hostnames, verdict_of
+from netcheck.core.model import FAIL, LOCAL, PROBE, Member, NodeEntry, Report, hostnames, report_of
 from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
@@ -21,15 +21,12 @@ def build_report(run: Run) -> Report:
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or nic_rules.Recommendation({}, {}, "")
     faulty = _hosts(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing
-    return Report(
-        run_id=run.config.run_id, node_rank=run.rank, role=run.role, verdict=verdict_of(findings),
-        nodes=entries(members), findings=findings, recommend=rec.cluster,
-        recommend_per_node=rec.per_node, env_table=run.env_table, bandwidth=run.bandwidth,
-        timings=dict(run.timings),
-        unfinished=run.unfinished,
+    return report_of(
+        run.role, run.config.run_id, run.rank, findings, dict(run.timings),
+        nodes=entries(members), recommend=rec.cluster, recommend_per_node=rec.per_node, env_table=run.env_table,
+        bandwidth=run.bandwidth, unfinished=run.unfinished,
         healthy_nodes=_hosts(h for _, h in sorted(by_rank.items()) if h not in faulty),
-        faulty_nodes=faulty,
-        recommend_note=rec.reason, cluster=run.cluster)
+        faulty_nodes=faulty, recommend_note=rec.reason, cluster=run.cluster)
 
 
 def _hosts(names) -> tuple[str, ...]:
@@ -57,18 +54,11 @@ def local_only(env) -> Report:
     findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
                      + nic_rules.ib_findings(me))
-    return _single_node_report("local", launch.node_rank, entries(me), findings, {})
+    return report_of(LOCAL, LOCAL, launch.node_rank, findings, {}, nodes=entries(me))
 
 
 def probe_only(host: str, port: int, timeout: float) -> Report:
     """`netcheck probe HOST:PORT`: one round of the reach probe."""
     found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
     findings = tuple(rdzv_rules.reach_findings(found, ()))
-    return _single_node_report("probe", None, (), findings, {"reach": found.seconds})
-
-
-def _single_node_report(role: str, rank: int | None, nodes: tuple[NodeEntry, ...],
-                        findings: tuple[Finding, ...], timings: dict[str, float]) -> Report:
-    return Report(run_id=role, node_rank=rank, role=role, verdict=verdict_of(findings), nodes=nodes,
-                  findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
-                  timings=timings, unfinished=None, healthy_nodes=(), faulty_nodes=())
+    return report_of(PROBE, PROBE, None, findings, {"reach": found.seconds})

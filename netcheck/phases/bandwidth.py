@@ -8,7 +8,7 @@ from netcheck.bandwidth.orchestrate import run_bandwidth
 from netcheck.cluster import rendezvous
 from netcheck.core.bwrecords import NODE_GONE
 from netcheck.core.constants import BW_STARTUP_SECONDS
-from netcheck.core.model import is_torchrun_worker
+from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import bw as bw_rules, nic as nic_rules, run as run_rules
 
@@ -24,7 +24,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     seats = sorted(e.rank for e in seat.roster.entries)
     expected = launch.nnodes_min or len(seats)
     if seats != list(range(len(seats))) or set(run.alive) != set(seats) or len(seats) < expected:
-        if run.role == "host":  # where the missing nodes are named
+        if run.role == HOST:  # where the missing nodes are named
             run.findings.append(run_rules.skipped_finding("bandwidth", "not every node rank is present"))
         return
     # Every node skips alike: a joiner knows the host's flagged paths (phases.mesh.MeshDone).
@@ -62,7 +62,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
                                          run.config.sweep.expect_busbw, run.flagged.paths)
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
-    if run.role == "host":  # a node whose account never came is gone, as in any other phase
+    if run.role == HOST:  # a node whose account never came is gone, as in any other phase
         gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
         run.lose("bandwidth", seat_names, gone)
 

@@ -8,14 +8,14 @@ import os
 from netcheck.cluster import rendezvous
 from netcheck.cluster.store import collect
 from netcheck.core.constants import ENV_PHASE_LIMIT
+from netcheck.core.model import HOST
 from netcheck.core.envfacts import EnvFacts
+from netcheck.core.storekeys import ENV
 from netcheck.facts.envinfo import gather_env
 from netcheck.phases.state import Run
 from netcheck.rules import env as env_rules
 from netcheck.rules.flightrec import flight_recorder_findings
 
-# Store key: each node's env facts, read by the host.
-ENV = "env"
 
 
 def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
@@ -23,7 +23,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     ex, ranks = seat.exchange, sorted(names)
     mine = gather_env(run.config.hash_paths, os.environ)
     ex.post(ENV, seat.rank, mine)
-    if run.role != "host":
+    if run.role != HOST:
         run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
         return
     envs = collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT))

@@ -12,12 +12,11 @@ from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import ClusterVerdict, is_torchrun_worker
+from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
+from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
 
-VERDICT = "verdict"  # the host's ClusterVerdict, posted before it waits for goodbyes
-REPORTED = "reported"  # the host's, once its report is written
 
 
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
@@ -38,7 +37,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
     run.findings += rdzv_rules.rejected_findings(_rejected(seat), seat.roster.hostnames())
-    if run.role != "host":
+    if run.role != HOST:
         if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):
                 _hear_verdict(run, seat)
@@ -53,7 +52,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         # Joiners started their --timeout a little after the host: with the host's time
         # all but spent, a goodbye not yet in says nothing about the node.
         fair = deadline.remaining() >= MIN_PHASE_SECONDS
-        gone = collect(seat.exchange, int, rendezvous.BYE, arrivals, deadline)
+        gone = collect(seat.exchange, int, BYE, arrivals, deadline)
         silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))
@@ -63,7 +62,7 @@ def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
     """(the sender's rank, key, why) of each value this node refused; the rendezvous' own
     keys are posted under the sender's arrival number, the later phases' under its rank."""
     ex, by_arrival = seat.exchange, {e.arrival: e.rank for e in seat.roster.entries}
-    return [(by_arrival.get(i) if name in rendezvous.ARRIVAL_KEYED else i, ex.key(name, i), why)
+    return [(by_arrival.get(i) if name in ARRIVAL_KEYED else i, ex.key(name, i), why)
             for (name, i), why in ex.rejected.items()]
 
 
@@ -90,7 +89,7 @@ def report_out(run: Run, exit_code: int) -> Callable[[], None]:
     seat = run.seat
     if seat is None or seat.rank is None or not is_torchrun_worker(run.config.launch):
         return lambda: None
-    if run.role == "host":
+    if run.role == HOST:
         return lambda: _say_reported(seat)
     if exit_code == 0 or run.host_lost or run.stopped_by is not None:
         return lambda: None

@@ -18,7 +18,7 @@ from netcheck.core import compat
 from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import JobView, RoundKeys, RunState
-from netcheck.core.model import Endpoint, Reach, Report, verdict_of
+from netcheck.core.model import INSPECT, Endpoint, Reach, Report, report_of
 from netcheck.facts.probe import call_with_timeout, reach
 from netcheck.facts.ras import query_ras, ras_address
 from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state
@@ -63,10 +63,7 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
     view = dataclasses.replace(view, ras=ras, seconds=round(time.monotonic() - start, 3))
     if not findings:
         findings = job_rules.job_findings(view)
-    return Report(run_id=run_id or "inspect", node_rank=None, role="inspect", verdict=verdict_of(findings),
-                  nodes=(), findings=tuple(findings), recommend={}, recommend_per_node={}, env_table=(),
-                  bandwidth=None, timings={"inspect": view.seconds}, unfinished=None, healthy_nodes=(),
-                  faulty_nodes=(), job=view)
+    return report_of(INSPECT, run_id or "inspect", None, tuple(findings), {"inspect": view.seconds}, job=view)
 
 
 def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline):

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.store import Exchange, collect, posted_by
 from netcheck.core import codec
+from netcheck.core.model import HOST
 from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths
 from netcheck.phases.state import Run
+from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
 
-# Store keys: each node's listeners, each node's connect results, the host's go-ahead to close.
-OFFER, RESULTS, DONE = "mesh-offer", "mesh-result", "mesh-done"
 
 
 @dataclass(frozen=True)
@@ -40,29 +40,29 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.facts.nics) as listeners:
-        ex.post(OFFER, me, listeners.offer())
-        offers = _usable(ex, collect(ex, mesh.Offer, OFFER, peers, offers_deadline))
+        ex.post(MESH_OFFER, me, listeners.offer())
+        offers = _usable(ex, collect(ex, mesh.Offer, MESH_OFFER, peers, offers_deadline))
         mine = mesh.probe_peers(me, offers, peers, run.facts.nics,
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
-        ex.post(RESULTS, me, mesh.MeshResults(me, mine))
-        if run.role != "host":
+        ex.post(MESH_RESULT, me, mesh.MeshResults(me, mine))
+        if run.role != HOST:
             done = _host_word(ex, deadline)
             run.flagged = done.flagged if done else nic_rules.flagged_paths(names, mine)
             run.findings += nic_rules.mesh_findings(names, mine)
-            run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, OFFER, peers, offers))
+            run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
             return mine
         # A node that never offered will not report: waiting for its results would make the
         # nodes that did report late for the go-ahead. One is not taken for it before the
         # offers' deadline, though: every node sees the host's list at its own poll, and at
         # scale (one look per pace) offers come over a second or so.
-        offered = posted_by(ex, OFFER, ranks, offers_deadline) | set(offers) | {me}
-        results = collect(ex, mesh.MeshResults, RESULTS, [r for r in ranks if r in offered], deadline)
+        offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
+        results = collect(ex, mesh.MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
         run.flagged = nic_rules.flagged_paths(names, attempts)
-        ex.put(ex.key(DONE), MeshDone(run.flagged))
+        ex.put(ex.key(MESH_DONE), MeshDone(run.flagged))
     run.findings += nic_rules.mesh_findings(names, attempts)
-    run.lose("mesh", names, _unheard(ex, RESULTS, ranks, results))
+    run.lose("mesh", names, _unheard(ex, MESH_RESULT, ranks, results))
     return attempts
 
 
@@ -72,9 +72,9 @@ def _usable(ex: Exchange, offers: dict[int, mesh.Offer]) -> dict[int, mesh.Offer
     usable = {}
     for rank, offer in offers.items():
         if offer.rank != rank:
-            ex.rejected[OFFER, rank] = f"an offer of rank {offer.rank} under rank {rank}'s key"
+            ex.rejected[MESH_OFFER, rank] = f"an offer of rank {offer.rank} under rank {rank}'s key"
         elif len(offer.candidates) > MESH_MAX_CANDIDATES:
-            ex.rejected[OFFER, rank] = (f"{len(offer.candidates)} candidates to connect to, over "
+            ex.rejected[MESH_OFFER, rank] = (f"{len(offer.candidates)} candidates to connect to, over "
                                         f"the {MESH_MAX_CANDIDATES} a node may offer")
         else:
             usable[rank] = offer
@@ -90,6 +90,6 @@ def _host_word(ex: Exchange, deadline: Deadline) -> MeshDone | None:
     """The host's go-ahead, waited for until the deadline (None: it did not come, or did not
     decode); a host that died raises instead."""
     try:
-        return ex.wait_read(MeshDone, ex.key(DONE), deadline)
+        return ex.wait_read(MeshDone, ex.key(MESH_DONE), deadline)
     except (TimeoutError, codec.DecodeError):
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from netcheck.core.model import HOST
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules
 
@@ -11,7 +12,7 @@ def judge_interfaces(run: Run) -> None:
     members = run.members
     # Only the host hears every node's connects, so only it can prove an interface works;
     # a joiner still checks its own settings and what the libraries would pick.
-    host = run.role == "host"
+    host = run.role == HOST
     seen = nic_rules.proven_interfaces(members, run.attempts)   # a joiner's: its own connects only
     proven = seen if host and run.attempts else None
     run.findings += nic_rules.route_findings(members, run.attempts, seen)

@@ -8,7 +8,7 @@ import ipaddress
 import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
-from netcheck.core.model import Finding, Probe, is_torchrun_worker
+from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
 from netcheck.facts.probe import PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
@@ -59,7 +59,7 @@ def take_role(run: Run) -> bool:
             return False
         if not (named or _owned(run, addresses)):
             return True
-    run.role, run.rank = "host", 0
+    run.role, run.rank = HOST, 0
     if is_torchrun_worker(launch) and launch.variables.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return True
     with run.phase("reach"):
@@ -77,7 +77,7 @@ def take_role(run: Run) -> bool:
             return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
-                run.role, run.rank = "joiner", None
+                run.role, run.rank = JOINER, None
                 return True
             run.findings.append(rdzv_rules.listen_finding(taken.port, taken.holders, taken.strerror))
     return False

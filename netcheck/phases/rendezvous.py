@@ -7,13 +7,12 @@ from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import Exchange, HostLost, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
 from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
+from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.core.model import Finding, Member, NodeRanks, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 
-# The host's list of the seated nodes that reported back: the later phases wait for them only.
-ALIVE = "alive"
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -34,7 +33,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, None)  # the host's clock is the reference, not a sample
-        results = collect(ex, NodeResults, rendezvous.RESULT, [e.arrival for e in roster.entries],
+        results = collect(ex, NodeResults, RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=RESULTS_WAIT)
         gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,

@@ -15,7 +15,7 @@ from netcheck.config import Config
 from netcheck.core import compat
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
-from netcheck.core.model import verdict_of
+from netcheck.core.model import HOST, verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
 from netcheck.phases.assemble import build_report
@@ -52,7 +52,7 @@ def _run_phases(run: Run) -> None:
         if run.listener is not None:
             run.listener.close()
         return
-    seat = run.seat = rendezvous.host(run) if run.role == "host" else rendezvous.joiner(run)
+    seat = run.seat = rendezvous.host(run) if run.role == HOST else rendezvous.joiner(run)
     if seat is None or seat.rank is None:
         return
     try:
@@ -65,7 +65,7 @@ def _run_phases(run: Run) -> None:
 
 
 def _after_rendezvous(run: Run, seat: Seat) -> None:
-    if run.role == "host":
+    if run.role == HOST:
         run.alive = rendezvous.post_alive(run, seat)
     if seat.rank not in run.alive:
         run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))

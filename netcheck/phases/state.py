@@ -18,7 +18,7 @@ from netcheck.core.budget import TimeBudget
 from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths
-from netcheck.core.model import ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.facts.probe import FULL_FRAME, full_frames_lost
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.registry import MESH_BLACKHOLE
@@ -40,7 +40,7 @@ class Run:
     config: Config
     progress: Callable[[str], None]
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
-    role: str = "joiner"
+    role: str = JOINER
     rank: int | None = None
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
@@ -100,7 +100,7 @@ class Run:
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
-            if self.role == "host" or not compat.store_lost(e):
+            if self.role == HOST or not compat.store_lost(e):
                 self.findings.append(run_rules.internal_finding(name, e))
             else:
                 self.lose_host(name, first_line(e))

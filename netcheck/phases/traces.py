@@ -9,7 +9,7 @@ import time
 
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
-from netcheck.core.model import Endpoint, Finding, Report, verdict_of
+from netcheck.core.model import INSPECT, Endpoint, Finding, Report, report_of, verdict_of
 from netcheck.cluster.jobstore import debug_servers
 from netcheck.cluster.store import RendezvousError
 from netcheck.cluster.storewire import WireError
@@ -31,9 +31,7 @@ def inspect_traces(folder: str, world_size: int | None, deadline: Deadline, repo
         view, findings = None, (hang_rules.unread_finding(str(e)),)
     seconds = round(time.monotonic() - start, 3)
     if report is None:
-        return Report(run_id="inspect", node_rank=None, role="inspect", verdict=verdict_of(findings), nodes=(),
-                      findings=findings, recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
-                      timings={"traces": seconds}, unfinished=None, healthy_nodes=(), faulty_nodes=(), hang=view)
+        return report_of(INSPECT, "inspect", None, findings, {"traces": seconds}, hang=view)
     return _joined(report, view, findings, "traces", seconds)
 
 

@@ -24,7 +24,7 @@ from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.envfacts import human_bytes
-from netcheck.core.model import NodeEntry, Report, is_torchrun_worker
+from netcheck.core.model import HOST, INSPECT, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
 from netcheck.render.escape import printable_copy
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -46,15 +46,15 @@ def render_text(report: Report, verbose: bool = False) -> str:
     lines.append("")
     full = verbose or len(report.nodes) <= TABLES_UP_TO
     lines += _findings(report, verbose, full)
-    if report.nodes and report.role == "host":
+    if report.nodes and report.role == HOST:
         lines += ["", _nodes_table(report)] if full else ["", _nodes_count(report)] + _offenders(report)
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
         lines += ["", bwtables.render_text(report.bandwidth, pairs=full)]
-    if report.role == "local":
+    if report.role == LOCAL:
         lines += [""] + [line for node in report.nodes for line in node_facts(node)]
-    for node in _one_per_host(report.nodes) if report.role == "local" or verbose else ():
+    for node in _one_per_host(report.nodes) if report.role == LOCAL or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
     lines += _exports(report)
     if report.job is not None and report.job.ras is not None and not report.job.ras.answered:
@@ -151,7 +151,7 @@ def _export_lines(values: dict[str, str]) -> list[str]:
 def _seat(report: Report) -> str:
     """What a seat is called: under torchrun every worker process is one, by its RANK; a
     hung job's findings name its ranks."""
-    if report.role == "inspect" or any(n.facts and is_torchrun_worker(n.facts.launch) for n in report.nodes):
+    if report.role == INSPECT or any(n.facts and is_torchrun_worker(n.facts.launch) for n in report.nodes):
         return "rank"
     return "node rank"
 
@@ -161,11 +161,11 @@ def _header(report: Report) -> str:
     if report.job is not None:
         run = f"run '{report.job.run_id}'" if report.job.run_id else "every run"
         return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - {verdict}"
-    if report.role == "probe":   # one probe from this node: no run, no rank
+    if report.role == PROBE:   # one probe from this node: no run, no rank
         return f"netcheck {__version__} - probe - {verdict}"
     if report.hang is not None:   # dumps alone: no store, no run
         return f"netcheck {__version__} - inspect --traces {report.hang.source} - {verdict}"
-    if report.role == "local":   # this node alone: its name, and its rank where a launcher gave one
+    if report.role == LOCAL:   # this node alone: its name, and its rank where a launcher gave one
         seat = "" if report.node_rank is None else f" ({_seat(report)} {report.node_rank})"
         return f"netcheck {__version__} - local: {', '.join(n.hostname for n in report.nodes)}{seat} - {verdict}"
     rank = "?" if report.node_rank is None else report.node_rank
@@ -179,7 +179,7 @@ def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
     listed = [f for f in report.findings if full or f.severity != "pass"]
     width = max((len(f.check) for f in listed), default=0)
     lines = []
-    alone = report.role in ("local", "probe")   # one node's report: it points at that node
+    alone = report.role in (LOCAL, PROBE)   # one node's report: it points at that node
     for f in listed:
         at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" and not alone else ""
         lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
