@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from netcheck.cluster.mesh import parse_mode
 from netcheck.core import codec
-from netcheck.core.budget import MIN_PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
+from netcheck.core.budget import PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
     DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, MAX_NODES, PHASES, REPORT_SCHEMA,
@@ -105,10 +105,9 @@ def check_config(config: Config) -> Config:
     if not (config.timeout > 0 and math.isfinite(config.timeout)):
         raise UsageError(f"--timeout {config.timeout:g}: must be more than 0 seconds, and finite")
     if config.timeout < (least := minimum_timeout(config.phases)):
-        waiting = ", ".join(p for p in WAITING_PHASES if p in config.phases)
-        raise UsageError(f"--timeout {config.timeout:g}: at least {least:g} seconds for the phases asked ({waiting}: "
-                         f"{MIN_PHASE_SECONDS:g} s each, and {REPORT_RESERVE:g} s for the report); --only or --skip "
-                         "fewer phases to go below it")
+        waiting = ", ".join(f"{p} {PHASE_SECONDS[p]:g} s" for p in WAITING_PHASES if p in config.phases)
+        raise UsageError(f"--timeout {config.timeout:g}: at least {least:g} seconds for the phases asked ({waiting}, "
+                         f"and {REPORT_RESERVE:g} s for the report); --only or --skip fewer phases to go below it")
     if not (config.join_window > 0 and math.isfinite(config.join_window)):
         raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds, "
                          "and finite")

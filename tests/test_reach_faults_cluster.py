@@ -68,7 +68,7 @@ def test_a_squatter_that_accepts_and_never_answers_is_named_not_waited_on(cluste
 def test_the_hosts_own_firewall_on_its_port_is_named_not_an_internal_error(cluster, tmp_path, target):
     """A rule for the port in the host's INPUT chain (loopback not spared, as most rules are
     written) blocks the host's own store client too, and every joiner."""
-    timeout = scaled(10)
+    timeout = scaled(14)   # the least --timeout for rendezvous, mesh and env is 13.5 s
     reject = ["--reject-with", "tcp-reset"] if target == "REJECT" else []
     with cluster(nodes(2)) as c:
         c.run(0, ["iptables", "-w", "-A", "INPUT", "-p", "tcp", "--dport", str(PORT), "-j", target, *reject], 10)

@@ -18,17 +18,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_RESULTS_MARGIN, MESH_TRANSFER_TIMEOUT
 from netcheck.core.deadline import Deadline
 
 JOIN_SHARE = 0.5         # of --timeout: the host takes nodes in for this share, from its start
 REPORT_RESERVE = 2.0     # seconds kept back from every phase, so the report is always written
 GOODBYE_RESERVE = 0.5    # the host's goodbye reaches into REPORT_RESERVE: its joiners read its verdict then
 MIN_PHASE_SECONDS = 3.0  # a phase with less than this left before the phases' end is skipped, and said so
-# The phases that wait on other nodes, each given at least MIN_PHASE_SECONDS: the least
-# --timeout for a run is theirs (of those asked) plus the report's reserve. Below it the run
-# could only skip what was asked, or time out.
-WAITING_PHASES = ("rendezvous", "mesh", "env", "bandwidth")
-MIN_TIMEOUT = REPORT_RESERVE + MIN_PHASE_SECONDS * len(WAITING_PHASES)   # every phase, the default
+# The phases that wait on other nodes, and the least each needs to be worth starting: the
+# mesh one connect and its full-size frames, and the time to post and collect the results.
+# The least --timeout for a run is theirs (of those asked) plus the report's reserve; below
+# it the run could only skip what was asked, or time out. (The bandwidth phase skips itself,
+# and says so, where --bw-budget does not fit what is left.)
+PHASE_SECONDS = {"rendezvous": MIN_PHASE_SECONDS,
+                 "mesh": MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT + MESH_RESULTS_MARGIN,
+                 "env": MIN_PHASE_SECONDS, "bandwidth": MIN_PHASE_SECONDS}
+WAITING_PHASES = tuple(PHASE_SECONDS)
+MIN_TIMEOUT = REPORT_RESERVE + sum(PHASE_SECONDS.values())   # every phase, the default
 # Of a joiner's phases' time left once it lost the host: the blackhole probe's share (a resolve
 # and two probes of two waits each: five waits).
 BLACKHOLE_PROBE_WAITS = 5
@@ -40,16 +46,16 @@ BW_REPORT_SHARE = 0.2
 
 def minimum_timeout(phases: tuple[str, ...]) -> float:
     """The least --timeout that gives each phase asked that waits on other nodes its
-    MIN_PHASE_SECONDS, and the report its reserve (0 where none waits: the reach probe alone)."""
-    waiting = sum(p in phases for p in WAITING_PHASES)
-    return REPORT_RESERVE + MIN_PHASE_SECONDS * waiting if waiting else 0.0
+    PHASE_SECONDS, and the report its reserve (0 where none waits: the reach probe alone)."""
+    waiting = [PHASE_SECONDS[p] for p in WAITING_PHASES if p in phases]
+    return REPORT_RESERVE + sum(waiting) if waiting else 0.0
 
 
 def timeout_help() -> str:
     """--timeout's help (argparse's: a % doubled), the shares from here."""
     return (f"the host takes nodes in for the first {JOIN_SHARE:.0%}% of it, and the last {REPORT_RESERVE:g} s "
             f"are kept for the report; at least {MIN_PHASE_SECONDS:g} s for each phase asked that waits on other "
-            f"nodes ({', '.join(WAITING_PHASES)}: {MIN_TIMEOUT:g} s for all)")
+            f"nodes, {PHASE_SECONDS['mesh']:g} for the mesh ({MIN_TIMEOUT:g} s for all)")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ BW_NODE = "bw/node"           # BW_NODE/N: bandwidth node N's account of its wor
 BW_ABORT = "bw/abort"         # a node's notice that the phase is aborted, polled by every node
 BW_ALIVE = "bw/alive"         # BW_ALIVE/N: node N's heartbeat count; BW_ALIVE/posted lists who beat
 VERDICT = "verdict"           # the host's ClusterVerdict, read by every joiner before it leaves
+GO = "go"                     # GO/PHASE: the host's word whether every node runs PHASE (phases.agree)
 BYE = "bye"                   # BYE/A: arrival A's goodbye, read by the host
 REPORTED = "reported"         # the host's, once its report is written: a failing joiner waits for it
 

@@ -9,6 +9,7 @@ from netcheck.cluster import rendezvous
 from netcheck.core.bwrecords import NODE_GONE
 from netcheck.core.constants import BW_STARTUP_SECONDS
 from netcheck.core.model import HOST, is_torchrun_worker
+from netcheck.phases.agree import agreed
 from netcheck.phases.state import Run
 from netcheck.rules import bw as bw_rules, nic as nic_rules, run as run_rules
 
@@ -32,10 +33,12 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
         run.findings.append(skipped)
         return
     left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
-    if left < needed:
+    fits = run.role != HOST or left >= needed   # the host's answer is every node's (agreed)
+    if not fits:
         run.findings.append(run_rules.skipped_finding(
             "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
             "raise --timeout (or lower --bw-budget)"))
+    if not agreed(run, seat, "bandwidth", fits):
         return
     # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
     # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by

@@ -13,11 +13,12 @@ from typing import Callable
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
 from netcheck.core import compat
-from netcheck.core.budget import MIN_PHASE_SECONDS
+from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
 from netcheck.core.model import HOST, verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
+from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
 from netcheck.rules import baseline, launch as launch_rules, rdzv as rdzv_rules, run as run_rules
@@ -74,15 +75,17 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if len(run.alive) < 2:
         run.findings += run_rules.no_peer_findings(between_nodes)
         between_nodes = []
-    if "mesh" in between_nodes and _time_for(run, "mesh"):
+    if "mesh" in between_nodes:
         with run.phase("mesh"):
-            run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
+            if agreed(run, seat, "mesh", _time_for(run, "mesh")):
+                run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
     if "nic" in between_nodes:
         with run.phase("nic"):
             nic.judge_interfaces(run)
-    if "env" in run.config.phases and _time_for(run, "env"):
+    if "env" in run.config.phases:
         with run.phase("env"):
-            env.compare_env(run, seat, dict(run.alive))
+            if agreed(run, seat, "env", _time_for(run, "env")):
+                env.compare_env(run, seat, dict(run.alive))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
             bandwidth.measure_bandwidth(run, seat)
@@ -90,9 +93,10 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
 
 def _time_for(run: Run, phase: str) -> bool:
     """Whether --timeout leaves a phase the time to finish: one started with nothing left
-    would name live nodes lost for the host's own lack of time."""
+    would name live nodes lost for the host's own lack of time. The host's answer is every
+    node's (agreed); a joiner's own is not asked."""
     left = run.phase_deadline().remaining()
-    if left >= MIN_PHASE_SECONDS:
+    if run.role != HOST or left >= PHASE_SECONDS[phase]:
         return True
     if len(run.alive) < 2:   # the time went to waiting for nodes that never came: that is the cause
         run.findings.append(run_rules.skipped_finding(

@@ -1,0 +1,29 @@
+"""Whether every node runs a phase that needs time: the host's word, not each node's clock.
+
+Each node's --timeout starts when that node starts, seconds apart, so a phase with about
+MIN_PHASE_SECONDS left can fit on the host and not on a joiner (or the other way round); a
+node that skips what the others run is then named lost in it, an honest node blamed for a
+clock. The host decides, posts its decision under storekeys.GO, and every joiner follows it
+(waiting for it within its own deadline: a host that dies meanwhile is named lost there).
+"""
+
+from __future__ import annotations
+
+from netcheck.cluster.rendezvous import Seat
+from netcheck.core.model import HOST
+from netcheck.core.storekeys import GO
+from netcheck.phases.state import Run
+from netcheck.rules import run as run_rules
+
+
+def agreed(run: Run, seat: Seat, phase: str, go: bool) -> bool:
+    """The host's decision to run `phase` (its own `go`), posted; a joiner's, read."""
+    ex = seat.exchange
+    if run.role == HOST:
+        ex.put(ex.key(GO, phase), go)
+        return go
+    if ex.wait_read(bool, ex.key(GO, phase), run.phase_deadline()):
+        return True
+    run.findings.append(run_rules.skipped_finding(phase, "the host had too little of --timeout left for it",
+                                                 "the host's report says how much; raise --timeout on every node"))
+    return False
