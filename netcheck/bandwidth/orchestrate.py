@@ -49,7 +49,7 @@ from netcheck.core.constants import (
 from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
-from netcheck.core.fields import PER_RANK, NodeRank, Text
+from netcheck.core.fields import FEW, PER_RANK, NodeRank, Text
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
@@ -67,7 +67,7 @@ class NodeReport:
     faults: Annotated[tuple[Fault, ...], PER_RANK]
     backend: str
     backend_reason: Text
-    busy: tuple[BusyProcess, ...] = ()   # at most BW_BUSY_SHOWN
+    busy: Annotated[tuple[BusyProcess, ...], FEW] = ()   # at most BW_BUSY_SHOWN
 
 
 def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,

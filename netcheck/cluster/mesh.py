@@ -35,7 +35,7 @@ from netcheck.core.constants import (
     MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
+from netcheck.core.fields import FEW, PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
 from netcheck.core.meshrecords import Attempt, Transfer, Trial, passed_frame
 from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
@@ -63,7 +63,7 @@ class Offer:
 
     rank: NodeRank
     token: str
-    candidates: tuple[Candidate, ...]
+    candidates: Annotated[tuple[Candidate, ...], FEW]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from netcheck.core.constants import (
     DDP_BUCKET_BYTES,
 )
 from netcheck.core.fields import (
-    MAX_INT, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
+    FEW, MAX_INT, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
     LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, Pid, ProcCount, Range, Rank,
     RankOrMinusOne, Ratio, Seconds, Text, one_of,
 )
@@ -87,8 +87,8 @@ class Sweep:
     op: str
     ranks: GroupSize                # ranks per group: the n of the busbw factor
     groups: GroupSize               # groups measured at once (intra: one per node)
-    rows: tuple[Row, ...] = ()
-    skipped: tuple[Bytes, ...] = ()   # sizes left out to stay inside --bw-budget
+    rows: Annotated[tuple[Row, ...], FEW] = ()
+    skipped: Annotated[tuple[Bytes, ...], FEW] = ()   # sizes left out to stay inside --bw-budget
     rank_times: Annotated[tuple[RankTime, ...], PER_RANK] = ()  # each rank's own time at the largest size
     # intra: node rank -> busbw
     node_busbw: Annotated[dict[str, Gbps], PER_NODE] = field(default_factory=dict)
@@ -143,7 +143,7 @@ class Headline:
     plateau_to: Bytes
     latency_from_us: Micros | None  # time per op at the smallest and the largest size up to
     latency_to_us: Micros | None    # BW_LATENCY_MAXBYTES (None: none measured)
-    latency_sizes: tuple[Bytes, ...] = ()   # those two sizes
+    latency_sizes: Annotated[tuple[Bytes, ...], FEW] = ()   # those two sizes
     model_params: Annotated[int, Range(1, MAX_INT, "a parameter count")] | None = None  # --model-params
     grad_dtype: str = ""            # --grad-dtype
     gradient_bytes: Bytes | None = None     # --model-params x the gradient's element size
@@ -179,7 +179,7 @@ class BandwidthResult:
     backend_reason: Text            # e.g. "no CUDA: using gloo"
     nnodes: NodeCount
     nproc_per_node: ProcCount
-    sweeps: tuple[Sweep, ...]
+    sweeps: Annotated[tuple[Sweep, ...], FEW]
     pairs: Annotated[tuple[Pair, ...], PER_PAIR]
     failed_stage: Stage | None      # None when every stage finished
     failure: Text                   # why, in one line ("" when none)
@@ -187,7 +187,7 @@ class BandwidthResult:
     seconds: Seconds
     # node (as in pairs, faults) -> hostname
     hostnames: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
-    headlines: tuple[Headline, ...] = ()   # one per sweep with rows, in the sweeps' order
+    headlines: Annotated[tuple[Headline, ...], FEW] = ()   # one per sweep with rows, in the sweeps' order
     busy: Annotated[tuple[BusyProcess, ...], PER_NODE_AND_ITEM] = ()   # every node's, busiest first (host.busy)
 
     def node_name(self, node: int) -> str:

@@ -4,8 +4,9 @@ how a size among them is said (shm.bytes, a --hash read): `1.5 GiB`, `512 bytes`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from netcheck.core.fields import Seconds, Text
+from netcheck.core.fields import FEW, Seconds, Text
 
 
 NO_CUDA = "no CUDA"
@@ -17,7 +18,7 @@ ABSENT = "absent"
 class EnvFacts:
     """One node's environment: dotted key -> value, e.g. "torch.version" -> "2.13.0+cpu"."""
 
-    values: dict[str, Text]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
+    values: Annotated[dict[str, Text], FEW]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
     seconds: Seconds = 0.0     # how long gathering took
 
 

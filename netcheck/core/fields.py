@@ -144,6 +144,11 @@ class FreeText:
     it is still valid Unicode, and escaped wherever it is printed."""
 
 
+# Every list or object a record holds declares one of these (tests/test_bounds.py): what it is
+# bounds it, never the generic default. FEW: a node's own few (its addresses, variables, a
+# sweep's sizes), at the generic cap on purpose.
+FEW = Items(MAX_ITEMS)
+PER_NIC = Items(MAX_NICS)
 PER_NODE = Items(MAX_NODES)
 PER_RANK = Items(MAX_RANKS)
 PER_PAIR = Items(MAX_PAIRS)

@@ -5,8 +5,9 @@ tells every joiner. The mesh itself is cluster.mesh; rules.nic judges these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from netcheck.core.fields import IfName, IpAddress, Millis, Mtu, NodeRank, Text
+from netcheck.core.fields import FEW, IfName, IpAddress, Millis, Mtu, NodeRank, Text
 from netcheck.core.model import NodeRanks
 
 CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
@@ -28,7 +29,7 @@ class Transfer:
 
     src_mtu: Mtu           # the sending interface's MTU (0: not known)
     dst_mtu: Mtu           # the peer interface's, from its offer (0: not known)
-    trials: tuple[Trial, ...]   # full-size first
+    trials: Annotated[tuple[Trial, ...], FEW]   # full-size first
 
 
 @dataclass(frozen=True)
@@ -62,5 +63,5 @@ class FlaggedPaths:
     tells it to every joiner, and a message larger than a frame does not cross a blackhole."""
 
     blackholes: int = 0             # how many lose full-size frames
-    paths: tuple[str, ...] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
+    paths: Annotated[tuple[str, ...], FEW] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
     cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (rules.nic.cut_off_nodes)

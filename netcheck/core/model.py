@@ -14,7 +14,7 @@ from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
-    PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
+    FEW, PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
     NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text, WholeNumbersAt,
     one_of,
 )
@@ -55,7 +55,7 @@ class Launch:
     nproc_per_node: ProcCount
     hostnames: Hostnames = ()      # expected hostnames by node rank, when the launcher lists them
     # the launcher variables seen
-    variables: Annotated[dict[str, Text], WholeNumbersAt(NUMBER_VARIABLES)] = field(default_factory=dict)
+    variables: Annotated[dict[str, Text], FEW, WholeNumbersAt(NUMBER_VARIABLES)] = field(default_factory=dict)
 
 
 def is_torchrun_worker(launch: Launch) -> bool:
@@ -80,9 +80,9 @@ class Reach:
     host: Host
     port: Port
     outcome: Annotated[str, one_of(*REACH_OUTCOMES)]
-    addresses: tuple[IpAddress, ...]   # every address HOST resolved to, all families
+    addresses: Annotated[tuple[IpAddress, ...], FEW]   # every address HOST resolved to, all families
     resolve_error: Text | None
-    probes: tuple[Probe, ...]
+    probes: Annotated[tuple[Probe, ...], FEW]
     attempts: Count
     seconds: Seconds
 
@@ -103,12 +103,12 @@ class NodeFacts:
     run_id: RunId
     hostname: Hostname
     fqdn: Host
-    hostname_addresses: tuple[IpAddress, ...]   # what gethostname() resolves to here
+    hostname_addresses: Annotated[tuple[IpAddress, ...], FEW]   # what gethostname() resolves to here
     launch: Launch
     shm_bytes: Bytes | None
     gpus: Count                           # NVIDIA GPUs the driver lists here (no torch needed)
     nics: NicTable
-    socket_env: dict[str, Text]           # NCCL_*/GLOO_*/TP_* as the libraries see them here
+    socket_env: Annotated[dict[str, Text], FEW]   # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
 
@@ -119,7 +119,7 @@ class Resolution:
 
     rank: NodeRank
     name: Host
-    addresses: tuple[IpAddress, ...]
+    addresses: Annotated[tuple[IpAddress, ...], FEW]
     error: Text | None
 
 
@@ -207,7 +207,7 @@ class ClusterVerdict:
 
     verdict: Severity              # the host's
     headline: Text                 # one line: the first failure or warning, and how many more
-    findings: tuple[Finding, ...]  # in the message, every failure and warning (bounded); in a
+    findings: Annotated[tuple[Finding, ...], FEW]  # in the message, every failure and warning (bounded); in a
                                    # joiner's report, those that name its own ranks
 
 
@@ -239,11 +239,12 @@ class Report:
     verdict: Severity
     nodes: Annotated[tuple[NodeEntry, ...], PER_NODE]
     findings: Annotated[tuple[Finding, ...], PER_NODE_AND_ITEM]
-    recommend: dict[str, str]                     # variable -> value, for every node
-    recommend_per_node: Annotated[dict[Hostname, dict[str, str]], PER_NODE]  # hostname -> variable -> value
+    recommend: Annotated[dict[str, str], FEW]     # variable -> value, for every node
+    # hostname -> variable -> value
+    recommend_per_node: Annotated[dict[Hostname, Annotated[dict[str, str], FEW]], PER_NODE]
     env_table: Annotated[tuple[EnvRow, ...], PER_NODE_AND_ITEM]   # differing keys; every key with -v
     bandwidth: BandwidthResult | None             # None: the bandwidth phase did not run
-    timings: dict[str, Seconds]
+    timings: Annotated[dict[str, Seconds], FEW]
     unfinished: str | None         # the phase that did not finish, if any
     healthy_nodes: Hostnames
     faulty_nodes: Hostnames

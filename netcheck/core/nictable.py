@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.fields import (
-    MAX_NICS, IfIndex, IfName, IpAddress, Items, LinkAddress, Mbps, Mtu, PrefixLen, Range, one_of,
+    FEW, MAX_NICS, IfIndex, IfName, IpAddress, Items, LinkAddress, Mbps, Mtu, PrefixLen, Range, one_of,
 )
 
 FAMILIES = ("ipv4", "ipv6")
@@ -33,7 +33,7 @@ class IbPort:
 class Nic:
     name: IfName
     index: IfIndex         # ifindex; 0 when unreadable (the kernel never assigns 0)
-    addresses: tuple[Address, ...]  # IPv4 first, then IPv6, each in getifaddrs order
+    addresses: Annotated[tuple[Address, ...], FEW]  # IPv4 first, then IPv6, each in getifaddrs order
     up: bool               # IFF_UP
     running: bool          # IFF_RUNNING (NCCL skips interfaces that are not running)
     mtu: Mtu               # 0 when unreadable
@@ -46,7 +46,7 @@ class Nic:
 @dataclass(frozen=True)
 class NicTable:
     nics: Annotated[tuple[Nic, ...], Items(MAX_NICS)]   # in getifaddrs order (the order NCCL walks them)
-    ib_ports: tuple[IbPort, ...]
+    ib_ports: Annotated[tuple[IbPort, ...], FEW]
     default_route_ifname: IfName | None
 
 
