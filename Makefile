@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := iproute2 iptables iperf3 util-linux procps shellcheck prometheus prometheus-node-exporter \
-                slurm-wlm munge
+# The demo needs namespaces, veth pairs and a firewall; the tests also a real Slurm (with munge),
+# Prometheus and its node exporter, iperf3 beside the bandwidth phase, and shellcheck for scripts/.
+DEMO_APT := iproute2 iptables util-linux procps
+TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge
 
-.PHONY: all install system test test-fast demo compat chaos clean
+.PHONY: all install system demo-system test test-fast demo compat chaos clean
 
 all: install
 
@@ -14,14 +16,21 @@ install: system $(STAMP)
 
 # apt packages, only those missing; skipped without root (namespace tests then skip, and
 # `make demo` falls back to loopback).
-system:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing $$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "not root: cannot install $$missing"; fi; \
 	fi
+endef
+
+system:
+	$(call apt_install,$(TEST_APT))
+
+demo-system:
+	$(call apt_install,$(DEMO_APT))
 
 $(STAMP): requirements-dev.txt setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,7 +68,7 @@ chaos: install
 	$(BIN)/python tests/chaos.py --n $(N) --seed $(SEED)
 
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
-demo: install
+demo: demo-system $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 clean:
