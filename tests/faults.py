@@ -34,7 +34,7 @@ from cluster import NodeSpec
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
-from nodes import GRACE, PORT, finish
+from nodes import CLUSTER_TIMEOUT, GRACE, PORT, finish
 
 POLL = 0.01
 LOG_ENV = "NETCHECK_FAULT_LOG"
@@ -44,10 +44,12 @@ NO_FINDING = r"(?!)"   # a `record` focus that matches nothing: the fault leaves
 # ---------------------------------------------------------------------------------------
 # the agent, inside a node
 
-def _store(endpoint: str, timeout: float = 30.0):
+def _store(endpoint: str, timeout: float = 2 * CLUSTER_TIMEOUT):
     """A client of the host's store, once the store has taken the host's listener over: until
     then the host answers only netcheck's probe and closes other connections, and torch 2.1
-    and 2.4 clients give up on the first close where later ones retry (make compat)."""
+    and 2.4 clients give up on the first close where later ones retry (make compat). Waited
+    for as long as the longest --timeout a test gives its host (the store comes up after the
+    host's torch import: 30 s ran out beside five nodes importing theirs on 2 busy cores)."""
     import datetime
 
     import torch.distributed as dist
