@@ -34,7 +34,7 @@ from netcheck.cli import build_parser, config_from_args
 from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.facts.envinfo import gather_env
-from netcheck.core.envfacts import human_bytes
+from netcheck.core.bwtext import size_words
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
 from netcheck.phases.assemble import local_only
@@ -281,7 +281,7 @@ def test_a_tree_hashes_the_same_anywhere_and_counts_what_it_read(tree):
         write_tree(Path(b, "deeper", "y"), tree)
         value = hash_path(os.path.join(a, "x"))
         assert value == hash_path(os.path.join(b, "deeper", "y"))
-        assert value.startswith("sha256 ") and value.endswith(f"({files} files, {human_bytes(size)})"), value
+        assert value.startswith("sha256 ") and value.endswith(f"({files} files, {size_words(size)})"), value
 
 
 @FAST
@@ -291,7 +291,7 @@ def test_a_byte_bound_below_the_tree_stops_with_incomplete(tree, max_bytes):
         _, size = write_tree(Path(d), tree)
         value = hash_path(d, max_bytes=max_bytes)
     if size > max_bytes:
-        assert value.startswith(f"incomplete: over {human_bytes(max_bytes)} after "), value
+        assert value.startswith(f"incomplete: over {size_words(max_bytes)} after "), value
     else:
         assert value.startswith("sha256 "), value
 
@@ -346,7 +346,7 @@ def test_a_huge_file_is_incomplete_at_once(extra, max_bytes):
         started = time.monotonic()
         value = hash_path(path, max_bytes=max_bytes)
         assert time.monotonic() - started < 0.5
-    assert value == f"incomplete: over {human_bytes(max_bytes)}: the file is {human_bytes(max_bytes + extra)}"
+    assert value == f"incomplete: over {size_words(max_bytes)}: the file is {size_words(max_bytes + extra)}"
 
 
 def test_a_huge_folder_stops_at_the_bounds(tmp_path):

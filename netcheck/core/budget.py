@@ -8,7 +8,7 @@
 Every deadline is fixed when the run starts (TimeBudget.starting_now): a phase asks for the
 same point in time however late it asks. A phase after the rendezvous starts only with
 MIN_PHASE_SECONDS left before the phases' end, and says so when it cannot. torch's import,
-seconds of CPU on a loaded node, runs beside the reach phase and is waited for only up to
+seconds of CPU on a loaded node, starts once the reach probe has answered and is waited for only up to
 the deadline of the phase that needs it (core.compat.import_distributed), so --timeout
 bounds the whole run at every value the command line accepts (MIN_TIMEOUT and up).
 """

@@ -96,8 +96,9 @@ def step_text(h: Headline, nnodes: int, nproc: int) -> str:
 
 
 def size_words(n: int) -> str:
-    """A size in a sentence, in binary units: `4 MiB`, `64 KiB`, `1.5 GiB`, `1000 B`."""
+    """A size in a sentence, in binary units: `4 MiB`, `64 KiB`, `1.5 GiB`, `1000 bytes` (a message, a file,
+    /dev/shm)."""
     for suffix, unit in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= unit:
-            return f"{n / unit:.3g} {suffix}" if n % unit else f"{n // unit} {suffix}"
-    return f"{n} B"
+            return f"{n / unit:.1f}".removesuffix(".0") + f" {suffix}"
+    return f"{n} bytes"

@@ -64,10 +64,11 @@ _loaded: dict = {}   # "dist": the module, or "error": the TorchUnusable the imp
 
 
 def start_import() -> None:
-    """Import torch.distributed in the background from now: seconds of CPU on a loaded node,
-    spent beside the reach probe instead of inside a deadline that does not know about them.
-    Started after the local phase, which reads the environment the import changes for a moment
-    (TORCH_CPP_LOG_LEVEL). A signal still stops the run: it lands in the main thread."""
+    """Import torch.distributed in the background from now, so that waiting for it (seconds of
+    CPU on a loaded node) is bounded by the deadline of the phase that needs it. Started once
+    the reach probe has answered (it answers before torch loads), after the local phase, which
+    reads the environment the import changes for a moment (TORCH_CPP_LOG_LEVEL). A signal still
+    stops the run: it lands in the main thread."""
     global _loading
     if _loading is None:
         _loading = threading.Thread(target=_load, name="netcheck-import-torch", daemon=True)

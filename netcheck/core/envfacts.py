@@ -20,12 +20,3 @@ class EnvFacts:
 
     values: Annotated[dict[str, Text], FEW]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
     seconds: Seconds = 0.0     # how long gathering took
-
-
-def human_bytes(n: int) -> str:
-    """A file's or memory's size in a sentence, one decimal in binary units: `1.5 GiB`, `512 bytes`
-    (a message size is core.bwtext.size_words')."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{n} bytes"

@@ -13,7 +13,7 @@ import stat
 import time
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
-from netcheck.core.envfacts import human_bytes
+from netcheck.core.bwtext import size_words
 
 CHUNK = 1 << 20
 HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts
@@ -40,7 +40,7 @@ class _Budget:
     def spend(self, n: int) -> None:
         self.read += n
         if self.read > self.max_bytes:
-            raise _BoundHit(f"over {human_bytes(self.max_bytes)}")
+            raise _BoundHit(f"over {size_words(self.max_bytes)}")
         self.check_time()
 
     def check_time(self) -> None:
@@ -63,14 +63,14 @@ def hash_path(path: str, max_bytes: int = HASH_MAX_BYTES,
         if not stat.S_ISREG(st.st_mode):
             return unreadable(f"{path} is neither a regular file nor a folder")
         if st.st_size > max_bytes:
-            size, limit = human_bytes(st.st_size), human_bytes(max_bytes)
+            size, limit = size_words(st.st_size), size_words(max_bytes)
             return f"incomplete: over {limit}: the file is {size}"
         digest = _hash_file(path, budget)
     except _BoundHit as bound:
-        return f"incomplete: {bound} after {human_bytes(budget.read)} of the file"
+        return f"incomplete: {bound} after {size_words(budget.read)} of the file"
     except OSError as e:
         return unreadable(e)
-    return f"sha256 {digest} (1 file, {human_bytes(budget.read)})"
+    return f"sha256 {digest} (1 file, {size_words(budget.read)})"
 
 
 def _folder_value(path: str, budget: _Budget) -> str:
@@ -78,9 +78,9 @@ def _folder_value(path: str, budget: _Budget) -> str:
     try:
         digest, unread = _hash_folder(path, budget)
     except _BoundHit as bound:
-        return f"incomplete: {bound} after {budget.files} files ({human_bytes(budget.read)} read)"
+        return f"incomplete: {bound} after {budget.files} files ({size_words(budget.read)} read)"
     tail = f"; {unread} unreadable" if unread else ""
-    return f"sha256 {digest} ({budget.files} files, {human_bytes(budget.read)}{tail})"
+    return f"sha256 {digest} ({budget.files} files, {size_words(budget.read)}{tail})"
 
 
 def _hash_file(path: str, budget: _Budget) -> str:

@@ -9,6 +9,8 @@ clock. The host decides, posts its decision under storekeys.GO, and every joiner
 
 from __future__ import annotations
 
+from typing import Callable
+
 from netcheck.cluster.rendezvous import Seat
 from netcheck.core.model import HOST
 from netcheck.core.storekeys import GO
@@ -16,10 +18,11 @@ from netcheck.phases.state import Run
 from netcheck.rules import run as run_rules
 
 
-def agreed(run: Run, seat: Seat, phase: str, go: bool) -> bool:
-    """The host's decision to run `phase` (its own `go`), posted; a joiner's, read."""
+def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool:
+    """Whether every node runs `phase`: decide() on the host, posted; read on a joiner."""
     ex = seat.exchange
     if run.role == HOST:
+        go = decide()
         ex.put(ex.key(GO, phase), go)
         return go
     if ex.wait_read(bool, ex.key(GO, phase), run.phase_deadline()):

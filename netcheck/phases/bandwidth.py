@@ -32,13 +32,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
         run.findings.append(skipped)
         return
-    left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
-    fits = run.role != HOST or left >= needed   # the host's answer is every node's (agreed)
-    if not fits:
-        run.findings.append(run_rules.skipped_finding(
-            "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
-            "raise --timeout (or lower --bw-budget)"))
-    if not agreed(run, seat, "bandwidth", fits):
+    if not agreed(run, seat, "bandwidth", lambda: _time_for_sweep(run)):
         return
     # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
     # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
@@ -68,6 +62,17 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if run.role == HOST:  # a node whose account never came is gone, as in any other phase
         gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
         run.lose("bandwidth", seat_names, gone)
+
+
+def _time_for_sweep(run: Run) -> bool:
+    """The host's answer, every node's (agreed): whether what is left holds the sweep."""
+    left, needed = run.phase_deadline().remaining(), run.config.sweep.budget_s + BW_STARTUP_SECONDS
+    if left >= needed:
+        return True
+    run.findings.append(run_rules.skipped_finding(
+        "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
+        "raise --timeout (or lower --bw-budget)"))
+    return False
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:

@@ -43,8 +43,6 @@ def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch)
         run.findings += launch_rules.task_findings(run.facts)
-    if "rendezvous" in run.config.phases:
-        compat.start_import()
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):
@@ -53,6 +51,7 @@ def _run_phases(run: Run) -> None:
         if run.listener is not None:
             run.listener.close()
         return
+    compat.start_import()   # after the probe, which answers before torch loads; waited for to a deadline
     seat = run.seat = rendezvous.host(run) if run.role == HOST else rendezvous.joiner(run)
     if seat is None or seat.rank is None:
         return
@@ -77,14 +76,14 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
         between_nodes = []
     if "mesh" in between_nodes:
         with run.phase("mesh"):
-            if agreed(run, seat, "mesh", _time_for(run, "mesh")):
+            if agreed(run, seat, "mesh", lambda: _time_for(run, "mesh")):
                 run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
     if "nic" in between_nodes:
         with run.phase("nic"):
             nic.judge_interfaces(run)
     if "env" in run.config.phases:
         with run.phase("env"):
-            if agreed(run, seat, "env", _time_for(run, "env")):
+            if agreed(run, seat, "env", lambda: _time_for(run, "env")):
                 env.compare_env(run, seat, dict(run.alive))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
@@ -93,10 +92,10 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
 
 def _time_for(run: Run, phase: str) -> bool:
     """Whether --timeout leaves a phase the time to finish: one started with nothing left
-    would name live nodes lost for the host's own lack of time. The host's answer is every
-    node's (agreed); a joiner's own is not asked."""
+    would name live nodes lost for the host's own lack of time. Asked of the host alone: its
+    answer is every node's (agreed)."""
     left = run.phase_deadline().remaining()
-    if run.role != HOST or left >= PHASE_SECONDS[phase]:
+    if left >= PHASE_SECONDS[phase]:
         return True
     if len(run.alive) < 2:   # the time went to waiting for nodes that never came: that is the cause
         run.findings.append(run_rules.skipped_finding(

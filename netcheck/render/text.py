@@ -23,7 +23,7 @@ from tabulate import tabulate
 from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
-from netcheck.core.envfacts import human_bytes
+from netcheck.core.bwtext import size_words
 from netcheck.core.model import HOST, INSPECT, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
 from netcheck.render.escape import printable_copy
 
@@ -97,7 +97,7 @@ def node_facts(node: NodeEntry) -> list[str]:
     if f is None:
         return []
     resolves = ", ".join(f.hostname_addresses) or "nothing"
-    shm = "unknown" if f.shm_bytes is None else human_bytes(f.shm_bytes)
+    shm = "unknown" if f.shm_bytes is None else size_words(f.shm_bytes)
     launch = f.launch
     nnodes = None if launch.nnodes_max is None else str(launch.nnodes_max) \
         if launch.nnodes_min == launch.nnodes_max else f"{launch.nnodes_min}:{launch.nnodes_max}"

@@ -24,7 +24,8 @@ from fnmatch import fnmatchcase
 
 from netcheck.core import majority
 from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
-from netcheck.core.envfacts import ABSENT, EnvFacts, human_bytes
+from netcheck.core.bwtext import size_words
+from netcheck.core.envfacts import ABSENT, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_MISMATCH, HOST_SHM
@@ -404,7 +405,7 @@ def _shm_verdict(values: Mapping[str, str], name: str) -> _Shm:
                     f"/dev/shm {reading}", 0, gpus)
     fail_below, warn_below = shm_thresholds(gpus)
     severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
-    have, need, floor = human_bytes(shm), human_bytes(warn_below), human_bytes(fail_below)
+    have, need, floor = size_words(shm), size_words(warn_below), size_words(fail_below)
     return _Shm(severity, name,
                 f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
                 f"(fails below {floor})",
