@@ -4,9 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The demo needs namespaces, veth pairs and a firewall; the tests also a real Slurm (with munge),
-# Prometheus and its node exporter, iperf3 beside the bandwidth phase, and shellcheck for scripts/.
+# Prometheus and its node exporter, iperf3 beside the bandwidth phase, shellcheck for scripts/,
+# and headless Chromium for the --html page.
 DEMO_APT := iproute2 iptables util-linux procps
-TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge
+TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge chromium
 
 .PHONY: all install system demo-system test test-fast demo compat chaos clean
 
@@ -60,12 +61,12 @@ COMPAT_DIR   ?= .compat
 compat: system $(STAMP)
 	$(BIN)/python scripts/compat.py --dir $(COMPAT_DIR) $(COMPAT_TORCH)
 
-# The randomized fault campaign (tests/chaos.py): N schedules drawn from SEED, each judged by
+# The randomized fault campaign (tests/chaos): N schedules drawn from SEED, each judged by
 # the oracle; a failing schedule is printed with the command that replays it alone.
 N    ?= 20
 SEED ?= 1
 chaos: install
-	$(BIN)/python tests/chaos.py --n $(N) --seed $(SEED)
+	$(BIN)/python tests/chaos --n $(N) --seed $(SEED)
 
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
 demo: demo-system $(STAMP)

@@ -38,6 +38,7 @@ __all__ = [
     "NodeSpec",
     "cleanup_stale",
     "namespaces_supported",
+    "netns_pids",
 ]
 
 NETNS_ETC = Path("/etc/netns")
@@ -115,7 +116,8 @@ def _netns_names() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _netns_pids(ns: str) -> list[int]:
+def netns_pids(ns: str) -> list[int]:
+    """The processes in namespace `ns`."""
     res = _run(["ip", "netns", "pids", ns], check=False)
     return [int(p) for p in res.stdout.split() if p.isdigit()]
 
@@ -135,7 +137,7 @@ def _kill_netns_processes(ns: str, deadline_s: float = 5.0) -> list[int]:
     kill). Returns the pids still there at the deadline."""
     end = time.monotonic() + deadline_s
     while True:
-        pids = _netns_pids(ns)
+        pids = netns_pids(ns)
         if not pids or time.monotonic() > end:
             return pids
         for pid in pids:

@@ -1,4 +1,4 @@
-"""A fixed handful of the fault campaign's schedules (tests/chaos.py), judged by its oracle.
+"""A fixed handful of the fault campaign's schedules (tests/chaos), judged by its oracle.
 
 `make chaos N=... SEED=...` runs the long campaign; CI runs these, chosen to cover the
 catalog's families (the host's firewall, a squatter, a signal in a phase, interface and
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-import chaos
+from chaos.generator import draw_schedule
+from chaos.runner import run_and_judge
 
 pytestmark = pytest.mark.root_required
 
@@ -28,8 +29,8 @@ CI_SCHEDULES = {
 
 @pytest.mark.parametrize("seed,index", sorted(CI_SCHEDULES))
 def test_schedule_keeps_every_promise(seed, index):
-    sched = chaos.draw_schedule(seed, index)
+    sched = draw_schedule(seed, index)
     assert sched.what() == CI_SCHEDULES[seed, index], \
         "the catalog draws another schedule now: choose CI_SCHEDULES again"
-    outcome = chaos.run_and_judge(sched)
+    outcome = run_and_judge(sched)
     assert not outcome.violations, "\n".join([sched.describe(), *outcome.violations, sched.replay()])

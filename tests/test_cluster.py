@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, NodeSpec, cleanup_stale
+from cluster import Cluster, NodeSpec, cleanup_stale, netns_pids
 
 PY = sys.executable
 TESTS_DIR = Path(__file__).resolve().parent
@@ -121,11 +121,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
-
-
-def netns_pids(ns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,576 @@
+"""The fault catalog (the campaign's nemesis): one class per fault, built for real on a
+namespace cluster, each saying what it does to a real job (`Fault.expect`, the oracle's input).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
+
+from cluster import Cluster, NodeSpec
+from faults import Agent
+from nodes import PORT, NodeRun, scaled
+
+from .oracle import Blame, Expect, broken, missing
+
+if TYPE_CHECKING:
+    from .generator import Schedule
+    from .runner import ScheduleRun
+
+MODES = ("ranked", "arrival", "torchrun")
+LOST = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")   # rdzv.join lost_in_* phases, in order
+PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth", "goodbye")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of a schedule. `nodes[0]` is the node at fault; a second node is the one it
+    involves (the rank claimed twice, the hostname copied, the name made stale)."""
+
+    nodes: tuple[int, ...]
+    params: tuple[tuple[str, object], ...] = ()
+
+    kind: ClassVar[str] = ""
+    modes: ClassVar[tuple[str, ...]] = ("ranked", "arrival")
+    targets: ClassVar[str] = "joiner"    # joiner | host | any | pair (two joiners) | peer (any, then another)
+    alone: ClassVar[bool] = False        # masks the host's view of everything else: drawn by itself
+    bandwidth: ClassVar[bool] = False    # needs the data path measured
+    max_nodes: ClassVar[int] = 6
+    weight: ClassVar[float] = 1.0
+    conflicts: ClassVar[tuple[str, ...]] = ()
+    removes_node: ClassVar[bool] = False  # a node never takes part (absent, lost): the phases after
+                                          # it run without it, and bandwidth does not run at all
+    spoils_data_path: ClassVar[bool] = False  # the bandwidth phase cannot measure anything beside it
+
+    @property
+    def node(self) -> int:
+        return self.nodes[0]
+
+    def param(self, name: str):
+        return dict(self.params)[name]
+
+    @classmethod
+    def draw_params(cls, rng: random.Random, mode: str) -> tuple[tuple[str, object], ...]:
+        return ()
+
+    @classmethod
+    def fits(cls, nodes: tuple[int, ...], mode: str) -> bool:
+        """Whether the fault can be built on these nodes in this mode."""
+        return True
+
+    def describe(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.params)
+        return f"{self.kind}(" + ",".join(f"node{n}" for n in self.nodes) + extra + ")"
+
+    # hooks, in the order a run calls them
+    def spec(self, i: int, spec: NodeSpec) -> NodeSpec:
+        return spec
+
+    def setup(self, c: Cluster, run: "ScheduleRun") -> None:
+        pass
+
+    def args(self, i: int, args: list[str]) -> list[str]:
+        return args
+
+    def held_back(self) -> set[int]:
+        """Nodes not started with the others (`act` starts them)."""
+        return set()
+
+    def act(self, run: "ScheduleRun") -> bool:
+        """Called every poll while nodes run; True once the fault has done what it does."""
+        return True
+
+    def expect(self, sched: "Schedule", run: "ScheduleRun") -> Expect:
+        raise NotImplementedError
+
+
+def _iptables(c: Cluster, i: int, *rule: str) -> None:
+    """A rule in node i's INPUT chain, both families where the rule allows."""
+    families = ("iptables",) if "-s" in rule else ("iptables", "ip6tables")
+    for ipt in families:
+        c.run(i, [ipt, "-w", "-A", "INPUT", *rule], timeout=10).check_returncode()
+
+
+class HostFirewall(Fault):
+    """The host's own rule on the endpoint port, loopback included (a rule written as
+    `-p tcp --dport 29500 -j DROP`): joiners are kept out, and so is the host's store client."""
+
+    kind = "host_firewall"
+    targets = "host"
+    alone = True
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("target", rng.choice(["DROP", "REJECT"])),)
+
+    def setup(self, c, run):
+        target = ["REJECT", "--reject-with", "tcp-reset"] if self.param("target") == "REJECT" else ["DROP"]
+        _iptables(c, 0, "-p", "tcp", "--dport", str(PORT), "-j", *target)
+
+    def expect(self, sched, run):
+        everyone = set(range(sched.n))
+        joiners = everyone - {0}
+        return Expect(breaks=True, seers=everyone, absent=joiners,
+                      blame=[Blame(0, ("rdzv.listen",), ("firewalled",))]
+                      + [Blame(j, ("rdzv.reach",), reporter=j) for j in joiners])
+
+
+class PathFirewall(Fault):
+    """A rule on the host against one joiner's SYNs to the endpoint port (its subnet, its
+    rack): that joiner sees filtered (DROP) or refused (REJECT); the others are fine."""
+
+    kind = "path_firewall"
+    removes_node = True
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("target", rng.choice(["DROP", "REJECT"])),)
+
+    def setup(self, c, run):
+        (c.drop_inbound if self.param("target") == "DROP" else c.reject_inbound)(0, PORT, source=self.node)
+
+    def expect(self, sched, run):
+        e = missing(self.node, sched)
+        e.blame.append(Blame(self.node, ("rdzv.reach",), reporter=self.node))
+        return e
+
+
+class EphemeralBlocked(Fault):
+    """The node's firewall lets in the endpoint port only: the ports NCCL and gloo listen on
+    are closed to its peers (inbound), or also the peers' closed to it (both ways)."""
+
+    kind = "ephemeral"
+    spoils_data_path = True
+    targets = "any"
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("way", rng.choice(["in", "both"])),)
+
+    def setup(self, c, run):
+        c.allow_only_inbound(self.node, [PORT])
+        if self.param("way") == "both":
+            for i in range(len(c.nodes)):
+                if i != self.node:
+                    _iptables(c, i, "-s", c.nodes[self.node].addr, "-p", "tcp", "--syn",
+                              "!", "--dport", str(PORT), "-j", "DROP")
+
+    def expect(self, sched, run):
+        return broken(self.node, "mesh.connect")
+
+
+class Squatter(Fault):
+    """Another process holds the endpoint port on the host: it accepts every connection and
+    never says a word (a hung rank 0 of an earlier job, another program on 29500)."""
+
+    kind = "squatter"
+    targets = "host"
+    alone = True
+    CODE = ("import socket,time\ns=socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, "
+            "socket.IPV6_V6ONLY, 0)\ns.bind(('::', {port})); s.listen(128); print('ready', flush=True)\n"
+            "held=[]\nwhile True: held.append(s.accept())\n")
+
+    def setup(self, c, run):
+        proc = c.popen(0, [sys.executable, "-c", self.CODE.format(port=PORT)])
+        run.helpers.append(proc)
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"squatter did not start: {proc.stderr.read()}")
+
+    def expect(self, sched, run):
+        everyone = set(range(sched.n))
+        joiners = everyone - {0}
+        return Expect(breaks=True, seers=everyone, absent=joiners,
+                      blame=[Blame(0, ("rdzv.listen",))]
+                      + [Blame(j, ("rdzv.reach",), ("not_store",), reporter=j) for j in joiners])
+
+
+class SilentClients(Fault):
+    """A foreign client opens 20 connections to the store and never sends a byte (a port
+    scanner, a health check): the store must keep serving the nodes. Breaks nothing."""
+
+    kind = "silent_clients"
+    weight = 0.5
+
+    def act(self, run):
+        run.helpers.append(Agent.start(run.c, self.node, "hostile", f"node0:{PORT}", "silent",
+                                       run_id=run.sched.run_id).proc)
+        return True
+
+    def expect(self, sched, run):
+        return Expect()
+
+
+class Signal(Fault):
+    """A node's netcheck gets SIGKILL, SIGSTOP, SIGTERM or SIGINT at a random moment of a
+    random phase (the moment its progress line names the phase, plus a random delay)."""
+
+    kind = "signal"
+    targets = "any"
+    removes_node = True
+    weight = 3.0
+    SIGNALS = ("SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT")
+    # Faster phases get shorter delays, so the signal lands in the phase more often than not.
+    DELAYS = {"local": 0.05, "reach": 0.05, "rendezvous": 3.0, "mesh": 0.1, "env": 0.1, "bandwidth": 2.0}
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        phases = [p for p in cls.DELAYS if p != "bandwidth"]
+        phase = rng.choice(phases)
+        return (("sig", rng.choice(cls.SIGNALS)), ("phase", phase),
+                ("delay", round(rng.uniform(0, cls.DELAYS[phase]), 2)))
+
+    @property
+    def alone(self) -> bool:  # the host's own signal leaves nobody to name the others' faults
+        return self.node == 0
+
+    def act(self, run):
+        """Waits for the phase's progress line, then for the delay; then signals, noting the
+        phase the victim was in. A victim that ended first was spared (nothing happened)."""
+        victim, state = run.runs[self.node], run.fault_state.setdefault(self, {})
+        if victim.proc.poll() is not None:
+            if "sent" not in state:
+                run.notes.append(f"{self.describe()}: node{self.node} ended before the signal")
+            return True
+        if "due" not in state:
+            if f"netcheck: {self.param('phase')}..." not in victim.progress:
+                return False
+            state["due"] = time.monotonic() + scaled(self.param("delay"))
+        if time.monotonic() < state["due"]:
+            return False
+        if victim.json_path.exists():  # written (atomically) at its very end: a signal now changes nothing it said
+            run.notes.append(f"{self.describe()}: node{self.node} had written its report before the signal")
+            return True
+        sig = getattr(signal, self.param("sig"))
+        state["phase"] = _last_phase(victim)
+        run.c.kill(victim.proc, sig)
+        state["sent"] = time.monotonic()
+        run.notes.append(f"{self.param('sig')} sent to node{self.node} in its {state['phase']} phase, "
+                         f"{state['sent'] - victim.started:.1f} s after its start")
+        if sig == signal.SIGSTOP:
+            run.stopped[self.node] = victim
+        return True
+
+    def landed_in(self, run) -> str | None:
+        return run.fault_state.get(self, {}).get("phase")
+
+    def expect(self, sched, run):
+        phase = self.landed_in(run)
+        if phase is None:  # the node had ended: nothing happened to the job
+            return Expect()
+        sig, v = self.param("sig"), self.node
+        # A node lost is a broken job; at goodbye, though, the others may have finished with
+        # it already, so nobody is bound to have seen it.
+        seers = set() if phase == "goodbye" else {0, v} if v else set(range(sched.n))
+        if v == 0 and sig in ("SIGTERM", "SIGINT") and phase in ("env", "goodbye"):
+            # A host stopped in good order after the mesh: its joiners have run every phase of
+            # theirs and hear its verdict (run.stopped) on the way out, as healthy joiners of a
+            # failing cluster do; they may pass.
+            seers = {0}
+        e = Expect(breaks=True, seers=seers)
+        if sig == "SIGKILL":
+            e.exit_codes[v], e.no_report = {-signal.SIGKILL}, {v}
+        elif sig in ("SIGTERM", "SIGINT"):
+            e.exit_codes[v] = {128 + getattr(signal, sig)}
+            e.verdicts[v] = "fail"
+            e.blame.append(Blame(v, ("run.stopped",), (sig.lower(),), reporter=v))
+        else:
+            e.resumed = {v}
+            if phase != "goodbye":
+                e.seers.add(v)   # resumed with its host gone or done, or its peers: not a pass
+        if v == 0 or phase == "goodbye":
+            return e      # a host lost: its joiners see it; a node at goodbye may have said bye
+        if PHASES.index(phase) <= PHASES.index("rendezvous"):
+            if sched.mode == "arrival":
+                e.seers.discard(0)    # one-shot: the host may never have heard of it
+                e.absent.add(v)
+                return e
+            kinds = ("missing", "lost_in_rendezvous") + tuple(f"lost_in_{p}" for p in LOST[1:])
+        else:
+            kinds = tuple(f"lost_in_{p}" for p in LOST[_lost_index(phase):])
+        e.blame.append(Blame(v, ("rdzv.join", "bw.stage"), kinds))
+        return e
+
+
+def _lost_index(phase: str) -> int:
+    """The first rdzv.join lost_in_* phase a node lost in `phase` can be named in (nic is
+    the host's own computing: the next store exchange is env's)."""
+    return LOST.index("env") if phase == "nic" else LOST.index(phase)
+
+
+def _last_phase(run: NodeRun) -> str:
+    said = [ln.removeprefix("netcheck: ").removesuffix("...") for ln in run.progress
+            if ln.startswith("netcheck: ") and ln.endswith("...")]
+    return next((p for p in reversed(said) if p in PHASES), "local")
+
+
+class ShapedLink(Fault):
+    """The node's link limited to 20 Mbit/s both ways (tc tbf): the job runs at its pace."""
+
+    kind = "shaped_link"
+    bandwidth = True
+    max_nodes = 4
+    weight = 0.5
+
+    def setup(self, c, run):
+        c.shape(self.node, "20mbit")
+
+    def expect(self, sched, run):
+        return broken(self.node, "bw.pair")
+
+
+class MtuMismatch(Fault):
+    """The node's interface (and its switch port) at MTU 9000, its peers at 1500: TCP's MSS
+    keeps the job working, and the difference is worth a warning."""
+
+    kind = "mtu_mismatch"
+    targets = "any"
+    modes = MODES
+    conflicts = ("mtu_blackhole",)
+
+    def spec(self, i, spec):
+        return replace(spec, mtu=9000) if i == self.node else spec
+
+    def expect(self, sched, run):
+        # The odd ones out are the fewer: jumbo nodes as many as the rest leave the rest
+        # named (blamed once, by the first jumbo node's fault); a tie may be named either way.
+        jumbo = {f.node for f in sched.faults if f.kind == self.kind}
+        rest = set(range(sched.n)) - jumbo
+        if len(jumbo) < len(rest):
+            odd = {self.node}
+        else:
+            odd = rest if len(jumbo) > len(rest) and self.node == min(jumbo) else set()
+        return Expect(warns=True, blame=[Blame(n, ("nic.mtu",), severity="warn") for n in sorted(odd)], seers={0})
+
+
+class MtuBlackhole(Fault):
+    """Jumbo frames everywhere (MTU 9000 on every node and port) but this node's switch port
+    at 1500: small messages pass, full-size frames vanish without an ICMP."""
+
+    kind = "mtu_blackhole"
+    targets = "any"
+    bandwidth = True
+    max_nodes = 4
+    weight = 0.5
+    conflicts = ("mtu_mismatch",)
+
+    def spec(self, i, spec):
+        return replace(spec, mtu=9000)
+
+    def setup(self, c, run):
+        port = c.nodes[self.node].port
+        subprocess.run(["ip", "netns", "exec", c.switch_ns, "ip", "link", "set", port, "mtu", "1500"],
+                       check=True, capture_output=True, timeout=10)
+
+    def expect(self, sched, run):
+        return broken(self.node, "mesh.connect", "nic.mtu", kinds=("blackhole",))
+
+
+class DecoyInterface(Fault):
+    """An `ib0` that is up with an address and leads nowhere: NCCL's default picks it first."""
+
+    kind = "decoy_ib0"
+    targets = "any"
+    modes = MODES
+
+    def setup(self, c, run):
+        c.add_decoy(self.node, "ib0", f"198.19.{self.node + 1}.1/24")
+
+    def expect(self, sched, run):
+        return broken(self.node, "nic.nccl_default")
+
+
+class HarmlessBridge(Fault):
+    """A docker0 on one node, up and leading nowhere: NCCL skips docker*, gloo binds the
+    hostname's address, the mesh finds it carries nothing. Breaks nothing."""
+
+    kind = "docker0"
+    targets = "any"
+    modes = MODES
+    weight = 0.5
+
+    def setup(self, c, run):
+        c.add_decoy(self.node, "docker0", "198.19.255.1/24")
+
+    def expect(self, sched, run):
+        return Expect()
+
+
+STALE_ADDR = "198.18.0.250"   # in the nodes' subnet, owned by nobody: ARP goes unanswered
+
+
+class StaleHosts(Fault):
+    """The node's /etc/hosts holds an old address for another node's name: for the host's
+    name it cannot reach the endpoint; for a peer's, that peer's FQDN resolves wrong here."""
+
+    kind = "stale_hosts"
+    targets = "peer"
+
+    @property
+    def removes_node(self) -> bool:  # the host's name made stale: the node never reaches it
+        return self.nodes[1] == 0
+
+    def setup(self, c, run):
+        j, k = self.nodes
+        stale = f"{STALE_ADDR} {c.nodes[k].fqdn} {c.nodes[k].hostname}"
+        c.write_hosts(j, [stale, *c.hosts_lines(j, omit=[k])])
+
+    def expect(self, sched, run):
+        j, k = self.nodes
+        if k == 0:
+            e = missing(j, sched)
+            e.blame.append(Blame(j, ("rdzv.reach",), reporter=j))
+            return e
+        e = broken(j, "rdzv.fqdn")
+        e.blame.append(Blame(k, ("rdzv.fqdn",)))
+        e.seers.add(k)
+        return e
+
+
+class LoopbackHostname(Fault):
+    """Debian's stock /etc/hosts: the node's hostname on 127.0.1.1, where gloo then binds."""
+
+    kind = "hostname_127011"
+    spoils_data_path = True
+    targets = "any"
+    modes = MODES
+
+    def setup(self, c, run):
+        node = c.nodes[self.node]
+        rest = [h for h in c.hosts_lines(self.node) if not h.endswith(f" {node.hostname}")]
+        c.write_hosts(self.node, [f"127.0.1.1 {node.fqdn} {node.hostname}", *rest])
+
+    def expect(self, sched, run):
+        return broken(self.node, "nic.gloo_default")
+
+
+class LateWithin(Fault):
+    """The node starts a few seconds after the others, well inside the host's join deadline:
+    the job would wait for it. Breaks nothing."""
+
+    kind = "late_within"
+    modes = ("ranked",)
+    targets = "any"
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("delay", round(rng.uniform(1.0, 3.0), 1)),)   # scaled when applied: draws stay put
+
+    def held_back(self):
+        return {self.node}
+
+    def act(self, run):
+        if time.monotonic() - run.started < scaled(self.param("delay")):
+            return False
+        run.start_node(self.node)
+        return True
+
+    def expect(self, sched, run):
+        return Expect()
+
+
+class LatePastRoster(Fault):
+    """The node starts only once the host has closed the rendezvous (its progress says mesh):
+    too late for the job. With a node count the host names it; one-shot, it cannot wait for it."""
+
+    kind = "late_past_roster"
+    removes_node = True
+
+    def held_back(self):
+        return {self.node}
+
+    def act(self, run):
+        host = run.runs[0]
+        if "netcheck: mesh..." not in host.progress and host.proc.poll() is None:
+            return False
+        run.start_node(self.node)
+        return True
+
+    def expect(self, sched, run):
+        if sched.mode == "arrival":
+            return Expect(breaks=True, seers={self.node}, absent={self.node})
+        e = broken(self.node, "rdzv.join", kinds=("missing", "late", "unseated"))
+        return e
+
+
+class ForeignRun(Fault):
+    """The node comes with another --rdzv-id: it belongs to another job."""
+
+    kind = "foreign_run"
+    removes_node = True
+
+    def args(self, i, args):
+        return args + ["--rdzv-id", "other-job"] if i == self.node else args
+
+    def expect(self, sched, run):
+        e = missing(self.node, sched)
+        e.blame.append(Blame(self.node, ("rdzv.join",), ("join_failed",), reporter=self.node))
+        if sched.mode == "arrival":   # the host sees a visitor of another run: a warning at least
+            e.blame.append(Blame(self.node, ("rdzv.join",), ("foreign_run",), severity="warn"))
+            e.seers.add(0)
+        return e
+
+
+class DuplicateRank(Fault):
+    """The node claims another joiner's --node-rank (a copied launch line): one rank twice,
+    its own never."""
+
+    kind = "duplicate_rank"
+    removes_node = True
+    modes = ("ranked",)
+    targets = "pair"
+
+    def args(self, i, args):
+        if i != self.node:
+            return args
+        at = args.index("--node-rank")
+        return args[:at + 1] + [str(self.nodes[1])] + args[at + 2:]
+
+    def expect(self, sched, run):
+        j, k = self.nodes
+        return Expect(breaks=True, seers={0}, one_of_seers=[{j, k}],
+                      blame=[Blame(k, ("rdzv.join",), ("duplicate_rank",)),
+                             Blame(j, ("rdzv.join",), ("missing",), rank=j)])
+
+
+class DuplicateHostname(Fault):
+    """The node calls itself by another node's hostname (booted from one image)."""
+
+    kind = "duplicate_hostname"
+    spoils_data_path = True
+    targets = "peer"
+    modes = MODES
+
+    @classmethod
+    def fits(cls, nodes, mode):
+        # Under torchrun, node0 by another name is no agent's host, and another node called
+        # node0 hosts a store of its own (torch's _matches_machine_hostname): torchrun's
+        # rendezvous never completes, and no netcheck runs to judge it.
+        return mode != "torchrun" or 0 not in nodes
+
+    def spec(self, i, spec):
+        # Its name in /etc/hosts stays its own, as DNS would: the endpoint still resolves.
+        if i != self.node:
+            return spec
+        return replace(spec, hostname=f"node{self.nodes[1]}", dns_name=spec.hostname or f"node{i}")
+
+    def expect(self, sched, run):
+        j, k = self.nodes
+        if sched.mode == "arrival" and k == 0:
+            # Called like the endpoint, which resolves to node0: it says so and does not host
+            # (torchrun would host a store of its own there); the host never hears of it.
+            return Expect(breaks=True, seers={j}, absent={j},
+                          blame=[Blame(j, ("rdzv.join",), ("duplicate_hostname",), reporter=j)])
+        return Expect(breaks=True, seers={0, j, k},
+                      blame=[Blame(n, ("rdzv.join",), ("duplicate_hostname",)) for n in (j, k)])
+
+
+CATALOG: tuple[type[Fault], ...] = (
+    HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
+    MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
+    LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname)
+

@@ -1,0 +1,261 @@
+"""The oracle: the promises every schedule is held to, judged from exit codes, JSON reports and
+output alone (check ids, kinds, node ranks; never netcheck's prose). Its input is each fault's
+`Expect`: what the fault does to a real job.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodes import GRACE, NodeRun, read_report
+
+if TYPE_CHECKING:
+    from .generator import Schedule
+    from .runner import ScheduleRun
+
+# What any netcheck process may take beyond its --timeout, and what a signalled or resumed
+# one may take to end: nodes.GRACE, Python's start-up before the deadline starts and its
+# shutdown on a busy 2-core machine. The oracle's only allowance.
+CHAOS_GRACE = GRACE
+TRACES = re.compile(r"Traceback \(most recent call last\)|frame #\d|c10::Error|\[c10d\]")
+
+
+# --------------------------------------------------------------------------------------
+# what a fault does to a job: the oracle's input
+
+
+@dataclass(frozen=True)
+class Blame:
+    """A finding some node's report must hold: `check` (one of), `kind` (one of, or any),
+    naming `node` (the cluster node index, turned into its rank when judged)."""
+
+    node: int
+    checks: tuple[str, ...]
+    kinds: tuple[str, ...] | None = None
+    severity: str = "fail"
+    reporter: int | None = None     # None: the host's report; else that node's own
+    rank: int | None = None         # the rank to find named, when it is not the node's own
+
+
+@dataclass
+class Expect:
+    breaks: bool = False                 # the job as launched cannot run
+    warns: bool = False                  # it runs, and a warning is due
+    blame: list[Blame] = field(default_factory=list)
+    seers: set[int] = field(default_factory=set)        # nodes that see it: never exit 0
+    one_of_seers: list[set[int]] = field(default_factory=list)  # at least one of each set exits non-zero
+    exit_codes: dict[int, set[int]] = field(default_factory=dict)
+    verdicts: dict[int, str] = field(default_factory=dict)
+    absent: set[int] = field(default_factory=set)     # never reaches the host's store
+    no_report: set[int] = field(default_factory=set)  # cannot write one (SIGKILL)
+    resumed: set[int] = field(default_factory=set)    # SIGSTOPped, timed from SIGCONT
+
+    def merge(self, other: "Expect") -> "Expect":
+        return Expect(self.breaks or other.breaks, self.warns or other.warns, self.blame + other.blame,
+                      self.seers | other.seers, self.one_of_seers + other.one_of_seers,
+                      {**self.exit_codes, **other.exit_codes}, {**self.verdicts, **other.verdicts},
+                      self.absent | other.absent, self.no_report | other.no_report,
+                      self.resumed | other.resumed)
+
+
+def broken(node: int, *checks: str, kinds: tuple[str, ...] | None = None) -> Expect:
+    """The common case: the job breaks, the host names `node`, which must not exit 0."""
+    return Expect(breaks=True, blame=[Blame(node, checks, kinds)], seers={0, node})
+
+
+def missing(node: int, sched: "Schedule") -> Expect:
+    """`node` never reaches the store: with a node count the host names it missing; in one-shot
+    mode it cannot know of it (SPEC: the one-shot form counts who came), so only the node
+    itself is held to it, and the host only when nobody else came at all."""
+    expect = Expect(breaks=True, seers={node}, absent={node})
+    if sched.mode != "arrival":
+        expect.blame.append(Blame(node, ("rdzv.join",), ("missing",)))
+        expect.seers.add(0)
+    return expect
+
+
+
+# --------------------------------------------------------------------------------------
+# judging a schedule
+
+
+@dataclass
+class Outcome:
+    sched: Schedule
+    run: ScheduleRun
+    expects: list[Expect]
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    reports: dict[int, dict] = field(default_factory=dict)   # node index -> its report (host: the cluster's)
+    host_report: dict | None = None
+
+    @property
+    def expect(self) -> Expect:
+        total = Expect()
+        for e in self.expects:
+            total = total.merge(e)
+        if total.absent >= set(range(1, self.sched.n)):
+            # Nobody joins the host: the checks between nodes are not run (run.skipped
+            # no_peer), so a fault only they can see leaves no finding of theirs.
+            total.blame = [b for b in total.blame if not all(c.startswith(BETWEEN_NODES) for c in b.checks)]
+        return total
+
+
+BETWEEN_NODES = ("mesh.", "nic.")   # checks the mesh and nic phases make, with a peer only
+
+
+def judge(o: Outcome) -> Outcome:
+    """Every promise, for every node of the schedule."""
+    e, run = o.expect, o.run
+    _read_reports(o)
+    for i, r in sorted(run.runs.items()):
+        _judge_node(o, e, i, r)
+    _judge_verdicts(o, e)
+    o.violations += [f"left behind: {x}" for x in run.leftovers]
+    return o
+
+
+def _read_reports(o: Outcome) -> None:
+    """Each node's report, validated against the schema (a report that does not validate is a
+    violation, and is not read further)."""
+    run = o.run
+    if run.sched.mode == "torchrun":
+        _read_torchrun_reports(o)
+        return
+    for i, r in run.runs.items():
+        if not r.json_path.exists():
+            continue
+        try:
+            o.reports[i] = read_report(r.json_path)
+        except Exception as err:  # noqa: BLE001 - jsonschema's or json's: the report is bad
+            o.violations.append(f"node{i}: JSON report invalid: {str(err).splitlines()[0][:300]}")
+    o.host_report = o.reports.get(0)
+
+
+def _read_torchrun_reports(o: Outcome) -> None:
+    """torchrun mode: one report per process rank; the host's maps addresses to nodes."""
+    by_rank = {}
+    for path in sorted(o.run.tmp.glob("rank*.json")):
+        try:
+            report = read_report(path)
+        except Exception as err:  # noqa: BLE001
+            o.violations.append(f"{path.name}: JSON report invalid: {str(err).splitlines()[0][:300]}")
+            continue
+        by_rank[report["node_rank"]] = report
+    o.host_report = next((r for r in by_rank.values() if r["role"] == "host"), None)
+    if o.host_report is None:
+        return
+    addr_to_node = {n.addr: n.index for n in o.run.c.nodes}
+    for entry in o.host_report["nodes"]:
+        node = addr_to_node.get(entry["address"])
+        if node is not None and entry["rank"] in by_rank:
+            o.reports.setdefault(node, by_rank[entry["rank"]])
+
+
+def ranks_of(o: Outcome, node: int) -> set[int]:
+    """The ranks the host's report gives cluster node `node` (by its address); in ranked mode
+    also the rank its launch line gave it, for a node that never came."""
+    ranks = set()
+    if o.host_report:
+        addr = o.run.c.nodes[node].addr
+        ranks = {n["rank"] for n in o.host_report["nodes"] if n["address"] == addr}
+    if not ranks and o.sched.mode == "ranked":
+        args = o.run.args(node)
+        ranks = {int(args[args.index("--node-rank") + 1])}
+    return ranks
+
+
+def _judge_node(o: Outcome, e: Expect, i: int, r: NodeRun) -> None:
+    say = o.violations.append
+    where = f"node{i} (rc={r.rc}, {r.seconds:.1f} s)"
+    if i in o.run.hung:
+        resumed = f", or {CHAOS_GRACE:g} s after SIGCONT past it" if i in e.resumed else ""
+        say(f"{where}: still running past --timeout + grace ({o.run.limit(i):g} s{resumed}): killed")
+    elif i not in e.resumed and r.seconds > o.run.limit(i):
+        say(f"{where}: ended past --timeout + grace ({o.run.limit(i):g} s)")
+    if r.rc in (3, 64):
+        say(f"{where}: exit {r.rc} (internal error / unusable command line)")
+    if i in e.exit_codes and r.rc not in e.exit_codes[i] and i not in o.run.hung:
+        say(f"{where}: exit code {r.rc}, the signal's is {sorted(e.exit_codes[i])}")
+    output = _own_output(o, r)
+    if m := TRACES.search(output):
+        say(f"{where}: torch internals in its output: {_context(output, m)}")
+    report = o.reports.get(i)
+    if o.sched.mode != "torchrun" and report is None and i not in e.no_report and not r.json_path.exists():
+        say(f"{where}: no JSON report")
+    if report is not None:
+        if i in e.verdicts and report["verdict"] != e.verdicts[i]:
+            say(f"{where}: report verdict {report['verdict']}, expected {e.verdicts[i]}")
+        internal = [f for f in report["findings"] if f["check"] == "run.internal"]
+        if internal:
+            say(f"{where}: run.internal: {internal[0]['summary'][:200]}")
+
+
+def _own_output(o: Outcome, r: NodeRun) -> str:
+    """What netcheck printed on the node. Under torchrun, its workers' logs: the agent's own
+    console (its rendezvous, its report of a worker's exit code as a ChildFailedError
+    traceback) is the launcher's output, not netcheck's."""
+    if o.sched.mode == "torchrun":
+        return "\n".join(p.read_text(errors="replace")
+                         for p in sorted((o.run.tmp / f"logs{r.node}").glob("**/std*.log")))
+    return (r.stdout or "") + "\n" + (r.stderr or "")
+
+
+def _context(text: str, m: re.Match) -> str:
+    return text[max(0, m.start() - 150):m.end() + 150].replace("\n", " | ")
+
+
+def _judge_verdicts(o: Outcome, e: Expect) -> None:
+    say = o.violations.append
+    rcs = {i: r.rc for i, r in o.run.runs.items()}
+    if e.breaks:
+        seers = set(e.seers)
+        if o.sched.mode == "arrival" and e.absent >= set(range(1, o.sched.n)):
+            seers.add(0)   # nobody came: even the one-shot host knows it is alone
+        for i in sorted(seers):
+            if rcs.get(i) == 0:
+                say(f"node{i}: exit 0, though it can see the fault (or is named for it)")
+        for group in e.one_of_seers:
+            if all(rcs.get(i) == 0 for i in group):
+                say(f"nodes {sorted(group)}: all exit 0, one of them cannot have been seated")
+    elif e.warns:
+        for i, rc in sorted(rcs.items()):
+            if rc not in (0, 1):
+                say(f"node{i}: exit {rc}; the fault only warrants a warning")
+        if rcs.get(0) != 1:
+            say(f"node0 (host): exit {rcs.get(0)}, the fault warrants a warning (exit 1)")
+    else:
+        for i, rc in sorted(rcs.items()):
+            if rc != 0 and i not in e.exit_codes and i not in e.resumed:
+                say(f"node{i}: exit {rc}; nothing in this schedule breaks the job (expected 0)")
+    for b in e.blame:
+        _judge_blame(o, b)
+
+
+def _judge_blame(o: Outcome, b: Blame) -> None:
+    reporter = 0 if b.reporter is None else b.reporter
+    report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
+    want = (f"{b.severity} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "")
+            + f" naming node{b.node}")
+    if report is None:
+        if not (b.reporter is None and o.run.runs[0].rc == -signal.SIGKILL):
+            o.violations.append(f"node{reporter}: no report to hold {want}")
+        return
+    ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None else None
+    hostname = o.run.c.nodes[b.node].hostname
+    for f in report["findings"]:
+        if f["check"] not in b.checks or f["severity"] != b.severity:
+            continue
+        if b.kinds and f.get("kind") not in b.kinds:
+            continue
+        if b.reporter is not None or (ranks and ranks & set(f["nodes"])) or \
+                (not ranks and hostname in " ".join([f["summary"], *f["evidence"]])):
+            return
+    got = sorted({(f["check"], f["severity"], f.get("kind", ""), tuple(f["nodes"]))
+                  for f in report["findings"] if f["severity"] != "pass"})
+    o.violations.append(f"node{reporter}'s report: expected {want} (rank {sorted(ranks) if ranks else '?'}); "
+                        f"it has {got}")
+

@@ -1,0 +1,266 @@
+"""The runner: one schedule on a namespace cluster (its faults built, its nodes started, the
+faults acted while they run, leftovers collected), judged by the oracle; the command line
+(`python tests/chaos`, the package's docstring shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import chaos
+from cluster import NETNS_ETC, NETNS_RUN, Cluster, NodeSpec, netns_pids
+from faults import arrival_args, ranked_args
+from nodes import NodeRun, finish, scaled, start
+
+from .catalog import MODES, Fault
+from .generator import JOIN_WINDOW, Schedule, draw_schedule
+from .oracle import CHAOS_GRACE, Outcome, judge
+
+TORCHRUN_PORT = 29400
+# torchrun's agent imports torch and holds its own rendezvous before netcheck starts: the
+# netcheck process's --timeout starts that much after the agent's.
+TORCHRUN_START = scaled(20)
+SMALL_SWEEP = ["-b", "1K", "-e", "1M", "-f", "4", "-w", "1", "-n", "4", "--bw-budget", "4"]
+
+
+# --------------------------------------------------------------------------------------
+# running one schedule
+
+
+@dataclass
+class ScheduleRun:
+    sched: Schedule
+    c: Cluster
+    tmp: Path
+    runs: dict[int, NodeRun] = field(default_factory=dict)
+    helpers: list[subprocess.Popen] = field(default_factory=list)
+    fault_state: dict[Fault, dict] = field(default_factory=dict)   # a fault's own progress
+    stopped: dict[int, NodeRun] = field(default_factory=dict)   # SIGSTOPped, resumed at the end
+    resumed_at: dict[int, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    hung: set[int] = field(default_factory=set)
+    leftovers: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def args(self, i: int) -> list[str]:
+        s = self.sched
+        base = (ranked_args(i, s.n, s.timeout) if s.mode == "ranked"
+                else arrival_args(s.timeout, scaled(JOIN_WINDOW)))
+        base += SMALL_SWEEP if s.bandwidth else ["--skip", "bandwidth"]
+        for f in s.faults:
+            base = f.args(i, base)
+        return base
+
+    def start_node(self, i: int) -> None:
+        if self.sched.mode == "torchrun":
+            self.runs[i] = self._start_torchrun(i)
+        else:
+            self.runs[i] = start(self.c, i, self.args(i), self.tmp, bandwidth=self.sched.bandwidth, terminal=True)
+
+    def _start_torchrun(self, i: int) -> NodeRun:
+        s = self.sched
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(s.n), "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{TORCHRUN_PORT}", "--rdzv-id", "chaos",
+                "--rdzv-conf", f"join_timeout={int(TORCHRUN_START)},read_timeout={int(TORCHRUN_START)}",
+                "--redirects", "3", "--log-dir", str(self.tmp / f"logs{i}"),
+                "-m", "netcheck", "--json", str(self.tmp / "rank{rank}.json"),
+                "--timeout", str(s.timeout), "--skip", "bandwidth"]
+        return NodeRun(i, self.c.popen(i, argv), self.tmp / f"node{i}-torchrun", time.monotonic())
+
+    def resumed_limit(self, i: int) -> float:
+        """When a node SIGSTOPped and then resumed must have ended (monotonic time)."""
+        return max(self.runs[i].started + self.sched.timeout, self.resumed_at[i]) + CHAOS_GRACE
+
+    def limit(self, i: int) -> float:
+        """How long node i may run, from its start, before it is a hang."""
+        extra = TORCHRUN_START if self.sched.mode == "torchrun" else 0.0
+        return self.sched.timeout + CHAOS_GRACE + extra
+
+
+def run_schedule(sched: Schedule) -> "Outcome":
+    specs = [NodeSpec() for _ in range(sched.n)]
+    for f in sched.faults:
+        specs = [f.spec(i, s) for i, s in enumerate(specs)]
+    tmp = Path(tempfile.mkdtemp(prefix=f"chaos-{sched.seed}-{sched.index}-"))
+    with Cluster(specs) as c:
+        run = ScheduleRun(sched, c, tmp)
+        for f in sched.faults:
+            f.setup(c, run)
+        held = set().union(*(f.held_back() for f in sched.faults)) if sched.faults else set()
+        for i in range(sched.n):
+            if i not in held:
+                run.start_node(i)
+        _drive(run)
+        _stop_helpers(run)
+        run.leftovers = _left_in_namespaces(c)
+        prefix = c.prefix
+    run.leftovers += _namespaces_left(prefix)
+    return Outcome(sched, run, [f.expect(sched, run) for f in sched.faults])
+
+
+def _drive(run: ScheduleRun) -> None:
+    """Act the faults and wait for every node; a node past its limit is killed as a hang."""
+    pending = list(run.sched.faults)
+    hard_end = time.monotonic() + run.sched.timeout + CHAOS_GRACE + TORCHRUN_START + scaled(30)
+    while time.monotonic() < hard_end:
+        pending = [f for f in pending if not f.act(run)]
+        live = [r for i, r in run.runs.items() if r.proc.poll() is None and i not in run.stopped]
+        for r in live:
+            if time.monotonic() - r.started > run.limit(r.node):
+                run.hung.add(r.node)
+                run.c.kill(r.proc)
+        if not pending and not live:
+            break
+        time.sleep(0.02)
+    _resume_stopped(run)
+    for r in run.runs.values():
+        if r.proc.poll() is None:
+            run.hung.add(r.node)
+            run.c.kill(r.proc)
+        finish(r, 10)
+
+
+def _resume_stopped(run: ScheduleRun) -> None:
+    """SIGCONT the stopped nodes once the others are done: a hung process that wakes must
+    still end, by its own deadline or at once if that has passed (CHAOS_GRACE either way)."""
+    for i, r in run.stopped.items():
+        run.c.kill(r.proc, signal.SIGCONT)
+        run.resumed_at[i] = time.monotonic()
+    for i, r in run.stopped.items():
+        try:
+            r.proc.wait(timeout=max(0.1, run.resumed_limit(i) - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            run.hung.add(i)
+            run.c.kill(r.proc)
+
+
+def _stop_helpers(run: ScheduleRun) -> None:
+    for p in run.helpers:
+        run.c.kill(p)
+        try:
+            p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+SETTLE = 1.0   # a worker killed with its parent (PR_SET_PDEATHSIG) may take a moment to go
+
+
+def _left_in_namespaces(c: Cluster) -> list[str]:
+    """Processes and listening sockets still in the nodes once every netcheck has ended and the
+    harness's own helpers are gone: netcheck's leftovers (SPEC: it leaves nothing behind)."""
+    end = time.monotonic() + SETTLE
+    while time.monotonic() < end and any(netns_pids(n.ns) for n in c.nodes):
+        time.sleep(0.05)
+    left = []
+    for node in c.nodes:
+        for pid in netns_pids(node.ns):
+            left.append(f"node{node.index}: process {pid} {_cmdline(pid)}")
+        listening = subprocess.run(["ip", "netns", "exec", node.ns, "ss", "-Hltn"], capture_output=True,
+                                   text=True).stdout.strip()
+        if listening:
+            left.append(f"node{node.index}: listening: {' | '.join(listening.splitlines())}")
+    return left
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "(gone)"
+
+
+def _namespaces_left(prefix: str) -> list[str]:
+    return [f"namespace left after teardown: {p}" for root in (NETNS_RUN, NETNS_ETC) if root.is_dir()
+            for p in root.iterdir() if p.name.startswith(prefix)]
+
+
+
+# --------------------------------------------------------------------------------------
+# the campaign
+
+
+def run_and_judge(sched: Schedule) -> Outcome:
+    t0 = time.monotonic()
+    try:
+        o = judge(run_schedule(sched))
+    except Exception as err:  # noqa: BLE001 - the harness itself failed: say so, as a violation
+        dummy = ScheduleRun(sched, None, Path("."))  # type: ignore[arg-type]
+        o = Outcome(sched, dummy, [], [f"harness error: {type(err).__name__}: {err}"])
+    o.seconds = time.monotonic() - t0
+    if not o.violations and o.run.tmp != Path("."):
+        shutil.rmtree(o.run.tmp, ignore_errors=True)   # a failing schedule's reports are kept
+    return o
+
+
+def summary(outcomes: list[Outcome], seed: int) -> str:
+    by_mode = Counter(o.sched.mode for o in outcomes)
+    bad_mode = Counter(o.sched.mode for o in outcomes if o.violations)
+    kinds = Counter(f.kind for o in outcomes for f in o.sched.faults) + Counter(
+        "(none)" for o in outcomes if not o.sched.faults)
+    bad_kind = Counter(f.kind for o in outcomes if o.violations for f in o.sched.faults) + Counter(
+        "(none)" for o in outcomes if o.violations and not o.sched.faults)
+    lines = ["", f"{'mode':<22}{'schedules':>10}{'violating':>10}"]
+    lines += [f"{m:<22}{by_mode[m]:>10}{bad_mode[m]:>10}" for m in MODES if by_mode[m]]
+    lines += ["", f"{'fault kind':<22}{'schedules':>10}{'violating':>10}"]
+    lines += [f"{k:<22}{n:>10}{bad_kind[k]:>10}" for k, n in sorted(kinds.items())]
+    total = sum(len(o.violations) for o in outcomes)
+    lines += ["", f"seed {seed}: {len(outcomes)} schedules, {sum(1 for o in outcomes if o.violations)} "
+                  f"with violations, {total} violations, {sum(o.seconds for o in outcomes):.0f} s"]
+    return "\n".join(lines)
+
+
+def print_outcome(o: Outcome) -> None:
+    status = "ok" if not o.violations else f"{len(o.violations)} VIOLATION(S)"
+    print(f"{o.sched.describe()} -> {status} ({o.seconds:.1f} s)", flush=True)
+    if o.violations:
+        rcs = " ".join(f"node{i}={r.rc}/{r.seconds:.1f}s" for i, r in sorted(o.run.runs.items()))
+        print(f"    exits: {rcs}")
+        for note in o.run.notes:
+            print(f"    note: {note}")
+        for v in o.violations:
+            print(f"    - {v}")
+        print(f"    reports: {o.run.tmp}")
+        print(f"    replay: {o.sched.replay()}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=chaos.__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=20, help="schedules to run (default 20)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--schedule", type=int, action="append", help="run only this index (repeatable)")
+    p.add_argument("--list", action="store_true", help="print the schedules, run nothing")
+    p.add_argument("--json", type=Path, help="write every outcome there (for the notes)")
+    a = p.parse_args(argv)
+    indexes = a.schedule if a.schedule else range(a.n)
+    schedules = [draw_schedule(a.seed, i) for i in indexes]
+    if a.list:
+        print("\n".join(s.describe() for s in schedules))
+        return 0
+    outcomes = []
+    for s in schedules:
+        outcomes.append(run_and_judge(s))
+        print_outcome(outcomes[-1])
+    print(summary(outcomes, a.seed))
+    if a.json:
+        a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
+    return 1 if any(o.violations for o in outcomes) else 0
+
+
+def outcome_record(o: Outcome) -> dict:
+    return {"schedule": o.sched.describe(), "replay": o.sched.replay(), "seconds": round(o.seconds, 1),
+            "violations": o.violations, "notes": o.run.notes,
+            "exits": {f"node{i}": [r.rc, round(r.seconds, 1)] for i, r in sorted(o.run.runs.items())},
+            "findings": {f"node{i}": sorted({f"{f['severity']} {f['check']} {f.get('kind', '')} {f['nodes']}"
+                                             for f in rep["findings"] if f["severity"] != "pass"})
+                         for i, rep in sorted(o.reports.items())}}
