@@ -11,6 +11,8 @@ import pytest
 
 from netcheck.cluster import mesh
 from netcheck.cluster.store import Exchange
+from netcheck.core import codec
+from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_MAX_CANDIDATES, MESH_TRANSFER_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, Transfer, Trial, passed_frame
@@ -52,6 +54,17 @@ def path(src: int, dst: int, transfer: Transfer = JUMBO_ECHOED) -> Attempt:
     outcome = mesh.transfer_outcome(transfer)
     return Attempt(src, dst, "eth0", f"198.18.0.{10 + dst}", outcome, 0.1, "eth0", mesh.transfer_detail(transfer),
                    transfer)
+
+
+@pytest.mark.parametrize("field, bad", [("outcome", "black-hole"), ("result", "gone")])
+def test_a_peers_attempt_decodes_only_with_the_outcomes_and_trial_results_the_mesh_has(field, bad):
+    """The mesh's outcomes are a closed set the codec checks, not a comment: a spelling no node
+    writes is refused, naming its field, before a rule matches on it."""
+    attempt = path(0, 1, SHORT_PORT)
+    assert codec.loads(Attempt, codec.dumps(attempt), 1 << 16) == attempt
+    text = codec.dumps(attempt).replace({"outcome": '"blackhole"', "result": '"lost"'}[field], f'"{bad}"')
+    with pytest.raises(DecodeError, match=f"{field}: '{bad}' is not one of"):
+        codec.loads(Attempt, text, 1 << 16)
 
 
 def three_nodes(short: int | None) -> tuple[Attempt, ...]:

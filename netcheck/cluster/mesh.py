@@ -36,13 +36,15 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import FEW, PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
-from netcheck.core.meshrecords import Attempt, Transfer, Trial, passed_frame
+from netcheck.core.meshrecords import (
+    BLACKHOLE, CLOSED, ECHOED, FILTERED, LOCAL, LOST, OK, REFUSED, UNREACHED, UNTRIED, WRONG_PEER, Attempt,
+    MeshOutcome, Transfer, Trial, TrialResult, passed_frame,
+)
 from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import error_text, failed_connect
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
-UNTRIED = "untried"   # the mesh phase's deadline came before the attempt (or its full wait) did
 HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a frame is its MSS plus these
 MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
 LINGER = MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT  # the peer has given up on a connection by then
@@ -274,7 +276,7 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: 
     # A peer elsewhere that offers one of our own addresses (docker0's 172.17.0.1 is on
     # every host) cannot be reached there: the packets would stay on this node.
     if c.address in owners and not _same_machine(offer, owners):
-        return _failed(me, offer, c, "local", f"{c.address} is also this node's own address "
+        return _failed(me, offer, c, LOCAL, f"{c.address} is also this node's own address "
                        f"({owners[c.address]}): traffic to it never leaves this node")
     connect = deadline.within(MESH_CONNECT_TIMEOUT)
     if connect.expired():
@@ -288,7 +290,7 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: 
             source = owners.get(sock.getsockname()[0])
             greeting = deadline.within(MESH_CONNECT_TIMEOUT)
             outcome, detail = _unless_cut(*_check_greeting(sock, offer, greeting), greeting, deadline)
-            if outcome != "ok":
+            if outcome != OK:
                 return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
             transfer = _prove_frames(sock, offer, c, mtus.get(source, 0), deadline)
             return Attempt(me, offer.rank, c.ifname, c.address, transfer_outcome(transfer), rtt, source,
@@ -297,18 +299,18 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: 
             return _failed(me, offer, c, *_unless_cut(*failed_connect(e, MESH_CONNECT_TIMEOUT), connect, deadline))
 
 
-def _unless_cut(outcome: str, detail: str, step: Deadline, deadline: Deadline) -> tuple[str, str]:
+def _unless_cut(outcome: MeshOutcome, detail: str, step: Deadline, deadline: Deadline) -> tuple[MeshOutcome, str]:
     """A wait that ended with the phase, before its own full time, proves nothing."""
-    if outcome == "filtered" and step.at >= deadline.at:
+    if outcome == FILTERED and step.at >= deadline.at:
         return UNTRIED, f"cut short after {step.elapsed():.1f} s by the mesh phase's deadline ({detail})"
     return outcome, detail
 
 
-def _failed(me: int, offer: Offer, c: Candidate, outcome: str, detail: str) -> Attempt:
+def _failed(me: int, offer: Offer, c: Candidate, outcome: MeshOutcome, detail: str) -> Attempt:
     return Attempt(me, offer.rank, c.ifname, c.address, outcome, None, None, detail)
 
 
-def _check_greeting(sock: socket.socket, offer: Offer, deadline: Deadline) -> tuple[str, str]:
+def _check_greeting(sock: socket.socket, offer: Offer, deadline: Deadline) -> tuple[MeshOutcome, str]:
     """Who answered: the expected peer, or someone else owning the same address. A peer
     that sends its greeting a byte at a time gets no more than the deadline."""
     data = b""
@@ -320,16 +322,16 @@ def _check_greeting(sock: socket.socket, offer: Offer, deadline: Deadline) -> tu
                 break
             data += chunk
     except TimeoutError:
-        return "filtered", "connected, then no greeting before the deadline"
+        return FILTERED, "connected, then no greeting before the deadline"
     except OSError as e:
-        return "refused", f"connected, then reset: {error_text(e)} (the listener went away)"
+        return REFUSED, f"connected, then reset: {error_text(e)} (the listener went away)"
     parts = data.decode("ascii", "replace").split()
     if parts[:1] != [GREETING] or len(parts) != 3:
-        return "wrong-peer", "something other than netcheck answered"
+        return WRONG_PEER, "something other than netcheck answered"
     if parts[1:] != [str(offer.rank), offer.token]:
-        return "wrong-peer", f"answered by node rank {parts[1]}, not rank {offer.rank}: the " \
+        return WRONG_PEER, f"answered by node rank {parts[1]}, not rank {offer.rank}: the " \
                              "address is not unique to that node"
-    return "ok", "connected"
+    return OK, "connected"
 
 
 
@@ -342,13 +344,13 @@ def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int,
     full = min((m for m in (src_mtu, c.mtu) if m), default=_mss(sock) + HEADERS[sock.family])
     trials = [Trial(full, _trial(lambda step: _echo(sock, step), deadline))]
     for frame in (f for f in MESH_FALLBACK_FRAMES if f < full):
-        if trials[-1].result != "lost":
+        if trials[-1].result != LOST:
             break
         trials.append(Trial(frame, _trial(lambda step: _echo_fresh(offer, c, frame, step), deadline)))
     return Transfer(src_mtu, c.mtu, tuple(trials))
 
 
-def _trial(send: Callable[[Deadline], str], deadline: Deadline) -> str:
+def _trial(send: Callable[[Deadline], TrialResult], deadline: Deadline) -> TrialResult:
     """One size's result, given MESH_TRANSFER_TIMEOUT; "untried" where the phase's deadline
     left less, or cut the wait short: a loss is evidence only after the full time."""
     step = deadline.within(MESH_TRANSFER_TIMEOUT)
@@ -362,7 +364,7 @@ def _mss(sock: socket.socket) -> int:
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
 
 
-def _echo(sock: socket.socket, deadline: Deadline) -> str:
+def _echo(sock: socket.socket, deadline: Deadline) -> TrialResult:
     """Send MESH_TRANSFER_SEGMENTS full segments and read each one back before the next, so
     each travels alone in a frame of the connection's full size (segments sent together
     would be merged, and a virtual link can pass a merged send that a switch would not)."""
@@ -377,13 +379,13 @@ def _echo(sock: socket.socket, deadline: Deadline) -> str:
                 _bounded(sock, deadline)
                 chunk = sock.recv(size - got)
                 if not chunk:
-                    return "closed"
+                    return CLOSED
                 got += len(chunk)
     except TimeoutError:
-        return "lost"
+        return LOST
     except OSError:
-        return "closed"
-    return "echoed"
+        return CLOSED
+    return ECHOED
 
 
 def _bounded(sock: socket.socket, deadline: Deadline) -> None:
@@ -392,7 +394,7 @@ def _bounded(sock: socket.socket, deadline: Deadline) -> None:
     sock.settimeout(deadline.remaining())
 
 
-def _echo_fresh(offer: Offer, c: Candidate, frame: int, deadline: Deadline) -> str:
+def _echo_fresh(offer: Offer, c: Candidate, frame: int, deadline: Deadline) -> TrialResult:
     """`frame`-sized segments over a new connection to the same listener, its MSS clamped
     before the handshake so both ends keep to that frame size."""
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
@@ -401,39 +403,39 @@ def _echo_fresh(offer: Offer, c: Candidate, frame: int, deadline: Deadline) -> s
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, frame - HEADERS[family])
             _bounded(sock, deadline)
             sock.connect((c.address, c.port))
-            if _check_greeting(sock, offer, deadline)[0] != "ok":
-                return "unreached"
+            if _check_greeting(sock, offer, deadline)[0] != OK:
+                return UNREACHED
         except OSError:
-            return "unreached"
+            return UNREACHED
         return _echo(sock, deadline)
 
 
-def transfer_outcome(transfer: Transfer) -> str:
+def transfer_outcome(transfer: Transfer) -> MeshOutcome:
     """The attempt's outcome from its frames: "ok" when full-size frames came back;
     "blackhole" when they vanished while the path still carries smaller ones (or greets a
     fresh connection); "refused" when the peer hung up mid-way; "filtered" when the path went
     silent for every size, a peer or link gone during the test, not a frame-size problem."""
     results = [t.result for t in transfer.trials]
-    if results[0] == "echoed":
-        return "ok"
+    if results[0] == ECHOED:
+        return OK
     if results[0] == UNTRIED:
         return UNTRIED
-    if "closed" in results:
-        return "refused"
-    return "filtered" if "unreached" in results else "blackhole"
+    if CLOSED in results:
+        return REFUSED
+    return FILTERED if UNREACHED in results else BLACKHOLE
 
 
 def transfer_detail(transfer: Transfer) -> str:
     full = transfer.trials[0]
     sent = f"{MESH_TRANSFER_SEGMENTS} frames of {full.frame} bytes"
     outcome = transfer_outcome(transfer)
-    if outcome == "ok":
+    if outcome == OK:
         return f"connected; {sent} echoed"
     if outcome == UNTRIED:
         return f"connected; {sent} not tried: the mesh phase's deadline came first"
-    if outcome == "refused":
+    if outcome == REFUSED:
         return f"connected, then the peer closed during the transfer of {sent}"
-    if outcome == "filtered":
+    if outcome == FILTERED:
         return (f"connected, then the path went silent: {sent} and every smaller size lost (the peer or "
                 "its link went away)")
     passed = passed_frame(transfer)

@@ -7,10 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import FEW, IfName, IpAddress, Millis, Mtu, NodeRank, Text
+from netcheck.core.fields import FEW, IfName, IpAddress, Millis, Mtu, NodeRank, Text, one_of
 from netcheck.core.model import NodeRanks
 
-CONNECTED = ("ok", "blackhole")   # outcomes where the connect and the greeting went through
+# What became of one connect (Attempt.outcome), spelt as the wire carries it: "ok" (greeted,
+# full-size frames echoed), "blackhole" (greeted, full-size frames lost), "refused",
+# "filtered", "unreachable", "wrong-peer" (another process or node answered), "local" (the
+# address is also the prober's own), "untried" (the mesh phase's deadline came first).
+OUTCOMES = OK, BLACKHOLE, REFUSED, FILTERED, UNREACHABLE, WRONG_PEER, LOCAL, UNTRIED = (
+    "ok", "blackhole", "refused", "filtered", "unreachable", "wrong-peer", "local", "untried")
+MeshOutcome = Annotated[str, one_of(*OUTCOMES)]
+CONNECTED = (OK, BLACKHOLE)   # outcomes where the connect and the greeting went through
+# What became of one frame size (Trial.result): "echoed", "lost" (not back in time), "closed"
+# (the peer hung up), "unreached" (a fresh connection for this size did not get through),
+# "untried" (the mesh phase's deadline left less than the trial's time).
+TRIAL_RESULTS = ECHOED, LOST, CLOSED, UNREACHED = ("echoed", "lost", "closed", "unreached")
+TrialResult = Annotated[str, one_of(*TRIAL_RESULTS, UNTRIED)]
 
 
 @dataclass(frozen=True)
@@ -18,9 +30,7 @@ class Trial:
     """Segments of one frame size, each sent alone and echoed back."""
 
     frame: Mtu             # bytes per frame on the wire, IP and TCP headers included
-    result: str            # "echoed" | "lost" (not back in time) | "closed" (the peer hung up) |
-                           # "unreached" (a fresh connection for this size did not get through) |
-                           # "untried" (the mesh phase's deadline left less than the trial's time)
+    result: TrialResult
 
 
 @dataclass(frozen=True)
@@ -40,8 +50,7 @@ class Attempt:
     dst: NodeRank
     ifname: IfName         # dst's interface
     address: IpAddress
-    outcome: str           # "ok" | "blackhole" | "refused" | "filtered" | "unreachable" | "wrong-peer" | "local" |
-                           # "untried"
+    outcome: MeshOutcome
     rtt_ms: Millis | None  # connect round trip, when it connected
     src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
     detail: Text
@@ -54,7 +63,7 @@ class Attempt:
 
 def passed_frame(transfer: Transfer) -> int:
     """The largest frame size that came back (0: none but the greeting's few bytes)."""
-    return max((t.frame for t in transfer.trials if t.result == "echoed"), default=0)
+    return max((t.frame for t in transfer.trials if t.result == ECHOED), default=0)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
 from netcheck.core.model import HOST, verdict_of
 from netcheck.facts.local import gather_facts
-from netcheck.phases import bandwidth, env, goodbye, mesh, nic, reach, rendezvous
+from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
@@ -26,7 +26,7 @@ from netcheck.rules.registry import RUN_INTERNAL
 
 
 def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
-    run = Run(config, progress)
+    run = Run(config, progress, hostpath.ask_host_path)
     try:
         _run_phases(run)
     except KeyboardInterrupt as e:

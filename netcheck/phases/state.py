@@ -15,13 +15,10 @@ from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.budget import TimeBudget
-from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
-from netcheck.facts.probe import FULL_FRAME, full_frames_lost
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
-from netcheck.rules.registry import MESH_BLACKHOLE
 
 
 
@@ -39,6 +36,9 @@ class Run:
 
     config: Config
     progress: Callable[[str], None]
+    # What a lost host's joiner asks of the path to it (phases.hostpath): I/O, which the run's
+    # state leaves to the phases, as it leaves printing to `progress`.
+    ask_host_path: Callable[[Run], None]
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None
@@ -125,21 +125,11 @@ class Run:
 
     def lose_host(self, phase: str, seen: str = "") -> None:
         """The host died, or the path to it: named once, in the phase it happened, with what
-        this node's store client saw of it."""
+        this node's store client saw of it; the path to it is asked at once (ask_host_path)."""
         if not self.host_lost:
             self.host_lost = True
             self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen)
-            named = any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in self.findings)  # by the mesh
-            if not named and self._full_frames_lost():
-                self.findings.append(nic_rules.host_blackhole_finding(self.my_ranks(), FULL_FRAME))
-
-    def _full_frames_lost(self) -> bool:
-        """Asked once the host's store stopped answering: a path that drops full-size frames
-        looks just so from here (small requests pass, a large value hangs), within what the
-        deadline leaves before the report (a resolve and two probes of two waits each)."""
-        seconds = min(PROBE_TIMEOUT, self.budget.blackhole_probe_seconds())
-        rdzv = self.config.rdzv
-        return seconds >= 0.2 and full_frames_lost(rdzv.host, rdzv.port, seconds)
+            self.ask_host_path(self)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

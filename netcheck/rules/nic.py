@@ -15,7 +15,7 @@ from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
-from netcheck.core.meshrecords import CONNECTED, Attempt, FlaggedPaths, passed_frame
+from netcheck.core.meshrecords import BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, passed_frame
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
@@ -90,7 +90,7 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> l
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
     summary = f"all {_counted(names, directions, directions, every=True)} connect"
-    if frames := [a.transfer.trials[0].frame for a in attempts if a.outcome == "ok" and a.transfer]:
+    if frames := [a.transfer.trials[0].frame for a in attempts if a.outcome == OK and a.transfer]:
         summary += f" and echo full-size frames (up to {max(frames)} bytes)"
     if rtts:
         summary += f"; median connect {median(rtts):.2f} ms"
@@ -139,7 +139,7 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
     them carries less, and no ICMP says so: every collective that sends a full segment over
     the path hangs. A node all of whose paths (two peers or more, in or out) lose them is
     the one whose link is short; otherwise both ends of each path are named."""
-    holes = sorted((a for a in attempts if a.outcome == "blackhole"), key=lambda a: (a.src, a.dst, a.ifname))
+    holes = sorted((a for a in attempts if a.outcome == BLACKHOLE), key=lambda a: (a.src, a.dst, a.ifname))
     if not holes:
         return []
     lossy = {(a.src, a.dst) for a in holes}
@@ -227,9 +227,9 @@ def flagged_paths(names: dict[int, str], attempts: tuple[Attempt, ...]) -> Flagg
     of directions that connect on no interface (an address that is this node's own, like
     docker0's, aside: it never was a path)."""
     # A line per path between two nodes: torchrun's ranks of one host find the same paths.
-    holes = list(dict.fromkeys(_path_text(names, a) for a in attempts if a.outcome == "blackhole"))
+    holes = list(dict.fromkeys(_path_text(names, a) for a in attempts if a.outcome == BLACKHOLE))
     broken = [_path_text(names, a) for tries in _broken_directions(attempts).values() for a in tries
-              if a.outcome != "local"]
+              if a.outcome != LOCAL]
     unreachable, isolated = cut_off_nodes(*_directions(attempts), names)
     return FlaggedPaths(len(holes), tuple(dict.fromkeys(holes + broken))[:MESH_FLAGGED_TOLD],
                         tuple(sorted(unreachable | isolated)))
@@ -454,7 +454,7 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
     if not pairs:
         # A path between two nodes, however many of their ranks found it (torchrun).
         holes = len({(names.get(a.src), a.src_ifname, names.get(a.dst), a.ifname)
-                     for a in attempts if a.outcome == "blackhole"})
+                     for a in attempts if a.outcome == BLACKHOLE})
         # Agreeing ends prove nothing about a switch port between them: say so where the mesh found one.
         return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU" + (
             f"; {holes} path(s) between them carry less: see mesh.connect" if holes else ""))]

@@ -1,0 +1,33 @@
+"""The run's state (phases.state.Run) records what happened and does no I/O: a joiner that
+loses its host names it lost once, in the phase it happened, and hands the look at the path
+to the host to the phases (Run.ask_host_path, phases.hostpath) at that moment, once."""
+
+from __future__ import annotations
+
+from netcheck.cli import build_parser, config_from_args
+from netcheck.phases.state import Run
+from netcheck.rules.registry import RDZV_JOIN
+
+
+def joiner(asked: list[Run]) -> Run:
+    config = config_from_args(build_parser().parse_args(["--rdzv", "node0:29500", "--nnodes", "2",
+                                                         "--node-rank", "1"]), {})
+    return Run(config, lambda line: None, asked.append)
+
+
+def lost(run: Run) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(f.check, f.kind, f.nodes) for f in run.findings if f.check == RDZV_JOIN]
+
+
+def test_a_host_lost_in_a_phase_is_named_there_and_the_path_asked_once_at_that_moment():
+    asked: list[Run] = []
+    run = joiner(asked)
+    with run.phase("mesh"):
+        raise ConnectionResetError("the store's connection was reset")
+    assert asked == [run] and run.host_lost
+    assert lost(run) == [(RDZV_JOIN, "lost_in_mesh", (0,))]
+    with run.phase("env"):   # the next phase finds it gone too: said once, asked once
+        raise ConnectionResetError("the store's connection was reset")
+    run.lose_host("bandwidth")
+    assert asked == [run]
+    assert lost(run) == [(RDZV_JOIN, "lost_in_mesh", (0,))]
