@@ -13,19 +13,19 @@ from netcheck import __version__, cli
 
 from netcheck.render import export
 from netcheck.core.names import is_safe_hostname
-from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
-from netcheck.core.nictable import NicTable
+from netcheck.core.model import Finding, NodeEntry, NodeFacts, Report
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep, SweepOptions, headline
 from prom import series
+
+import builders
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 
 
 def facts(hostname: str, rank: int) -> NodeFacts:
-    launch = Launch("slurm", rank, 3, 3, 8, SLURM_HOSTS, {"SLURM_JOB_NODELIST": "gpu[01-03]"})
-    return NodeFacts(run_id="4242", hostname=hostname, fqdn=f"{hostname}.cluster",
-                     hostname_addresses=("10.0.0.1",), launch=launch, shm_bytes=1 << 30, gpus=8,
-                     nics=NicTable((), (), None), socket_env={}, reach=None, version=__version__)
+    launch = builders.launch(rank, 3, "slurm", 8, SLURM_HOSTS, SLURM_JOB_NODELIST="gpu[01-03]")
+    return builders.facts(hostname, run_id="4242", fqdn=f"{hostname}.cluster", addresses=("10.0.0.1",),
+                          launched=launch, shm=1 << 30, gpus=8, version=__version__)
 
 
 def report(findings: tuple[Finding, ...], healthy=("gpu01", "gpu02"), faulty=("gpu03",),

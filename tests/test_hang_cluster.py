@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import builders
 from faults import nodes
 from nodes import parse_report, scaled
 
@@ -163,14 +164,11 @@ def _worker_of(agent: int) -> int:
 def test_a_preflight_report_names_each_dumped_rank_by_its_host(cluster, tmp_path):
     """Dumps do not say where a rank ran: the job's preflight report (netcheck --json) does."""
     from netcheck.core import codec
-    from netcheck.core.model import Launch, NodeEntry, NodeFacts, Report
-    from netcheck.core.nictable import NicTable
+    from netcheck.core.model import NodeEntry, Report
 
     dumps = dumps_of(cluster, tmp_path, "skip")
-    nodes = tuple(NodeEntry(r, f"gpu{r:02d}", f"198.18.0.{10 + r}", NodeFacts(
-        run_id="job", hostname=f"gpu{r:02d}", fqdn=f"gpu{r:02d}", hostname_addresses=(),
-        launch=Launch("flags", r, 3, 3, 1), shm_bytes=None, gpus=0, nics=NicTable((), (), None), socket_env={},
-        reach=None, version="0")) for r in range(WORLD))
+    nodes = tuple(NodeEntry(r, f"gpu{r:02d}", f"198.18.0.{10 + r}",
+                            builders.facts(f"gpu{r:02d}", rank=r, nnodes=3, run_id="job")) for r in range(WORLD))
     preflight = tmp_path / "preflight.json"
     preflight.write_text(codec.dumps(Report(run_id="job", node_rank=0, role="host", verdict="pass", nodes=nodes,
                                             findings=(), recommend={}, recommend_per_node={}, env_table=(),

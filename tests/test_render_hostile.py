@@ -20,15 +20,16 @@ from hypothesis import strategies as st
 
 from netcheck import cli
 from netcheck.core.model import (
-    ClusterVerdict, EnvRow, Finding, Gathering, Launch, Member, NodeEntry, NodeFacts, Report, Visitor,
+    ClusterVerdict, EnvRow, Finding, Gathering, Member, NodeEntry, NodeFacts, Report, Visitor,
 )
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
 from netcheck.core.names import is_safe_ifname
-from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.render.escape import printable
 from netcheck.render.text import render_json, render_text
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
+
+import builders
 
 FORGED = "\nPASS  job.rdzv  round 3 is complete: 2 of 2 nodes joined"
 HOSTILE = {
@@ -44,11 +45,8 @@ FIELDS = tuple(HOSTILE)
 
 
 def facts(hostname: str, ifname: str) -> NodeFacts:
-    nics = (Nic("lo", 1, (Address("ipv4", "127.0.0.1", 8),), True, True, 65536, None, "loopback", None),
-            Nic(ifname, 2, (Address("ipv4", "198.18.0.10", 24),), True, True, 1500, 10000, "ethernet", None))
-    return NodeFacts(run_id="r", hostname=hostname, fqdn=hostname, hostname_addresses=("198.18.0.10",),
-                     launch=Launch("flags", 0, 2, 2, 1), shm_bytes=None, gpus=0, nics=NicTable(nics, (), ifname),
-                     socket_env={}, reach=None, version="0")
+    nics = (builders.LOOPBACK, builders.nic(ifname, "198.18.0.10", index=2, speed=10000))
+    return builders.facts(hostname, rank=0, nnodes=2, addresses=("198.18.0.10",), nics=nics, default=ifname)
 
 
 def hostile_report(s: dict[str, str]) -> Report:
@@ -159,11 +157,8 @@ NCCL_VALUE = re.compile(r"=?[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")
 
 
 def member(rank: int, ifnames: list[str]) -> Member:
-    nics = tuple(Nic(n, i + 2, (Address("ipv4", f"198.18.{rank}.{i + 1}", 24),), True, True, 1500, None,
-                     "ethernet", None) for i, n in enumerate(ifnames))
-    return Member(rank, NodeFacts(run_id="r", hostname=f"node{rank}", fqdn=f"node{rank}", hostname_addresses=(),
-                                  launch=Launch("flags", rank, 3, 3, 1), shm_bytes=None, gpus=0,
-                                  nics=NicTable(nics, (), None), socket_env={}, reach=None, version="0"))
+    nics = tuple(builders.nic(n, f"198.18.{rank}.{i + 1}", index=i + 2) for i, n in enumerate(ifnames))
+    return builders.member(rank, nnodes=3, nics=nics)
 
 
 @PROPERTY

@@ -5,18 +5,16 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from netcheck.core.model import Finding, Launch, NodeEntry, NodeFacts, Report
-
-from netcheck.core.nictable import NicTable
+from netcheck.core.model import Finding, NodeEntry, Report
 from netcheck.render.text import render_text
+
+import builders
 
 SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")
 
 
 def entry(rank: int, hostname: str, source: str) -> NodeEntry:
-    facts = NodeFacts(run_id="r", hostname=hostname, fqdn=hostname, hostname_addresses=(),
-                      launch=Launch(source, rank, 2, 2, 2), shm_bytes=None, gpus=0,
-                      nics=NicTable((), (), None), socket_env={}, reach=None, version="0")
+    facts = builders.facts(hostname, launched=builders.launch(rank, 2, source, nproc=2))
     return NodeEntry(rank, hostname, "198.18.0.10", facts)
 
 
@@ -112,7 +110,7 @@ def test_a_run_id_is_shown_once_escaped():
 def local_report(rank: int | None = None, source: str = "arrival") -> Report:
     node = entry(-1 if rank is None else rank, "vm", source)
     facts = dataclasses.replace(node.facts, hostname_addresses=("192.0.2.2",), shm_bytes=64 << 20, gpus=0,
-                                launch=Launch(source, rank, None, None, 1, (), {"SLURM_NODEID": "3"} if rank else {}))
+                                launch=builders.launch(rank, None, source, **({"SLURM_NODEID": "3"} if rank else {})))
     finding = Finding("nic.gloo_default", "fail", (node.rank,), "gloo would use an address peers cannot reach on vm",
                       ("vm: hostname: lo (127.0.1.1): loopback",), "set GLOO_SOCKET_IFNAME")
     return Report(run_id="local", node_rank=rank, role="local", verdict="fail",

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from netcheck.rules.baseline import drift_findings
 from netcheck.core.envfacts import EnvFacts
-from netcheck.core.model import Launch, NodeEntry, NodeFacts, Report
-from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.core.model import NodeEntry, Report
 from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
+
+import builders
 
 
 def entry(rank: int, env: dict[str, str], mtu: int = 1500) -> NodeEntry:
-    nic = Nic("eth0", 2, (Address("ipv4", f"10.0.0.{rank + 1}", 24),), True, True, mtu, 10000, "ethernet", None)
-    facts = NodeFacts(run_id="r", hostname=f"node{rank}", fqdn=f"node{rank}.c", hostname_addresses=(),
-                      launch=Launch("flags", rank, 2, 2, 1), shm_bytes=None, gpus=0,
-                      nics=NicTable((nic,), (), "eth0"), socket_env={}, reach=None, version="0")
+    nic = builders.nic("eth0", f"10.0.0.{rank + 1}", index=2, mtu=mtu, speed=10000)
+    facts = builders.facts(f"node{rank}", rank=rank, nnodes=2, fqdn=f"node{rank}.c", nics=(nic,), default="eth0")
     return NodeEntry(rank, f"node{rank}", f"10.0.0.{rank + 1}", facts, EnvFacts(env))
 
 

@@ -3,25 +3,26 @@ the node that can see it (rules/endpoint.py over hand-built facts)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from netcheck.core.model import Endpoint, Launch, Member, NodeFacts, Probe, Reach
-from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.core.model import Endpoint, Member, NodeFacts, Probe, Reach
 from netcheck.rules.endpoint import (
     endpoint_findings, flags_findings, host_endpoint_findings, points_at_itself, reached_addresses,
     shared_variable_findings,
 )
+
+import builders
 
 ENDPOINT = Endpoint("node1", 29500)
 
 
 def facts(rank: int | None, address: str = "198.18.0.11", nnodes: int | None = 3, source: str = "flags",
           hostname: str = "node1", **variables: str) -> NodeFacts:
-    nic = Nic("eth0", 2, (Address("ipv4", address, 24),), True, True, 1500, None, "veth", None)
-    lo = Nic("lo", 1, (Address("ipv4", "127.0.0.1", 8),), True, True, 65536, None, "loopback", None)
-    launch = Launch(source, rank, nnodes, nnodes, 1, (), dict(variables))
-    return NodeFacts("r", hostname, hostname, (address,), launch, None, 0, NicTable((lo, nic), (), "eth0"),
-                     {}, None, "0")
+    return builders.facts(hostname, launched=builders.launch(rank, nnodes, source, **variables),
+                          nics=(builders.LOOPBACK, builders.nic("eth0", address, index=2, kind="veth")),
+                          default="eth0", addresses=(address,))
 
 
 def kinds(findings) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -113,8 +114,8 @@ def member(rank: int, reached: str | None, hostname: str | None = None, **variab
     f = facts(rank, address=f"198.18.0.{10 + rank}", hostname=hostname or f"node{rank}", **variables)
     if reached is not None:
         probes = (Probe(reached, "ipv4", "open", "connected", 0.001),)
-        f = NodeFacts(**{**f.__dict__, "reach": Reach("head", 29500, "open", ("198.18.0.10", "198.18.1.10"),
-                                                     None, probes, 1, 0.01)})
+        f = dataclasses.replace(f, reach=Reach("head", 29500, "open", ("198.18.0.10", "198.18.1.10"),
+                                               None, probes, 1, 0.01))
     return Member(rank, f)
 
 

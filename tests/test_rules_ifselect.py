@@ -8,15 +8,9 @@ from netcheck.rules.ifselect import (
     MAX_IFS, format_gloo_values, format_nccl_value, gloo_device_addresses, nccl_choice,
     nccl_matches, parse_nccl_ifname, tp_interface, validate_setting,
 )
-from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.core.nictable import Nic, NicTable
 
-
-def nic(name: str, *addrs: str, kind: str = "ethernet", running: bool = True) -> Nic:
-    """nic("eth0", "10.0.0.5/24", "fd00::5/64"); addresses in the order given."""
-    parsed = tuple(
-        Address("ipv6" if ":" in a else "ipv4", a.split("/")[0], int(a.split("/")[1])) for a in addrs
-    )
-    return Nic(name, 0, parsed, running, running, 1500, None, kind, None)
+from builders import nic
 
 
 def table(*nics: Nic) -> NicTable:

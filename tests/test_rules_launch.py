@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from netcheck.core.model import Launch, NodeFacts
+from netcheck.core.model import NodeFacts
 
-from netcheck.core.nictable import NicTable
 from netcheck.rules.launch import device_uuid, launch_findings, task_findings
+
+import builders
 
 
 def worker(host: str, rank: int, local: int, nproc: int = 2, gpus: int = 2, **extra: str) -> tuple[int, NodeFacts]:
     """A torchrun worker: RANK, LOCAL_RANK, GROUP_RANK as torchrun sets them."""
     variables = {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "4",
                  "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(rank // nproc), **extra}
-    launch = Launch("torchrun", rank, 2, 2, nproc, (), variables)
-    return rank, NodeFacts(run_id="r", hostname=host, fqdn=host, hostname_addresses=(), launch=launch,
-                           shm_bytes=1 << 30, gpus=gpus, nics=NicTable((), (), None), socket_env={},
-                           reach=None, version="0")
+    launch = builders.launch(rank, 2, "torchrun", nproc, **variables)
+    return rank, builders.facts(host, launched=launch, shm=1 << 30, gpus=gpus)
 
 
 def env(*uuids: str) -> dict[str, str]:
@@ -83,9 +82,7 @@ def test_more_processes_than_gpus_on_a_host_fail():
 
 def slurm_task(tasks: str | None) -> NodeFacts:
     variables = {"SLURM_NODEID": "1"} | ({"SLURM_NTASKS_PER_NODE": tasks} if tasks else {})
-    launch = Launch("slurm", 1, 2, 2, 1, (), variables)
-    return NodeFacts(run_id="r", hostname="gpu02", fqdn="gpu02", hostname_addresses=(), launch=launch,
-                     shm_bytes=1 << 30, gpus=0, nics=NicTable((), (), None), socket_env={}, reach=None, version="0")
+    return builders.facts("gpu02", launched=builders.launch(1, 2, "slurm", **variables), shm=1 << 30)
 
 
 def test_several_slurm_tasks_per_node_are_named_by_each_task_at_once():

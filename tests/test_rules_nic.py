@@ -8,26 +8,23 @@ from collections import Counter
 from netcheck.rules import nic as nic_rules
 from netcheck.cluster import mesh
 from netcheck.core.meshrecords import Attempt, Transfer, Trial
-from netcheck.core.model import Launch, Member, NodeFacts
+from netcheck.core.model import Member
 from netcheck.core.names import is_safe_ifname
-from netcheck.core.nictable import Address, IbPort, Nic, NicTable
+from netcheck.core.nictable import IbPort, Nic
+
+import builders
 
 
 def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,
-        kind: str = "ethernet", running: bool = True, prefix: int = 24) -> Nic:
-    addrs = (Address("ipv4", address, prefix),) if address else ()
-    return Nic(name, 0, addrs, True, running, mtu, speed, kind, None)
+        kind: str = "ethernet", running: bool = True) -> Nic:
+    return builders.nic(name, *filter(None, [address]), mtu=mtu, speed=speed, kind=kind, running=running)
 
 
 def member(rank: int, *nics: Nic, env: dict | None = None, ib: tuple[IbPort, ...] = (),
            hostname_addresses: tuple[str, ...] | None = None) -> Member:
-    table = NicTable((nic("lo", "127.0.0.1", kind="loopback", prefix=8),) + nics, ib, None)
     first = next((n.addresses[0].address for n in nics if n.addresses), "127.0.1.1")
-    facts = NodeFacts(run_id="r", hostname=f"node{rank}", fqdn=f"node{rank}.c",
-                      hostname_addresses=hostname_addresses or (first,),
-                      launch=Launch("flags", rank, 3, 3, 1), shm_bytes=None, gpus=0, nics=table,
-                      socket_env=env or {}, reach=None, version="0")
-    return Member(rank, facts)
+    return builders.member(rank, fqdn=f"node{rank}.c", nnodes=3, nics=(builders.LOOPBACK,) + nics, ib=ib,
+                           env=env, addresses=hostname_addresses or (first,))
 
 
 def ok(src: int, dst: int, ifname: str, src_ifname: str = "eth0") -> Attempt:
