@@ -70,7 +70,9 @@ def test_every_finding_is_well_formed():
     cases = [result(pairs=healthy_pairs({2})), result(faults=(Fault(1, 1, 0, "all", "died", "x"),), failed="all"),
              result(sweeps=(Sweep("all", "all_reduce", 3, 1, rows(3, 1.0, wrong=(1,))),))]
     for res in cases:
-        for f in findings_of(res, {0: 1.0}, 5.0):
+        found = findings_of(res, {0: 1.0}, 5.0)
+        assert found, "a case that gives no finding proves nothing here"
+        for f in found:
             assert f.check in registry.BY_ID and f.severity in registry.BY_ID[f.check].severities
             assert all(0 <= n < res.nnodes for n in f.nodes)
             assert f.severity == "pass" or f.fix
