@@ -77,8 +77,8 @@ def test_a_node_whose_every_path_loses_full_frames_is_named_alone_with_the_mtu_f
     findings = nic_rules.mesh_findings(NAMES, three_nodes(short=2))
     (hole,) = findings   # no "every direction connects" pass beside it
     assert (hole.check, hole.severity, hole.kind, hole.nodes) == (MESH_CONNECT, "fail", MESH_BLACKHOLE, (2,))
-    assert hole.summary.startswith("path-MTU blackhole at node2: 4 path(s)")
-    assert "1500-byte frames pass" in hole.summary
+    assert [e.split(" eth0 ")[0] for e in hole.evidence] == [f"node{s} (rank {s})" for s in (0, 1, 2, 2)]
+    assert all(e.endswith(": 9000-byte frames lost, 1500-byte frames passed") for e in hole.evidence)
     assert "node0 (rank 0) eth0 mtu 9000 -> node2 (rank 2) eth0 198.18.0.12 mtu 9000: 9000-byte frames lost, " \
            "1500-byte frames passed" in hole.evidence
     assert "on node2: ip link set dev eth0 mtu 1500" in hole.fix and "switch port of node2" in hole.fix
@@ -88,13 +88,15 @@ def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
     attempts = (path(0, 1, Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "lost"), Trial(1280, "lost")))),
                 path(1, 0))
     (hole,) = nic_rules.blackhole_findings(NAMES, attempts)
-    assert hole.nodes == (0, 1) and hole.summary.startswith("path-MTU blackhole between node0 and node1")
-    assert "smaller frames too" in hole.summary and "ping -M do -s SIZE PEER" in hole.fix
+    assert (hole.kind, hole.nodes) == (MESH_BLACKHOLE, (0, 1))
+    assert hole.evidence == ("node0 (rank 0) eth0 mtu 9000 -> node1 (rank 1) eth0 198.18.0.11 mtu 9000: 9000-byte "
+                             "frames lost, only the greeting passed",)
+    assert "ping -M do -s SIZE PEER" in hole.fix
 
 
 def test_a_healthy_jumbo_mesh_passes_and_says_it_carried_full_frames():
     (connect,) = nic_rules.mesh_findings(NAMES, three_nodes(short=None))
-    assert connect.severity == "pass" and "echo full-size frames (up to 9000 bytes)" in connect.summary
+    assert (connect.check, connect.severity, connect.kind, connect.nodes) == (MESH_CONNECT, "pass", "", (0, 1, 2))
     assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == FlaggedPaths()
 
 

@@ -37,9 +37,6 @@ def test_a_joiner_owning_the_endpoint_with_nothing_listening_names_the_launch_li
     assert points_at_itself(("198.18.0.11",), me)
     (f,) = endpoint_findings(ENDPOINT, ("198.18.0.11",), me, "refused")
     assert kinds([f]) == [("launch.endpoint", "fail", "not_rank0", (1,))]
-    assert f.summary == ("node1 resolves to 198.18.0.11, an address of this node (node1, eth0), but this node "
-                         "is node rank 1: rank 0 hosts the rendezvous at the endpoint, and nothing listens on "
-                         "port 29500 here")
     assert f.evidence == ("198.18.0.11 on eth0",)
     assert f.fix.startswith("set --rdzv (MASTER_ADDR) to node rank 0's own address")
 
@@ -52,7 +49,6 @@ def test_rank0_owning_none_of_the_endpoints_addresses_explains_the_missing_nodes
     me = facts(0, address="198.18.0.10", hostname="node0")
     (f,) = host_endpoint_findings(ENDPOINT, ("198.18.0.11",), me, missing=(1, 2))
     assert kinds([f]) == [("launch.endpoint", "warn", "rank0_elsewhere", (0,))]
-    assert "which no interface of node0 holds: the nodes that never joined looked for rank 0 there" in f.summary
     assert f.evidence == ("127.0.0.1 on lo", "198.18.0.10 on eth0")
 
 
@@ -82,7 +78,6 @@ def test_a_loopback_endpoint_on_a_multi_node_launch_fails_the_joiner(address):
     assert points_at_itself((address,), me)
     (f,) = endpoint_findings(Endpoint("localhost", 29500), (address,), me, "refused")
     assert kinds([f]) == [("launch.endpoint", "fail", "loopback", (1,))]
-    assert f.summary.startswith(f"localhost resolves to {address}: loopback, while 3 nodes are expected")
     # Rank 0 on this machine with another port is the other slip that looks so: the port is named.
     assert "give every node rank 0's port (this one was given 29500)" in f.fix
 
@@ -137,8 +132,7 @@ def test_flags_and_master_addr_naming_different_places_warn():
     me = facts(1, MASTER_ADDR="node9", MASTER_PORT="29500")
     (f,) = flags_findings(ENDPOINT, ("198.18.0.11",), ("198.18.0.19",), me)
     assert kinds([f]) == [("launch.env", "warn", "flags_vs_env", (1,))]
-    assert f.summary == ("this node checks node1:29500 (--rdzv), but its MASTER_ADDR/MASTER_PORT say "
-                         "node9:29500: init_process_group uses those")
+    assert f.evidence == ("--rdzv node1:29500: 198.18.0.11", "MASTER_ADDR node9: 198.18.0.19")
 
 
 @pytest.mark.parametrize("variables,master", [
@@ -153,7 +147,7 @@ def test_flags_and_master_addr_naming_one_place_agree(variables, master):
 def test_another_master_port_on_the_same_host_warns():
     (f,) = flags_findings(ENDPOINT, ("198.18.0.11",), ("198.18.0.11",), facts(1, MASTER_ADDR="node1",
                                                                              MASTER_PORT="29400"))
-    assert f.kind == "flags_vs_env" and "node1:29400" in f.summary
+    assert kinds([f]) == [("launch.env", "warn", "flags_vs_env", (1,))]
 
 
 def test_nodes_disagreeing_about_master_addr_or_world_size_fail_the_odd_ones():
@@ -162,7 +156,7 @@ def test_nodes_disagreeing_about_master_addr_or_world_size_fail_the_odd_ones():
                member(2, None, MASTER_ADDR="node1", WORLD_SIZE="16"))
     found = shared_variable_findings(members)
     assert kinds(found) == [("launch.env", "fail", "variables_disagree", (2,))] * 2
-    assert found[0].summary == "nodes disagree about MASTER_ADDR: node2 say node1; the others node0"
+    assert found[0].evidence == ("node0: MASTER_ADDR=node0", "node1: MASTER_ADDR=node0", "node2: MASTER_ADDR=node1")
     assert found[1].evidence == ("node0: WORLD_SIZE=24", "node1: WORLD_SIZE=24", "node2: WORLD_SIZE=16")
 
 

@@ -52,7 +52,7 @@ def test_a_complete_round_passes_and_latecomers_wait_for_the_next():
     s = state(participants=((A, 0), (B, 1)), complete=True, wait=(NodeDesc("node5", 9, 0),))
     found = rendezvous_findings(view(runs=(RunState("job7", s),)))
     assert checks(found) == [("job.rdzv", "pass", ""), ("job.rdzv", "warn", "waiting_next_round")]
-    assert "node5 (pid 9)" in found[1].summary
+    assert found[1].evidence[-1] == "waiting for the next round: node5 (pid 9)"
 
 
 def test_an_unknown_run_id_names_the_ones_in_the_store():
