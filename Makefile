@@ -4,9 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The demo needs namespaces, veth pairs and a firewall; the tests also a real Slurm (with munge),
-# Prometheus and its node exporter, iperf3 beside the bandwidth phase, and shellcheck for scripts/.
+# Prometheus and its node exporter, iperf3 beside the bandwidth phase, shellcheck for scripts/,
+# and headless Chromium for the --html page.
 DEMO_APT := iproute2 iptables util-linux procps
-TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge
+TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge chromium
 
 .PHONY: all install system demo-system test test-fast demo compat chaos clean
 

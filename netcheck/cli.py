@@ -3,6 +3,7 @@
     netcheck --rdzv HOST:PORT [--nnodes N|MIN:MAX] [--node-rank K] [--json PATH|-]
     netcheck local                 this node only, no network
     netcheck probe HOST:PORT       the reachability probe alone, no torch
+    netcheck report REPORT.json    a saved JSON report rendered again: text, or a page (--html)
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from netcheck.core import stop
 from netcheck.core.budget import timeout_help
 from netcheck.core.deadline import Deadline
 from netcheck.config import (
-    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, load_report, parse_endpoint, select_phases,
+    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, check_writable, load_report, parse_endpoint,
+    select_phases,
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
@@ -42,7 +44,8 @@ exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck coul
 a phase (internal error), 64 unusable command line, 130 interrupted, 143 terminated.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
-`netcheck checks [--json]` (every check id, its phase, meaning and kinds).
+`netcheck checks [--json]` (every check id, its phase, meaning and kinds),
+`netcheck report REPORT.json [--html PATH] [--text]` (a saved JSON report rendered again).
 """
 
 
@@ -103,9 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_arguments(p)
     p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
                    "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP + "; '{rank}' in PATH as for --json")
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
     return p
+
+
+HTML_HELP = ("write the report there as one self-contained web page (nothing fetched when opened): findings "
+             "by check, a node table that sorts and filters, the node-pair heatmap, busbw and latency curves, "
+             "per-rank times, the environment differences, the export lines")
 
 
 def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:
@@ -124,7 +133,7 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         sweep=_sweep_options(args),
         baseline=_baseline(args.baseline), token=args.token or env.get("NETCHECK_TOKEN") or None,
-        plot_path=_plot_path(args.plot),
+        plot_path=_plot_path(args.plot), html_path=args.html,
         json_path=args.json,
         quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
         prom_path=args.prom))
@@ -186,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_checks(argv[1:])
         if argv[:1] == ["inspect"]:
             return run_inspect(argv[1:])
+        if argv[:1] == ["report"]:
+            return run_report(argv[1:])
         config = config_from_args(build_parser().parse_args(argv), os.environ)
     except UsageError as e:
         say(f"error: {e}")
@@ -218,8 +229,8 @@ def run_and_render(config: Config) -> int:
     worker = is_torchrun_worker(config.launch) and rep.role != HOST
     quiet = config.quiet or (worker and rep.verdict != "fail")
     paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path,
-                                                     config.plot_path)]
-    emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2])
+                                                     config.plot_path, config.html_path)]
+    emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2], paths[4])
     if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
         plot.write_plot(rep.bandwidth, paths[3])
         if not quiet:
@@ -239,7 +250,7 @@ def _output_path(path: str | None, rep, worker: bool) -> str | None:
 
 
 def emit(rep, json_path: str | None, quiet: bool, verbose: bool,
-         exclude_path: str | None = None, prom_path: str | None = None) -> None:
+         exclude_path: str | None = None, prom_path: str | None = None, html_path: str | None = None) -> None:
     text_out = sys.stderr if json_path == "-" else sys.stdout
     if json_path == "-":
         sys.stdout.write(report.render_json(rep))
@@ -248,8 +259,14 @@ def emit(rep, json_path: str | None, quiet: bool, verbose: bool,
     for path, render in ((exclude_path, export.render_exclude), (prom_path, export.render_prom)):
         if path:
             report.write_file(path, render(rep))
+    if html_path:
+        from netcheck.render.html import render_html   # Jinja2's import only where a page is asked for
+
+        report.write_file(html_path, render_html(rep))
     if not quiet:
         write_text(text_out, report.render_text(rep, verbose))
+    if html_path and not quiet:
+        say(f"the HTML report is in {html_path}")
     text_out.flush()
 
 
@@ -312,7 +329,9 @@ def run_inspect(argv: list[str]) -> int:
                    "to name each rank of --traces by its host")
     p.add_argument("--json", metavar="PATH|-")
     p.add_argument("--prom", metavar="PATH")
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
+    check_writable("--html", args.html)
     env = os.environ
     rdzv = args.rdzv or (None if args.traces else rdzv_from_env(env))
     preflight = _baseline(args.preflight, "--preflight")
@@ -339,7 +358,21 @@ def run_inspect(argv: list[str]) -> int:
     if args.traces:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
-    emit(rep, args.json, False, True, prom_path=args.prom)
+    emit(rep, args.json, False, True, prom_path=args.prom, html_path=args.html)
+    return EXIT_BY_VERDICT[rep.verdict]
+
+
+def run_report(argv: list[str]) -> int:
+    p = _Parser(prog="netcheck report", description="A saved JSON report (--json: the host's, a joiner's, "
+                "inspect's) rendered again, here or elsewhere: as text, or as a web page with --html. The exit "
+                "code is the report's verdict.")
+    p.add_argument("report", metavar="REPORT.json")
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
+    p.add_argument("--text", action="store_true", help="the text report too (without --html, it is the default)")
+    args = p.parse_args(argv)
+    check_writable("--html", args.html)
+    rep = _baseline(args.report, "netcheck report")
+    emit(rep, None, quiet=bool(args.html) and not args.text, verbose=False, html_path=args.html)
     return EXIT_BY_VERDICT[rep.verdict]
 
 

@@ -58,6 +58,7 @@ class Config:
     exclude_path: str | None = None  # --exclude-file: faulty hostnames for `sbatch --exclude`
     prom_path: str | None = None     # --prom: Prometheus text-format metrics
     plot_path: str | None = None     # --plot: the bandwidth sweeps and pair matrix as a PNG
+    html_path: str | None = None     # --html: the report as one self-contained web page
 
 
 def parse_endpoint(text: str) -> Endpoint:
@@ -130,8 +131,8 @@ def check_config(config: Config) -> Config:
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-{MAX_RUN_ID_CHARS} characters, no '/'")
     _check_bandwidth_numbers(config)
     for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
-                       ("--prom", config.prom_path), ("--plot", config.plot_path)):
-        _check_writable(flag, path)
+                       ("--prom", config.prom_path), ("--plot", config.plot_path), ("--html", config.html_path)):
+        check_writable(flag, path)
     # Last: every other mistake on the command line is the one to name, not a missing endpoint.
     if config.rdzv is None:
         raise UsageError(RDZV_REQUIRED)
@@ -149,10 +150,12 @@ def _check_bandwidth_numbers(config: Config) -> None:
         raise UsageError(f"--bw-budget {budget:g}: {MIN_BW_BUDGET:g} to {MAX_BW_BUDGET:g} seconds")
 
 
-def _check_writable(flag: str, path: str | None) -> None:
+def check_writable(flag: str, path: str | None) -> None:
     """Fail before the run, not after it, when a report could not be written."""
-    if path is None or path == "-":
+    if path is None or path == "-" and flag != "--html":
         return
+    if path == "-":   # a page is opened from a file; stdout holds the text report
+        raise UsageError("--html -: the page is written to a file: give its path")
     folder = os.path.dirname(os.path.abspath(path.replace("{rank}", "0")))
     if not os.path.isdir(folder):
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist")

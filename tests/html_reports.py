@@ -1,0 +1,84 @@
+"""A host's report of an n-node cluster, built as the phases would leave it, for the HTML tests
+and benchmarks/html_report.py: nodes with their interfaces, a failure, a warning and a dozen
+passing checks naming every node, environment differences, settings to paste, and a bandwidth
+result (a sweep across all ranks with its plateau and bucket, each rank's time, node pairs)
+whose findings the bandwidth rules themselves make from it: one slow node's pairs (bw.pair)
+and one slow rank (bw.straggler).
+
+    report = cluster_report(4096)      # what `benchmarks/scale.py --nodes 4096` measures, and more
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from netcheck.core.bwrecords import BandwidthResult, Pair, RankTime, Row, Sweep, SweepOptions, headline
+from netcheck.core.model import EnvRow, Finding, Launch, NodeEntry, NodeFacts, report_of
+from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.rules.bw import bandwidth_findings
+
+BASE = ipaddress.ip_address("198.18.16.0")
+SIZES = tuple(8 << (2 * k) for k in range(13))            # 8 B to 128 MiB, by 4
+PASSING = ("rdzv.listen", "rdzv.fqdn", "nic.route", "nic.nccl_default", "nic.gloo_default", "nic.mtu",
+           "nic.speed", "host.shm", "launch.topology", "env.flight_recorder", "rdzv.resolve", "bw.wrong")
+OPTIONS = SweepOptions(model_params=7_000_000_000)
+
+
+def hostname(rank: int) -> str:
+    return f"sim{rank:04d}"
+
+
+def facts(rank: int, name: str, n: int) -> NodeFacts:
+    address = str(BASE + rank)
+    nics = (Nic("lo", 1, (Address("ipv4", "127.0.0.1", 8),), True, True, 65536, None, "loopback", None),
+            Nic("eth0", 2, (Address("ipv4", address, 16),), True, True, 9000, 100000, "ethernet", None),
+            Nic("docker0", 3, (Address("ipv4", "172.17.0.1", 16),), True, False, 1500, None, "docker", None))
+    return NodeFacts(run_id="big", hostname=name, fqdn=f"{name}.cluster", hostname_addresses=(address,),
+                     launch=Launch("flags", rank, n, n, 1), shm_bytes=64 << 30, gpus=0,
+                     nics=NicTable(nics, (), "eth0"), socket_env={}, reach=None, version="0")
+
+
+def sweep(n: int, slow_rank: int) -> Sweep:
+    """busbw rising to a plateau of about 11 GB/s; rank `slow_rank` four times the others' time."""
+    rows = tuple(Row(s, s // 4, "float32", "sum", 20 + s / 11e3, s / (20 + s / 11e3) / 1e3,
+                     2 * (n - 1) / n * s / (20 + s / 11e3) / 1e3, 0) for s in SIZES)
+    times = tuple(RankTime(r, r, 24000.0 * (4 if r == slow_rank else 1 + (r % 7) / 100)) for r in range(n))
+    return Sweep("all", "all_reduce", n, 1, rows, rank_times=times)
+
+
+def bandwidth(n: int, names: dict[int, str], slow_node: int, slow_rank: int) -> BandwidthResult:
+    """Each node with its next two around the ring; the pairs of `slow_node` at a fifth."""
+    ends = sorted({tuple(sorted((a, (a + k) % n))) for a in range(n) for k in (1, 2)})
+    pairs = tuple(Pair(a, b, 64 << 20, 6000.0, 10.0 / (5 if slow_node in (a, b) else 1) + (a % 5) / 10)
+                  for a, b in ends)
+    s = sweep(n, slow_rank)
+    return BandwidthResult("gloo", "no CUDA: using gloo", n, 1, (s,), pairs, None, "", (), 12.5,
+                           {str(r): h for r, h in names.items()}, (headline(s, OPTIONS, 2, n),))
+
+
+def cluster_report(n: int, names: dict[int, str] | None = None):
+    """The host's report of n nodes (n >= 3); `names`: hostnames by rank where they differ from simNNNN."""
+    names = {r: hostname(r) for r in range(n)} | (names or {})
+    everyone = tuple(range(n))
+    mesh_cut, clock_off, slow = (n - 1,), (n // 2,), n // 3
+    bw = bandwidth(n, names, slow, n - 2)
+    findings = (
+        Finding("mesh.connect", "fail", mesh_cut, f"{names[n - 1]} cannot be reached from {n - 1} others",
+                tuple(f"{names[r]} -> {names[n - 1]} eth0: filtered" for r in range(n - 1)),
+                "open the ephemeral ports between the nodes in the firewall"),
+        Finding("host.clock", "warn", clock_off, f"{names[n // 2]}'s clock is 30.2 s off the host's",
+                (f"{names[n // 2]}: +30.2 s (within 0.4 ms)",), "run chrony or ntpd on that node"),
+        Finding("rdzv.join", "pass", everyone, f"{n} of {n} nodes joined",
+                tuple(f"joined: rank {r} {names[r]}" for r in everyone)),
+        *(Finding(check, "pass", everyone, f"{check}: every node agrees") for check in PASSING),
+        *bandwidth_findings(bw, {}, None),
+    )
+    faulty = tuple(dict.fromkeys(names[r] for f in findings if f.severity == "fail" for r in f.nodes))
+    return report_of(
+        "host", "big", 0, findings, {"local": 0.02, "reach": 0.4, "rendezvous": 9.1, "mesh": 3.2, "bandwidth": 14.0},
+        nodes=tuple(NodeEntry(r, names[r], str(BASE + r), facts(r, names[r], n)) for r in everyone),
+        recommend={"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"},
+        env_table=(EnvRow("torch.version", "2.13.0+cpu", everyone[:-1], f"the other {n - 1}", "fail"),
+                   EnvRow("torch.version", "2.12.1+cpu", mesh_cut, names[n - 1], "fail"),
+                   EnvRow("env.NCCL_IB_DISABLE", "1", clock_off, names[n // 2], "warn")),
+        bandwidth=bw, faulty_nodes=faulty, healthy_nodes=tuple(h for h in names.values() if h not in faulty))
