@@ -5,6 +5,7 @@
     ... node0's (the host's) full report ...
     node1: exit 0 - verdict PASS
     node2: exit 0 - verdict PASS
+    the host's report as a web page: /tmp/netcheck-demo/report.html
 
 As root it builds real network namespaces on a private bridge (198.18.0.0/24), with a
 different interface name per node as real clusters have. Without root it runs three
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -26,11 +28,14 @@ NODES = 3
 PORT = 29500
 IFNAMES = ("eth0", "ens5", "enp3s0f1")
 TIMEOUT = 60
+# The host's report as a page (--html); scripts/readme_screenshot.py photographs it.
+HTML = Path(tempfile.gettempdir()) / "netcheck-demo" / "report.html"
 
 
 def netcheck_argv(rdzv: str, rank: int) -> list[str]:
+    page = ["--html", str(HTML)] if rank == 0 else []
     return [sys.executable, "-m", "netcheck", "--rdzv", rdzv, "--nnodes", str(NODES),
-            "--node-rank", str(rank), "--timeout", str(TIMEOUT)]
+            "--node-rank", str(rank), "--timeout", str(TIMEOUT), *page]
 
 
 def run_in_namespaces() -> list[subprocess.CompletedProcess]:
@@ -61,6 +66,7 @@ def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
+    HTML.parent.mkdir(exist_ok=True)
     results = run_in_namespaces() if namespaces_supported() else run_on_loopback()
     host = results[0]
     sys.stdout.write(host.stdout + host.stderr)
@@ -69,6 +75,8 @@ def main() -> int:
         print(f"node{rank}: exit {joiner.returncode} - {verdict.rsplit(' - ', 1)[-1]}")
         if joiner.returncode not in (0, 1):
             sys.stdout.write(joiner.stdout + joiner.stderr)
+    if HTML.exists():
+        print(f"the host's report as a web page: {HTML}")
     return host.returncode
 
 
