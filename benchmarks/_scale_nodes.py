@@ -91,7 +91,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     for k in range(CLOCK_PINGS):
         rendezvous.ping(ex, visitor, k)
         yield ex.key("pong", visitor, k, shared=True)
-        ex.read(float, ex.key("pong", visitor, k, shared=True), signed=False)
+        ex.read(rendezvous.Pong, ex.key("pong", visitor, k, shared=True), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key("roster")

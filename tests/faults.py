@@ -276,6 +276,46 @@ def hostile_counters(store, key: _Keys) -> str:
     return f"visitor counter at {store.add(key(keys.VISITORS, shared=True), 1_000_000)}"
 
 
+INT64_MAX = (1 << 63) - 1
+
+
+def hostile_push(store, key: _Keys) -> str:
+    """Both shared counters pushed once by 10,000 before a node comes: its numbers come from
+    past the push (the host used to answer pings only from visitor numbers below 10,000)."""
+    return (f"visitors at {store.add(key(keys.VISITORS, shared=True), 10_000)}, "
+            f"arrivals at {store.add(key(keys.ARRIVALS), 10_000)}")
+
+
+def hostile_push_max(store, key: _Keys) -> str:
+    """Both counters pushed to int64's maximum: the next node's own add() wraps negative."""
+    said = []
+    for counter in (key(keys.VISITORS, shared=True), key(keys.ARRIVALS)):
+        said.append(f"{counter} at {store.add(counter, INT64_MAX - store.add(counter, 0))}")
+    return ", ".join(said)
+
+
+def hostile_set(store, key: _Keys) -> str:
+    """One set() each on both counters ("x": torch's store closes the connection of whoever
+    add()s to it next), the host's hello and the roster (before the host posts its own)."""
+    written = (key(keys.VISITORS, shared=True), key(keys.ARRIVALS), key(keys.HOST, shared=True), key(keys.ROSTER))
+    for k in written:
+        store.set(k, "x")
+    return "x under " + " ".join(written)
+
+
+def hostile_replay_hello(store, key: _Keys) -> str:
+    """--token: a hello of an earlier run of this id and token (as one saved from it would be:
+    signed by that run's host under that run's nonce, made here with the token in
+    $NETCHECK_TOKEN) written over this host's hello before the next node comes."""
+    from netcheck.cluster.rendezvous import Hello
+    from netcheck.cluster.store import Exchange
+
+    earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"])
+    earlier.nonce = "0" * 32
+    earlier.put(key(keys.HOST, shared=True), Hello(key.run_id, "node0", "earlier", earlier.nonce))
+    return f"a hello signed under nonce {earlier.nonce}"
+
+
 def hostile_garbage(endpoint: str) -> str:
     """Bytes that are no TCPStore request, on three connections."""
     host, port = endpoint.rsplit(":", 1)
@@ -304,7 +344,8 @@ def hold_silent(endpoint: str) -> list[socket.socket]:
 HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hostile_schema,
            "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
            "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
-           "strangers": hostile_strangers, "replay": hostile_replay}
+           "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
+           "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
@@ -370,9 +411,10 @@ class Agent:
         threading.Thread(target=self._pump, daemon=True).start()
 
     @classmethod
-    def start(cls, c, i: int, command: str, endpoint: str, *rest: str, run_id: str = "netcheck") -> "Agent":
+    def start(cls, c, i: int, command: str, endpoint: str, *rest: str, run_id: str = "netcheck",
+              env: dict | None = None) -> "Agent":
         return cls(c.popen(i, [sys.executable, str(Path(__file__).resolve()), command, endpoint,
-                               run_id, *rest]))
+                               run_id, *rest], env=env))
 
     def _pump(self) -> None:
         for line in self.proc.stdout:

@@ -132,3 +132,45 @@ def test_a_node_without_the_token_is_not_seated(cluster, tmp_path):
     assert_survivor(runs[1], timeout, codes=(0,))
     outsider = assert_survivor(runs[2], timeout)
     assert any(f["check"] == "rdzv.join" and f["severity"] == "fail" for f in outsider["findings"])
+
+
+# One write to the run's keys before the joiner comes (issue 39, cases 1, 2 and 4): the store
+# keys the finding must name, with and without --token.
+SHARED, RUN = "netcheck/", "netcheck/netcheck/"
+ONE_WRITE = [
+    ("push", None, {SHARED + "visitors", RUN + "arrivals"}),
+    ("push", "s3cret", {SHARED + "visitors", RUN + "arrivals"}),
+    ("push-max", None, {SHARED + "visitors", RUN + "arrivals"}),
+    ("push-max", "s3cret", {SHARED + "visitors", RUN + "arrivals"}),
+    ("set", None, {SHARED + "visitors", RUN + "arrivals", SHARED + "host", RUN + "roster"}),
+    ("set", "s3cret", {SHARED + "visitors", RUN + "arrivals", SHARED + "host", RUN + "roster"}),
+    ("replay-hello", "s3cret", {SHARED + "host"}),
+]
+
+
+@pytest.mark.parametrize("action,token,keys", ONE_WRITE,
+                         ids=[f"{a}-{'token' if t else 'open'}" for a, t, _ in ONE_WRITE])
+def test_one_write_to_the_runs_keys_is_named_and_the_honest_joiner_is_seated(cluster, tmp_path, action, token, keys):
+    """A client pushes the counters (once by 10,000; to int64's maximum, where the joiner's own
+    add() wraps), sets them and the host's keys to "x" (torch's store closes the connection of
+    the next add()), or writes an earlier run's signed hello over the host's: the joiner is
+    seated all the same, the interference is named by key, and no node is blamed."""
+    timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the write, which waits for the host's store
+    env = {"NETCHECK_TOKEN": token} if token else None
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
+        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", action, env=env)
+        agent.wait_for(f"^did {action} ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
+        finish_each(runs.values(), timeout + 10)
+    record(f"one write to the run's keys: {action}{' (--token)' if token else ''}", "rendezvous", timeout,
+           runs.values(), {0: "host", 1: "joiner, started after the write"}, focus="interfered")
+
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    joiner = assert_survivor(runs[1], timeout, codes=(0, 1))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    findings = host["findings"] + joiner["findings"]
+    assert not [f for f in findings if f["severity"] == "fail"], findings
+    interference = [f for f in findings if f["kind"] == "interference"]
+    assert all(f["check"] == "rdzv.join" and f["severity"] == "warn" and f["nodes"] == [] for f in interference)
+    assert keys <= {f["evidence"][0].split(" ")[0] for f in interference}, interference

@@ -3,22 +3,27 @@
 TCPStore is the component torchrun's c10d rendezvous stands on, so a pass here means the
 real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
 
-    netcheck/host                  the host's hello: which run it serves
+    netcheck/host                  the host's hello: which run it serves, and the run's nonce
     netcheck/visitors, /visitor/V  everyone who came, any run id (foreign nodes are named)
-    netcheck/pings, /pong/V/K      clock round trips: "V/K," appended, answered by the host's poll
-    netcheck/RUN/arrivals, /node/A a node's facts, A its arrival number
+    netcheck/pings, /pong/T/K      clock round trips: "T/K," appended (T a visitor's own random
+                                   ticket), answered by the host's poll with its clock and nonce
+    netcheck/RUN/arrivals, /node/A a node's facts, A its arrival number; node/posted lists A
     netcheck/RUN/roster            the host's rank assignment, once everyone is in
     netcheck/RUN/result/A          what node A learnt from the roster (clock, FQDN lookups)
     netcheck/RUN/bye/A             node A is done; the host keeps the store up until all are
     netcheck/RUN/NAME/posted       ",A," per node that posted NAME/A (result, bye, and the later
                                    phases' keys): the host learns who posted in one request
 
-Every wait has a deadline; nothing received is unpickled or executed.
+Every wait has a deadline; nothing received is unpickled or executed. Counters and lists are
+anyone's to write: a number a counter cannot give (text, or pushed past any count) is taken at
+random, every arrival is listed as well as counted, and what another client did is named
+(Exchange.interfered), never taken for a fault of the nodes.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 import time
 from collections.abc import Container, Iterator
@@ -27,7 +32,7 @@ from typing import Annotated
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
-from netcheck.cluster.store import Exchange, HostLost, RendezvousError, first_line
+from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, first_line
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
     CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, MAX_VISITOR_BYTES,
@@ -40,10 +45,13 @@ from netcheck.core.model import (
     node_address,
 )
 from netcheck.core.storekeys import (
-    ARRIVALS, BYE, HOST, NODE, PINGS, PONG, RESULT, ROSTER, VISITOR, VISITORS,
+    ARRIVALS, BYE, HOST, NODE, PINGS, PONG, POSTED, RESULT, ROSTER, VISITOR, VISITORS,
 )
 from netcheck.facts.probe import resolve_many
 
+TICKET_BYTES = 8                          # a visitor's ping ticket: 16 hex digits, its own and random
+TICKET = re.compile(r"[0-9a-f]{1,16}")    # what the host answers
+RANDOM_NUMBERS = (10**9, 10**18)          # numbers taken where a counter cannot give one: past any count
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,17 @@ class Hello:
     run_id: RunId
     hostname: Hostname
     version: str
-    nonce: str = ""   # the run's, fresh per host start: signed values are bound to it
+    nonce: str = ""   # the run's, fresh per host start: signed values (this one too) are bound to it
+
+
+@dataclass(frozen=True)
+class Pong:
+    """The host's answer to a clock ping. Its key carries the asker's own fresh ticket, so under
+    --token it is signed without the run's nonce and cannot be replayed: the nonce it carries
+    is how a joiner learns the run's, whatever hello another client left under the host's key."""
+
+    time: float
+    nonce: str
 
 
 @dataclass(frozen=True)
@@ -102,16 +120,35 @@ class Seat:
             pass  # the host is gone already: nobody is waiting for this goodbye
 
 
-def sign_in(ex: Exchange, facts: NodeFacts) -> int:
-    """Register as a visitor (any run id), so the host can name nodes of other runs."""
-    visitor = ex.count(ex.key(VISITORS, shared=True), 1) - 1
+def take_number(ex: Exchange, key: str) -> int:
+    """The counter's next number, as every node takes one. Where another client made the
+    counter useless (set it to text, pushed it past any count: at int64's maximum add() wraps
+    negative) a number at random beyond any count, and the interference named: nodes are
+    found by their listing too, so the push keeps nobody out."""
+    try:
+        number = ex.count(key, 1) - 1
+    except Interfered as e:
+        ex.interfered[key] = e.seen
+        return secrets.randbelow(RANDOM_NUMBERS[1] - RANDOM_NUMBERS[0]) + RANDOM_NUMBERS[0]
+    if 0 <= number < RANDOM_NUMBERS[0]:
+        return number
+    ex.interfered[key] = f"counts {number + 1}: pushed past any cluster's count by a client that is not a netcheck node"
+    return secrets.randbelow(RANDOM_NUMBERS[1] - RANDOM_NUMBERS[0]) + RANDOM_NUMBERS[0]
+
+
+def sign_in(ex: Exchange, facts: NodeFacts) -> str:
+    """Register as a visitor (any run id), so the host can name nodes of other runs; returns
+    this node's ticket for clock pings, its own random one: no counter decides who is answered."""
+    visitor = take_number(ex, ex.key(VISITORS, shared=True))
     ex.put(ex.key(VISITOR, visitor, shared=True),
            Visitor(facts.run_id, facts.hostname, facts.launch.node_rank), signed=False)
-    return visitor
+    return secrets.token_hex(TICKET_BYTES)
 
 
 def check_run_id(ex: Exchange, deadline: Deadline) -> None:
-    hello = ex.wait_read(Hello, ex.key(HOST, shared=True), deadline)
+    """The host's hello: its run id and (--token) its MAC, bound to the nonce it carries. One
+    another client left there is waited past while the host writes its own again."""
+    hello = ex.wait_read_valid(Hello, ex.key(HOST, shared=True), deadline, nonce=lambda h: h.nonce)
     if hello.run_id != ex.run_id:
         raise RendezvousError(f"the store at this endpoint serves run id {hello.run_id!r} "
                               f"(host {hello.hostname}); this node was started with "
@@ -119,16 +156,18 @@ def check_run_id(ex: Exchange, deadline: Deadline) -> None:
     ex.nonce = hello.nonce
 
 
-def ping(ex: Exchange, visitor: int, k: int) -> None:
-    """Ask the host for its clock: it answers under pong/VISITOR/K on its next poll."""
-    ex.enlist(ex.key(PINGS, shared=True), f"{visitor}/{k}")
+def ping(ex: Exchange, ticket: str, k: int) -> None:
+    """Ask the host for its clock: it answers under pong/TICKET/K on its next poll."""
+    ex.enlist(ex.key(PINGS, shared=True), f"{ticket}/{k}")
 
 
-def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample:
-    """Offset to the host's clock from store round trips; the tightest of a few wins."""
+def measure_clock(ex: Exchange, ticket: str, deadline: Deadline) -> ClockSample:
+    """Offset to the host's clock from store round trips; the tightest of a few wins. The
+    first answer also tells the run's nonce: a hello of another run (replayed under the
+    host's key) is named, and this node signs for the run the host serves."""
     best = None
     for k in range(CLOCK_PINGS):
-        sent, host_time = _pong(ex, visitor, k, deadline)
+        sent, host_time = _pong(ex, ticket, k, deadline)
         back = time.time()
         sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))
         best = sample if best is None or sample.error < best.error else best
@@ -136,23 +175,38 @@ def measure_clock(ex: Exchange, visitor: int, deadline: Deadline) -> ClockSample
     return ClockSample(-best.offset, best.error)
 
 
-def _pong(ex: Exchange, visitor: int, k: int, deadline: Deadline) -> tuple[float, float]:
+def _pong(ex: Exchange, ticket: str, k: int, deadline: Deadline) -> tuple[float, float]:
     """(when the answered ping was sent, the host's clock in its pong). A ping unanswered
-    for PING_RETRY is asked again: the host clears a list flooded by someone else unread."""
+    for PING_RETRY is asked again: the host clears a list flooded by someone else unread;
+    an answer another client wrote there is named, dropped and asked again."""
+    key = ex.key(PONG, ticket, k, shared=True)
     while True:
         sent = time.time()
-        ping(ex, visitor, k)
+        ping(ex, ticket, k)
         try:
-            return sent, float(ex.wait_read(float, ex.key(PONG, visitor, k, shared=True),
-                                            deadline.within(PING_RETRY)))
+            ex.wait(key, deadline.within(PING_RETRY))
+            pong = ex.read(Pong, key, nonce="")
         except TimeoutError:
             if deadline.expired():
                 raise
+            continue
+        except codec.DecodeError as e:
+            ex.interfered[key] = f"holds what the host did not write: {e}"
+            ex.drop(key)
+            continue
+        if pong.nonce != ex.nonce:
+            ex.interfered[ex.key(HOST, shared=True)] = (
+                f"holds a hello with nonce {ex.nonce!r}, but the host's clock answers carry {pong.nonce!r}: "
+                "a hello of an earlier run, written there by a client that is not this run's host")
+            ex.nonce = pong.nonce
+        return sent, pong.time
 
 
 def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
-    arrival = ex.count(ex.key(ARRIVALS), 1) - 1
-    ex.put(ex.key(NODE, arrival), facts)
+    """Facts under this node's arrival number, listed as well (the host reads the list where
+    the counter was pushed: the number may be anywhere)."""
+    arrival = take_number(ex, ex.key(ARRIVALS))
+    ex.post(NODE, arrival, facts)
     return arrival
 
 
@@ -192,19 +246,21 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     ex.pace(facts.launch.nnodes_max or facts.launch.nnodes_min or 0)
     late = False
     try:
-        visitor = sign_in(ex, facts)
+        ticket = sign_in(ex, facts)
         check_run_id(ex, deadline)
+        clock = measure_clock(ex, ticket, deadline)  # the run's nonce, before anything is signed
+        # A roster already out says the host may be done (a hint: another client may have put
+        # one there); a latecomer publishes too, so that the host names it.
         late = ex.has(ex.key(ROSTER))
-        if late:  # published so the host names it, not seated
-            seat = Seat(ex, publish_facts(ex, facts), ex.read(Roster, ex.key(ROSTER)))
-            return seat, None
-        clock = measure_clock(ex, visitor, deadline)
         seat = Seat(ex, publish_facts(ex, facts))
-        seat.roster = ex.wait_read(Roster, ex.key(ROSTER), deadline)
+        seat.roster = ex.wait_read_valid(Roster, ex.key(ROSTER), deadline)
         ex.pace(len(seat.roster.entries))  # also where the launcher gave no node count
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
     except codec.DecodeError as e:
+        if ex.interfered:  # what the host guards, written over and never restored in time
+            key, seen = next(reversed(ex.interfered.items()))
+            raise Interfered(key, seen) from None
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
     except (RuntimeError, OSError) as e:
         if late:  # the host was done with the rendezvous, and may be done altogether
@@ -242,10 +298,10 @@ class HostState:
 
 
 def announce(ex: Exchange, facts: NodeFacts) -> None:
-    """The host's hello, signed before anyone knows the run's nonce it carries."""
-    hello = Hello(facts.run_id, facts.hostname, facts.version, secrets.token_hex(16))
-    ex.put(ex.key(HOST, shared=True), hello)
-    ex.nonce = hello.nonce
+    """The host's hello, signed under the run's nonce it carries (fresh before anything is
+    signed) and guarded: written again wherever another client writes over it."""
+    ex.nonce = secrets.token_hex(16)
+    ex.put(ex.key(HOST, shared=True), Hello(facts.run_id, facts.hostname, facts.version, ex.nonce), guard=True)
 
 
 def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
@@ -263,6 +319,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     state.arrivals[arrival] = facts
     state.read.add(arrival)
     while True:
+        ex.restore()
         poll_arrivals(ex, state)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
         now = time.monotonic()
@@ -291,9 +348,9 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
     _answer_pings(ex, state, Deadline(POLL_SLICE))
     read_visitors(ex, state, Deadline(POLL_SLICE))
     scan = Deadline(POLL_SLICE)
-    counted = ex.count(ex.key(ARRIVALS))
+    counted = _counted(ex, ex.key(ARRIVALS))
     state.arrivals_counted = max(state.arrivals_counted, counted)
-    for a in unread(state.arrivals_seen, counted, state.read):
+    for a in _arrivals_to_read(ex, state, counted):
         # Counted but not written yet: read on a later poll. Not a reason to stop: a
         # client that counts itself in and never writes must not hide the nodes after it.
         if scan.expired() or len(state.read) >= MAX_NODES:
@@ -308,6 +365,35 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
             state.malformed.append(f"arrival {a}: {e}")
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
+
+
+def _counted(ex: Exchange, key: str) -> int:
+    """A counter's value as the host polls it (read, never add(): see Exchange.counter); one
+    another client set to text or pushed negative is named, and counts nothing."""
+    counted = ex.counter(key)
+    if isinstance(counted, str):
+        ex.interfered[key] = f"holds {counted}, not a counter: set by a client that is not a netcheck node"
+        return 0
+    if counted < 0:
+        ex.interfered[key] = f"counts {counted}: pushed to int64's maximum (add() wraps) by a client that is not " \
+                             "a netcheck node"
+        return 0
+    return counted
+
+
+def _arrivals_to_read(ex: Exchange, state: HostState, counted: int) -> Iterator[int]:
+    """The arrivals to look at: by the counter alone while it is sane; where another client
+    pushed it (counted past what was written, or unusable), the listed arrivals first and only
+    the counter's newest numbers, not the gap (a number taken at random is only listed)."""
+    if counted - len(state.read) <= MAX_STRANGERS and ex.key(ARRIVALS) not in ex.interfered:
+        return unread(state.arrivals_seen, counted, state.read)
+    listed = ex.posted(NODE)
+    if listed is None:
+        ex.interfered[ex.key(NODE, POSTED)] = ("grew past any cluster's list: appended to by a client that is "
+                                               "not a netcheck node")
+        return unread(state.arrivals_seen, counted, state.read)
+    newest = unread(max(state.arrivals_seen, counted - NEWEST_FIRST), counted, state.read)
+    return itertools.chain(sorted(listed.difference(state.read)), newest)
 
 
 def unread(seen: int, counted: int, read: Container[int]) -> Iterator[int]:
@@ -336,7 +422,7 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Read the visitor records not read yet, until the scan's deadline (the counter is
     anyone's). One counted but not written yet is looked at again on a later read, and
     does not hide the visitors after it."""
-    counted = ex.count(ex.key(VISITORS, shared=True))
+    counted = _counted(ex, ex.key(VISITORS, shared=True))
     state.visitors_counted = max(state.visitors_counted, counted)
     for v in unread(state.visitors_seen, counted, state.visitors.keys()):
         if scan.expired() or len(state.visitors) >= MAX_NODES:
@@ -362,15 +448,15 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     if asked is None:
         ex.drop(key)
         state.pings_answered = 0
-        state.malformed.append(f"{key} grew past {MAX_PINGS_BYTES} bytes: appended to by a client that "
-                               "is not a netcheck node (cleared unread)")
+        ex.interfered[key] = (f"grew past {MAX_PINGS_BYTES} bytes: appended to by a client that is not a netcheck "
+                              "node (cleared unread; the nodes' pings in it were asked again)")
         return
     for entry in asked[state.pings_answered:]:
         if scan.expired():
             return
-        v, _, k = (codec.small_int(part) for part in entry.partition("/"))
-        if v is not None and k is not None and v < MAX_NODES and k < CLOCK_PINGS:
-            ex.put(ex.key(PONG, v, k, shared=True), time.time())
+        ticket, _, k = entry.partition("/")
+        if TICKET.fullmatch(ticket) and (k := codec.small_int(k)) is not None and k < CLOCK_PINGS:
+            ex.put(ex.key(PONG, ticket, k, shared=True), Pong(time.time(), ex.nonce), nonce="")
         state.pings_answered += 1
 
 
@@ -379,8 +465,11 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
         RosterEntry(a, r, arrivals[a].hostname, arrivals[a].fqdn, node_address(arrivals[a]))
         for a, r in sorted(ranks.items(), key=lambda item: item[1]))
     seat.roster = Roster(entries)
-    seat.exchange.put(seat.exchange.key(ROSTER), seat.roster)
-    seat.exchange.pace(len(entries))
+    ex = seat.exchange
+    if ex.has(ex.key(ROSTER)):  # only the host posts it, once: another client put this one there
+        ex.interfered[ex.key(ROSTER)] = "held a value before the host posted the roster (the host wrote over it)"
+    ex.put(ex.key(ROSTER), seat.roster, guard=True)
+    ex.pace(len(entries))
     return seat.roster
 
 
@@ -399,7 +488,8 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     unseated = tuple(unseated_reason(arrivals[a], high) for a in extras)
     read_visitors(ex, state, deadline)
     foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
+    interference = ex.interference() + tuple(counter_gaps(ex, state))
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
-                     foreign, tuple(state.malformed + counter_gaps(ex, state)), round(waited, 3))
+                     foreign, tuple(state.malformed), round(waited, 3), tuple(interference))
 
 

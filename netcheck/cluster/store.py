@@ -8,10 +8,13 @@ import datetime
 import hashlib
 import hmac
 import os
+import re
 import socket
 import stat
 import struct
 import time
+from collections.abc import Callable
+from typing import Any
 
 from netcheck.cluster import storewire
 from netcheck.core import codec, compat
@@ -27,6 +30,8 @@ from netcheck.facts.probe import Listener, call_with_timeout, reach
 
 CONNECT_TRY = 2.0
 
+GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
+MAX_ID_DIGITS = 18     # an arrival number a node took at random (a counter it could not use) fits
 FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
 MAX_POSTED_BYTES = 16 * MAX_NODES  # ",ID," for every node, twice over
 
@@ -37,6 +42,16 @@ class RendezvousError(Exception):
 
 def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(0.05, seconds))
+
+
+class Interfered(RendezvousError):
+    """The store closed this client's connection on one of netcheck's own requests, because
+    another client left the key in a state netcheck never makes (a counter set to text):
+    `seen` says what the key holds. The connection has been made again."""
+
+    def __init__(self, key: str, seen: str):
+        super().__init__(f"{key} {seen}")
+        self.key, self.seen = key, seen
 
 
 class HostLost(RendezvousError):
@@ -179,11 +194,18 @@ class Exchange:
     signed hello) and the key as well as the value, so a signed value copied under another
     key (a seated node's facts under a new arrival), into another run, or from an earlier
     run of this id is refused. Visitor records stay unsigned, so nodes of other runs (or
-    without the token) are still named.
+    without the token) are still named. A value whose key carries its reader's own fresh
+    ticket (a clock pong) is signed without the run's nonce: it is how a joiner learns it.
+
+    Anyone who reaches the port can write any key: what another client left where netcheck
+    looks is kept in `interfered` (key -> what was seen), so it is named, not taken for a
+    fault of the nodes; what the host must not lose (its hello, the roster) it guards: written
+    again where it was written over.
     """
 
     def __init__(self, store, run_id: str, token: str | None = None):
         self._store = store
+        self._server = store  # the host's serves the port: kept when a broken client is replaced
         self.run_id = run_id
         self.token = token
         self.nonce = ""  # the run's, once the host's hello is written or read
@@ -191,6 +213,9 @@ class Exchange:
         self._wire: storewire.Wire | None = None  # for reads by length first (listed)
         self.lost: str | None = None  # why the store connection broke, once it has
         self.pause = STORE_POLL_INTERVAL  # between looks for a key (pace)
+        self.interfered: dict[str, str] = {}  # key -> what another client left there
+        self._guarded: dict[str, tuple[str, str]] = {}  # key -> (value, MAC or ""), as the host wrote it
+        self._guard_looked = 0.0
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
@@ -210,15 +235,45 @@ class Exchange:
         scope = (ROOT,) if shared else (ROOT, self.run_id)
         return "/".join(scope + tuple(str(p) for p in parts))
 
-    def put(self, key: str, value: object, signed: bool = True) -> None:
+    def put(self, key: str, value: object, signed: bool = True, nonce: str | None = None,
+            guard: bool = False) -> None:
+        """Write a value (with its MAC under --token, bound to `nonce`, the run's by default);
+        a guarded one is written again wherever another client writes over it (restore)."""
         text = codec.dumps(value)
-        if self.token and signed:
-            self._call("set", key + MAC_SUFFIX, self._mac(key, text.encode()))
+        mac = self._mac(key, text.encode(), nonce) if self.token and signed else ""
+        self._write(key, text, mac)
+        if guard:
+            self._guarded[key] = (text, mac)
+
+    def interference(self) -> tuple[str, ...]:
+        """What other clients did to the keys this node uses, as "KEY what was seen"."""
+        return tuple(f"{key} {seen}" for key, seen in self.interfered.items())
+
+    def _write(self, key: str, text: str, mac: str) -> None:
+        if mac:  # the MAC first: a value a reader finds is never one without its MAC
+            self._call("set", key + MAC_SUFFIX, mac)
         self._call("set", key, text)
 
-    def _mac(self, key: str, data: bytes) -> str:
+    def restore(self) -> None:
+        """Write again what the host guards (its hello, the roster) where another client wrote
+        over it, and name the overwrite: a joiner that could not read what it waits for keeps
+        waiting (wait_read_valid), and one overwrite does not keep it out. At most once per
+        GUARD_INTERVAL; each value read no larger than what was written."""
+        if not self._guarded or time.monotonic() - self._guard_looked < GUARD_INTERVAL:
+            return
+        self._guard_looked = time.monotonic()
+        for key, (text, mac) in self._guarded.items():
+            held = self._bounded(key, len(text.encode())) if self.has(key) else None
+            signed = not mac or (self.has(key + MAC_SUFFIX) and self._call("get", key + MAC_SUFFIX) == mac.encode())
+            if held is None or held.data != text.encode() or not signed:
+                self.interfered[key] = (f"written over with {shown(held)}, not what the host wrote "
+                                        "(the host wrote it again)")
+                self._write(key, text, mac)
+
+    def _mac(self, key: str, data: bytes, nonce: str | None = None) -> str:
         mac = hmac.new(self.token.encode(), digestmod=hashlib.sha256)
-        for part in (self.run_id.encode(), self.nonce.encode(), key.encode(), data):
+        nonce = self.nonce if nonce is None else nonce
+        for part in (self.run_id.encode(), nonce.encode(), key.encode(), data):
             mac.update(len(part).to_bytes(8, "big") + part)  # lengths first: no two splits alike
         return mac.hexdigest()
 
@@ -234,17 +289,64 @@ class Exchange:
         self.pause = max(STORE_POLL_INTERVAL, nodes / STORE_LOOKS_PER_SECOND)
 
     def count(self, key: str, add: int = 0) -> int:
-        return self._call("add", key, add)
+        """add() on a counter; raises Interfered (connected again) where the store broke this
+        connection off because another client had set the key to something not a number."""
+        try:
+            return self._call("add", key, add)
+        except (RuntimeError, OSError):
+            seen = self._not_a_counter(key)
+            if seen is None:
+                raise
+            raise Interfered(key, f"holds {seen}, not a counter: the store closed netcheck's connection "
+                                  "on add()") from None
 
-    def read(self, cls, key: str, signed: bool = True, max_bytes: int = MAX_FACTS_BYTES):
-        """Decode a key known to exist; raises codec.DecodeError for anything malformed."""
+    def counter(self, key: str) -> int | str:
+        """A counter read without add() (which breaks the connection on a key set to text):
+        its value (0 where absent), or what the key holds instead, shown."""
+        return self._held_count(key) if self.has(key) else 0
+
+    def _held_count(self, key: str) -> int | str:
+        """A counter known to exist, on the bounded reader's own connection."""
+        held = self._bounded(key, COUNTER_BYTES)
+        number = whole_number(held.data, signed=True)
+        return shown(held) if number is None else number
+
+    def _not_a_counter(self, key: str) -> str | None:
+        """After add() broke off: what the key holds where it is not a number (the connection
+        is then made again), or None where the store itself is gone or something else broke."""
+        try:
+            held = self._held_count(key)
+        except storewire.WireError:
+            return None
+        if isinstance(held, int):
+            return None
+        deadline = Deadline(STORE_REPLY_TIMEOUT)
+        store, _ = _client_try(compat.import_distributed(deadline), self._server.host, self._server.port, deadline)
+        if store is None:
+            return None
+        self._store, self.lost = store, None
+        return held
+
+    def _bounded(self, key: str, max_bytes: int) -> storewire.StoreValue:
+        """A key known to exist, read only if it holds at most max_bytes (storewire)."""
+        if self._wire is None:
+            self._wire = storewire.Wire(self._server.host, self._server.port)
+        return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+
+    def read(self, cls, key: str, signed: bool = True, max_bytes: int = MAX_FACTS_BYTES,
+             nonce: str | Callable[[Any], str] | None = None):
+        """Decode a key known to exist; raises codec.DecodeError for anything malformed. Under
+        --token the MAC is bound to `nonce`: the run's by default, or the one the value names
+        (the hello carries the nonce it is signed under)."""
         data = self._call("get", key)
+        value = codec.loads(cls, data, max_bytes)
         if self.token and signed:
+            bound = nonce(value) if callable(nonce) else nonce
             mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
-            if not hmac.compare_digest(mac, self._mac(key, data).encode()):
+            if not hmac.compare_digest(mac, self._mac(key, data, bound).encode()):
                 raise codec.DecodeError("not signed for this key and run with this --token (another "
                                         "token, or a value copied from another key or run)")
-        return codec.loads(cls, data, max_bytes)
+        return value
 
     def post(self, name: str, i: int, value: object) -> None:
         """Put name/i and list i under name/posted, so a reader learns who posted in one
@@ -262,9 +364,7 @@ class Exchange:
         torch's get would read gigabytes whole (storewire reads the length first)."""
         if not self.has(key):
             return []
-        if self._wire is None:
-            self._wire = storewire.Wire(self._store.host, self._store.port)
-        value = self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+        value = self._bounded(key, max_bytes)
         if value.data is None:
             return None
         return [e for e in value.data.decode("utf-8", "replace").split(",") if e]
@@ -281,7 +381,7 @@ class Exchange:
         """The ids listed under name/posted (anyone may append: a listed id is only a hint);
         None when the list has grown past any cluster's."""
         entries = self.listed(self.key(name, POSTED), MAX_POSTED_BYTES)
-        return None if entries is None else {i for e in entries if (i := codec.small_int(e)) is not None}
+        return None if entries is None else {i for e in entries if (i := whole_number(e)) is not None}
 
     def counts(self, keys: list[str]) -> list[int]:
         """The counters (Exchange.count) under keys: one check and one multi_get where all
@@ -311,6 +411,20 @@ class Exchange:
         self.wait(key, deadline)
         return self.read(cls, key)
 
+    def wait_read_valid(self, cls, key: str, deadline: Deadline, nonce: str | Callable[[Any], str] | None = None):
+        """wait_read for a key the host guards (restore): a value that does not decode or is
+        not signed is another client's, named in `interfered`, and waited past until the
+        host has written its own again; raises the last DecodeError at the deadline."""
+        while True:
+            self.wait(key, deadline)
+            try:
+                return self.read(cls, key, nonce=nonce)
+            except codec.DecodeError as e:
+                self.interfered[key] = f"holds what the host did not write: {e}"
+                if deadline.expired():
+                    raise
+            time.sleep(self.pause)
+
     def wait(self, key: str, deadline: Deadline) -> None:
         # Polled, not a blocking store.wait: Python sees Ctrl-C only between calls, and a
         # blocking wait would hold it until the deadline.
@@ -322,6 +436,27 @@ class Exchange:
                 raise TimeoutError(f"{key} did not appear in time")
             time.sleep(pause)
             pause = min(2 * pause, self.pause)
+
+
+COUNTER_BYTES = 24   # int64's digits and sign: anything longer is not a counter
+
+
+def whole_number(text: bytes | str | None, signed: bool = False) -> int | None:
+    """A counter's value (signed: int64, as torch's add keeps it) or an id another client may
+    have written (MAX_ID_DIGITS digits at most); None for anything else."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    pattern = r"-?[0-9]{1,19}" if signed else rf"[0-9]{{1,{MAX_ID_DIGITS}}}"
+    return int(text) if text is not None and re.fullmatch(pattern, text) else None
+
+
+def shown(held: storewire.StoreValue | None) -> str:
+    """What another client left under a key, in a few characters (the renderers escape it)."""
+    if held is None:
+        return "nothing (deleted)"
+    if held.data is None:
+        return f"{held.size} bytes"
+    return f"{held.data[:40]!r}" + (f" ({held.size} bytes)" if held.size > 40 else "")
 
 
 def _decode_or_error(cls, data: bytes):
@@ -346,6 +481,7 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     pending = set(ids)
     heard = time.monotonic()
     while pending:  # one look at least, also past the deadline: what is there counts
+        ex.restore()
         over = deadline.expired() or (quiet is not None and time.monotonic() - heard >= quiet)
         new = _ready(ex, name, pending, over, each_counts=quiet is not None)
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}

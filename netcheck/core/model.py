@@ -186,6 +186,7 @@ class Gathering:
     foreign: Annotated[tuple[Visitor, ...], PER_NODE]
     malformed: Annotated[tuple[Text, ...], PER_NODE]  # what was wrong with entries thrown away
     waited: Seconds
+    interference: Annotated[tuple[Text, ...], PER_NODE] = ()  # "KEY what another client left there"
 
 
 @dataclass(frozen=True)

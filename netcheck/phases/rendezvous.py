@@ -4,11 +4,11 @@ who is still here for the phases after it."""
 from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
-from netcheck.cluster.store import Exchange, HostLost, RendezvousError, client_store, collect, host_store
+from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, client_store, collect, host_store
 from netcheck.core import codec
 from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
-from netcheck.core.model import Finding, Member, NodeRanks, NodeResults
+from netcheck.core.model import FAIL, Finding, Member, NodeRanks, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
@@ -70,9 +70,13 @@ def joiner(run: Run) -> rendezvous.Seat | None:
             else:  # it answered the reach probe: named lost, as in every later phase
                 run.lose_host("rendezvous", e.seen)
             return None
+        except Interfered as e:  # what the host guards, written over until this node's deadline
+            run.findings += rdzv_rules.interference_findings((str(e),), FAIL)
+            return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
+        run.findings += rdzv_rules.interference_findings(seat.exchange.interference())
         run.rank = seat.rank
         launch = cfg.launch
         expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None

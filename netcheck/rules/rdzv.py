@@ -15,7 +15,8 @@ from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED, LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
+    JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
+    LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, lost_in,
 )
 
@@ -148,11 +149,10 @@ def join_findings(g: Gathering) -> list[Finding]:
             tuple(f"{h} claims node rank {rank}" for h in claimants),
             "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
-    for text in g.unseated:
-        findings.append(Finding(RDZV_JOIN, FAIL, (), text, (), "every node's --node-rank must be "
-                                "below --nnodes, and no more nodes may come than --nnodes says", kind=JOIN_UNSEATED))
+    findings += _unseated_findings(g.unseated)
     findings += _foreign_findings(g.foreign)
     findings += _malformed_findings(g.malformed)
+    findings += interference_findings(g.interference)
     findings += same_name_findings(g.members)
     lost = [m.rank for m in g.members if m.results is None]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
@@ -160,6 +160,34 @@ def join_findings(g: Gathering) -> list[Finding]:
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{node_count([m.rank for m in g.members], hostnames(g.members))} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
+    return findings
+
+
+def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
+    """The first MAX_STRANGERS nodes that came but got no seat one by one, the rest in one
+    count: arrivals past --nnodes (a flood of them) do not become the report."""
+    fix = "every node's --node-rank must be below --nnodes, and no more nodes may come than --nnodes says"
+    findings = [Finding(RDZV_JOIN, FAIL, (), text, (), fix, kind=JOIN_UNSEATED) for text in unseated[:MAX_STRANGERS]]
+    if rest := unseated[MAX_STRANGERS:]:
+        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{len(rest)} more arrivals were not seated", rest[:MAX_STRANGERS],
+                                fix, kind=JOIN_UNSEATED))
+    return findings
+
+
+INTERFERENCE_FIX = ("another client writes to this port's store (another job, a scanner, a stale process): "
+                    "give the job a port of its own, and --token (NETCHECK_TOKEN) on every node, so that "
+                    "nothing unsigned decides who is seated or answered")
+
+
+def interference_findings(interference: tuple[str, ...], severity: str = WARN) -> list[Finding]:
+    """What another client did to the run's keys ("KEY what was seen"), one finding per key
+    (the first MAX_STRANGERS; the rest in one): named as such and blaming no node. A warning
+    where the run went on; a failure where it kept this node out."""
+    findings = [Finding(RDZV_JOIN, severity, (), f"another client interfered with the store key {text.split(' ')[0]}",
+                        (text,), INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for text in interference[:MAX_STRANGERS]]
+    if rest := interference[MAX_STRANGERS:]:
+        findings.append(Finding(RDZV_JOIN, severity, (), f"another client interfered with {len(rest)} more store keys",
+                                rest[:MAX_STRANGERS], INTERFERENCE_FIX, kind=JOIN_INTERFERENCE))
     return findings
 
 

@@ -71,6 +71,7 @@ JOIN_FAILED = "join_failed"
 JOIN_NOT_SEATED = "not_seated"
 JOIN_LEFT_BEHIND = "left_behind"
 JOIN_SAME_NAME = "duplicate_hostname"
+JOIN_INTERFERENCE = "interference"
 LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
 # rdzv.reach's and rdzv.listen's exact findings.
@@ -190,7 +191,7 @@ CHECKS: tuple[Check, ...] = (
           ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
            "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
            "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
-           "rdzv.gone_before_sign_in"),
+           "rdzv.gone_before_sign_in", "rdzv.interference_findings"),
           "Gathering (the host's), Roster (a joiner's), the values a seated node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_hostile_cluster.py"),
@@ -207,6 +208,9 @@ CHECKS: tuple[Check, ...] = (
            JOIN_NOT_SEATED: Kind(ONLY_FAIL, "a joiner got no seat (its rank taken, the cluster full or started)"),
            JOIN_LEFT_BEHIND: Kind(ONLY_FAIL, "a joiner reported back after the host's deadline"),
            JOIN_SAME_NAME: Kind(ONLY_FAIL, "several nodes call themselves by one hostname or FQDN"),
+           JOIN_INTERFERENCE: Kind(WARN_FAIL, "another client wrote the run's store keys (a key overwritten, a "
+                                              "counter pushed, a list flooded): named with the key and what was "
+                                              "seen; fail where it kept this node out"),
            **{lost_in(p): Kind(ONLY_FAIL, f"a seated node stopped answering during the {p} phase")
               for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
