@@ -97,6 +97,7 @@ def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
 def test_a_healthy_jumbo_mesh_passes_and_says_it_carried_full_frames():
     (connect,) = nic_rules.mesh_findings(NAMES, three_nodes(short=None))
     assert (connect.check, connect.severity, connect.kind, connect.nodes) == (MESH_CONNECT, "pass", "", (0, 1, 2))
+    assert "echo full-size frames (up to 9000 bytes)" in connect.summary   # a pass has no evidence to say it in
     assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == FlaggedPaths()
 
 

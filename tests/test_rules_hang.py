@@ -55,6 +55,7 @@ def test_a_hang_in_a_subgroup_names_that_group():
     f = only(hang_findings(view))
     assert f.kind == registry.HANG_BEHIND and f.nodes == (1,)
     assert f.evidence == ("rank 1 (trace_rank_1): last issued #2 gloo:all_reduce at train.py:15 in step",)
+    assert "of process group 1," in f.summary   # the group is said nowhere else (no field holds it)
 
 
 def test_ranks_with_no_trace_are_the_cause_where_the_others_are_in_step():
