@@ -96,17 +96,21 @@ def _iptables(c: Cluster, i: int, *rule: str) -> None:
         c.run(i, [ipt, "-w", "-A", "INPUT", *rule], timeout=10).check_returncode()
 
 
-class HostFirewall(Fault):
+class Firewall(Fault):
+    """A rule on the endpoint port whose target (DROP or REJECT) the draw picks."""
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("target", rng.choice(["DROP", "REJECT"])),)
+
+
+class HostFirewall(Firewall):
     """The host's own rule on the endpoint port, loopback included (a rule written as
     `-p tcp --dport 29500 -j DROP`): joiners are kept out, and so is the host's store client."""
 
     kind = "host_firewall"
     targets = "host"
     alone = True
-
-    @classmethod
-    def draw_params(cls, rng, mode):
-        return (("target", rng.choice(["DROP", "REJECT"])),)
 
     def setup(self, c, run):
         target = ["REJECT", "--reject-with", "tcp-reset"] if self.param("target") == "REJECT" else ["DROP"]
@@ -120,16 +124,12 @@ class HostFirewall(Fault):
                       + [Blame(j, ("rdzv.reach",), reporter=j) for j in joiners])
 
 
-class PathFirewall(Fault):
+class PathFirewall(Firewall):
     """A rule on the host against one joiner's SYNs to the endpoint port (its subnet, its
     rack): that joiner sees filtered (DROP) or refused (REJECT); the others are fine."""
 
     kind = "path_firewall"
     removes_node = True
-
-    @classmethod
-    def draw_params(cls, rng, mode):
-        return (("target", rng.choice(["DROP", "REJECT"])),)
 
     def setup(self, c, run):
         (c.drop_inbound if self.param("target") == "DROP" else c.reject_inbound)(0, PORT, source=self.node)
