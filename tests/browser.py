@@ -13,6 +13,7 @@ Every wait is bounded by the timeout given; a browser that does not answer fails
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
@@ -29,6 +30,14 @@ def chromium() -> str | None:
     return shutil.which("chromium")
 
 
+def _above_4(fd: int) -> int:
+    """The same pipe end at a descriptor above 4: were Chromium's end of one pipe at 3 or 4, the
+    shell's redirections would put one pipe over the other."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+    os.close(fd)
+    return moved
+
+
 class BrowserError(RuntimeError):
     """The browser did not answer in time, or answered with an error."""
 
@@ -39,6 +48,7 @@ class Browser:
         self.profile = tempfile.TemporaryDirectory(prefix="netcheck-chromium-")
         commands, self._to_browser = os.pipe()
         self._from_browser, answers = os.pipe()
+        commands, answers = _above_4(commands), _above_4(answers)
         # The shell puts the pipe's ends where Chromium looks for them (fd 3 and 4).
         argv = ["sh", "-c", f'exec "$@" 3<&{commands} 4>&{answers}', "sh", chromium(), "--headless",
                 "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
