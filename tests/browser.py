@@ -49,8 +49,9 @@ class Browser:
         commands, self._to_browser = os.pipe()
         self._from_browser, answers = os.pipe()
         commands, answers = _above_4(commands), _above_4(answers)
-        # The shell puts the pipe's ends where Chromium looks for them (fd 3 and 4).
-        argv = ["sh", "-c", f'exec "$@" 3<&{commands} 4>&{answers}', "sh", chromium(), "--headless",
+        # bash puts the pipe's ends where Chromium looks for them (fd 3 and 4); dash, Debian's sh,
+        # takes no descriptor above 9 in a redirection.
+        argv = ["bash", "-c", f'exec "$@" 3<&{commands} 4>&{answers}', "bash", chromium(), "--headless",
                 "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
                 "--disable-extensions", "--disable-background-networking", "--remote-debugging-pipe",
                 f"--user-data-dir={self.profile.name}", f"--window-size={WINDOW[0]},{WINDOW[1]}"]
@@ -89,7 +90,10 @@ class Browser:
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = session
-        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        try:
+            os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            raise BrowserError(f"{method}: the browser is gone (exit code {self.proc.poll()})") from None
         answer = self._until(lambda m: m.get("id") == self._next_id, timeout or self.timeout, method)
         if "error" in answer:
             raise BrowserError(f"{method}: {answer['error']}")

@@ -213,6 +213,8 @@ def test_a_4096_node_page_renders_in_seconds_stays_small_and_filters_at_once(bro
     assert shown(snapshot) == expected(json.loads(json_path.read_text()))
     assert snapshot["cells"] == 0 and snapshot["slowest"] == 20    # the pairs' spread, not a 4096 x 4096 matrix
     assert len(snapshot["shown"]) == ROWS_SHOWN
+    assert page.evaluate('document.getElementById("node-count").textContent') == \
+        f"{ROWS_SHOWN} of {SCALE} shown, {SCALE} match"
     one = page.evaluate(filtered(hostname(SCALE - 1)))
     failing = page.evaluate(filtered(severity="fail"))
     first = page.evaluate(filtered())
