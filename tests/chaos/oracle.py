@@ -77,7 +77,6 @@ def missing(node: int, sched: "Schedule") -> Expect:
     return expect
 
 
-
 # --------------------------------------------------------------------------------------
 # judging a schedule
 

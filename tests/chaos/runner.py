@@ -185,7 +185,6 @@ def _namespaces_left(prefix: str) -> list[str]:
             for p in root.iterdir() if p.name.startswith(prefix)]
 
 
-
 # --------------------------------------------------------------------------------------
 # the campaign
 
