@@ -383,17 +383,17 @@ def _counted(ex: Exchange, key: str) -> int:
 
 def _arrivals_to_read(ex: Exchange, state: HostState, counted: int) -> Iterator[int]:
     """The arrivals to look at: by the counter alone while it is sane; where another client
-    pushed it (counted past what was written, or unusable), the listed arrivals first and only
-    the counter's newest numbers, not the gap (a number taken at random is only listed)."""
+    pushed it (counted past what was written, or unusable), the listed arrivals first (a
+    number taken at random is only listed), then the counter's as before."""
+    by_counter = unread(state.arrivals_seen, counted, state.read)
     if counted - len(state.read) <= MAX_STRANGERS and ex.key(ARRIVALS) not in ex.interfered:
-        return unread(state.arrivals_seen, counted, state.read)
+        return by_counter
     listed = ex.posted(NODE)
     if listed is None:
         ex.interfered[ex.key(NODE, POSTED)] = ("grew past any cluster's list: appended to by a client that is "
                                                "not a netcheck node")
-        return unread(state.arrivals_seen, counted, state.read)
-    newest = unread(max(state.arrivals_seen, counted - NEWEST_FIRST), counted, state.read)
-    return itertools.chain(sorted(listed.difference(state.read)), newest)
+        return by_counter
+    return itertools.chain(sorted(listed.difference(state.read)), by_counter)
 
 
 def unread(seen: int, counted: int, read: Container[int]) -> Iterator[int]:
