@@ -224,6 +224,21 @@ def test_without_n_a_long_iteration_gets_fewer_timed_ones_never_below_the_floor(
     assert Link(1e-4, 1e8).sweep(EXPLICIT, 60.0).ran[-1][1] == 20   # -n keeps its meaning
 
 
+def test_the_mid_sizes_give_up_iterations_so_the_budget_reaches_the_top_sizes_the_headline_is_from():
+    # 0.45 GB/s: 128 MiB takes 0.3 s an iteration. With every size's half-second of iterations
+    # the 4.8 s sweep ended at 64 MiB; the mid sizes now run fewer and 128 MiB runs its least.
+    link = Link(1e-4, 0.45e9).sweep(SweepOptions(past_maxbytes=False), 4.8)
+    assert link.sizes()[-1] == 128 << 20 and link.budget.spent <= 4.8
+    unhurried = dict(Link(1e-4, 0.45e9).sweep(SweepOptions(past_maxbytes=False), 1e6).ran)
+    iters = dict(link.ran)
+    assert iters[128 << 20] == BW_MIN_ITERS and iters[1 << 20] == unhurried[1 << 20], "latency-bound sizes keep theirs"
+    assert [s for s, i in link.ran if i < unhurried[s]], "some mid size gave up iterations"
+    # A link too slow for the top to fit at all keeps every size's counts: it ends where it ends.
+    slow = Link(1e-4, 2.5e7).sweep(SweepOptions(past_maxbytes=False), 4.8)
+    unhurried = Link(1e-4, 2.5e7).sweep(SweepOptions(past_maxbytes=False), 1e6).ran
+    assert slow.ran == unhurried[:len(slow.ran)] and slow.sizes()[-1] < 128 << 20
+
+
 def test_without_e_the_sweep_goes_on_while_busbw_rises_and_stops_at_the_plateau():
     # Latency 1 ms at 10 GB/s: at 128 MiB the latency is still 7% of an iteration, and busbw
     # rises past -e's default until a doubling gains under 5%.

@@ -232,6 +232,12 @@ class Budget:
         return (self.spent + self.op_seconds(size) * (warmup + iters) <= self.seconds
                 and self.walled + self.last_wall * scale <= self.wall)
 
+    def room_below(self, above: list[int]) -> float:
+        """Seconds a size may take that still leave every size above it its fewest iterations
+        (one warm-up and BW_MIN_ITERS); negative where even those do not fit."""
+        least = sum(self.op_seconds(size) for size in above) * (1 + BW_MIN_ITERS)
+        return self.seconds - self.spent - least
+
     def spend(self, size: int, op_seconds: float, iters: int, warmup: int, wall: float) -> None:
         self.spent += op_seconds * (warmup + iters)
         self.walled += wall
@@ -253,6 +259,27 @@ def warmups(options: SweepOptions, op_seconds: float) -> int:
     if not options.warmup_by_time or op_seconds <= 0:
         return options.warmup_iters
     return max(1, min(options.warmup_iters, int(BW_WARMUP_SECONDS / op_seconds)))
+
+
+def counts_leaving_room(options: SweepOptions, op_seconds: float, counts: tuple[int, int],
+                        room: float) -> tuple[int, int]:
+    """A size's (timed, warm-up) iterations, the ones chosen by time cut to fit `room`, so the
+    largest sizes, where the plateau and so the headline are, keep theirs: on a 0.7 GB/s
+    link the mid sizes' half-seconds left 64 MiB the last size the budget reached, never the
+    128 MiB the plateau needs (benchmarks/RESULTS.md). Never below one warm-up and
+    BW_MIN_ITERS; untouched where the top cannot be reached even so (room < 0: a slow link's
+    sweep ends below it whatever the mid sizes take, and they keep their trust)."""
+    iters, warmup = counts
+    if op_seconds <= 0 or room < 0 or (iters + warmup) * op_seconds <= room:
+        return counts
+    # Timed iterations go first: a size's first few iterations after a smaller one read slow
+    # (benchmarks/RESULTS.md), so it keeps its warm-ups while fewer timed ones fit.
+    fitting = int(room / op_seconds)
+    if options.iters_by_time:
+        iters = max(BW_MIN_ITERS, min(iters, fitting - warmup))
+    if options.warmup_by_time:
+        warmup = max(1, min(warmup, fitting - iters))
+    return iters, warmup
 
 
 def planned_sizes(options: SweepOptions) -> list[int]:
@@ -294,10 +321,11 @@ def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
     iters, warmup) runs one size on every rank."""
     rows: list[Row] = []
 
-    def admitted(size: int) -> tuple[int, int]:
+    def admitted(size: int, above: list[int]) -> tuple[int, int]:
         """The size's timed and warm-up iterations, or (0, 0) where the budget has no room for it."""
         predicted = budget.op_seconds(size)
-        iters, warmup = iterations(options, predicted), warmups(options, predicted)
+        iters, warmup = counts_leaving_room(options, predicted, (iterations(options, predicted),
+                                            warmups(options, predicted)), budget.room_below(above))
         return (iters, warmup) if budget.admits(size, iters, warmup) else (0, 0)
 
     def run(size: int, iters: int, warmup: int) -> None:
@@ -305,13 +333,12 @@ def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
         budget.spend(size, done.op_seconds, iters, warmup, done.wall)
         rows.append(done.row)
 
-    for size in planned_sizes(options):
-        if size < smallest:
-            continue
-        iters, warmup = admitted(size)
+    planned = [size for size in planned_sizes(options) if size >= smallest]
+    for k, size in enumerate(planned):
+        iters, warmup = admitted(size, planned[k + 1:])
         run(size, iters, warmup) if iters else skip(size)
     for size in sizes_past_maxbytes(options, top):
-        iters, warmup = admitted(size)
+        iters, warmup = admitted(size, [])
         if not iters or not still_rising(tuple(rows)):
             return
         run(size, iters, warmup)
