@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -262,27 +264,49 @@ def test_cli_runs_the_phase_and_reports_the_tables(cluster, tmp_path):
     assert "with a 2 s step on one node, 2 nodes would train" in line
 
 
-def test_a_busy_loop_on_one_node_is_named_by_the_hosts_report_and_marks_the_figures(cluster, tmp_path):
+@pytest.fixture
+def gpu_device():
+    """A GPU device file as the NVIDIA driver names them (/dev/nvidiaN), on a machine with
+    none: a character device with /dev/null's numbers, so a process can hold it open."""
+    path = next(f"/dev/nvidia{n}" for n in range(63, 0, -1) if not os.path.exists(f"/dev/nvidia{n}"))
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    try:
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def test_a_busy_loop_and_a_gpu_holder_are_named_by_the_hosts_report_and_mark_the_figures(cluster, tmp_path,
+                                                                                         gpu_device):
     """A process that is not netcheck's, spinning on one node's CPU before and during the run
     (a leftover of an earlier job): host.busy names that node, the pid and the command, and
-    the plateau says it was measured beside it; the other nodes' processes are not counted."""
+    the plateau says it was measured beside it; the other nodes' processes are not counted.
+    An idle process holding a GPU's device file open on another node is named with its GPU."""
     def args(i: int) -> list[str]:
         return ["--rdzv", "node0:29500", "--nnodes", "3", "--node-rank", str(i), "--timeout", str(scaled(60)),
                 "--bw-budget", "3", "--only", "reach,rendezvous,bandwidth"]
 
+    gpu = int(gpu_device.removeprefix("/dev/nvidia"))
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         loop = c.popen(2, [sys.executable, "-c", "while True: pass"])
+        holder = c.popen(1, [sys.executable, "-c", f"import time; f = open({gpu_device!r}, 'rb'); print('held', "
+                                                   "flush=True); time.sleep(3600)"])
+        assert holder.stdout.readline() == "held\n", holder.stderr.read()
         runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(3)], 90)
-        loop.kill()
-        loop.wait()
+        for p in (loop, holder):
+            p.kill()
+            p.wait()
     host = runs[0]
-    assert host.rc == 1, nodes.explain(runs)
-    (busy,) = host.findings("host.busy")
-    assert (busy["severity"], busy["nodes"]) == ("warn", [2]), busy
-    assert busy["evidence"][0].startswith(f"pid {loop.pid} (root) `{sys.executable} -c while True: pass` at "), busy
+    # bw.pair may also fail: the loop and the suite's other tests share 2 cores with the pairs.
+    failed = {f["check"] for f in host.report["findings"] if f["severity"] == "fail"}
+    assert host.rc in (1, 2) and failed <= {"bw.pair"} and (host.rc == 2) == bool(failed), nodes.explain(runs)
+    busy = {f["nodes"][0]: f for f in host.findings("host.busy")}
+    assert sorted(busy) == [1, 2] and {f["severity"] for f in busy.values()} == {"warn"}, busy
+    assert busy[2]["evidence"][0].startswith(f"pid {loop.pid} (root) `{sys.executable} -c while True: pass` at "), busy
     (busbw,) = host.findings("bw.busbw")
-    assert busbw["summary"].endswith("measured while node2 ran other work (host.busy)"), busbw
-    assert [(p["node"], p["pid"]) for p in host.report["bandwidth"]["busy"]] == [(2, loop.pid)]
+    assert busbw["summary"].endswith("measured while node1, node2 ran other work (host.busy)"), busbw
+    seen = {(p["node"], p["pid"]): p["gpus"] for p in host.report["bandwidth"]["busy"]}
+    assert seen == {(1, holder.pid): [gpu], (2, loop.pid): []}, seen
 
 
 def test_a_host_no_node_joined_measures_nothing_and_passes_no_bandwidth_check(cluster, tmp_path):

@@ -162,13 +162,15 @@ class Headline:
 
 @dataclass(frozen=True)
 class BusyProcess:
-    """A process outside netcheck that used a node's CPUs while its bandwidth workers ran."""
+    """A process outside netcheck that used a node's CPUs, or held one of its GPUs, while its
+    bandwidth workers ran."""
 
     node: NodeRank
     pid: Pid
     user: Text
     command: Text                   # its command line, cut short
     cpu_share: Ratio                # of one CPU, on average over the workers' run
+    gpus: Annotated[tuple[Count, ...], FEW] = ()   # the GPUs (device numbers) it held open
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""Processes outside netcheck using this node's CPUs while its bandwidth workers run.
+"""Processes outside netcheck using this node's CPUs, or holding its GPUs, while its
+bandwidth workers run.
 
 A leftover rank of an earlier job, a data loader or a busy loop on one node slows every
 collective, and a preflight measuring bandwidth beside it reports that node's slowness as the
 network's. Two snapshots of every process's CPU time, one before the workers start and one
-after they end, say who used the CPUs meanwhile.
+after they end, say who used the CPUs meanwhile. A process holding a GPU's device file open
+when the workers end (as `fuser -v /dev/nvidia*` finds a leftover job) holds that GPU's
+memory and time whatever its CPU share: it is named too.
 
 A node's processes are those in this process's network namespace: on a machine that is one
 node (the usual case) that is every process it can see; on a machine that hosts several
@@ -14,6 +17,7 @@ node alone. Processes of another user may be unreadable without root: they are l
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -23,6 +27,9 @@ from netcheck.core.bwrecords import BusyProcess
 from netcheck.core.constants import BW_BUSY_FLOOR, BW_BUSY_RELATIVE, BW_BUSY_SHARE, BW_BUSY_SHOWN
 
 COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
+DEVICES = "/dev"
+# One GPU's device file; nvidiactl and nvidia-uvm are opened by every CUDA process, whatever GPU it uses.
+GPU_DEVICE = re.compile(r"nvidia(\d+)")
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class CpuSnapshot:
     taken: float                  # time.monotonic()
     cpu_s: dict[int, float]       # pid -> user + system CPU seconds so far
     workers_s: float              # CPU seconds of this process's children that ended (its workers)
+    gpus: dict[int, tuple[int, ...]]   # pid -> the GPUs whose device files it holds open
 
 
 def cpu_snapshot() -> CpuSnapshot:
@@ -41,12 +49,45 @@ def cpu_snapshot() -> CpuSnapshot:
         if times is not None and here is not None and _netns(proc.pid) == here:
             cpu[proc.pid] = times.user + times.system
     ended = os.times()
-    return CpuSnapshot(time.monotonic(), cpu, ended.children_user + ended.children_system)
+    return CpuSnapshot(time.monotonic(), cpu, ended.children_user + ended.children_system, _gpus_held(cpu))
+
+
+def _gpus_held(pids) -> dict[int, tuple[int, ...]]:
+    """pid -> the GPU device numbers it holds open, for the given processes; nothing is read
+    on a node without GPU device files (every node netcheck runs on without a GPU)."""
+    devices = {os.path.join(DEVICES, name): int(m[1]) for name in _listed(DEVICES)
+               if (m := GPU_DEVICE.fullmatch(name))}
+    if not devices:
+        return {}
+    held = {}
+    for pid in pids:
+        gpus = {devices[link] for link in _fd_links(pid) if link in devices}
+        if gpus:
+            held[pid] = tuple(sorted(gpus))
+    return held
+
+
+def _listed(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:   # gone, or another user's without root
+        return []
+
+
+def _fd_links(pid: int) -> list[str]:
+    links = []
+    for fd in _listed(f"/proc/{pid}/fd"):
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:   # closed since
+            pass
+    return links
 
 
 def busy_processes(node: int, workers: int, before: CpuSnapshot, after: CpuSnapshot) -> tuple[BusyProcess, ...]:
     """The processes besides netcheck's own that used a CPU materially between the snapshots
-    (the workers ended and reaped by then), busiest first (at most BW_BUSY_SHOWN).
+    (the workers ended and reaped by then), or held a GPU when they ended, busiest first (at
+    most BW_BUSY_SHOWN).
 
     Materially: BW_BUSY_SHARE of a CPU, or, on a machine so crowded that a worker itself got
     less, BW_BUSY_RELATIVE of what one worker got (never below BW_BUSY_FLOOR): a busy loop
@@ -59,8 +100,9 @@ def busy_processes(node: int, workers: int, before: CpuSnapshot, after: CpuSnaps
     ours = _netchecks()
     shares = {pid: (cpu - before.cpu_s.get(pid, 0.0)) / seconds for pid, cpu in after.cpu_s.items()
               if pid not in ours}
-    busiest = sorted((pid for pid, share in shares.items() if share >= threshold), key=lambda p: -shares[p])
-    found = (_described(node, pid, shares[pid]) for pid in busiest)
+    busy = [pid for pid, share in shares.items() if share >= threshold or pid in after.gpus]
+    busiest = sorted(busy, key=lambda p: (-len(after.gpus.get(p, ())), -shares[p]))
+    found = (_described(node, pid, shares[pid], after.gpus.get(pid, ())) for pid in busiest)
     return tuple(p for p in found if p is not None)[:BW_BUSY_SHOWN]
 
 
@@ -82,7 +124,7 @@ def _netchecks() -> set[int]:
     return ours
 
 
-def _described(node: int, pid: int, share: float) -> BusyProcess | None:
+def _described(node: int, pid: int, share: float, gpus: tuple[int, ...]) -> BusyProcess | None:
     try:
         proc = psutil.Process(pid)
         command = " ".join(proc.cmdline()) or f"[{proc.name()}]"
@@ -90,4 +132,4 @@ def _described(node: int, pid: int, share: float) -> BusyProcess | None:
     except (psutil.Error, KeyError):   # gone since; KeyError: a uid with no name
         return None
     command = command if len(command) <= COMMAND_CHARS else command[:COMMAND_CHARS] + "..."
-    return BusyProcess(node, pid, user, command, round(share, 3))
+    return BusyProcess(node, pid, user, command, round(share, 3), gpus)

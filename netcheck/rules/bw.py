@@ -7,7 +7,7 @@
     bw.busbw      below --expect-busbw, or far below the line rate of the NICs in use
     bw.pair       a node whose best pair runs well below the other nodes' (named)
     bw.straggler  a rank (or a node's intra-node sweep) far slower than the rest
-    host.busy     a process outside netcheck using a node's CPUs while the sweep ran
+    host.busy     a process outside netcheck using a node's CPUs, or holding its GPUs, while the sweep ran
 
 Rules never print and never touch the network.
 """
@@ -372,7 +372,7 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
         by_node.setdefault(p.node, []).append(p)
     return [Finding(HOST_BUSY, WARN, (node,), f"{names.node(node)}: {_busy_text(procs[0])}"
                     + (f" and {len(procs) - 1} more process(es)" if len(procs) > 1 else "")
-                    + " used its CPUs while bandwidth was measured: its figures are affected",
+                    + f" {_what_they_used(procs)} while bandwidth was measured: its figures are affected",
                     tuple(_busy_text(p) for p in procs),
                     "stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the node: "
                     "every collective waits for that node's slowest rank", )
@@ -380,5 +380,12 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
 
 
 def _busy_text(p: BusyProcess) -> str:
-    return f"pid {p.pid} ({p.user}) `{p.command}` at {p.cpu_share:.0%} of a CPU"
+    gpus = f", holding GPU {', '.join(map(str, p.gpus))}" if p.gpus else ""
+    return f"pid {p.pid} ({p.user}) `{p.command}` at {p.cpu_share:.0%} of a CPU{gpus}"
+
+
+def _what_they_used(procs: list[BusyProcess]) -> str:
+    gpus = any(p.gpus for p in procs)
+    cpus = any(not p.gpus for p in procs)
+    return " and ".join(["used its CPUs"] * cpus + ["held its GPUs"] * gpus)
 
