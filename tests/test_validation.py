@@ -256,7 +256,8 @@ HOSTILE_NUMBERS = [-1, -2, 0, 65535, 65536, 70000, MAX_NODES, (1 << 63) - 1, 1 <
                    10 ** 400, 1e308, -1e308, -0.0, float("nan"), float("inf"), True]
 # Values that pass the name rules (each rule passes one at least: good_scalars checks).
 GOOD_STRINGS = ["gpu01", "gpu01.cluster.example", "10.0.0.1", "fd00::1", "fe80::1%eth0", "eth0", "eth0:1",
-                "", "3c:ec:ef:01:02:03", "job-7", "x", "a\tb", "0"]
+                "", "3c:ec:ef:01:02:03", "job-7", "x", "a\tb", "0",
+                "fe80:0000:0000:0000:0e42:a1ff:fe00:0001", "0000:18:00.0"]   # a GID, a PCI address (rdmarecords)
 GOOD_NUMBERS = [0, 1, 2, 1500, 29500, 0.5, -0.25]
 ANY_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,

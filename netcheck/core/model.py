@@ -21,6 +21,7 @@ from netcheck.core.fields import (
 from netcheck.core.hangrecords import HangView
 from netcheck.core.jobrecords import JobView
 from netcheck.core.nictable import FAMILIES, NicTable
+from netcheck.core.rdmarecords import RdmaFacts
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 # Who wrote a report: the rendezvous host (the cluster's report), a joiner (its own view), or
@@ -111,6 +112,7 @@ class NodeFacts:
     socket_env: Annotated[dict[str, Text], FEW]   # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
+    rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
 
 
 @dataclass(frozen=True)

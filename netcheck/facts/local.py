@@ -11,9 +11,14 @@ from netcheck.core.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.nics import read_nic_table
+from netcheck.facts.rdma import read_rdma
 from netcheck.facts.probe import call_with_timeout, resolve_addresses
 
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
+# A test hook, documented as one: a folder holding sys/ and proc/ fixture trees that the RDMA
+# and GPU readers (and nic.ib's) read instead of /sys and /proc, so that namespace tests can
+# give each node the layout of a GPU node. Interfaces are still this namespace's own.
+RDMA_ROOT_HOOK = "NETCHECK_TEST_RDMA_ROOT"
 
 
 def fqdn(timeout: float = LOOKUP_TIMEOUT) -> str:
@@ -101,6 +106,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
     """This node's facts; `reach` is filled in by the reach phase, which runs after."""
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
+    sysfs, proc = rdma_roots(os.environ)
     return NodeFacts(
         run_id=run_id,
         hostname=hostname,
@@ -109,8 +115,15 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         launch=launch,
         shm_bytes=shm_bytes(),
         gpus=usable_gpus(),
-        nics=read_nic_table(),
+        nics=read_nic_table(ib_sysfs=sysfs),
         socket_env=socket_env(os.environ),
         reach=None,
         version=__version__,
+        rdma=read_rdma(sysfs, proc),
     )
+
+
+def rdma_roots(env: Mapping[str, str]) -> tuple[str, str]:
+    """Where the RDMA readers read sysfs and proc: /sys and /proc, or the test hook's trees."""
+    root = env.get(RDMA_ROOT_HOOK)
+    return (os.path.join(root, "sys"), os.path.join(root, "proc")) if root else ("/sys", "/proc")

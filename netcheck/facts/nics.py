@@ -25,6 +25,7 @@ import netifaces
 import psutil
 
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
+from netcheck.core.rdmarecords import GID_TYPES, Gid, RdmaPort
 
 # <linux/if.h> and <linux/if_arp.h>
 IFF_UP = 0x1
@@ -39,14 +40,15 @@ RTF_REJECT = 0x200
 DOCKER_NETWORK_BRIDGE = re.compile(r"br-[0-9a-f]{12}")
 
 
-def read_nic_table(sysfs: str = "/sys", proc: str = "/proc") -> NicTable:
+def read_nic_table(sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None = None) -> NicTable:
+    """ib_sysfs: where the HCA ports are read, when not under sysfs (local.RDMA_ROOT_HOOK)."""
     addrs = psutil.net_if_addrs()
     stats = psutil.net_if_stats()
     nics = tuple(
         build_nic(name, addrs[name], stats.get(_device(name)), sysfs)
         for name in getifaddrs_order(addrs)
     )
-    return NicTable(nics, read_ib_ports(sysfs), default_route_ifname(proc))
+    return NicTable(nics, read_ib_ports(ib_sysfs or sysfs), default_route_ifname(proc))
 
 
 def _device(name: str) -> str:
@@ -71,23 +73,23 @@ def getifaddrs_order(addrs: dict) -> list[str]:
 def build_nic(name: str, entries, stats, sysfs: str) -> Nic:
     """One Nic from psutil's address entries and stats (None if absent) plus sysfs."""
     net = Path(sysfs, "class/net", _device(name))
-    flags = _read_int(net / "flags", 16)
-    up, running = _up_running(flags, _read(net / "operstate"), stats)
+    flags = read_int(net / "flags", 16)
+    up, running = _up_running(flags, read_text(net / "operstate"), stats)
     return Nic(
         name=name,
-        index=_read_int(net / "ifindex") or 0,
+        index=read_int(net / "ifindex") or 0,
         addresses=_addresses(entries),
         up=up,
         running=running,
-        mtu=_read_int(net / "mtu") or (stats.mtu if stats else 0),
+        mtu=read_int(net / "mtu") or (stats.mtu if stats else 0),
         speed_mbps=_speed(net, stats),
         kind=link_kind(name, net, flags),
-        mac=_read(net / "address") or _link_address(entries),
+        mac=read_text(net / "address") or _link_address(entries),
     )
 
 
 def link_kind(name: str, net: Path, flags: int | None) -> str:
-    arptype = _read_int(net / "type")
+    arptype = read_int(net / "type")
     if arptype is None and flags is None:
         return "unknown"
     if arptype == ARPHRD_LOOPBACK or (flags or 0) & IFF_LOOPBACK:
@@ -147,39 +149,83 @@ def _up_running(flags: int | None, operstate: str | None, stats) -> tuple[bool, 
 def _speed(net: Path, stats) -> int | None:
     # sysfs speed fails with EINVAL on links without a speed and reads -1 (SPEED_UNKNOWN)
     # or 0 on virtual ones; psutil's ethtool ioctl reads the same value, reported as 0.
-    speed = _read_int(net / "speed")
+    speed = read_int(net / "speed")
     if speed is None and stats is not None:
         speed = stats.speed
     return speed if speed and speed > 0 else None
 
 
 def read_ib_ports(sysfs: str = "/sys") -> tuple[IbPort, ...]:
+    """Each RDMA port as nic.ib compares them (read_rdma_ports has the rest)."""
+    return tuple(IbPort(p.device, p.port, p.state, p.link_layer, p.rate, p.netdev) for p in read_rdma_ports(sysfs))
+
+
+def read_rdma_ports(sysfs: str = "/sys") -> tuple[RdmaPort, ...]:
+    """Every port of every RDMA device, in device-name order (ibv_get_device_list's, NCCL's walk)."""
     root = Path(sysfs, "class/infiniband")
-    if not root.is_dir():
-        return ()
-    return tuple(port for dev in sorted(root.iterdir()) for port in _device_ports(sysfs, dev))
+    return tuple(port for name in dir_names(root) for port in _device_ports(sysfs, root / name))
 
 
-def _device_ports(sysfs: str, dev: Path) -> list[IbPort]:
+def _device_ports(sysfs: str, dev: Path) -> list[RdmaPort]:
     ports = dev / "ports"
-    numbers = sorted(int(n) for n in _dir_names(ports) if n.isdigit())
-    netdevs = _dir_names(dev / "device/net")
-    return [
-        IbPort(
-            device=dev.name,
-            port=n,
-            state=_port_state(_read(ports / str(n) / "state")),
-            link_layer=_read(ports / str(n) / "link_layer") or "unknown",
-            rate=_read(ports / str(n) / "rate") or "unknown",
-            netdev=_port_netdev(sysfs, netdevs, n),
-        )
-        for n in numbers
-    ]
+    numbers = sorted(int(n) for n in dir_names(ports) if n.isdigit() and int(n) > 0)
+    netdevs = dir_names(dev / "device/net")
+    return [_port(sysfs, dev.name, n, ports / str(n), _port_netdev(sysfs, netdevs, n)) for n in numbers]
+
+
+def _port(sysfs: str, device: str, number: int, port: Path, netdev: str | None) -> RdmaPort:
+    layer = read_text(port / "link_layer") or "unknown"
+    rate = read_text(port / "rate")
+    slots = dir_names(port / "gids")
+    return RdmaPort(
+        device=device, port=number, state=_port_state(read_text(port / "state")),
+        phys_state=_port_state(read_text(port / "phys_state")), link_layer=layer, rate=rate or "unknown",
+        rate_gbps=_rate_gbps(rate),
+        active_mtu=roce_active_mtu(read_int(Path(sysfs, "class/net", netdev, "mtu")))
+        if layer == "Ethernet" and netdev else None,
+        netdev=netdev, gid_table_len=len(slots), gids=_gids(port, slots))
 
 
 def _port_state(text: str | None) -> str:
-    # The kernel writes "<number>: <NAME>", e.g. "4: ACTIVE".
+    # The kernel writes "<number>: <NAME>", e.g. "4: ACTIVE", "5: LinkUp".
     return text.split(":", 1)[-1].strip() if text else "unknown"
+
+
+def _rate_gbps(text: str | None) -> float | None:
+    # "400 Gb/sec (4X NDR)", "2.5 Gb/sec (1X SDR)" (sysfs.c rate_show)
+    try:
+        return float(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+# include/rdma/ib_addr.h iboe_get_mtu: a RoCE port's active MTU is the largest IB MTU that
+# fits its netdev's MTU less the headers (GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4).
+IBOE_HEADER_BYTES = 96
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+
+def roce_active_mtu(netdev_mtu: int | None) -> int | None:
+    if netdev_mtu is None:
+        return None
+    room = netdev_mtu - IBOE_HEADER_BYTES
+    return next((m for m in IB_MTUS if room >= m), None)
+
+
+def _gids(port: Path, slots: list[str]) -> tuple[Gid, ...]:
+    """The configured entries: an all-zero GID is an empty slot (and so is fe80:: alone,
+    the default GID of a RoCE port with no address, which NCCL's configuredGid refuses too)."""
+    found = []
+    for slot in sorted((s for s in slots if s.isdigit()), key=int):
+        gid = read_text(port / "gids" / slot)
+        if gid and gid.strip("0:"):
+            found.append(Gid(int(slot), gid, _gid_type(read_text(port / "gid_attrs/types" / slot)),
+                             read_text(port / "gid_attrs/ndevs" / slot)))
+    return tuple(found)
+
+
+def _gid_type(text: str | None) -> str:
+    return text if text in GID_TYPES else ""
 
 
 def _port_netdev(sysfs: str, netdevs: list[str], port: int) -> str | None:
@@ -187,7 +233,7 @@ def _port_netdev(sysfs: str, netdevs: list[str], port: int) -> str | None:
     dev_port is port-1 (IPoIB and mlx4_en number a multi-port HCA's netdevs that way)."""
     if len(netdevs) == 1:
         return netdevs[0]
-    hits = [n for n in netdevs if _read_int(Path(sysfs, "class/net", n, "dev_port")) == port - 1]
+    hits = [n for n in netdevs if read_int(Path(sysfs, "class/net", n, "dev_port")) == port - 1]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -223,15 +269,15 @@ def _usable(flags_hex: str) -> bool:
     return bool(flags & RTF_UP) and not flags & RTF_REJECT
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
     except (OSError, UnicodeDecodeError):  # absent, or EINVAL (speed of a down link)
         return None
 
 
-def _read_int(path: Path, base: int = 10) -> int | None:
-    text = _read(path)
+def read_int(path: Path, base: int = 10) -> int | None:
+    text = read_text(path)
     try:
         return int(text, base) if text is not None else None
     except ValueError:
@@ -239,9 +285,9 @@ def _read_int(path: Path, base: int = 10) -> int | None:
 
 
 def _rows(path: Path) -> list[list[str]]:
-    text = _read(path)
+    text = read_text(path)
     return [line.split() for line in text.splitlines()] if text else []
 
 
-def _dir_names(path: Path) -> list[str]:
+def dir_names(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir()) if path.is_dir() else []

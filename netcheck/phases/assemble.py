@@ -9,7 +9,7 @@ from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
 from netcheck.phases.state import Run
-from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
+from netcheck.rules import nic as nic_rules, rdma as rdma_rules, rdzv as rdzv_rules
 
 
 def build_report(run: Run) -> Report:
@@ -53,7 +53,7 @@ def local_only(env) -> Report:
     me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
     findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
-                     + nic_rules.ib_findings(me))
+                     + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me))
     return report_of(LOCAL, LOCAL, launch.node_rank, findings, {}, nodes=entries(me))
 
 

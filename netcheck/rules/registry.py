@@ -58,6 +58,12 @@ RUN_STOPPED = "run.stopped"
 RUN_CLUSTER = "run.cluster"
 RUN_TORCH = "run.torch"
 RUN_INTERNAL = "run.internal"
+RDMA_PORT = "rdma.port"
+RDMA_GID = "rdma.gid"
+RDMA_MTU = "rdma.mtu"
+RDMA_GPUDIRECT = "rdma.gpudirect"
+RDMA_PCIE = "rdma.pcie"
+RDMA_LIBNCCL = "rdma.libnccl"
 
 # rdzv.join's exact findings.
 JOIN_MISSING = "missing"
@@ -142,6 +148,17 @@ SKIPPED_NO_PEER = "no_peer"
 
 # run.torch's exact findings.
 TORCH_SLOW = "slow_import"
+
+# rdma.*'s exact findings.
+PORT_LINK_LAYER = "link_layer"
+PORT_SLOWER = "slower_port"
+GID_BAD = "unreachable_gid"
+GID_FAMILY = "gid_family"
+GID_DIFFERS = "gid_index_differs"
+PCIE_ACS = "acs"
+PCIE_FAR = "far_nic"
+LIB_NOT_TORCHS = "not_torchs"
+LIB_VERSIONS = "versions_differ"
 
 
 @dataclass(frozen=True)
@@ -422,6 +439,44 @@ CHECKS: tuple[Check, ...] = (
     Check(RUN_INTERNAL, "run", (FAIL,),
           "netcheck failed to run a phase (exit 3): a netcheck bug",
           ("run.internal_finding",), "the exception", ("test_rules_rdzv.py",)),
+)
+
+CHECKS += (
+    Check(RDMA_PORT, "env", ALL,
+          "the RDMA ports NCCL would use (under NCCL_IB_HCA): link layers that differ between nodes, a port slower "
+          "than the same port on its peers; on nodes without RDMA, says so",
+          ("rdma.port_findings",), "RdmaFacts.ports, NodeFacts.socket_env (rules.ibselect: NCCL's rules)",
+          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          {PORT_LINK_LAYER: Kind(ONLY_FAIL, "nodes' ports differ in link layer (InfiniBand, RoCE, none)"),
+           PORT_SLOWER: Kind(ONLY_WARN, "a port negotiated a lower rate than on its peers: a degraded rail")}),
+    Check(RDMA_GID, "env", ALL,
+          "the RoCE GID NCCL would pick (NCCL_IB_GID_INDEX, NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY)",
+          ("rdma.gid_findings",), "RdmaFacts.ports (GID tables), NodeFacts.socket_env, the libnccl's version",
+          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          {GID_BAD: Kind(ONLY_FAIL, "the GID is RoCE v1, link-local or empty: peers cannot reach it"),
+           GID_FAMILY: Kind(ONLY_FAIL, "nodes would use GIDs of different address families"),
+           GID_DIFFERS: Kind(ONLY_WARN, "nodes would pick different GID indexes (each a RoCE v2 GID)")}),
+    Check(RDMA_MTU, "env", (PASS, WARN),
+          "RoCE active MTUs (from each netdev's MTU) that differ between nodes",
+          ("rdma.mtu_findings",), "RdmaFacts.ports (active_mtu)", ("test_rdma_rules.py", "test_rdma_cluster.py")),
+    Check(RDMA_GPUDIRECT, "env", (PASS, WARN),
+          "GPUDirect RDMA unavailable on a node with GPUs and RDMA ports: no nvidia-peermem, no dma-buf",
+          ("rdma.gpudirect_findings",), "RdmaFacts (peermem, driver, kernel)",
+          ("test_rdma_rules.py", "test_rdma_cluster.py")),
+    Check(RDMA_PCIE, "env", (PASS, WARN),
+          "GPU-NIC placement: ACS redirect on the bridges between a GPU and its nearest NIC, or a nearest NIC "
+          "behind the root complex or on another NUMA node",
+          ("rdma.pcie_findings",), "RdmaFacts.gpus, RdmaFacts.hcas (PCIe paths, ACS, NUMA)",
+          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          {PCIE_ACS: Kind(ONLY_WARN, "ACS redirect on between a GPU and its NIC"),
+           PCIE_FAR: Kind(ONLY_WARN, "a GPU's nearest NIC shares no PCIe switch with it, or sits on another NUMA "
+                                     "node")}),
+    Check(RDMA_LIBNCCL, "env", ALL,
+          "the libnccl a job would load: another than torch's own (LD_PRELOAD, LD_LIBRARY_PATH), or another "
+          "version than on the peers",
+          ("rdma.libnccl_findings",), "RdmaFacts.libnccl", ("test_rdma_rules.py",),
+          {LIB_NOT_TORCHS: Kind(ONLY_WARN, "LD_PRELOAD or LD_LIBRARY_PATH gives torch another libnccl"),
+           LIB_VERSIONS: Kind(ONLY_FAIL, "nodes would load different NCCL versions")}),
 )
 
 BY_ID = {c.id: c for c in CHECKS}
