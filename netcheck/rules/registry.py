@@ -345,8 +345,9 @@ CHECKS: tuple[Check, ...] = (
           "a rank much slower than the median at the largest size",
           ("bw.straggler_findings",), "BandwidthResult (rank times)", ("test_rules_bw.py",)),
     Check(HOST_BUSY, "bandwidth", (WARN,),
-          "a process outside netcheck used a node's CPUs while its bandwidth workers ran (a leftover job, a "
-          "busy loop): named with its pid, user, command and share of a CPU; the figures are affected",
+          "a process outside netcheck used a node's CPUs, or held its GPUs, while its bandwidth workers ran (a "
+          "leftover job, a busy loop): named with its pid, user, command, share of a CPU and GPUs held; the figures "
+          "are affected",
           ("bw.busy_findings",), "BandwidthResult.busy (each node's processes in its network namespace)",
           ("test_rules_bw.py", "test_bandwidth_cluster.py")),
     Check(BASELINE_DRIFT, "run", (PASS, WARN),
