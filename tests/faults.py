@@ -316,6 +316,24 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     return f"a hello signed under nonce {earlier.nonce}"
 
 
+LIVE_FLOOD_BYTES = (8 << 20) - (64 << 10)   # one append just under the store's 8 MiB request limit
+
+
+def hostile_flood_pings(store, key: _Keys) -> str:
+    """Appends of 8 MiB to the shared pings list without pause, on a thread and a connection
+    of their own, until the agent is killed: the host used to clear the list unread whenever
+    it grew past 1 MiB, and with it the nodes' own pings, every time."""
+    flooder = _store(f"{store.host}:{store.port}")
+    junk = "9/9," * (LIVE_FLOOD_BYTES // 4)
+
+    def flood():
+        while True:
+            flooder.append(key(keys.PINGS, shared=True), junk)
+
+    threading.Thread(target=flood, daemon=True).start()
+    return f"appending {LIVE_FLOOD_BYTES >> 20} MiB at a time to the pings list"
+
+
 def hostile_garbage(endpoint: str) -> str:
     """Bytes that are no TCPStore request, on three connections."""
     host, port = endpoint.rsplit(":", 1)
@@ -345,7 +363,8 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
            "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
            "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
            "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
-           "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello}
+           "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
+           "flood-pings": hostile_flood_pings}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

@@ -174,3 +174,32 @@ def test_one_write_to_the_runs_keys_is_named_and_the_honest_joiner_is_seated(clu
     interference = [f for f in findings if f["kind"] == "interference"]
     assert all(f["check"] == "rdzv.join" and f["severity"] == "warn" and f["nodes"] == [] for f in interference)
     assert keys <= {f["evidence"][0].split(" ")[0] for f in interference}, interference
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"], ids=["open", "token"])
+def test_a_live_flood_of_the_pings_list_keeps_no_node_out(cluster, tmp_path, token):
+    """A client appends 8 MiB to the shared pings list without pause from before the joiner
+    comes to the end (issue 39, case 3): the host reads the flooded list through for the
+    nodes' pings before it clears it, so the joiner is answered and seated; the flood is
+    named, the host stays within its memory bound."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    env = {"NETCHECK_TOKEN": token} if token else None
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
+        memory = PeakMemory(runs[0].proc.pid)
+        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "flood-pings", env=env)
+        agent.wait_for("^did flood-pings ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
+        finish_each(runs.values(), timeout + 10)
+    record(f"a live flood of the pings list{' (--token)' if token else ''}", "rendezvous", timeout,
+           runs.values(), {0: "host", 1: "joiner, started during the flood"}, focus="interfered")
+
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    joiner = assert_survivor(runs[1], timeout, codes=(0, 1))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    findings = host["findings"] + joiner["findings"]
+    assert not [f for f in findings if f["severity"] == "fail"], findings
+    flooded = [f for f in host["findings"] if f["kind"] == "interference"]
+    assert [f["evidence"][0].split(" ")[0] for f in flooded] == ["netcheck/pings"], flooded
+    assert flooded[0]["nodes"] == []
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"

@@ -35,8 +35,8 @@ from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_c
 from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, first_line
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    CLOCK_PINGS, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, MAX_VISITOR_BYTES,
-    MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, STORE_POLL_INTERVAL,
+    CLOCK_PINGS, CLOCK_WAIT, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS,
+    MAX_VISITOR_BYTES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId
@@ -161,18 +161,26 @@ def ping(ex: Exchange, ticket: str, k: int) -> None:
     ex.enlist(ex.key(PINGS, shared=True), f"{ticket}/{k}")
 
 
-def measure_clock(ex: Exchange, ticket: str, deadline: Deadline) -> ClockSample:
-    """Offset to the host's clock from store round trips; the tightest of a few wins. The
+def measure_clock(ex: Exchange, ticket: str, deadline: Deadline) -> ClockSample | None:
+    """Offset to the host's clock from store round trips; the tightest of a few wins, None
+    where none came back within CLOCK_WAIT: the pings list is anyone's to flood (the host
+    clears it unread), and a node goes on without its clock rather than be kept out. The
     first answer also tells the run's nonce: a hello of another run (replayed under the
     host's key) is named, and this node signs for the run the host serves."""
     best = None
+    budget = deadline.within(CLOCK_WAIT)
     for k in range(CLOCK_PINGS):
-        sent, host_time = _pong(ex, ticket, k, deadline)
+        try:
+            sent, host_time = _pong(ex, ticket, k, budget)
+        except TimeoutError:
+            if deadline.expired():
+                raise
+            break
         back = time.time()
         sample = ClockSample(round(host_time - (sent + back) / 2, 6), round((back - sent) / 2, 6))
         best = sample if best is None or sample.error < best.error else best
     # Reported as the peer's clock minus the host's.
-    return ClockSample(-best.offset, best.error)
+    return ClockSample(-best.offset, best.error) if best else None
 
 
 def _pong(ex: Exchange, ticket: str, k: int, deadline: Deadline) -> tuple[float, float]:
@@ -441,15 +449,15 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Answer the clock pings listed since the last scan (one request to learn them all),
     from where the last scan stopped: the list is anyone's to append to. A list grown past
-    any cluster's pings is cleared unread and named; the honest pings in it are asked again
-    (measure_clock)."""
+    any cluster's pings is cleared unread and named; the honest pings in it are asked again,
+    and a node never answered goes on without its clock sample (measure_clock)."""
     key = ex.key(PINGS, shared=True)
     asked = ex.listed(key, MAX_PINGS_BYTES)
     if asked is None:
         ex.drop(key)
         state.pings_answered = 0
         ex.interfered[key] = (f"grew past {MAX_PINGS_BYTES} bytes: appended to by a client that is not a netcheck "
-                              "node (cleared unread; the nodes' pings in it were asked again)")
+                              "node (cleared unread: a node whose pings it held goes on without a clock sample)")
         return
     for entry in asked[state.pings_answered:]:
         if scan.expired():
