@@ -325,6 +325,21 @@ def test_a_busy_process_is_named_per_node_and_marks_the_figure_it_was_measured_b
     assert not by_check(findings_of(result(pairs=healthy_pairs())), registry.HOST_BUSY), "none seen: none said"
 
 
+def test_nodes_on_one_machine_that_see_the_same_processes_say_them_once_and_a_gpu_holder_names_its_gpus():
+    """Three netcheck nodes on one host (the demo on loopback) each see that host's processes."""
+    seen = (BusyProcess(0, 4242, "alice", "python train.py", 0.0, (3,)), BusyProcess(0, 4343, "bob", "make", 0.9))
+    busy = tuple(replace(p, node=n) for n in range(3) for p in seen)
+    found = bandwidth_findings(result(pairs=healthy_pairs(), busy=busy, hostnames={str(n): "vm" for n in range(3)}),
+                               {}, None)
+    (one,) = by_check(found, registry.HOST_BUSY)
+    assert one.nodes == (0, 1, 2)
+    assert one.evidence == ("pid 4242 (alice) `python train.py` at 0% of a CPU, holding GPU 3",
+                            "pid 4343 (bob) `make` at 90% of a CPU")
+    assert one.summary.endswith(" held its GPUs while bandwidth was measured: its figures are affected")
+    (busbw,) = by_check(found, registry.BW_BUSBW)
+    assert busbw.summary.endswith("measured while vm ran other work (host.busy)")
+
+
 def test_a_noisy_plateau_with_no_busy_process_says_none_was_seen():
     noisy = tuple(replace(r, spread=0.5) for r in rows(3, 1.0))
     (busbw,) = by_check(findings_of(result(sweeps=(Sweep("all", "all_reduce", 3, 1, noisy),))), registry.BW_BUSBW)

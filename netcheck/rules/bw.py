@@ -213,7 +213,7 @@ def _trust(h: Headline, result: BandwidthResult, names: _Names) -> str:
     if not busy:
         return ("; no busy process was seen on the nodes (host.busy): look for load netcheck cannot see, other "
                 "containers or VMs on the machines, traffic on a shared link") if h.noisy else ""
-    return f"; measured while {', '.join(names.node(n) for n in busy)} ran other work (host.busy)"
+    return f"; measured while {', '.join(dict.fromkeys(names.node(n) for n in busy))} ran other work (host.busy)"
 
 
 def _cut_short(result: BandwidthResult, h: Headline) -> tuple[str, ...]:
@@ -370,13 +370,17 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     by_node: dict[int, list[BusyProcess]] = {}
     for p in result.busy:
         by_node.setdefault(p.node, []).append(p)
-    return [Finding(HOST_BUSY, WARN, (node,), f"{names.node(node)}: {_busy_text(procs[0])}"
-                    + (f" and {len(procs) - 1} more process(es)" if len(procs) > 1 else "")
-                    + f" {_what_they_used(procs)} while bandwidth was measured: its figures are affected",
-                    tuple(_busy_text(p) for p in procs),
+    # Nodes on one machine (several netcheck nodes on a host) see the same processes: said once.
+    by_host: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for node, procs in sorted(by_node.items()):
+        by_host.setdefault((names.node(node), tuple(_busy_text(p) for p in procs)), []).append(node)
+    return [Finding(HOST_BUSY, WARN, tuple(nodes), f"{host}: {lines[0]}"
+                    + (f" and {len(lines) - 1} more process(es)" if len(lines) > 1 else "")
+                    + f" {_what_they_used(by_node[nodes[0]])} while bandwidth was measured: its figures are affected",
+                    lines,
                     "stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the node: "
                     "every collective waits for that node's slowest rank", )
-            for node, procs in sorted(by_node.items())]
+            for (host, lines), nodes in by_host.items()]
 
 
 def _busy_text(p: BusyProcess) -> str:
