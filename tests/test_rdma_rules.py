@@ -178,3 +178,22 @@ def test_a_gid_table_entry_of_the_fixture_is_what_sysfs_writes(tmp_path):
     port = node(tmp_path, 0, "roce").facts.rdma.ports[0]
     assert port.gids[3] == Gid(3, "0000:0000:0000:0000:0000:ffff:c612:0001", "RoCE v2", "ens0np0")
     assert (port.active_mtu, port.gid_table_len) == (4096, 255)
+
+
+def test_busbw_on_nccl_is_judged_against_the_rdma_ports_of_the_slowest_node():
+    from dataclasses import replace
+
+    from netcheck.rules.bw import bandwidth_findings
+    from test_rules_bw import NAMES, result
+
+    line, fabric = {0: 100.0, 1: 100.0, 2: 100.0}, {0: 3200.0, 1: 3200.0, 2: 1600.0}   # 1600 Gb/s = 200 GB/s
+
+    def busbw(backend: str, rates):
+        res = replace(result(busbw=40.0, backend=backend), hostnames={str(n): h for n, h in NAMES.items()})
+        return next(f for f in bandwidth_findings(res, line, None, (), rates) if f.check == "bw.busbw")
+
+    judged = busbw("nccl", fabric)
+    assert judged.severity == "warn" and "20% of" in judged.summary and "1600 Gb/s" in judged.summary, judged
+    assert busbw("nccl", None).severity == "pass"                   # the sockets' 100 Gb/s: 320%
+    assert busbw("gloo", fabric).severity == "pass"                 # gloo never moves data over RDMA
+    assert busbw("nccl", {0: 3200.0, 1: None, 2: 1600.0}).severity == "pass"   # a node without: the NICs'

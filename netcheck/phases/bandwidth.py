@@ -11,7 +11,7 @@ from netcheck.core.constants import BW_STARTUP_SECONDS
 from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.phases.agree import agreed
 from netcheck.phases.state import Run
-from netcheck.rules import bw as bw_rules, nic as nic_rules, run as run_rules
+from netcheck.rules import bw as bw_rules, nic as nic_rules, rdma as rdma_rules, run as run_rules
 
 
 def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
@@ -56,7 +56,8 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     seat_names, rates = seat.roster.hostnames(), _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
     findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
-                                         run.config.sweep.expect_busbw, run.flagged.paths)
+                                         run.config.sweep.expect_busbw, run.flagged.paths,
+                                         {n: _fabric(run, s[0]) for n, s in seats_of.items()})
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
     if run.role == HOST:  # a node whose account never came is gone, as in any other phase
@@ -73,6 +74,11 @@ def _time_for_sweep(run: Run) -> bool:
         "bandwidth", f"{left:.0f} s of --timeout left, the sweep needs about {needed:.0f} s",
         "raise --timeout (or lower --bw-budget)"))
     return False
+
+
+def _fabric(run: Run, rank: int) -> float | None:
+    """Gb/s of the RDMA ports NCCL would use on the seat's node (None: none)."""
+    return next((rdma_rules.fabric_gbps(m) for m in run.members if m.rank == rank), None)
 
 
 def _line_rates(run: Run) -> dict[int, float | None]:

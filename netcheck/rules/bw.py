@@ -51,18 +51,28 @@ FIXES = {
 
 
 def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
-                       expect_busbw: float | None, flagged: tuple[str, ...] = ()) -> list[Finding]:
+                       expect_busbw: float | None, flagged: tuple[str, ...] = (),
+                       fabric_gbps: dict[int, float | None] | None = None) -> list[Finding]:
     """Every bandwidth check, cluster-wide.
 
     Nodes are named by result.node_name. line_rate_gbps: node rank -> the link speed, in
     Gbit/s, of the interface its inter-node traffic uses (None: unknown, as on virtual
     links). expect_busbw: --expect-busbw, in GB/s (nccl-tests' unit), or None. flagged:
-    the paths mesh.connect failed, one line each (nic.path_text).
+    the paths mesh.connect failed, one line each (nic.path_text). fabric_gbps: node rank ->
+    the summed rate of the RDMA ports NCCL would use there (rdma.fabric_gbps), the ceiling on nccl.
     """
     names = _Names(result)
     return (stage_findings(result, names, flagged) + wrong_findings(result, names)
-            + busbw_findings(result, names, line_rate_gbps, expect_busbw)
+            + busbw_findings(result, names, _ceiling(result, line_rate_gbps, fabric_gbps), expect_busbw)
             + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))
+
+
+def _ceiling(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
+             fabric_gbps: dict[int, float | None] | None) -> dict[int, float | None]:
+    """On nccl with RDMA ports on every node, their rate (NCCL moves the data there), else the NIC's."""
+    fabric = fabric_gbps or {}
+    rdma = result.backend == "nccl" and fabric and all(fabric.get(n) for n in line_rate_gbps)
+    return fabric if rdma else line_rate_gbps
 
 
 class _Names:
