@@ -38,6 +38,7 @@ def test_hgx_nodes_with_a_degraded_rail_acs_and_no_peermem(cluster, tmp_path):
     assert kinds(host, "rdma.libnccl") == []            # no libnccl on a CPU torch: nothing to say
     assert host.report["recommend"]["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
     assert "NCCL_IB_GID_INDEX" not in host.report["recommend"]
+    assert "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)) in host.stdout.splitlines()
 
 
 def test_roce_nodes_with_no_ipv4_gid_and_a_smaller_mtu(cluster, tmp_path):

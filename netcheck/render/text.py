@@ -132,9 +132,17 @@ def _env_table(report: Report) -> str:
 def _exports(report: Report) -> list[str]:
     if not report.recommend and not report.recommend_per_node:
         return ["", f"# no settings to paste: {report.recommend_note}"] if report.recommend_note else []
-    lines = ["", "# proven between every pair of nodes; paste into the job's environment"]
-    if report.recommend.get("NCCL_SOCKET_IFNAME", "").startswith("="):
-        lines.append("# (NCCL_SOCKET_IFNAME's leading '=' is NCCL's syntax for exact names, not prefixes)")
+    names = {k for values in (report.recommend, *report.recommend_per_node.values()) for k in values}
+    lines = [""]
+    if any(k.endswith("_SOCKET_IFNAME") for k in names):
+        lines.append("# proven between every pair of nodes; paste into the job's environment")
+    if any(k.startswith("NCCL_IB_") for k in names):
+        lines.append("# NCCL_IB_*: read from every node's RDMA ports with NCCL's own rules, not proven by RDMA traffic")
+        if report.recommend_note:
+            lines.append(f"# no interface settings: {report.recommend_note}")
+    exact = [k for k in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA") if report.recommend.get(k, "").startswith("=")]
+    if exact:
+        lines.append(f"# ({' and '.join(exact)}: a leading '=' is NCCL's syntax for exact names, not prefixes)")
     if report.recommend:
         lines += ["# on every node:"] + _export_lines(report.recommend)
     for hostname, values in report.recommend_per_node.items():

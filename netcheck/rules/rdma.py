@@ -348,7 +348,7 @@ def ib_recommendation(members: tuple[Member, ...], rec: Recommendation | None) -
             cluster["NCCL_IB_GID_INDEX"] = str(index)
         for host, value in by_host.items():
             per_node_values.setdefault(host, {})["NCCL_IB_GID_INDEX"] = str(value)
-    return Recommendation(cluster, per_node_values, rec.reason if not cluster and not per_node_values else "")
+    return Recommendation(cluster, per_node_values, rec.reason)
 
 
 def ib_hca_value(members: tuple[Member, ...]) -> str | None:
