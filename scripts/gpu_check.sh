@@ -14,7 +14,10 @@
 # --model-params 7e9, each writing its JSON report. results.txt says, per run and stage: the
 # backend, the headline plateau busbw and its size range, the small-message latency, and
 # the time one 7e9-parameter bf16 gradient all_reduce takes per step at that plateau. The
-# JSON and text reports and the logs stay beside it.
+# JSON and text reports and the logs stay beside it. Before the runs, results.txt lists what
+# NCCL's network transport will meet here, read from sysfs (facts.rdma; not proven by RDMA
+# traffic): each RDMA port, the GID NCCL would pick on a RoCE port, each GPU's nearest HCA
+# with ACS and NUMA, GPUDirect RDMA's needs and the libnccl torch would load.
 #
 # Without CUDA (no NVIDIA driver; torch without CUDA or NCCL; no visible GPU) it says which
 # in one line on stderr and exits 3 at once, measuring nothing. Exit codes: 0 both runs
@@ -47,6 +50,40 @@ python_for_netcheck() {
     command -v python3
   fi
 }
+
+# What NCCL's network transport will meet on this node, a line per fact (facts.rdma).
+RDMA=$(cat <<'PY'
+import os
+from netcheck.facts.rdma import read_rdma
+from netcheck.rules.ibselect import gid_choice, nccl_version
+from netcheck.rules.rdma import dmabuf_capable, nearest_hca
+f = read_rdma()
+version = nccl_version(f.libnccl.version)
+if not f.ports:
+    print("rdma: no RDMA device on this node: NCCL will use its socket transport")
+for p in f.ports:
+    gid = ""
+    if p.link_layer == "Ethernet":
+        g = gid_choice(p, os.environ, version)
+        gid = f"; NCCL's GID: index {g.index} {g.gid or '(empty)'} ({g.type or 'no type'}, {g.family}{', ' + g.problem if g.problem else ''})"
+    print(f"rdma: {p.device} port {p.port}: {p.state} {p.phys_state} {p.link_layer} {p.rate}, active MTU "
+          f"{p.active_mtu or 'not in sysfs'}, netdev {p.netdev or '?'}, {len(p.gids)} GID(s){gid}")
+for g in f.gpus:
+    if f.hcas:
+        hca, shared = nearest_hca(g, list(f.hcas))
+        acs = sorted({b.acs for b in g.bridges[shared:] + hca.bridges[shared:]}) if shared else ["(no shared switch)"]
+        near = f"nearest HCA {hca.name} (NUMA {hca.numa_node}, {shared} bridge(s) shared, ACS {'/'.join(acs)})"
+    else:
+        near = "no HCA"
+    print(f"gpu: {g.address} NUMA {g.numa_node}, IOMMU {g.iommu}, {near}")
+print(f"gpudirect: nvidia-peermem {'loaded' if f.peermem else 'not loaded'}; dma-buf "
+      f"{'possible' if dmabuf_capable(f) else 'not possible'}; kernel {f.kernel}; driver {f.driver or 'none'}")
+lib = f.libnccl
+print(f"libnccl: {lib.path or 'none'} ({lib.version or 'version unknown'}, from {lib.source}); torch's own: "
+      f"{lib.torch_path or 'none'}; read in {f.seconds * 1000:.1f} ms")
+PY
+)
+readonly RDMA
 
 # The GPUs this process may use, by torch's count (it honours CUDA_VISIBLE_DEVICES): the
 # count, then a line describing them. It fails with the reason as its last line.
@@ -170,6 +207,7 @@ main() {
   {
     echo "gpu_check $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname): $info"
     "$py" -m netcheck --version 2>&1 | head -n 1
+    "$py" -c "$RDMA" 2>&1 || echo "rdma: facts not read"
   } >"$results"
 
   # 1. One node x N GPUs under torchrun; rank 0 writes the report (no {rank} in the path).
