@@ -260,19 +260,16 @@ def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
 
 
 def _pcie(acs, far, checked, names) -> list[Finding]:
-    findings = []
-    if acs:
-        findings.append(Finding(RDMA_PCIE, WARN, tuple(sorted({r for r, _ in acs})),
-                                f"PCIe ACS redirects GPU-NIC traffic through the root complex on "
-                                f"{node_names([r for r, _ in acs], names)} (slow, or hangs)", per_node(acs, names),
-                                "disable ACS on those bridges (the BIOS, or setpci ECAP_ACS+0x6.w=0000 at boot) on "
-                                "bare metal; in a VM keep it and use ATS", PCIE_ACS))
-    if far:
-        findings.append(Finding(RDMA_PCIE, WARN, tuple(sorted({r for r, _ in far})),
-                                f"a GPU's nearest RDMA NIC is behind the root complex or on another NUMA node on "
-                                f"{node_names([r for r, _ in far], names)}", per_node(far, names),
-                                "put a NIC under each GPU's PCIe switch (the system's reference layout), or accept "
-                                "the lower GPUDirect rate; NCCL_NET_GDR_LEVEL decides whether NCCL uses it", PCIE_FAR))
+    warnings = (
+        (PCIE_ACS, acs, "PCIe ACS redirects GPU-NIC traffic through the root complex (slow, or hangs)",
+         "disable ACS on those bridges (the BIOS, or setpci ECAP_ACS+0x6.w=0000 at boot) on bare metal; in a VM "
+         "keep it and use ATS"),
+        (PCIE_FAR, far, "a GPU's nearest RDMA NIC is behind the root complex or on another NUMA node",
+         "put a NIC under each GPU's PCIe switch (the system's reference layout), or accept the lower GPUDirect "
+         "rate; NCCL_NET_GDR_LEVEL decides whether NCCL uses it"))
+    findings = [Finding(RDMA_PCIE, WARN, tuple(sorted({r for r, _ in lines})),
+                        f"{what} on {node_names([r for r, _ in lines], names)}", per_node(lines, names), fix, kind)
+                for kind, lines, what, fix in warnings if lines]
     if not findings and checked:
         findings.append(Finding(RDMA_PCIE, PASS, tuple(sorted(set(checked))), "every GPU shares a PCIe switch with "
                                 f"an RDMA NIC on its NUMA node, ACS redirect off, on {every_node(checked, names)}"))
