@@ -24,7 +24,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
-from netcheck.facts.probe import Listener, call_with_timeout, reach
+from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_nameservers
 
 
 
@@ -113,10 +113,14 @@ def _not_listening(host: str, port: int, deadline: Deadline) -> str | None:
 def _client_try(dist, host: str, port: int, deadline: Deadline):
     """(store, None) or (None, the error): one TCPStore constructor, given a short timeout
     (torch retries a refused connect within it), abandoned in its thread past twice that: a
-    peer that accepts and never answers holds it forever."""
+    peer that accepts and never answers holds it forever. Plus a lookup's wait for each
+    nameserver that does not answer: torch's client looks up the name of the address it
+    connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never answers)."""
     seconds = min(CONNECT_TRY, deadline.remaining() / 3)
     timeout = compat.connect_timeout(_timedelta(seconds))
-    bound = min(2 * timeout.total_seconds() + 1.0, max(0.1, deadline.remaining()))
+    silent = silent_nameservers()
+    waits = sum(s.lookup_wait for s in silent)
+    bound = min(2 * timeout.total_seconds() + 1.0 + waits, max(0.1, deadline.remaining()))
 
     def construct():
         before = _socket_fds()
@@ -129,7 +133,11 @@ def _client_try(dist, host: str, port: int, deadline: Deadline):
         return store
 
     store, error = call_with_timeout(construct, bound)
-    if isinstance(error, TimeoutError):
+    if isinstance(error, TimeoutError) and silent:
+        error = TimeoutError(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the address it "
+                             f"connects to, and this node's nameserver {', '.join(s.address for s in silent)} "
+                             f"({silent[0].source}) does not answer")
+    elif isinstance(error, TimeoutError):
         error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s "
                              "(a hung or stopped process holds the port?)")
     elif error is not None and not isinstance(error, (RuntimeError, OSError)):

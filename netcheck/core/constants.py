@@ -54,6 +54,7 @@ MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by
 CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
 CLOCK_PINGS = 3
 PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
+NAMESERVER_TIMEOUT = 1.0     # a nameserver that does not answer a query this long is named (rdzv.resolve)
 CLOCK_WAIT = 5.0             # a joiner's clock pings, all of them: past it, it goes on without a sample
 MAX_PINGS_BYTES = 1 << 20    # the pings list of MAX_NODES nodes, each pinging CLOCK_PINGS times, twice over
 

@@ -89,6 +89,17 @@ class Reach:
 
 
 @dataclass(frozen=True)
+class SilentNameserver:
+    """A nameserver this node's resolver asks that did not answer netcheck's query: every name
+    lookup /etc/hosts cannot answer waits for it (torch's store client makes one per connect)."""
+
+    address: IpAddress
+    source: Text             # the file that names it
+    waited: Seconds          # how long netcheck's query waited
+    lookup_wait: Seconds     # what one lookup waits for it: the resolver's timeout x attempts
+
+
+@dataclass(frozen=True)
 class Holder:
     """A process holding a port (psutil's view)."""
 

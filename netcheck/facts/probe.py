@@ -27,6 +27,9 @@ plain sockets, before torch is loaded.
 from __future__ import annotations
 
 import errno
+import functools
+import os
+import re
 import queue
 import resource
 import selectors
@@ -35,9 +38,9 @@ import struct
 import threading
 import time
 
-from netcheck.core.constants import MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import Holder, Probe, Reach
+from netcheck.core.model import Holder, Probe, Reach, SilentNameserver
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -365,18 +368,94 @@ def _drop(sel, pending, conn: socket.socket) -> None:
     conn.close()
 
 
-def listen(port: int) -> Listener:
-    """Listen on PORT on every address (dual-stack where IPv6 exists), as TCPStore would, and
-    answer the reach probe's handshake until the store takes the socket over.
+RESOLV_CONF = "/etc/resolv.conf"
+NSSWITCH_CONF = "/etc/nsswitch.conf"
+# A DNS query any nameserver answers (even with an error): id, recursion desired, one
+# question: the root's NS records.
+_DNS_QUERY = struct.pack(">HHHHHH", 0x6e63, 0x0100, 1, 0, 0, 0) + b"\x00" + struct.pack(">HH", 2, 1)
+
+
+@functools.lru_cache(maxsize=1)
+def silent_nameservers() -> tuple[SilentNameserver, ...]:
+    """The nameservers of /etc/resolv.conf that do not answer a query in NAMESERVER_TIMEOUT
+    (asked at once, each on a thread), where the hosts database asks DNS at all. Asked once
+    per process: the store client's bound (cluster.store) reads the answer again."""
+    if not _hosts_ask_dns():
+        return ()
+    servers, per_query, attempts = _resolver_settings()
+    answered: dict[str, float | None] = {}
+    threads = [threading.Thread(target=_ask_nameserver, args=(s, answered), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(NAMESERVER_TIMEOUT + 0.5)
+    return tuple(SilentNameserver(s, RESOLV_CONF, NAMESERVER_TIMEOUT, per_query * attempts)
+                 for s in servers if answered.get(s) is None)
+
+
+def _ask_nameserver(server: str, answered: dict[str, float | None]) -> None:
+    """answered[server]: seconds to its answer (a refusal is one: the resolver moves on at
+    once), or None where it did not answer in NAMESERVER_TIMEOUT."""
+    start = time.monotonic()
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(NAMESERVER_TIMEOUT)
+        try:
+            sock.connect((server, 53))
+            sock.send(_DNS_QUERY)
+            sock.recv(512)
+        except ConnectionRefusedError:
+            pass
+        except OSError:   # no answer in time, or no machine answered at that address
+            answered[server] = None
+            return
+    answered[server] = time.monotonic() - start
+
+
+def _hosts_ask_dns() -> bool:
+    """Whether name lookups go to DNS: nsswitch.conf's hosts line names it (glibc asks DNS
+    where there is no such line or file)."""
+    try:
+        text = open(NSSWITCH_CONF).read()
+    except OSError:
+        return True
+    line = re.search(r"^\s*hosts\s*:(.*)$", text, re.MULTILINE)
+    return line is None or "dns" in line[1].split()
+
+
+def _resolver_settings() -> tuple[list[str], float, int]:
+    """(nameservers, seconds a query, attempts) as glibc reads resolv.conf and RES_OPTIONS
+    (its defaults: 5 s, 2 attempts; 127.0.0.1 where no nameserver is named)."""
+    try:
+        text = open(RESOLV_CONF).read()
+    except OSError:
+        text = ""
+    servers = re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)[:3] or ["127.0.0.1"]
+    options = " ".join(re.findall(r"^\s*options\s+(.*)$", text, re.MULTILINE) + [os.environ.get("RES_OPTIONS", "")])
+    per_query = re.findall(r"\btimeout:(\d+)", options)
+    attempts = re.findall(r"\battempts:(\d+)", options)
+    return servers, float(per_query[-1]) if per_query else 5.0, int(attempts[-1]) if attempts else 2
+
+
+def listen(port: int, ipv4_only: bool = False) -> Listener:
+    """Listen on PORT on every address (dual-stack where IPv6 exists, unless the endpoint is
+    IPv4 only), as TCPStore would, and answer the reach probe's handshake until the store
+    takes the socket over.
 
     Done before torch is imported, so joiners that arrive early are queued, not refused.
+    IPv4 only where the endpoint has no IPv6 address: torch's store looks up the name of every
+    client it accepts (getnameinfo, on its only thread), and a dual-stack socket sees an IPv4
+    client as ::ffff:a.b.c.d, which glibc never finds in /etc/hosts (its files backend skips
+    IPv4 lines for an IPv6 lookup): every connect then waits on DNS, out to the resolver's
+    timeout where the nameserver is dead. An IPv4 socket lets /etc/hosts answer.
     """
-    try:
-        sock = _listening_socket(socket.AF_INET6, ("::", port))
-    except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            raise PortTaken(port, port_holders(port), e) from None
-        sock = None
+    sock = None
+    if not ipv4_only:
+        try:
+            sock = _listening_socket(socket.AF_INET6, ("::", port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortTaken(port, port_holders(port), e) from None
     if sock is None:
         try:
             sock = _listening_socket(socket.AF_INET, ("0.0.0.0", port))

@@ -10,7 +10,9 @@ import socket
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
 from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
-from netcheck.facts.probe import PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses
+from netcheck.facts.probe import (
+    PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses, silent_nameservers,
+)
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
 from netcheck.rules.registry import RDZV_REACH
@@ -22,6 +24,7 @@ def reached(run: Run) -> bool:
     to start listening: past that, the launch line is wrong, and waiting cannot fix it."""
     rdzv = run.config.rdzv
     with run.phase("reach"):
+        silent = silent_nameservers()
         resolved = resolve(rdzv.host, rdzv.port, max(0.1, min(PROBE_TIMEOUT, run.join_deadline.remaining())))
         itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.facts)
         found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
@@ -32,8 +35,10 @@ def reached(run: Run) -> bool:
         mine = set(found.addresses) & set(address_owners(run.facts.nics))
         holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
-        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks(), holders)
+        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks(), holders, silent)
                          if not (mistakes and f.check == RDZV_REACH)] + mistakes
+        if found.outcome != "dns":  # where it is, the lookup's failure names the nameserver
+            run.findings += rdzv_rules.resolver_findings(silent, run.my_ranks())
         run.findings += _variables_findings(run, found.addresses)
     return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
 
@@ -64,8 +69,8 @@ def take_role(run: Run) -> bool:
         return True
     with run.phase("reach"):
         try:
-            run.listener = listen(run.config.rdzv.port)
             resolved = resolve(run.config.rdzv.host, run.config.rdzv.port, LOOKUP_TIMEOUT)
+            run.listener = listen(run.config.rdzv.port, ipv4_only={f for f, _ in resolved[0]} == {socket.AF_INET})
             own = _own_connect(run, resolved[0])
             if any(p.outcome != "open" for p in own):
                 run.listener.close()
@@ -73,6 +78,7 @@ def take_role(run: Run) -> bool:
                 run.findings.append(rdzv_rules.firewalled_finding(run.config.rdzv.port, own))
                 return False
             run.findings.append(rdzv_rules.listen_pass(run.config.rdzv.port))
+            run.findings += rdzv_rules.resolver_findings(silent_nameservers(), run.my_ranks())
             run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
             return True
         except PortTaken as taken:

@@ -8,8 +8,8 @@ import ipaddress
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, Visitor,
-    hostnames,
+    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, SilentNameserver,
+    Visitor, hostnames,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
@@ -17,7 +17,7 @@ from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
-    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, lost_in,
+    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, RESOLVE_SILENT, lost_in,
 )
 
 REACH_FIXES = {
@@ -34,10 +34,18 @@ REACH_FIXES = {
 }
 
 
-def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, ...] = ()) -> list[Finding]:
+def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, ...] = (),
+                   silent: tuple[SilentNameserver, ...] = ()) -> list[Finding]:
     """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding.
-    `holders`: the processes listening on the port, where the endpoint is this node's own."""
+    `holders`: the processes listening on the port, where the endpoint is this node's own;
+    `silent`: this node's nameservers that did not answer (a name they never answered for
+    is not a name that does not exist)."""
     endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
+    if reach.outcome == "dns" and silent:
+        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node: its nameserver "
+                        f"{_servers(silent)} did not answer (not an answer that the name does not exist)",
+                        (f"getaddrinfo({reach.host!r}): {reach.resolve_error}", *_silent_lines(silent)),
+                        RESOLVER_FIX, RESOLVE_SILENT)]
     if reach.outcome == "dns":
         return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node",
                         (f"getaddrinfo({reach.host!r}): {reach.resolve_error}",), REACH_FIXES["dns"])]
@@ -51,6 +59,31 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
         return [resolved, _not_store(reach, endpoint, ranks, evidence, holders)]
     summary = _reach_summary(reach, endpoint)
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+
+
+RESOLVER_FIX = ("repair the nameserver, or name one that answers in /etc/resolv.conf; meanwhile list every node and "
+                "the endpoint in /etc/hosts on every node and shorten the wait (options timeout:1 attempts:1 in "
+                "/etc/resolv.conf): torch's store looks up the address of every connection, client and server side")
+
+
+def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ...]) -> list[Finding]:
+    """This node's nameservers that do not answer: a warning naming each (where it is named,
+    how long a lookup waits for it), not a fault of the hosts it slows down."""
+    if not silent:
+        return []
+    wait = sum(s.lookup_wait for s in silent)
+    return [Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(silent)} does not answer: every "
+                    f"lookup /etc/hosts cannot answer waits up to {wait:g} s for it, torch's store connections "
+                    "included", _silent_lines(silent), RESOLVER_FIX, RESOLVE_SILENT)]
+
+
+def _servers(silent: tuple[SilentNameserver, ...]) -> str:
+    return ", ".join(s.address for s in silent)
+
+
+def _silent_lines(silent: tuple[SilentNameserver, ...]) -> tuple[str, ...]:
+    return tuple(f"{s.address} (from {s.source}): no answer to a DNS query in {s.waited:g} s; a lookup waits up "
+                 f"to {s.lookup_wait:g} s for it (timeout x attempts)" for s in silent)
 
 
 def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tuple[str, ...],

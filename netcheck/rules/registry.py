@@ -80,7 +80,8 @@ JOIN_SAME_NAME = "duplicate_hostname"
 JOIN_INTERFERENCE = "interference"
 LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
-# rdzv.reach's and rdzv.listen's exact findings.
+# rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
+RESOLVE_SILENT = "resolver_silent"
 REACH_NOT_STORE = "not_store"
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
@@ -183,9 +184,14 @@ ALL = (PASS, WARN, FAIL)
 ONLY_WARN, ONLY_FAIL, WARN_FAIL = (WARN,), (FAIL,), (WARN, FAIL)
 CHECKS: tuple[Check, ...] = (
     Check(RDZV_RESOLVE, "reach", ALL,
-          "the endpoint's name does not resolve on a node, or to different address families on different nodes",
-          ("rdzv.reach_findings", "rdzv.resolve_consistency"), "Reach (each joiner's lookup of HOST)",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py")),
+          "the endpoint's name does not resolve on a node, or to different address families on different nodes, "
+          "or a node's nameserver does not answer",
+          ("rdzv.reach_findings", "rdzv.resolve_consistency", "rdzv.resolver_findings"),
+          "Reach (each joiner's lookup of HOST), SilentNameserver (each node's query to its nameservers)",
+          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py"),
+          {RESOLVE_SILENT: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf does not answer: every lookup "
+                                           "/etc/hosts cannot answer waits for it (fail where the endpoint's name "
+                                           "was one)")}),
     Check(RDZV_REACH, "reach", (PASS, FAIL),
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
           "refused, filtered or unreachable",
