@@ -118,6 +118,14 @@ def test_not_running_interfaces_are_skipped():
     assert names(choice) == ["eno1"]
 
 
+
+def test_nccl_before_2_28_3_takes_interfaces_that_are_not_running():
+    # socket.cc gained "if (!(interface->ifa_flags & IFF_RUNNING)) continue;" in v2.28.3
+    down_ib = nic("ib0", "10.1.0.5/16", kind="infiniband", running=False)
+    assert names(nccl_choice(table(LO, down_ib, ENO1), {}, (2, 27, 7))) == ["ib0"]
+    assert names(nccl_choice(table(LO, down_ib, ENO1), {}, (2, 28, 3))) == ["eno1"]
+
+
 def test_getifaddrs_order_decides_and_ipv4_entries_come_first():
     v6_only = nic("eth0", "fd00::4/64")
     eth1 = nic("eth1", "10.0.1.4/24")

@@ -40,6 +40,10 @@ MAX_IFS = 16
 NCCL_DEFAULT_RULES = ("ib", "NCCL_COMM_ID", "^docker,lo,virbr", "docker", "lo", "virbr")
 NCCL_FAMILIES = {"AF_INET": "ipv4", "AF_INET6": "ipv6"}  # others: no filter (socket.cc)
 LOOPBACK_V4 = "127.0.0.1"  # torch's and TensorPipe's fallback address
+# socket.cc from v2.28.3: "Only consider running interfaces, i.e. UP and physically attached.
+# if (!(interface->ifa_flags & IFF_RUNNING)) continue;" (nccl#1798); before, any link.
+RUNNING_ONLY_SINCE = (2, 28, 3)
+NEWEST = (99,)             # an NCCL whose version is not known here follows the newest rules
 
 
 @dataclass(frozen=True)
@@ -128,28 +132,30 @@ def nccl_matches(spec: NcclIfSpec, name: str) -> bool:
     return hit != spec.exclude
 
 
-def nccl_choice(table: NicTable, env: Mapping[str, str]) -> NcclChoice:
+def nccl_choice(table: NicTable, env: Mapping[str, str], version: tuple[int, ...] = NEWEST) -> NcclChoice:
+    """version: the node's NCCL (X, Y, Z), whose rules apply where they changed."""
     family = NCCL_FAMILIES.get(env.get("NCCL_SOCKET_FAMILY", ""))
     value = env.get("NCCL_SOCKET_IFNAME", "")
+    running_only = version >= RUNNING_ONLY_SINCE
     # socket.cc ncclFindInterfaces reads the variable only when it is 2+ characters long.
     if len(value) > 1:
-        picks = nccl_find(table, parse_nccl_ifname(value), family)
+        picks = nccl_find(table, parse_nccl_ifname(value), family, running_only)
         rule, why = value, f"NCCL_SOCKET_IFNAME={value}"
     else:
-        rule, picks, why = _nccl_default(table, env, family)
+        rule, picks, why = _nccl_default(table, env, family, running_only)
     bootstrap = _nccl_bootstrap(table, env, picks)
     return NcclChoice(picks, bootstrap, rule, _nccl_reason(why, picks, bootstrap, env))
 
 
-def nccl_find(table: NicTable, spec: NcclIfSpec, family: str | None) -> tuple[Pick, ...]:
+def nccl_find(table: NicTable, spec: NcclIfSpec, family: str | None, running_only: bool = True) -> tuple[Pick, ...]:
     """os/linux.cc ncclOsFindInterfaces: walk getifaddrs, keep each matching interface
     once, with the first address that passes, up to MAX_IFS interfaces."""
     picks: list[Pick] = []
     for nic, addr in getifaddrs_walk(table):
         if len(picks) == MAX_IFS:
             break
-        # IFF_RUNNING only, added in 2025 (nccl#1798, after 2.27); older NCCL took any link.
-        if not nic.running or (family and addr.family != family):
+        # IFF_RUNNING only from 2.28.3 (RUNNING_ONLY_SINCE); older NCCL took any link.
+        if (running_only and not nic.running) or (family and addr.family != family):
             continue
         if addr.family == "ipv6" and ipaddress.ip_address(addr.address).is_loopback:
             continue  # IN6_IS_ADDR_LOOPBACK; IPv4 127.x is not skipped
@@ -158,13 +164,13 @@ def nccl_find(table: NicTable, spec: NcclIfSpec, family: str | None) -> tuple[Pi
     return tuple(picks)
 
 
-def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None):
+def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None, running_only: bool):
     for rule in NCCL_DEFAULT_RULES:
         if rule == "NCCL_COMM_ID":
             pick = comm_id_subnet_pick(table, env)
             picks = (pick,) if pick else ()
         else:
-            picks = nccl_find(table, parse_nccl_ifname(rule), family)
+            picks = nccl_find(table, parse_nccl_ifname(rule), family, running_only)
         if picks:
             return rule, picks, _skipped_rules(rule, env)
     return "", (), "NCCL_SOCKET_IFNAME unset: every default rule"

@@ -19,6 +19,7 @@ from netcheck.core.meshrecords import BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, 
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
+from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import (
     every_node, hosts, name_of, node_names, pairs_note, per_node, per_pair, ranks_note, same_node,
 )
@@ -361,12 +362,17 @@ def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, 
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
-    choices = [(m, ifselect.nccl_choice(m.facts.nics, m.facts.socket_env)) for m in members]
+    choices = [(m, ifselect.nccl_choice(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
     return _library_finding(
         NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
         "peer: a cluster run's export lines name one", "NCCL's interface choice",
         per_node(((m.rank, c.reason) for m, c in choices), hostnames(members)))
+
+
+def _nccl_version(m: Member) -> tuple[int, ...]:
+    """The NCCL a job would load on the node (rdma.libnccl), whose rules the emulation follows."""
+    return nccl_version(m.facts.rdma.libnccl.version) if m.facts.rdma else ifselect.NEWEST
 
 
 def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
