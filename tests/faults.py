@@ -316,6 +316,18 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     return f"a hello signed under nonce {earlier.nonce}"
 
 
+BIG_VISITORS = (300, 1 << 20)   # foreign visitor records of a MiB each: 300 MiB the host's store held
+
+
+def hostile_big_visitors(store, key: _Keys) -> str:
+    """Visitor records far over a visitor record's size: refused by the host, which used to
+    keep them in its store all the same (its memory)."""
+    count, size = BIG_VISITORS
+    for _ in range(count):
+        store.set(key(keys.VISITOR, store.add(key(keys.VISITORS, shared=True), 1) - 1, shared=True), "x" * size)
+    return f"{count} visitor records of {size >> 20} MiB"
+
+
 LIVE_FLOOD_BYTES = (8 << 20) - (64 << 10)   # one append just under the store's 8 MiB request limit
 
 
@@ -364,7 +376,7 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
            "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
            "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
            "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
-           "flood-pings": hostile_flood_pings}
+           "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

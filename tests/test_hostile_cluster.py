@@ -145,6 +145,7 @@ ONE_WRITE = [
     ("set", None, {SHARED + "visitors", RUN + "arrivals", SHARED + "host", RUN + "roster"}),
     ("set", "s3cret", {SHARED + "visitors", RUN + "arrivals", SHARED + "host", RUN + "roster"}),
     ("replay-hello", "s3cret", {SHARED + "host"}),
+    ("big-visitors", None, {SHARED + "visitor/*"}),
 ]
 
 
@@ -154,11 +155,13 @@ def test_one_write_to_the_runs_keys_is_named_and_the_honest_joiner_is_seated(clu
     """A client pushes the counters (once by 10,000; to int64's maximum, where the joiner's own
     add() wraps), sets them and the host's keys to "x" (torch's store closes the connection of
     the next add()), or writes an earlier run's signed hello over the host's: the joiner is
-    seated all the same, the interference is named by key, and no node is blamed."""
+    seated all the same, the interference is named by key, and no node is blamed; 300 visitor
+    records of 1 MiB are refused, deleted and counted (case 6), the host within its memory bound."""
     timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the write, which waits for the host's store
     env = {"NETCHECK_TOKEN": token} if token else None
     with cluster(nodes(3)) as c:
         runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
+        memory = PeakMemory(runs[0].proc.pid)
         agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", action, env=env)
         agent.wait_for(f"^did {action} ", timeout)
         runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
@@ -174,6 +177,7 @@ def test_one_write_to_the_runs_keys_is_named_and_the_honest_joiner_is_seated(clu
     interference = [f for f in findings if f["kind"] == "interference"]
     assert all(f["check"] == "rdzv.join" and f["severity"] == "warn" and f["nodes"] == [] for f in interference)
     assert keys <= {f["evidence"][0].split(" ")[0] for f in interference}, interference
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
 
 
 @pytest.mark.parametrize("token", [None, "s3cret"], ids=["open", "token"])

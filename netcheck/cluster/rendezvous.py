@@ -298,6 +298,7 @@ class HostState:
     visitors_seen: int = 0   # every visitor record below this one is read
     arrivals_counted: int = 0  # the counters' highest values seen (anyone may push them)
     visitors_counted: int = 0
+    visitors_refused: int = 0  # records under visitor/ that were no visitor's: deleted, counted
     full_since: float | None = None   # when the seats filled up
 
     def in_flight(self, run_id: str) -> int:
@@ -371,6 +372,7 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
             state.arrivals[a] = ex.read(NodeFacts, ex.key(NODE, a))
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
+            ex.discard(ex.key(NODE, a))  # refused: its bytes are not kept in the host's store either
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
 
@@ -442,6 +444,8 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
             state.visitors[v] = ex.read(Visitor, key, signed=False, max_bytes=MAX_VISITOR_BYTES)
         except codec.DecodeError:
             state.visitors[v] = None
+            state.visitors_refused += 1
+            ex.discard(key)   # refused: its bytes are not kept in the host's store either
     while state.visitors_seen in state.visitors:
         state.visitors_seen += 1
 
@@ -496,7 +500,9 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     unseated = tuple(unseated_reason(arrivals[a], high) for a in extras)
     read_visitors(ex, state, deadline)
     foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
-    interference = ex.interference() + tuple(counter_gaps(ex, state))
+    refused = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck visitor's "
+               "(refused and deleted)",) if state.visitors_refused else ()
+    interference = ex.interference() + tuple(counter_gaps(ex, state)) + refused
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(state.malformed), round(waited, 3), tuple(interference))
 
