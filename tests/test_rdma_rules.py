@@ -115,6 +115,15 @@ def test_each_fault_is_named_on_its_node(tmp_path, layout, fault, check, expecte
     assert not others, others
 
 
+def test_the_recommendation_keeps_one_link_layer(tmp_path):
+    members = cluster(tmp_path, "hgx")
+    roce = [dataclasses.replace(p, link_layer="Ethernet") if p.device == "mlx5_9" else p
+            for p in members[0].facts.rdma.ports]
+    members = tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, rdma=dataclasses.replace(
+        m.facts.rdma, ports=tuple(roce), gpus=()))) for m in members)     # no GPUs: every active port a candidate
+    assert rdma_rules.ib_hca_value(members) == "=" + ",".join(f"mlx5_{i}:1" for i in range(9))
+
+
 def test_a_port_down_leaves_its_rail_out_of_the_recommendation(tmp_path):
     rec = rdma_rules.ib_recommendation(cluster(tmp_path, "hgx", ("port_down",)), None)
     assert rec.cluster["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8) if i != 3)

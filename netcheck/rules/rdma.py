@@ -349,11 +349,17 @@ def ib_recommendation(members: tuple[Member, ...], rec: Recommendation | None) -
 
 
 def ib_hca_value(members: tuple[Member, ...]) -> str | None:
-    """`=mlx5_0:1,mlx5_1:1`: exact names and ports, the same set on every node that has RDMA."""
+    """`=mlx5_0:1,mlx5_1:1`: exact names and ports, the same set on every node that has RDMA, of one
+    link layer."""
     sets = [_rails(m) for m in members if m.facts.rdma and m.facts.rdma.ports]
     common = set.intersection(*sets) if sets else set()
     if not common:
         return None
+    # init.cc: merging ports of two link layers fails ("Try selecting NICs of only one link type
+    # using NCCL_IB_HCA"): the layer most of them have
+    layer = {(p.device, p.port): p.link_layer for m in members if m.facts.rdma for p in m.facts.rdma.ports}
+    layers = [layer[k] for k in sorted(common)]
+    common = {k for k in common if layer[k] == max(set(layers), key=layers.count)}
     return "=" + ",".join(f"{d}:{p}" for d, p in sorted(common, key=lambda k: (_natural(k[0]), k[1])))
 
 
