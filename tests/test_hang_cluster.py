@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import builders
+from cluster import Cluster
 from faults import nodes
 from nodes import parse_report, scaled
 
@@ -39,6 +40,13 @@ def dumps_of(cluster, tmp_path: Path, fault: str) -> Path:
     return dumps
 
 
+@pytest.fixture(scope="module")
+def skipped(tmp_path_factory) -> Path:
+    """The dumps of a job whose last rank never issues the collective the others wait in:
+    made once, read by the tests that look at it (inspect only reads a dump folder)."""
+    return dumps_of(Cluster, tmp_path_factory.mktemp("hang"), "skip")
+
+
 def inspect(dumps: Path) -> tuple[int, dict]:
     done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--traces", str(dumps), "--world-size",
                            str(WORLD), "--json", "-"], capture_output=True, text=True, timeout=scaled(60))
@@ -50,8 +58,8 @@ def hang(report: dict) -> list[dict]:
     return [f for f in report["findings"] if f["check"] == "job.hang"]
 
 
-def test_a_rank_that_never_issues_the_collective_is_named_with_its_line(cluster, tmp_path):
-    code, report = inspect(dumps_of(cluster, tmp_path, "skip"))
+def test_a_rank_that_never_issues_the_collective_is_named_with_its_line(skipped):
+    code, report = inspect(skipped)
     (f,) = hang(report)
     assert (code, f["kind"], f["nodes"]) == (2, "behind", [CULPRIT]), f
     assert "never issued gloo:all_reduce #6 of process group 0 (default_pg), which rank(s) 0, 1 wait in" in f["summary"]
@@ -161,12 +169,11 @@ def _worker_of(agent: int) -> int:
     return next(p.pid for p in psutil.Process(agent).children(recursive=True) if "live_job.py" in " ".join(p.cmdline()))
 
 
-def test_a_preflight_report_names_each_dumped_rank_by_its_host(cluster, tmp_path):
+def test_a_preflight_report_names_each_dumped_rank_by_its_host(skipped, tmp_path):
     """Dumps do not say where a rank ran: the job's preflight report (netcheck --json) does."""
     from netcheck.core import codec
     from netcheck.core.model import NodeEntry, Report
 
-    dumps = dumps_of(cluster, tmp_path, "skip")
     nodes = tuple(NodeEntry(r, f"gpu{r:02d}", f"198.18.0.{10 + r}",
                             builders.facts(f"gpu{r:02d}", rank=r, nnodes=3, run_id="job")) for r in range(WORLD))
     preflight = tmp_path / "preflight.json"
@@ -174,7 +181,7 @@ def test_a_preflight_report_names_each_dumped_rank_by_its_host(cluster, tmp_path
                                             findings=(), recommend={}, recommend_per_node={}, env_table=(),
                                             bandwidth=None, timings={}, unfinished=None, healthy_nodes=(),
                                             faulty_nodes=())))
-    done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--traces", str(dumps), "--preflight",
+    done = subprocess.run([sys.executable, "-m", "netcheck", "inspect", "--traces", str(skipped), "--preflight",
                            str(preflight), "--json", "-"], capture_output=True, text=True, timeout=scaled(60))
     (f,) = hang(parse_report(done.stdout))
     assert f["evidence"][0].startswith(f"rank {CULPRIT} (gpu{CULPRIT:02d}): last issued #5"), f

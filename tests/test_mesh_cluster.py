@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import NodeSpec
+from cluster import Cluster, NodeSpec
 from nodes import PORT, explain, finish_all, scaled, start
+from sharedrun import watched
 
 pytestmark = pytest.mark.root_required
 
@@ -99,10 +100,18 @@ def test_hostname_on_loopback_fails_gloo_default_and_the_fix_works(cluster, tmp_
     assert [rc for _, _, rc in results] == [0, 0, 0], results
 
 
-def test_only_master_port_open_passes_rendezvous_fails_mesh(cluster, tmp_path):
-    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+@pytest.fixture(scope="module")
+def firewalled(tmp_path_factory):
+    """Three nodes, node1 open only on the rendezvous port: its own connects out all work, so
+    only the host (which hears every node's connects) can see that nobody reaches it. One run,
+    read by the two tests below."""
+    with Cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c, watched():
         c.allow_only_inbound(1, [PORT])
-        runs = run_cluster(c, tmp_path)
+        return run_cluster(c, tmp_path_factory.mktemp("firewalled"))
+
+
+def test_only_master_port_open_passes_rendezvous_fails_mesh(firewalled):
+    runs = firewalled
     host = runs[0]
     assert host.rc == 2 and host.findings("rdzv.join", "pass"), explain(runs)
     (mesh,) = host.findings("mesh.connect", "fail")
@@ -112,6 +121,18 @@ def test_only_master_port_open_passes_rendezvous_fails_mesh(cluster, tmp_path):
     assert all("filtered" in e for e in mesh["evidence"])
     assert host.report["recommend"] == {} and host.report["verdict"] == "fail"
     assert "# no settings to paste: nothing proven to reach node1 from every peer: see mesh.connect" in host.stdout
+
+
+def test_a_joiner_the_host_names_faulty_never_exits_0(firewalled):
+    """node1 cannot see its own fault: the host's verdict, told at goodbye, is what it exits on."""
+    host, faulty, healthy = firewalled
+    assert host.rc == 2 and faulty.rc == 2, explain(firewalled)
+    (told,) = faulty.findings("mesh.connect", "fail")
+    assert told["nodes"] == [1], told
+    assert faulty.report["cluster"]["verdict"] == "fail" and faulty.report["faulty_nodes"] == ["node1"]
+    assert healthy.rc == 0 and healthy.report["cluster"]["findings"] == [], explain(firewalled)
+    assert "cluster: FAIL - " in healthy.stdout and "node1" in healthy.report["cluster"]["headline"]
+    assert host.report.get("cluster") is None
 
 
 def test_mtu_mismatch_is_named(cluster, tmp_path):
