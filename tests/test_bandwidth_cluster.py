@@ -311,11 +311,14 @@ def test_a_busy_loop_and_a_gpu_holder_are_named_by_the_hosts_report_and_mark_the
 
 def test_a_host_no_node_joined_measures_nothing_and_passes_no_bandwidth_check(cluster, tmp_path):
     """One rank's sweep measures memory, not a network: before, a lone host spent the whole
-    budget and said `PASS bw.busbw ... 0 GB/s over 1 ranks`."""
+    budget and said `PASS bw.busbw ... 0 GB/s over 1 ranks`. The host waits half its --timeout
+    for joiners; what is left after it would still start a sweep (its least time is 3 s), so a
+    --timeout of 30 s proves it as 60 did, in half the wait."""
+    timeout = scaled(30)
     with cluster([NodeSpec()]) as c:
         (host,) = nodes.finish_all([nodes.start(c, 0, ["--rdzv", "node0:29500", "--join-window", "2", "--timeout",
-                                                       str(scaled(60)), "--bw-budget", "20"], tmp_path,
-                                                bandwidth=True)], 60)
+                                                       str(timeout), "--bw-budget", "20"], tmp_path,
+                                                bandwidth=True)], timeout + nodes.GRACE)
     report = host.report   # no bandwidth timing: the phase never ran, so its budget was not spent
     assert report["bandwidth"] is None and "bandwidth" not in report["timings"], nodes.explain([host])
     assert not [f for f in report["findings"] if f["check"].startswith("bw.")], nodes.explain([host])
