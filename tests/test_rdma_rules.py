@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from netcheck.core.rdmarecords import Gid, LibNccl
+from netcheck.facts.nics import roce_active_mtu
 from netcheck.facts.rdma import acs_state, libnccl_choice, read_rdma
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules.ibselect import gid_choice, ib_matches, ib_ports, parse_ib_hca
@@ -206,3 +207,29 @@ def test_busbw_on_nccl_is_judged_against_the_rdma_ports_of_the_slowest_node():
     assert busbw("nccl", None).severity == "pass"                   # the sockets' 100 Gb/s: 320%
     assert busbw("gloo", fabric).severity == "pass"                 # gloo never moves data over RDMA
     assert busbw("nccl", {0: 3200.0, 1: None, 2: 1600.0}).severity == "pass"   # a node without: the NICs'
+
+
+def test_the_loader_order_and_a_wheels_version(tmp_path):
+    wheel = fake_wheel(tmp_path / "site", "2.21.5")
+    preload = fake_libnccl(tmp_path / "pre", "2.18.1") / "libnccl.so.2"
+    other = fake_libnccl(tmp_path / "other", "2.19.3")
+    assert libnccl_choice({}, str(wheel)) == LibNccl("torch", str(wheel), "2.21.5", str(wheel))
+    # ld.so(8): LD_PRELOAD first, then LD_LIBRARY_PATH, before libtorch_cuda.so's DT_RUNPATH
+    chosen = libnccl_choice({"LD_PRELOAD": f"libfoo.so {preload}", "LD_LIBRARY_PATH": str(other)}, str(wheel))
+    assert (chosen.source, chosen.version) == ("LD_PRELOAD", "2.18.1")
+    assert libnccl_choice({}, "") == LibNccl("none", "", "", "")
+
+
+def fake_wheel(site, version: str):
+    """torch's nvidia-nccl wheel as pip lays it out: site/nvidia/nccl/lib/libnccl.so.2 and its dist-info."""
+    lib = site / "nvidia/nccl/lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"")
+    (site / f"nvidia_nccl_cu12-{version}.dist-info").mkdir()
+    return lib / "libnccl.so.2"
+
+
+@pytest.mark.parametrize("netdev_mtu, active", [(9000, 4096), (4200, 4096), (4191, 2048), (1500, 1024), (300, None)])
+def test_roce_active_mtu_is_the_largest_ib_mtu_the_netdev_holds(netdev_mtu, active):
+    # include/rdma/ib_addr.h iboe_get_mtu: 96 bytes of headers, then 4096, 2048, 1024, 512, 256
+    assert roce_active_mtu(netdev_mtu) == active
