@@ -12,7 +12,8 @@ the storage ports on root ports of their own.
     python tests/sysfs_fixtures.py /tmp/fx hgx        # writes /tmp/fx/sys and /tmp/fx/proc
     python tests/sysfs_fixtures.py /tmp/fx roce no_ipv4
 
-A fault (FAULTS) changes one thing of the layout, as the field meets it.
+A fault (FAULTS) changes one thing of the layout, as the field meets it; another libnccl is
+the environment's (fake_libnccl, named by LD_LIBRARY_PATH).
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ IB_GID_TABLE, ROCE_GID_TABLE = 128, 255        # mlx5's gid_tbl_len for each lin
 DRIVER_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  "
                "(dvs-builder@U16-I3-B03-4-3)  Fri May 31 09:30:47 UTC 2024")
 DRIVER_PROPRIETARY = DRIVER_OPEN.replace("Open Kernel Module", "Kernel Module")
-FAULTS = ("port_down", "slow_port", "no_peermem", "acs", "far_nic", "no_ipv4", "roce_mtu", "ethernet",
-          "other_libnccl")
+FAULTS = ("port_down", "slow_port", "no_peermem", "acs", "far_nic", "no_ipv4", "roce_mtu", "ethernet")
 
 
 def build(root: Path, layout: str, node: int = 0, faults: tuple[str, ...] = ()) -> Path:

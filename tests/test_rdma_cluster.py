@@ -8,7 +8,7 @@ import pytest
 
 from cluster import NodeSpec
 from nodes import PORT, explain, finish_all, scaled, start
-from sysfs_fixtures import build
+from sysfs_fixtures import build, fake_libnccl
 
 pytestmark = pytest.mark.root_required
 
@@ -17,10 +17,12 @@ def ranked(i: int, n: int) -> list[str]:
     return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", str(scaled(40))]
 
 
-def run_on_fixtures(cluster, tmp_path, layout: str, faults: dict[int, tuple[str, ...]]):
+def run_on_fixtures(cluster, tmp_path, layout: str, faults: dict[int, tuple[str, ...]],
+                    envs: dict[int, dict[str, str]] | None = None):
     roots = [build(tmp_path / f"fx{i}", layout, i, faults.get(i, ())) for i in range(3)]
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        return finish_all([start(c, i, ranked(i, 3), tmp_path, env={"NETCHECK_TEST_RDMA_ROOT": str(roots[i])})
+        return finish_all([start(c, i, ranked(i, 3), tmp_path,
+                                 env={"NETCHECK_TEST_RDMA_ROOT": str(roots[i]), **(envs or {}).get(i, {})})
                            for i in range(3)], 60)
 
 
@@ -39,6 +41,18 @@ def test_hgx_nodes_with_a_degraded_rail_acs_and_no_peermem(cluster, tmp_path):
     assert host.report["recommend"]["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
     assert "NCCL_IB_GID_INDEX" not in host.report["recommend"]
     assert "export NCCL_IB_HCA==" + ",".join(f"mlx5_{i}:1" for i in range(8)) in host.stdout.splitlines()
+
+
+def test_hgx_nodes_with_a_port_down_a_far_nic_a_roce_node_and_another_libnccl(cluster, tmp_path):
+    other = fake_libnccl(tmp_path / "lib", "2.19.3")
+    runs = run_on_fixtures(cluster, tmp_path, "hgx", {1: ("port_down", "far_nic"), 2: ("ethernet",)},
+                           {2: {"LD_LIBRARY_PATH": str(other)}})
+    host = runs[0]
+    assert host.rc == 2, explain(runs)
+    assert ("fail", "", [1]) in kinds(host, "nic.ib")      # mlx5_3 down: nic.ib's, not said twice
+    assert kinds(host, "rdma.port") == [("fail", "link_layer", [2])]
+    assert kinds(host, "rdma.pcie") == [("warn", "far_nic", [1])]
+    assert kinds(host, "rdma.libnccl") == [("warn", "not_torchs", [2])]
 
 
 def test_roce_nodes_with_no_ipv4_gid_and_a_smaller_mtu(cluster, tmp_path):
