@@ -5,11 +5,13 @@ sit on PCIe (/sys/bus/pci: the bridges above each, their ACS control read from t
 space the kernel exposes, the IOMMU group's type), what GPUDirect RDMA needs (the
 nvidia-peermem module, or dma-buf: the kernel and the driver flavour), and which libnccl the
 loader would give torch. The sysfs and proc roots are parameters, so tests feed fixture trees.
-On a CPU node it finds nothing, quickly (a few dozen reads). `scripts/gpu_check.sh` prints:
+On a CPU node it finds nothing, in about a millisecond. `scripts/gpu_check.sh` prints, on a
+RoCE node:
 
-    mlx5_0 port 1: ACTIVE LinkUp InfiniBand 400 Gb/s, 1 GID(s)       0000:1a:00.0 numa 0
-    GPU 0000:18:00.0 numa 0, nearest HCA mlx5_0 (shares 0000:16:00.0), ACS off
-    GPUDirect RDMA: nvidia_peermem loaded; libnccl: torch .../libnccl.so.2 (2.21.5)
+    rdma: mlx5_0 port 1: ACTIVE LinkUp Ethernet 400 Gb/sec (4X NDR), active MTU 4096, netdev ens0np0,
+      6 GID(s); NCCL's GID: index 3 0000:0000:0000:0000:0000:ffff:c612:0001 (RoCE v2, ipv4)
+    gpu: 0000:23:00.0 NUMA 0, IOMMU identity, nearest HCA mlx5_0 (NUMA 0, 2 bridge(s) shared, ACS off)
+    gpudirect: nvidia-peermem loaded; dma-buf possible; kernel 6.8.0-45-generic; driver NVRM ...
 """
 
 from __future__ import annotations
