@@ -53,7 +53,7 @@ def test_a_joiner_cut_off_by_a_blackhole_at_the_host_names_it_not_a_silent_host(
     assert joiner.rc == 2 and joiner.seconds < timeout + GRACE, explain(runs)
     (hole,) = joiner.findings("mesh.connect", "fail")
     assert hole["kind"] == "blackhole" and hole["nodes"] == [0, 1], hole
-    assert "between this node and the host" in hole["summary"] and "ping -M do" in hole["fix"], hole
+    assert "ping -M do" in hole["fix"], hole
     assert runs[0].rc == 2, explain(runs)
 
 
