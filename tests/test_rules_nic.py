@@ -153,6 +153,23 @@ def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
     assert "127.0.1.1" in finding.evidence[0]
 
 
+def test_nodes_that_are_one_machine_reach_each_other_on_loopback_and_need_no_setting():
+    """The demo without root: three netcheck nodes on one host whose name resolves to 127.0.0.1."""
+    def on(hostname: str, address: str, rank: int) -> Member:
+        return builders.member(rank, hostname, nnodes=3, nics=(builders.LOOPBACK, nic("eth0", address)),
+                               addresses=("127.0.0.1",))
+
+    one = tuple(on("vm", "192.0.2.2", r) for r in range(3))
+    assert [said(f) for f in nic_rules.gloo_findings(one, {})] == [("nic.gloo_default", "pass", "", (0, 1, 2))]
+    assert [f.severity for f in nic_rules.tp_findings(one, {})] == ["pass"]
+    rec = nic_rules.recommendation(one, {})
+    assert (rec.cluster, rec.per_node) == ({}, {}) and "no path leaves the machine" in rec.reason
+    # One name on two machines (a cloned image) is not one machine: loopback reaches no peer there.
+    two = (on("vm", "198.18.0.10", 0), on("vm", "198.18.0.11", 1))
+    assert [(f.severity, f.nodes) for f in nic_rules.gloo_findings(two, {})] == [("fail", (0, 1))]
+    assert "nothing proven" in nic_rules.recommendation(two, {}).reason
+
+
 def test_tp_default_warns_on_loopback_or_an_unproven_interface():
     members = (member(0, nic("eth0", "198.18.0.10"), hostname_addresses=("198.18.0.10",)),
                member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)),

@@ -386,10 +386,12 @@ def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
 
 def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
+    alone = one_machine(members)
+
     def trouble(m: Member) -> str | None:
         choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
-        if any(d.error or d.loopback for d in choice.devices):
+        if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
         return f"{choice.reason}; {_reaches_none(dead)}" if dead else None
 
@@ -404,11 +406,13 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
+    alone = one_machine(members)
+
     def trouble(m: Member) -> str | None:
         choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
         said = f"{choice.interface or '?'} ({choice.address}): {choice.reason}"
         # TensorPipe's silent fallback is loopback too.
-        if choice.loopback:
+        if choice.loopback and not alone:
             return said
         dead = _unproven(proven, m.rank, [choice.interface])
         return f"{said}; {_reaches_none(dead)}" if dead else None
@@ -418,6 +422,15 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
         "lines name one per node)", "TensorPipe's address")
+
+
+def one_machine(members: tuple[Member, ...]) -> bool:
+    """Several nodes that are one machine (one hostname, the same addresses: netcheck nodes on
+    loopback, as the demo runs without root): loopback reaches every peer there, and no path
+    leaves the machine for an interface setting to choose."""
+    machines = {(m.facts.hostname, frozenset(a.address for n in m.facts.nics.nics for a in n.addresses))
+                for m in members}
+    return len(members) > 1 and len(machines) == 1
 
 
 def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | None]) -> list[str | None]:
@@ -561,6 +574,9 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     """Settings the mesh proved, in each library's syntax, of names that pass the
     interface-name rule; none when some node has no such interface."""
     lists = [[n for n in proven.get(m.rank, []) if is_safe_ifname(n)] for m in members]
+    if one_machine(members):
+        return Recommendation({}, {}, f"every node runs on {members[0].facts.hostname}: no path leaves the machine, "
+                                      "so no interface setting is needed")
     if not members or not all(lists):
         return Recommendation({}, {}, _no_recommendation(members, lists, proven))
     everything = [[n.name for n in m.facts.nics.nics] for m in members]
