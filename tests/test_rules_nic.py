@@ -168,6 +168,12 @@ def test_nodes_that_are_one_machine_reach_each_other_on_loopback_and_need_no_set
     two = (on("vm", "198.18.0.10", 0), on("vm", "198.18.0.11", 1))
     assert [(f.severity, f.nodes) for f in nic_rules.gloo_findings(two, {})] == [("fail", (0, 1))]
     assert "nothing proven" in nic_rules.recommendation(two, {}).reason
+    # A joiner knows itself alone: one machine where every connect of its own went to its own address.
+    here = [Attempt(1, d, "eth0", "192.0.2.2", "ok", 0.1, "eth0", "connected") for d in (0, 2)]
+    assert [f.severity for f in nic_rules.gloo_findings(one[1:2], None, tuple(here))] == ["pass"]
+    elsewhere = (dataclasses.replace(here[0], address="198.18.0.10"),) + tuple(here[1:])
+    assert [f.severity for f in nic_rules.gloo_findings(one[1:2], None, elsewhere)] == ["fail"]
+    assert [f.severity for f in nic_rules.tp_findings(one[1:2], None, ())] == ["warn"], "no connect: no proof"
 
 
 def test_tp_default_warns_on_loopback_or_an_unproven_interface():

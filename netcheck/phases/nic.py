@@ -17,8 +17,8 @@ def judge_interfaces(run: Run) -> None:
     proven = seen if host and run.attempts else None
     run.findings += nic_rules.route_findings(members, run.attempts, seen)
     run.findings += nic_rules.nccl_findings(members, proven)
-    run.findings += nic_rules.gloo_findings(members, proven)
-    run.findings += nic_rules.tp_findings(members, proven)
+    run.findings += nic_rules.gloo_findings(members, proven, run.attempts)
+    run.findings += nic_rules.tp_findings(members, proven, run.attempts)
     if not host:
         return
     run.findings += nic_rules.ib_findings(members)

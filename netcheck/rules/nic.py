@@ -384,9 +384,10 @@ def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
     return None
 
 
-def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
+def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
+                  attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
-    alone = one_machine(members)
+    alone = one_machine(members, attempts)
 
     def trouble(m: Member) -> str | None:
         choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
@@ -403,10 +404,11 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         "127.0.1.1)", "gloo's address")
 
 
-def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
+def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
+                attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
-    alone = one_machine(members)
+    alone = one_machine(members, attempts)
 
     def trouble(m: Member) -> str | None:
         choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
@@ -424,13 +426,15 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         "lines name one per node)", "TensorPipe's address")
 
 
-def one_machine(members: tuple[Member, ...]) -> bool:
-    """Several nodes that are one machine (one hostname, the same addresses: netcheck nodes on
-    loopback, as the demo runs without root): loopback reaches every peer there, and no path
-    leaves the machine for an interface setting to choose."""
-    machines = {(m.facts.hostname, frozenset(a.address for n in m.facts.nics.nics for a in n.addresses))
-                for m in members}
-    return len(members) > 1 and len(machines) == 1
+def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ()) -> bool:
+    """Whether the nodes are one machine (netcheck nodes on loopback, as the demo runs without
+    root): several members with one hostname and the same addresses, or a joiner (one member)
+    whose every connect went to an address of its own. Loopback reaches every peer there, and
+    no path leaves the machine for an interface setting to choose."""
+    own = [frozenset(a.address for n in m.facts.nics.nics for a in n.addresses) for m in members]
+    if len(members) == 1:
+        return bool(attempts) and all(a.address in own[0] for a in attempts)
+    return len(members) > 1 and len({(m.facts.hostname, addresses) for m, addresses in zip(members, own)}) == 1
 
 
 def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | None]) -> list[str | None]:
