@@ -45,10 +45,10 @@ def test_differences_between_nodes_are_named(cluster, tmp_path):
     env = host.findings("env.mismatch")
     texts = {f["severity"]: f for f in env if f["nodes"] == [2]}
     assert "hash." + str(shared) in " ".join(texts["fail"]["evidence"]), env
-    nccl = next(f for f in env if f["severity"] == "warn" and "NCCL_IB_DISABLE" in f["summary"])
-    assert nccl["nodes"] == [2] and "the other 2 have it unset" in nccl["summary"], nccl
-    deepspeed = next(f for f in env if "deepspeed" in f["summary"])
-    assert deepspeed["nodes"] == [1] and "0.14.0" in deepspeed["summary"], deepspeed
+    (nccl,) = [f for f in env if "var.NCCL_IB_DISABLE: unset on the other 2" in f["evidence"]]
+    assert (nccl["severity"], nccl["nodes"]) == ("warn", [2]), nccl
+    (deepspeed,) = [f for f in env if "pkg.deepspeed: 0.14.0 on node1" in f["evidence"]]
+    assert deepspeed["nodes"] == [1], deepspeed
     rows = {(r["key"], r["nodes"]) for r in host.report["env_table"]}
     assert ("var.NCCL_IB_DISABLE", "node2") in rows
 

@@ -46,7 +46,7 @@ def test_two_nodes_two_workers_each_give_one_cluster_report(cluster, tmp_path):
     assert [(n["rank"], n["hostname"]) for n in report["nodes"]] == [
         (0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")]
     (topology,) = [f for f in report["findings"] if f["check"] == "launch.topology"]
-    assert topology["severity"] == "pass" and "4 process(es) on 2 host(s)" in topology["summary"]
+    assert (topology["severity"], topology["nodes"]) == ("pass", [0, 1, 2, 3]), topology
     assert "host (rank 0) - verdict " in results[0][0] and results[1][0] == "", ("only rank 0 prints", results)
     # The bandwidth phase runs per host (from LOCAL_RANK 0): 2 nodes x 2 workers.
     bw = report["bandwidth"]
@@ -82,10 +82,10 @@ def test_a_mesh_fault_under_torchrun_reads_per_node(cluster, tmp_path):
     host, text = read_report(tmp_path / "rank0.json"), host_text(results[0][0])
     by_check = {f["check"]: f for f in host["findings"]}
     mesh = by_check["mesh.connect"]
-    assert mesh["summary"] == "1 of 2 node-to-node directions (4 rank pairs) connect on no interface", mesh
+    assert (mesh["severity"], mesh["nodes"]) == ("fail", [0, 1, 2, 3]), mesh
     assert mesh["evidence"] == ["node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)"]
     nccl = by_check["nic.nccl_default"]
-    assert nccl["summary"] == "NCCL's interface choice fails on node1" and nccl["nodes"] == [2, 3], nccl
+    assert (nccl["severity"], nccl["nodes"]) == ("fail", [2, 3]), nccl
     assert len(nccl["evidence"]) == 1 and nccl["evidence"][0].startswith("node1 (ranks 2, 3): NCCL would use eth0")
     assert by_check["nic.speed"]["severity"] == "pass", by_check["nic.speed"]
     assert host["faulty_nodes"] == ["node0", "node1"] and host["healthy_nodes"] == [], host["faulty_nodes"]
