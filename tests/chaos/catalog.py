@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from cluster import Cluster, NodeSpec
+from cluster import NETNS_ETC, Cluster, NodeSpec, _write_in_place
 from faults import Agent
 from nodes import PORT, NodeRun, scaled
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .runner import ScheduleRun
 
 MODES = ("ranked", "arrival", "torchrun")
+DEAD_NAMESERVER = "198.18.0.250"   # in the nodes' subnet, held by no machine: no answer, ever
 LOST = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")   # rdzv.join lost_in_* phases, in order
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth", "goodbye")
 
@@ -203,6 +204,50 @@ class SilentClients(Fault):
 
     def expect(self, sched, run):
         return Expect()
+
+
+class HostileClient(Fault):
+    """A foreign client on the store pushes the run's counters by 10,000, or sets them, the
+    host's hello and the roster to "x" (issue 39): torch's store then closes the connection
+    of whoever add()s next. No node may be blamed, seating goes on; where the write lands
+    while the host looks, the host warns (rdzv.join, kind interference) and the nodes that
+    saw it too. It lands at a random moment of the run, so a node exits 0 or 1."""
+
+    kind = "hostile_client"
+    weight = 0.5
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("action", rng.choice(("push", "set"))),)
+
+    def act(self, run):
+        run.helpers.append(Agent.start(run.c, self.node, "hostile", f"node0:{PORT}", self.param("action"),
+                                       run_id=run.sched.run_id).proc)
+        return True
+
+    def expect(self, sched, run):
+        return Expect(exit_codes={i: {0, 1} for i in range(sched.n)})
+
+
+class DeadNameserver(Fault):
+    """Every node asks /etc/hosts, then DNS, and its nameserver is an address nobody holds
+    (an isolated cluster whose DNS is down; issue 35 item 1). /etc/hosts knows every node:
+    the cluster works, and each node names the nameserver (rdzv.resolve, resolver_silent)."""
+
+    kind = "dead_nameserver"
+    modes = ("ranked",)
+    targets = "host"
+    weight = 0.5
+    conflicts = ("shaped_link", "mtu_blackhole")   # bandwidth workers each wait out a lookup
+
+    def setup(self, c, run):
+        for node in c.nodes:
+            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+            _write_in_place(NETNS_ETC / node.ns / "resolv.conf",
+                            f"nameserver {DEAD_NAMESERVER}\noptions timeout:2 attempts:1\n")
+
+    def expect(self, sched, run):
+        return Expect(warns=True, blame=[Blame(0, ("rdzv.resolve",), ("resolver_silent",), severity="warn")])
 
 
 class Signal(Fault):
@@ -572,5 +617,5 @@ class DuplicateHostname(Fault):
 CATALOG: tuple[type[Fault], ...] = (
     HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
-    LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname)
+    LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver)
 
