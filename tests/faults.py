@@ -417,6 +417,30 @@ def stall(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
         time.sleep(1)
 
 
+def bad_facts(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
+    """A node that signs in as itself (its visitor record names it and the rank it claims)
+    and publishes its facts with a NUL in an address: the host refuses them, and must name
+    this node as their sender, not as one that never reached the store. Says `published A`,
+    then holds on until killed."""
+    from netcheck.cluster import rendezvous
+    from netcheck.cluster.store import Exchange
+    from netcheck.core import codec
+    from netcheck.core.deadline import Deadline
+    from netcheck.core.model import Launch
+    from netcheck.facts.local import gather_facts
+
+    facts = gather_facts(run_id, Launch("flags", node_rank, nnodes, nnodes, 1))
+    store, key = _store(endpoint), _Keys(run_id)
+    ex = Exchange(store, run_id)
+    rendezvous.sign_in(ex, facts)
+    rendezvous.check_run_id(ex, Deadline(60))
+    spoilt = json.loads(codec.dumps(facts))
+    spoilt["hostname_addresses"] = ["198.18.0.11\u0000"]
+    _say("published", _bump_and_write(store, key, json.dumps(spoilt).encode()))
+    while True:
+        time.sleep(1)
+
+
 def _main(argv: list[str]) -> None:
     command, endpoint, run_id, *rest = argv
     if command == "watch":
@@ -425,6 +449,8 @@ def _main(argv: list[str]) -> None:
         hostile(endpoint, run_id, rest[0].split(","))
     elif command == "stall":
         stall(endpoint, run_id, int(rest[0]), int(rest[1]))
+    elif command == "badfacts":
+        bad_facts(endpoint, run_id, int(rest[0]), int(rest[1]))
     else:
         raise SystemExit(f"unknown command {command}")
 

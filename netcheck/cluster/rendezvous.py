@@ -299,6 +299,7 @@ class HostState:
     arrivals_counted: int = 0  # the counters' highest values seen (anyone may push them)
     visitors_counted: int = 0
     visitors_refused: int = 0  # records under visitor/ that were no visitor's: deleted, counted
+    arrivals_refused: dict[int, str] = field(default_factory=dict)  # arrival -> why its facts were refused
     full_since: float | None = None   # when the seats filled up
 
     def in_flight(self, run_id: str) -> int:
@@ -372,7 +373,7 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
             state.arrivals[a] = ex.read(NodeFacts, ex.key(NODE, a))
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
-            ex.discard(ex.key(NODE, a))  # refused: its bytes are not kept in the host's store either
+            state.arrivals_refused[a] = str(e)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
 
@@ -445,7 +446,7 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
         except codec.DecodeError:
             state.visitors[v] = None
             state.visitors_refused += 1
-            ex.discard(key)   # refused: its bytes are not kept in the host's store either
+            ex.drop(key)   # refused: its bytes are not kept in the host's store either
     while state.visitors_seen in state.visitors:
         state.visitors_seen += 1
 
@@ -504,6 +505,20 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
                "(refused and deleted)",) if state.visitors_refused else ()
     interference = ex.interference() + tuple(counter_gaps(ex, state)) + refused
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
-                     foreign, tuple(state.malformed), round(waited, 3), tuple(interference))
+                     foreign, tuple(state.malformed), round(waited, 3), tuple(interference),
+                     refused_senders(ex, state, missing, {m.facts.hostname for m in members}))
+
+
+def refused_senders(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]
+                    ) -> dict[str, str]:
+    """Missing rank -> "HOSTNAME: why", where facts were refused and a visitor record of this
+    run, of a node not seated, claims that rank: the node came, and sent what netcheck
+    refused; it is named as their sender, not as one that never reached the store."""
+    if not state.arrivals_refused:
+        return {}
+    why = "; ".join(f"arrival {a}: {e}" for a, e in list(state.arrivals_refused.items())[:MAX_STRANGERS])
+    claims = {v.node_rank: v.hostname for v in state.visitors.values()
+              if v and v.run_id == ex.run_id and v.hostname not in seated}
+    return {str(r): f"{claims[r]}: {why}" for r in missing if r in claims}
 
 

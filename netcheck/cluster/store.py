@@ -385,11 +385,6 @@ class Exchange:
     def drop(self, key: str) -> None:
         self._call("delete_key", key)
 
-    def discard(self, key: str) -> None:
-        """Delete a value netcheck refused, and its MAC: what another client sent is not kept."""
-        self.drop(key)
-        self.drop(key + MAC_SUFFIX)
-
     def posted(self, name: str) -> set[int] | None:
         """The ids listed under name/posted (anyone may append: a listed id is only a hint);
         None when the list has grown past any cluster's."""

@@ -200,6 +200,8 @@ class Gathering:
     malformed: Annotated[tuple[Text, ...], PER_NODE]  # what was wrong with entries thrown away
     waited: Seconds
     interference: Annotated[tuple[Text, ...], PER_NODE] = ()  # "KEY what another client left there"
+    # missing rank -> "HOSTNAME: why its facts were refused", where its visitor record names it
+    refused: Annotated[dict[str, Text], PER_NODE] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ def listen_pass(port: int) -> Finding:
 def join_findings(g: Gathering) -> list[Finding]:
     findings = _alone(g)
     for rank in g.missing_ranks:
+        if str(rank) in g.refused:
+            findings.append(_refused_facts(rank, g.refused[str(rank)]))
+            continue
         findings.append(Finding(
             RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({_expected_name(g, rank)}) never joined "
             f"in {g.waited:.0f} s; {len(g.members)} of {g.expected} nodes joined",
@@ -194,6 +197,16 @@ def join_findings(g: Gathering) -> list[Finding]:
                                 f"{node_count([m.rank for m in g.members], hostnames(g.members))} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
+
+
+def _refused_facts(rank: int, sent: str) -> Finding:
+    """A node that came (its visitor record names it) and sent facts netcheck refused."""
+    hostname, _, why = sent.partition(": ")
+    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({hostname}) reached the store, but netcheck "
+                   "refused the facts it sent, so it was not seated", (why,),
+                   "read that node's own report; it runs another netcheck version, or sends a value out of "
+                   "range (an address, a rank or a launcher variable): the same netcheck everywhere, and "
+                   "--token (NETCHECK_TOKEN) if something else writes to the port", kind=JOIN_MALFORMED)
 
 
 def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
