@@ -291,7 +291,9 @@ def test_host_and_joiners_write_their_pages_from_a_real_run(cluster, browser, tm
                       "--timeout", str(nodes.scaled(60)), "--html", str(tmp_path / f"node{i}.html")]
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         runs = nodes.finish_all([nodes.start(c, i, args(i), tmp_path, bandwidth=True) for i in range(3)], 120)
-    assert [r.rc for r in runs] == [0, 0, 0], nodes.explain(runs)
+    for r in runs:   # a healthy cluster's, but for what a busy machine makes of its speed
+        judged = {f["check"] for f in r.report["findings"] if f["severity"] != "pass"}
+        assert judged <= nodes.SPEED_VERDICTS and (r.rc == 0) == (not judged), nodes.explain(runs)
     for r in runs:
         report = load_report("--json", str(r.json_path))
         assert report.role == ("host" if r.node == 0 else "joiner")

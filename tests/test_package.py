@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from cluster import NodeSpec
-from nodes import GRACE, PORT, NodeRun, explain, finish_all, parse_report, scaled
+from nodes import GRACE, PORT, SPEED_VERDICTS, NodeRun, explain, finish_all, parse_report, scaled
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # what the classifiers claim
@@ -44,8 +44,6 @@ ARCHES = ("x86_64", "aarch64")
 # wheels tagged manylinux2014 (glibc 2.17) up to manylinux_2_28.
 GLIBC_MINORS = range(17, 29)
 SMALL_SWEEP = ["-b", "1K", "-e", "64K", "-f", "4", "-w", "1", "-n", "2", "--bw-budget", "2"]
-# Checks a busy 2-core machine may rightly judge on a tiny sweep (as in the healthy-run tests).
-SPEED_VERDICTS = {"bw.straggler", "bw.pair"}
 # Files the sdist must carry whatever the README says: `make test` and the CI script need them.
 SDIST_MUST_CARRY = ("Makefile", "requirements-dev.txt", ".ci/run", "setup.cfg", "pyproject.toml",
                     "MANIFEST.in", "README.md")

@@ -220,6 +220,18 @@ def test_one_fqdn_under_two_hostnames_is_named_too():
     assert same.kind == "duplicate_hostname" and same.nodes == (1, 2) and "FQDN" in same.summary
 
 
+def test_a_node_whose_visitor_record_came_but_not_its_facts_is_named_by_it_with_the_path_to_look_at():
+    """A short switch port under jumbo frames lets a node's few-byte visitor record through and
+    never its facts: it reached the store, so 'hostname unknown: it never reached the store'
+    would be false; its own report names the blackhole."""
+    g = dataclasses.replace(gathering((member(0), member(1)), missing=(2,), waited=20.1),
+                            facts_lost={"2": "node2"})
+    (lost,) = rdzv_rules.join_findings(g)
+    assert (lost.check, lost.severity, lost.kind, lost.nodes) == ("rdzv.join", "fail", "facts_lost", (2,))
+    assert "node2" in lost.summary and "never reached" not in lost.summary
+    assert "mesh.connect blackhole" in lost.fix
+
+
 def test_join_missing_node_named_by_the_launchers_hostname():
     g = gathering((member(0), member(1)), missing=(2,), hostnames=("gpu01", "gpu02", "gpu03"), waited=30.2)
     assert rdzv_rules.join_findings(g) == [Finding(

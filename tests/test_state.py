@@ -31,3 +31,14 @@ def test_a_host_lost_in_a_phase_is_named_there_and_the_path_asked_once_at_that_m
     run.lose_host("bandwidth")
     assert asked == [run]
     assert lost(run) == [(RDZV_JOIN, "lost_in_mesh", (0,))]
+
+
+
+def test_a_host_lost_behind_a_path_that_drops_full_size_frames_blames_the_path_not_the_host():
+    config = config_from_args(build_parser().parse_args(["--rdzv", "node0:29500", "--nnodes", "2",
+                                                         "--node-rank", "1"]), {})
+    run = Run(config, lambda line: None, lambda run: True)   # the path was found to drop full frames
+    run.lose_host("rendezvous", "Socket Timeout")
+    (lost,) = [f for f in run.findings if f.check == RDZV_JOIN]
+    assert lost.kind == "lost_in_rendezvous" and "drops full-size frames" in lost.summary
+    assert "the path, not the node" in lost.fix

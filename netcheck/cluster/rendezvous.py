@@ -501,24 +501,30 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     unseated = tuple(unseated_reason(arrivals[a], high) for a in extras)
     read_visitors(ex, state, deadline)
     foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
-    refused = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck visitor's "
-               "(refused and deleted)",) if state.visitors_refused else ()
-    interference = ex.interference() + tuple(counter_gaps(ex, state)) + refused
+    deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
+               "visitor's (refused and deleted)",) if state.visitors_refused else ()
+    interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
+    claims = visitor_claims(ex, state, missing, {m.facts.hostname for m in members})
+    refused = refused_senders(state, claims)
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
-                     foreign, tuple(state.malformed), round(waited, 3), tuple(interference),
-                     refused_senders(ex, state, missing, {m.facts.hostname for m in members}))
+                     foreign, tuple(state.malformed), round(waited, 3), tuple(interference), refused,
+                     {r: h for r, h in claims.items() if r not in refused})
 
 
-def refused_senders(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]
-                    ) -> dict[str, str]:
-    """Missing rank -> "HOSTNAME: why", where facts were refused and a visitor record of this
-    run, of a node not seated, claims that rank: the node came, and sent what netcheck
-    refused; it is named as their sender, not as one that never reached the store."""
+def visitor_claims(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]) -> dict[str, str]:
+    """Missing rank -> the hostname a visitor record of this run, of a node not seated, gives
+    for it: that node reached the store, whatever became of its facts."""
+    claims = {v.node_rank: v.hostname for v in state.visitors.values()
+              if v and v.run_id == ex.run_id and v.hostname not in seated}
+    return {str(r): claims[r] for r in missing if r in claims}
+
+
+def refused_senders(state: HostState, claims: dict[str, str]) -> dict[str, str]:
+    """Missing rank -> "HOSTNAME: why", where facts were refused and a node that came claims
+    that rank: it sent what netcheck refused, and is named as their sender."""
     if not state.arrivals_refused:
         return {}
     why = "; ".join(f"arrival {a}: {e}" for a, e in list(state.arrivals_refused.items())[:MAX_STRANGERS])
-    claims = {v.node_rank: v.hostname for v in state.visitors.values()
-              if v and v.run_id == ex.run_id and v.hostname not in seated}
-    return {str(r): f"{claims[r]}: {why}" for r in missing if r in claims}
+    return {r: f"{hostname}: {why}" for r, hostname in claims.items()}
 
 

@@ -202,6 +202,8 @@ class Gathering:
     interference: Annotated[tuple[Text, ...], PER_NODE] = ()  # "KEY what another client left there"
     # missing rank -> "HOSTNAME: why its facts were refused", where its visitor record names it
     refused: Annotated[dict[str, Text], PER_NODE] = field(default_factory=dict)
+    # missing rank -> the hostname of a node that came (its visitor record did) whose facts never did
+    facts_lost: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

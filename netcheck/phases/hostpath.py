@@ -14,11 +14,15 @@ from netcheck.rules import nic as nic_rules
 from netcheck.rules.registry import MESH_BLACKHOLE
 
 
-def ask_host_path(run: Run) -> None:
-    """The host just stopped answering: a blackhole between this node and it is named."""
-    named = any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in run.findings)  # by the mesh
-    if not named and _full_frames_lost(run):
+def ask_host_path(run: Run) -> bool:
+    """The host just stopped answering: a blackhole between this node and it is named; whether
+    there is one (named by the mesh, or now)."""
+    if any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in run.findings):  # by the mesh
+        return True
+    if _full_frames_lost(run):
         run.findings.append(nic_rules.host_blackhole_finding(run.my_ranks(), FULL_FRAME))
+        return True
+    return False
 
 
 def _full_frames_lost(run: Run) -> bool:

@@ -38,7 +38,7 @@ class Run:
     progress: Callable[[str], None]
     # What a lost host's joiner asks of the path to it (phases.hostpath): I/O, which the run's
     # state leaves to the phases, as it leaves printing to `progress`.
-    ask_host_path: Callable[[Run], None]
+    ask_host_path: Callable[[Run], bool]  # whether the path to the host drops full-size frames
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None
@@ -128,8 +128,8 @@ class Run:
         this node's store client saw of it; the path to it is asked at once (ask_host_path)."""
         if not self.host_lost:
             self.host_lost = True
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen)
-            self.ask_host_path(self)
+            blackhole = self.ask_host_path(self)
+            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

@@ -15,7 +15,7 @@ from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
+    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, RESOLVE_SILENT, lost_in,
 )
@@ -172,6 +172,9 @@ def join_findings(g: Gathering) -> list[Finding]:
         if str(rank) in g.refused:
             findings.append(_refused_facts(rank, g.refused[str(rank)]))
             continue
+        if str(rank) in g.facts_lost:
+            findings.append(_facts_lost(rank, g.facts_lost[str(rank)], g.waited))
+            continue
         findings.append(Finding(
             RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({_expected_name(g, rank)}) never joined "
             f"in {g.waited:.0f} s; {len(g.members)} of {g.expected} nodes joined",
@@ -207,6 +210,19 @@ def _refused_facts(rank: int, sent: str) -> Finding:
                    "read that node's own report; it runs another netcheck version, or sends a value out of "
                    "range (an address, a rank or a launcher variable): the same netcheck everywhere, and "
                    "--token (NETCHECK_TOKEN) if something else writes to the port", kind=JOIN_MALFORMED)
+
+
+def _facts_lost(rank: int, hostname: str, waited: float) -> Finding:
+    """A node that came (its visitor record, a few bytes, reached the store) and whose facts,
+    a few kilobytes, never did: what passes small packets and drops large ones is a path
+    that loses full-size frames, which the node names itself from its side."""
+    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({hostname}) reached the store, but its facts "
+                   f"never arrived in {waited:.0f} s, so it was not seated",
+                   (f"{hostname}'s visitor record (under a hundred bytes) came; its facts (larger than a frame) "
+                    "did not",),
+                   "read that node's own report: a path between it and the host that drops full-size frames "
+                   "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
+                   "its netcheck stopped right after arriving", kind=JOIN_FACTS_LOST)
 
 
 def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
@@ -365,16 +381,20 @@ def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks:
                    "report says whether it ran without this node or died", kind=JOIN_LATE)
 
 
-def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "") -> list[Finding]:
+def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "",
+                  blackhole: bool = False) -> list[Finding]:
     """Nodes that were seated, then stopped answering before `phase` was over; `seen`, what
-    this node's store client saw of it where it has more than silence (the store's error)."""
+    this node's store client saw of it where it has more than silence (the store's error);
+    `blackhole` where the path to them is known to drop full-size frames (the cause, not them)."""
     if not ranks:
         return []
-    return [Finding(RDZV_JOIN, FAIL, tuple(ranks),
-                    f"{node_names(ranks, names)} stopped answering "
-                    f"during the {phase} phase", (f"this node's store client: {seen}",) if seen else (),
-                    "that node's netcheck died or hung, or the network path to it broke: look "
-                    "at that node and its link", kind=lost_in(phase))]
+    if blackhole:
+        why, fix = (": the path to it drops full-size frames", "the path, not the node: set its MTU as "
+                    "mesh.connect says; the node answers small requests")
+    else:
+        why, fix = "", "that node's netcheck died or hung, or the network path to it broke: look at that node and its link"
+    return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{node_names(ranks, names)} stopped answering during the {phase} "
+                    f"phase{why}", (f"this node's store client: {seen}",) if seen else (), fix, kind=lost_in(phase))]
 
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:

@@ -78,6 +78,7 @@ JOIN_NOT_SEATED = "not_seated"
 JOIN_LEFT_BEHIND = "left_behind"
 JOIN_SAME_NAME = "duplicate_hostname"
 JOIN_INTERFERENCE = "interference"
+JOIN_FACTS_LOST = "facts_lost"
 LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
@@ -231,6 +232,8 @@ CHECKS: tuple[Check, ...] = (
            JOIN_NOT_SEATED: Kind(ONLY_FAIL, "a joiner got no seat (its rank taken, the cluster full or started)"),
            JOIN_LEFT_BEHIND: Kind(ONLY_FAIL, "a joiner reported back after the host's deadline"),
            JOIN_SAME_NAME: Kind(ONLY_FAIL, "several nodes call themselves by one hostname or FQDN"),
+           JOIN_FACTS_LOST: Kind(ONLY_FAIL, "a node reached the store (its visitor record came) but its facts never "
+                                            "did: a path that drops full-size frames, or it stopped"),
            JOIN_INTERFERENCE: Kind(WARN_FAIL, "another client wrote the run's store keys (a key overwritten, a "
                                               "counter pushed, a list flooded): named with the key and what was "
                                               "seen; fail where it kept this node out"),
