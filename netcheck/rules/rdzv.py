@@ -392,7 +392,8 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
         why, fix = (": the path to it drops full-size frames", "the path, not the node: set its MTU as "
                     "mesh.connect says; the node answers small requests")
     else:
-        why, fix = "", "that node's netcheck died or hung, or the network path to it broke: look at that node and its link"
+        why, fix = "", ("that node's netcheck died or hung, or the network path to it broke: look at that node "
+                        "and its link")
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{node_names(ranks, names)} stopped answering during the {phase} "
                     f"phase{why}", (f"this node's store client: {seen}",) if seen else (), fix, kind=lost_in(phase))]
 
