@@ -27,7 +27,7 @@ from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_USAGE
 from netcheck.core.model import EnvRow
 from netcheck.render.escape import printable
 from netcheck.render.html import ROWS_SHOWN, render_html
-from netcheck.render.text import _exports, render_json, render_text
+from netcheck.render.text import export_lines, render_json, render_text
 from test_cli import assert_one_usage_line, run_netcheck
 
 SCALE = 4096
@@ -142,7 +142,7 @@ def test_a_3_node_page_holds_what_its_json_holds_and_loads_clean(browser, artefa
     assert page.problems() == []
     snapshot = page.evaluate(SNAPSHOT)
     assert shown(snapshot) == expected(json.loads(json_path.read_text()))
-    assert snapshot["exports"].splitlines() == _exports(report)[1:]
+    assert snapshot["exports"].splitlines() == export_lines(report)[1:]
     assert "export NCCL_SOCKET_IFNAME==eth0" in snapshot["exports"]
     pairs = report.bandwidth.pairs
     assert snapshot["cells"] == 2 * len(pairs) and snapshot["slowest"] == len(pairs)

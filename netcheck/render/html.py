@@ -29,7 +29,7 @@ from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words,
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
-from netcheck.render.text import _exports, _header
+from netcheck.render.text import export_lines, header_line
 from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER
 
 # Up to this many nodes the pairs are a matrix with a value in every cell; beyond, a matrix is
@@ -95,8 +95,8 @@ class BandwidthView:
 
 def render_html(report: Report) -> str:
     shown = printable_copy(report)
-    return _template().render(version=__version__, report=shown, header=_header(shown),
-                              groups=check_groups(shown), nodes=node_rows(shown), exports=_exports(shown)[1:],
+    return _template().render(version=__version__, report=shown, header=header_line(shown),
+                              groups=check_groups(shown), nodes=node_rows(shown), exports=export_lines(shown)[1:],
                               bandwidth=bandwidth_view(shown), severities=SEVERITIES, shown=EVIDENCE_SHOWN,
                               rows_shown=ROWS_SHOWN, gbps=gbps_cell)
 

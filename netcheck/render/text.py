@@ -40,7 +40,7 @@ SHOWN_AT_SCALE = 4
 
 def render_text(report: Report, verbose: bool = False) -> str:
     report = printable_copy(report)
-    lines = [_header(report)]
+    lines = [header_line(report)]
     if report.cluster is not None:
         lines.append(f"cluster: {LABELS[report.cluster.verdict]} - {report.cluster.headline} (the host's verdict)")
     lines.append("")
@@ -56,7 +56,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
         lines += [""] + [line for node in report.nodes for line in node_facts(node)]
     for node in _one_per_host(report.nodes) if report.role == LOCAL or verbose else ():
         lines += ["", f"interfaces of {node.hostname}:", nic_table(node)]
-    lines += _exports(report)
+    lines += export_lines(report)
     if report.job is not None and report.job.ras is not None and not report.job.ras.answered:
         lines += ["", f"NCCL RAS at {report.job.ras.address}: {report.job.ras.error}"]
     if report.job is not None and not report.job.store_error and report.hang is None:
@@ -129,7 +129,8 @@ def _env_table(report: Report) -> str:
     return tabulate(rows, headers=("environment", "value", "nodes", "severity"), maxcolwidths=[None, 60, 40, None])
 
 
-def _exports(report: Report) -> list[str]:
+def export_lines(report: Report) -> list[str]:
+    """The export block: a blank line, then the lines to paste (or why there are none)."""
     if not report.recommend and not report.recommend_per_node:
         return ["", f"# no settings to paste: {report.recommend_note}"] if report.recommend_note else []
     names = {k for values in (report.recommend, *report.recommend_per_node.values()) for k in values}
@@ -164,7 +165,8 @@ def _seat(report: Report) -> str:
     return "node rank"
 
 
-def _header(report: Report) -> str:
+def header_line(report: Report) -> str:
+    """The report's first line: version, run, role, verdict."""
     verdict = f"verdict {LABELS[report.verdict]}"
     if report.job is not None:
         run = f"run '{report.job.run_id}'" if report.job.run_id else "every run"
