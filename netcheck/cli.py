@@ -277,11 +277,13 @@ def run_local(argv: list[str]) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
                    "this report always shows the evidence of passing checks")
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
+    check_writable("--html", args.html)
     from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
-    emit(rep, args.json, args.quiet, True)
+    emit(rep, args.json, args.quiet, True, html_path=args.html)
     return EXIT_BY_VERDICT[rep.verdict]
 
 
@@ -292,7 +294,9 @@ def run_probe(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
                    help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")
     p.add_argument("--json", metavar="PATH|-")
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
+    check_writable("--html", args.html)
     endpoint = parse_endpoint(args.endpoint)
     if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
         raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below "
@@ -300,7 +304,7 @@ def run_probe(argv: list[str]) -> int:
     from netcheck.phases.assemble import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, args.timeout)
-    emit(rep, args.json, False, True)
+    emit(rep, args.json, False, True, html_path=args.html)
     return EXIT_BY_VERDICT[rep.verdict]
 
 

@@ -269,15 +269,22 @@ def test_html_usage_errors_exit_64(argv, message, capsys):
     assert message in err
 
 
-def test_inspect_writes_its_page(tmp_path):
-    page, json_path = tmp_path / "inspect.html", tmp_path / "inspect.json"
-    done = run_netcheck("inspect", "--rdzv", f"127.0.0.1:{nodes.free_port()}", "--timeout", "3",
-                        "--html", str(page), "--json", str(json_path))
-    assert done.returncode == EXIT_BY_VERDICT["fail"], done.stderr
+@pytest.mark.parametrize("command, args, checks", [
+    ("inspect", ("--rdzv", "127.0.0.1:{port}", "--timeout", "3"), ["job.store"]),
+    ("probe", ("127.0.0.1:{port}", "--timeout", "1"), ["rdzv.resolve", "rdzv.reach"]),
+    ("local", (), None),
+])
+def test_every_command_that_reports_writes_its_page(command, args, checks, tmp_path):
+    """inspect, probe and local write the page of the report they print, as a run does."""
+    page, json_path = tmp_path / f"{command}.html", tmp_path / f"{command}.json"
+    port = nodes.free_port()
+    done = run_netcheck(command, *(a.format(port=port) for a in args), "--html", str(page), "--json", str(json_path))
     report = nodes.read_report(json_path)
+    assert done.returncode == EXIT_BY_VERDICT[report["verdict"]], done.stderr
     assert f"the HTML report is in {page}" in done.stderr
     assert page.read_text(encoding="utf-8") == render_html(load_report("--json", str(json_path)))
-    assert [f["check"] for f in report["findings"]] == ["job.store"]
+    if checks is not None:   # local's checks are this machine's
+        assert [f["check"] for f in report["findings"]] == checks
 
 
 # --- a real cluster ---------------------------------------------------------------------------
