@@ -1,11 +1,11 @@
 #!/bin/bash
 # netcheck on a one-GPU machine (the session's lent H200), in under 5 minutes:
-#   1. scripts/gpu_check.sh: the RDMA/GPU facts as NCCL sees them, and a 1 x 1 torchrun run;
+#   1. scripts/gpu_check.sh: the RDMA/GPU facts as NCCL sees them, a 1 x 1 torchrun run, and two
+#      nodes on the one GPU told apart by NCCL_HOSTID (NCCL's network transport between them),
+#      with a process holding the GPU beside them (host.busy's GPU holder, as fuser finds one);
 #   2. netcheck local's time on a GPU node (the facts readers included);
-#   3. two netcheck "nodes" on this machine's one GPU, as NCCL refuses them (Duplicate GPU);
-#   4. the same two with NCCL_HOSTID told apart: NCCL treats them as two hosts and carries
-#      their traffic over its socket transport (loopback), so the nccl sweep runs end to end;
-#      a process holding the GPU beside it (host.busy's GPU holder, as fuser would find it).
+#   3. two netcheck "nodes" on the one GPU without NCCL_HOSTID, as NCCL refuses them
+#      ("Duplicate GPU detected"): what netcheck says of it.
 # Everything lands in OUT_DIR (default ./device-out); its summary goes to stdout.
 #
 #   benchmarks/device_h200.sh OUT_DIR
@@ -25,14 +25,13 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# two_nodes LABEL [ENV...]: two netcheck nodes on 127.0.0.1, each with the env given (its
-# node number replaces <n>), reports in OUT_DIR/LABEL-nodeK.{json,log}; prints their exit codes.
+# two_nodes LABEL: two netcheck nodes on 127.0.0.1, reports in OUT_DIR/LABEL-nodeK.{json,log};
+# prints their exit codes.
 two_nodes() {
   local label=$1 port pids=() n
-  shift
   port=$(free_port)
   for n in 0 1; do
-    env "${@//<n>/$n}" timeout -k 5 100 "$PY" -m netcheck --rdzv "127.0.0.1:$port" --nnodes 2 --node-rank "$n" \
+    timeout -k 5 100 "$PY" -m netcheck --rdzv "127.0.0.1:$port" --nnodes 2 --node-rank "$n" \
       --nproc-per-node 1 "${BACKEND[@]}" "${SWEEP[@]}" --json "$OUT_DIR/$label-node$n.json" \
       >"$OUT_DIR/$label-node$n.log" 2>&1 &
     pids+=("$!")
@@ -48,10 +47,17 @@ nvidia-smi -L 2>&1 || echo "no nvidia-smi"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available",
 torch.cuda.is_available(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
 
-echo "== 1. scripts/gpu_check.sh"
+echo "== 1. scripts/gpu_check.sh, a process holding the GPU beside it"
+"$PY" -c 'import time, torch
+x = torch.empty(1 << 28, device="cuda" if torch.cuda.is_available() else "cpu")
+print("holder ready", flush=True); time.sleep(240)' >"$OUT_DIR/holder.log" 2>&1 &
+holder=$!
+for _ in $(seq 60); do grep -q ready "$OUT_DIR/holder.log" && break; sleep 0.5; done
 if [[ -n ${DEVICE_CPU:-} ]]; then export GPU_CHECK_CPU_RANKS=1; fi
 NETCHECK_PYTHON=$PY GPU_CHECK_RUN_TIMEOUT=90 scripts/gpu_check.sh "$OUT_DIR/gpu_check"
 echo "gpu_check exit $?"
+kill "$holder" 2>/dev/null
+grep -h -A3 "host.busy" "$OUT_DIR/gpu_check/node0.log"
 
 echo "== 2. netcheck local"
 for _ in 1 2 3; do
@@ -59,22 +65,11 @@ for _ in 1 2 3; do
     >"$OUT_DIR/local.log" 2>&1
   tail -n 1 "$OUT_DIR/local.log"
 done
-"$PY" -m netcheck local -v 2>&1 | grep -E "gpu|GPU|rdma|host.busy|nccl|NCCL" | head -n 30
+"$PY" -m netcheck local -v 2>&1 | grep -E "gpu|GPU|rdma|nccl|NCCL" | head -n 30
 
-echo "== 3. two nodes on one GPU"
+echo "== 3. two nodes on one GPU, no NCCL_HOSTID"
 two_nodes shared
-
-echo "== 4. two nodes told apart by NCCL_HOSTID, a process holding the GPU beside them"
-"$PY" -c 'import time, torch
-x = torch.empty(1 << 28, device="cuda" if torch.cuda.is_available() else "cpu")
-print("holder ready", flush=True); time.sleep(150)' >"$OUT_DIR/holder.log" 2>&1 &
-holder=$!
-for _ in $(seq 60); do grep -q ready "$OUT_DIR/holder.log" && break; sleep 0.5; done
-two_nodes hostid 'NCCL_HOSTID=netcheck-node<n>'
-kill "$holder" 2>/dev/null
-
-echo "== reports"
-for f in "$OUT_DIR"/shared-node0.log "$OUT_DIR"/shared-node1.log "$OUT_DIR"/hostid-node0.log "$OUT_DIR"/hostid-node1.log; do
+for f in "$OUT_DIR"/shared-node0.log "$OUT_DIR"/shared-node1.log "$OUT_DIR"/gpu_check/node0.log; do
   echo "--- $f"
   cat "$f"
 done

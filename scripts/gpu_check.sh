@@ -8,8 +8,11 @@
 #   1. one node x N GPUs under torchrun: torchrun --standalone --nproc-per-node N -m netcheck
 #      (each worker seated by its RANK, as a training job's would be);
 #   2. two "nodes" on this one machine: two netcheck processes, --nnodes 2, each given half
-#      of the GPUs through CUDA_VISIBLE_DEVICES and --nproc-per-node N/2 (needs N >= 2). NCCL
-#      sees one host, so its "inter-node" traffic goes over NVLink/PCIe here, not a NIC.
+#      of the GPUs through CUDA_VISIBLE_DEVICES and --nproc-per-node N/2 (a one-GPU machine:
+#      that GPU to both), each with its own NCCL_HOSTID, so that NCCL takes them for two hosts:
+#      their traffic goes over its network transport (the RDMA ports, else sockets) as between
+#      nodes, not over NVLink, and two ranks on one GPU are allowed (NCCL refuses them within
+#      a host: "Duplicate GPU detected").
 # Both with --backend nccl (a GPU check that fell back to gloo would measure nothing) and
 # --model-params 7e9, each writing its JSON report. results.txt says, per run and stage: the
 # backend, the headline plateau busbw and its size range, the small-message latency, and
@@ -127,6 +130,11 @@ def size(b):
 
 bw = report.get("bandwidth") or {}
 fails = ", ".join(sorted({f["check"] for f in report.get("findings", []) if f["severity"] == "fail"}))
+if not bw:   # the phase did not run (one node, say): why, in the report's words
+    why = next((f["summary"] for f in report.get("findings", []) if f["check"] == "run.skipped"
+                and "bandwidth" in f["summary"]), "no bandwidth section in the report")
+    print(f"{label}: netcheck exit {rc} after {seconds} s; failed checks: {fails or 'none'}; {why}")
+    sys.exit(0)
 print(f"{label}: netcheck exit {rc} after {seconds} s; backend {bw.get('backend') or 'none'} "
       f"({bw.get('backend_reason', '')}); {bw.get('nnodes', '?')} node(s) x "
       f"{bw.get('nproc_per_node', '?')} process(es); failed checks: {fails or 'none'}")
@@ -218,28 +226,29 @@ main() {
   worst=$(worse "$worst" "$rc")
   if [[ ! -s $dir/torchrun.json ]]; then worst=3; fi
 
-  # 2. Two "nodes" on this machine, half of the GPUs each.
+  # 2. Two "nodes" on this machine, half of the GPUs each (a one-GPU machine: that GPU both).
   half=$((n / 2))
-  if ((half < 1)); then
-    echo "2 nodes: not run: one GPU cannot be split between two nodes" >>"$results"
-  else
-    port=$(free_port "$py")
-    local halves=("$(seq -s, 0 $((half - 1)))" "$(seq -s, "$half" $((2 * half - 1)))") pids=()
-    for node in 0 1; do
-      CUDA_VISIBLE_DEVICES=${halves[node]} bounded "2 nodes x $half: node $node (GPUs ${halves[node]})" \
-        "$dir/node$node.log" "$py" -m netcheck --rdzv "127.0.0.1:$port" --nnodes 2 --node-rank "$node" \
-        --nproc-per-node "$half" "${common[@]}" --json "$dir/node$node.json" >"$dir/node$node.rc" &
-      pids+=("$!")
-    done
-    wait "${pids[@]}" || true
-    read -r rc secs <"$dir/node0.rc"
-    "$py" -c "$FIGURES" "2 nodes x $half (node 0's report)" "$dir/node0.json" "$rc" "$secs" >>"$results"
-    worst=$(worse "$worst" "$rc")
-    if [[ ! -s $dir/node0.json ]]; then worst=3; fi
-    read -r rc secs <"$dir/node1.rc"
-    echo "  node 1: netcheck exit $rc after $secs s" >>"$results"
-    worst=$(worse "$worst" "$rc")
+  local halves=("$(seq -s, 0 $((half - 1)))" "$(seq -s, "$half" $((2 * half - 1)))") pids=()
+  if ((n == 1)); then
+    half=1
+    halves=(0 0)
   fi
+  port=$(free_port "$py")
+  for node in 0 1; do
+    NCCL_HOSTID=gpu-check-node$node CUDA_VISIBLE_DEVICES=${halves[node]} \
+      bounded "2 nodes x $half: node $node (GPUs ${halves[node]})" \
+      "$dir/node$node.log" "$py" -m netcheck --rdzv "127.0.0.1:$port" --nnodes 2 --node-rank "$node" \
+      --nproc-per-node "$half" "${common[@]}" --json "$dir/node$node.json" >"$dir/node$node.rc" &
+    pids+=("$!")
+  done
+  wait "${pids[@]}" || true
+  read -r rc secs <"$dir/node0.rc"
+  "$py" -c "$FIGURES" "2 nodes x $half (node 0's report)" "$dir/node0.json" "$rc" "$secs" >>"$results"
+  worst=$(worse "$worst" "$rc")
+  if [[ ! -s $dir/node0.json ]]; then worst=3; fi
+  read -r rc secs <"$dir/node1.rc"
+  echo "  node 1: netcheck exit $rc after $secs s" >>"$results"
+  worst=$(worse "$worst" "$rc")
   cat "$results"
   echo "gpu_check: figures in $results; reports and logs in $dir/" >&2
   return "$worst"

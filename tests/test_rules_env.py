@@ -196,7 +196,7 @@ def test_equal_versions_spelled_differently_agree_and_builds_do_not():
     ("var.NCCL_IB_DISABLE", WARN), ("var.TORCH_NCCL_ASYNC_ERROR_HANDLING", WARN),
     ("file./etc/nccl.conf", WARN), ("file.~/.nccl.conf", WARN), ("var.MASTER_PORT", WARN),
     ("pkg.numpy", WARN), ("gpu.count", WARN), ("gpu.3.name", WARN), ("something.new", WARN),
-    ("var.NCCL_SOCKET_IFNAME", INFO), ("var.GLOO_SOCKET_IFNAME", INFO),
+    ("var.NCCL_SOCKET_IFNAME", INFO), ("var.GLOO_SOCKET_IFNAME", INFO), ("var.NCCL_HOSTID", INFO),
     ("var.TP_SOCKET_IFNAME", INFO), ("var.CUDA_VISIBLE_DEVICES", INFO), ("var.MASTER_ADDR", INFO),
     ("python.executable", INFO), ("gpu.7.uuid", INFO), ("cpu.model", INFO), ("cpu.count", INFO),
     ("os.kernel", INFO), ("var.SLURMD_NODENAME_HOSTNAME", INFO), ("nccl.library", INFO),

@@ -246,3 +246,24 @@ def test_gpu_check_without_cuda_says_so_in_one_line_and_exits_3_at_once(tmp_path
         "or nvidia-smi); nothing measured"]
     assert not (tmp_path / "out").exists()
     assert subprocess.run(["shellcheck", str(GPU_CHECK)], capture_output=True).returncode == 0
+
+
+def test_gpu_check_runs_its_two_runs_on_cpu_ranks_and_says_why_a_lone_node_measured_nothing(tmp_path):
+    """GPU_CHECK_CPU_RANKS=1, the script's own test mode: the 1 x 1 torchrun run says why it
+    measured no bandwidth (no other node), the two nodes on the one "GPU" (each its own
+    NCCL_HOSTID, as on a one-GPU machine) measure, and their differing NCCL_HOSTID is no
+    environment mismatch (one per host is its meaning)."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK")},
+           "GPU_CHECK_CPU_RANKS": "1", "GPU_CHECK_RUN_TIMEOUT": str(int(scaled(60))),
+           "NETCHECK_PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(GPU_CHECK), str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=2 * scaled(60) + 30)
+    assert done.returncode in (0, 1), done
+    lines = (tmp_path / "results.txt").read_text().splitlines()
+    (lone,) = [ln for ln in lines if ln.startswith("1 node x 1 (torchrun)")]
+    assert "the bandwidth phase was not run: no other node is in the run" in lone, lines
+    (two,) = [ln for ln in lines if ln.startswith("2 nodes x 1 (node 0's report)")]
+    assert "backend gloo" in two, lines
+    host = read_report(tmp_path / "node0.json")
+    assert host["bandwidth"]["headlines"] and host["bandwidth"]["nnodes"] == 2
+    assert not [f for f in host["findings"] if f["check"] == "env.mismatch" and f["severity"] != "pass"], host

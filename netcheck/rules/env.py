@@ -41,6 +41,7 @@ SEVERITY: dict[str, str] = {
     "var.*SOCKET_IFNAME": INFO,         # interface names differ per node; the nic phase checks them
     "var.CUDA_VISIBLE_DEVICES": INFO,   # per-node GPU selection
     "var.NVIDIA_VISIBLE_DEVICES": INFO,
+    "var.NCCL_HOSTID": INFO,            # NCCL's host identity (utils.cc getHostHash): one per host
     "var.MASTER_ADDR": INFO,            # Kubeflow hands the master pod "localhost", the others its
                                         # name; rdzv.reach and rdzv.resolve test the endpoint itself
     "var.CUDA_HOME": INFO,              # paths: the libraries they lead to are compared instead
