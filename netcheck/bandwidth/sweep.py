@@ -220,10 +220,24 @@ class Budget:
     last_size: int = 0
     last_op: float = 0.0       # seconds per iteration at last_size
     last_wall: float = 0.0     # the whole step at last_size
+    prev_size: int = 0         # the size measured before last_size, and its time per iteration
+    prev_op: float = 0.0
 
     def op_seconds(self, size: int) -> float:
-        """A size's predicted time per iteration (0: nothing measured yet)."""
+        """A size's predicted time per iteration (0: nothing measured yet): the last size's,
+        scaled by the bytes, which never underestimates (admits' safe side)."""
         return self.last_op * size / self.last_size if self.last_size else 0.0
+
+    def likely_op_seconds(self, size: int) -> float:
+        """A larger size's likely time per iteration, for what to keep in reserve: a latency
+        plus a time per byte through the last two sizes measured, where they show one. Scaling
+        a latency-bound size's time by the bytes (4 ms for 512 bytes: minutes for 128 MiB)
+        made the top look out of reach until too late to keep room for it (RESULTS.md)."""
+        linear = self.op_seconds(size)
+        if not self.prev_size or self.last_op <= self.prev_op:
+            return linear
+        per_byte = (self.last_op - self.prev_op) / (self.last_size - self.prev_size)
+        return min(linear, self.last_op + per_byte * (size - self.last_size))
 
     def admits(self, size: int, iters: int, warmup: int) -> bool:
         if not self.last_size:
@@ -233,14 +247,15 @@ class Budget:
                 and self.walled + self.last_wall * scale <= self.wall)
 
     def room_below(self, above: list[int]) -> float:
-        """Seconds a size may take that still leave every size above it its fewest iterations
-        (one warm-up and BW_MIN_ITERS); negative where even those do not fit."""
-        least = sum(self.op_seconds(size) for size in above) * (1 + BW_MIN_ITERS)
+        """Seconds a size may take that still likely leave every size above it its fewest
+        iterations (one warm-up and BW_MIN_ITERS); negative where even those do not fit."""
+        least = sum(self.likely_op_seconds(size) for size in above) * (1 + BW_MIN_ITERS)
         return self.seconds - self.spent - least
 
     def spend(self, size: int, op_seconds: float, iters: int, warmup: int, wall: float) -> None:
         self.spent += op_seconds * (warmup + iters)
         self.walled += wall
+        self.prev_size, self.prev_op = self.last_size, self.last_op
         self.last_size, self.last_op, self.last_wall = size, op_seconds, wall
 
 
