@@ -84,6 +84,8 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
 RESOLVE_SILENT = "resolver_silent"
 REACH_NOT_STORE = "not_store"
+REACH_NO_MACHINE = "no_machine"
+REACH_SHARED_SUBNET = "shared_subnet"
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -198,9 +200,14 @@ CHECKS: tuple[Check, ...] = (
           "refused, filtered or unreachable",
           ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
-           "test_reach_faults_cluster.py"),
+           "test_reach_faults_cluster.py", "test_nobody_there_cluster.py"),
           {REACH_NOT_STORE: Kind(ONLY_FAIL, "something accepts on the port but does not answer as a TCPStore "
-                                            "(a hung or stopped process, another program)")}),
+                                            "(a hung or stopped process, another program)"),
+           REACH_NO_MACHINE: Kind(ONLY_FAIL, "no machine answered ARP / NDP for the address (or its gateway) on "
+                                             "the interface the kernel's route takes: a stale name, a wrong or "
+                                             "dead address, not a firewall"),
+           REACH_SHARED_SUBNET: Kind(ONLY_FAIL, "two interfaces share the address's subnet and the route takes the "
+                                                "one where no machine answered (a second NIC on the subnet)")}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),
           "the host cannot listen on the port (names the process holding it), or cannot reach it itself",
           ("rdzv.listen_finding", "rdzv.listen_pass", "rdzv.firewalled_finding"),
