@@ -129,7 +129,10 @@ def _decoder(tp: Any) -> Decoder:
 def _shaped(tp: Any, most: int, free_text: bool) -> Decoder:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        return _union_decoder(typing.get_args(tp))
+        # Annotated[list | None, PER_NODE]: the bound is the list's, not lost to the generic one.
+        return _union_decoder(tuple(_decoder(o) if typing.get_origin(o) is typing.Annotated
+                                    else _shaped(o, most, free_text) for o in typing.get_args(tp)),
+                              type(None) in typing.get_args(tp))
     if origin is tuple:
         return _tuple_decoder(typing.get_args(tp), most)
     if origin is dict:
@@ -225,10 +228,7 @@ def _decode_none(data: Any, where: Where) -> None:
     raise DecodeError(f"{_path(where)}: expected null, got {type(data).__name__}")
 
 
-def _union_decoder(options: tuple) -> Decoder:
-    decoders = [_decoder(o) for o in options]
-    nullable = type(None) in options
-
+def _union_decoder(decoders: tuple[Decoder, ...], nullable: bool) -> Decoder:
     def decode(data: Any, where: Where) -> Any:
         if data is None and nullable:
             return None
