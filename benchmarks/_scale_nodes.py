@@ -8,7 +8,8 @@ facts are synthetic but well-formed: one node's real facts (gathered here, in th
 simulator's namespace) with the hostname, address and claimed rank changed. Each node has
 a real mesh listener, so the host's own connects land. The faults scale.py plants are
 made here, as a real node would make them: a node that never comes, one whose mesh port
-refuses, one with another torch, one with a skewed clock, and a second node claiming a seated node's rank.
+refuses, one with another torch, one with a skewed clock, a second node claiming a seated node's
+rank, and one that stops right after its seat.
 
     python benchmarks/_scale_nodes.py PLAN.json FIRST LAST OUT.json
 """
@@ -104,6 +105,8 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         return  # the claimant of a rank that came second: not seated, it goes
     if seat.rank != rank:
         raise RuntimeError(f"{facts.hostname}: seated as {seat.rank}")
+    if rank == faults["lost"]:
+        return  # stops after its seat: no results, no goodbye, as a node whose netcheck died there
     offset = 30.0 if rank == faults["clock"] else 0.001
     peers = rendezvous.lookup_targets(seat.roster, seat.arrival, plan["run_id"])
     ex.post(keys.RESULT, seat.arrival, NodeResults(

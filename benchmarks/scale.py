@@ -3,11 +3,13 @@ joiners (benchmarks/_scale_nodes.py), each a real store client speaking the real
 
 Two namespaces on the test bridge: node0 runs `netcheck --rdzv node0:29500 --nnodes N
 --node-rank 0 --skip bandwidth`; node1 holds one address per simulated node
-(198.18.16.0 and up) and runs the simulator processes. Five faults are planted, one node
+(198.18.16.0 and up) and runs the simulator processes. Six faults are planted, one node
 each: one never comes (rdzv.join missing: the host runs with --nnodes N-1:N and closes the
 rendezvous JOIN_WINDOW s after the last arrival), one's mesh port refuses (mesh.connect),
 one has another torch (env.mismatch), a second process claims one node's rank
-(rdzv.join duplicate_rank), one's clock is 30 s off (host.clock). `ok` is true only when the
+(rdzv.join duplicate_rank), one's clock is 30 s off (host.clock), one stops right after
+its seat (rdzv.join lost_in_rendezvous: left out of the host's alive list, so no healthy
+node waits for it in the mesh, which that list past 1,024 nodes once failed). `ok` is true only when the
 host's report names exactly those nodes, each under its check, and the exclude file and the
 .prom file name them too.
 
@@ -40,15 +42,16 @@ SIM_BASE = ipaddress.ip_address("198.18.16.0")
 RUN_ID = "scale"
 # The host's command line before netcheck's arguments, per store backend.
 HOSTS = {"legacy": ["-m", "netcheck"], "libuv": [str(REPO / "benchmarks" / "_libuv_host.py")]}
+FAULTS = ("missing", "mesh", "env", "duplicate", "clock", "lost")   # one node each, spread over the ranks
 JOIN_WINDOW = 2       # the host closes the rendezvous this long after the last arrival (one is missing)
 
 
 def plan_for(nodes: int, mesh: str) -> dict:
     """What every simulator process needs: addresses, the planted faults' ranks."""
-    spread = [max(1, nodes * k // 6) for k in range(1, 6)]
-    faults = dict(zip(("missing", "mesh", "env", "duplicate", "clock"), spread))
-    if len(set(spread)) != 5:
-        raise SystemExit(f"--nodes {nodes}: too few nodes for five distinct planted faults (at least 12)")
+    spread = [max(1, nodes * k // (len(FAULTS) + 1)) for k in range(1, len(FAULTS) + 1)]
+    faults = dict(zip(FAULTS, spread))
+    if len(set(spread)) != len(FAULTS):
+        raise SystemExit(f"--nodes {nodes}: too few nodes for {len(FAULTS)} distinct planted faults (at least 14)")
     return {"nodes": nodes, "run_id": RUN_ID, "host": "198.18.0.10", "port": PORT, "ifname": "eth0",
             "prefixlen": 16, "mesh": mesh, "timeout": 600, "faults": faults,
             "addresses": {str(r): str(SIM_BASE + r) for r in range(1, nodes)},
@@ -81,7 +84,8 @@ def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
     """What the host's outputs got wrong about the planted faults (empty: all right)."""
     f, problems = plan["faults"], []
     named = {"missing": ("rdzv.join", "missing"), "mesh": ("mesh.connect", None), "env": ("env.mismatch", None),
-             "duplicate": ("rdzv.join", "duplicate_rank"), "clock": ("host.clock", None)}
+             "duplicate": ("rdzv.join", "duplicate_rank"), "clock": ("host.clock", None),
+             "lost": ("rdzv.join", "lost_in_rendezvous")}
     for fault, (check, kind) in named.items():
         hits = [x for x in report["findings"] if x["check"] == check and x["severity"] != "pass"
                 and (kind is None or x.get("kind") == kind) and f[fault] in x["nodes"]]
@@ -91,7 +95,7 @@ def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
     # hostname is unknown, so only its rank can be named; of a rank's two claimants, the
     # one seated (whichever came first) is.
     seated = next((n["hostname"] for n in report["nodes"] if n["rank"] == f["duplicate"]), "?")
-    expected = {f"sim{f['mesh']:04d}", f"sim{f['env']:04d}", seated}
+    expected = {f"sim{f['mesh']:04d}", f"sim{f['env']:04d}", f"sim{f['lost']:04d}", seated}
     if set(report["faulty_nodes"]) != expected:
         problems.append(f"faulty_nodes {sorted(report['faulty_nodes'])}, expected {sorted(expected)}")
     for name in expected:
