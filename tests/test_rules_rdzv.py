@@ -14,7 +14,7 @@ from netcheck.rules.rdzv import REACH_FIXES
 from netcheck.rules.registry import JOIN_FOREIGN, JOIN_MALFORMED
 from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
-    Reach, Resolution, Visitor,
+    Reach, Resolution, Route, Visitor,
 )
 from netcheck.core.nictable import Address, Nic, NicTable
 
@@ -105,6 +105,38 @@ def test_a_probe_summary_says_the_seconds_its_evidence_says():
     slow = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 2.6)
     (_, filtered) = rdzv_rules.reach_findings(reach("filtered", (slow,), seconds=2.6), (1,))
     assert filtered.summary.endswith("no answer in 2.6 s") and filtered.evidence[-1].endswith("over 2.6 s")
+
+
+def unanswered(state: str, gateway=None, shared=()) -> Probe:
+    route = Route("eth0", "10.0.0.7", gateway, state, shared)
+    return Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0, route)
+
+
+@pytest.mark.parametrize("named_in, fix", [("", "check the address"), ("DNS", "DNS record"),
+                                           ("/etc/hosts line 4: 10.0.0.4 node0", "/etc/hosts on this node is stale")])
+def test_an_address_where_no_machine_answered_arp_is_not_a_firewall(named_in, fix):
+    found = dataclasses.replace(reach("filtered", (unanswered("FAILED"),)), named_in=named_in)
+    (_, nobody) = rdzv_rules.reach_findings(found, (1,))
+    assert (nobody.kind, nobody.nodes) == ("no_machine", (1,))
+    assert "no machine answered at 10.0.0.4 on eth0" in nobody.summary and fix in nobody.fix
+    assert "firewall" not in nobody.fix
+    assert "10.0.0.4: route on the interface's subnet, dev eth0, source 10.0.0.7; neighbour FAILED" in nobody.evidence
+
+
+def test_an_unanswered_gateway_is_named_as_the_gateway():
+    (_, nobody) = rdzv_rules.reach_findings(reach("unreachable", (unanswered("INCOMPLETE", "10.0.0.1"),)), (1,))
+    assert nobody.kind == "no_machine" and "no machine answered at 10.0.0.1 (the gateway)" in nobody.summary
+
+
+def test_a_second_interface_on_the_subnet_names_the_route_it_takes():
+    (_, taken) = rdzv_rules.reach_findings(reach("filtered", (unanswered("INCOMPLETE", shared=("eth1",)),)), (1,))
+    assert taken.kind == "shared_subnet" and "the kernel's route takes eth0 (source 10.0.0.7)" in taken.summary
+    assert "metric" in taken.fix
+
+
+def test_a_neighbour_that_answered_keeps_the_firewall():
+    (_, dropped) = rdzv_rules.reach_findings(reach("filtered", (unanswered("REACHABLE"),)), (1,))
+    assert not dropped.kind and dropped.fix == REACH_FIXES["filtered"]
 
 
 def test_reach_unreachable():

@@ -15,8 +15,8 @@ from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
     FEW, PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
-    NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text, WholeNumbersAt,
-    one_of,
+    IfName, NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text,
+    WholeNumbersAt, one_of,
 )
 from netcheck.core.hangrecords import HangView
 from netcheck.core.jobrecords import JobView
@@ -64,6 +64,29 @@ def is_torchrun_worker(launch: Launch) -> bool:
 
 
 @dataclass(frozen=True)
+class Route:
+    """The kernel's way to an address that did not answer a connect (ip route get, ip neigh):
+    what tells "no machine there" (ARP / NDP unanswered) from "a machine that drops the port"."""
+
+    interface: IfName
+    source: IpAddress | None
+    gateway: IpAddress | None            # None: the address is on the interface's own subnet
+    neighbour_state: Text                # the kernel's word for the next hop (FAILED, REACHABLE, ...), or ""
+    # Other interfaces with a route to the address's subnet, the route not taken (a second NIC on it).
+    shared: Annotated[tuple[IfName, ...], FEW] = ()
+
+    @property
+    def neighbour(self) -> str:
+        return "the gateway " + self.gateway if self.gateway else "the address"
+
+    @property
+    def nobody_answered(self) -> bool:
+        """ARP / NDP asked for the next hop and nothing answered (INCOMPLETE: still asking after
+        the whole probe timeout)."""
+        return self.neighbour_state in ("FAILED", "INCOMPLETE")
+
+
+@dataclass(frozen=True)
 class Probe:
     """One TCP connect to one resolved address of the rendezvous endpoint."""
 
@@ -72,6 +95,7 @@ class Probe:
     outcome: Annotated[str, one_of(*PROBE_OUTCOMES)]
     detail: Text       # the errno text or what the timeout was
     seconds: Seconds
+    route: Route | None = None   # read where the connect went unanswered (filtered, unreachable)
 
 
 @dataclass(frozen=True)
@@ -86,6 +110,7 @@ class Reach:
     probes: Annotated[tuple[Probe, ...], FEW]
     attempts: Count
     seconds: Seconds
+    named_in: Text = ""   # where HOST's address came from: "/etc/hosts line N", "DNS", "" for an address
 
 
 @dataclass(frozen=True)

@@ -28,19 +28,22 @@ from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 import os
 import re
 import queue
 import resource
 import selectors
+import shutil
 import socket
 import struct
+import subprocess
 import threading
 import time
 
 from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import Holder, Probe, Reach, SilentNameserver
+from netcheck.core.model import Holder, Probe, Reach, Route, SilentNameserver
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -151,8 +154,10 @@ def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool 
     store that is merely slow is not a squatter."""
     start = time.monotonic()
     outcome, detail = _connect(family, sockaddr, timeout, handshake)
-    return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail,
-                 round(time.monotonic() - start, 4))
+    seconds = round(time.monotonic() - start, 4)
+    # Read after the connect: by then the kernel has asked ARP / NDP for the whole probe timeout.
+    route = route_to(sockaddr[0]) if outcome in ("filtered", "unreachable") else None
+    return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail, seconds, route)
 
 
 def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool) -> tuple[str, str]:
@@ -218,6 +223,72 @@ def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
     return ("filtered" if error.errno in _FILTERED else "unreachable"), error_text(error)
 
 
+IP_COMMAND_TIMEOUT = 2.0
+
+
+def route_to(address: str) -> Route | None:
+    """The kernel's way to ADDRESS: the interface and source its route takes, the gateway if
+    any, the neighbour table's state for the next hop, and the other interfaces with a route to
+    the same subnet. None where iproute2 is missing or says nothing."""
+    chosen = _ip_words("route", "get", address)
+    if "dev" not in chosen:
+        return None
+    interface, gateway = _after(chosen, "dev"), _after(chosen, "via")
+    neighbour = _ip_words("neigh", "show", "to", gateway or address, "dev", interface)
+    state = neighbour[-1] if neighbour and neighbour[-1].isupper() else ""
+    return Route(interface, _after(chosen, "src"), gateway, state, _shared(address, interface) if not gateway else ())
+
+
+def _shared(address: str, interface: str) -> tuple[str, ...]:
+    """Interfaces besides INTERFACE with a link route to the subnet that holds ADDRESS."""
+    family = "-6" if ":" in address else "-4"
+    routes = [line.split() for line in _ip_lines(family, "route", "show", "table", "main", "match", address)]
+    mine = {r[0] for r in routes if _after(r, "dev") == interface and r[0] != "default"}
+    return tuple(sorted({_after(r, "dev") for r in routes if r[0] in mine and "via" not in r} - {interface}))
+
+
+def _ip_words(*args: str) -> list[str]:
+    lines = _ip_lines(*args)
+    return lines[0].split() if lines else []
+
+
+def _ip_lines(*args: str) -> list[str]:
+    """What `ip ARGS` prints, by line; nothing where iproute2 is missing or fails."""
+    ip = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.path.exists(p)), None)
+    if ip is None:
+        return []
+    try:
+        done = subprocess.run([ip, "-o", *args], capture_output=True, text=True, timeout=IP_COMMAND_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def _after(words: list[str], key: str) -> str | None:
+    return words[words.index(key) + 1] if key in words[:-1] else None
+
+
+HOSTS_FILE = "/etc/hosts"
+
+
+def named_in(host: str) -> str:
+    """Where HOST's address comes from: "" for an address itself, the /etc/hosts line that names
+    it, else DNS (glibc's files backend reads /etc/hosts first on every stock system)."""
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return ""
+    except ValueError:
+        pass
+    try:
+        lines = open(HOSTS_FILE).read().splitlines()
+    except OSError:
+        lines = []
+    for number, line in enumerate(lines, 1):
+        if host in line.split("#")[0].split()[1:]:
+            return f"{HOSTS_FILE} line {number}: {line.strip()}"
+    return "DNS"
+
+
 def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True) -> tuple[Probe, ...]:
     """Probe every address at once, so two families cost one timeout, not two."""
     results: list[Probe | None] = [None] * len(addresses)
@@ -265,7 +336,7 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
             break
         time.sleep(PROBE_RETRY_INTERVAL)
     return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,
-                 attempts, round(time.monotonic() - start, 4))
+                 attempts, round(time.monotonic() - start, 4), named_in(host))
 
 
 class PortTaken(OSError):

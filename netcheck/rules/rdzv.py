@@ -17,7 +17,8 @@ from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
-    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, RESOLVE_SILENT, lost_in,
+    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE,
+    REACH_SHARED_SUBNET, RESOLVE_SILENT, lost_in,
 )
 
 REACH_FIXES = {
@@ -52,11 +53,14 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     resolved = Finding(RDZV_RESOLVE, PASS, ranks,
                        f"{reach.host} resolves to {', '.join(reach.addresses)}")
     evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
-                     for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",)
+                     for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",) + \
+        tuple(_route_line(p) for p in reach.probes if p.route)
     if reach.outcome == "open":
         return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
     if reach.outcome == "not_store":
         return [resolved, _not_store(reach, endpoint, ranks, evidence, holders)]
+    if _nobody_there(reach):
+        return [resolved, _no_machine(reach, endpoint, ranks, evidence)]
     summary = _reach_summary(reach, endpoint)
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
 
@@ -97,6 +101,61 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
         fix = f"stop that process (kill {holders[0].pid}), or pick another port for the job and netcheck"
     return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
                    evidence, fix, REACH_NOT_STORE)
+
+
+def _nobody_there(reach: Reach) -> bool:
+    """Every address went unanswered and, for each, ARP / NDP got no reply from the next hop:
+    no machine is there to run a firewall (a firewall's machine answers ARP, then drops)."""
+    return reach.outcome in ("filtered", "unreachable") and all(
+        p.route is not None and p.route.nobody_answered for p in reach.probes)
+
+
+def _no_machine(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tuple[str, ...]) -> Finding:
+    """No machine answered at the endpoint's address (or its gateway) on the interface the
+    kernel's route takes; where another interface shares the subnet, the route's pick is the cause."""
+    probe = reach.probes[0]
+    route, asked = probe.route, "NDP" if probe.family == "ipv6" else "ARP"
+    at = f"{route.gateway} (the gateway)" if route.gateway else probe.address
+    where = (f"no machine answered at {at} on {route.interface} ({asked} got no reply: {route.neighbour_state}), "
+             "so nothing there can listen or filter")
+    lines = evidence + ((f"{reach.host}: {reach.named_in}",) if reach.named_in else ())
+    if route.shared:
+        both = ", ".join((route.interface,) + route.shared)
+        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on the subnet of several "
+                       f"interfaces ({both}) and the kernel's route takes {route.interface} (source "
+                       f"{route.source}), where {where}", lines, _shared_fix(route.interface, probe.address),
+                       REACH_SHARED_SUBNET)
+    named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
+    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {where}{named}", lines, _no_machine_fix(reach),
+                   REACH_NO_MACHINE)
+
+
+def _shared_fix(interface: str, address: str) -> str:
+    return (f"send the subnet through the interface wired to the other nodes: take {interface}'s address off "
+            f"that subnet, or give its route a higher metric (ip route show match {address} lists the routes; "
+            f"ip route get {address} shows the kernel's pick)")
+
+
+def _source(reach: Reach) -> str:
+    return "DNS" if reach.named_in == "DNS" else reach.named_in.split(":")[0]
+
+
+def _route_line(p: Probe) -> str:
+    r = p.route
+    hop = f"via {r.gateway}" if r.gateway else "on the interface's subnet"
+    shared = f"; {', '.join(r.shared)} also routes that subnet" if r.shared else ""
+    return f"{p.address}: route {hop}, dev {r.interface}, source {r.source}; neighbour {r.neighbour_state}{shared}"
+
+
+def _no_machine_fix(reach: Reach) -> str:
+    if reach.named_in == "DNS":
+        return (f"{reach.host}'s DNS record points where no machine is: correct it, or give --rdzv the host node's "
+                "address; if the host node is down, start it")
+    if reach.named_in:
+        return (f"{reach.host}'s entry in /etc/hosts on this node is stale ({_source(reach)}): set it to the host "
+                "node's address (ip -br addr on that node), or give --rdzv that address")
+    return ("check the address: no machine holds it (a typo, or the host node down or moved); give --rdzv the host "
+            "node's address (ip -br addr on that node)")
 
 
 def _named(holders: tuple[Holder, ...]) -> str:

@@ -1,0 +1,77 @@
+"""An address nobody answers on is not a firewall (issue 35 item 2), on real network namespaces.
+
+The kernel tells them apart: where no machine holds the address, ARP for it goes unanswered
+(the neighbour table's INCOMPLETE, then FAILED); behind a firewall that drops the port, the
+machine answers ARP and only the SYN goes unanswered. Cases: `netcheck probe` of an address
+in the subnet that no node holds, a joiner whose /etc/hosts maps the endpoint's name to such an
+address, a joiner with a second interface on the subnet whose route wins and leads nowhere, and
+against them a real firewall (DROP on the host), which stays a firewall.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faults import nodes, ranked_args
+from nodes import GRACE, PORT, explain, finish, scaled, start
+
+pytestmark = pytest.mark.root_required
+
+NOBODY = "198.18.0.99"   # in the cluster's subnet; no node holds it
+
+
+def probe(c, i: int, target: str, tmp_path):
+    return finish(start(c, i, ["probe", target, "--timeout", "3"], tmp_path, bandwidth=True), scaled(10) + GRACE)
+
+
+def route_lines(finding: dict, address: str) -> list[str]:
+    return [e for e in finding["evidence"] if e.startswith(f"{address}: route")]
+
+
+def test_an_address_no_machine_holds_is_named_and_a_firewall_stays_a_firewall(cluster, tmp_path):
+    with cluster(nodes(2)) as c:
+        c.drop_inbound(0, PORT)
+        nobody = probe(c, 1, f"{NOBODY}:{PORT}", tmp_path)
+        firewalled = probe(c, 1, f"node0:{PORT}", tmp_path)
+
+    assert nobody.rc == 2, explain([nobody])
+    (found,) = nobody.findings("rdzv.reach", "fail")
+    assert found["kind"] == "no_machine", found
+    (line,) = route_lines(found, NOBODY)
+    assert "dev eth0" in line and ("FAILED" in line or "INCOMPLETE" in line), found
+    assert firewalled.rc == 2, explain([firewalled])
+    (dropped,) = firewalled.findings("rdzv.reach", "fail")
+    assert not dropped["kind"] and "firewall" in dropped["fix"], dropped
+    (line,) = route_lines(dropped, c.nodes[0].addr)
+    assert "neighbour REACHABLE" in line, dropped   # the machine answered ARP: its firewall dropped the port
+
+
+def test_a_stale_hosts_entry_names_the_file_and_line(cluster, tmp_path):
+    timeout = scaled(14)
+    with cluster(nodes(2)) as c:
+        hosts = [*c.hosts_lines(1, omit=[0]), f"{NOBODY} node0.cluster node0"]   # node0 moved, the line stayed
+        c.write_hosts(1, hosts)
+        joiner = finish(start(c, 1, ranked_args(1, 2, timeout), tmp_path), timeout + GRACE)
+
+    assert joiner.rc == 2, explain([joiner])
+    (found,) = joiner.findings("rdzv.reach", "fail")
+    assert (found["kind"], found["nodes"]) == ("no_machine", [1]), found
+    assert f"node0: /etc/hosts line {len(hosts)}: {hosts[-1]}" in found["evidence"], found
+    assert len(route_lines(found, NOBODY)) == 1, found
+
+
+def test_a_second_interface_on_the_subnet_whose_route_leads_nowhere(cluster, tmp_path):
+    """A storage NIC given the nodes' subnet by DHCP, its route's metric lower than eth0's."""
+    timeout = scaled(14)
+    with cluster(nodes(2)) as c:
+        c.add_decoy(1, "stor0", "198.18.0.200/24")
+        for dev, src, metric in (("stor0", "198.18.0.200", "10"), ("eth0", c.nodes[1].addr, "100")):
+            c.run(1, ["ip", "route", "del", "198.18.0.0/24", "dev", dev], 10)
+            c.run(1, ["ip", "route", "add", "198.18.0.0/24", "dev", dev, "src", src, "metric", metric], 10)
+        joiner = finish(start(c, 1, ranked_args(1, 2, timeout), tmp_path), timeout + GRACE)
+
+    assert joiner.rc == 2, explain([joiner])
+    (found,) = joiner.findings("rdzv.reach", "fail")
+    assert (found["kind"], found["nodes"]) == ("shared_subnet", [1]), found
+    (line,) = route_lines(found, c.nodes[0].addr)
+    assert "dev stor0, source 198.18.0.200" in line and "eth0 also routes that subnet" in line, found
