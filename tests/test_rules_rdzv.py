@@ -584,7 +584,18 @@ def test_a_flood_of_foreign_visitors_and_rejected_entries_is_counted_not_listed(
 def worker(rank: int, host: str, address: str, **kw) -> Member:
     """A torchrun worker: seated by its RANK, on a host it shares (facts and all) with its siblings."""
     m = member(next(r for r, a in ADDRESS.items() if a == address), **kw)
-    return Member(rank, dataclasses.replace(m.facts, hostname=host, fqdn=f"{host}.example"), m.results)
+    launch = dataclasses.replace(m.facts.launch, source="torchrun")
+    return Member(rank, dataclasses.replace(m.facts, hostname=host, fqdn=f"{host}.example", launch=launch), m.results)
+
+
+def test_netcheck_nodes_sharing_a_machine_are_counted_as_nodes_on_it():
+    """Two nodes given --node-rank 0 and 1 on one machine are two nodes, not one node of 2 ranks."""
+    alike = tuple(Member(r, dataclasses.replace(member(0).facts, reach=reach("open", ())), member(0).results)
+                  for r in range(2))
+    (joined,) = rdzv_rules.join_findings(gathering(alike, expected=2))
+    assert joined.summary.startswith("2 node(s) on one machine (node0) joined in ")
+    (summary,) = rdzv_rules.reach_summary(alike)
+    assert summary.summary.startswith("2 node(s) on one machine (node0) reached node0:29500")
 
 
 def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():

@@ -9,10 +9,10 @@ from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_S
 from netcheck.core.majority import split
 from netcheck.core.model import (
     Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, SilentNameserver,
-    Visitor, hostnames,
+    Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
-from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
+from netcheck.rules.pernode import hosts, node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
@@ -216,9 +216,23 @@ def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
         return []
     slowest = max(joiners, key=lambda m: m.facts.reach.seconds)
     return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
-                    f"{node_count([m.rank for m in joiners], hostnames(joiners))} reached {slowest.facts.reach.host}:"
+                    f"{_members_count(tuple(joiners))} reached {slowest.facts.reach.host}:"
                     f"{slowest.facts.reach.port}; slowest {slowest.facts.hostname} in "
                     f"{slowest.facts.reach.seconds:.2f} s")]
+
+
+def _members_count(members: tuple[Member, ...]) -> str:
+    """`3 node(s)`; under torchrun, whose every worker is a member, `2 node(s) (4 ranks)`; where
+    netcheck nodes share a machine (a loopback run, the demo), `2 node(s) on one machine (node0)`:
+    one hostname for several nodes is not one node."""
+    ranks, names = [m.rank for m in members], hostnames(members)
+    if any(is_torchrun_worker(m.facts.launch) for m in members):
+        return node_count(ranks, names)
+    machines = hosts(ranks, names)
+    if machines == len(members):
+        return f"{len(members)} node(s)"
+    where = f"one machine ({members[0].facts.hostname})" if machines == 1 else f"{machines} machines"
+    return f"{len(members)} node(s) on {where}"
 
 
 def listen_pass(port: int) -> Finding:
@@ -256,7 +270,7 @@ def join_findings(g: Gathering) -> list[Finding]:
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
-                                f"{node_count([m.rank for m in g.members], hostnames(g.members))} joined in "
+                                f"{_members_count(g.members)} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
 
