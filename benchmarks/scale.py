@@ -106,13 +106,15 @@ def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
     return problems
 
 
-def run(nodes: int, mesh: str, procs: int, store: str, folder: Path) -> dict:
+def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Path | None = None) -> dict:
     plan = plan_for(nodes, mesh)
     (folder / "plan.json").write_text(json.dumps(plan))
     report_path, exclude, prom, log = (folder / n for n in ("host.json", "exclude.txt", "host.prom", "host.log"))
     with Cluster([NodeSpec(), NodeSpec()], subnet="198.18.0.0/16") as c:
         add_addresses(c, plan)
-        argv = [PY, *HOSTS[store], "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--node-rank", "0",
+        # Profiled: the host's main thread under cProfile, the netcheck it runs the same.
+        host_cmd = [str(REPO / "benchmarks" / "_profiled.py"), str(profile)] if profile else HOSTS[store]
+        argv = [PY, *host_cmd, "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--node-rank", "0",
                 "--join-window", str(JOIN_WINDOW), "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
                 "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude), "--prom", str(prom)]
         with log.open("w") as out:
@@ -163,6 +165,7 @@ def main() -> None:
     parser.add_argument("--store", choices=sorted(HOSTS), default="legacy",
                         help="the host's TCPStore backend: netcheck's own (legacy, on its pre-bound socket) or libuv")
     parser.add_argument("--json", type=Path, help="write the measurements there as one JSON object")
+    parser.add_argument("--profile", type=Path, help="profile the host (cProfile, legacy store) into this file")
     parser.add_argument("--keep", type=Path, help="keep the host's reports and the simulators' logs in this folder")
     args = parser.parse_args()
     mesh = args.mesh or ("full" if args.nodes <= MESH_FULL_UP_TO else f"sample:{MESH_SAMPLE_PEERS}")
@@ -170,7 +173,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        result = run(args.nodes, mesh, args.procs, args.store, folder)
+        result = run(args.nodes, mesh, args.procs, args.store, folder, args.profile and args.profile.resolve())
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
