@@ -466,13 +466,36 @@ class StaleHosts(Fault):
 
     def expect(self, sched, run):
         j, k = self.nodes
-        if k == 0:
+        if k == 0:   # no machine holds the stale address: ARP goes unanswered, no firewall is blamed
             e = missing(j, sched)
-            e.blame.append(Blame(j, ("rdzv.reach",), reporter=j))
+            e.blame.append(Blame(j, ("rdzv.reach",), ("no_machine",), reporter=j))
             return e
         e = broken(j, "rdzv.fqdn")
         e.blame.append(Blame(k, ("rdzv.fqdn",)))
         e.seers.add(k)
+        return e
+
+
+class SharedSubnet(Fault):
+    """A second NIC on the nodes' subnet (a storage network given it by DHCP) whose route has
+    the lower metric and leads nowhere: the kernel sends the node's traffic for the subnet out
+    of it, so the node never reaches the host, and says which interface the route takes."""
+
+    kind = "shared_subnet"
+    removes_node = True
+
+    def setup(self, c, run):
+        j = self.node
+        subnet, dead = f"{c.nodes[0].addr.rsplit('.', 1)[0]}.0/24", f"198.18.0.{200 + j}"
+        c.add_decoy(j, "stor0", f"{dead}/24")
+        for dev, src, metric in (("stor0", dead, "10"), (c.nodes[j].ifname, c.nodes[j].addr, "100")):
+            c.run(j, ["ip", "route", "del", subnet, "dev", dev], timeout=10).check_returncode()
+            c.run(j, ["ip", "route", "add", subnet, "dev", dev, "src", src, "metric", metric],
+                  timeout=10).check_returncode()
+
+    def expect(self, sched, run):
+        e = missing(self.node, sched)
+        e.blame.append(Blame(self.node, ("rdzv.reach",), ("shared_subnet",), reporter=self.node))
         return e
 
 
@@ -617,5 +640,6 @@ class DuplicateHostname(Fault):
 CATALOG: tuple[type[Fault], ...] = (
     HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
-    LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver)
+    LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
+    SharedSubnet)
 
