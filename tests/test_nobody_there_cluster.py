@@ -18,6 +18,7 @@ from nodes import GRACE, PORT, explain, finish, scaled, start
 pytestmark = pytest.mark.root_required
 
 NOBODY = "198.18.0.99"   # in the cluster's subnet; no node holds it
+NOBODY6 = "2001:2::99"   # in the nodes' IPv6 subnet below; likewise
 
 
 def probe(c, i: int, target: str, tmp_path):
@@ -31,7 +32,10 @@ def route_lines(finding: dict, address: str) -> list[str]:
 def test_an_address_no_machine_holds_is_named_and_a_firewall_stays_a_firewall(cluster, tmp_path):
     with cluster(nodes(2)) as c:
         c.drop_inbound(0, PORT)
+        for i in (0, 1):
+            c.run(i, ["ip", "-6", "addr", "add", f"2001:2::{10 + i}/64", "dev", "eth0", "nodad"], 10)
         nobody = probe(c, 1, f"{NOBODY}:{PORT}", tmp_path)
+        nobody6 = probe(c, 1, f"[{NOBODY6}]:{PORT}", tmp_path)
         firewalled = probe(c, 1, f"node0:{PORT}", tmp_path)
 
     assert nobody.rc == 2, explain([nobody])
@@ -39,6 +43,8 @@ def test_an_address_no_machine_holds_is_named_and_a_firewall_stays_a_firewall(cl
     assert found["kind"] == "no_machine", found
     (line,) = route_lines(found, NOBODY)
     assert "dev eth0" in line and ("FAILED" in line or "INCOMPLETE" in line), found
+    (found6,) = nobody6.findings("rdzv.reach", "fail")   # NDP's word for the same
+    assert found6["kind"] == "no_machine" and len(route_lines(found6, NOBODY6)) == 1, found6
     assert firewalled.rc == 2, explain([firewalled])
     (dropped,) = firewalled.findings("rdzv.reach", "fail")
     assert not dropped["kind"] and "firewall" in dropped["fix"], dropped
