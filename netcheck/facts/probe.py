@@ -14,7 +14,9 @@ Outcomes: open (a TCPStore answered), not_store (something accepts connections b
 answer as a TCPStore: a hung or stopped process, another program), refused (RST: nothing
 listening, or a REJECT rule), filtered (no answer before the probe timeout: a DROP rule),
 unreachable (no route), dns (the name does not resolve). Only refused is worth waiting on:
-the host may simply not be up yet.
+the host may simply not be up yet. A connect that goes unanswered (filtered, unreachable)
+also reads the kernel's route to the address and the neighbour table's state for the next
+hop (route_to): a DROP rule's machine answers ARP / NDP, an address nobody holds does not.
 
 What accepts is asked in TCPStore's own protocol (torch/csrc/distributed/c10d/
 TCPStoreBackend.hpp, the same for the legacy and the libuv backend): a VALIDATE (query 0 and
