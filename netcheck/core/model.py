@@ -76,10 +76,6 @@ class Route:
     shared: Annotated[tuple[IfName, ...], FEW] = ()
 
     @property
-    def neighbour(self) -> str:
-        return "the gateway " + self.gateway if self.gateway else "the address"
-
-    @property
     def nobody_answered(self) -> bool:
         """ARP / NDP asked for the next hop and nothing answered (INCOMPLETE: still asking after
         the whole probe timeout)."""
