@@ -23,11 +23,12 @@ from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, NEWEST_FIRST
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
-from netcheck.phases.mesh import MeshDone
-from netcheck.core.storekeys import ALIVE, PINGS
+from netcheck.phases.mesh import MeshDone, _host_word
+from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.rdzv import hosts_message_refused
 from netcheck.core.compat import import_distributed
 from nodes import scaled
+from test_state import joiner
 
 
 def nic(name: str, *addrs: str) -> Nic:
@@ -373,3 +374,16 @@ def test_a_message_of_the_hosts_that_a_joiner_refuses_is_a_finding_naming_its_ke
     finding = hosts_message_refused("netcheck/alive", "$: 1099 items, expected at most 1024")
     assert (finding.check, finding.kind, finding.severity) == ("rdzv.join", "malformed", "warn")
     assert "netcheck/alive" in finding.summary and "1099 items" in finding.evidence[0]
+
+
+@pytest.mark.compat
+def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed():
+    """The host's MeshDone refused (a cut_off list past its bound): the joiner goes on with its
+    own connects' paths, and says it refused the host's message, naming the key."""
+    _, ex = local_store()
+    ex.put(ex.key(MESH_DONE), {"flagged": {"cut_off": list(range(MAX_NODES + 1))}})
+    run = joiner([])
+    assert _host_word(run, ex, Deadline(5.0)) is None
+    [finding] = run.findings
+    assert (finding.check, finding.kind) == ("rdzv.join", "malformed") and ex.key(MESH_DONE) in finding.summary
+    assert f"{MAX_NODES + 1} items, expected at most {MAX_NODES}" in finding.evidence[0]

@@ -46,7 +46,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
         ex.post(MESH_RESULT, me, mesh.MeshResults(me, mine))
         if run.role != HOST:
-            done = _host_word(ex, deadline)
+            done = _host_word(run, ex, deadline)
             run.flagged = done.flagged if done else nic_rules.flagged_paths(names, mine)
             run.findings += nic_rules.mesh_findings(names, mine)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
@@ -86,10 +86,15 @@ def _unheard(ex: Exchange, name: str, ids: list[int], heard: dict) -> list[int]:
     return [i for i in ids if i not in heard and (name, i) not in ex.rejected]
 
 
-def _host_word(ex: Exchange, deadline: Deadline) -> MeshDone | None:
+def _host_word(run: Run, ex: Exchange, deadline: Deadline) -> MeshDone | None:
     """The host's go-ahead, waited for until the deadline (None: it did not come, or did not
-    decode); a host that died raises instead."""
+    decode); a host that died raises instead. One this node cannot read is said: the paths it
+    then goes on with are its own connects', not the cluster's."""
+    key = ex.key(MESH_DONE)
     try:
-        return ex.wait_read(MeshDone, ex.key(MESH_DONE), deadline)
-    except (TimeoutError, codec.DecodeError):
+        return ex.wait_read(MeshDone, key, deadline)
+    except TimeoutError:
+        return None
+    except codec.DecodeError as e:
+        run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
         return None
