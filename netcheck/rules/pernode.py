@@ -10,7 +10,7 @@ ranks. In the other modes a node is one member and nothing folds. Pure: text in,
     per_pair([(0, 2, "filtered"), (1, 3, "filtered")], {0: "node0", 1: "node0", 2: "node1", 3: "node1"})
       ('node0 -> node1 (ranks 0, 1 -> 2, 3): filtered',)
     node_names([2, 3], {2: "node1", 3: "node1"})   ->  'node1'
-    node_count([0, 1, 2, 3], names)                ->  '2 node(s) (4 ranks)'
+    node_count([0, 1, 2, 3], names, workers=True)  ->  '2 node(s) (4 ranks)'
     every_node([0, 1], {0: "vm", 1: "vm"})         ->  'vm'
 """
 
@@ -42,11 +42,18 @@ def node_names(ranks: Iterable[int], names: Mapping[int, str]) -> str:
     return ", ".join(dict.fromkeys(name_of(names, r) for r in ranks))
 
 
-def node_count(ranks: Iterable[int], names: Mapping[int, str]) -> str:
-    """`3 node(s)`; `2 node(s) (4 ranks)` where nodes run several ranks (torchrun)."""
-    ranks = set(ranks)
-    nodes = hosts(ranks, names)
-    return f"{nodes} node(s)" + (f" ({len(ranks)} ranks)" if len(ranks) > nodes else "")
+def node_count(ranks: Iterable[int], names: Mapping[int, str], workers: bool = False) -> str:
+    """`3 node(s)`; with torchrun's workers (a node runs several ranks) `2 node(s) (4 ranks)`;
+    netcheck nodes that share a machine (a loopback run, the demo) `2 node(s) on one machine
+    (vm)`: one hostname for several nodes is not one node."""
+    ranks = sorted(set(ranks))
+    machines = hosts(ranks, names)
+    if workers:
+        return f"{machines} node(s)" + (f" ({len(ranks)} ranks)" if len(ranks) > machines else "")
+    if machines == len(ranks):
+        return f"{machines} node(s)"
+    where = f"one machine ({name_of(names, ranks[0])})" if machines == 1 else f"{machines} machines"
+    return f"{len(ranks)} node(s) on {where}"
 
 
 def hosts(ranks: Iterable[int], names: Mapping[int, str]) -> int:

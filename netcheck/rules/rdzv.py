@@ -12,7 +12,7 @@ from netcheck.core.model import (
     Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
-from netcheck.rules.pernode import hosts, node_count, node_names, per_node, ranks_note
+from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
@@ -222,17 +222,8 @@ def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
 
 
 def _members_count(members: tuple[Member, ...]) -> str:
-    """`3 node(s)`; under torchrun, whose every worker is a member, `2 node(s) (4 ranks)`; where
-    netcheck nodes share a machine (a loopback run, the demo), `2 node(s) on one machine (node0)`:
-    one hostname for several nodes is not one node."""
-    ranks, names = [m.rank for m in members], hostnames(members)
-    if any(is_torchrun_worker(m.facts.launch) for m in members):
-        return node_count(ranks, names)
-    machines = hosts(ranks, names)
-    if machines == len(members):
-        return f"{len(members)} node(s)"
-    where = f"one machine ({members[0].facts.hostname})" if machines == 1 else f"{machines} machines"
-    return f"{len(members)} node(s) on {where}"
+    return node_count([m.rank for m in members], hostnames(members),
+                      any(is_torchrun_worker(m.facts.launch) for m in members))
 
 
 def listen_pass(port: int) -> Finding:
