@@ -33,6 +33,7 @@ Severity = Annotated[str, one_of(*SEVERITIES)]
 # A probe's answer; the rules hold a fix for each (rules.rdzv.REACH_FIXES).
 PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
 REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
+UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why
 Family = Annotated[str, one_of(*FAMILIES)]
 Hostnames = Annotated[tuple[Hostname, ...], PER_NODE]
 NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the host's list of who is still here

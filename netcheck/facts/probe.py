@@ -45,7 +45,7 @@ import time
 
 from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import Holder, Probe, Reach, Route, SilentNameserver
+from netcheck.core.model import UNANSWERED, Holder, Probe, Reach, Route, SilentNameserver
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -158,7 +158,7 @@ def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool 
     outcome, detail = _connect(family, sockaddr, timeout, handshake)
     seconds = round(time.monotonic() - start, 4)
     # Read after the connect: by then the kernel has asked ARP / NDP for the whole probe timeout.
-    route = route_to(sockaddr[0]) if outcome in ("filtered", "unreachable") else None
+    route = route_to(sockaddr[0]) if outcome in UNANSWERED else None
     return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail, seconds, route)
 
 
@@ -254,9 +254,14 @@ def _ip_words(*args: str) -> list[str]:
     return lines[0].split() if lines else []
 
 
+@functools.cache
+def _ip_command() -> str | None:
+    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.path.exists(p)), None)
+
+
 def _ip_lines(*args: str) -> list[str]:
     """What `ip ARGS` prints, by line; nothing where iproute2 is missing or fails."""
-    ip = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.path.exists(p)), None)
+    ip = _ip_command()
     if ip is None:
         return []
     try:
@@ -275,7 +280,8 @@ HOSTS_FILE = "/etc/hosts"
 
 def named_in(host: str) -> str:
     """Where HOST's address comes from: "" for an address itself, the /etc/hosts line that names
-    it, else DNS (glibc's files backend reads /etc/hosts first on every stock system)."""
+    it, else DNS where nsswitch.conf sends lookups there (glibc's files backend reads /etc/hosts
+    first on every stock system), else "" (not known)."""
     try:
         ipaddress.ip_address(host.split("%")[0])
         return ""
@@ -288,7 +294,7 @@ def named_in(host: str) -> str:
     for number, line in enumerate(lines, 1):
         if host in line.split("#")[0].split()[1:]:
             return f"{HOSTS_FILE} line {number}: {line.strip()}"
-    return "DNS"
+    return "DNS" if _hosts_ask_dns() else ""
 
 
 def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True) -> tuple[Probe, ...]:
@@ -338,7 +344,7 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
             break
         time.sleep(PROBE_RETRY_INTERVAL)
     return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,
-                 attempts, round(time.monotonic() - start, 4), named_in(host))
+                 attempts, round(time.monotonic() - start, 4), named_in(host) if outcome in UNANSWERED else "")
 
 
 class PortTaken(OSError):

@@ -9,7 +9,7 @@ from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_S
 from netcheck.core.majority import split
 from netcheck.core.model import (
     Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, SilentNameserver,
-    Visitor, hostnames, is_torchrun_worker,
+    UNANSWERED, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
@@ -106,7 +106,7 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
 def _nobody_there(reach: Reach) -> bool:
     """Every address went unanswered and, for each, ARP / NDP got no reply from the next hop:
     no machine is there to run a firewall (a firewall's machine answers ARP, then drops)."""
-    return reach.outcome in ("filtered", "unreachable") and all(
+    return reach.outcome in UNANSWERED and all(
         p.route is not None and p.route.nobody_answered for p in reach.probes)
 
 
