@@ -371,12 +371,31 @@ def hold_silent(endpoint: str) -> list[socket.socket]:
     return [socket.create_connection((host, int(port)), timeout=5) for _ in range(SILENT_CONNECTIONS)]
 
 
+BIG_ARRIVALS = (200, 1 << 20)   # arrivals past --nnodes, of about a MiB of facts each: 404 MB the host kept
+
+
+def hostile_big_arrivals(store, key: _Keys) -> str:
+    """Arrivals of valid-looking facts (the host's own, renamed and padded to about a MiB, the
+    facts' limit) claiming node ranks past --nnodes: never to be seated, and the host used to
+    keep every one whole until the roster, in its memory and its store's."""
+    store.wait([key(keys.NODE, 0)])
+    host = json.loads(store.get(key(keys.NODE, 0)))
+    past, (count, size) = host["launch"]["nnodes_max"], BIG_ARRIVALS
+    for i in range(count):
+        doc = {**host, "hostname": f"ghost{i}", "launch": {**host["launch"], "node_rank": past + i}}
+        doc["socket_env"] = {**host["socket_env"], "NCCL_DEBUG_FILE": ""}
+        doc["socket_env"]["NCCL_DEBUG_FILE"] = "x" * (size - len(json.dumps(doc)) - 4096)  # under the limit
+        _bump_and_write(store, key, json.dumps(doc).encode())
+    return f"{count} arrivals of {size >> 20} MiB claiming node ranks {past} to {past + count - 1}"
+
+
 HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hostile_schema,
            "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
            "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
            "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
            "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
-           "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors}
+           "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors,
+           "big-arrivals": hostile_big_arrivals}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

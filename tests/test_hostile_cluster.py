@@ -14,9 +14,10 @@ import re
 import pytest
 
 from faults import (
-    GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory,
-    counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
+    BIG_ARRIVALS, GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent,
+    PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
+from netcheck.core.constants import MAX_STRANGERS
 from nodes import CLUSTER_TIMEOUT, PORT, start
 
 pytestmark = pytest.mark.root_required
@@ -204,3 +205,35 @@ def test_the_sender_of_facts_the_host_refused_is_named_not_called_absent(cluster
     assert ("fail", "malformed", [1]) in joins and not [j for j in joins if j[1] == "missing"], joins
     (refused,) = [f for f in host["findings"] if f["kind"] == "malformed" and f["nodes"] == [1]]
     assert refused["evidence"][0].startswith("arrival "), refused
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"], ids=["open", "token"])
+def test_arrivals_past_nnodes_are_summarised_not_kept(cluster, tmp_path, token):
+    """A client writes 200 arrivals of valid-looking facts of about a MiB each, claiming node
+    ranks past --nnodes, before the joiner comes (issue 39, case 6): the host keeps why each
+    was not seated, not the facts (it kept them all, +404 MB); they are told 16 one by one
+    and the rest in one finding, naming no node; the honest nodes pass. Under --token the
+    unsigned copies are refused instead, and the honest nodes still pass."""
+    timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the writes, which wait for the host's store
+    env = {"NETCHECK_TOKEN": token} if token else None
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
+        memory = PeakMemory(runs[0].proc.pid)
+        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "big-arrivals", env=env)
+        agent.wait_for("^did big-arrivals ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
+        finish_each(runs.values(), timeout + 10)
+    count, size = BIG_ARRIVALS
+    record(f"{count} arrivals of {size >> 20} MiB past --nnodes{' (--token)' if token else ''}", "rendezvous",
+           timeout, runs.values(), {0: "host", 1: "joiner, started after the writes"}, focus="rdzv.join")
+
+    host = assert_survivor(runs[0], timeout, codes=(1,) if token else (2,))
+    assert_survivor(runs[1], timeout, codes=(0,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised    # no honest node blamed
+    kind = "malformed" if token else "unseated"
+    told = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", kind)]
+    assert told == raised and len(told) == MAX_STRANGERS + 1, raised   # 16 one by one, the rest in one
+    assert len(told[-1]["evidence"]) == MAX_STRANGERS, told[-1]
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"

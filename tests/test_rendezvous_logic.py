@@ -20,7 +20,7 @@ from netcheck.cluster.rendezvous import (
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core import codec
 from netcheck.core.codec import DecodeError
-from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, NEWEST_FIRST
+from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
@@ -339,6 +339,31 @@ def test_an_arrival_after_a_pushed_counter_is_read_on_the_next_poll_and_the_push
     poll_arrivals(ex, state)
     assert [f.hostname for f in state.arrivals.values()] == ["late"]
     assert any("counted in by a client that is not a netcheck node" in gap for gap in counter_gaps(ex, state))
+
+
+@pytest.mark.compat
+def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
+    """--nnodes 2: the host and node1 hold both seats. Past MAX_STRANGERS arrivals that can
+    never be seated (a rank past --nnodes, or none once the seats are full), the host keeps
+    why each was not seated and deletes its facts from the store (issue 39, case 6: 200 of a
+    MiB each cost the host 404 MB); one that may still be seated is kept whole."""
+    server, ex = local_store()
+    state = HostState({}, [], nnodes_max=2)
+    state.host_arrival = publish_facts(ex, facts("host", 0))
+    state.arrivals[state.host_arrival] = facts("host", 0)
+    state.read.add(state.host_arrival)
+    unranked = publish_facts(ex, facts("maybe"))   # the second seat is still free for it
+    poll_arrivals(ex, state, seating=True)
+    claimants = [publish_facts(ex, facts(f"ghost{i}", 2 + i)) for i in range(MAX_STRANGERS + 3)]
+    seated = publish_facts(ex, facts("node1", 1))   # takes the seat "maybe" had: it is out now
+    late = publish_facts(ex, facts("late"))
+    poll_arrivals(ex, state, seating=True)
+    kept = sorted(f.hostname for f in state.arrivals.values())
+    assert "node1" in kept and "maybe" in kept and len(kept) == 3 + MAX_STRANGERS, kept
+    assert len(state.set_aside) == 4 and "late came after all 2 seats were taken: not seated" in state.set_aside
+    assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key("node", a))] == [
+        a for a in claimants + [late] if a not in state.arrivals]
+    assert assign_ranks(state.arrivals, state.host_arrival, 2)[0] == {0: 0, seated: 1}
 
 
 @pytest.mark.compat

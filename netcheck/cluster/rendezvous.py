@@ -45,7 +45,7 @@ from netcheck.core.model import (
     node_address,
 )
 from netcheck.core.storekeys import (
-    ARRIVALS, BYE, HOST, NODE, PINGS, PONG, POSTED, RESULT, ROSTER, VISITOR, VISITORS,
+    ARRIVALS, BYE, HOST, MAC_SUFFIX, NODE, PINGS, PONG, POSTED, RESULT, ROSTER, VISITOR, VISITORS,
 )
 from netcheck.facts.probe import resolve_many
 
@@ -301,6 +301,10 @@ class HostState:
     visitors_refused: int = 0  # records under visitor/ that were no visitor's: deleted, counted
     arrivals_refused: dict[int, str] = field(default_factory=dict)  # arrival -> why its facts were refused
     full_since: float | None = None   # when the seats filled up
+    nnodes_max: int | None = None     # --nnodes MAX: an arrival past it can never be seated
+    host_arrival: int | None = None
+    unseatable_kept: int = 0          # arrivals that can never be seated, kept whole (the first MAX_STRANGERS)
+    set_aside: list[str] = field(default_factory=list)  # why each of the others was not seated; facts dropped
 
     def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
@@ -323,14 +327,15 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     poll still seats whoever came, the host included.
     """
     low, high = expected
-    state = HostState({}, [], last_arrival=time.monotonic())
+    state = HostState({}, [], last_arrival=time.monotonic(), nnodes_max=high)
     sign_in(ex, facts)  # the host is a visitor too: every node that came is listed
     arrival = publish_facts(ex, facts)
     state.arrivals[arrival] = facts
     state.read.add(arrival)
+    state.host_arrival = arrival
     while True:
         ex.restore()
-        poll_arrivals(ex, state)
+        poll_arrivals(ex, state, seating=True)
         ranked, _, _ = assign_ranks(state.arrivals, arrival, high)
         now = time.monotonic()
         if rendezvous_closed(len(ranked), low, high, now - state.last_arrival, join_window):
@@ -348,12 +353,14 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     return Seat(ex, arrival), state, time.monotonic() - deadline.start
 
 
-def poll_arrivals(ex: Exchange, state: HostState) -> None:
+def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None:
     """Read arrivals not seen yet (also after the roster: latecomers are named too).
 
     Counters are anyone's to push, so each scan (pings, visitors, arrivals) stops after POLL_SLICE
     seconds of store requests and the next poll goes on from there: a poll is bounded
-    whatever a foreign client counted in.
+    whatever a foreign client counted in. While `seating` (before the roster: the report's
+    unseated findings are made from state.set_aside), arrivals that can never be seated are
+    kept whole only up to MAX_STRANGERS (keep_or_set_aside); latecomers are all kept whole.
     """
     _answer_pings(ex, state, Deadline(POLL_SLICE))
     read_visitors(ex, state, Deadline(POLL_SLICE))
@@ -374,8 +381,49 @@ def poll_arrivals(ex: Exchange, state: HostState) -> None:
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
             state.arrivals_refused[a] = str(e)
+            if len(state.arrivals_refused) > MAX_STRANGERS:
+                _drop_facts(ex, a)  # kept in the store, the first few, for a watcher's view
+            continue
+        if seating and never_seated(state, a):
+            keep_or_set_aside(ex, state, a)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
+
+
+def never_seated(state: HostState, a: int) -> bool:
+    """Whether arrival a can never get a seat, whoever else comes: it claims a rank past
+    --nnodes, or it claims none and the seats are full. Arrivals only ever take seats
+    (claims first, the rest in arrival order), so an arrival left out now stays out. Ranks
+    are assigned again only where more arrived than there are seats: no cost to a run
+    without extras, however large."""
+    high = state.nnodes_max
+    if high is None or a == state.host_arrival:
+        return False
+    claimed = state.arrivals[a].launch.node_rank
+    if claimed is not None:
+        return claimed >= high
+    return len(state.arrivals) > high and a in assign_ranks(state.arrivals, state.host_arrival, high)[2]
+
+
+def keep_or_set_aside(ex: Exchange, state: HostState, a: int) -> None:
+    """The first MAX_STRANGERS arrivals that can never be seated are kept whole, as every
+    arrival is: the report names them one by one, and the launch checks read their facts (a
+    node given another --nnodes). Past those, only why each was not seated is kept, and its
+    facts are deleted from the store as well (the host's store holds them in the host's
+    memory): 200 arrivals of 1 MiB past --nnodes cost the host 404 MB when all were kept."""
+    if state.unseatable_kept < MAX_STRANGERS:
+        state.unseatable_kept += 1
+        return
+    state.set_aside.append(unseated_reason(state.arrivals.pop(a), state.nnodes_max))
+    _drop_facts(ex, a)
+
+
+def _drop_facts(ex: Exchange, a: int) -> None:
+    """Arrival a's facts (and MAC) deleted from the host's store, which holds them in the
+    host's memory."""
+    ex.drop(ex.key(NODE, a))
+    if ex.token:
+        ex.drop(ex.key(NODE, a) + MAC_SUFFIX)
 
 
 def _counted(ex: Exchange, key: str) -> int:
@@ -498,7 +546,7 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
     ranks = {e.rank for e in roster.entries}
     missing = tuple(r for r in range(low or 0) if r not in ranks)
-    unseated = tuple(unseated_reason(arrivals[a], high) for a in extras)
+    unseated = tuple(unseated_reason(arrivals[a], high) for a in extras) + tuple(state.set_aside)
     read_visitors(ex, state, deadline)
     foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
     deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
