@@ -460,6 +460,59 @@ def bad_facts(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
         time.sleep(1)
 
 
+def nameserver(slow_address: str, delay: float) -> None:
+    """A nameserver on UDP 53 that answers every query at once with NXDOMAIN, but the reverse
+    zone of one address late (after `delay` s, under the resolver's 5 s): a zone its owner
+    makes stall. A late answer is still an answer, so glibc's getnameinfo succeeds (with the
+    number) and torch's store never stops asking. Says `serving`, then one `query NAME`
+    per query, until killed."""
+    zone = ".".join(reversed(slow_address.split("."))) + ".in-addr.arpa"
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 53))
+    _say("serving")
+    while True:
+        query, asker = sock.recvfrom(512)
+        name, end = _question(query)
+        _say("query", name)
+        late = delay if name.lower() == zone else 0.0
+        threading.Timer(late, sock.sendto, (_nxdomain(query, end), asker)).start()
+
+
+def _question(query: bytes) -> tuple[str, int]:
+    """The name a DNS query asks about, and where its question ends."""
+    at, labels = 12, []
+    while at < len(query) and query[at]:
+        labels.append(query[at + 1:at + 1 + query[at]].decode(errors="replace"))
+        at += 1 + query[at]
+    return ".".join(labels), at + 5
+
+
+def _nxdomain(query: bytes, end: int) -> bytes:
+    """The answer "no such name" to a query: its id, response flags with rcode 3, its question."""
+    return query[:2] + b"\x81\x83" + b"\x00\x01\x00\x00\x00\x00\x00\x00" + query[12:end]
+
+
+def connects(endpoint: str, count: int) -> None:
+    """A stranger: once the host's store answers, `count` plain connects to its port, each
+    closed at once (no byte sent), then a store client of its own: the store accepts in
+    order, so it answers once the store has dealt with every connect before it. Says
+    `connected N`, then `answered`, then holds on until killed."""
+    _store(endpoint)
+    host, port = endpoint.rsplit(":", 1)
+    made = 0
+    for _ in range(count):
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            made += 1
+        except OSError:
+            pass
+    _say("connected", made)
+    has_key(_store(endpoint), ROOT)
+    _say("answered")
+    while True:
+        time.sleep(1)
+
+
 def _main(argv: list[str]) -> None:
     command, endpoint, run_id, *rest = argv
     if command == "watch":
@@ -470,6 +523,10 @@ def _main(argv: list[str]) -> None:
         stall(endpoint, run_id, int(rest[0]), int(rest[1]))
     elif command == "badfacts":
         bad_facts(endpoint, run_id, int(rest[0]), int(rest[1]))
+    elif command == "nameserver":
+        nameserver(rest[0], float(rest[1]))
+    elif command == "connects":
+        connects(endpoint, int(rest[0]))
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -17,6 +17,7 @@ from faults import (
     BIG_ARRIVALS, GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent,
     PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
+from cluster import NETNS_ETC, _write_in_place
 from netcheck.core.constants import MAX_STRANGERS
 from nodes import CLUSTER_TIMEOUT, PORT, start
 
@@ -237,3 +238,40 @@ def test_arrivals_past_nnodes_are_summarised_not_kept(cluster, tmp_path, token):
     assert told == raised and len(told) == MAX_STRANGERS + 1, raised   # 16 one by one, the rest in one
     assert len(told[-1]["evidence"]) == MAX_STRANGERS, told[-1]
     assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
+
+
+SLOW_ZONE = (3, 3.0)   # a stranger's connects, and how late its reverse zone answers (under the resolver's 5 s)
+
+
+def test_a_store_stalled_by_a_strangers_reverse_zone_is_named_with_the_stranger(cluster, tmp_path):
+    """torch 2.13's store looks up the name of each connection it accepts, on its one thread
+    (issue 39, case 5). The host's resolver asks /etc/hosts, then a nameserver (node3) that
+    answers at once, but the reverse zone of node2, which the host's /etc/hosts does not
+    list, 3 s late: node2's store client and three plain connects hold the store up about
+    12 s while the host gathers. The host waits it out (its own reads used to end the run
+    as run.internal), names the stall with node2's address and no node, and the joiner,
+    started once the store answers again, is seated and passes."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    count, late = SLOW_ZONE
+    with cluster(nodes(4)) as c:
+        host_etc = NETNS_ETC / c.nodes[0].ns
+        _write_in_place(host_etc / "nsswitch.conf", "hosts: files dns\n")
+        _write_in_place(host_etc / "resolv.conf", f"nameserver {c.nodes[3].addr}\n")
+        c.write_hosts(0, c.hosts_lines(0, omit=[2]))
+        Agent.start(c, 3, "nameserver", "0.0.0.0:53", c.nodes[2].addr, str(late)).wait_for("^serving$", timeout)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        stranger = Agent.start(c, 2, "connects", f"node0:{PORT}", str(count))
+        stranger.wait_for("^answered$", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        finish_each(runs.values(), timeout + 10)
+    record("a stranger whose reverse DNS zone answers late connects to the store", "rendezvous", timeout,
+           runs.values(), {0: "host", 1: "joiner, started once the store answered again"}, focus="rdzv.join")
+
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    assert_survivor(runs[1], timeout, codes=(0,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised    # no honest node blamed
+    (stalled,) = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "store_stalled")]
+    assert stalled["severity"] == "warn" and stalled["nodes"] == [], stalled
+    assert all(c.nodes[2].addr in line and c.nodes[1].addr not in line for line in stalled["evidence"]), stalled

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from netcheck.core.model import Launch, Member, NodeFacts, Visitor
+from netcheck.core.model import Launch, Member, NodeFacts, StoreStall, Visitor
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
-from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.store import Exchange, _hex_address, collect
 from netcheck.cluster.rendezvous import (
     HostState, _answer_pings, counter_gaps, host_gather, ping, poll_arrivals, publish_facts, read_visitors,
     sign_in, unread,
@@ -25,7 +25,7 @@ from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
-from netcheck.rules.rdzv import hosts_message_refused
+from netcheck.rules.rdzv import hosts_message_refused, store_stall_findings
 from netcheck.core.compat import import_distributed
 from nodes import scaled
 from test_state import joiner
@@ -364,6 +364,22 @@ def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
     assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key("node", a))] == [
         a for a in claimants + [late] if a not in state.arrivals]
     assert assign_ranks(state.arrivals, state.host_arrival, 2)[0] == {0: 0, seated: 1}
+
+
+def test_a_store_stall_names_the_clients_that_are_no_node_and_only_them():
+    """/proc/net/tcp's addresses (words in host order, IPv4 mapped into IPv6 as IPv4), and the
+    stall finding (issue 39, case 5): the nodes' own addresses and loopback are not named, and
+    a stall with only them connected is the machine's load, not raised."""
+    assert [_hex_address(h) for h in ("0100007F", "0000000000000000FFFF00000C0012C6")] == ["127.0.0.1", "198.18.0.12"]
+    members = (Member(0, facts("node0", 0, (nic("eth0", "198.18.0.10"),))),
+               Member(1, facts("node1", 1, (nic("eth0", "198.18.0.11"),))))
+    ours = StoreStall("get netcheck/host", 5.0, {"198.18.0.11": 1, "127.0.0.1": 2})
+    assert store_stall_findings((ours,), members) == []
+    theirs = StoreStall("has_key netcheck/pings", 3.0, {"198.18.0.11": 1, "198.18.0.12": 4})
+    (stalled,) = store_stall_findings((ours, theirs), members)
+    assert (stalled.check, stalled.kind, stalled.severity, stalled.nodes) == ("rdzv.join", "store_stalled", "warn", ())
+    assert len(stalled.evidence) == 1 and "198.18.0.12 (4)" in stalled.evidence[0]
+    assert "198.18.0.11" not in stalled.evidence[0]
 
 
 @pytest.mark.compat

@@ -12,8 +12,10 @@ import re
 import socket
 import stat
 import struct
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from netcheck.cluster import storewire
@@ -23,6 +25,7 @@ from netcheck.core.constants import (
     STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
+from netcheck.core.model import StoreStall
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
 from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_nameservers
 
@@ -189,6 +192,94 @@ def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
                 continue  # not connected: not the store's
 
 
+# The host's own request to its store, unanswered this long, is a stall: the store answers in
+# milliseconds, but serves every client on one thread, and torch 2.13's looks up the name of
+# each connection it accepts there (getnameinfo: measured per connection, the store's thread
+# waiting out each reply; a lookup that fails outright stops torch's lookups for good, one
+# answered late never does).
+STALL_SECONDS = 2.0
+STALL_LOOK = 0.5        # how often the watch looks at the request in flight
+STALL_READS = 4         # the host's bounded read, tried again while its store is stalled
+MAX_STALLS = 16         # stalls recorded; the rest are counted in the last one's seconds
+TCP_LISTEN = "0A"       # /proc/net/tcp's state of a listening socket
+
+
+class StallWatch:
+    """Watches the host's own store requests from a thread of its own: while one has been in
+    flight STALL_SECONDS or more, who is connected to the store's port is read from this
+    machine's /proc/net/tcp and tcp6, so the clients behind a stall are named while they are
+    still there (a stranger's connection is gone once the store has looked it up and read
+    its end). The host's thread only notes when each request starts and ends."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.since: float | None = None   # when the request in flight was sent
+        self.request: tuple[str, object] = ("", "")   # its method, and its key or keys
+        self.stalls: list[StoreStall] = []
+        self._since: float | None = None   # when the request of the last stall was sent
+        threading.Thread(target=self._watch, name="netcheck-stall-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(STALL_LOOK)
+            since, request = self.since, self.request
+            if since is None or time.monotonic() - since < STALL_SECONDS:
+                continue
+            self._note(since, _request_text(*request), port_peers(self.port))
+
+    def _note(self, since: float, request: str, peers: dict[str, int]) -> None:
+        seconds = round(time.monotonic() - since, 1)
+        last = self.stalls[-1] if self.stalls else None
+        if last is not None and ((last.request, self._since) == (request, since) or len(self.stalls) >= MAX_STALLS):
+            merged = {a: max(n, peers.get(a, 0)) for a, n in last.peers.items()} | {
+                a: n for a, n in peers.items() if a not in last.peers}
+            self.stalls[-1] = StoreStall(last.request, max(seconds, last.seconds), merged)
+            return
+        self._since = since
+        self.stalls.append(StoreStall(request, seconds, peers))
+
+
+def _request_text(method: str, keys: object) -> str:
+    """A store request as a stall names it: its method and key (the first of a list, counted)."""
+    if isinstance(keys, (list, tuple)):
+        keys = f"{keys[0]} and {len(keys) - 1} more keys" if len(keys) > 1 else (keys[0] if keys else "")
+    return f"{method} {keys}".strip()
+
+
+def port_peers(port: int) -> dict[str, int]:
+    """address -> connections to this machine's `port` (its network namespace's view), from
+    /proc/net/tcp and tcp6: those the store serves and those still waiting to be accepted."""
+    peers: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path("/proc/net", table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] == TCP_LISTEN or _hex_port(fields[1]) != port:
+                continue
+            address = _hex_address(fields[2].rsplit(":", 1)[0])
+            peers[address] = peers.get(address, 0) + 1
+    return peers
+
+
+def _hex_port(field: str) -> int:
+    return int(field.rsplit(":", 1)[1], 16)
+
+
+def _hex_address(text: str) -> str:
+    """An address as /proc/net/tcp writes it (32-bit words in host order) as text; an IPv4
+    one mapped into IPv6 as IPv4."""
+    raw = bytes.fromhex(text)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(words) == 4:
+        return socket.inet_ntop(socket.AF_INET, words)
+    if words.startswith(b"\0" * 10 + b"\xff\xff"):
+        return socket.inet_ntop(socket.AF_INET, words[12:])
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
 def first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
@@ -224,12 +315,14 @@ class Exchange:
         self.interfered: dict[str, str] = {}  # key -> what another client left there
         self._guarded: dict[str, tuple[str, str]] = {}  # key -> (value, MAC or ""), as the host wrote it
         self._guard_looked = 0.0
+        self.watch: StallWatch | None = None  # the host's: its store's stalls, and who was connected
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
         # reply would answer the next request. So the first break is final.
         if self.lost is not None:
             raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
+        self._started(getattr(method, "__name__", method), args)
         try:
             if callable(method):
                 return method(self._store, *args)
@@ -238,6 +331,17 @@ class Exchange:
             if compat.store_lost(e):
                 self.lost = first_line(e)
             raise
+        finally:
+            self._ended()
+
+    def _started(self, method: str, args: tuple) -> None:
+        if self.watch is not None:  # named only where it stalls (its keys may be thousands)
+            self.watch.request = (method, args[0] if args else "")
+            self.watch.since = time.monotonic()
+
+    def _ended(self) -> None:
+        if self.watch is not None:
+            self.watch.since = None
 
     def key(self, *parts: object, shared: bool = False) -> str:
         scope = (ROOT,) if shared else (ROOT, self.run_id)
@@ -339,7 +443,22 @@ class Exchange:
         """A key known to exist, read only if it holds at most max_bytes (storewire)."""
         if self._wire is None:
             self._wire = storewire.Wire(self._server.host, self._server.port)
-        return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+        for _ in range(STALL_READS - 1):
+            try:
+                return self._wire_get(key, max_bytes)
+            except storewire.WireError:
+                # The host's own store, alive, may be stalled by another client (StallWatch):
+                # asked again a few times, bounded, rather than taken for a broken host.
+                if self.watch is None or not self.watch.stalls:
+                    raise
+        return self._wire_get(key, max_bytes)
+
+    def _wire_get(self, key: str, max_bytes: int) -> storewire.StoreValue:
+        self._started("get", (key,))
+        try:
+            return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+        finally:
+            self._ended()
 
     def read(self, cls, key: str, signed: bool = True, max_bytes: int = MAX_FACTS_BYTES,
              nonce: str | Callable[[Any], str] | None = None):

@@ -209,6 +209,17 @@ class Visitor:
 
 
 @dataclass(frozen=True)
+class StoreStall:
+    """The host's own store request unanswered for `seconds` (torch's store serves everyone on
+    one thread, and looks up each connection's name there), and who was connected to the
+    store's port meanwhile: address -> connections, as the host's /proc/net/tcp showed them."""
+
+    request: str
+    seconds: float
+    peers: dict[str, int]
+
+
+@dataclass(frozen=True)
 class Gathering:
     """Everything the rendezvous learnt, as input for the rules."""
 

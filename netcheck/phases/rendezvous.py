@@ -4,7 +4,9 @@ who is still here for the phases after it."""
 from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
-from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, client_store, collect, host_store
+from netcheck.cluster.store import (
+    Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store,
+)
 from netcheck.core import codec
 from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
@@ -26,6 +28,7 @@ def host(run: Run) -> rendezvous.Seat | None:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
         ex = Exchange(store, cfg.run_id, cfg.token)
+        ex.watch = StallWatch(cfg.rdzv.port)   # who held the store up, where something did
         rendezvous.announce(ex, run.facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
             ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
@@ -41,6 +44,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.members = gathered.members
         run.findings += rdzv_rules.reach_summary(run.members)
         run.findings += rdzv_rules.join_findings(gathered)
+        run.findings += rdzv_rules.store_stall_findings(tuple(ex.watch.stalls), run.members)
         run.findings += endpoint_rules.reached_addresses(run.members)
         run.findings += _endpoint_findings(run, gathered.missing_ranks)
         run.findings += endpoint_rules.shared_variable_findings(run.members)

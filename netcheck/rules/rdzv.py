@@ -9,13 +9,14 @@ from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_S
 from netcheck.core.majority import split
 from netcheck.core.model import (
     Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, SilentNameserver,
-    UNANSWERED, Visitor, hostnames, is_torchrun_worker,
+    StoreStall, UNANSWERED, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME, JOIN_UNSEATED,
+    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
+    JOIN_STORE_STALLED, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE,
     REACH_SHARED_SUBNET, RESOLVE_SILENT, lost_in,
@@ -315,6 +316,41 @@ def interference_findings(interference: tuple[str, ...], severity: str = WARN) -
         findings.append(Finding(RDZV_JOIN, severity, (), f"another client interfered with {len(rest)} more store keys",
                                 rest[:MAX_STRANGERS], INTERFERENCE_FIX, kind=JOIN_INTERFERENCE))
     return findings
+
+
+STALL_FIX = ("torch's store looks up the name of every connection it accepts, on the one thread that answers "
+             "every node: a client whose address's reverse DNS zone answers late holds all of them up. Let only "
+             "the nodes reach the port (a firewall rule, a port of the job's own), or have the resolver answer "
+             "for those addresses at once (/etc/hosts on the host, or a working reverse zone)")
+
+
+def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, ...]) -> list[Finding]:
+    """The host's store left its own request unanswered for seconds while clients that are no
+    node of this run were connected to its port: one warning naming them (the first
+    MAX_STRANGERS stalls as evidence), no node. A stall with only the nodes connected is the
+    machine's load, not another client's doing, and is not raised."""
+    ours = {a for m in members for a in _own_addresses(m) | set(m.facts.hostname_addresses)}
+    lines, strangers = [], {}
+    for stall in stalls:
+        theirs = {a: n for a, n in stall.peers.items() if a not in ours and not _is_loopback(a)}
+        if theirs:
+            strangers.update({a: max(n, strangers.get(a, 0)) for a, n in theirs.items()})
+            lines.append(f"{stall.request}: no answer for {stall.seconds:g} s; connected meanwhile from no node of "
+                         f"this run: {', '.join(f'{a} ({n})' for a, n in sorted(theirs.items())[:MAX_STRANGERS])}")
+    if not strangers:
+        return []
+    named = ", ".join(sorted(strangers)[:MAX_STRANGERS]) + (" and more" if len(strangers) > MAX_STRANGERS else "")
+    return [Finding(RDZV_JOIN, WARN, (), f"the host's store stalled for "
+                    f"{sum(s.seconds for s in stalls):g} s while {named}, no node of this run, "
+                    f"{'was' if len(strangers) == 1 else 'were'} connected to its port",
+                    tuple(lines[:MAX_STRANGERS]), STALL_FIX, kind=JOIN_STORE_STALLED)]
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _foreign_findings(foreign: tuple[Visitor, ...]) -> list[Finding]:
