@@ -312,9 +312,9 @@ def test_a_busy_loop_and_a_gpu_holder_are_named_by_the_hosts_report_and_mark_the
 def test_a_host_no_node_joined_measures_nothing_and_passes_no_bandwidth_check(cluster, tmp_path):
     """One rank's sweep measures memory, not a network: before, a lone host spent the whole
     budget and said `PASS bw.busbw ... 0 GB/s over 1 ranks`. The host waits half its --timeout
-    for joiners; what is left after it would still start a sweep (its least time is 3 s), so a
-    --timeout of 30 s proves it as 60 did, in half the wait."""
-    timeout = scaled(30)
+    for joiners; what is left after it would still start a sweep (its least time is 3 s, and
+    18 s leaves 9 - 2), so a --timeout of 18 s proves it as 60 did, in under a third of the wait."""
+    timeout = scaled(18)
     with cluster([NodeSpec()]) as c:
         (host,) = nodes.finish_all([nodes.start(c, 0, ["--rdzv", "node0:29500", "--join-window", "2", "--timeout",
                                                        str(timeout), "--bw-budget", "20"], tmp_path,
