@@ -4,6 +4,9 @@ facts.rdma (tests/sysfs_fixtures.py): each fault of the catalog applied to one n
 from __future__ import annotations
 
 import dataclasses
+import functools
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -19,16 +22,24 @@ from sysfs_fixtures import build, fake_libnccl
 TORCHS = LibNccl("torch", "/venv/nvidia/nccl/lib/libnccl.so.2", "2.21.5", "/venv/nvidia/nccl/lib/libnccl.so.2")
 
 
-def node(tmp_path, rank: int, layout: str, faults: tuple[str, ...] = (), env: dict | None = None):
-    root = build(tmp_path / f"node{rank}", layout, rank, faults)
-    rdma = dataclasses.replace(read_rdma(str(root / "sys"), str(root / "proc"), {}), libnccl=TORCHS)
+@functools.cache
+def rdma_of(layout: str, rank: int, faults: tuple[str, ...]):
+    """facts.rdma's reading of a fixture tree, built once per session for each node it is
+    asked for (an HGX tree is about 2,000 files: building it was most of these tests' time);
+    the facts are frozen, so the tests share them."""
+    with tempfile.TemporaryDirectory(prefix="netcheck-rdma-") as folder:
+        root = build(Path(folder), layout, rank, faults)
+        return dataclasses.replace(read_rdma(str(root / "sys"), str(root / "proc"), {}), libnccl=TORCHS)
+
+
+def node(rank: int, layout: str, faults: tuple[str, ...] = (), env: dict | None = None):
     m = builders.member(rank, env=env or {})
-    return dataclasses.replace(m, facts=dataclasses.replace(m.facts, rdma=rdma))
+    return dataclasses.replace(m, facts=dataclasses.replace(m.facts, rdma=rdma_of(layout, rank, faults)))
 
 
-def cluster(tmp_path, layout: str, faults: tuple[str, ...] = (), env1: dict | None = None):
+def cluster(layout: str, faults: tuple[str, ...] = (), env1: dict | None = None):
     """Three nodes of one layout; the faults and env1 on node1."""
-    return tuple(node(tmp_path, r, layout, faults if r == 1 else (), env1 if r == 1 else None) for r in range(3))
+    return tuple(node(r, layout, faults if r == 1 else (), env1 if r == 1 else None) for r in range(3))
 
 
 def said(findings, check: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -50,8 +61,8 @@ def test_ib_hca_syntax_follows_nccl():
     assert ib_matches(parse_ib_hca(""), "mlx5_0", 1) and not ib_matches(parse_ib_hca("^mlx5"), "mlx5_0", 1)
 
 
-def test_nccl_uses_active_ports_that_match(tmp_path):
-    ports = node(tmp_path, 0, "hgx", ("port_down",)).facts.rdma.ports
+def test_nccl_uses_active_ports_that_match():
+    ports = node(0, "hgx", ("port_down",)).facts.rdma.ports
     # "if (portAttr.state != IBV_PORT_ACTIVE) continue;"
     assert [p.device for p in ib_ports(ports, {})] == [f"mlx5_{i}" for i in range(10) if i != 3]
     assert [p.device for p in ib_ports(ports, {"NCCL_IB_HCA": "^mlx5_8,mlx5_9"})] == \
@@ -68,21 +79,21 @@ def test_nccl_uses_active_ports_that_match(tmp_path):
     ({"NCCL_IB_ROCE_VERSION_NUM": "1"}, (2, 30, 7), 2, "roce_v1"),
     ({"NCCL_IB_ADDR_RANGE": "198.19.0.0/16"}, (2, 30, 7), 0, "link_local"),   # no GID in the range
 ])
-def test_gid_index_follows_ncclIbGetGidIndex(tmp_path, env, version, index, problem):
-    port = node(tmp_path, 0, "roce").facts.rdma.ports[0]
+def test_gid_index_follows_ncclIbGetGidIndex(env, version, index, problem):
+    port = node(0, "roce").facts.rdma.ports[0]
     pick = gid_choice(port, env, version)
     assert (pick.index, pick.problem) == (index, problem), pick
 
 
-def test_a_port_with_no_ipv4_address_leaves_nccl_on_the_link_local_gid(tmp_path):
-    port = node(tmp_path, 0, "roce", ("no_ipv4",)).facts.rdma.ports[0]
+def test_a_port_with_no_ipv4_address_leaves_nccl_on_the_link_local_gid():
+    port = node(0, "roce", ("no_ipv4",)).facts.rdma.ports[0]
     assert (gid_choice(port, {}, (2, 30, 7)).index, gid_choice(port, {}, (2, 30, 7)).problem) == (0, "link_local")
 
 
 # --- the rules ------------------------------------------------------------------------------
 
-def test_healthy_hgx_nodes_pass_and_the_recommendation_names_the_rails(tmp_path):
-    members = cluster(tmp_path, "hgx")
+def test_healthy_hgx_nodes_pass_and_the_recommendation_names_the_rails():
+    members = cluster("hgx")
     findings = rdma_rules.rdma_findings(members)
     assert {f.check: f.severity for f in findings} == {
         "rdma.port": "pass", "rdma.gpudirect": "pass", "rdma.pcie": "pass", "rdma.libnccl": "pass"}
@@ -92,8 +103,8 @@ def test_healthy_hgx_nodes_pass_and_the_recommendation_names_the_rails(tmp_path)
     assert rdma_rules.fabric_gbps(members[0]) == 4000   # all 10 NDR ports NCCL would use unset
 
 
-def test_cpu_nodes_say_there_is_no_rdma_device_in_one_line(tmp_path):
-    members = cluster(tmp_path, "cpu")
+def test_cpu_nodes_say_there_is_no_rdma_device_in_one_line():
+    members = cluster("cpu")
     findings = rdma_rules.rdma_findings(members)
     assert said(findings, "rdma.port") == [("pass", "", (0, 1, 2))] and len(findings) == 1
     assert "no RDMA device" in findings[0].summary
@@ -109,15 +120,15 @@ def test_cpu_nodes_say_there_is_no_rdma_device_in_one_line(tmp_path):
     ("roce", "no_ipv4", "rdma.gid", [("fail", "unreachable_gid", (1,))]),
     ("roce", "roce_mtu", "rdma.mtu", [("warn", "", (1,))]),
 ])
-def test_each_fault_is_named_on_its_node(tmp_path, layout, fault, check, expected):
-    findings = rdma_rules.rdma_findings(cluster(tmp_path, layout, (fault,)))
+def test_each_fault_is_named_on_its_node(layout, fault, check, expected):
+    findings = rdma_rules.rdma_findings(cluster(layout, (fault,)))
     assert said(findings, check) == expected, [f for f in findings if f.check == check]
     others = [f for f in findings if f.check != check and f.severity != "pass"]
     assert not others, others
 
 
-def test_the_recommendation_keeps_one_link_layer(tmp_path):
-    members = cluster(tmp_path, "hgx")
+def test_the_recommendation_keeps_one_link_layer():
+    members = cluster("hgx")
     roce = [dataclasses.replace(p, link_layer="Ethernet") if p.device == "mlx5_9" else p
             for p in members[0].facts.rdma.ports]
     members = tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, rdma=dataclasses.replace(
@@ -125,20 +136,20 @@ def test_the_recommendation_keeps_one_link_layer(tmp_path):
     assert rdma_rules.ib_hca_value(members) == "=" + ",".join(f"mlx5_{i}:1" for i in range(9))
 
 
-def test_a_port_down_leaves_its_rail_out_of_the_recommendation(tmp_path):
-    rec = rdma_rules.ib_recommendation(cluster(tmp_path, "hgx", ("port_down",)), None)
+def test_a_port_down_leaves_its_rail_out_of_the_recommendation():
+    rec = rdma_rules.ib_recommendation(cluster("hgx", ("port_down",)), None)
     assert rec.cluster["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8) if i != 3)
 
 
-def test_a_gid_of_another_family_on_one_node_fails(tmp_path):
-    members = cluster(tmp_path, "roce", env1={"NCCL_IB_ADDR_FAMILY": "AF_INET6"})
+def test_a_gid_of_another_family_on_one_node_fails():
+    members = cluster("roce", env1={"NCCL_IB_ADDR_FAMILY": "AF_INET6"})
     assert said(rdma_rules.gid_findings(members), "rdma.gid") == [("fail", "gid_family", (1,))]
     # node1 asks for IPv6: no one index holds a good GID of each node's family
     assert rdma_rules.gid_index_values(members) == (None, {"node0": 3, "node1": 5, "node2": 3})
 
 
-def test_gid_indexes_that_differ_warn_and_are_pinned_per_node(tmp_path):
-    members = list(cluster(tmp_path, "roce"))
+def test_gid_indexes_that_differ_warn_and_are_pinned_per_node():
+    members = list(cluster("roce"))
     moved = lambda g: dataclasses.replace(g, index=g.index + 4) if g.index in (2, 3) else g  # noqa: E731
     port = members[1].facts.rdma.ports[0]
     ports = (dataclasses.replace(port, gids=tuple(moved(g) for g in port.gids)),) + members[1].facts.rdma.ports[1:]
@@ -151,14 +162,14 @@ def test_gid_indexes_that_differ_warn_and_are_pinned_per_node(tmp_path):
     assert {h: v["NCCL_IB_GID_INDEX"] for h, v in rec.per_node.items()} == {"node0": "3", "node1": "7", "node2": "3"}
 
 
-def test_a_bad_gid_on_every_node_is_fixed_by_one_index(tmp_path):
-    members = cluster(tmp_path, "roce", env1={"NCCL_IB_GID_INDEX": "0"})
+def test_a_bad_gid_on_every_node_is_fixed_by_one_index():
+    members = cluster("roce", env1={"NCCL_IB_GID_INDEX": "0"})
     assert said(rdma_rules.gid_findings(members), "rdma.gid") == [("fail", "unreachable_gid", (1,))]
     assert rdma_rules.ib_recommendation(members, None).cluster["NCCL_IB_GID_INDEX"] == "3"
 
 
-def test_open_kernel_modules_give_dma_buf_without_peermem(tmp_path):
-    members = cluster(tmp_path, "roce")
+def test_open_kernel_modules_give_dma_buf_without_peermem():
+    members = cluster("roce")
     bare = tuple(dataclasses.replace(m, facts=dataclasses.replace(
         m.facts, rdma=dataclasses.replace(m.facts.rdma, peermem=False))) for m in members)
     assert said(rdma_rules.gpudirect_findings(bare), "rdma.gpudirect") == [("pass", "", (0, 1, 2))]
@@ -168,7 +179,7 @@ def test_another_libnccl_on_the_library_path_is_named(tmp_path):
     folder = fake_libnccl(tmp_path / "lib", "2.19.3")
     lib = libnccl_choice({"LD_LIBRARY_PATH": f"/nonexistent:{folder}"}, TORCHS.path)
     assert (lib.source, lib.version, lib.torch_path) == ("LD_LIBRARY_PATH", "2.19.3", TORCHS.path)
-    members = list(cluster(tmp_path, "hgx"))
+    members = list(cluster("hgx"))
     members[1] = dataclasses.replace(members[1], facts=dataclasses.replace(
         members[1].facts, rdma=dataclasses.replace(members[1].facts.rdma, libnccl=lib)))
     assert said(rdma_rules.libnccl_findings(tuple(members)), "rdma.libnccl") == [
@@ -184,8 +195,8 @@ def test_acs_reads_the_extended_capability_list(tmp_path):
     assert acs_state(short) == "unread"
 
 
-def test_a_gid_table_entry_of_the_fixture_is_what_sysfs_writes(tmp_path):
-    port = node(tmp_path, 0, "roce").facts.rdma.ports[0]
+def test_a_gid_table_entry_of_the_fixture_is_what_sysfs_writes():
+    port = node(0, "roce").facts.rdma.ports[0]
     assert port.gids[3] == Gid(3, "0000:0000:0000:0000:0000:ffff:c612:0001", "RoCE v2", "ens0np0")
     assert (port.active_mtu, port.gid_table_len) == (4096, 255)
 
