@@ -389,13 +389,31 @@ def hostile_big_arrivals(store, key: _Keys) -> str:
     return f"{count} arrivals of {size >> 20} MiB claiming node ranks {past} to {past + count - 1}"
 
 
+OUTVOTERS = 16   # arrivals past --nnodes kept whole (MAX_STRANGERS): eight times the honest nodes' votes
+
+
+def hostile_outvote(store, key: _Keys) -> str:
+    """Arrivals of the host's own facts, renamed, claiming node ranks past --nnodes and
+    saying another --nnodes and --nproc-per-node: never seated, but kept whole (the first
+    MAX_STRANGERS are) for the launch checks, where they used to outvote the honest nodes."""
+    store.wait([key(keys.NODE, 0)])
+    host = json.loads(store.get(key(keys.NODE, 0)))
+    past, nnodes = host["launch"]["nnodes_max"], 2 * OUTVOTERS
+    launch = {**host["launch"], "nnodes_min": nnodes, "nnodes_max": nnodes,
+              "nproc_per_node": host["launch"]["nproc_per_node"] + 3}
+    for i in range(OUTVOTERS):
+        doc = {**host, "hostname": f"ghost{i}", "launch": {**launch, "node_rank": past + i}}
+        _bump_and_write(store, key, json.dumps(doc).encode())
+    return f"{OUTVOTERS} arrivals claiming node ranks {past} to {past + OUTVOTERS - 1} of --nnodes {nnodes}"
+
+
 HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hostile_schema,
            "notjson": hostile_notjson, "foreign": hostile_foreign, "unwritten": hostile_unwritten,
            "counters": hostile_counters, "arrivals": hostile_arrivals, "pings": hostile_pings,
            "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
            "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
            "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors,
-           "big-arrivals": hostile_big_arrivals}
+           "big-arrivals": hostile_big_arrivals, "outvote": hostile_outvote}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

@@ -14,8 +14,8 @@ import re
 import pytest
 
 from faults import (
-    BIG_ARRIVALS, GRACE, HUGE_BYTES, NO_FINDING, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS, Agent,
-    PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
+    BIG_ARRIVALS, GRACE, HUGE_BYTES, NO_FINDING, OUTVOTERS, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS,
+    Agent, PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
 )
 from cluster import NETNS_ETC, _write_in_place
 from netcheck.core.constants import MAX_STRANGERS
@@ -238,6 +238,34 @@ def test_arrivals_past_nnodes_are_summarised_not_kept(cluster, tmp_path, token):
     assert told == raised and len(told) == MAX_STRANGERS + 1, raised   # 16 one by one, the rest in one
     assert len(told[-1]["evidence"]) == MAX_STRANGERS, told[-1]
     assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
+
+
+def test_arrivals_past_nnodes_cannot_outvote_the_honest_nodes_in_the_launch_checks(cluster, tmp_path):
+    """A client writes OUTVOTERS arrivals of the host's own facts, renamed, claiming node ranks
+    past --nnodes 2 and saying --nnodes 32 and another --nproc-per-node, before the joiner
+    comes: never seated but kept whole (the first MAX_STRANGERS are), they used to outvote
+    the two honest nodes 16 to 2 in launch.topology, which then named ranks 0 and 1. Only the
+    seated vote now: the disagreement names the arrivals by hostname and no node, and the
+    honest nodes pass."""
+    timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the writes, which wait for the host's store
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        Agent.start(c, 2, "hostile", f"node0:{PORT}", "outvote").wait_for("^did outvote ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        finish_each(runs.values(), timeout + 10)
+    record(f"{OUTVOTERS} arrivals past --nnodes saying another --nnodes", "rendezvous", timeout, runs.values(),
+           {0: "host", 1: "joiner, started after the writes"}, focus="launch.topology")
+
+    host = assert_survivor(runs[0], timeout, codes=(2,))   # the arrivals not seated are a failure of the run
+    assert_survivor(runs[1], timeout, codes=(0,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised    # no honest node blamed
+    assert not [f for f in raised if f["check"] == "env.mismatch"], raised
+    launch = {(f["kind"], f["severity"]) for f in raised if f["check"] == "launch.topology"}
+    assert launch == {("nnodes_disagree", "fail"), ("nproc_disagree", "warn")}, raised
+    unseated = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "unseated")]
+    assert len(unseated) == OUTVOTERS, raised
 
 
 SLOW_ZONE = (3, 3.0)   # a stranger's connects, and how late its reverse zone answers (under the resolver's 5 s)

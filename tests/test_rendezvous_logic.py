@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -25,6 +26,7 @@ from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
+from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import hosts_message_refused, store_stall_findings
 from netcheck.core.compat import import_distributed
 from nodes import scaled
@@ -364,6 +366,29 @@ def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
     assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key("node", a))] == [
         a for a in claimants + [late] if a not in state.arrivals]
     assert assign_ranks(state.arrivals, state.host_arrival, 2)[0] == {0: 0, seated: 1}
+
+
+def test_arrivals_that_got_no_seat_cannot_outvote_the_seated_in_the_launch_checks():
+    """Sixteen arrivals past --nnodes 2 (another client's, kept whole as the first
+    MAX_STRANGERS are) saying --nnodes 32 and 4 processes per node: only the seated vote, so
+    they are named by hostname and the honest ranks 0 and 1 are not (they were, outvoted 16
+    to 2). Under torchrun, a host of theirs laid out wrong names its own ranks only (none)."""
+    def node(name: str, rank: int, nnodes: int, nproc: int, source: str = "flags", **variables: str) -> NodeFacts:
+        launch = Launch(source, rank, nnodes, nnodes, nproc, variables=variables)
+        return dataclasses.replace(facts(name, rank), launch=launch)
+    honest = [(0, node("node0", 0, 2, 1)), (1, node("node1", 1, 2, 1))]
+    ghosts = [(None, node(f"ghost{i}", 2 + i, 32, 4)) for i in range(MAX_STRANGERS)]
+    found = launch_findings(honest + ghosts)
+    assert {(f.kind, f.severity, f.nodes) for f in found} == {
+        ("nnodes_disagree", "fail", ()), ("nproc_disagree", "warn", ())}, found
+    assert "ghost0" in found[0].summary and "node0" not in found[0].summary
+
+    def worker(name: str, rank: int, local: int, per_node: str) -> NodeFacts:
+        return node(name, rank, 2, 2, "torchrun", RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE="2",
+                    LOCAL_WORLD_SIZE=per_node, GROUP_RANK="0")
+    workers = [(0, worker("node0", 0, 0, "2")), (1, worker("node0", 1, 1, "2")), (None, worker("ghost", 2, 0, "4"))]
+    (laid_out,) = launch_findings(workers)
+    assert (laid_out.kind, laid_out.nodes) == ("torchrun_layout", ()), laid_out
 
 
 def test_a_store_stall_names_the_clients_that_are_no_node_and_only_them():

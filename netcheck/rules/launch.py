@@ -1,10 +1,11 @@
 """launch.topology: does the launcher's picture of the cluster hold together?
 
 Rules over every node process that reached the rendezvous (seated or not), each with the
-launcher variables it saw. The classic mistakes they catch (FAILURES rows 4 and 5):
-`srun torchrun` with --ntasks-per-node=8 (eight netchecks on one host, all claiming one
-node rank), nodes disagreeing about --nnodes, LOCAL_RANK used where a device index does
-not exist (`invalid device ordinal`).
+launcher variables it saw; where they compare values across nodes, only the seated vote.
+The classic mistakes they catch (FAILURES rows 4 and 5): `srun torchrun` with
+--ntasks-per-node=8 (eight netchecks on one host, all claiming one node rank), nodes
+disagreeing about --nnodes, LOCAL_RANK used where a device index does not exist
+(`invalid device ordinal`).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ def _torchrun_layout(processes) -> list[Finding]:
     for rank, f in processes:
         if is_torchrun_worker(f.launch):
             per_host[f.hostname].append((rank, f.launch.variables))
-    problems = [text for host, procs in sorted(per_host.items()) for text in _host_layout(host, procs)]
+    laid_out = {host: _host_layout(host, procs) for host, procs in sorted(per_host.items())}
+    problems = [text for texts in laid_out.values() for text in texts]
     if not problems:
         return []
-    ranks = tuple(sorted(r for procs in per_host.values() for r, _ in procs if r is not None))
+    # The ranks of the hosts laid out wrong only: another host's (a client posing as one) blames none here.
+    ranks = tuple(sorted(r for host, texts in laid_out.items() if texts for r, _ in per_host[host] if r is not None))
     return [Finding(LAUNCH_TOPOLOGY, FAIL, ranks, f"{len(problems)} problem(s) in how torchrun laid "
                     "out the workers", tuple(problems), "one torchrun per node with the same "
                     "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", LAUNCH_TORCHRUN)]
@@ -126,8 +129,13 @@ def _nproc_disagree(processes) -> list[Finding]:
 
 
 def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str) -> Finding:
-    views = split({i: view(f) for i, (_, f) in enumerate(processes)})
-    odd = [processes[i] for i in views.odd]
+    """Only the seated vote: the majority is theirs. A process that got no seat (a rank past
+    --nnodes, a latecomer, or another client posing as one) is named where it differs from
+    them, by hostname only: sixteen arrivals of one client saying another --nnodes would
+    otherwise outvote two honest nodes and get them named."""
+    views = split({r: view(f) for r, f in processes if r is not None})
+    odd = [(r, f) for r, f in processes
+           if (r in views.odd if r is not None else view(f) != views.majority)]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
     # A line per host and view: torchrun's ranks of one host see one launcher.
     lines: dict[tuple[str, str], list[int]] = {}
