@@ -389,6 +389,28 @@ def hostile_big_arrivals(store, key: _Keys) -> str:
     return f"{count} arrivals of {size >> 20} MiB claiming node ranks {past} to {past + count - 1}"
 
 
+LATE_ARRIVALS = 200   # of the host's own facts, renamed: a few KiB each, all read in one poll of the host's
+
+
+def hostile_late_arrivals(store, key: _Keys) -> str:
+    """LATE_ARRIVALS arrivals counted in after the roster: latecomers, which the host used to
+    keep whole, one finding each. A run's last poll comes under a second after its roster:
+    so the facts are written first, under the arrival numbers past the run's --nnodes seats
+    (one per honest node), which the counter has not reached yet (the host reads only what
+    is counted), and counted in by one add() once the roster is out. Not padded: the host
+    reads half a second of arrivals per poll, under ten of a MiB each."""
+    store.wait([key(keys.NODE, 0)])
+    host = json.loads(store.get(key(keys.NODE, 0)))
+    seats = host["launch"]["nnodes_max"]
+    for i in range(LATE_ARRIVALS):
+        doc = {**host, "hostname": f"ghost{i}", "launch": {**host["launch"], "node_rank": seats + i}}
+        store.set(key(keys.NODE, seats + i), json.dumps(doc).encode())
+    _say("written")
+    store.wait([key(keys.ROSTER)])
+    counted = store.add(key(keys.ARRIVALS), LATE_ARRIVALS)
+    return f"{LATE_ARRIVALS} arrivals counted in after the roster (the counter at {counted})"
+
+
 OUTVOTERS = 16   # arrivals past --nnodes kept whole (MAX_STRANGERS): eight times the honest nodes' votes
 
 
@@ -413,7 +435,8 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
            "strangers": hostile_strangers, "replay": hostile_replay, "push": hostile_push,
            "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
            "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors,
-           "big-arrivals": hostile_big_arrivals, "outvote": hostile_outvote}
+           "big-arrivals": hostile_big_arrivals, "outvote": hostile_outvote,
+           "late-arrivals": hostile_late_arrivals}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

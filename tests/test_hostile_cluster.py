@@ -14,8 +14,9 @@ import re
 import pytest
 
 from faults import (
-    BIG_ARRIVALS, GRACE, HUGE_BYTES, NO_FINDING, OUTVOTERS, OVERSIZED_BYTES, PINGS_FLOOD, SILENT_CONNECTIONS, STRANGERS,
-    Agent, PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args, record, slow_mesh,
+    BIG_ARRIVALS, GRACE, HUGE_BYTES, LATE_ARRIVALS, NO_FINDING, OUTVOTERS, OVERSIZED_BYTES, PINGS_FLOOD,
+    SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args,
+    record, slow_mesh,
 )
 from cluster import NETNS_ETC, _write_in_place
 from netcheck.core.constants import MAX_STRANGERS
@@ -266,6 +267,35 @@ def test_arrivals_past_nnodes_cannot_outvote_the_honest_nodes_in_the_launch_chec
     assert launch == {("nnodes_disagree", "fail"), ("nproc_disagree", "warn")}, raised
     unseated = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "unseated")]
     assert len(unseated) == OUTVOTERS, raised
+
+
+def test_arrivals_after_the_roster_are_named_in_a_count_not_kept(cluster, tmp_path):
+    """A client counts LATE_ARRIVALS arrivals of the host's facts, renamed, in once the roster
+    is out: latecomers, read by the host's last poll before its verdict. They were kept whole
+    there, one finding each; now the first MAX_STRANGERS are named one by one and the rest in
+    one count, naming no node, and the facts past those are deleted from the host's store.
+    The honest nodes pass, and the host stays within the memory bound. (Padded to a MiB, the
+    host's half-second poll reads 8 of them: the time bound already held their memory.)"""
+    timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the writes, which wait for the host's store
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        memory = PeakMemory(runs[0].proc.pid)
+        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "late-arrivals")
+        agent.wait_for("^written$", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        agent.wait_for("^did late-arrivals ", timeout)
+        finish_each(runs.values(), timeout + 10)
+    record(f"{LATE_ARRIVALS} arrivals counted in after the roster", "goodbye", timeout, runs.values(),
+           {0: "host", 1: "joiner"}, focus="rdzv.join")
+
+    host = assert_survivor(runs[0], timeout, codes=(2,))   # the latecomers are a failure of the run
+    assert_survivor(runs[1], timeout, codes=(0,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised    # no honest node blamed
+    late = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "late")]
+    assert len(late) == MAX_STRANGERS + 1 and len(late[-1]["evidence"]) <= MAX_STRANGERS, late
+    assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
 
 
 SLOW_ZONE = (3, 3.0)   # a stranger's connects, and how late its reverse zone answers (under the resolver's 5 s)

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,7 +28,7 @@ from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.launch import launch_findings
-from netcheck.rules.rdzv import hosts_message_refused, store_stall_findings
+from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, store_stall_findings
 from netcheck.core.compat import import_distributed
 from nodes import scaled
 from test_state import joiner
@@ -366,6 +367,30 @@ def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
     assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key("node", a))] == [
         a for a in claimants + [late] if a not in state.arrivals]
     assert assign_ranks(state.arrivals, state.host_arrival, 2)[0] == {0: 0, seated: 1}
+
+
+@pytest.mark.compat
+def test_latecomers_are_all_named_but_kept_whole_only_up_to_a_count():
+    """After the roster every arrival is a latecomer: each is listed (hostname, claim), and
+    named one by one up to MAX_STRANGERS, the rest in one count; past MAX_STRANGERS kept whole
+    (counted with those set aside while seating) its facts are deleted from the store (they
+    were all kept, in the host's memory and its store's, one finding each)."""
+    server, ex = local_store()
+    state = HostState({}, [], nnodes_max=2)
+    state.host_arrival = publish_facts(ex, facts("host", 0))
+    state.arrivals[state.host_arrival] = facts("host", 0)
+    state.read.add(state.host_arrival)
+    publish_facts(ex, facts("node1", 1))
+    poll_arrivals(ex, state, seating=True)
+    late = [publish_facts(ex, facts(f"late{i}", 1 if i == 0 else None)) for i in range(MAX_STRANGERS + 3)]
+    poll_arrivals(ex, state)
+    assert state.latecomers == [("late0", 1)] + [(f"late{i}", None) for i in range(1, MAX_STRANGERS + 3)]
+    assert len(state.arrivals) == 2 + MAX_STRANGERS
+    assert [a for a in late if not ex.has(ex.key("node", a))] == late[MAX_STRANGERS:]
+    found = latecomer_findings(state.latecomers, SimpleNamespace(hostnames=lambda: {0: "host", 1: "node1"}))
+    assert [(f.kind, f.severity, f.nodes) for f in found] == [("late", "fail", ())] * (MAX_STRANGERS + 1)
+    assert found[0].summary == "late0 came late and was not seated: node rank 1 was already taken by node1"
+    assert found[-1].summary == "3 more came late and were not seated" and len(found[-1].evidence) == 3
 
 
 def test_arrivals_that_got_no_seat_cannot_outvote_the_seated_in_the_launch_checks():

@@ -305,6 +305,7 @@ class HostState:
     host_arrival: int | None = None
     unseatable_kept: int = 0          # arrivals that can never be seated, kept whole (the first MAX_STRANGERS)
     set_aside: list[str] = field(default_factory=list)  # why each of the others was not seated; facts dropped
+    latecomers: list[tuple[str, NodeRank | None]] = field(default_factory=list)  # after the roster: hostname, claim
 
     def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
@@ -360,7 +361,9 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
     seconds of store requests and the next poll goes on from there: a poll is bounded
     whatever a foreign client counted in. While `seating` (before the roster: the report's
     unseated findings are made from state.set_aside), arrivals that can never be seated are
-    kept whole only up to MAX_STRANGERS (keep_or_set_aside); latecomers are all kept whole.
+    kept whole only up to MAX_STRANGERS (keep_or_set_aside); after it, every arrival is a
+    latecomer, never seated: each is listed in state.latecomers and counts towards the same
+    MAX_STRANGERS kept whole.
     """
     _answer_pings(ex, state, Deadline(POLL_SLICE))
     read_visitors(ex, state, Deadline(POLL_SLICE))
@@ -384,8 +387,11 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
             if len(state.arrivals_refused) > MAX_STRANGERS:
                 _drop_facts(ex, a)  # kept in the store, the first few, for a watcher's view
             continue
-        if seating and never_seated(state, a):
-            keep_or_set_aside(ex, state, a)
+        if not seating:
+            late = state.arrivals[a]
+            state.latecomers.append((late.hostname, late.launch.node_rank))
+        if not seating or never_seated(state, a):
+            keep_or_set_aside(ex, state, a, seating)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
 
@@ -405,16 +411,19 @@ def never_seated(state: HostState, a: int) -> bool:
     return len(state.arrivals) > high and a in assign_ranks(state.arrivals, state.host_arrival, high)[2]
 
 
-def keep_or_set_aside(ex: Exchange, state: HostState, a: int) -> None:
+def keep_or_set_aside(ex: Exchange, state: HostState, a: int, seating: bool = True) -> None:
     """The first MAX_STRANGERS arrivals that can never be seated are kept whole, as every
     arrival is: the report names them one by one, and the launch checks read their facts (a
-    node given another --nnodes). Past those, only why each was not seated is kept, and its
+    node given another --nnodes). Past those, only why each was not seated is kept (while
+    seating; a latecomer's hostname and claim are in state.latecomers already), and its
     facts are deleted from the store as well (the host's store holds them in the host's
     memory): 200 arrivals of 1 MiB past --nnodes cost the host 404 MB when all were kept."""
     if state.unseatable_kept < MAX_STRANGERS:
         state.unseatable_kept += 1
         return
-    state.set_aside.append(unseated_reason(state.arrivals.pop(a), state.nnodes_max))
+    facts = state.arrivals.pop(a)
+    if seating:
+        state.set_aside.append(unseated_reason(facts, state.nnodes_max))
     _drop_facts(ex, a)
 
 

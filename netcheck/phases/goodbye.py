@@ -21,12 +21,11 @@ from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as ru
 
 def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
     """launch.topology over every process that came, latecomers after the roster included:
-    the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order."""
-    seen = set(run.arrivals.arrivals)
+    the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
+    Latecomers are all named, but kept whole (for these checks) only up to a count."""
     rendezvous.poll_arrivals(seat.exchange, run.arrivals)
     ranks = {e.arrival: e.rank for e in seat.roster.entries}
-    late = {a: f for a, f in run.arrivals.arrivals.items() if a not in seen}
-    run.findings += rdzv_rules.latecomer_findings(list(late.values()), seat.roster)
+    run.findings += rdzv_rules.latecomer_findings(run.arrivals.latecomers, seat.roster)
     devices = {m.rank: uuid for m in run.members
                if m.env and (uuid := launch_rules.device_uuid(m.facts, m.env.values))}
     run.findings += launch_rules.launch_findings(

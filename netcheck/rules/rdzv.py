@@ -8,7 +8,7 @@ import ipaddress
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, NodeFacts, Probe, Reach, SilentNameserver,
+    Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, Probe, Reach, SilentNameserver,
     StoreStall, UNANSWERED, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
@@ -455,16 +455,23 @@ def _expected_name(g: Gathering, rank: int) -> str:
     return "hostname unknown: it never reached the store"
 
 
-def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
-    """Processes that came after the roster was posted: named, never seated."""
+def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Finding]:
+    """Processes that came after the roster was posted, (hostname, the node rank it claims):
+    never seated. The first MAX_STRANGERS are named one by one, the rest in one count, as
+    arrivals not seated while seating are: a client posting arrivals after the roster does
+    not become the report."""
     seated = roster.hostnames()
-    findings = []
-    for f in late:
-        claimed = f.launch.node_rank
-        why = (f"node rank {claimed} was already taken by {seated[claimed]}" if claimed in seated
-               else "the rendezvous had closed")
-        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{f.hostname} came late and was not seated: {why}",
-                                (), "start every node within the join window, each with its own rank", kind=JOIN_LATE))
+    fix = "start every node within the join window, each with its own rank"
+
+    def why(hostname: str, claimed: int | None) -> str:
+        return f"{hostname} came late and was not seated: " + (
+            f"node rank {claimed} was already taken by {seated[claimed]}" if claimed in seated
+            else "the rendezvous had closed")
+    told = [why(*came) for came in late[:2 * MAX_STRANGERS]]
+    findings = [Finding(RDZV_JOIN, FAIL, (), text, (), fix, kind=JOIN_LATE) for text in told[:MAX_STRANGERS]]
+    if rest := late[MAX_STRANGERS:]:
+        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{len(rest)} more came late and were not seated",
+                                tuple(told[MAX_STRANGERS:]), fix, kind=JOIN_LATE))
     return findings
 
 
