@@ -333,3 +333,36 @@ def test_a_store_stalled_by_a_strangers_reverse_zone_is_named_with_the_stranger(
     (stalled,) = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "store_stalled")]
     assert stalled["severity"] == "warn" and stalled["nodes"] == [], stalled
     assert all(c.nodes[2].addr in line and c.nodes[1].addr not in line for line in stalled["evidence"]), stalled
+
+
+def test_a_joiner_that_comes_during_a_store_stall_waits_it_out_and_is_not_blamed(cluster, tmp_path):
+    """The stall of the test above, with the joiner started while it lasts (once the
+    stranger's connects are in): its reach probe waits behind the stranger's lookups. It
+    called the port "not a TCPStore" after 3 s, and the host named it as never joined; it
+    now waits for the store's answer on the same connection (to its join deadline), says
+    the answer came late, is seated and passes; the host names the stall, and no node."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    count, late = SLOW_ZONE
+    with cluster(nodes(4)) as c:
+        host_etc = NETNS_ETC / c.nodes[0].ns
+        _write_in_place(host_etc / "nsswitch.conf", "hosts: files dns\n")
+        _write_in_place(host_etc / "resolv.conf", f"nameserver {c.nodes[3].addr}\n")
+        c.write_hosts(0, c.hosts_lines(0, omit=[2]))
+        Agent.start(c, 3, "nameserver", "0.0.0.0:53", c.nodes[2].addr, str(late)).wait_for("^serving$", timeout)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        stranger = Agent.start(c, 2, "connects", f"node0:{PORT}", str(count))
+        stranger.wait_for("^connected ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        finish_each(runs.values(), timeout + 10)
+    record("a joiner comes while a stranger's late reverse DNS zone stalls the store", "reach", timeout,
+           runs.values(), {0: "host", 1: "joiner, started during the stall"}, focus="rdzv")
+
+    host = assert_survivor(runs[0], timeout, codes=(1,))
+    joiner = assert_survivor(runs[1], timeout, codes=(0,))
+    assert [(n["rank"], n["hostname"]) for n in host["nodes"]] == [(0, "node0"), (1, "node1")]
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised    # no honest node blamed
+    (stalled,) = [f for f in raised if (f["check"], f["kind"]) == ("rdzv.join", "store_stalled")]
+    assert all(c.nodes[1].addr not in line for line in stalled["evidence"]), stalled
+    (reached,) = [f for f in joiner["findings"] if f["check"] == "rdzv.reach"]
+    assert reached["severity"] == "pass" and any("late: held up" in e for e in reached["evidence"]), reached

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -22,6 +24,7 @@ from netcheck.cluster.rendezvous import (
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core import codec
 from netcheck.core.codec import DecodeError
+from netcheck.facts.probe import probe_address
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import NodeRanks
@@ -478,3 +481,30 @@ def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed
     [finding] = run.findings
     assert (finding.check, finding.kind) == ("rdzv.join", "malformed") and ex.key(MESH_DONE) in finding.summary
     assert f"{MAX_NODES + 1} items, expected at most {MAX_NODES}" in finding.evidence[0]
+
+
+def test_a_store_that_answers_late_is_told_from_one_that_never_answers():
+    """A store held up (torch's one thread looking up another client's name) accepts and
+    answers late; a hung process accepts and never does. With a deadline to answer by (a
+    joiner's), silence is waited on, on the same connection: the late answer is open and
+    said as late; silence to the deadline is not_store, and says how long it was waited on."""
+    def serve(server: socket.socket, delay: float | None) -> None:
+        conn, _ = server.accept()
+        conn.recv(64)
+        if delay is not None:
+            time.sleep(delay)
+            conn.sendall(b"\x01")
+        time.sleep(2)
+        conn.close()
+
+    def probed(delay: float | None, answer_by: float) -> tuple[str, str]:
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            threading.Thread(target=serve, args=(server, delay), daemon=True).start()
+            found = probe_address(socket.AF_INET, server.getsockname(), 0.3, answer_by=Deadline(answer_by))
+        return found.outcome, found.detail
+
+    outcome, detail = probed(1.0, 3.0)
+    assert outcome == "open" and "late: held up" in detail, detail
+    outcome, detail = probed(None, 1.0)
+    assert outcome == "not_store" and "no answer to the TCPStore handshake in 1" in detail, detail
+    assert "join deadline" in detail, detail

@@ -150,20 +150,23 @@ def error_text(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
-def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool = True) -> Probe:
+def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool = True,
+                  answer_by: Deadline | None = None) -> Probe:
     """One connect to one address; with `handshake`, what accepts is asked whether it is a
     TCPStore (open) or not (not_store), and given the probe timeout again to answer: a real
-    store that is merely slow is not a squatter."""
+    store that is merely slow is not a squatter. With `answer_by`, one that stays silent is
+    waited on until then (store_answer)."""
     start = time.monotonic()
-    outcome, detail = _connect(family, sockaddr, timeout, handshake)
+    outcome, detail = _connect(family, sockaddr, timeout, handshake, answer_by)
     seconds = round(time.monotonic() - start, 4)
     # Read after the connect: by then the kernel has asked ARP / NDP for the whole probe timeout.
     route = route_to(sockaddr[0]) if outcome in UNANSWERED else None
     return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail, seconds, route)
 
 
-def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool) -> tuple[str, str]:
-    found, turned_away = _connect_once(family, sockaddr, timeout, STORE_PROBE if handshake else None)
+def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool,
+             answer_by: Deadline | None = None) -> tuple[str, str]:
+    found, turned_away = _connect_once(family, sockaddr, timeout, STORE_PROBE if handshake else None, answer_by)
     if turned_away:
         legacy, _ = _connect_once(family, sockaddr, timeout, LEGACY_STORE_PROBE)
         if legacy[0] == "open":
@@ -171,8 +174,8 @@ def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool) -> t
     return found
 
 
-def _connect_once(family: int, sockaddr: tuple, timeout: float, probe: bytes | None
-                  ) -> tuple[tuple[str, str], bool]:
+def _connect_once(family: int, sockaddr: tuple, timeout: float, probe: bytes | None,
+                  answer_by: Deadline | None = None) -> tuple[tuple[str, str], bool]:
     """((outcome, detail), whether what accepted reset or closed the probe unanswered)."""
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -180,25 +183,49 @@ def _connect_once(family: int, sockaddr: tuple, timeout: float, probe: bytes | N
             sock.connect(sockaddr)
         except OSError as e:
             return failed_connect(e, timeout), False
-        return store_answer(sock, timeout, probe) if probe else (("open", "connected"), False)
+        return store_answer(sock, timeout, probe, answer_by) if probe else (("open", "connected"), False)
 
 
-def store_answer(sock: socket.socket, timeout: float, probe: bytes) -> tuple[tuple[str, str], bool]:
-    """((open | not_store, detail), turned away) of a connected socket, from the TCPStore handshake."""
+def store_answer(sock: socket.socket, timeout: float, probe: bytes,
+                 answer_by: Deadline | None = None) -> tuple[tuple[str, str], bool]:
+    """((open | not_store, detail), turned away) of a connected socket, from the TCPStore handshake.
+
+    A store held up answers late, not never: torch's serves every connection on one thread
+    and looks up each one's name there first, so one client whose reverse DNS zone answers
+    late holds every later connection in the kernel's queue, accepted and unanswered, as a
+    hung process's would be. With `answer_by`, silence is waited on until then, on this same
+    connection (a new one would only queue behind it), and a late answer is said as such."""
+    start = time.monotonic()
     sock.settimeout(timeout)
     try:
         sock.sendall(probe)
-        answer = sock.recv(16)
+        answer = _first_answer(sock, timeout, answer_by)
     except socket.timeout:
-        return ("not_store", f"no answer to the TCPStore handshake in {timeout:g} s"), False
+        waited = round(time.monotonic() - start, 1) if answer_by else timeout
+        why = " (waited to this node's join deadline, as for a store held up)" if answer_by else ""
+        return ("not_store", f"no answer to the TCPStore handshake in {waited:g} s{why}"), False
     except OSError as e:
         return ("not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"), \
             e.errno in (errno.ECONNRESET, errno.EPIPE)
+    if answer in _STORE_ANSWERS and time.monotonic() - start > timeout:
+        return ("open", f"connected; a TCPStore answered, {time.monotonic() - start:.1f} s late: "
+                        "held up (torch's store serves every client on one thread)"), False
     if answer in _STORE_ANSWERS:
         return ("open", "connected; a TCPStore answered"), False
     if not answer:
         return ("not_store", "closed the connection without answering the TCPStore handshake"), True
     return ("not_store", f"answered the TCPStore handshake with {answer!r}"), False
+
+
+def _first_answer(sock: socket.socket, timeout: float, answer_by: Deadline | None) -> bytes:
+    """The first bytes of the answer, waited for `timeout`, then to `answer_by` where given."""
+    try:
+        return sock.recv(16)
+    except socket.timeout:
+        if answer_by is None or answer_by.remaining() <= 0:
+            raise
+    sock.settimeout(answer_by.remaining())
+    return sock.recv(16)
 
 
 def full_frames_lost(host: str, port: int, timeout: float) -> bool:
@@ -297,18 +324,20 @@ def named_in(host: str) -> str:
     return "DNS" if _hosts_ask_dns() else ""
 
 
-def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True) -> tuple[Probe, ...]:
+def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True,
+              answer_by: Deadline | None = None) -> tuple[Probe, ...]:
     """Probe every address at once, so two families cost one timeout, not two."""
     results: list[Probe | None] = [None] * len(addresses)
 
     def run(i: int, family: int, sockaddr: tuple):
-        results[i] = probe_address(family, sockaddr, timeout, handshake)
+        results[i] = probe_address(family, sockaddr, timeout, handshake, answer_by)
 
     threads = [threading.Thread(target=run, args=(i, f, s), daemon=True)
                for i, (f, s) in enumerate(addresses)]
     for t in threads:
         t.start()
-    end = time.monotonic() + 2 * timeout + 1.0  # the connect's timeout, then the handshake's
+    # The connect's timeout, then the handshake's (or to answer_by, which may be later).
+    end = time.monotonic() + max(2 * timeout, timeout + (answer_by.remaining() if answer_by else 0)) + 1.0
     for t in threads:
         t.join(max(0.0, end - time.monotonic()))
     return tuple(p if p else Probe(s[0], FAMILY_NAMES[f], "filtered", "probe did not finish", timeout)
@@ -326,11 +355,12 @@ def overall_outcome(probes: tuple[Probe, ...]) -> str:
 
 def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT,
           wait_while_refused: bool = True, resolved: tuple[list, str | None] | None = None,
-          handshake: bool = True) -> Reach:
+          handshake: bool = True, answer_by: Deadline | None = None) -> Reach:
     """Resolve HOST (unless the caller has: `resolve`'s answer) and probe it; keep probing
     while refused (host not up yet), to the deadline, unless told that a refusal is the
     answer (a job's store that is not up will not come). Without `handshake`, a connect
-    alone is open: whether anything still listens there."""
+    alone is open: whether anything still listens there. With `answer_by`, what accepts and
+    stays silent is waited on until then: a store held up answers late (store_answer)."""
     start = time.monotonic()
     addresses, error = resolved or resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
     if error:
@@ -338,7 +368,7 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
     attempts = 0
     while True:
         attempts += 1
-        probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())), handshake)
+        probes = probe_all(addresses, max(0.1, min(probe_timeout, deadline.remaining())), handshake, answer_by)
         outcome = overall_outcome(probes)
         if outcome != "refused" or not wait_while_refused or deadline.remaining() <= PROBE_RETRY_INTERVAL:
             break

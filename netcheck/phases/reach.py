@@ -8,6 +8,7 @@ import ipaddress
 import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
+from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
 from netcheck.facts.probe import (
@@ -28,7 +29,7 @@ def reached(run: Run) -> bool:
         resolved = resolve(rdzv.host, rdzv.port, max(0.1, min(PROBE_TIMEOUT, run.join_deadline.remaining())))
         itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.facts)
         found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
-                      resolved=resolved)
+                      resolved=resolved, answer_by=_answer_by(run))
         run.facts = dataclasses.replace(run.facts, reach=found)
         mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.facts, found.outcome)
         # What squats on a port of this very machine can be named here.
@@ -41,6 +42,13 @@ def reached(run: Run) -> bool:
             run.findings += rdzv_rules.resolver_findings(silent, run.my_ranks())
         run.findings += _variables_findings(run, found.addresses)
     return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
+
+
+def _answer_by(run: Run) -> Deadline:
+    """How long a silent store is waited on: a store held up by another client answers late
+    (facts.probe.store_answer), a hung process never. Up to a probe's timeout before the
+    join deadline: an answer past that leaves no time to sign in before the host closes."""
+    return Deadline(max(0.0, run.join_deadline.remaining() - PROBE_TIMEOUT))
 
 
 def take_role(run: Run) -> bool:
