@@ -366,3 +366,33 @@ def test_a_joiner_that_comes_during_a_store_stall_waits_it_out_and_is_not_blamed
     assert all(c.nodes[1].addr not in line for line in stalled["evidence"]), stalled
     (reached,) = [f for f in joiner["findings"] if f["check"] == "rdzv.reach"]
     assert reached["severity"] == "pass" and any("late: held up" in e for e in reached["evidence"]), reached
+
+
+def test_a_joiner_the_stall_outlasts_is_named_under_the_stall_not_as_missing(cluster, tmp_path):
+    """The stall as above, and a joiner with the least --timeout (17 s: it waits for the
+    store's answer to 5.5 s after its start, a probe's timeout before its join deadline),
+    started during it: the stall outlasts its wait, and it says the store did not answer in
+    that time. The host, which never heard from it, names it under the stall (kind
+    store_stalled, fail), not as a node that never joined."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    count, late = SLOW_ZONE
+    with cluster(nodes(4)) as c:
+        host_etc = NETNS_ETC / c.nodes[0].ns
+        _write_in_place(host_etc / "nsswitch.conf", "hosts: files dns\n")
+        _write_in_place(host_etc / "resolv.conf", f"nameserver {c.nodes[3].addr}\n")
+        c.write_hosts(0, c.hosts_lines(0, omit=[2]))
+        Agent.start(c, 3, "nameserver", "0.0.0.0:53", c.nodes[2].addr, str(late)).wait_for("^serving$", timeout)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        stranger = Agent.start(c, 2, "connects", f"node0:{PORT}", str(count))
+        stranger.wait_for("^connected ", timeout)
+        runs[1] = start(c, 1, ranked_args(1, 2, 17), tmp_path)
+        finish_each(runs.values(), timeout + 10)
+    record("a joiner with --timeout 17 comes while a stranger's late reverse DNS zone stalls the store", "reach",
+           timeout, runs.values(), {0: "host", 1: "joiner, started during the stall"}, focus="rdzv")
+
+    host = assert_survivor(runs[0], timeout, codes=(2,))
+    joiner = assert_survivor(runs[1], 17, codes=(2,))
+    joins = [(f["kind"], f["severity"], f["nodes"]) for f in host["findings"] if f["check"] == "rdzv.join"]
+    assert ("store_stalled", "fail", [1]) in joins and not [j for j in joins if j[0] == "missing"], joins
+    (reached,) = [f for f in joiner["findings"] if f["check"] == "rdzv.reach"]
+    assert (reached["kind"], reached["severity"], reached["nodes"]) == ("not_store", "fail", [1]), reached

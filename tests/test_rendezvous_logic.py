@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from netcheck.core.model import Launch, Member, NodeFacts, StoreStall, Visitor
+from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
@@ -31,7 +31,7 @@ from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.launch import launch_findings
-from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, store_stall_findings
+from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, stall_explained, store_stall_findings
 from netcheck.core.compat import import_distributed
 from nodes import scaled
 from test_state import joiner
@@ -481,6 +481,18 @@ def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed
     [finding] = run.findings
     assert (finding.check, finding.kind) == ("rdzv.join", "malformed") and ex.key(MESH_DONE) in finding.summary
     assert f"{MAX_NODES + 1} items, expected at most {MAX_NODES}" in finding.evidence[0]
+
+
+def test_a_node_that_never_joined_during_a_stall_is_named_under_the_stall():
+    """A missing rank while the host's store stalled with a stranger connected is the stall's
+    doing (issue 39, case 5): named under store_stalled (fail, the node), not as missing;
+    without a stall, missing stays missing."""
+    members = (Member(0, facts("node0", 0, (nic("eth0", "198.18.0.10"),))),)
+    stalled = store_stall_findings((StoreStall("get netcheck/host", 9.0, {"198.18.0.12": 3}),), members)
+    missing = Finding("rdzv.join", "fail", (1,), "node rank 1 never joined", (), "", kind="missing")
+    (named,) = stall_explained([missing], stalled)
+    assert (named.check, named.kind, named.severity, named.nodes) == ("rdzv.join", "store_stalled", "fail", (1,))
+    assert stall_explained([missing], []) == [missing]
 
 
 def test_a_store_that_answers_late_is_told_from_one_that_never_answers():

@@ -43,8 +43,8 @@ def host(run: Run) -> rendezvous.Seat | None:
                                         waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members
         run.findings += rdzv_rules.reach_summary(run.members)
-        run.findings += rdzv_rules.join_findings(gathered)
-        run.findings += rdzv_rules.store_stall_findings(tuple(ex.watch.stalls), run.members)
+        stalled = rdzv_rules.store_stall_findings(tuple(ex.watch.stalls), run.members)
+        run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
         run.findings += endpoint_rules.reached_addresses(run.members)
         run.findings += _endpoint_findings(run, gathered.missing_ranks)
         run.findings += endpoint_rules.shared_variable_findings(run.members)

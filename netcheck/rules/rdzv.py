@@ -346,6 +346,18 @@ def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, 
                     tuple(lines[:MAX_STRANGERS]), STALL_FIX, kind=JOIN_STORE_STALLED)]
 
 
+def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Finding]:
+    """A node that never joined while another client held the host's store up (`stalled`,
+    store_stall_findings) is named under the stall, its cause, not as missing: a joiner that
+    came then waited behind it, on the store's one thread, and may have run out of time before
+    the store answered (its own rdzv.reach says so). Still a failure: the node was not tested."""
+    if not stalled:
+        return findings
+    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}", f.evidence,
+                    "read that node's own report (rdzv.reach: whether the store answered it late); " + STALL_FIX,
+                    kind=JOIN_STORE_STALLED) if f.kind == JOIN_MISSING else f for f in findings]
+
+
 def _is_loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address).is_loopback

@@ -223,7 +223,8 @@ CHECKS: tuple[Check, ...] = (
           ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
            "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
            "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
-           "rdzv.gone_before_sign_in", "rdzv.interference_findings", "rdzv.store_stall_findings"),
+           "rdzv.gone_before_sign_in", "rdzv.interference_findings", "rdzv.store_stall_findings",
+           "rdzv.stall_explained"),
           "Gathering (the host's), Roster (a joiner's), the values a seated node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_hostile_cluster.py"),
@@ -245,10 +246,11 @@ CHECKS: tuple[Check, ...] = (
            JOIN_INTERFERENCE: Kind(WARN_FAIL, "another client wrote the run's store keys (a key overwritten, a "
                                               "counter pushed, a list flooded): named with the key and what was "
                                               "seen; fail where it kept this node out"),
-           JOIN_STORE_STALLED: Kind(ONLY_WARN, "the host's store left the host's own request unanswered for "
+           JOIN_STORE_STALLED: Kind(WARN_FAIL, "the host's store left the host's own request unanswered for "
                                                "seconds while clients that are no node of the run were connected "
                                                "to its port (torch's store looks up each connection's name on its "
-                                               "one thread): named with their addresses"),
+                                               "one thread): named with their addresses; fail naming a node that "
+                                               "never joined while it lasted (the stall, not the node, the cause)"),
            **{lost_in(p): Kind(ONLY_FAIL, f"a seated node stopped answering during the {p} phase")
               for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
