@@ -90,7 +90,21 @@ def address_of(plan: dict, rank: int) -> str:
     return plan["addresses"].get(str(rank), plan["host"])
 
 
-def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, seateds: dict):
+def seated_names(data: bytes) -> tuple:
+    seated = codec.loads(Seated, data, MAX_FACTS_BYTES)
+    return (seated.blocks, *rendezvous.seated_names(seated))
+
+
+def once(decoded: dict, ex: Exchange, name: str, decode):
+    """What the host posted under name, as every node reads it: each node fetches it, and it
+    is decoded once per process (the simulated nodes share its CPUs; a real node has its own)."""
+    data = ex.raw(ex.key(name))
+    if (name, data) not in decoded:
+        decoded[name, data] = decode(data)
+    return decoded[name, data]
+
+
+def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, decoded: dict):
     """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
     faults = plan["faults"]
     visitor = rendezvous.sign_in(ex, facts)
@@ -102,11 +116,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key(keys.SEATED)
-    data = ex.raw(ex.key(keys.SEATED))  # every node fetches it; decoded once per process
-    if data not in seateds:
-        seated = codec.loads(Seated, data, MAX_FACTS_BYTES)
-        seateds[data] = (seated.blocks, *rendezvous.seated_names(seated))
-    blocks, seat.hostnames, seat.fqdns = seateds[data]
+    blocks, seat.hostnames, seat.fqdns = once(decoded, ex, keys.SEATED, seated_names)
     block = seat.arrival // SEAT_BLOCK
     if block in blocks:
         seat.rank = rank_in(ex.read(SeatBlock, ex.key(keys.SEAT, block)), seat.arrival)
@@ -122,7 +132,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     lookups = tuple(Resolution(r, fqdn, (address_of(plan, r),), None) for r, fqdn in peers.items())
     ex.post(keys.RESULT, seat.arrival, NodeResults(ClockSample(offset, 0.0002), lookups))
     yield ex.key(keys.ALIVE)
-    alive = sorted(ex.read(NodeRanks, ex.key(keys.ALIVE)))
+    alive = once(decoded, ex, keys.ALIVE, lambda data: sorted(codec.loads(NodeRanks, data, MAX_FACTS_BYTES)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return
@@ -164,11 +174,11 @@ def main() -> None:
               for _ in nodes]
     stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "bye": []}
     errors: list[str] = []
-    seateds: dict = {}
+    decoded: dict = {}
     waiting = {}
     for (rank, hostname, address), store in zip(nodes, stores):
         ex = Exchange(Requests(store), plan["run_id"])
-        gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, seateds)
+        gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, decoded)
         waiting[hostname] = (ex, gen, next(gen))
     probe = Exchange(None, plan["run_id"])
     probe.pace(plan["nodes"])
@@ -182,7 +192,7 @@ def main() -> None:
             except StopIteration:
                 del waiting[name]
             except (RuntimeError, OSError) as e:  # the host went: a real node reports it and ends
-                errors.append(f"{name}: {e}")
+                errors.append(f"{name} (waiting for {key}): {e}")
                 del waiting[name]
         time.sleep(max(0.0, pause - (time.monotonic() - started)))
     out.write_text(json.dumps({"stamps": stamps, "requests": Requests.count, "errors": errors}))
