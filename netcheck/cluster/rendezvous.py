@@ -223,11 +223,11 @@ def lookup_targets(fqdns: dict[int, str], me: int, seed: str) -> dict[int, str]:
     the mesh tests in full by default; beyond that the host (its FQDN is the workers'
     MASTER_ADDR) and a sample drawn as the mesh draws its peers (ring neighbours and
     MESH_SAMPLE_PEERS more), so no node's lookups, and no resolver's load, grow with the cluster."""
-    peers = {r: fqdn for r, fqdn in sorted(fqdns.items()) if r != me}
     if len(fqdns) <= MESH_FULL_UP_TO:
-        return peers
-    chosen = set(targets(me, sorted(fqdns), MESH_SAMPLE_PEERS, seed)) | {0}
-    return {r: fqdn for r, fqdn in peers.items() if r in chosen}
+        chosen = set(fqdns)
+    else:
+        chosen = set(targets(me, sorted(fqdns), MESH_SAMPLE_PEERS, seed)) | {0}
+    return {r: fqdns[r] for r in sorted(chosen) if r != me and r in fqdns}
 
 
 def lookup_peers(fqdns: dict[int, str], me: int, seed: str) -> tuple[Resolution, ...]:
