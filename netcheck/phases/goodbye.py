@@ -26,7 +26,7 @@ def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
     rendezvous.poll_arrivals(seat.exchange, run.arrivals)
     ranks = {e.arrival: e.rank for e in seat.roster.entries}
     late = {a: f for a, f in run.arrivals.arrivals.items() if a not in seen}
-    run.findings += rdzv_rules.latecomer_findings(list(late.values()), seat.hostnames)
+    run.findings += rdzv_rules.latecomer_findings(list(late.values()), seat.roster)
     devices = {m.rank: uuid for m in run.members
                if m.env and (uuid := launch_rules.device_uuid(m.facts, m.env.values))}
     run.findings += launch_rules.launch_findings(

@@ -455,8 +455,9 @@ def _expected_name(g: Gathering, rank: int) -> str:
     return "hostname unknown: it never reached the store"
 
 
-def latecomer_findings(late: list[NodeFacts], seated: dict[int, str]) -> list[Finding]:
-    """Processes that came after the roster was posted (seated: rank -> hostname): named, never seated."""
+def latecomer_findings(late: list[NodeFacts], roster) -> list[Finding]:
+    """Processes that came after the roster was posted: named, never seated."""
+    seated = roster.hostnames()
     findings = []
     for f in late:
         claimed = f.launch.node_rank
