@@ -85,9 +85,13 @@ def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
                                launch=launch, nics=dataclasses.replace(base.nics, nics=nics))
 
 
-def address_of(plan: dict, rank: int) -> str:
-    """Where rank's FQDN resolves: a simulated node's own address, the host's for rank 0."""
-    return plan["addresses"].get(str(rank), plan["host"])
+def address_of(plan: dict, hostname: str) -> str:
+    """Where a seated node's FQDN resolves: its own address (the second claimant of a rank may
+    be the one seated), the host's for the host."""
+    if hostname == plan["duplicate_hostname"]:
+        return plan["duplicate_address"]
+    rank = hostname.removeprefix("sim")
+    return plan["addresses"].get(str(int(rank)), plan["host"]) if rank.isdigit() else plan["host"]
 
 
 def seated_names(data: bytes) -> tuple:
@@ -129,7 +133,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         return  # stops after its seat: no results, no goodbye, as a node whose netcheck died there
     offset = 30.0 if rank == faults["clock"] else 0.001
     peers = rendezvous.lookup_targets(seat.fqdns, seat.rank, plan["run_id"])
-    lookups = tuple(Resolution(r, fqdn, (address_of(plan, r),), None) for r, fqdn in peers.items())
+    lookups = tuple(Resolution(r, fqdn, (address_of(plan, seat.hostnames[r]),), None) for r, fqdn in peers.items())
     ex.post(keys.RESULT, seat.arrival, NodeResults(ClockSample(offset, 0.0002), lookups))
     yield ex.key(keys.ALIVE)
     alive = once(decoded, ex, keys.ALIVE, lambda data: sorted(codec.loads(NodeRanks, data, MAX_FACTS_BYTES)))
