@@ -33,10 +33,11 @@ from netcheck.cluster import mesh, rendezvous  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core import codec, storekeys as keys  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
-from netcheck.core.constants import CLOCK_PINGS  # noqa: E402
+from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, SEAT_BLOCK  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
 from netcheck.core.model import ClockSample, Launch, NodeRanks, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
+from netcheck.core.seats import Seated, SeatBlock, rank_in  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
 from netcheck.facts.probe import allow_a_connection_per_node  # noqa: E402
@@ -84,7 +85,30 @@ def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
                                launch=launch, nics=dataclasses.replace(base.nics, nics=nics))
 
 
-def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, rosters: dict):
+def address_of(plan: dict, hostname: str) -> str:
+    """Where a seated node's FQDN resolves: its own address (the second claimant of a rank may
+    be the one seated), the host's for the host."""
+    if hostname == plan["duplicate_hostname"]:
+        return plan["duplicate_address"]
+    rank = hostname.removeprefix("sim")
+    return plan["addresses"].get(str(int(rank)), plan["host"]) if rank.isdigit() else plan["host"]
+
+
+def seated_names(data: bytes) -> tuple:
+    seated = codec.loads(Seated, data, MAX_FACTS_BYTES)
+    return (seated.blocks, *rendezvous.seated_names(seated))
+
+
+def once(decoded: dict, ex: Exchange, name: str, decode):
+    """What the host posted under name, as every node reads it: each node fetches it, and it
+    is decoded once per process (the simulated nodes share its CPUs; a real node has its own)."""
+    data = ex.raw(ex.key(name))
+    if (name, data) not in decoded:
+        decoded[name, data] = decode(data)
+    return decoded[name, data]
+
+
+def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, decoded: dict):
     """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
     faults = plan["faults"]
     visitor = rendezvous.sign_in(ex, facts)
@@ -95,11 +119,11 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         ex.read(rendezvous.Pong, ex.key("pong", visitor, k, shared=True), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
-    yield ex.key("roster")
-    data = ex.raw(ex.key("roster"))  # every node fetches it; decoded once per process
-    if data not in rosters:
-        rosters[data] = codec.loads(rendezvous.Roster, data, 1 << 30)
-    seat.roster = rosters[data]
+    yield ex.key(keys.SEATED)
+    blocks, seat.hostnames, seat.fqdns = once(decoded, ex, keys.SEATED, seated_names)
+    block = seat.arrival // SEAT_BLOCK
+    if block in blocks:
+        seat.rank = rank_in(ex.read(SeatBlock, ex.key(keys.SEAT, block)), seat.arrival)
     stamps["roster"].append(time.time())
     if seat.rank is None and rank == faults["duplicate"]:
         return  # the claimant of a rank that came second: not seated, it goes
@@ -108,11 +132,11 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     if rank == faults["lost"]:
         return  # stops after its seat: no results, no goodbye, as a node whose netcheck died there
     offset = 30.0 if rank == faults["clock"] else 0.001
-    peers = rendezvous.lookup_targets(seat.roster, seat.arrival, plan["run_id"])
-    ex.post(keys.RESULT, seat.arrival, NodeResults(
-        ClockSample(offset, 0.0002), tuple(Resolution(e.rank, e.fqdn, (e.address,), None) for e in peers)))
+    peers = rendezvous.lookup_targets(seat.fqdns, seat.rank, plan["run_id"])
+    lookups = tuple(Resolution(r, fqdn, (address_of(plan, seat.hostnames[r]),), None) for r, fqdn in peers.items())
+    ex.post(keys.RESULT, seat.arrival, NodeResults(ClockSample(offset, 0.0002), lookups))
     yield ex.key(keys.ALIVE)
-    alive = sorted(ex.read(NodeRanks, ex.key(keys.ALIVE)))
+    alive = once(decoded, ex, keys.ALIVE, lambda data: sorted(codec.loads(NodeRanks, data, MAX_FACTS_BYTES)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return
@@ -154,11 +178,11 @@ def main() -> None:
               for _ in nodes]
     stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "bye": []}
     errors: list[str] = []
-    rosters: dict = {}
+    decoded: dict = {}
     waiting = {}
     for (rank, hostname, address), store in zip(nodes, stores):
         ex = Exchange(Requests(store), plan["run_id"])
-        gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, rosters)
+        gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, decoded)
         waiting[hostname] = (ex, gen, next(gen))
     probe = Exchange(None, plan["run_id"])
     probe.pace(plan["nodes"])
@@ -172,7 +196,7 @@ def main() -> None:
             except StopIteration:
                 del waiting[name]
             except (RuntimeError, OSError) as e:  # the host went: a real node reports it and ends
-                errors.append(f"{name}: {e}")
+                errors.append(f"{name} (waiting for {key}): {e}")
                 del waiting[name]
         time.sleep(max(0.0, pause - (time.monotonic() - started)))
     out.write_text(json.dumps({"stamps": stamps, "requests": Requests.count, "errors": errors}))

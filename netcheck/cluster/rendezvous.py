@@ -8,7 +8,9 @@ real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
     netcheck/pings, /pong/T/K      clock round trips: "T/K," appended (T a visitor's own random
                                    ticket), answered by the host's poll with its clock and nonce
     netcheck/RUN/arrivals, /node/A a node's facts, A its arrival number; node/posted lists A
-    netcheck/RUN/roster            the host's rank assignment, once everyone is in
+    netcheck/RUN/roster            the host's rank assignment, once everyone is in (the host's own)
+    netcheck/RUN/seat/B, /seated   what a joiner reads of it: its block of seats, and every seated
+                                   node's names in a compact form (core.seats)
     netcheck/RUN/result/A          what node A learnt from the roster (clock, FQDN lookups)
     netcheck/RUN/bye/A             node A is done; the host keeps the store up until all are
     netcheck/RUN/NAME/posted       ",A," per node that posted NAME/A (result, bye, and the later
@@ -36,16 +38,19 @@ from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousErr
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
     CLOCK_PINGS, CLOCK_WAIT, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS,
-    MAX_VISITOR_BYTES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, STORE_POLL_INTERVAL,
+    MAX_VISITOR_BYTES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, SEAT_BLOCK,
+    STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId
+from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId, is_host
 from netcheck.core.model import (
     ClockSample, Gathering, Member, NodeFacts, NodeResults, Resolution, Visitor,
     node_address,
 )
+from netcheck.core.names import is_safe_hostname
+from netcheck.core.seats import Seated, SeatBlock, compact, expand, rank_in, seat_blocks
 from netcheck.core.storekeys import (
-    ARRIVALS, BYE, HOST, MAC_SUFFIX, NODE, PINGS, PONG, POSTED, RESULT, ROSTER, VISITOR, VISITORS,
+    ARRIVALS, BYE, HOST, MAC_SUFFIX, NODE, PINGS, PONG, POSTED, RESULT, ROSTER, SEAT, SEATED, VISITOR, VISITORS,
 )
 from netcheck.facts.probe import resolve_many
 
@@ -85,9 +90,6 @@ class RosterEntry:
 class Roster:
     entries: Annotated[tuple[RosterEntry, ...], PER_NODE]
 
-    def by_arrival(self, arrival: int) -> RosterEntry | None:
-        return next((e for e in self.entries if e.arrival == arrival), None)
-
     def hostnames(self) -> dict[int, str]:
         """rank -> hostname of every seated node."""
         return {e.rank: e.hostname for e in self.entries}
@@ -106,12 +108,10 @@ class Seat:
 
     exchange: Exchange
     arrival: int
-    roster: Roster | None = None
-
-    @property
-    def rank(self) -> int | None:
-        entry = self.roster.by_arrival(self.arrival) if self.roster else None
-        return entry.rank if entry else None
+    rank: int | None = None                                    # None: not seated
+    hostnames: dict[int, str] = field(default_factory=dict)   # rank -> hostname of every seated node
+    fqdns: dict[int, str] = field(default_factory=dict)       # rank -> FQDN, the lookups' targets
+    roster: Roster | None = None   # the host's alone: a joiner reads its seat and the names (take_seat)
 
     def goodbye(self) -> None:
         try:
@@ -218,29 +218,27 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
     return arrival
 
 
-def lookup_targets(roster: Roster, me: int, seed: str) -> list[RosterEntry]:
-    """The peers whose FQDN this node looks up: every other node in a cluster the mesh tests
-    in full by default; beyond that the host (its FQDN is the workers' MASTER_ADDR) and a
-    sample drawn as the mesh draws its peers (ring neighbours and MESH_SAMPLE_PEERS more), so
-    no node's lookups, and no resolver's load, grow with the cluster."""
-    peers = [e for e in roster.entries if e.arrival != me]
-    mine = roster.by_arrival(me)
-    if mine is None or len(roster.entries) <= MESH_FULL_UP_TO:
-        return peers
-    ranks = [e.rank for e in roster.entries]
-    chosen = set(targets(mine.rank, ranks, MESH_SAMPLE_PEERS, seed)) | {0}
-    return [e for e in peers if e.rank in chosen]
+def lookup_targets(fqdns: dict[int, str], me: int, seed: str) -> dict[int, str]:
+    """The peers (rank -> FQDN) whose FQDN rank `me` looks up: every other node in a cluster
+    the mesh tests in full by default; beyond that the host (its FQDN is the workers'
+    MASTER_ADDR) and a sample drawn as the mesh draws its peers (ring neighbours and
+    MESH_SAMPLE_PEERS more), so no node's lookups, and no resolver's load, grow with the cluster."""
+    if len(fqdns) <= MESH_FULL_UP_TO:
+        chosen = set(fqdns)
+    else:
+        chosen = set(targets(me, sorted(fqdns), MESH_SAMPLE_PEERS, seed)) | {0}
+    return {r: fqdns[r] for r in sorted(chosen) if r != me and r in fqdns}
 
 
-def lookup_peers(roster: Roster, me: int, seed: str) -> tuple[Resolution, ...]:
+def lookup_peers(fqdns: dict[int, str], me: int, seed: str) -> tuple[Resolution, ...]:
     """Resolve the target peers' FQDNs from here, as their workers would resolve MASTER_ADDR."""
-    peers = lookup_targets(roster, me, seed)
-    answers = resolve_many([e.fqdn for e in peers], LOOKUP_TIMEOUT)
-    return tuple(Resolution(e.rank, e.fqdn, *answers[e.fqdn]) for e in peers)
+    peers = lookup_targets(fqdns, me, seed)
+    answers = resolve_many(list(peers.values()), LOOKUP_TIMEOUT)
+    return tuple(Resolution(r, fqdn, *answers[fqdn]) for r, fqdn in peers.items())
 
 
 def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
-    results = NodeResults(clock, lookup_peers(seat.roster, seat.arrival, seat.exchange.run_id))
+    results = NodeResults(clock, lookup_peers(seat.fqdns, seat.rank, seat.exchange.run_id))
     seat.exchange.post(RESULT, seat.arrival, results)
     return results
 
@@ -257,12 +255,12 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
         ticket = sign_in(ex, facts)
         check_run_id(ex, deadline)
         clock = measure_clock(ex, ticket, deadline)  # the run's nonce, before anything is signed
-        # A roster already out says the host may be done (a hint: another client may have put
-        # one there); a latecomer publishes too, so that the host names it.
-        late = ex.has(ex.key(ROSTER))
+        # Seating already out says the host may be done (a hint: another client may have put
+        # it there); a latecomer publishes too, so that the host names it.
+        late = ex.has(ex.key(SEATED))
         seat = Seat(ex, publish_facts(ex, facts))
-        seat.roster = ex.wait_read_valid(Roster, ex.key(ROSTER), deadline)
-        ex.pace(len(seat.roster.entries))  # also where the launcher gave no node count
+        take_seat(seat, deadline)
+        ex.pace(len(seat.hostnames))  # also where the launcher gave no node count
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
     except codec.DecodeError as e:
@@ -280,6 +278,23 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
     if seat.rank is None:
         return seat, None
     return seat, report_back(seat, clock)
+
+
+def take_seat(seat: Seat, deadline: Deadline) -> None:
+    """This node's rank (None: not seated) and every seated node's names, once the host has
+    posted them: a few hundred bytes at 10,000 regularly named nodes, where the whole roster
+    was 1.1 MB to each of them (issue 38). Both are guarded and signed as the roster was."""
+    ex = seat.exchange
+    seated = ex.wait_read_valid(Seated, ex.key(SEATED), deadline)
+    seat.hostnames, seat.fqdns = seated_names(seated)
+    block = seat.arrival // SEAT_BLOCK
+    if block in seated.blocks:  # posted before the names: there already
+        seat.rank = rank_in(ex.wait_read_valid(SeatBlock, ex.key(SEAT, block), deadline), seat.arrival)
+
+
+def seated_names(seated: Seated) -> tuple[dict[int, str], dict[int, str]]:
+    """rank -> hostname and rank -> FQDN, each name checked as the roster's fields were."""
+    return expand(seated.hostnames, is_safe_hostname), expand(seated.fqdns, is_host)
 
 
 # --- host -------------------------------------------------------------------------------------
@@ -535,12 +550,27 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
         RosterEntry(a, r, arrivals[a].hostname, arrivals[a].fqdn, node_address(arrivals[a]))
         for a, r in sorted(ranks.items(), key=lambda item: item[1]))
     seat.roster = Roster(entries)
+    seat.rank, seat.hostnames = ranks.get(seat.arrival), seat.roster.hostnames()
+    seat.fqdns = {e.rank: e.fqdn for e in entries}
     ex = seat.exchange
-    if ex.has(ex.key(ROSTER)):  # only the host posts it, once: another client put this one there
-        ex.interfered[ex.key(ROSTER)] = "held a value before the host posted the roster (the host wrote over it)"
-    ex.put(ex.key(ROSTER), seat.roster, guard=True)
+    blocks = seat_blocks(ranks)
+    for b, block in blocks.items():
+        _post_once(ex, ex.key(SEAT, b), block, guard=True)
+    # After the blocks: a joiner that reads it finds its block there.
+    _post_once(ex, ex.key(SEATED), Seated(compact(seat.hostnames), compact(seat.fqdns), tuple(sorted(blocks))),
+               guard=True)
+    # Read by no joiner, so not guarded: the guard reads back what it keeps, 1.1 MB a second
+    # at 10,000 nodes.
+    _post_once(ex, ex.key(ROSTER), seat.roster, guard=False)
     ex.pace(len(entries))
     return seat.roster
+
+
+def _post_once(ex: Exchange, key: str, value: object, guard: bool) -> None:
+    """Only the host posts it, once: a value already there is another client's, named."""
+    if ex.has(key):
+        ex.interfered[key] = "held a value before the host posted it (the host wrote over it)"
+    ex.put(key, value, guard=guard)
 
 
 def gathering(ex: Exchange, roster: Roster, state: HostState,

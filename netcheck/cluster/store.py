@@ -298,7 +298,7 @@ class Exchange:
 
     Anyone who reaches the port can write any key: what another client left where netcheck
     looks is kept in `interfered` (key -> what was seen), so it is named, not taken for a
-    fault of the nodes; what the host must not lose (its hello, the roster) it guards: written
+    fault of the nodes; what the host must not lose (its hello, the seats) it guards: written
     again where it was written over.
     """
 
@@ -367,7 +367,7 @@ class Exchange:
         self._call("set", key, text)
 
     def restore(self) -> None:
-        """Write again what the host guards (its hello, the roster) where another client wrote
+        """Write again what the host guards (its hello, the seats) where another client wrote
         over it, and name the overwrite: a joiner that could not read what it waits for keeps
         waiting (wait_read_valid), and one overwrite does not keep it out. At most once per
         GUARD_INTERVAL; each value read no larger than what was written."""

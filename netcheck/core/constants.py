@@ -47,6 +47,7 @@ KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is de
 MAX_FACTS_BYTES = 1 << 20
 MAX_VISITOR_BYTES = 4 << 10  # a visitor record is a run id, a hostname and a rank
 MAX_NODES = 10_000
+SEAT_BLOCK = 256             # arrivals a seat record covers: a joiner reads its block, not everyone's seats
 NEWEST_FIRST = 256           # a scan of a counter looks at its newest numbers first (rendezvous.unread)
 MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by one; the rest counted
 
@@ -63,6 +64,8 @@ MESH_CONNECT_TIMEOUT = 2.0
 MESH_FULL_UP_TO = 64
 MESH_SAMPLE_PEERS = 8
 MESH_PHASE_LIMIT = 20.0
+MESH_PACES = 80              # at scale the phase lasts this many of a node's looks at least (Exchange.pace):
+                             # 40 s at 10,000 nodes (a look each 0.5 s); MESH_PHASE_LIMIT up to 5,000 nodes
 MESH_OFFER_SHARE = 0.5       # of the mesh phase's time, the most spent waiting for peers' offers
 MESH_CONNECTS_AT_ONCE = 64   # a node's connects in flight during the mesh (threads)
 MESH_RESULTS_MARGIN = 2.0    # of the mesh phase's time, kept to post results and collect them

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Protocol
 
 from netcheck.core.constants import BW_MAX_BYTES, MAX_NODES
-from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_hostname
+from netcheck.core.names import HOSTNAME_MAX_BYTES, IFNAME_MAX_BYTES, is_safe_hostname
 
 # --- limits -------------------------------------------------------------------------------
 
+_NAME_PART = re.compile(r"[A-Za-z0-9._:%-]*")   # a hostname's characters, an address's too
 MAX_INT = (1 << 63) - 1      # every int received fits in 64 bits, as in C's int64_t
 MIN_INT = -(1 << 63)
 MAX_ITEMS = 1024             # entries of a list or object, where the field says no more
@@ -202,6 +203,11 @@ def is_link_address(text: str) -> bool:
         len(p) == 2 and all(c in "0123456789abcdefABCDEF" for c in p) for p in parts)
 
 
+def is_name_part(text: str) -> bool:
+    """What a hostname or an address may start or end with around its number (core.seats)."""
+    return len(text) <= HOSTNAME_MAX_BYTES and _NAME_PART.fullmatch(text) is not None
+
+
 def is_run_id(text: str) -> bool:
     return 0 < len(text) <= MAX_RUN_ID_CHARS and "/" not in text
 
@@ -212,6 +218,7 @@ Text = Annotated[str, FreeText()]
 Hostname = Annotated[str, Check(is_safe_hostname, "a hostname")]
 Host = Annotated[str, Check(is_host, "a hostname or an IP address")]   # what a name may resolve to
 IpAddress = Annotated[str, Check(is_ip_address, "an IP address")]
+NamePart = Annotated[str, Check(is_name_part, "part of a hostname")]
 NodeAddress = Annotated[str, Check(is_node_address, "an IP address or empty")]
 IfName = Annotated[str, Check(is_kernel_ifname, "an interface name")]
 LinkAddress = Annotated[str, Check(is_link_address, "a link-layer address")]

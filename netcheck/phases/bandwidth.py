@@ -22,7 +22,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     for it. Under torchrun each worker process is a seat and starts one worker of its own.
     """
     launch = run.config.launch
-    seats = sorted(e.rank for e in seat.roster.entries)
+    seats = sorted(seat.hostnames)
     expected = launch.nnodes_min or len(seats)
     if seats != list(range(len(seats))) or set(run.alive) != set(seats) or len(seats) < expected:
         if run.role == HOST:  # where the missing nodes are named
@@ -53,7 +53,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
         run.lose_host("bandwidth")
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
-    seat_names, rates = seat.roster.hostnames(), _line_rates(run)
+    seat_names, rates = seat.hostnames, _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
     findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw, run.flagged.paths,

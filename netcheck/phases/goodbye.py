@@ -35,7 +35,7 @@ def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
-    run.findings += rdzv_rules.rejected_findings(_rejected(seat), seat.roster.hostnames())
+    run.findings += rdzv_rules.rejected_findings(_rejected(seat), seat.hostnames)
     if run.role != HOST:
         if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):
@@ -59,8 +59,10 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
 
 def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
     """(the sender's rank, key, why) of each value this node refused; the rendezvous' own
-    keys are posted under the sender's arrival number, the later phases' under its rank."""
-    ex, by_arrival = seat.exchange, {e.arrival: e.rank for e in seat.roster.entries}
+    keys are posted under the sender's arrival number, the later phases' under its rank. Only
+    the host reads values posted under an arrival number, and only it holds the roster."""
+    ex = seat.exchange
+    by_arrival = {e.arrival: e.rank for e in seat.roster.entries} if seat.roster else {}
     return [(by_arrival.get(i) if name in ARRIVAL_KEYED else i, ex.key(name, i), why)
             for (name, i), why in ex.rejected.items()]
 

@@ -8,7 +8,9 @@ from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.store import Exchange, collect, posted_by
 from netcheck.core import codec
 from netcheck.core.model import HOST
-from netcheck.core.constants import MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN
+from netcheck.core.constants import (
+    MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PACES, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN,
+)
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths
 from netcheck.phases.state import Run
@@ -33,7 +35,10 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     cost grows with its sample, not with the cluster.
     """
     ex, me, ranks = seat.exchange, seat.rank, sorted(names)
-    deadline = run.phase_deadline(MESH_PHASE_LIMIT)
+    # Each node sees the alive list, and then its targets' offers, at one look per pace: at
+    # 10,000 nodes a fixed 20 s (10 s of offers) named healthy nodes lost, so the phase (and
+    # its offers' share) follows the pace, alike on every node (each paced by the seated count).
+    deadline = run.phase_deadline(max(MESH_PHASE_LIMIT, MESH_PACES * ex.pause))
     # Every live node offers at once; one that never does must not spend the time the
     # others need to connect and report back (they, not it, would be named lost).
     offers_deadline = deadline.within(deadline.remaining() * MESH_OFFER_SHARE)

@@ -84,7 +84,7 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         run.rank = seat.rank
         launch = cfg.launch
         expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None
-        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.roster.entries), run.facts.hostname, expected))
+        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.hostnames), run.facts.hostname, expected))
         if results is not None:
             run.members = (Member(seat.rank, run.facts, results),)
             run.findings += rdzv_rules.clock_findings(run.members)
@@ -113,16 +113,15 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     try:
         alive = seat.exchange.wait_read(NodeRanks, key, run.phase_deadline())
     except TimeoutError:
-        alive = tuple(seat.roster.hostnames())
+        alive = tuple(seat.hostnames)
     except codec.DecodeError as e:
         run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
-        alive = tuple(seat.roster.hostnames())
+        alive = tuple(seat.hostnames)
     return _seated_of(seat, alive)
 
 
 def _seated_of(seat: rendezvous.Seat, ranks: tuple[int, ...]) -> dict[int, str]:
-    seated = seat.roster.hostnames()
-    return {r: seated[r] for r in ranks if r in seated}
+    return {r: seat.hostnames[r] for r in ranks if r in seat.hostnames}
 
 
 def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:

@@ -1,0 +1,109 @@
+"""The host's seating as a joiner reads it (issue 38): its own seat from a block of a few
+hundred arrivals' seats, and every seated node's names in a compact form, read once. The
+whole Roster (about 110 bytes a node) read by every joiner was 11 GB served by the host's
+one-thread store at 10,000 nodes.
+
+Names run as Slurm's hostlists do (sim[0001-9999]): consecutive ranks whose names differ
+only in a number counting up by one are one NameRun; a name that fits no run is a run of one.
+
+    compact({1: "sim0001", 2: "sim0002", 3: "gpu-a"})
+        (NameRun(1, 2, "sim", 1, 4, ""), NameRun(3, 1, "gpu-a", 0, 0, ""))
+    expand(that, is_safe_hostname)   {1: "sim0001", 2: "sim0002", 3: "gpu-a"}
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Annotated, Callable
+
+from netcheck.core.codec import DecodeError
+from netcheck.core.constants import MAX_NODES, SEAT_BLOCK
+from netcheck.core.fields import PER_NODE, Arrival, NamePart, NodeCount, NodeRank, NodeRankOrMinusOne, Range
+from netcheck.core.names import HOSTNAME_MAX_BYTES
+
+# The number of a name's first label (18 digits at most: it fits an int64), what comes before
+# it, and what after (the rest of that label, the domain): gpu-a1-003.dc2 counts in 003.
+_NUMBERED = re.compile(r"([^.]*?)(\d{1,18})([^.\d]*(?:\..*)?)")
+
+
+@dataclass(frozen=True)
+class NameRun:
+    """Ranks rank .. rank+count-1, named prefix + (number + i, zero-padded to width) + suffix;
+    width 0: one name, prefix + suffix, no number."""
+
+    rank: NodeRank
+    count: NodeCount
+    prefix: NamePart
+    number: Annotated[int, Range(0, 10**18, "a name's number")]
+    width: Annotated[int, Range(0, HOSTNAME_MAX_BYTES, "a number's width")]
+    suffix: NamePart
+
+
+@dataclass(frozen=True)
+class Seated:
+    """Every seated node's hostname and FQDN (the lookups' targets) by rank, and the seat
+    blocks the host posted: an arrival in none of them was not seated."""
+
+    hostnames: Annotated[tuple[NameRun, ...], PER_NODE]
+    fqdns: Annotated[tuple[NameRun, ...], PER_NODE]
+    blocks: Annotated[tuple[Arrival, ...], PER_NODE]
+
+
+@dataclass(frozen=True)
+class SeatBlock:
+    """The ranks of arrivals block * SEAT_BLOCK onwards, in order; -1: not seated."""
+
+    ranks: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE]
+
+
+def compact(names: dict[int, str]) -> tuple[NameRun, ...]:
+    runs: list[NameRun] = []
+    for rank in sorted(names):
+        last = runs[-1] if runs else None
+        if last and last.width and rank == last.rank + last.count and _name(last, last.count) == names[rank]:
+            runs[-1] = replace(last, count=last.count + 1)
+        else:
+            runs.append(_run_of(rank, names[rank]))
+    return tuple(runs)
+
+
+def _run_of(rank: int, name: str) -> NameRun:
+    numbered = _NUMBERED.fullmatch(name)
+    if numbered is None:
+        return NameRun(rank, 1, name, 0, 0, "")
+    return NameRun(rank, 1, numbered[1], int(numbered[2]), len(numbered[2]), numbered[3])
+
+
+def _name(run: NameRun, i: int) -> str:
+    return run.prefix + (str(run.number + i).zfill(run.width) if run.width else "") + run.suffix
+
+
+def expand(runs: tuple[NameRun, ...], valid: Callable[[str], bool]) -> dict[int, str]:
+    """rank -> name; a name `valid` refuses, or more names than a cluster has (a few runs can
+    count millions), is refused as a value that does not decode is."""
+    names: dict[int, str] = {}
+    for run in runs:
+        if run.rank + run.count > MAX_NODES or len(names) + run.count > MAX_NODES or (run.count > 1 and not run.width):
+            raise DecodeError(f"a run of {run.count} names from rank {run.rank}: past {MAX_NODES} nodes, or unnumbered")
+        for i in range(run.count):
+            name = _name(run, i)
+            if not valid(name):
+                raise DecodeError(f"rank {run.rank + i}: {name!r} is not a hostname")
+            names[run.rank + i] = name
+    return names
+
+
+def seat_blocks(ranks: dict[int, int]) -> dict[int, SeatBlock]:
+    """arrival -> rank of the seated, as the blocks the host posts (block number -> its seats)."""
+    seats: dict[int, dict[int, int]] = defaultdict(dict)
+    for arrival, rank in ranks.items():
+        seats[arrival // SEAT_BLOCK][arrival % SEAT_BLOCK] = rank
+    return {b: SeatBlock(tuple(held.get(i, -1) for i in range(max(held) + 1))) for b, held in seats.items()}
+
+
+def rank_in(block: SeatBlock, arrival: int) -> int | None:
+    i = arrival % SEAT_BLOCK
+    rank = block.ranks[i] if i < len(block.ranks) else -1
+    return rank if rank >= 0 else None

@@ -1,0 +1,49 @@
+"""What a joiner reads of the seating (issue 38): its block of seats and the seated names in
+hostlist-like runs, small at 10,000 regular names and exact for any names."""
+
+from __future__ import annotations
+
+import pytest
+
+from netcheck.core import codec
+from netcheck.core.constants import MAX_NODES, SEAT_BLOCK
+from netcheck.core.fields import is_host
+from netcheck.core.names import is_safe_hostname
+from netcheck.core.seats import NameRun, Seated, compact, expand, rank_in, seat_blocks
+
+
+def test_ten_thousand_regular_names_are_a_few_runs_and_come_back_exact():
+    names = {0: "node0", **{r: f"sim{r:04d}" for r in range(1, MAX_NODES) if r != 1428}}
+    fqdns = {r: f"{h}.cluster" for r, h in names.items()}
+    seated = Seated(compact(names), compact(fqdns), tuple(range(MAX_NODES // SEAT_BLOCK + 1)))
+    assert len(seated.hostnames) == 3   # node0, then sim0001.. around the missing rank
+    assert len(codec.dumps(seated)) < 1024
+    assert expand(seated.hostnames, is_safe_hostname) == names
+    assert expand(seated.fqdns, is_host) == fqdns
+
+
+def test_irregular_names_are_runs_of_one_and_come_back_exact():
+    names = {1: "gpu-a1-003.dc2", 2: "gpu-a1-004.dc2", 3: "x", 4: "10.0.0.4", 6: "node9", 7: "node10",
+             8: "node010", 9: "fe80::1%eth0"}
+    runs = compact(names)
+    assert runs[0] == NameRun(1, 2, "gpu-a1-", 3, 3, ".dc2")
+    assert expand(runs, is_host) == names
+
+
+@pytest.mark.parametrize("runs", [
+    (NameRun(0, MAX_NODES, "a", 0, 1, ""), NameRun(0, 1, "b", 0, 0, "")),   # more names than a cluster
+    (NameRun(MAX_NODES - 1, 2, "a", 0, 1, ""),),                            # ranks past the last
+    (NameRun(0, 2, "a", 0, 0, ""),),                                        # one name twice
+    (NameRun(0, 1, "bad..", 1, 1, ""),),                                    # not a hostname
+])
+def test_runs_no_cluster_has_are_refused(runs):
+    with pytest.raises(codec.DecodeError):
+        expand(runs, is_safe_hostname)
+
+
+def test_each_arrival_finds_its_rank_in_its_block_and_one_not_seated_none():
+    ranks = {0: 0, 5: 3, SEAT_BLOCK + 2: 7}
+    blocks = seat_blocks(ranks)
+    assert sorted(blocks) == [0, 1]
+    assert {a: rank_in(blocks[a // SEAT_BLOCK], a) for a in ranks} == ranks
+    assert rank_in(blocks[0], 1) is None and rank_in(blocks[0], SEAT_BLOCK - 1) is None
