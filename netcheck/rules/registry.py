@@ -225,7 +225,8 @@ CHECKS: tuple[Check, ...] = (
            "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
            "rdzv.gone_before_sign_in", "rdzv.interference_findings", "rdzv.store_stall_findings",
            "rdzv.stall_explained"),
-          "Gathering (the host's), Roster (a joiner's), the values a seated node sent, the endpoint's addresses",
+          "Gathering (the host's), a joiner's seat and the seated names (core.seats), the values a seated "
+          "node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_hostile_cluster.py"),
           {JOIN_MISSING: Kind(ONLY_FAIL, "a node rank below --nnodes never joined"),
