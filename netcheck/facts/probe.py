@@ -207,11 +207,11 @@ def store_answer(sock: socket.socket, timeout: float, probe: bytes,
     except OSError as e:
         return ("not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"), \
             e.errno in (errno.ECONNRESET, errno.EPIPE)
-    if answer in _STORE_ANSWERS and time.monotonic() - start > timeout:
-        return ("open", f"connected; a TCPStore answered, {time.monotonic() - start:.1f} s late: "
-                        "held up (torch's store serves every client on one thread)"), False
     if answer in _STORE_ANSWERS:
-        return ("open", "connected; a TCPStore answered"), False
+        took = time.monotonic() - start
+        late = (f", {took:.1f} s late: held up (torch's store serves every client on one thread)"
+                if took > timeout else "")
+        return ("open", f"connected; a TCPStore answered{late}"), False
     if not answer:
         return ("not_store", "closed the connection without answering the TCPStore handshake"), True
     return ("not_store", f"answered the TCPStore handshake with {answer!r}"), False
