@@ -98,6 +98,17 @@ def test_a_failed_data_stage_points_at_nccl_settings():
     assert stage.nodes == (1,) and "data backend init" in stage.summary and "NCCL_SOCKET_IFNAME" in stage.fix
 
 
+def test_nccls_own_warning_chooses_the_fix():
+    """Two ranks on one GPU fail NCCL's init with "invalid usage"; its WARN line (in the
+    detail, from the worker's stderr) names the cause, whose fix is not an interface."""
+    detail = ("DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for "
+              "details); NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 6000")
+    faults = (Fault(0, 0, 0, "data", "failed", detail), Fault(1, 1, 0, "data", "failed", detail))
+    (stage,) = by_check(findings_of(result(nnodes=2, faults=faults, failed="data", sweeps=())), registry.BW_STAGE)
+    assert "Duplicate GPU detected" in stage.summary
+    assert "one GPU per process" in stage.fix and "NCCL_SOCKET_IFNAME" not in stage.fix
+
+
 def test_a_node_that_never_reported_is_named():
     faults = (Fault(2, -1, -1, "start", "silent", "node 2 did not report"),
               Fault(0, 0, 0, "control", "timeout", "still in stage control"))
@@ -335,7 +346,8 @@ def test_nodes_on_one_machine_that_see_the_same_processes_say_them_once_and_a_gp
     assert one.nodes == (0, 1, 2)
     assert one.evidence == ("pid 4242 (alice) `python train.py` at 0% of a CPU, holding GPU 3",
                             "pid 4343 (bob) `make` at 90% of a CPU")
-    assert one.summary.endswith(" held its GPUs while bandwidth was measured: its figures are affected")
+    assert one.summary.endswith(" GPU 3 and 1 more process(es); they used the node's CPUs and held its GPUs while "
+                                "bandwidth was measured: the figures are affected")
     (busbw,) = by_check(found, registry.BW_BUSBW)
     assert busbw.summary.endswith("measured while vm ran other work (host.busy)")
 

@@ -19,7 +19,7 @@ import torch
 
 from netcheck.core import codec
 from netcheck.bandwidth.orchestrate import (
-    Lines, NodeReport, classify, merge_faults, root_cause, worker_env,
+    Lines, NodeReport, classify, merge_faults, nccl_warning, root_cause, worker_env,
 )
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.sweep import (
@@ -32,7 +32,7 @@ from netcheck.core.bwrecords import (
     BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup, spread_of,
 )
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
-from netcheck.bandwidth.worker import Event, fill, wrong
+from netcheck.bandwidth.worker import MAX_DETAIL, Event, fill, wrong
 
 
 def parse(*argv: str) -> SweepOptions:
@@ -511,6 +511,8 @@ def test_workers_get_torchrun_variables():
     assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
     assert "OMP_NUM_THREADS" not in worker_env({}, "h", 1, 0, 1, 1, 0)
     assert worker_env({"OMP_NUM_THREADS": "8"}, "h", 1, 0, 1, 2, 0)["OMP_NUM_THREADS"] == "8"
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert worker_env({"NCCL_DEBUG": "INFO"}, "h", 1, 0, 1, 1, 0)["NCCL_DEBUG"] == "INFO"
 
 
 def test_event_lines_are_split_and_overlong_ones_dropped():
@@ -529,12 +531,29 @@ def test_event_lines_are_split_and_overlong_ones_dropped():
     ("timeout", -9, "", False, "timeout"),
 ])
 def test_a_workers_end_is_classified(fate, rc, failure, done, kind):
-    verdict = classify(fate, rc, failure, done, "all", "Traceback: MemoryError")
+    verdict = classify(fate, rc, failure, done, "all", ["warning: something", "Traceback: MemoryError"])
     assert (verdict and verdict[0]) == kind
     if kind == "died" and rc < 0:
         assert verdict[1] == "killed by SIGKILL in stage all"
     if kind == "died" and rc > 0:
         assert verdict[1].endswith("status 1 in stage all: Traceback: MemoryError")
+
+
+# What NCCL 2.28.9 printed with NCCL_DEBUG=WARN for two netcheck nodes on one H200
+# (benchmarks/device_h200.sh, step 3), and the exception torch raised for it.
+NCCL_DUPLICATE_GPU = ("vm:1163:1163 [0] init.cc:470 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on "
+                      "CUDA device 6000")
+NCCL_INVALID_USAGE = ("DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, "
+                      "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9")
+
+
+def test_a_failure_carries_nccls_own_warning():
+    tail = ["vm:1163:1163 [0] NCCL INFO cudaDriverVersion 13000", NCCL_DUPLICATE_GPU, "Traceback (most recent call):"]
+    kind, detail = classify("", 1, NCCL_INVALID_USAGE, False, "data", tail)
+    assert kind == "failed"
+    assert detail == f"{NCCL_INVALID_USAGE}; NCCL WARN {NCCL_DUPLICATE_GPU.split(' NCCL WARN ')[1]}"
+    assert classify("", 1, NCCL_INVALID_USAGE, False, "data", tail[:1]) == ("failed", NCCL_INVALID_USAGE)
+    assert nccl_warning(["x NCCL WARN " + "y" * 1000]) == "y" * MAX_DETAIL
 
 
 def test_a_dead_rank_is_blamed_before_the_peers_it_broke():

@@ -37,7 +37,7 @@ from typing import Annotated, Callable
 
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
-from netcheck.bandwidth.worker import Event
+from netcheck.bandwidth.worker import MAX_DETAIL, Event
 from netcheck.cluster.store import Exchange, collect
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
@@ -55,6 +55,7 @@ from netcheck.facts.busy import busy_processes, cpu_snapshot
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
 STDERR_LINES = 20    # kept per worker, for the failure's evidence
+NCCL_WARN_MARK = " NCCL WARN "   # NCCL_DEBUG=WARN's lines: "host:pid:tid [0] file.cc:93 NCCL WARN words"
 DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
 KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck in the kernel
 
@@ -145,6 +146,9 @@ def worker_env(base: dict[str, str], store_host: str, store_port: int, node_rank
     if nproc > 1:
         # torchrun's default too: several ranks each spawning a thread per core starve each other.
         env.setdefault("OMP_NUM_THREADS", "1")
+    # NCCL's exceptions name a category ("invalid usage"); the cause is in its WARN line, which
+    # lands in the worker's stderr (nccl_warning reads it): printed only when something fails.
+    env.setdefault("NCCL_DEBUG", "WARN")
     return env
 
 
@@ -397,8 +401,7 @@ class Watch:
     def faults(self) -> list[Fault]:
         found = [Fault(self.node, -1, -1, "start", "died", self.spawn_error)] if self.spawn_error else []
         for w in self.workers:
-            verdict = classify(w.fate, w.proc.returncode, w.failure, w.done, w.stage,
-                               w.stderr_tail[-1] if w.stderr_tail else "")
+            verdict = classify(w.fate, w.proc.returncode, w.failure, w.done, w.stage, list(w.stderr_tail))
             if w.proc.returncode is None:
                 verdict = ("stuck", f"pid {w.proc.pid} survived SIGKILL in stage {w.stage}: stuck in "
                                     "the kernel (the GPU driver?) and left behind")
@@ -449,22 +452,32 @@ def _pair_in_flight(pairs: tuple[Pair, ...], node: int, nnodes: int, nproc: int)
 
 
 def classify(fate: str, returncode: int | None, failure: str, done: bool, stage: str,
-             last_stderr: str) -> tuple[str, str] | None:
+             stderr: list[str]) -> tuple[str, str] | None:
     """(kind, detail) for a worker that did not finish well; None for one that did, or one
-    the node stopped because another node aborted (not a fault of its own)."""
+    the node stopped because another node aborted (not a fault of its own). A failure
+    carries NCCL's own WARN line from the worker's stderr where it printed one."""
     if fate == "stuck":
         return "stuck", (f"no heartbeat for {BW_STUCK_AFTER:g} s in stage {stage}: hung "
                          "(stopped, or holding the GIL)")
     if fate == "timeout":
         return "timeout", f"still in stage {stage} at the phase's deadline"
     if failure:
-        return "failed", failure
+        warning = nccl_warning(stderr)
+        return "failed", failure + (f"; NCCL WARN {warning}" if warning else "")
     if fate == "stopped" or (returncode == 0 and done):
         return None
     if returncode is not None and returncode < 0:
         return "died", f"killed by {signal.Signals(-returncode).name} in stage {stage}"
-    said = f": {last_stderr.strip()}" if last_stderr.strip() else ""
+    last = stderr[-1].strip() if stderr else ""
+    said = f": {last}" if last else ""
     return "died", f"exited with status {returncode} in stage {stage}{said}"
+
+
+def nccl_warning(stderr: list[str]) -> str:
+    """The last `NCCL WARN` line's words ("Duplicate GPU detected : rank 1 and rank 0 both on
+    CUDA device 6000"), without NCCL's host:pid:tid [device] file:line prefix; "" where none."""
+    warnings = [line.split(NCCL_WARN_MARK, 1)[1].strip() for line in stderr if NCCL_WARN_MARK in line]
+    return warnings[-1][:MAX_DETAIL] if warnings else ""
 
 
 # --- the cluster's picture -------------------------------------------------------------------

@@ -48,6 +48,15 @@ FIXES = {
             "recommended; NCCL_DEBUG=INFO says more",
     "sweep": "a collective failed mid-sweep: the evidence names the peer that went away",
 }
+# NCCL's WARN line (in a failure's detail) where it names a cause with a fix of its own
+# (FAILURES rows 4 and 15); any other keeps its stage's fix.
+NCCL_WARN_FIXES = (
+    ("Duplicate GPU detected", "two ranks drive one GPU, which NCCL refuses: one GPU per process (LOCAL_RANK as "
+     "the device index, at most one process per visible GPU); netcheck nodes sharing a machine need GPUs of their "
+     "own (CUDA_VISIBLE_DEVICES), or NCCL_HOSTID set apart to be taken for two hosts"),
+    ("no socket interface found", "NCCL_SOCKET_IFNAME matches no interface on that node: check nic.route and "
+     "set it as recommended"),
+)
 
 
 def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
@@ -156,7 +165,8 @@ def _fix(f: Fault, flagged: tuple[str, ...]) -> str:
         return _timeout_fix(flagged)
     if f.kind != "failed":
         return FIXES[f.kind]
-    return FIXES.get(f.stage, FIXES["sweep"])
+    said = next((fix for words, fix in NCCL_WARN_FIXES if f"NCCL WARN {words}" in f.detail), None)
+    return said or FIXES.get(f.stage, FIXES["sweep"])
 
 
 def _timeout_fix(flagged: tuple[str, ...]) -> str:
@@ -386,7 +396,8 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
         by_host.setdefault((names.node(node), tuple(_busy_text(p) for p in procs)), []).append(node)
     return [Finding(HOST_BUSY, WARN, tuple(nodes), f"{host}: {lines[0]}"
                     + (f" and {len(lines) - 1} more process(es)" if len(lines) > 1 else "")
-                    + f" {_what_they_used(by_node[nodes[0]])} while bandwidth was measured: its figures are affected",
+                    + f"; {'they' if len(lines) > 1 else 'it'} {_what_they_used(by_node[nodes[0]])} while bandwidth "
+                    "was measured: the figures are affected",
                     lines,
                     "stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the node: "
                     "every collective waits for that node's slowest rank", )
@@ -401,5 +412,5 @@ def _busy_text(p: BusyProcess) -> str:
 def _what_they_used(procs: list[BusyProcess]) -> str:
     gpus = any(p.gpus for p in procs)
     cpus = any(not p.gpus for p in procs)
-    return " and ".join(["used its CPUs"] * cpus + ["held its GPUs"] * gpus)
+    return " and ".join(["used the node's CPUs"] * cpus + ["held its GPUs"] * gpus)
 
