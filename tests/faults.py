@@ -440,8 +440,9 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
-    """Do the actions once the host's store answers; `roster` waits for the roster first.
-    Says `did ACTION ...` for each and `done` at the end, then holds on until killed."""
+    """Do the actions once the host's store answers; `roster` and `alive` wait for that key
+    first, `connects=N` connects N times to the port (plain_connects). Says `did ACTION ...`
+    for each and `done` at the end, then holds on until killed."""
     store, key = _store(endpoint), _Keys(run_id)
     store.wait([key(keys.HOST, shared=True)])
     held = []
@@ -449,6 +450,11 @@ def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
         if action == "roster":
             store.wait([key(keys.ROSTER)])
             _say("roster")
+        elif action == "alive":  # the joiners are seated and have reported back
+            store.wait([key(keys.ALIVE)])
+            _say("alive")
+        elif action.startswith("connects="):
+            _say("did connects", plain_connects(endpoint, int(action.partition("=")[2])))
         elif action == "garbage":
             _say("did garbage", hostile_garbage(endpoint))
         elif action == "silent":
@@ -533,12 +539,8 @@ def _nxdomain(query: bytes, end: int) -> bytes:
     return query[:2] + b"\x81\x83" + b"\x00\x01\x00\x00\x00\x00\x00\x00" + query[12:end]
 
 
-def connects(endpoint: str, count: int) -> None:
-    """A stranger: once the host's store answers, `count` plain connects to its port, each
-    closed at once (no byte sent), then a store client of its own: the store accepts in
-    order, so it answers once the store has dealt with every connect before it. Says
-    `connected N`, then `answered`, then holds on until killed."""
-    _store(endpoint)
+def plain_connects(endpoint: str, count: int) -> int:
+    """`count` connects to the port, each closed at once (no byte sent); how many were taken."""
     host, port = endpoint.rsplit(":", 1)
     made = 0
     for _ in range(count):
@@ -547,7 +549,16 @@ def connects(endpoint: str, count: int) -> None:
             made += 1
         except OSError:
             pass
-    _say("connected", made)
+    return made
+
+
+def connects(endpoint: str, count: int) -> None:
+    """A stranger: once the host's store answers, `count` plain connects to its port, each
+    closed at once (no byte sent), then a store client of its own: the store accepts in
+    order, so it answers once the store has dealt with every connect before it. Says
+    `connected N`, then `answered`, then holds on until killed."""
+    _store(endpoint)
+    _say("connected", plain_connects(endpoint, count))
     has_key(_store(endpoint), ROOT)
     _say("answered")
     while True:

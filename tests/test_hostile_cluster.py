@@ -301,18 +301,22 @@ def test_arrivals_after_the_roster_are_named_in_a_count_not_kept(cluster, tmp_pa
 SLOW_ZONE = (3, 3.0)   # a stranger's connects, and how late its reverse zone answers (under the resolver's 5 s)
 
 
-def _stalled_host(c, tmp_path, timeout: float, stranger_says: str):
-    """The host on node0, asking /etc/hosts, then a nameserver on node3 that answers node2's
-    reverse zone SLOW_ZONE late; node2 connects to the store's port SLOW_ZONE times. Returns
-    the host's run once node2's client has printed `stranger_says`."""
-    count, late = SLOW_ZONE
+def _slow_reverse_zone(c, timeout: float) -> None:
+    """node0 (the host's) asks /etc/hosts, which does not list node2, then a nameserver on
+    node3 that answers node2's reverse zone SLOW_ZONE late."""
     host_etc = NETNS_ETC / c.nodes[0].ns
     _write_in_place(host_etc / "nsswitch.conf", "hosts: files dns\n")
     _write_in_place(host_etc / "resolv.conf", f"nameserver {c.nodes[3].addr}\n")
     c.write_hosts(0, c.hosts_lines(0, omit=[2]))
-    Agent.start(c, 3, "nameserver", "0.0.0.0:53", c.nodes[2].addr, str(late)).wait_for("^serving$", timeout)
+    Agent.start(c, 3, "nameserver", "0.0.0.0:53", c.nodes[2].addr, str(SLOW_ZONE[1])).wait_for("^serving$", timeout)
+
+
+def _stalled_host(c, tmp_path, timeout: float, stranger_says: str):
+    """The host on node0 behind _slow_reverse_zone; node2 connects to the store's port
+    SLOW_ZONE times. Returns the host's run once node2's client has printed `stranger_says`."""
+    _slow_reverse_zone(c, timeout)
     host = start(c, 0, ranked_args(0, 2, timeout), tmp_path)
-    Agent.start(c, 2, "connects", f"node0:{PORT}", str(count)).wait_for(stranger_says, timeout)
+    Agent.start(c, 2, "connects", f"node0:{PORT}", str(SLOW_ZONE[0])).wait_for(stranger_says, timeout)
     return host
 
 
@@ -353,6 +357,35 @@ def test_a_store_stalled_by_a_strangers_reverse_zone_is_named_and_no_node_blamed
     else:
         (reached,) = [f for f in joiner["findings"] if f["check"] == "rdzv.reach"]
         assert reached["severity"] == "pass" and any("late: held up" in e for e in reached["evidence"]), reached
+
+
+def test_a_seated_joiner_waits_out_a_stall_and_does_not_take_the_host_for_lost(cluster, tmp_path):
+    """The stall as above, from the moment the joiner is seated and has reported back (the
+    host's alive list is out): its next store requests go unanswered past the reply timeout
+    (5 s), which used to name the host lost, a FAIL on a sound host, and the host named the
+    joiner lost in the mesh. The host's port still takes connections, so the joiner waits the
+    stall out on a new connection and says so. The host names the stall; a joiner it did not
+    hear from in time (the stall ate most of the mesh's 10 s) is named under it, not lost."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    with cluster(nodes(4)) as c:
+        _slow_reverse_zone(c, timeout)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        stranger = Agent.start(c, 2, "hostile", f"node0:{PORT}", f"alive,connects={SLOW_ZONE[0]}")
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        stranger.wait_for("^did connects ", timeout)
+        finish_each(runs.values(), timeout + 10)
+    record("a seated joiner while a stranger's late reverse DNS zone stalls the store", "mesh", timeout,
+           runs.values(), {0: "host", 1: "joiner, seated before the stall"}, focus="rdzv")
+
+    host = assert_survivor(runs[0], timeout, codes=(1, 2))
+    joiner = assert_survivor(runs[1], timeout, codes=(1, 2))
+    findings = host["findings"] + joiner["findings"]
+    raised = [f for f in findings if f["severity"] != "pass"]
+    assert all(f["kind"] == "store_stalled" for f in raised), raised    # nobody lost, no other cause
+    assert all(f["nodes"] in ([], [1]) for f in raised) and not [f for f in raised if f["nodes"] == [0]], raised
+    assert [f for f in host["findings"] if f["severity"] == "warn" and c.nodes[2].addr in f["summary"]], raised
+    (held,) = [f for f in joiner["findings"] if f["kind"] == "store_stalled" and f["severity"] == "warn"]
+    assert held["nodes"] == [] and "waited out on a new connection" in held["summary"], held
 
 
 def test_a_joiner_the_stall_outlasts_is_named_under_the_stall_not_as_missing(cluster, tmp_path):

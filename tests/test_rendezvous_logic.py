@@ -22,7 +22,7 @@ from netcheck.cluster.rendezvous import (
     sign_in, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
-from netcheck.core import codec
+from netcheck.core import codec, compat
 from netcheck.core.codec import DecodeError
 from netcheck.facts.probe import probe_address
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
@@ -31,7 +31,9 @@ from netcheck.core.model import NodeRanks
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.launch import launch_findings
-from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, stall_explained, store_stall_findings
+from netcheck.rules.rdzv import (
+    held_up_findings, hosts_message_refused, latecomer_findings, lost_findings, stall_explained, store_stall_findings,
+)
 from netcheck.core.compat import import_distributed
 from nodes import scaled
 from test_state import joiner
@@ -493,6 +495,24 @@ def test_a_node_that_never_joined_during_a_stall_is_named_under_the_stall():
     (named,) = stall_explained([missing], stalled)
     assert (named.check, named.kind, named.severity, named.nodes) == ("rdzv.join", "store_stalled", "fail", (1,))
     assert stall_explained([missing], []) == [missing]
+    lost = lost_findings("mesh", {1: "node1"}, [1])
+    (named,) = stall_explained(lost, stalled)
+    assert (named.kind, named.severity, named.nodes) == ("store_stalled", "fail", (1,))
+    assert named.summary.startswith("node1 stopped answering during the mesh phase; meanwhile the host's store stalled")
+
+
+def test_a_joiners_requests_that_waited_out_a_held_up_store_are_a_warning_naming_no_node():
+    assert held_up_findings(()) == []
+    (held,) = held_up_findings((9.0, 6.5))
+    assert (held.check, held.kind, held.severity, held.nodes) == ("rdzv.join", "store_stalled", "warn", ())
+    assert "2 time(s), 9 s at the longest" in held.summary and held.evidence == (
+        "a request answered after 9 s", "a request answered after 6.5 s")
+
+
+def test_only_a_reply_past_the_receive_timeout_is_taken_for_a_store_that_may_be_held_up():
+    assert compat.reply_timed_out(ConnectionError("Socket Timeout"))
+    assert not compat.reply_timed_out(ConnectionError("Connection reset by peer"))
+    assert not compat.reply_timed_out(ValueError("Socket Timeout"))
 
 
 def test_a_store_that_answers_late_is_told_from_one_that_never_answers():

@@ -247,8 +247,9 @@ def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
 
 def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
          ) -> tuple[Seat, NodeResults | None]:
-    """Take a seat at the host's store; returns once the roster is known (or raises)."""
-    ex = Exchange(store, facts.run_id, token)
+    """Take a seat at the host's store; returns once the roster is known (or raises). A
+    request the store holds up past its reply timeout is waited out to `deadline`."""
+    ex = Exchange(store, facts.run_id, token, limit=deadline)
     ex.pace(facts.launch.nnodes_max or facts.launch.nnodes_min or 0)
     late = False
     try:

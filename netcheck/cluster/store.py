@@ -32,6 +32,7 @@ from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_name
 
 
 CONNECT_TRY = 2.0
+HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
 
 GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
 MAX_ID_DIGITS = 18     # an arrival number a node took at random (a counter it could not use) fits
@@ -302,7 +303,7 @@ class Exchange:
     again where it was written over.
     """
 
-    def __init__(self, store, run_id: str, token: str | None = None):
+    def __init__(self, store, run_id: str, token: str | None = None, limit: Deadline | None = None):
         self._store = store
         self._server = store  # the host's serves the port: kept when a broken client is replaced
         self.run_id = run_id
@@ -316,6 +317,8 @@ class Exchange:
         self._guarded: dict[str, tuple[str, str]] = {}  # key -> (value, MAC or ""), as the host wrote it
         self._guard_looked = 0.0
         self.watch: StallWatch | None = None  # the host's: its store's stalls, and who was connected
+        self.limit = limit  # a joiner's: how long a held-up store is waited out (the phases' end)
+        self.held_up: list[float] = []  # a joiner's: seconds each request waited out a held-up store
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
@@ -324,15 +327,49 @@ class Exchange:
             raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
         self._started(getattr(method, "__name__", method), args)
         try:
-            if callable(method):
-                return method(self._store, *args)
-            return getattr(self._store, method)(*args)
+            try:
+                return self._request(method, args)
+            except Exception as e:
+                if not self._held_up_client_replaced(e):
+                    raise
+            return self._request(method, args)   # once, on the new connection: a second break is final
         except Exception as e:
             if compat.store_lost(e):
                 self.lost = first_line(e)
             raise
         finally:
             self._ended()
+
+    def _request(self, method, args: tuple):
+        if callable(method):
+            return method(self._store, *args)
+        return getattr(self._store, method)(*args)
+
+    def _held_up_client_replaced(self, error: BaseException) -> bool:
+        """A joiner's request unanswered in time while the host's port still takes connections:
+        the store may be held up, not gone (torch 2.13 looks up the name of every client it
+        accepts on its one thread, so a stranger's late reverse zone holds every node's requests
+        up: issue 39). Then a new client, too, is answered only once the store is free again:
+        it replaces the broken connection, waited for to `limit`. One answered at once means the
+        store was not held up, but this connection's path lost the request (a blackhole drops
+        its full-size frames; its writes before it are lost with it): False, the host named
+        lost and its path asked, as where nothing listens or nothing ever answers."""
+        if self.limit is None or not compat.reply_timed_out(error):
+            return False
+        host, port, began = self._server.host, self._server.port, time.monotonic()
+        dist = compat.import_distributed(self.limit)
+        while not self.limit.expired() and _not_listening(host, port, self.limit) is None:
+            asked = time.monotonic()
+            store, failed = _client_try(dist, host, port, self.limit)
+            if store is not None and time.monotonic() - asked < HELD_UP_AFTER:
+                return False
+            if store is not None:
+                self._store = store
+                self.held_up.append(round(time.monotonic() - began + STORE_REPLY_TIMEOUT, 1))
+                return True
+            if not isinstance(failed, TimeoutError):
+                return False
+        return False
 
     def _started(self, method: str, args: tuple) -> None:
         if self.watch is not None:  # named only where it stalls (its keys may be thousands)

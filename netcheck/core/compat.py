@@ -47,7 +47,8 @@ _ABSENT = "\x00netcheck:absent\x00"
 # The socket errors a store client raises once its connection is gone, as torch without
 # DistNetworkError words them (2.1.2: "Connection reset by peer", "Broken pipe", and
 # "Socket Timeout" for a reply past SO_RCVTIMEO).
-_LOST_MESSAGES = ("Connection reset by peer", "Broken pipe", "Socket Timeout", "Connection refused",
+_TIMED_OUT = "Socket Timeout"
+_LOST_MESSAGES = ("Connection reset by peer", "Broken pipe", _TIMED_OUT, "Connection refused",
                   "Connection closed", "Failed to recv", "Transport endpoint is not connected")
 
 
@@ -191,6 +192,12 @@ def list_keys(store) -> tuple[str, ...] | None:
     """Every key the store lists (torch 2.13 and later); None where this torch cannot list."""
     lister = getattr(store, "list_keys", None)
     return tuple(lister()) if lister is not None else None
+
+
+def reply_timed_out(error: BaseException) -> bool:
+    """A store client's request whose reply did not come within the socket's receive timeout
+    (netcheck's SO_RCVTIMEO): not refused, not reset; the store may still be there."""
+    return store_lost(error) and _TIMED_OUT in str(error)
 
 
 def store_lost(error: BaseException) -> bool:

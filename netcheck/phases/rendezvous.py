@@ -43,7 +43,7 @@ def host(run: Run) -> rendezvous.Seat | None:
                                         waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members
         run.findings += rdzv_rules.reach_summary(run.members)
-        stalled = rdzv_rules.store_stall_findings(tuple(ex.watch.stalls), run.members)
+        stalled = run.stall_findings(ex)
         run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
         run.findings += endpoint_rules.reached_addresses(run.members)
         run.findings += _endpoint_findings(run, gathered.missing_ranks)
@@ -81,6 +81,7 @@ def joiner(run: Run) -> rendezvous.Seat | None:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
         run.findings += rdzv_rules.interference_findings(seat.exchange.interference())
+        run.findings += run.stall_findings(seat.exchange)
         run.rank = seat.rank
         launch = cfg.launch
         expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None

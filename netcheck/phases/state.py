@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import first_line
+from netcheck.cluster.store import Exchange, first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
@@ -59,6 +59,7 @@ class Run:
     stopped_by: signal.Signals | None = None  # the signal that ended the run early
     host_lost: bool = False
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
+    stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
 
     def __post_init__(self):
         self.budget = TimeBudget.starting_now(self.config.timeout)
@@ -106,6 +107,8 @@ class Run:
                 self.lose_host(name, first_line(e))
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
+        if self.seat is not None:
+            self.findings += self.stall_findings(self.seat.exchange)
         if self.deadline.expired():
             self.findings.append(run_rules.timeout_finding(name, self.config.timeout))
 
@@ -118,10 +121,27 @@ class Run:
             self.findings.append(run_rules.stopped_finding(self.stopped_by.name, phase, self.my_ranks()))
 
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
-        """Nodes that stopped answering in `phase`: named there, and not waited for again."""
-        self.findings += rdzv_rules.lost_findings(phase, names, ranks)
+        """Nodes that stopped answering in `phase`: named there, and not waited for again;
+        under the stall, their likely cause, where another client held the host's store up
+        during the phase (rdzv.stall_explained)."""
+        lost = rdzv_rules.lost_findings(phase, names, ranks)
+        if self.seat is not None:
+            stalled = self.stall_findings(self.seat.exchange)
+            lost = rdzv_rules.stall_explained(lost, stalled) + stalled
+        self.findings += lost
         for rank in ranks:
             self.alive.pop(rank, None)
+
+    def stall_findings(self, ex: Exchange) -> list[Finding]:
+        """What held the host's store up since the phase began, named once: the host's own
+        stalls with the clients behind them, or a joiner's requests that waited one out."""
+        if ex.watch is not None:
+            stalls = ex.watch.stalls[self.stalls_named:]
+            self.stalls_named += len(stalls)
+            return rdzv_rules.store_stall_findings(tuple(stalls), self.members)
+        waits = ex.held_up[self.stalls_named:]
+        self.stalls_named += len(waits)
+        return rdzv_rules.held_up_findings(tuple(waits))
 
     def lose_host(self, phase: str, seen: str = "") -> None:
         """The host died, or the path to it: named once, in the phase it happened, with what

@@ -19,7 +19,7 @@ from netcheck.rules.registry import (
     JOIN_STORE_STALLED, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE,
-    REACH_SHARED_SUBNET, RESOLVE_SILENT, lost_in,
+    REACH_SHARED_SUBNET, RESOLVE_SILENT, LOST_PREFIX, lost_in,
 )
 
 REACH_FIXES = {
@@ -346,16 +346,31 @@ def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, 
                     tuple(lines[:MAX_STRANGERS]), STALL_FIX, kind=JOIN_STORE_STALLED)]
 
 
+def held_up_findings(waits: tuple[float, ...]) -> list[Finding]:
+    """A joiner's store requests that went unanswered past the reply timeout while the host's
+    port still took connections, and were answered on a new connection: the store was held
+    up (the host's report names by whom), not lost. A warning naming no node."""
+    if not waits:
+        return []
+    return [Finding(RDZV_JOIN, WARN, (), f"the host's store held this node's requests up {len(waits)} time(s), "
+                    f"{max(waits):g} s at the longest, while its port still took connections: waited out on a new "
+                    "connection (the host's report names who was connected)",
+                    tuple(f"a request answered after {w:g} s" for w in waits[:MAX_STRANGERS]), STALL_FIX,
+                    kind=JOIN_STORE_STALLED)]
+
+
 def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Finding]:
-    """A node that never joined while another client held the host's store up (`stalled`,
-    store_stall_findings) is named under the stall, its cause, not as missing: a joiner that
-    came then waited behind it, on the store's one thread, and may have run out of time before
-    the store answered (its own rdzv.reach says so). Still a failure: the node was not tested."""
+    """A node that never joined, or stopped answering in a later phase, while another client
+    held the host's store up (`stalled`, store_stall_findings) is named under the stall, its
+    likely cause, not as missing or lost: its requests waited behind the stall, on the store's
+    one thread, and it may have run out of time before the store answered (its own report
+    says so). Still a failure: the node was not tested."""
     if not stalled:
         return findings
+    explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
     return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}", f.evidence,
-                    "read that node's own report (rdzv.reach: whether the store answered it late); " + STALL_FIX,
-                    kind=JOIN_STORE_STALLED) if f.kind == JOIN_MISSING else f for f in findings]
+                    "read that node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
+                    + STALL_FIX, kind=JOIN_STORE_STALLED) if f in explained else f for f in findings]
 
 
 def _is_loopback(address: str) -> bool:

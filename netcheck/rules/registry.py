@@ -91,10 +91,13 @@ LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
 
+LOST_PREFIX = "lost_in_"
+
+
 def lost_in(phase: str) -> str:
     """The kind of a node lost during `phase` (rdzv.join): e.g. "lost_in_bandwidth"."""
     assert phase in LOST_PHASES, phase
-    return f"lost_in_{phase}"
+    return LOST_PREFIX + phase
 
 
 # mesh.connect's exact findings.
@@ -224,7 +227,7 @@ CHECKS: tuple[Check, ...] = (
            "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
            "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
            "rdzv.gone_before_sign_in", "rdzv.interference_findings", "rdzv.store_stall_findings",
-           "rdzv.stall_explained"),
+           "rdzv.stall_explained", "rdzv.held_up_findings"),
           "Gathering (the host's), a joiner's seat and the seated names (core.seats), the values a seated "
           "node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
@@ -250,8 +253,10 @@ CHECKS: tuple[Check, ...] = (
            JOIN_STORE_STALLED: Kind(WARN_FAIL, "the host's store left the host's own request unanswered for "
                                                "seconds while clients that are no node of the run were connected "
                                                "to its port (torch's store looks up each connection's name on its "
-                                               "one thread): named with their addresses; fail naming a node that "
-                                               "never joined while it lasted (the stall, not the node, the cause)"),
+                                               "one thread): named with their addresses; on a joiner, its own requests "
+                                               "that waited one out; fail naming a node that never joined, or "
+                                               "stopped answering, while it lasted (the stall, not the node, the "
+                                               "cause)"),
            **{lost_in(p): Kind(ONLY_FAIL, f"a seated node stopped answering during the {p} phase")
               for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
