@@ -271,6 +271,17 @@ def hostile_replay(store, key: _Keys) -> str:
     return f"arrival {ghost}: a copy of arrival 0"
 
 
+def hostile_impersonate(store, key: _Keys) -> str:
+    """Without --token: an arrival number taken before the next node comes, then that node's
+    facts copied under it byte for byte the moment they are there: the copy holds the lower
+    number, so a host that reads both in one poll reads the copy first."""
+    mine = store.add(key(keys.ARRIVALS), 1) - 1
+    theirs = key(keys.NODE, mine + 1)
+    store.wait([theirs])
+    store.set(key(keys.NODE, mine), store.get(theirs))
+    return f"arrival {mine}: a copy of arrival {mine + 1}"
+
+
 def hostile_counters(store, key: _Keys) -> str:
     """The shared visitor counter pushed a million past any real cluster."""
     return f"visitor counter at {store.add(key(keys.VISITORS, shared=True), 1_000_000)}"
@@ -436,7 +447,7 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
            "push-max": hostile_push_max, "set": hostile_set, "replay-hello": hostile_replay_hello,
            "flood-pings": hostile_flood_pings, "big-visitors": hostile_big_visitors,
            "big-arrivals": hostile_big_arrivals, "outvote": hostile_outvote,
-           "late-arrivals": hostile_late_arrivals}
+           "late-arrivals": hostile_late_arrivals, "impersonate": hostile_impersonate}
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:

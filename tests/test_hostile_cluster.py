@@ -192,6 +192,32 @@ def test_a_clients_writes_to_the_runs_keys_are_named_and_the_honest_joiner_is_se
     assert action in OVER_THE_MEMORY_BOUND or memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
 
 
+def test_a_copy_of_an_honest_nodes_facts_is_named_and_the_node_not_blamed(cluster, tmp_path):
+    """Without --token a client takes an arrival number before node1 comes and copies node1's
+    facts under it the moment they are there (issue 39): two claims of rank 1 used to fail
+    rank 1 as a duplicate rank, blaming the honest node. The copy carries node1's process
+    token: named as interference (the store key) and not seated. Where the host read the two
+    in one poll, the copy first, the copy took the seat and node1 was turned away: the run is
+    denied, and still no node is blamed."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    with cluster(nodes(3)) as c:
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "impersonate")
+        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+        agent.wait_for("^did impersonate ", timeout)
+        finish_each(runs.values(), timeout + 10)
+    record("a copy of node1's facts under an arrival taken before it", "rendezvous", timeout, runs.values(),
+           {0: "host", 1: "joiner, its facts copied"}, focus="interfered")
+
+    host = assert_survivor(runs[0], timeout, codes=(1, 2))
+    assert_survivor(runs[1], timeout, codes=(0, 1, 2))
+    raised = [f for f in host["findings"] if f["severity"] != "pass"]
+    assert not [f for f in raised if f["nodes"]], raised   # no node blamed, rank 1 least of all
+    copies = [f for f in raised if f["kind"] == "interference" and "its process's own token" in f["evidence"][0]]
+    assert copies and copies[0]["evidence"][0].startswith(RUN + "node/"), raised
+    assert not [f for f in raised if f["kind"] == "duplicate_rank"], raised
+
+
 def test_the_sender_of_facts_the_host_refused_is_named_not_called_absent(cluster, tmp_path):
     """node1 signs in as itself, claiming rank 1, and sends facts with a NUL in an address
     (issue 39, case 7): the host names node rank 1 (node1) as the sender of facts it refused,

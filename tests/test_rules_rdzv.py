@@ -329,6 +329,17 @@ def test_join_lost_nodes_are_named_together():
         "lost_in_rendezvous")]
 
 
+def test_a_seat_taken_by_a_copy_of_a_nodes_facts_blames_no_node():
+    """Another client's copy of node2's facts, read first, took rank 2's seat and never
+    reported back (issue 39): the run is denied, but not by node2, which was turned away."""
+    g = dataclasses.replace(gathering((member(0), member(1, results=False), member(2, results=False))),
+                            copied=(2,))
+    lost, copy = rdzv_rules.join_findings(g)
+    assert (lost.kind, lost.nodes) == ("lost_in_rendezvous", (1,))
+    assert (copy.severity, copy.kind, copy.nodes) == ("fail", "interference", ())
+    assert copy.summary.startswith("node rank 2 (node2) was seated on a copy of its facts")
+
+
 def test_join_everything_at_once_in_a_stable_order():
     g = gathering((member(0), member(1, results=False)), missing=(2,), duplicates={"1": ("node1", "x")},
                   foreign=(Visitor("other", "y", None),), malformed=("bad",))

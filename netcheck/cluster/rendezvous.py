@@ -322,6 +322,8 @@ class HostState:
     unseatable_kept: int = 0          # arrivals that can never be seated, kept whole (the first MAX_STRANGERS)
     set_aside: list[str] = field(default_factory=list)  # why each of the others was not seated; facts dropped
     latecomers: list[tuple[str, NodeRank | None]] = field(default_factory=list)  # after the roster: hostname, claim
+    instances: dict[str, int] = field(default_factory=dict)  # NodeFacts.instance -> the arrival read with it first
+    copied: dict[int, int] = field(default_factory=dict)     # an arrival whose facts are a copy -> the one it copies
 
     def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
@@ -349,6 +351,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     arrival = publish_facts(ex, facts)
     state.arrivals[arrival] = facts
     state.read.add(arrival)
+    state.instances[facts.instance] = arrival
     state.host_arrival = arrival
     while True:
         ex.restore()
@@ -396,13 +399,16 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
         state.read.add(a)
         state.last_arrival = time.monotonic()
         try:
-            state.arrivals[a] = ex.read(NodeFacts, ex.key(NODE, a))
+            facts = ex.read(NodeFacts, ex.key(NODE, a))
         except codec.DecodeError as e:
             state.malformed.append(f"arrival {a}: {e}")
             state.arrivals_refused[a] = str(e)
             if len(state.arrivals_refused) > MAX_STRANGERS:
                 _drop_facts(ex, a)  # kept in the store, the first few, for a watcher's view
             continue
+        if is_copy(ex, state, a, facts):
+            continue
+        state.arrivals[a] = facts
         if not seating:
             late = state.arrivals[a]
             state.latecomers.append((late.hostname, late.launch.node_rank))
@@ -410,6 +416,23 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
             keep_or_set_aside(ex, state, a, seating)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
+
+
+def is_copy(ex: Exchange, state: HostState, a: int, facts: NodeFacts) -> bool:
+    """Whether arrival a's facts carry the process token of facts read before: one process's
+    facts under a second arrival, which only another client writes (issue 39: without
+    --token nothing else tells a copy of node1 from node1). Named as interference and
+    deleted, never seated; a seated rank whose facts were copied is noted, so that it is not
+    blamed where the copy, read first, took its seat and never reported back."""
+    first = state.instances.setdefault(facts.instance, a) if facts.instance else a
+    if first == a:
+        return False
+    state.copied[a] = first
+    ex.interfered[ex.key(NODE, a)] = (f"holds the facts of arrival {first} ({facts.hostname}, node rank "
+                                      f"{facts.launch.node_rank}), its process's own token included: a copy "
+                                      "written by a client that is not a netcheck node; not seated")
+    _drop_facts(ex, a)
+    return True
 
 
 def never_seated(state: HostState, a: int) -> bool:
@@ -594,9 +617,11 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
     claims = visitor_claims(ex, state, missing, {m.facts.hostname for m in members})
     refused = refused_senders(state, claims)
+    originals = set(state.copied.values())
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(state.malformed), round(waited, 3), tuple(interference), refused,
-                     {r: h for r, h in claims.items() if r not in refused})
+                     {r: h for r, h in claims.items() if r not in refused},
+                     tuple(e.rank for e in roster.entries if e.arrival in originals))
 
 
 def visitor_claims(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]) -> dict[str, str]:

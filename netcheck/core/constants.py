@@ -53,6 +53,7 @@ MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by
 
 # Thresholds.
 CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
+INSTANCE_BYTES = 8           # a node's facts carry this many random bytes, its process's own (NodeFacts.instance)
 CLOCK_PINGS = 3
 PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
 NAMESERVER_TIMEOUT = 1.0     # a nameserver that does not answer a query this long is named (rdzv.resolve)

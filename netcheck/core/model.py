@@ -146,6 +146,7 @@ class NodeFacts:
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
     rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
+    instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,8 @@ class Gathering:
     refused: Annotated[dict[str, Text], PER_NODE] = field(default_factory=dict)
     # missing rank -> the hostname of a node that came (its visitor record did) whose facts never did
     facts_lost: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
+    # seated ranks whose facts another client also wrote under an arrival of its own (a copy)
+    copied: Annotated[tuple[NodeRank, ...], PER_NODE] = ()
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from typing import Mapping
 
 from netcheck import __version__
-from netcheck.core.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
+from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.nics import read_nic_table
@@ -120,6 +121,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         reach=None,
         version=__version__,
         rdma=read_rdma(sysfs, proc),
+        instance=secrets.token_hex(INSTANCE_BYTES),
     )
 
 

@@ -258,13 +258,25 @@ def join_findings(g: Gathering) -> list[Finding]:
     findings += _malformed_findings(g.malformed)
     findings += interference_findings(g.interference)
     findings += same_name_findings(g.members)
-    lost = [m.rank for m in g.members if m.results is None]
+    lost = [m.rank for m in g.members if m.results is None and m.rank not in g.copied]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
+    findings += _copy_took_the_seat([m for m in g.members if m.results is None and m.rank in g.copied])
     if not any(f.severity != PASS for f in findings):
         findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
                                 f"{_members_count(g.members)} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
+
+
+def _copy_took_the_seat(silent: list[Member]) -> list[Finding]:
+    """Seated ranks that never reported back whose facts another client had also written (a
+    copy, read in the same poll as them and first): the seat went to the copy, which no
+    netcheck process holds, and the node itself was turned away as the copy. The run was
+    denied, no node is at fault: without --token the two cannot be told apart."""
+    return [Finding(RDZV_JOIN, FAIL, (), f"node rank {m.rank} ({m.facts.hostname}) was seated on a copy of its "
+                    "facts that another client wrote under an arrival of its own, and never reported back: the "
+                    "node itself was turned away as the copy", (f"rank {m.rank}: {m.facts.hostname}",),
+                    INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for m in silent]
 
 
 def _refused_facts(rank: int, sent: str) -> Finding:
