@@ -39,7 +39,7 @@ from netcheck.core import codec, compat
 from netcheck.core.constants import (
     CLOCK_PINGS, CLOCK_WAIT, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS,
     MAX_VISITOR_BYTES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE, SEAT_BLOCK,
-    STORE_POLL_INTERVAL,
+    STORE_POLL_INTERVAL, FLOODED_LIST_SWEEP,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId, is_host
@@ -556,11 +556,15 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     asked = ex.listed(key, MAX_PINGS_BYTES)
     if asked is None:
         ex.drop(key)
+        ex.keep_clearing(key)
         state.pings_answered = 0
         ex.interfered[key] = (f"grew past {MAX_PINGS_BYTES} bytes: appended to by a client that is not a netcheck "
-                              "node (cleared unread: a node whose pings it held goes on without a clock sample)")
+                              "node (cleared unread, and from then on every "
+                              f"{FLOODED_LIST_SWEEP * 1000:g} ms: a node whose pings it held goes on without a "
+                              "clock sample)")
         return
-    for entry in asked[state.pings_answered:]:
+    # Once flooded, the list is cleared under the host's feet: each look answers all of it.
+    for entry in asked[0 if key in ex.interfered else state.pings_answered:]:
         if scan.expired():
             return
         ticket, _, k = entry.partition("/")

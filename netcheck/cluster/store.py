@@ -21,8 +21,8 @@ from typing import Any
 from netcheck.cluster import storewire
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    MAX_FACTS_BYTES, MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL,
-    STORE_REPLY_TIMEOUT,
+    FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND,
+    STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import StoreStall
@@ -319,6 +319,7 @@ class Exchange:
         self.watch: StallWatch | None = None  # the host's: its store's stalls, and who was connected
         self.limit = limit  # a joiner's: how long a held-up store is waited out (the phases' end)
         self.held_up: list[float] = []  # a joiner's: seconds each request waited out a held-up store
+        self._clearing: set[str] = set()  # keys a thread of their own keeps deleting (keep_clearing)
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
         # After a broken request (a reply timed out) the stream is out of step: a late
@@ -475,6 +476,26 @@ class Exchange:
             return None
         self._store, self.lost = store, None
         return held
+
+    def keep_clearing(self, key: str) -> None:
+        """Delete `key` every FLOODED_LIST_SWEEP from now on, on a thread and a connection of
+        their own: a list anyone may append to, found flooded (the pings), grows in the host's
+        store, which is the host's memory, by the flooder's rate times the gap between two
+        deletes, and the host's polls are far apart for that (600 MiB once between two)."""
+        if key in self._clearing:
+            return
+        self._clearing.add(key)
+        wire = storewire.Wire(self._server.host, self._server.port)
+
+        def clear() -> None:
+            while True:
+                time.sleep(FLOODED_LIST_SWEEP)
+                try:
+                    wire.delete(key, Deadline(STORE_REPLY_TIMEOUT))
+                except storewire.WireError:
+                    pass   # asked again on a new connection next time
+
+        threading.Thread(target=clear, name="netcheck-list-sweep", daemon=True).start()
 
     def _bounded(self, key: str, max_bytes: int) -> storewire.StoreValue:
         """A key known to exist, read only if it holds at most max_bytes (storewire)."""

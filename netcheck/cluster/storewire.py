@@ -12,6 +12,8 @@ libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBac
     -> GET (3), uint64 key length, key        (the client's "/" prefix, then the key)
     <- uint64 value length, value             (libuv: length 0 for a missing key;
                                                legacy: the connection closed)
+    -> DELETE_KEY (8), uint64 key length, key
+    <- int64 keys deleted
 
 A store that resets the first request on a fresh connection is asked again in torch 2.1's
 protocol (facts.probe: _LEGACY_GET), and its endpoint remembered.
@@ -29,6 +31,7 @@ from netcheck.facts.probe import _GET, _STORE_MAGIC, _VALIDATE, _LEGACY_GET, err
 
 _without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
+_DELETE_KEY = 8         # QueryType DELETE_KEY, the same in torch 2.1's protocol and 2.13's
 _LENGTH = struct.Struct("<Q")
 _CHUNK = 1 << 20
 
@@ -68,37 +71,50 @@ class Wire:
 
     def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
         """As get_bounded; raises WireError (and closes) when the store does not answer."""
+        return self._asked(key, (_GET, _LEGACY_GET), deadline, lambda: self._value(max_bytes, deadline))
+
+    def delete(self, key: str, deadline: Deadline) -> None:
+        """KEY deleted, as torch's delete_key (the count it answers is read and dropped);
+        raises WireError (and closes) when the store does not answer."""
+        self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline, lambda: _received(self._sock, _LENGTH.size, deadline))
+
+    def _asked(self, key: str, queries: tuple[int, int], deadline: Deadline, reply):
+        """reply() to KEY's request of queries[0] (queries[1] in torch 2.1's protocol)."""
         fresh, endpoint = self._sock is None, (self.host, self.port)
+        legacy = endpoint in _without_validate
         try:
-            return self._get(key, max_bytes, deadline, endpoint in _without_validate)
+            return self._ask(key, queries[legacy], deadline, legacy, reply)
         except WireError as e:
             if not (fresh and e.reset and endpoint not in _without_validate):
                 raise
-            value = self._get(key, max_bytes, deadline, True)   # torch 2.1's store?
+            answer = self._ask(key, queries[1], deadline, True, reply)   # torch 2.1's store?
             _without_validate.add(endpoint)
-            return value
+            return answer
 
-    def _get(self, key: str, max_bytes: int, deadline: Deadline, legacy: bool) -> StoreValue:
+    def _ask(self, key: str, query: int, deadline: Deadline, legacy: bool, reply):
         try:
-            request = _get_request(key, _LEGACY_GET if legacy else _GET)
+            request = _get_request(key, query)
             if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
                 request = (b"" if legacy else struct.pack("<BI", _VALIDATE, _STORE_MAGIC)) + request
             self._sock.sendall(request)
-            size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
-            if size > max_bytes:
-                self.close()
-                return StoreValue(size, None)
-            return StoreValue(size, _received(self._sock, size, deadline))
+            return reply()
         except socket.timeout:
             self.close()
-            raise WireError(f"the store did not answer a read of {key!r} in time") from None
+            raise WireError(f"the store did not answer a request for {key!r} in time") from None
         except OSError as e:
             self.close()
             if isinstance(e, WireError):
                 raise
-            raise WireError(f"the store broke off a read of {key!r}: {error_text(e)}",
+            raise WireError(f"the store broke off a request for {key!r}: {error_text(e)}",
                             reset=isinstance(e, ConnectionResetError)) from None
+
+    def _value(self, max_bytes: int, deadline: Deadline) -> StoreValue:
+        size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
+        if size > max_bytes:
+            self.close()
+            return StoreValue(size, None)
+        return StoreValue(size, _received(self._sock, size, deadline))
 
     def close(self) -> None:
         if self._sock is not None:

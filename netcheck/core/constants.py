@@ -59,6 +59,7 @@ PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
 NAMESERVER_TIMEOUT = 1.0     # a nameserver that does not answer a query this long is named (rdzv.resolve)
 CLOCK_WAIT = 5.0             # a joiner's clock pings, all of them: past it, it goes on without a sample
 MAX_PINGS_BYTES = 1 << 20    # the pings list of MAX_NODES nodes, each pinging CLOCK_PINGS times, twice over
+FLOODED_LIST_SWEEP = 0.02    # a list found flooded is deleted this often from then on (Exchange.keep_clearing)
 
 # Mesh: every pair up to this many nodes, else ring neighbours plus a sample of peers.
 MESH_CONNECT_TIMEOUT = 2.0
