@@ -276,6 +276,7 @@ def hostile_impersonate(store, key: _Keys) -> str:
     facts copied under it byte for byte the moment they are there: the copy holds the lower
     number, so a host that reads both in one poll reads the copy first."""
     mine = store.add(key(keys.ARRIVALS), 1) - 1
+    _say("took arrival", mine)   # the test starts the node now: it takes the next number
     theirs = key(keys.NODE, mine + 1)
     store.wait([theirs])
     store.set(key(keys.NODE, mine), store.get(theirs))
@@ -451,7 +452,7 @@ HOSTILE = {"oversized": hostile_oversized, "huge": hostile_huge, "schema": hosti
 
 
 def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
-    """Do the actions once the host's store answers; `roster` and `alive` wait for that key
+    """Do the actions once the host's store answers; `roster` and `seated` wait for that key
     first, `connects=N` connects N times to the port (plain_connects). Says `did ACTION ...`
     for each and `done` at the end, then holds on until killed."""
     store, key = _store(endpoint), _Keys(run_id)
@@ -461,9 +462,10 @@ def hostile(endpoint: str, run_id: str, actions: list[str]) -> None:
         if action == "roster":
             store.wait([key(keys.ROSTER)])
             _say("roster")
-        elif action == "alive":  # the joiners are seated and have reported back
-            store.wait([key(keys.ALIVE)])
-            _say("alive")
+        elif action == "seated":  # the host has posted who is seated
+            _say("waiting for the seats")
+            store.wait([key(keys.SEATED)])
+            _say("seated")
         elif action.startswith("connects="):
             _say("did connects", plain_connects(endpoint, int(action.partition("=")[2])))
         elif action == "garbage":

@@ -477,6 +477,10 @@ class Exchange:
         self._store, self.lost = store, None
         return held
 
+    def stalled_seconds(self) -> float:
+        """How long the host's store has stalled so far (its StallWatch's); 0 on a joiner."""
+        return sum(s.seconds for s in self.watch.stalls) if self.watch is not None else 0.0
+
     def keep_clearing(self, key: str) -> None:
         """Delete `key` every FLOODED_LIST_SWEEP from now on, on a thread and a connection of
         their own: a list anyone may append to, found flooded (the pings), grows in the host's
@@ -660,21 +664,23 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     the host of thousands of nodes would otherwise ask after each of them on every look.
 
     An id whose value never comes or does not decode is absent; one that does not decode is
-    also kept in ex.rejected, so its sender is named for it and not as lost.
+    also kept in ex.rejected, so its sender is named for it and not as lost. The seconds the
+    host's store stalled (StallWatch) are no silence of the nodes': nobody could post then.
     """
     found: dict = {}
     pending = set(ids)
-    heard = time.monotonic()
+    heard, stalled = time.monotonic(), ex.stalled_seconds()
     while pending:  # one look at least, also past the deadline: what is there counts
         ex.restore()
-        over = deadline.expired() or (quiet is not None and time.monotonic() - heard >= quiet)
+        silent = time.monotonic() - heard - (ex.stalled_seconds() - stalled)
+        over = deadline.expired() or (quiet is not None and silent >= quiet)
         new = _ready(ex, name, pending, over, each_counts=quiet is not None)
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
         for i in new:
             value = values.get(ex.key(name, i))
             if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
-                heard = time.monotonic()
+                heard, stalled = time.monotonic(), ex.stalled_seconds()
                 if isinstance(value, codec.DecodeError):
                     ex.rejected[name, i] = str(value)
                 else:
