@@ -81,8 +81,10 @@ def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
     nics = tuple(dataclasses.replace(n, addresses=(Address("ipv4", address, plan["prefixlen"]),))
                  if n.name == plan["ifname"] else n for n in base.nics.nics)
     launch = Launch("flags", rank, plan["nodes"] - 1, plan["nodes"], 1)  # the host's --nnodes N-1:N
+    # Each simulated node is a process of its own: one token shared would make copies of them.
     return dataclasses.replace(base, hostname=hostname, fqdn=f"{hostname}.cluster", hostname_addresses=(address,),
-                               launch=launch, nics=dataclasses.replace(base.nics, nics=nics))
+                               launch=launch, nics=dataclasses.replace(base.nics, nics=nics),
+                               instance=f"{base.instance}-{hostname}")
 
 
 def address_of(plan: dict, hostname: str) -> str:
