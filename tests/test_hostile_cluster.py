@@ -190,6 +190,18 @@ def test_a_clients_writes_to_the_runs_keys_are_named_and_the_honest_joiner_is_se
     assert memory.peak < HOST_MEMORY_LIMIT, f"host peak RSS {memory.peak >> 20} MiB"
 
 
+def _joiner_after_a_client(c, tmp_path, timeout: float, actions: str, ready: str) -> dict:
+    """The host on node0 and a hostile client on node2 doing `actions`; once the client says
+    `ready`, the joiner on node1. Returns both runs, ended, once the client has done all."""
+    runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
+    client = Agent.start(c, 2, "hostile", f"node0:{PORT}", actions)
+    client.wait_for(ready, timeout)
+    runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
+    client.wait_for("^done$", timeout)
+    finish_each(runs.values(), timeout + 10)
+    return runs
+
+
 def test_a_copy_of_an_honest_nodes_facts_is_named_and_the_node_not_blamed(cluster, tmp_path):
     """Without --token a client takes an arrival number before node1 comes and copies node1's
     facts under it the moment they are there (issue 39): two claims of rank 1 used to fail
@@ -199,12 +211,7 @@ def test_a_copy_of_an_honest_nodes_facts_is_named_and_the_node_not_blamed(cluste
     denied, and still no node is blamed."""
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(3)) as c:
-        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
-        agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "impersonate")
-        agent.wait_for("^took arrival ", timeout)
-        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
-        agent.wait_for("^did impersonate ", timeout)
-        finish_each(runs.values(), timeout + 10)
+        runs = _joiner_after_a_client(c, tmp_path, timeout, "impersonate", "^took arrival ")
     record("a copy of node1's facts under an arrival taken before it", "rendezvous", timeout, runs.values(),
            {0: "host", 1: "joiner, its facts copied"}, focus="interfered")
 
@@ -394,14 +401,9 @@ def test_a_seated_joiner_waits_out_a_stall_and_does_not_take_the_host_for_lost(c
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(4)) as c:
         _slow_reverse_zone(c, timeout)
-        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
-        stranger = Agent.start(c, 2, "hostile", f"node0:{PORT}", "seated,connects=4")
         # Its own store client first (its connect holds the store up too), then the joiner:
         # the seats cannot come before the stranger waits for them.
-        stranger.wait_for("^waiting for the seats$", timeout)
-        runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)
-        stranger.wait_for("^did connects ", timeout)
-        finish_each(runs.values(), timeout + 10)
+        runs = _joiner_after_a_client(c, tmp_path, timeout, "seated,connects=4", "^waiting for the seats$")
     record("a seated joiner while a stranger's late reverse DNS zone stalls the store", "rendezvous", timeout,
            runs.values(), {0: "host", 1: "joiner, seated before the stall"}, focus="rdzv")
 
