@@ -383,6 +383,12 @@ def hold_silent(endpoint: str) -> list[socket.socket]:
     return [socket.create_connection((host, int(port)), timeout=5) for _ in range(SILENT_CONNECTIONS)]
 
 
+def _ghost(host: dict, i: int, launch: dict) -> dict:
+    """The host's facts as arrival i of a client that is no netcheck node: renamed, under
+    `launch`, with a process token of its own (it draws them, as a copier would not)."""
+    return {**host, "hostname": f"ghost{i}", "instance": f"ghost{i}", "launch": launch}
+
+
 BIG_ARRIVALS = (200, 1 << 20)   # arrivals past --nnodes, of about a MiB of facts each: 404 MB the host kept
 
 
@@ -394,7 +400,7 @@ def hostile_big_arrivals(store, key: _Keys) -> str:
     host = json.loads(store.get(key(keys.NODE, 0)))
     past, (count, size) = host["launch"]["nnodes_max"], BIG_ARRIVALS
     for i in range(count):
-        doc = {**host, "hostname": f"ghost{i}", "launch": {**host["launch"], "node_rank": past + i}}
+        doc = _ghost(host, i, {**host["launch"], "node_rank": past + i})
         doc["socket_env"] = {**host["socket_env"], "NCCL_DEBUG_FILE": ""}
         doc["socket_env"]["NCCL_DEBUG_FILE"] = "x" * (size - len(json.dumps(doc)) - 4096)  # under the limit
         _bump_and_write(store, key, json.dumps(doc).encode())
@@ -415,7 +421,7 @@ def hostile_late_arrivals(store, key: _Keys) -> str:
     host = json.loads(store.get(key(keys.NODE, 0)))
     seats = host["launch"]["nnodes_max"]
     for i in range(LATE_ARRIVALS):
-        doc = {**host, "hostname": f"ghost{i}", "launch": {**host["launch"], "node_rank": seats + i}}
+        doc = _ghost(host, i, {**host["launch"], "node_rank": seats + i})
         store.set(key(keys.NODE, seats + i), json.dumps(doc).encode())
     _say("written")
     store.wait([key(keys.ROSTER)])
@@ -436,7 +442,7 @@ def hostile_outvote(store, key: _Keys) -> str:
     launch = {**host["launch"], "nnodes_min": nnodes, "nnodes_max": nnodes,
               "nproc_per_node": host["launch"]["nproc_per_node"] + 3}
     for i in range(OUTVOTERS):
-        doc = {**host, "hostname": f"ghost{i}", "launch": {**launch, "node_rank": past + i}}
+        doc = _ghost(host, i, {**launch, "node_rank": past + i})
         _bump_and_write(store, key, json.dumps(doc).encode())
     return f"{OUTVOTERS} arrivals claiming node ranks {past} to {past + OUTVOTERS - 1} of --nnodes {nnodes}"
 

@@ -299,7 +299,8 @@ def _facts_lost(rank: int, hostname: str, waited: float) -> Finding:
                     "did not",),
                    "read that node's own report: a path between it and the host that drops full-size frames "
                    "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
-                   "its netcheck stopped right after arriving", kind=JOIN_FACTS_LOST)
+                   "its netcheck stopped right after arriving, or was too slow to publish them inside the host's "
+                   "join window (a loaded machine, a --timeout near its least: give it more)", kind=JOIN_FACTS_LOST)
 
 
 def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
