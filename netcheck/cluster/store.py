@@ -351,18 +351,20 @@ class Exchange:
         the store may be held up, not gone (torch 2.13 looks up the name of every client it
         accepts on its one thread, so a stranger's late reverse zone holds every node's requests
         up: issue 39). Then a new client, too, is answered only once the store is free again:
-        it replaces the broken connection, waited for to `limit`. One answered at once means the
-        store was not held up, but this connection's path lost the request (a blackhole drops
-        its full-size frames; its writes before it are lost with it): False, the host named
-        lost and its path asked, as where nothing listens or nothing ever answers."""
+        it replaces the broken connection, waited for to `limit`. The first one answered at once
+        means the store was not held up, but this connection's path lost the request (a
+        blackhole drops its full-size frames; its writes before it are lost with it): False,
+        the host named lost and its path asked, as where nothing listens or nothing ever answers.
+        (One answered at once after a try that timed out: the stall has just ended.)"""
         if self.limit is None or not compat.reply_timed_out(error):
             return False
         host, port, began = self._server.host, self._server.port, time.monotonic()
         dist = compat.import_distributed(self.limit)
+        first = True
         while not self.limit.expired() and _not_listening(host, port, self.limit) is None:
             asked = time.monotonic()
             store, failed = _client_try(dist, host, port, self.limit)
-            if store is not None and time.monotonic() - asked < HELD_UP_AFTER:
+            if store is not None and first and time.monotonic() - asked < HELD_UP_AFTER:
                 return False
             if store is not None:
                 self._store = store
@@ -370,6 +372,7 @@ class Exchange:
                 return True
             if not isinstance(failed, TimeoutError):
                 return False
+            first = False
         return False
 
     def _started(self, method: str, args: tuple) -> None:
