@@ -323,7 +323,7 @@ class HostState:
     set_aside: list[str] = field(default_factory=list)  # why each of the others was not seated; facts dropped
     latecomers: list[tuple[str, NodeRank | None]] = field(default_factory=list)  # after the roster: hostname, claim
     instances: dict[str, int] = field(default_factory=dict)  # NodeFacts.instance -> the arrival read with it first
-    copied: dict[int, int] = field(default_factory=dict)     # an arrival whose facts are a copy -> the one it copies
+    copied: set[int] = field(default_factory=set)            # arrivals whose facts another client copied
 
     def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
@@ -410,8 +410,7 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
             continue
         state.arrivals[a] = facts
         if not seating:
-            late = state.arrivals[a]
-            state.latecomers.append((late.hostname, late.launch.node_rank))
+            state.latecomers.append((facts.hostname, facts.launch.node_rank))
         if not seating or never_seated(state, a):
             keep_or_set_aside(ex, state, a, seating)
     while state.arrivals_seen in state.read:
@@ -427,7 +426,7 @@ def is_copy(ex: Exchange, state: HostState, a: int, facts: NodeFacts) -> bool:
     first = state.instances.setdefault(facts.instance, a) if facts.instance else a
     if first == a:
         return False
-    state.copied[a] = first
+    state.copied.add(first)
     ex.interfered[ex.key(NODE, a)] = (f"holds the facts of arrival {first} ({facts.hostname}, node rank "
                                       f"{facts.launch.node_rank}), its process's own token included: a copy "
                                       "written by a client that is not a netcheck node; not seated")
@@ -564,7 +563,7 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
                               "clock sample)")
         return
     # Once flooded, the list is cleared under the host's feet: each look answers all of it.
-    for entry in asked[0 if key in ex.interfered else state.pings_answered:]:
+    for entry in asked[0 if ex.clearing(key) else state.pings_answered:]:
         if scan.expired():
             return
         ticket, _, k = entry.partition("/")
@@ -621,11 +620,10 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
     claims = visitor_claims(ex, state, missing, {m.facts.hostname for m in members})
     refused = refused_senders(state, claims)
-    originals = set(state.copied.values())
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(state.malformed), round(waited, 3), tuple(interference), refused,
                      {r: h for r, h in claims.items() if r not in refused},
-                     tuple(e.rank for e in roster.entries if e.arrival in originals))
+                     tuple(e.rank for e in roster.entries if e.arrival in state.copied))
 
 
 def visitor_claims(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]) -> dict[str, str]:

@@ -484,6 +484,10 @@ class Exchange:
         """How long the host's store has stalled so far (its StallWatch's); 0 on a joiner."""
         return sum(s.seconds for s in self.watch.stalls) if self.watch is not None else 0.0
 
+    def clearing(self, key: str) -> bool:
+        """Whether a thread keeps deleting `key` (keep_clearing)."""
+        return key in self._clearing
+
     def keep_clearing(self, key: str) -> None:
         """Delete `key` every FLOODED_LIST_SWEEP from now on, on a thread and a connection of
         their own: a list anyone may append to, found flooded (the pings), grows in the host's
