@@ -249,6 +249,35 @@ def test_a_latency_bound_start_does_not_hide_the_top_from_the_reserve(latency):
     assert link.sizes()[-1] == 128 << 20 and not link.skipped and link.budget.spent <= 4.8
 
 
+def test_the_latency_bound_ramp_runs_its_fewest_iterations_and_the_latency_sizes_keep_theirs():
+    # gloo here: 3 ms an op up to 2 MiB, 0.7 GB/s above. The ramp's 25 iterations a size
+    # were the room 128 MiB lacked (RESULTS.md, b9b666f).
+    link = Link(3e-3, 0.7e9).sweep(SweepOptions(past_maxbytes=False), 4.8)
+    iters, warmups = dict(link.ran), dict(zip(link.sizes(), link.warmups))
+    ramp = [s for s in link.sizes() if iters[s] == BW_MIN_ITERS and warmups[s] == 1 and s < 8 << 20]
+    assert ramp == [128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20]
+    assert all(iters[s] == 20 and warmups[s] == 5 for s in link.sizes() if s <= 64 << 10)
+    assert link.sizes()[-1] == 128 << 20 and link.budget.spent <= 4.8
+    # -n and -w keep their meaning on the ramp too.
+    explicit = Link(3e-3, 0.7e9).sweep(SweepOptions(past_maxbytes=False, iters_by_time=False,
+                                                    warmup_by_time=False), 1e6)
+    assert set(explicit.warmups) == {5} and {i for _, i in explicit.ran} == {20}
+
+
+@pytest.mark.parametrize("latency", [1e-5, 1e-4, 1e-3, 5e-3])
+@pytest.mark.parametrize("rate", [5e7, 7e8, 1e10, 4e11])
+def test_no_size_near_the_plateau_is_taken_for_the_ramp(latency, rate):
+    # On an affine link a ramp size's busbw is at most about half the rate, so a size that
+    # could be in the headline (within BW_PLATEAU_BAND of the top) always keeps its count.
+    # (A size under 40 ms an op is predicted at under 80 ms, which by time alone runs more than
+    # the fewest: 6 timed iterations or 2 warm-ups.)
+    link = Link(latency, rate).sweep(SweepOptions(), 1e6)
+    near = [(size, iters, warmup) for (size, iters), warmup in zip(link.ran, link.warmups)
+            if size / (latency + size / rate) >= 0.6 * rate and latency + size / rate < 0.04]
+    assert near, "the link reaches its plateau"
+    assert all((iters, warmup) != (BW_MIN_ITERS, 1) for _, iters, warmup in near), near
+
+
 def test_without_e_the_sweep_goes_on_while_busbw_rises_and_stops_at_the_plateau():
     # Latency 1 ms at 10 GB/s: at 128 MiB the latency is still 7% of an iteration, and busbw
     # rises past -e's default until a doubling gains under 5%.

@@ -143,6 +143,11 @@ BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by thi
 # of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
 BW_ITERS_SECONDS = 0.5
 BW_MIN_ITERS = 5
+# Past the latency figure's sizes, a size whose predecessor took under this much longer per op
+# than the size before it (the bytes grew by -f) is on the latency-bound ramp: its busbw is
+# about half the plateau's or less (an affine link), so it cannot be in the headline, and it
+# runs its fewest iterations; the time goes to the top sizes the headline is from.
+BW_RAMP_GROWTH = 1.25
 BW_WARMUP_SECONDS = 0.2      # without -w, warm-up iterations are bounded by time too (at least one)
 BW_PAIRS_SHARE = 0.2         # of --bw-budget, the node-pair rounds' (the sweeps share the rest)
 BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
