@@ -21,8 +21,8 @@ from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
     BW_AUTO_MAXBYTES, BW_BATCHES, BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
     BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
-    BW_MAX_BYTES, BW_MIN_ITERS, BW_RAMP_GROWTH, BW_WARMUP_SECONDS, BW_PAIRS_SHARE, BW_PATTERN_MAX, DDP_BUCKET_BYTES,
-    MAX_MODEL_PARAMS,
+    BW_MAX_BYTES, BW_MIN_ITERS, BW_RAMP_GROWTH, BW_RESERVE_MARGIN, BW_WARMUP_SECONDS, BW_PAIRS_SHARE, BW_PATTERN_MAX,
+    DDP_BUCKET_BYTES, MAX_MODEL_PARAMS,
 )
 from netcheck.core.fields import MAX_SECONDS
 
@@ -253,11 +253,13 @@ class Budget:
         return (self.spent + self.op_seconds(size) * (warmup + iters) <= self.seconds
                 and self.walled + self.last_wall * scale <= self.wall)
 
-    def room_below(self, above: list[int]) -> float:
+    def room_below(self, above: list[int]) -> float | None:
         """Seconds a size may take that still likely leave every size above it its fewest
-        iterations (one warm-up and BW_MIN_ITERS); negative where even those do not fit."""
+        iterations (one warm-up and BW_MIN_ITERS), with BW_RESERVE_MARGIN for a size that reads
+        slow (0 where only the margin is short); None where even those do not fit."""
         least = sum(self.likely_op_seconds(size) for size in above) * (1 + BW_MIN_ITERS)
-        return self.seconds - self.spent - least
+        left = self.seconds - self.spent
+        return None if left < least else max(0.0, left - least * BW_RESERVE_MARGIN)
 
     def spend(self, size: int, op_seconds: float, iters: int, warmup: int, wall: float) -> None:
         self.spent += op_seconds * (warmup + iters)
@@ -292,15 +294,15 @@ def ramp_counts(options: SweepOptions, counts: tuple[int, int]) -> tuple[int, in
 
 
 def counts_leaving_room(options: SweepOptions, op_seconds: float, counts: tuple[int, int],
-                        room: float) -> tuple[int, int]:
+                        room: float | None) -> tuple[int, int]:
     """A size's (timed, warm-up) iterations, the ones chosen by time cut to fit `room`, so the
     largest sizes, where the plateau and so the headline are, keep theirs: on a 0.7 GB/s
     link the mid sizes' half-seconds left 64 MiB the last size the budget reached, never the
     128 MiB the plateau needs (benchmarks/RESULTS.md). Never below one warm-up and
-    BW_MIN_ITERS; untouched where the top cannot be reached even so (room < 0: a slow link's
+    BW_MIN_ITERS; untouched where the top cannot be reached even so (room None: a slow link's
     sweep ends below it whatever the mid sizes take, and they keep their trust)."""
     iters, warmup = counts
-    if op_seconds <= 0 or room < 0 or (iters + warmup) * op_seconds <= room:
+    if op_seconds <= 0 or room is None or (iters + warmup) * op_seconds <= room:
         return counts
     # Timed iterations go first: a size's first few iterations after a smaller one read slow
     # (benchmarks/RESULTS.md), so it keeps its warm-ups while fewer timed ones fit.
