@@ -369,6 +369,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
         if deadline.expired():
             break
         time.sleep(STORE_POLL_INTERVAL)
+    ex.restore(at_once=True)
     # Nodes could join from the moment the host listened (its start), not from this loop's.
     return Seat(ex, arrival), state, time.monotonic() - deadline.start
 

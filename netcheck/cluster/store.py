@@ -407,12 +407,13 @@ class Exchange:
             self._call("set", key + MAC_SUFFIX, mac)
         self._call("set", key, text)
 
-    def restore(self) -> None:
+    def restore(self, at_once: bool = False) -> None:
         """Write again what the host guards (its hello, the seats) where another client wrote
         over it, and name the overwrite: a joiner that could not read what it waits for keeps
         waiting (wait_read_valid), and one overwrite does not keep it out. At most once per
-        GUARD_INTERVAL; each value read no larger than what was written."""
-        if not self._guarded or time.monotonic() - self._guard_looked < GUARD_INTERVAL:
+        GUARD_INTERVAL unless `at_once` (a rendezvous over in less has its look at its close);
+        each value read no larger than what was written."""
+        if not self._guarded or (not at_once and time.monotonic() - self._guard_looked < GUARD_INTERVAL):
             return
         self._guard_looked = time.monotonic()
         for key, (text, mac) in self._guarded.items():
