@@ -31,6 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from forked import ForkedPython
+
 __all__ = [
     "Cluster",
     "ClusterError",
@@ -430,6 +432,17 @@ class Cluster:
         """Start argv in node i, in its own process group (killable as a group) with
         stdout/stderr piped and text mode unless overridden. `env` is applied over
         os.environ; a None value removes that variable (e.g. a CI's MASTER_ADDR)."""
+        return self._started(lambda **kw: subprocess.Popen(self.argv_in(i, argv), start_new_session=True, **kw),
+                             env, kw)
+
+    def fork_python(self, i: int, args: Sequence[str], env: Mapping[str, str | None] | None = None,
+                    **kw) -> subprocess.Popen:
+        """`python ARGS` in node i as popen starts it, forked from this process
+        (tests/forked.py): torch is not loaded again."""
+        node = self.nodes[i]
+        return self._started(lambda **kw: ForkedPython(node.ns, node.hostname, list(args), **kw), env, kw)
+
+    def _started(self, start, env: Mapping[str, str | None] | None, kw: dict) -> subprocess.Popen:
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
         kw.setdefault("stdin", subprocess.DEVNULL)
@@ -437,8 +450,7 @@ class Cluster:
         with self._lock:
             if not self._created:
                 raise ClusterError("cluster is not up")
-            p = subprocess.Popen(self.argv_in(i, argv), env=_merge_env(env),
-                                 start_new_session=True, **kw)
+            p = start(env=_merge_env(env), **kw)
             self._procs.append(p)
         return p
 

@@ -18,6 +18,7 @@ import pytest
 import emitted
 
 from cluster import Cluster, NodeSpec, namespaces_supported
+from forked import load_torch
 
 # --------------------------------------------------------------------------------------
 # root_required: tests that need root and network namespaces.
@@ -39,6 +40,9 @@ def pytest_configure(config):
         "mid-run); `make compat` runs these under each torch release of the matrix",
     )
     start_recording_checks(config)
+    # Before the test modules that import torch are collected: loaded as netcheck loads it,
+    # quiet, so the node runs forked from this process are what a netcheck process is.
+    load_torch()
 
 
 def require_namespaces() -> None:

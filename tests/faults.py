@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
+from forked import can_fork
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
@@ -322,6 +323,7 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     from netcheck.cluster.rendezvous import Hello
     from netcheck.cluster.store import Exchange
 
+    store.wait([key(keys.HOST, shared=True)])   # over it, not before it
     earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"])
     earlier.nonce = "0" * 32
     earlier.put(key(keys.HOST, shared=True), Hello(key.run_id, "node0", "earlier", earlier.nonce))
@@ -617,8 +619,10 @@ class Agent:
     @classmethod
     def start(cls, c, i: int, command: str, endpoint: str, *rest: str, run_id: str = "netcheck",
               env: dict | None = None) -> "Agent":
-        return cls(c.popen(i, [sys.executable, str(Path(__file__).resolve()), command, endpoint,
-                               run_id, *rest], env=env))
+        args = [str(Path(__file__).resolve()), command, endpoint, run_id, *rest]
+        if can_fork(env, ()):
+            return cls(c.fork_python(i, args, env=env))
+        return cls(c.popen(i, [sys.executable, *args], env=env))
 
     def _pump(self) -> None:
         for line in self.proc.stdout:

@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 
 import emitted
 from cluster import Cluster
+from forked import can_fork
 
 PORT = 29500
 # The one multiplier for time in the cluster tests: every --timeout a test gives netcheck,
@@ -127,21 +128,31 @@ class NodeRun:
 
 
 def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = None,
-          wrapper: tuple[str, ...] = (), bandwidth: bool = False, terminal: bool = False) -> NodeRun:
+          wrapper: tuple[str, ...] = (), bandwidth: bool = False, terminal: bool = False,
+          fresh: bool = False) -> NodeRun:
     """netcheck on node i, its JSON report in tmp; `wrapper` is argv that execs the rest.
+
+    The run is forked from this process, torch already loaded (tests/forked.py), unless it
+    is `fresh` (a new interpreter that loads torch as a user's run does: for a test that acts
+    during that load) or its wrapper or environment changes how Python starts.
 
     The bandwidth phase is skipped unless asked for (or the args choose phases): it costs
     seconds per run and has tests of its own. With `terminal`, stderr is a terminal (a pty),
     as a person's is, so netcheck prints its progress lines there (`NodeRun.progress`)."""
     json_path = tmp / f"node{i}-{time.monotonic_ns()}.json"
     chosen = bandwidth or "--skip" in args or "--only" in args
-    argv = [*wrapper, sys.executable, "-m", "netcheck", *args, *([] if chosen else SKIP_BANDWIDTH),
-            "--json", str(json_path)]
+    args = [*args, *([] if chosen else SKIP_BANDWIDTH), "--json", str(json_path)]
+    if not fresh and can_fork(env, wrapper):
+        def launch(**kw):
+            return c.fork_python(i, ["-m", "netcheck", *args], env=env, **kw)
+    else:
+        def launch(**kw):
+            return c.popen(i, [*wrapper, sys.executable, "-m", "netcheck", *args], env=env, **kw)
     if not terminal:
-        return NodeRun(i, c.popen(i, argv, env=env), json_path, time.monotonic())
+        return NodeRun(i, launch(), json_path, time.monotonic())
     reader, writer = pty.openpty()
     try:
-        run = NodeRun(i, c.popen(i, argv, env=env, stderr=writer), json_path, time.monotonic())
+        run = NodeRun(i, launch(stderr=writer), json_path, time.monotonic())
     finally:
         os.close(writer)
     run.terminal = threading.Thread(target=run.read_terminal, args=(reader,), daemon=True)

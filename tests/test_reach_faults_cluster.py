@@ -93,7 +93,7 @@ def test_a_host_lost_before_the_joiner_connects_its_store_is_said_at_once(cluste
     with cluster(nodes(3)) as c:
         host = start(c, 0, ranked_args(0, 3, timeout), tmp_path, terminal=True)
         host.wait_for_progress("netcheck: rendezvous", timeout)
-        joiner = start(c, 1, ranked_args(1, 3, timeout), tmp_path, terminal=True)
+        joiner = start(c, 1, ranked_args(1, 3, timeout), tmp_path, terminal=True, fresh=True)
         joiner.wait_for_progress("netcheck: rendezvous", timeout)   # reach passed: the host answered
         signal_and_finish(c, host, signal.SIGINT, within=scaled(3))
         gone = time.monotonic()
@@ -123,7 +123,7 @@ def test_a_joiner_that_comes_to_sign_in_after_the_hosts_join_deadline_came_late(
     join_share = timeout * JOIN_SHARE   # how long after its start the host takes nodes in
     with cluster(nodes(2)) as c:
         host = start(c, 0, ranked_args(0, 2, timeout), tmp_path)
-        joiner = start(c, 1, ranked_args(1, 2, timeout), tmp_path, terminal=True)
+        joiner = start(c, 1, ranked_args(1, 2, timeout), tmp_path, terminal=True, fresh=True)
         joiner.wait_for_progress("netcheck: rendezvous", timeout)   # reach passed: the host answered
         c.kill(joiner.proc, signal.SIGSTOP)
         # The joiner's clock started before it printed that line: its own join share is over
