@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
-from forked import can_fork
+from forked import ForkedPython, can_fork
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
@@ -751,8 +751,10 @@ class PeakMemory:
     """The high-water mark of a process's resident memory (VmHWM), sampled on a thread
     until the process ends; the last sample holds the peak of its whole life."""
 
-    def __init__(self, pid: int):
-        self.pid, self.peak = pid, 0
+    def __init__(self, proc: subprocess.Popen):
+        # A fork's high-water mark starts at its parent's: only a fresh process has its own.
+        assert not isinstance(proc, ForkedPython), "a process whose memory is measured must be started fresh"
+        self.pid, self.peak = proc.pid, 0
         threading.Thread(target=self._sample, daemon=True).start()
 
     def _sample(self) -> None:

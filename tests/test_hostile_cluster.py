@@ -56,8 +56,8 @@ def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_pa
     timeout = 2 * CLUSTER_TIMEOUT
     actions = [*HOSTILE_BEFORE_THE_LAST_NODE, "roster", *HOSTILE_AFTER_THE_ROSTER]
     with cluster(nodes(4)) as c:
-        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
-        memory = PeakMemory(runs[0].proc.pid)
+        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path, fresh=i == 0) for i in range(2)}
+        memory = PeakMemory(runs[0].proc)
         agent = Agent.start(c, 3, "hostile", f"node0:{PORT}", ",".join(actions))
         agent.wait_for_all([f"^did {a} " for a in HOSTILE_BEFORE_THE_LAST_NODE], timeout)
         runs[2] = start(c, 2, ranked_args(2, 3, timeout), tmp_path)
@@ -93,8 +93,8 @@ def test_flood_of_connections_to_the_mesh_listeners(cluster, tmp_path):
     flood_seconds = 4
     with cluster(nodes(4)) as c:
         slow_mesh(c, peers=(1, 2))  # not node3, whose flood would wait on the filtered address
-        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(3)}
-        memory = PeakMemory(runs[0].proc.pid)
+        runs = {i: start(c, i, counted_args(3, timeout), tmp_path, fresh=i == 0) for i in range(3)}
+        memory = PeakMemory(runs[0].proc)
         agent = Agent.start(c, 3, "watch", f"node0:{PORT}", "--flood", str(flood_seconds))
         ranks = agent.roster(timeout)
         agent.wait_for_all([rf"^flooding {ranks[f'node{node}'][0]} " for node in runs])
@@ -170,8 +170,8 @@ def test_a_clients_writes_to_the_runs_keys_are_named_and_the_honest_joiner_is_se
     timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the write, which waits for the host's store
     env = {"NETCHECK_TOKEN": token} if token else None
     with cluster(nodes(3)) as c:
-        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
-        memory = PeakMemory(runs[0].proc.pid)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env, fresh=True)}
+        memory = PeakMemory(runs[0].proc)
         agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", action, env=env)
         agent.wait_for(f"^did {action} ", timeout)
         runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
@@ -251,8 +251,8 @@ def test_arrivals_past_nnodes_are_summarised_not_kept(cluster, tmp_path, token):
     timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the writes, which wait for the host's store
     env = {"NETCHECK_TOKEN": token} if token else None
     with cluster(nodes(3)) as c:
-        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env)}
-        memory = PeakMemory(runs[0].proc.pid)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, env=env, fresh=True)}
+        memory = PeakMemory(runs[0].proc)
         agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "big-arrivals", env=env)
         agent.wait_for("^did big-arrivals ", timeout)
         runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path, env=env)
@@ -310,8 +310,8 @@ def test_arrivals_after_the_roster_are_named_in_a_count_not_kept(cluster, tmp_pa
     host's half-second poll reads 8 of them: the time bound already held their memory.)"""
     timeout = 2 * CLUSTER_TIMEOUT   # the joiner starts after the writes, which wait for the host's store
     with cluster(nodes(3)) as c:
-        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path)}
-        memory = PeakMemory(runs[0].proc.pid)
+        runs = {0: start(c, 0, ranked_args(0, 2, timeout), tmp_path, fresh=True)}
+        memory = PeakMemory(runs[0].proc)
         agent = Agent.start(c, 2, "hostile", f"node0:{PORT}", "late-arrivals")
         agent.wait_for("^written$", timeout)
         runs[1] = start(c, 1, ranked_args(1, 2, timeout), tmp_path)

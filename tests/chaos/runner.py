@@ -65,7 +65,9 @@ class ScheduleRun:
         if self.sched.mode == "torchrun":
             self.runs[i] = self._start_torchrun(i)
         else:
-            self.runs[i] = start(self.c, i, self.args(i), self.tmp, bandwidth=self.sched.bandwidth, terminal=True)
+            # A new interpreter each, as a user's: a fault's random moment may land in torch's import.
+            self.runs[i] = start(self.c, i, self.args(i), self.tmp, bandwidth=self.sched.bandwidth, terminal=True,
+                                 fresh=True)
 
     def _start_torchrun(self, i: int) -> NodeRun:
         s = self.sched
