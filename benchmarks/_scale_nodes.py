@@ -35,9 +35,9 @@ from netcheck.core import codec, storekeys as keys  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, SEAT_BLOCK  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
-from netcheck.core.model import ClockSample, Launch, NodeRanks, NodeResults, Resolution  # noqa: E402
+from netcheck.core.model import ClockSample, Launch, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
-from netcheck.core.seats import Seated, SeatBlock, rank_in  # noqa: E402
+from netcheck.core.seats import RankRuns, Seated, SeatBlock, rank_in, ranks_of  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
 from netcheck.facts.probe import allow_a_connection_per_node  # noqa: E402
@@ -138,7 +138,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     lookups = tuple(Resolution(r, fqdn, (address_of(plan, seat.hostnames[r]),), None) for r, fqdn in peers.items())
     ex.post(keys.RESULT, seat.arrival, NodeResults(ClockSample(offset, 0.0002), lookups))
     yield ex.key(keys.ALIVE)
-    alive = once(decoded, ex, keys.ALIVE, lambda data: sorted(codec.loads(NodeRanks, data, MAX_FACTS_BYTES)))
+    alive = once(decoded, ex, keys.ALIVE, lambda data: ranks_of(codec.loads(RankRuns, data, MAX_FACTS_BYTES)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return

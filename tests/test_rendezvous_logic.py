@@ -27,7 +27,7 @@ from netcheck.core.codec import DecodeError
 from netcheck.facts.probe import probe_address
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
 from netcheck.core.meshrecords import FlaggedPaths
-from netcheck.core.model import NodeRanks
+from netcheck.core.seats import RankRuns, rank_runs, ranks_of
 from netcheck.phases.mesh import MeshDone, _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.launch import launch_findings
@@ -466,9 +466,9 @@ def test_the_hosts_list_of_who_is_still_here_reads_back_at_every_cluster_size_ac
     """Past 1,024 nodes the joiners refused it (the generic bound of an unannotated list) and
     fell back to every seated node, dead ones included: the regression behind issue 38."""
     _, ex = local_store()
-    alive = tuple(range(1, nodes))
-    ex.put(ex.key(ALIVE), alive)
-    assert ex.read(NodeRanks, ex.key(ALIVE)) == alive
+    alive = tuple(r for r in range(1, nodes) if r % 7)   # every seventh lost: runs of six
+    ex.put(ex.key(ALIVE), rank_runs(alive))
+    assert ranks_of(ex.read(RankRuns, ex.key(ALIVE))) == alive
     flagged = MeshDone(FlaggedPaths(cut_off=alive))
     assert codec.loads(MeshDone, codec.dumps(flagged), MAX_FACTS_BYTES) == flagged
 

@@ -9,7 +9,10 @@ from netcheck.core import codec
 from netcheck.core.constants import MAX_NODES, SEAT_BLOCK
 from netcheck.core.fields import is_host
 from netcheck.core.names import is_safe_hostname
-from netcheck.core.seats import NameRun, Seated, compact, expand, rank_in, seat_blocks
+from netcheck.core.codec import DecodeError
+from netcheck.core.seats import (
+    NameRun, RankRun, RankRuns, Seated, compact, expand, rank_in, rank_runs, ranks_of, seat_blocks,
+)
 
 
 def test_ten_thousand_regular_names_are_a_few_runs_and_come_back_exact():
@@ -47,3 +50,18 @@ def test_each_arrival_finds_its_rank_in_its_block_and_one_not_seated_none():
     assert sorted(blocks) == [0, 1]
     assert {a: rank_in(blocks[a // SEAT_BLOCK], a) for a in ranks} == ranks
     assert rank_in(blocks[0], 1) is None and rank_in(blocks[0], SEAT_BLOCK - 1) is None
+
+
+def test_ranks_run_as_consecutive_ones_and_read_back():
+    assert rank_runs((7, 1, 2, 3)) == RankRuns((RankRun(1, 3), RankRun(7, 1)))
+    alive = tuple(r for r in range(1, MAX_NODES) if r % 7)
+    runs = rank_runs(alive)
+    assert ranks_of(runs) == alive and len(runs.runs) == MAX_NODES // 7 + 1
+    assert len(codec.dumps(rank_runs(tuple(range(1, MAX_NODES))))) < 100   # one run: a few bytes, not 59 KB
+
+
+def test_rank_runs_past_the_largest_cluster_are_refused_as_undecodable():
+    with pytest.raises(DecodeError, match="past"):
+        ranks_of(RankRuns((RankRun(0, MAX_NODES), RankRun(MAX_NODES - 1, 2))))
+    with pytest.raises(DecodeError, match="past"):
+        ranks_of(RankRuns((RankRun(0, MAX_NODES - 1), RankRun(0, 2))))

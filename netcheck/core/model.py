@@ -36,7 +36,7 @@ REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
 UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why
 Family = Annotated[str, one_of(*FAMILIES)]
 Hostnames = Annotated[tuple[Hostname, ...], PER_NODE]
-NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the host's list of who is still here
+NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the nodes no peer reaches
 # Launcher variables that hold a whole number, as the rules read them (facts.launcher's lists).
 NUMBER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_NNODES",
                     "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PET_NODE_RANK")

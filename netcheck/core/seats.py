@@ -9,6 +9,8 @@ only in a number counting up by one are one NameRun; a name that fits no run is 
     compact({1: "sim0001", 2: "sim0002", 3: "gpu-a"})
         (NameRun(1, 2, "sim", 1, 4, ""), NameRun(3, 1, "gpu-a", 0, 0, ""))
     expand(that, is_safe_hostname)   {1: "sim0001", 2: "sim0002", 3: "gpu-a"}
+
+Ranks run too (the host's alive list): rank_runs((1, 2, 3, 7)) holds RankRun(1, 3), RankRun(7, 1).
 """
 
 from __future__ import annotations
@@ -93,6 +95,45 @@ def expand(runs: tuple[NameRun, ...], valid: Callable[[str], bool]) -> dict[int,
                 raise DecodeError(f"rank {run.rank + i}: {name!r} is not a hostname")
             names[run.rank + i] = name
     return names
+
+
+@dataclass(frozen=True)
+class RankRun:
+    """Ranks rank .. rank+count-1."""
+
+    rank: NodeRank
+    count: NodeCount
+
+
+@dataclass(frozen=True)
+class RankRuns:
+    """Ranks as runs of consecutive ones (the host's list of who is still here)."""
+
+    runs: Annotated[tuple[RankRun, ...], PER_NODE]
+
+
+def rank_runs(ranks: tuple[int, ...]) -> RankRuns:
+    """Ranks as runs of consecutive ones: the host's alive list read by every joiner was 59 KB
+    at 10,000 nodes (590 MB through the store's one thread); as runs, a few bytes where few
+    are lost."""
+    runs: list[RankRun] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1].rank + runs[-1].count:
+            runs[-1] = RankRun(runs[-1].rank, runs[-1].count + 1)
+        else:
+            runs.append(RankRun(rank, 1))
+    return RankRuns(tuple(runs))
+
+
+def ranks_of(runs: RankRuns) -> tuple[int, ...]:
+    """The ranks, in order; runs past MAX_NODES (a few can count millions) refused as a value
+    that does not decode is."""
+    ranks: list[int] = []
+    for run in runs.runs:
+        if run.rank + run.count > MAX_NODES or len(ranks) + run.count > MAX_NODES:
+            raise DecodeError(f"a run of {run.count} ranks from rank {run.rank}: past {MAX_NODES} nodes")
+        ranks += range(run.rank, run.rank + run.count)
+    return tuple(sorted(set(ranks)))
 
 
 def seat_blocks(ranks: dict[int, int]) -> dict[int, SeatBlock]:

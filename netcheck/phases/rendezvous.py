@@ -7,10 +7,10 @@ from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import (
     Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store,
 )
-from netcheck.core import codec
+from netcheck.core import codec, seats
 from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
-from netcheck.core.model import FAIL, Finding, Member, NodeRanks, NodeResults
+from netcheck.core.model import FAIL, Finding, Member, NodeResults
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
@@ -100,7 +100,7 @@ def post_alive(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     them, so one node lost at the rendezvous does not eat every later phase's time (and get
     live nodes blamed for it). The host decides and publishes; joiners read it."""
     alive = tuple(m.rank for m in run.members if m.results is not None)
-    seat.exchange.put(seat.exchange.key(ALIVE), alive)
+    seat.exchange.put(seat.exchange.key(ALIVE), seats.rank_runs(alive))
     return _seated_of(seat, alive)
 
 
@@ -112,7 +112,7 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     is said, not swallowed: waiting for every seated node instead may get it named lost."""
     key = seat.exchange.key(ALIVE)
     try:
-        alive = seat.exchange.wait_read(NodeRanks, key, run.phase_deadline())
+        alive = seats.ranks_of(seat.exchange.wait_read(seats.RankRuns, key, run.phase_deadline()))
     except TimeoutError:
         alive = tuple(seat.hostnames)
     except codec.DecodeError as e:
