@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import select
 import signal
 import socket
@@ -307,3 +308,29 @@ def test_cleanup_stale_removes_leftovers_of_a_killed_run():
     # check the end state, not what this call returned.
     cleanup_stale()
     assert_gone(prefix, pids)
+
+
+# ---- forked runs (tests/forked.py) -------------------------------------------------------
+
+SEEN_FROM_INSIDE = ("hostname", "fqdn", "hostname_addresses", "nics", "socket_env", "shm_bytes")
+
+
+@pytest.mark.root_required
+def test_a_forked_run_sees_its_node_as_a_fresh_one_does(tmp_path):
+    """The same `netcheck local` forked and exec'd in a node with its own interface name,
+    MTU and hostname: the same facts (namespace, /sys, /etc/hosts, hostname all entered), and
+    the forked one's command line reads as the exec'd one's."""
+    show = tmp_path / "show.py"
+    show.write_text("import os, sys\nprint(open('/proc/self/cmdline').read(), os.getpid(), sys.argv[1:])\n")
+    with Cluster([NodeSpec(), NodeSpec(ifname="ens5", mtu=9000, hostname="gpu-a7")]) as c:
+        facts = []
+        for p in (c.fork_python(1, ["-m", "netcheck", "local", "--json", "-"]),
+                  c.popen(1, [PY, "-m", "netcheck", "local", "--json", "-"])):
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            facts.append({k: json.loads(out)["nodes"][0]["facts"][k] for k in SEEN_FROM_INSIDE})
+        shown, err = c.fork_python(1, [str(show), "a b", "c"]).communicate(timeout=60)
+    assert facts[0] == facts[1] and facts[0]["hostname"] == "gpu-a7"
+    nics = facts[0]["nics"]["nics"]
+    assert [n["name"] for n in nics] == ["lo", "ens5"] and nics[1]["mtu"] == 9000
+    assert shown.startswith(f"{PY} {show} a b c") and shown.endswith("['a b', 'c']\n"), (shown, err)
