@@ -184,11 +184,15 @@ def compare(facts_by_rank: Mapping[int, EnvFacts]) -> list[Split]:
 def _split(key: str, facts_by_rank: Mapping[int, EnvFacts]) -> Split:
     """Versions that differ only in how they are written (2.13.0 vs 2.13.0.post0) group
     together, shown as the first node's spelling."""
+    missing, versioned = _missing(key), _is_version_key(key)
+    grouped_by: dict[str, object] = {}   # each value parsed once: 4,096 nodes hold a few values
     shown: dict[object, str] = {}
     same_as: dict[int, object] = {}
     for rank in sorted(facts_by_rank):
-        value = facts_by_rank[rank].values.get(key, _missing(key))
-        same_as[rank] = (version_key(value) if _is_version_key(key) else None) or value
+        value = facts_by_rank[rank].values.get(key, missing)
+        if value not in grouped_by:
+            grouped_by[value] = (version_key(value) if versioned else None) or value
+        same_as[rank] = grouped_by[value]
         shown.setdefault(same_as[rank], value)
     split = majority.split(same_as)
     groups = tuple((shown[v], ranks) for v, ranks in split.groups)
