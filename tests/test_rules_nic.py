@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import pytest
+
 from netcheck.rules import nic as nic_rules
 from netcheck.cluster import mesh
 from netcheck.core.meshrecords import Attempt, Transfer, Trial
@@ -118,6 +120,16 @@ def test_a_sampled_mesh_tests_every_node_both_ways_with_a_bounded_number_of_conn
     inbound = Counter(t for peers in out.values() for t in peers)
     assert {len(peers) for peers in out.values()} == {10}
     assert min(inbound[r] for r in ranks) >= 2 and max(inbound.values()) <= 30, inbound.most_common(3)
+    assert all(r not in peers and {(r + 1) % 1024, (r - 1) % 1024} <= set(peers) for r, peers in out.items())
+
+
+@pytest.mark.parametrize("n", [11, 12, 13, 40])
+def test_a_sampled_draw_near_the_ring_size_takes_its_neighbours_and_distinct_others(n):
+    ranks = list(range(0, 3 * n, 3))   # ranks need not be 0..n-1
+    for i, r in enumerate(ranks):
+        peers = mesh.targets(r, ranks, 8, "run")
+        assert r not in peers and len(set(peers)) == len(peers) == min(10, n - 1) and set(peers) <= set(ranks)
+        assert {ranks[(i + 1) % n], ranks[(i - 1) % n]} <= set(peers)
 
 
 def test_a_sampled_mesh_names_the_one_bad_node_among_a_thousand():

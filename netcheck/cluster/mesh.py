@@ -113,15 +113,23 @@ def targets(rank: int, ranks: list[int], sample: int | None, seed: str) -> list[
 
     Seeded by the run id, so a rerun probes the same pairs and reports are comparable.
     """
-    others = [r for r in ranks if r != rank]
-    if sample is None or len(others) <= sample + 2:
-        return others
     ring = sorted(ranks)
+    if sample is None or len(ring) - (rank in ring) <= sample + 2:
+        return [r for r in ring if r != rank]
     i = ring.index(rank)
-    chosen = {ring[(i + 1) % len(ring)], ring[(i - 1) % len(ring)]}
-    rest = [r for r in others if r not in chosen]
-    chosen.update(random.Random(f"{seed}/{rank}").sample(rest, min(sample, len(rest))))
-    return sorted(chosen)
+    near = sorted({i, (i + 1) % len(ring), (i - 1) % len(ring)})
+    # The sample is drawn by position among the ranks left: no list of them is built, so a
+    # node's draw costs the sample, not the cluster (4,096 simulated nodes drew 16 M in all).
+    picked = random.Random(f"{seed}/{rank}").sample(range(len(ring) - len(near)), sample)
+    return sorted({ring[j] for j in near if j != i} | {ring[_skipping(j, near)] for j in picked})
+
+
+def _skipping(j: int, skipped: list[int]) -> int:
+    """The j-th position of a sequence once the (sorted) `skipped` positions are left out."""
+    for s in skipped:
+        if j >= s:
+            j += 1
+    return j
 
 
 class Listeners:
