@@ -137,7 +137,9 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     peers = rendezvous.lookup_targets(seat.fqdns, seat.rank, plan["run_id"])
     lookups = tuple(Resolution(r, fqdn, (address_of(plan, seat.hostnames[r]),), None) for r, fqdn in peers.items())
     ex.post(keys.RESULT, seat.arrival, NodeResults(ClockSample(offset, 0.0002), lookups))
+    stamps["results"].append(time.time())
     yield ex.key(keys.ALIVE)
+    stamps["alive"].append(time.time())
     alive = once(decoded, ex, keys.ALIVE, lambda data: ranks_of(codec.loads(RankRuns, data, MAX_FACTS_BYTES)))
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
@@ -178,7 +180,7 @@ def main() -> None:
         nodes.append((plan["faults"]["duplicate"], plan["duplicate_hostname"], plan["duplicate_address"]))
     stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))
               for _ in nodes]
-    stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "bye": []}
+    stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "results": [], "alive": [], "bye": []}
     errors: list[str] = []
     decoded: dict = {}
     waiting = {}

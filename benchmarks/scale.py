@@ -130,7 +130,8 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
             if sim.wait(timeout=60) != 0:
                 raise SystemExit(f"simulator {k} failed:\n{(folder / f'sim{k}.log').read_text()[-3000:]}")
     outputs = [json.loads((folder / f"sim{k}.json").read_text()) for k in range(procs)]
-    stamps = {key: sorted(t for o in outputs for t in o["stamps"][key]) for key in ("arrived", "roster", "bye")}
+    stamps = {key: sorted(t for o in outputs for t in o["stamps"][key])
+              for key in ("arrived", "roster", "results", "alive", "bye")}
     report = json.loads(report_path.read_text())
     first, last = stamps["arrived"][0], stamps["arrived"][-1]
     problems = judge(report, plan, exclude.read_text().strip(), prom.read_text())
@@ -139,6 +140,9 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
         "mesh": mesh,
         "store": store,
         "roster_s": round(stamps["roster"][0] - first, 2),
+        # After the last arrival: the last node's results posted, the host's alive list seen.
+        "results_after_last_s": round(stamps["results"][-1] - last, 2),
+        "alive_after_last_s": round(stamps["alive"][0] - last, 2),
         "report_s": round(report_path.stat().st_mtime - last, 2),
         "total_s": round(ended - first, 2),
         "arrivals_s": round(last - first, 2),
