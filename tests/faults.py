@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
-from forked import ForkedPython, can_fork
+from forked import ForkedPython
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
@@ -619,10 +619,10 @@ class Agent:
     @classmethod
     def start(cls, c, i: int, command: str, endpoint: str, *rest: str, run_id: str = "netcheck",
               env: dict | None = None) -> "Agent":
-        args = [str(Path(__file__).resolve()), command, endpoint, run_id, *rest]
-        if can_fork(env, ()):
-            return cls(c.fork_python(i, args, env=env))
-        return cls(c.popen(i, [sys.executable, *args], env=env))
+        # A new interpreter, not a fork: a forked watcher twice sat in torch's store client for
+        # 80 s without a word, in full suites only (cause not found; exec'd, never).
+        return cls(c.popen(i, [sys.executable, str(Path(__file__).resolve()), command, endpoint, run_id, *rest],
+                           env=env))
 
     def _pump(self) -> None:
         for line in self.proc.stdout:

@@ -1,9 +1,8 @@
-"""netcheck (or a test agent) started in a node by forking the test process, whose torch is
-already loaded.
+"""netcheck started in a node by forking the test process, whose torch is already loaded.
 
 A node's netcheck run spends about 1.4 CPU-seconds of its ~1.8 loading torch (4 s of wall
-clock on a busy 2-core machine), the same bytes every time: the suite ran some 400 of them.
-Here the test process loads torch once, the way netcheck does (`compat._import_distributed`,
+clock on a busy 2-core machine), the same bytes every time, and the suite runs hundreds of them.
+Here the test process loads torch once, the way netcheck does (`compat.import_distributed`,
 quiet), and each node's run is a fork of it that enters the node as `ip netns exec` and
 `unshare --uts` would (its network namespace, its /sys, its /etc files, its hostname), then
 runs `python -m netcheck` afresh: every netcheck module is imported anew in the child,
