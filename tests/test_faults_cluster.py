@@ -48,8 +48,8 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     args = counted_args(5, timeout)
     with cluster(nodes(6)) as c:
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)   # first: it sees the store from its start
         runs = {i: start(c, i, args, tmp_path) for i in range(4)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         pending = dict(victims)
         while pending:
             node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
@@ -113,8 +113,8 @@ def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster,
     timeout = 2 * CLUSTER_TIMEOUT
     args = counted_args(6, timeout)
     with cluster(nodes(6)) as c:
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)   # first: it sees the store from its start
         runs = {i: start(c, i, args, tmp_path) for i in range(5)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
         order = []
         while len(order) < 4:
             node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
@@ -154,8 +154,10 @@ def test_a_node_that_offers_after_the_host_has_probed_is_not_taken_for_lost(clus
     timeout = 2 * CLUSTER_TIMEOUT
     args = counted_args(5, timeout) + ["--mesh", "sample:1"]
     with cluster(nodes(5)) as c:
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)   # first: it sees the store from its start
-        runs = {i: start(c, i, args, tmp_path) for i in range(5)}
+        runs = {i: start(c, i, args, tmp_path) for i in range(4)}
+        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        agent.wait_for("^connected$", timeout)   # before the fifth arrival lets the run go on
+        runs[4] = start(c, 4, args, tmp_path)
         ranks = agent.roster(timeout)
         (late,) = set(range(1, 5)) - set(mesh.targets(0, list(range(5)), 1, "netcheck"))
         node, arrival = next((int(h.removeprefix("node")), a) for h, (r, a) in ranks.items() if r == late)
