@@ -178,8 +178,10 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
     timeout = CLUSTER_TIMEOUT
     with cluster(nodes(4)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, counted_args(4, timeout), tmp_path) for i in range(4)}
+        runs = {i: start(c, i, counted_args(4, timeout), tmp_path) for i in range(3)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
+        runs[3] = start(c, 3, counted_args(4, timeout), tmp_path)
         ranks = agent.roster(timeout)
         rank = {node: ranks[f"node{node}"][0] for node in runs}
         killed, dropped, bystander = sorted(set(runs) - {0})
@@ -243,8 +245,10 @@ def test_link_cut_during_the_mesh(cluster, tmp_path):
     timeout = scaled(30)
     with cluster(nodes(3)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(3)}
+        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
+        runs[2] = start(c, 2, ranked_args(2, 3, timeout), tmp_path)
         agent.wait_for_all([rf"^offer {node}$" for node in runs])
         c.cut_link(2)
         finish_each(runs.values(), timeout + 10)
@@ -305,8 +309,10 @@ def test_host_killed_during_the_mesh(cluster, tmp_path):
     timeout = scaled(30)  # events end it; the room is for three torch imports on a busy machine
     with cluster(nodes(3)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(3)}
+        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(2)}
         agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
+        runs[2] = start(c, 2, counted_args(3, timeout), tmp_path)
         ranks = agent.roster(timeout)
         agent.wait_for_all([rf"^offer {ranks[f'node{node}'][0]}$" for node in runs])
         c.kill(runs[0].proc)
