@@ -41,15 +41,15 @@ $(STAMP): requirements-dev.txt setup.cfg
 	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
-# The whole suite: unit tests and the namespace-cluster integration tests, three at a time on
-# 2 cores: most of a cluster test is waiting on deadlines, not computing, since its nodes are
-# forked with torch loaded (tests/forked.py: the suite's CPU time fell from about 1,350 s to
-# 690 s). Two at a time took 620-700 s, three 505 s. A worker that runs out of tests takes
-# some of another's (worksteal), so a 45 s Slurm test does not end the run alone. The 25
-# slowest tests are named at the end.
+# The whole suite: unit tests and the namespace-cluster integration tests, two at a time on
+# 2 cores. Its nodes are forked with torch loaded (tests/forked.py: the suite's CPU time fell
+# from about 1,350 s to 690 s). Three at a time took 505-565 s where two take 620-700, but a
+# loaded machine's timing tests (a cut link's detection) then ran past their bounds: two kept.
+# A worker that runs out of tests takes some of the other's (worksteal), so a 45 s Slurm test
+# does not end the run alone. The 25 slowest tests are named at the end.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 3 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 # Unit tests only: a few minutes on 2 cores, no root needed.
 test-fast: install
