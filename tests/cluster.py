@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from forked import ForkedPython
+from forked import ForkedNetcheck
 
 __all__ = [
     "Cluster",
@@ -435,12 +435,12 @@ class Cluster:
         return self._started(lambda **kw: subprocess.Popen(self.argv_in(i, argv), start_new_session=True, **kw),
                              env, kw)
 
-    def fork_python(self, i: int, args: Sequence[str], env: Mapping[str, str | None] | None = None,
-                    **kw) -> subprocess.Popen:
-        """`python ARGS` in node i as popen starts it, forked from this process
+    def fork_netcheck(self, i: int, args: Sequence[str], env: Mapping[str, str | None] | None = None,
+                      **kw) -> subprocess.Popen:
+        """`python -m netcheck ARGS` in node i as popen starts it, forked from this process
         (tests/forked.py): torch is not loaded again."""
         node = self.nodes[i]
-        return self._started(lambda **kw: ForkedPython(node.ns, node.hostname, list(args), **kw), env, kw)
+        return self._started(lambda **kw: ForkedNetcheck(node.ns, node.hostname, list(args), **kw), env, kw)
 
     def _started(self, start, env: Mapping[str, str | None] | None, kw: dict) -> subprocess.Popen:
         kw.setdefault("stdout", subprocess.PIPE)

@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from cluster import NodeSpec
-from forked import ForkedPython
+from forked import ForkedNetcheck
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
@@ -753,7 +753,7 @@ class PeakMemory:
 
     def __init__(self, proc: subprocess.Popen):
         # A fork's high-water mark starts at its parent's: only a fresh process has its own.
-        assert not isinstance(proc, ForkedPython), "a process whose memory is measured must be started fresh"
+        assert not isinstance(proc, ForkedNetcheck), "a process whose memory is measured must be started fresh"
         self.pid, self.peak = proc.pid, 0
         threading.Thread(target=self._sample, daemon=True).start()
 

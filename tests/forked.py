@@ -52,14 +52,13 @@ def can_fork(env: dict[str, str | None] | None, wrapper: tuple[str, ...]) -> boo
     return not wrapper and not any(k.startswith(STARTUP_VARIABLES) for k in env or {})
 
 
-class ForkedPython(subprocess.Popen):
-    """`python ARGS` (`-m MODULE ...` or `SCRIPT ...`) in namespace `ns` with hostname
-    `hostname`, forked."""
+class ForkedNetcheck(subprocess.Popen):
+    """`python -m netcheck ARGS` in namespace `ns` with hostname `hostname`, forked."""
 
     def __init__(self, ns: str, hostname: str, args: list[str], env: dict[str, str], **kw):
         load_torch()
         self._node = (ns, hostname)
-        super().__init__([sys.executable, *args], env=env, start_new_session=True, **kw)
+        super().__init__([sys.executable, "-m", "netcheck", *args], env=env, start_new_session=True, **kw)
 
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
@@ -96,7 +95,7 @@ def _child(node: tuple[str, str], argv: list[str], env: dict[str, str], cwd, std
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
         for name in [m for m in sys.modules if m == "netcheck" or m.startswith("netcheck.")]:
             del sys.modules[name]
-        code = _run(argv[1:])
+        code = _run(argv[3:])
     except BaseException:  # noqa: BLE001 - a child says why and exits, whatever it was
         traceback.print_exc()
     finally:
@@ -108,15 +107,10 @@ def _child(node: tuple[str, str], argv: list[str], env: dict[str, str], cwd, std
 
 
 def _run(args: list[str]) -> int:
-    """`python ARGS` run in this process: its exit status."""
+    """`python -m netcheck ARGS` run in this process: its exit status."""
     try:
-        if args[0] == "-m":
-            sys.argv = args[1:]
-            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = args
-            sys.path[0] = str(Path(args[0]).resolve().parent)
-            runpy.run_path(args[0], run_name="__main__")
+        sys.argv = ["-m", *args]
+        runpy.run_module("netcheck", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0

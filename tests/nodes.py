@@ -144,7 +144,7 @@ def start(c: Cluster, i: int, args: list[str], tmp: Path, env: dict | None = Non
     args = [*args, *([] if chosen else SKIP_BANDWIDTH), "--json", str(json_path)]
     if not fresh and can_fork(env, wrapper):
         def launch(**kw):
-            return c.fork_python(i, ["-m", "netcheck", *args], env=env, **kw)
+            return c.fork_netcheck(i, args, env=env, **kw)
     else:
         def launch(**kw):
             return c.popen(i, [*wrapper, sys.executable, "-m", "netcheck", *args], env=env, **kw)
