@@ -30,6 +30,7 @@ from netcheck.bandwidth.sweep import (
 from netcheck.core.bwtext import step_text
 from netcheck.core.bwrecords import (
     BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup, spread_of,
+    still_rising,
 )
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
 from netcheck.bandwidth.worker import MAX_DETAIL, Event, fill, wrong
@@ -702,6 +703,16 @@ def test_a_plateau_whose_sizes_or_batches_disagree_is_noisy_and_one_still_rising
     assert headline(Sweep("all", "all_reduce", 3, 1, batches), SweepOptions(), 2, 3).noisy
     rising = headline(swept({32 << 20: 0.3, 64 << 20: 0.5, 128 << 20: 0.7}), SweepOptions(), 2, 3)
     assert rising.rising and (rising.plateau_busbw, rising.plateau_from) == (0.7, 128 << 20)
+
+
+def test_one_lucky_top_size_on_a_flat_curve_is_not_a_rise():
+    """Measured (RESULTS.md, issue 33): 128 MiB read 8-15% above 16-64 MiB in one round of three
+    while the bare loop beside it read flat; as "still rising" it became the headline alone."""
+    lucky = {16 << 20: 0.80, 32 << 20: 0.84, 64 << 20: 0.83, 128 << 20: 0.95}
+    h = headline(swept(lucky), SweepOptions(), 2, 3)
+    assert not h.rising and h.plateau_busbw == pytest.approx(0.835) and h.plateau_from == 16 << 20
+    assert not still_rising(swept(lucky).rows)
+    assert still_rising(swept({32 << 20: 0.80, 64 << 20: 0.84, 128 << 20: 0.95}).rows), "two gains: a trend"
 
 
 def test_busbw_at_a_size_is_interpolated_on_a_log_axis_never_the_peak():

@@ -242,11 +242,15 @@ def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
 
 
 def still_rising(rows: tuple[Row, ...]) -> bool:
-    """Whether the last size set a new high by more than BW_RISING_BAND: the plateau is
-    further up."""
+    """Whether busbw still rose at the top of the sweep, so the plateau is further up: each of
+    the last two sizes set a new high, the last by more than BW_RISING_BAND. A rise is a trend
+    over two doublings, never one size: one lucky top size on a flat curve (a quiet moment) made
+    itself the headline, 5-15% above what the sizes below it and a bare loop measured."""
     if len(rows) < 2:
         return True
-    return rows[-1].busbw > (1 + BW_RISING_BAND) * max(r.busbw for r in rows[:-1])
+    if rows[-1].busbw <= (1 + BW_RISING_BAND) * max(r.busbw for r in rows[:-1]):
+        return False
+    return len(rows) == 2 or rows[-2].busbw > max(r.busbw for r in rows[:-2])
 
 
 def spread_of(values: list[float]) -> float:

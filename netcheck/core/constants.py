@@ -120,8 +120,9 @@ BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory
 # hump at cache-sized messages, or one lucky size, is outside the band and never the headline.
 BW_PLATEAU_TOP = 3
 BW_PLATEAU_BAND = 0.10
-BW_RISING_BAND = 0.05        # without -e the sweep goes on while a size gains more than this on every
-                             # smaller one: busbw still rises (NCCL's rises slowly past 1 GB on RoCE)
+BW_RISING_BAND = 0.05        # without -e the sweep goes on while busbw still rises: the last two sizes
+                             # each set a new high, the last by more than this (NCCL's rises slowly
+                             # past 1 GB on RoCE)
 # Timed iterations are split into this many batches, each timed as a whole: a size's time is
 # the median batch's (one slow moment moves one batch, not the figure), its spread the range
 # of the batches over their median.
