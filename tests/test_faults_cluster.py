@@ -26,7 +26,7 @@ from faults import (
     nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
 )
 from netcheck.cluster import mesh
-from netcheck.core.constants import BW_STUCK_AFTER, PROBE_TIMEOUT, RESULTS_WAIT, STORE_REPLY_TIMEOUT
+from netcheck.core.constants import BW_STUCK_AFTER, PROBE_TIMEOUT, RESULTS_QUIET, STORE_REPLY_TIMEOUT
 from nodes import CLUSTER_TIMEOUT, PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -103,9 +103,9 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
 def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster, tmp_path):
     """One joiner is SIGKILLed on arrival, seated but never reporting back, and three are held
     (SIGSTOP) on arrival; a sixth node starts once they are in, and its arrival closes the
-    rendezvous. The held ones are let go one by one, each RESULTS_WAIT / 2 after the one
-    before has reported back, so the host, waiting for results until RESULTS_WAIT passes with
-    none new, posts who is still here well past GOODBYE_WAIT after the first result. Every
+    rendezvous. The held ones are let go one by one, each RESULTS_QUIET / 2 after the one
+    before has reported back, so the host, waiting for results until RESULTS_QUIET passes with
+    none new, posts who is still here well after the first result. Every
     healthy joiner waits for that list, instead of giving up on it and waiting out the dead
     node again in the mesh, where it would name it lost a second time (for the host it was
     lost at the rendezvous), as a busy machine once made one do. Two torch imports in a row
@@ -126,12 +126,12 @@ def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster,
         ranks = agent.roster(timeout)
         agent.wait_for(rf"^result {ranks[f'node{first}'][1]}$", timeout)
         for node in held:
-            time.sleep(RESULTS_WAIT / 2)
+            time.sleep(RESULTS_QUIET / 2)
             c.kill(runs[node].proc, signal.SIGCONT)
             agent.wait_for(rf"^result {ranks[f'node{node}'][1]}$", timeout)
         finish_each(runs.values(), timeout + 10)
     roles = {0: "host", victim: "victim: SIGKILL once arrived", first: "joiner",
-             **{n: f"joiner held on arrival, let go {RESULTS_WAIT / 2:g} s after the result before"
+             **{n: f"joiner held on arrival, let go {RESULTS_QUIET / 2:g} s after the result before"
                 for n in held}}
     record("joiner SIGKILL once arrived, while the host waits for the others' results", "rendezvous",
            timeout, [runs[0], runs[first], *(runs[n] for n in held)], roles)

@@ -256,7 +256,18 @@ def test_collect_with_a_quiet_window_waits_as_long_as_a_few_ids_keep_coming():
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(trickle)
-        assert collect(ex, int, "result", ids, Deadline(10 * quiet), quiet=quiet) == {i: i for i in ids}
+        assert collect(ex, int, "result", ids, Deadline(10 * quiet), quiet=(quiet, quiet)) == {i: i for i in ids}
+
+
+def test_collect_waits_its_least_from_the_first_look_however_early_the_last_value_came():
+    """(LEAST, SILENCE): every node has LEAST seconds from the roster, so one that is still
+    looking itself up is not named lost because the others were quick."""
+    _, ex = local_store()
+    ex.post("result", 0, 0)
+    least = scaled(1.0)
+    started = time.monotonic()
+    assert collect(ex, int, "result", [0, 1], Deadline(10 * least), quiet=(least, least / 10)) == {0: 0}
+    assert time.monotonic() - started >= least
 
 
 def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_later():

@@ -664,12 +664,13 @@ def _decode_or_error(cls, data: bytes):
 
 
 def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
-            quiet: float | None = None) -> dict:
+            quiet: tuple[float, float] | None = None) -> dict:
     """Every `name/ID` value (written with Exchange.post) for the given ids, read as they
-    are posted, until all, the deadline, or (with quiet) that many seconds with none new:
-    thousands of nodes take longer than a few to post, but not with long silences. A look
-    costs one request however many ids are pending, and the new values come in one more:
-    the host of thousands of nodes would otherwise ask after each of them on every look.
+    are posted, until all, the deadline, or (with quiet, (LEAST, SILENCE)) LEAST seconds
+    since the first look and SILENCE seconds with none new: thousands of nodes take longer
+    than a few to post, but not with long silences. A look costs one request however many
+    ids are pending, and the new values come in one more: the host of thousands of nodes
+    would otherwise ask after each of them on every look.
 
     An id whose value never comes or does not decode is absent; one that does not decode is
     also kept in ex.rejected, so its sender is named for it and not as lost. The seconds the
@@ -677,11 +678,13 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     """
     found: dict = {}
     pending = set(ids)
-    heard, stalled = time.monotonic(), ex.stalled_seconds()
+    begun = heard = time.monotonic()
+    stalled_at_start = stalled = ex.stalled_seconds()
     while pending:  # one look at least, also past the deadline: what is there counts
         ex.restore()
-        silent = time.monotonic() - heard - (ex.stalled_seconds() - stalled)
-        over = deadline.expired() or (quiet is not None and silent >= quiet)
+        now, stalls = time.monotonic(), ex.stalled_seconds()
+        over = deadline.expired() or (quiet is not None and now - begun - (stalls - stalled_at_start) >= quiet[0]
+                                      and now - heard - (stalls - stalled) >= quiet[1])
         new = _ready(ex, name, pending, over, each_counts=quiet is not None)
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
         for i in new:

@@ -28,8 +28,11 @@ LOCAL_HOST_GRACE = 5.0       # an endpoint that is the joiner's own address: a h
 IN_FLIGHT_GRACE = 3.0        # once the seats are full, the host waits this long at most for nodes
                              # that signed in to finish their handshake (clock pings, facts)
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
-RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for until this long passes with none
-                             # new (a node's FQDN lookups take 2 s at most, in parallel)
+RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for this long at least, then until
+RESULTS_QUIET = 3.0          # this long passes with none new: a node that read the roster as the last
+                             # result came has its lookups (LOOKUP_TIMEOUT, in parallel) and a second to
+                             # post; thousands of nodes post without such silences. (5 s of silence after
+                             # the last result kept 4,096 nodes 3 s longer for one lost: RESULTS.md)
 STORE_POLL_INTERVAL = 0.05
 STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 1,000 nodes each looks
                                   # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)

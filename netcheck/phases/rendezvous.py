@@ -8,7 +8,7 @@ from netcheck.cluster.store import (
     Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store,
 )
 from netcheck.core import codec, seats
-from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_WAIT
+from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.core.model import FAIL, Finding, Member, NodeResults
 from netcheck.facts.probe import resolve_addresses
@@ -37,7 +37,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         roster = rendezvous.post_roster(seat, arrivals, ranks)
         rendezvous.report_back(seat, None)  # the host's clock is the reference, not a sample
         results = collect(ex, NodeResults, RESULT, [e.arrival for e in roster.entries],
-                          run.phase_deadline(), quiet=RESULTS_WAIT)
+                          run.phase_deadline(), quiet=(RESULTS_WAIT, RESULTS_QUIET))
         gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
                                         waited, run.phase_deadline(RESULTS_WAIT))
