@@ -36,6 +36,7 @@ from pathlib import Path
 from _common import PORT, PY, REPO, Cluster, NodeSpec, clean_env, machine_facts
 
 sys.path.insert(0, str(REPO))
+from netcheck.config import BaselineError, load_report  # noqa: E402
 from netcheck.core.constants import MESH_FULL_UP_TO, MESH_SAMPLE_PEERS  # noqa: E402
 
 SIM_BASE = ipaddress.ip_address("198.18.16.0")
@@ -80,9 +81,14 @@ def reap(proc: subprocess.Popen) -> tuple[int, resource.struct_rusage]:
     return proc.returncode, usage
 
 
-def judge(report: dict, plan: dict, exclude: str, prom: str) -> list[str]:
-    """What the host's outputs got wrong about the planted faults (empty: all right)."""
+def judge(report: dict, plan: dict, exclude: str, prom: str, report_path: Path) -> list[str]:
+    """What the host's outputs got wrong about the planted faults (empty: all right), and
+    whether its report reads back as a --baseline (a bound below what it holds refuses it)."""
     f, problems = plan["faults"], []
+    try:
+        load_report("--baseline", str(report_path))
+    except BaselineError as e:
+        problems.append(str(e))
     named = {"missing": ("rdzv.join", "missing"), "mesh": ("mesh.connect", None), "env": ("env.mismatch", None),
              "duplicate": ("rdzv.join", "duplicate_rank"), "clock": ("host.clock", None),
              "lost": ("rdzv.join", "lost_in_rendezvous")}
@@ -134,7 +140,7 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
               for key in ("arrived", "roster", "results", "alive", "bye")}
     report = json.loads(report_path.read_text())
     first, last = stamps["arrived"][0], stamps["arrived"][-1]
-    problems = judge(report, plan, exclude.read_text().strip(), prom.read_text())
+    problems = judge(report, plan, exclude.read_text().strip(), prom.read_text(), report_path)
     return {
         "nodes": nodes,
         "mesh": mesh,

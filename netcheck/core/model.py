@@ -249,7 +249,9 @@ class Finding:
     # node ranks at fault (for pass: the ranks checked)
     nodes: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE]
     summary: Text
-    evidence: Annotated[tuple[Text, ...], PER_NODE] = ()
+    # a line per node, or per direction of the mesh (a node and each peer it tried: 40,922
+    # at 4,096 sampled nodes), so the report a large cluster writes reads back (--baseline)
+    evidence: Annotated[tuple[Text, ...], PER_NODE_AND_ITEM] = ()
     fix: Text = ""
     kind: str = ""                 # which exact case of the check (rules.registry); "" when the id says it
 
