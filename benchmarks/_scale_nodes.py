@@ -158,7 +158,9 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         attempts.append(mesh.Attempt(rank, t, c.ifname, c.address, "refused" if bad else "ok", None if bad else 0.1,
                                      None if bad else plan["ifname"], "Connection refused" if bad else "connected"))
     ex.post(keys.MESH_RESULT, rank, mesh.MeshResults(rank, tuple(attempts)))
+    stamps["meshed"].append(time.time())
     yield ex.key(keys.MESH_DONE)
+    stamps["done"].append(time.time())
     mine = env if rank != faults["env"] else dataclasses.replace(env, values={**env.values, "torch.version": "2.4.1"})
     ex.post(keys.ENV, rank, mine)
     seat.goodbye()
@@ -180,7 +182,7 @@ def main() -> None:
         nodes.append((plan["faults"]["duplicate"], plan["duplicate_hostname"], plan["duplicate_address"]))
     stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))
               for _ in nodes]
-    stamps: dict[str, list[float]] = {"arrived": [], "roster": [], "results": [], "alive": [], "bye": []}
+    stamps: dict[str, list[float]] = {k: [] for k in ("arrived", "roster", "results", "alive", "meshed", "done", "bye")}
     errors: list[str] = []
     decoded: dict = {}
     waiting = {}

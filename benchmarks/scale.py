@@ -137,7 +137,7 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
                 raise SystemExit(f"simulator {k} failed:\n{(folder / f'sim{k}.log').read_text()[-3000:]}")
     outputs = [json.loads((folder / f"sim{k}.json").read_text()) for k in range(procs)]
     stamps = {key: sorted(t for o in outputs for t in o["stamps"][key])
-              for key in ("arrived", "roster", "results", "alive", "bye")}
+              for key in ("arrived", "roster", "results", "alive", "meshed", "done", "bye")}
     report = json.loads(report_path.read_text())
     first, last = stamps["arrived"][0], stamps["arrived"][-1]
     problems = judge(report, plan, exclude.read_text().strip(), prom.read_text(), report_path)
@@ -149,6 +149,9 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
         # After the last arrival: the last node's results posted, the host's alive list seen.
         "results_after_last_s": round(stamps["results"][-1] - last, 2),
         "alive_after_last_s": round(stamps["alive"][0] - last, 2),
+        # The last node's mesh results posted; the host's go-ahead seen (its mesh done).
+        "meshed_after_last_s": round(stamps["meshed"][-1] - last, 2),
+        "mesh_done_after_last_s": round(stamps["done"][0] - last, 2),
         "report_s": round(report_path.stat().st_mtime - last, 2),
         "total_s": round(ended - first, 2),
         "arrivals_s": round(last - first, 2),
