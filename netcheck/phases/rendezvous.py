@@ -42,6 +42,8 @@ def host(run: Run) -> rendezvous.Seat | None:
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
                                         waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members
+        # Out before the rules below (half a second at 4,096 nodes): every joiner waits for it.
+        run.alive = post_alive(run, seat)
         run.findings += rdzv_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)
         run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled

@@ -65,8 +65,6 @@ def _run_phases(run: Run) -> None:
 
 
 def _after_rendezvous(run: Run, seat: Seat) -> None:
-    if run.role == HOST:
-        run.alive = rendezvous.post_alive(run, seat)
     if seat.rank not in run.alive:
         run.findings.append(rdzv_rules.left_behind_finding(run.my_ranks()))
         return
