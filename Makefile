@@ -49,7 +49,7 @@ $(STAMP): requirements-dev.txt setup.cfg
 # does not end the run alone. The 25 slowest tests are named at the end.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -q -n 3 --dist worksteal --durations=25
 
 # Unit tests only: a few minutes on 2 cores, no root needed.
 test-fast: install
