@@ -11,6 +11,10 @@ made here, as a real node would make them: a node that never comes, one whose me
 refuses, one with another torch, one with a skewed clock, a second node claiming a seated node's
 rank, and one that stops right after its seat.
 
+With nproc > 1 each simulated node is torchrun's: nproc worker processes, each a member seated
+by its global RANK, sharing the node's hostname and address (member m is on node m // nproc).
+The host's own node's other workers are simulated in the host's namespace, where its address is.
+
     python benchmarks/_scale_nodes.py PLAN.json FIRST LAST OUT.json
 """
 
@@ -77,10 +81,32 @@ class Requests:
         return call
 
 
+def launch_of(plan: dict, rank: int) -> Launch:
+    """The host's --nnodes N-1:N; or what torchrun exports to worker RANK."""
+    nproc = plan["nproc"]
+    if nproc == 1:
+        return Launch("flags", rank, plan["nodes"] - 1, plan["nodes"], 1)
+    world = plan["nodes"] * nproc
+    variables = {"RANK": str(rank), "LOCAL_RANK": str(rank % nproc), "WORLD_SIZE": str(world),
+                 "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(rank // nproc), "MASTER_ADDR": "node0",
+                 "MASTER_PORT": str(plan["port"]), "TORCHELASTIC_RUN_ID": plan["run_id"]}
+    return Launch("torchrun", rank, world, world, nproc, variables=variables)
+
+
+def hostname_of(plan: dict, rank: int) -> str:
+    node = rank // plan["nproc"]
+    return "node0" if node == 0 else f"sim{node:04d}"
+
+
+def member_address(plan: dict, rank: int) -> str:
+    node = rank // plan["nproc"]
+    return plan["host"] if node == 0 else plan["addresses"][str(node)]
+
+
 def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
     nics = tuple(dataclasses.replace(n, addresses=(Address("ipv4", address, plan["prefixlen"]),))
                  if n.name == plan["ifname"] else n for n in base.nics.nics)
-    launch = Launch("flags", rank, plan["nodes"] - 1, plan["nodes"], 1)  # the host's --nnodes N-1:N
+    launch = launch_of(plan, rank)
     # Each simulated node is a process of its own: one token shared would make copies of them.
     return dataclasses.replace(base, hostname=hostname, fqdn=f"{hostname}.cluster", hostname_addresses=(address,),
                                launch=launch, nics=dataclasses.replace(base.nics, nics=nics),
@@ -145,7 +171,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
         seat.goodbye()
         return
     token = f"t{rank}"
-    address = plan["addresses"][str(rank)]
+    address = member_address(plan, rank)
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
     ex.post(keys.MESH_OFFER, rank, mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
     targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
@@ -172,12 +198,12 @@ def main() -> None:
     plan = json.loads(Path(plan_path).read_text())
     allow_a_connection_per_node()  # a store connection and a mesh listener per node, as netcheck's host lifts it
     dist = import_distributed()
-    base = gather_facts(plan["run_id"], Launch("flags", 1, plan["nodes"] - 1, plan["nodes"], 1))
+    base = gather_facts(plan["run_id"], launch_of(plan, first))
     env = gather_env((), os.environ)
     greeters = Greeters()
     greeters.thread.start()
-    nodes = [(r, f"sim{r:04d}", plan["addresses"][str(r)]) for r in range(first, last)
-             if r != plan["faults"]["missing"]]
+    nodes = [(r, hostname_of(plan, r), member_address(plan, r)) for r in range(first, last)
+             if r != plan["faults"].get("missing")]
     if first <= plan["faults"]["duplicate"] < last:
         nodes.append((plan["faults"]["duplicate"], plan["duplicate_hostname"], plan["duplicate_address"]))
     stores = [dist.TCPStore(plan["host"], plan["port"], None, False, datetime.timedelta(seconds=plan["timeout"]))

@@ -13,11 +13,17 @@ node waits for it in the mesh, which that list past 1,024 nodes once failed). `o
 host's report names exactly those nodes, each under its check, and the exclude file and the
 .prom file name them too.
 
+With --nproc P (torchrun at scale) every node is torchrun's with P workers, each a member
+seated by its RANK (N x P ranks on the host's store), the host rank 0 started with the
+variables torchrun exports; the faults are planted on single ranks. No rank is missing there:
+torchrun starts no worker before every node's agent has joined, and the host of an exact
+WORLD_SIZE would wait out its join share for one (the flag runs cover rdzv.join missing).
+
 The bandwidth phase is skipped: its collectives need a torch worker on every node, which
 no simulator can stand in for (RESULTS.md, "Scale", says what that leaves out).
 
 Reproduce (root; the suite runs --nodes 128):
-    cd /work/main && .venv/bin/python benchmarks/scale.py --nodes 1024 [--json out.json]
+    cd /work/main && .venv/bin/python benchmarks/scale.py --nodes 1024 [--nproc 8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -47,16 +53,24 @@ FAULTS = ("missing", "mesh", "env", "duplicate", "clock", "lost")   # one node e
 JOIN_WINDOW = 2       # the host closes the rendezvous this long after the last arrival (one is missing)
 
 
-def plan_for(nodes: int, mesh: str) -> dict:
-    """What every simulator process needs: addresses, the planted faults' ranks."""
-    spread = [max(1, nodes * k // (len(FAULTS) + 1)) for k in range(1, len(FAULTS) + 1)]
-    faults = dict(zip(FAULTS, spread))
-    if len(set(spread)) != len(FAULTS):
-        raise SystemExit(f"--nodes {nodes}: too few nodes for {len(FAULTS)} distinct planted faults (at least 14)")
-    return {"nodes": nodes, "run_id": RUN_ID, "host": "198.18.0.10", "port": PORT, "ifname": "eth0",
+def plan_for(nodes: int, mesh: str, nproc: int) -> dict:
+    """What every simulator process needs: addresses (one per node), the planted faults' ranks
+    (one rank each, never on the host's node)."""
+    planted = FAULTS if nproc == 1 else tuple(f for f in FAULTS if f != "missing")
+    ranks = nodes * nproc
+    spread = [max(nproc, ranks * k // (len(planted) + 1)) for k in range(1, len(planted) + 1)]
+    faults = dict(zip(planted, spread))
+    if len(set(spread)) != len(planted):
+        raise SystemExit(f"--nodes {nodes}: too few nodes for {len(planted)} distinct planted faults (at least 14)")
+    return {"nodes": nodes, "nproc": nproc, "run_id": RUN_ID, "host": "198.18.0.10", "port": PORT, "ifname": "eth0",
             "prefixlen": 16, "mesh": mesh, "timeout": 600, "faults": faults,
-            "addresses": {str(r): str(SIM_BASE + r) for r in range(1, nodes)},
-            "duplicate_hostname": f"sim{faults['duplicate']:04d}b", "duplicate_address": str(SIM_BASE + nodes)}
+            "addresses": {str(n): str(SIM_BASE + n) for n in range(1, nodes)},
+            "duplicate_hostname": f"sim{faults['duplicate'] // nproc:04d}b", "duplicate_address": str(SIM_BASE + nodes)}
+
+
+def hostname_of(plan: dict, rank: int) -> str:
+    node = rank // plan["nproc"]
+    return "node0" if node == 0 else f"sim{node:04d}"
 
 
 def add_addresses(c: Cluster, plan: dict) -> None:
@@ -93,6 +107,8 @@ def judge(report: dict, plan: dict, exclude: str, prom: str, report_path: Path) 
              "duplicate": ("rdzv.join", "duplicate_rank"), "clock": ("host.clock", None),
              "lost": ("rdzv.join", "lost_in_rendezvous")}
     for fault, (check, kind) in named.items():
+        if fault not in f:
+            continue
         hits = [x for x in report["findings"] if x["check"] == check and x["severity"] != "pass"
                 and (kind is None or x.get("kind") == kind) and f[fault] in x["nodes"]]
         if not hits:
@@ -101,7 +117,7 @@ def judge(report: dict, plan: dict, exclude: str, prom: str, report_path: Path) 
     # hostname is unknown, so only its rank can be named; of a rank's two claimants, the
     # one seated (whichever came first) is.
     seated = next((n["hostname"] for n in report["nodes"] if n["rank"] == f["duplicate"]), "?")
-    expected = {f"sim{f['mesh']:04d}", f"sim{f['env']:04d}", f"sim{f['lost']:04d}", seated}
+    expected = {hostname_of(plan, f["mesh"]), hostname_of(plan, f["env"]), hostname_of(plan, f["lost"]), seated}
     if set(report["faulty_nodes"]) != expected:
         problems.append(f"faulty_nodes {sorted(report['faulty_nodes'])}, expected {sorted(expected)}")
     for name in expected:
@@ -112,30 +128,49 @@ def judge(report: dict, plan: dict, exclude: str, prom: str, report_path: Path) 
     return problems
 
 
-def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Path | None = None) -> dict:
-    plan = plan_for(nodes, mesh)
+def host_launch(plan: dict) -> tuple[list[str], dict[str, str]]:
+    """The host's launch flags and environment: --nnodes N-1:N, or torchrun's rank 0."""
+    nodes, nproc = plan["nodes"], plan["nproc"]
+    if nproc == 1:
+        return ["--nnodes", f"{nodes - 1}:{nodes}", "--node-rank", "0", "--join-window", str(JOIN_WINDOW)], {}
+    return [], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(nodes * nproc), "LOCAL_WORLD_SIZE": str(nproc),
+                "GROUP_RANK": "0", "MASTER_ADDR": "node0", "MASTER_PORT": str(PORT), "TORCHELASTIC_RUN_ID": RUN_ID}
+
+
+def simulators(plan: dict, procs: int) -> list[tuple[int, int, int]]:
+    """(namespace, first rank, last rank + 1) per simulator process: the host's node's other
+    workers beside it, every other node's in node1."""
+    nproc, ranks = plan["nproc"], plan["nodes"] * plan["nproc"]
+    bounds = [nproc + (ranks - nproc) * k // procs for k in range(procs + 1)]
+    return ([(0, 1, nproc)] if nproc > 1 else []) + [(1, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Path | None = None,
+        nproc: int = 1) -> dict:
+    plan = plan_for(nodes, mesh, nproc)
     (folder / "plan.json").write_text(json.dumps(plan))
     report_path, exclude, prom, log = (folder / n for n in ("host.json", "exclude.txt", "host.prom", "host.log"))
     with Cluster([NodeSpec(), NodeSpec()], subnet="198.18.0.0/16") as c:
         add_addresses(c, plan)
         # Profiled: the host's main thread under cProfile, the netcheck it runs the same.
         host_cmd = [str(REPO / "benchmarks" / "_profiled.py"), str(profile)] if profile else HOSTS[store]
-        argv = [PY, *host_cmd, "--rdzv", f"node0:{PORT}", "--nnodes", f"{nodes - 1}:{nodes}", "--node-rank", "0",
-                "--join-window", str(JOIN_WINDOW), "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
-                "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude), "--prom", str(prom)]
+        flags, variables = host_launch(plan)
+        argv = [PY, *host_cmd, "--rdzv", f"node0:{PORT}", *flags, "--rdzv-id", RUN_ID, "--timeout", "300",
+                "--mesh", mesh, "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude),
+                "--prom", str(prom)]
         with log.open("w") as out:
-            host = c.popen(0, argv, env=clean_env(), stdout=out, stderr=subprocess.STDOUT, preexec_fn=typical_fd_limit)
-        bounds = [1 + (nodes - 1) * k // procs for k in range(procs + 1)]
-        sims = [c.popen(1, [PY, str(REPO / "benchmarks" / "_scale_nodes.py"), str(folder / "plan.json"),
-                            str(lo), str(hi), str(folder / f"sim{k}.json")], env=clean_env(), stdout=subprocess.DEVNULL,
-                        stderr=(folder / f"sim{k}.log").open("w"))
-                for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
+            host = c.popen(0, argv, env={**clean_env(), **variables}, stdout=out, stderr=subprocess.STDOUT,
+                           preexec_fn=typical_fd_limit)
+        sims = [c.popen(ns, [PY, str(REPO / "benchmarks" / "_scale_nodes.py"), str(folder / "plan.json"),
+                             str(lo), str(hi), str(folder / f"sim{k}.json")], env=clean_env(),
+                        stdout=subprocess.DEVNULL, stderr=(folder / f"sim{k}.log").open("w"))
+                for k, (ns, lo, hi) in enumerate(simulators(plan, procs))]
         rc, usage = reap(host)
         ended = time.time()
         for k, sim in enumerate(sims):
             if sim.wait(timeout=60) != 0:
                 raise SystemExit(f"simulator {k} failed:\n{(folder / f'sim{k}.log').read_text()[-3000:]}")
-    outputs = [json.loads((folder / f"sim{k}.json").read_text()) for k in range(procs)]
+    outputs = [json.loads((folder / f"sim{k}.json").read_text()) for k in range(len(sims))]
     stamps = {key: sorted(t for o in outputs for t in o["stamps"][key])
               for key in ("arrived", "roster", "results", "alive", "meshed", "done", "bye")}
     report = json.loads(report_path.read_text())
@@ -143,6 +178,7 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
     problems = judge(report, plan, exclude.read_text().strip(), prom.read_text(), report_path)
     return {
         "nodes": nodes,
+        "nproc": nproc,
         "mesh": mesh,
         "store": store,
         "roster_s": round(stamps["roster"][0] - first, 2),
@@ -174,19 +210,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1024, help="cluster size, the host included")
     parser.add_argument("--mesh", default=None, help="--mesh for every node (default: netcheck's own)")
-    parser.add_argument("--procs", type=int, default=4, help="simulator processes")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="processes per node: above 1, each node is torchrun's with this many workers")
+    parser.add_argument("--procs", type=int, default=4, help="simulator processes (besides the host node's workers)")
     parser.add_argument("--store", choices=sorted(HOSTS), default="legacy",
                         help="the host's TCPStore backend: netcheck's own (legacy, on its pre-bound socket) or libuv")
     parser.add_argument("--json", type=Path, help="write the measurements there as one JSON object")
     parser.add_argument("--profile", type=Path, help="profile the host (cProfile, legacy store) into this file")
     parser.add_argument("--keep", type=Path, help="keep the host's reports and the simulators' logs in this folder")
     args = parser.parse_args()
-    mesh = args.mesh or ("full" if args.nodes <= MESH_FULL_UP_TO else f"sample:{MESH_SAMPLE_PEERS}")
+    ranks = args.nodes * args.nproc
+    mesh = args.mesh or ("full" if ranks <= MESH_FULL_UP_TO else f"sample:{MESH_SAMPLE_PEERS}")
     print(machine_facts(), file=sys.stderr)
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        result = run(args.nodes, mesh, args.procs, args.store, folder, args.profile and args.profile.resolve())
+        result = run(args.nodes, mesh, args.procs, args.store, folder, args.profile and args.profile.resolve(),
+                     args.nproc)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -401,7 +401,11 @@ def test_a_seated_joiner_waits_out_a_stall_and_does_not_take_the_host_for_lost(c
     used to name the host lost, a FAIL on a sound host, and the host named the joiner lost.
     The host's port still takes connections, so the joiner waits the stall out on a new
     connection and says so. The host names the stall, and does not count it as the joiner's
-    silence (it went on without the joiner when the stall outlasted its wait for results)."""
+    silence (it went on without the joiner when the stall outlasted its wait for results).
+    Once in a fresh-clone suite (three workers and a busy loop beside them) the joiner sat the
+    stall out in its rendezvous without a request unanswered for 5 s, so it had nothing of its
+    own to name and passed, rightly: what it must never do is take the host for lost, and
+    where it waited one out, it says so."""
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(4)) as c:
         _slow_reverse_zone(c, timeout, late=12.0)
@@ -412,13 +416,14 @@ def test_a_seated_joiner_waits_out_a_stall_and_does_not_take_the_host_for_lost(c
            runs.values(), {0: "host", 1: "joiner, seated before the stall"}, focus="rdzv")
 
     host = assert_survivor(runs[0], timeout, codes=(1,))
-    joiner = assert_survivor(runs[1], timeout, codes=(1,))
+    joiner = assert_survivor(runs[1], timeout, codes=(0, 1))
     findings = host["findings"] + joiner["findings"]
     raised = [f for f in findings if f["severity"] != "pass"]
     assert all(f["kind"] == "store_stalled" and f["nodes"] == [] for f in raised), raised   # nobody lost or blamed
     assert [f for f in host["findings"] if f["severity"] == "warn" and c.nodes[2].addr in f["summary"]], raised
-    (held,) = [f for f in joiner["findings"] if f["kind"] == "store_stalled" and f["severity"] == "warn"]
-    assert held["nodes"] == [] and "waited out on a new connection" in held["summary"], held
+    held = [f for f in joiner["findings"] if f["kind"] == "store_stalled"]
+    assert len(held) == (runs[1].rc == 1), held
+    assert all(f["severity"] == "warn" and "waited out on a new connection" in f["summary"] for f in held), held
 
 
 def test_a_joiner_the_stall_outlasts_is_named_under_the_stall_not_as_missing(cluster, tmp_path):
