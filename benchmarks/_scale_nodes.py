@@ -39,7 +39,7 @@ from netcheck.core import codec, storekeys as keys  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, SEAT_BLOCK  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
-from netcheck.core.model import ClockSample, Launch, NodeResults, Resolution  # noqa: E402
+from netcheck.core.model import JOB_VARS, ClockSample, Launch, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
 from netcheck.core.seats import RankRuns, Seated, SeatBlock, rank_in, ranks_of  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
@@ -104,13 +104,16 @@ def member_address(plan: dict, rank: int) -> str:
 
 
 def node_facts(base, plan: dict, rank: int, hostname: str, address: str):
+    """base (gathered here) as seen on that node; the host's node's workers are simulated in
+    the host's namespace, whose interfaces are theirs as they are."""
     nics = tuple(dataclasses.replace(n, addresses=(Address("ipv4", address, plan["prefixlen"]),))
-                 if n.name == plan["ifname"] else n for n in base.nics.nics)
+                 if n.name == plan["ifname"] and address != plan["host"] else n for n in base.nics.nics)
     launch = launch_of(plan, rank)
-    # Each simulated node is a process of its own: one token shared would make copies of them.
+    # Each simulated node (each torchrun worker) is a process of its own: one token shared would
+    # make copies of them.
     return dataclasses.replace(base, hostname=hostname, fqdn=f"{hostname}.cluster", hostname_addresses=(address,),
                                launch=launch, nics=dataclasses.replace(base.nics, nics=nics),
-                               instance=f"{base.instance}-{hostname}")
+                               instance=f"{base.instance}-{hostname}-{rank}")
 
 
 def address_of(plan: dict, hostname: str) -> str:
@@ -199,7 +202,9 @@ def main() -> None:
     allow_a_connection_per_node()  # a store connection and a mesh listener per node, as netcheck's host lifts it
     dist = import_distributed()
     base = gather_facts(plan["run_id"], launch_of(plan, first))
-    env = gather_env((), os.environ)
+    # torchrun's variables that are the same on every worker, as the host's environment has them
+    job = {k: v for k, v in launch_of(plan, first).variables.items() if k in JOB_VARS}
+    env = gather_env((), {**os.environ, **job})
     greeters = Greeters()
     greeters.thread.start()
     nodes = [(r, hostname_of(plan, r), member_address(plan, r)) for r in range(first, last)
@@ -215,7 +220,7 @@ def main() -> None:
     for (rank, hostname, address), store in zip(nodes, stores):
         ex = Exchange(Requests(store), plan["run_id"])
         gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, decoded)
-        waiting[hostname] = (ex, gen, next(gen))
+        waiting[rank, hostname] = (ex, gen, next(gen))  # torchrun's workers share a hostname
     probe = Exchange(None, plan["run_id"])
     probe.pace(plan["nodes"])
     pause = probe.pause  # a real node's pause between looks, in a cluster this large
