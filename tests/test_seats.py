@@ -25,6 +25,21 @@ def test_ten_thousand_regular_names_are_a_few_runs_and_come_back_exact():
     assert expand(seated.fqdns, is_host) == fqdns
 
 
+def test_torchrun_workers_sharing_their_nodes_names_are_a_few_runs_and_come_back_exact():
+    """1,024 nodes x 8 workers: each name held by 8 ranks in a row. As runs of one name each
+    they were 1.3 MB, over what a joiner reads, and no joiner of such a job took its seat."""
+    names = {r: "node0" if r < 8 else f"sim{r // 8:04d}" for r in range(8 * 1024) if r != 4097}
+    fqdns = {r: f"{h}.cluster" for r, h in names.items()}
+    seated = Seated(compact(names), compact(fqdns), ())
+    # node0; sim0001-sim0511 and sim0512's first worker; its six after the missing one; sim0513 on
+    assert len(seated.hostnames) == 5
+    assert len(codec.dumps(seated)) < 2048
+    assert expand(seated.hostnames, is_safe_hostname) == names
+    assert expand(seated.fqdns, is_host) == fqdns
+    alone = {0: "gpu", 1: "gpu", 2: "gpu", 3: "cpu"}
+    assert compact(alone)[0] == NameRun(0, 3, "gpu", 0, 0, "", 3) and expand(compact(alone), is_host) == alone
+
+
 def test_irregular_names_are_runs_of_one_and_come_back_exact():
     names = {1: "gpu-a1-003.dc2", 2: "gpu-a1-004.dc2", 3: "x", 4: "10.0.0.4", 6: "node9", 7: "node10",
              8: "node010", 9: "fe80::1%eth0"}
@@ -36,7 +51,8 @@ def test_irregular_names_are_runs_of_one_and_come_back_exact():
 @pytest.mark.parametrize("runs", [
     (NameRun(0, MAX_NODES, "a", 0, 1, ""), NameRun(0, 1, "b", 0, 0, "")),   # more names than a cluster
     (NameRun(MAX_NODES - 1, 2, "a", 0, 1, ""),),                            # ranks past the last
-    (NameRun(0, 2, "a", 0, 0, ""),),                                        # one name twice
+    (NameRun(0, 2, "a", 0, 0, ""),),                                        # one name, not held by both
+    (NameRun(0, 3, "a", 0, 0, "", 2),),
     (NameRun(0, 1, "bad..", 1, 1, ""),),                                    # not a hostname
 ])
 def test_runs_no_cluster_has_are_refused(runs):

@@ -4,7 +4,9 @@ whole Roster (about 110 bytes a node) read by every joiner was 11 GB served by t
 one-thread store at 10,000 nodes.
 
 Names run as Slurm's hostlists do (sim[0001-9999]): consecutive ranks whose names differ
-only in a number counting up by one are one NameRun; a name that fits no run is a run of one.
+only in a number counting up by one are one NameRun; under torchrun each name is held by a
+node's workers, consecutive ranks too (sim0001 for ranks 8-15, sim0002 for 16-23: one run
+with repeat 8); a name that fits no run is a run of one.
 
     compact({1: "sim0001", 2: "sim0002", 3: "gpu-a"})
         (NameRun(1, 2, "sim", 1, 4, ""), NameRun(3, 1, "gpu-a", 0, 0, ""))
@@ -32,8 +34,9 @@ _NUMBERED = re.compile(r"([^.]*?)(\d{1,18})([^.\d]*(?:\..*)?)")
 
 @dataclass(frozen=True)
 class NameRun:
-    """Ranks rank .. rank+count-1, named prefix + (number + i, zero-padded to width) + suffix;
-    width 0: one name, prefix + suffix, no number."""
+    """Ranks rank .. rank+count-1, rank+i named prefix + (number + i // repeat, zero-padded to
+    width) + suffix: each name held by `repeat` ranks in a row (a torchrun node's workers);
+    width 0: one name, prefix + suffix, no number, held by every rank of the run."""
 
     rank: NodeRank
     count: NodeCount
@@ -41,6 +44,7 @@ class NameRun:
     number: Annotated[int, Range(0, 10**18, "a name's number")]
     width: Annotated[int, Range(0, HOSTNAME_MAX_BYTES, "a number's width")]
     suffix: NamePart
+    repeat: Annotated[int, Range(1, MAX_NODES, "ranks a name is held by")] = 1
 
 
 @dataclass(frozen=True)
@@ -62,13 +66,27 @@ class SeatBlock:
 
 def compact(names: dict[int, str]) -> tuple[NameRun, ...]:
     runs: list[NameRun] = []
-    for rank in sorted(names):
+    for rank, count, name in _same_name_groups(names):
         last = runs[-1] if runs else None
-        if last and last.width and rank == last.rank + last.count and _name(last, last.count) == names[rank]:
-            runs[-1] = replace(last, count=last.count + 1)
+        if last and last.width and rank == last.rank + last.count and count == last.repeat \
+                and _name(last, last.count) == name:
+            runs[-1] = replace(last, count=last.count + count)
         else:
-            runs.append(_run_of(rank, names[rank]))
+            runs.append(replace(_run_of(rank, name), count=count, repeat=count))
     return tuple(runs)
+
+
+def _same_name_groups(names: dict[int, str]) -> list[tuple[int, int, str]]:
+    """(first rank, count, name) of each stretch of consecutive ranks with one name: a node's
+    workers. Numbered runs are made of stretches of one size (a stretch cut short by a rank
+    that never came is a run of its own)."""
+    groups: list[tuple[int, int, str]] = []
+    for rank in sorted(names):
+        if groups and groups[-1][2] == names[rank] and rank == groups[-1][0] + groups[-1][1]:
+            groups[-1] = (groups[-1][0], groups[-1][1] + 1, names[rank])
+        else:
+            groups.append((rank, 1, names[rank]))
+    return groups
 
 
 def _run_of(rank: int, name: str) -> NameRun:
@@ -79,7 +97,7 @@ def _run_of(rank: int, name: str) -> NameRun:
 
 
 def _name(run: NameRun, i: int) -> str:
-    return run.prefix + (str(run.number + i).zfill(run.width) if run.width else "") + run.suffix
+    return run.prefix + (str(run.number + i // run.repeat).zfill(run.width) if run.width else "") + run.suffix
 
 
 def expand(runs: tuple[NameRun, ...], valid: Callable[[str], bool]) -> dict[int, str]:
@@ -87,8 +105,10 @@ def expand(runs: tuple[NameRun, ...], valid: Callable[[str], bool]) -> dict[int,
     count millions), is refused as a value that does not decode is."""
     names: dict[int, str] = {}
     for run in runs:
-        if run.rank + run.count > MAX_NODES or len(names) + run.count > MAX_NODES or (run.count > 1 and not run.width):
-            raise DecodeError(f"a run of {run.count} names from rank {run.rank}: past {MAX_NODES} nodes, or unnumbered")
+        if run.rank + run.count > MAX_NODES or len(names) + run.count > MAX_NODES or \
+                (not run.width and run.repeat != run.count):
+            raise DecodeError(f"a run of {run.count} names from rank {run.rank}: past {MAX_NODES} nodes, or "
+                              "unnumbered and not one name")
         for i in range(run.count):
             name = _name(run, i)
             if not valid(name):
