@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from netcheck.core.constants import MAX_STRANGERS
+from netcheck.core.constants import MAX_STRANGERS, NAMES_SHOWN
 from netcheck.rules import rdzv as rdzv_rules, run as run_rules
 from netcheck.rules.rdzv import REACH_FIXES
 from netcheck.rules.registry import JOIN_FOREIGN, JOIN_MALFORMED
@@ -621,6 +621,15 @@ def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
     assert lost.summary == "node1 stopped answering during the mesh phase" and lost.nodes == (2, 3)
     (goodbye,) = run_rules.unheard_goodbyes({2: "node1", 3: "node1"})
     assert goodbye.summary.startswith("--timeout was spent before node1 said goodbye")
+
+
+def test_a_summary_names_a_few_nodes_and_counts_the_rest_its_nodes_list_has_all():
+    """1,024 torchrun nodes lost at once made one summary line of 11,000 characters."""
+    names = {r: f"sim{r // 8:04d}" for r in range(8 * 1024)}
+    (lost,) = rdzv_rules.lost_findings("rendezvous", names, list(names))
+    shown = ", ".join(f"sim{n:04d}" for n in range(NAMES_SHOWN))
+    assert lost.summary == f"{shown} and {1024 - NAMES_SHOWN} more nodes stopped answering during the rendezvous phase"
+    assert lost.nodes == tuple(names)
 
 
 def test_under_torchrun_a_failed_lookup_is_a_line_per_host():

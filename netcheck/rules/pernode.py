@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from netcheck.core.constants import NAMES_SHOWN
+
 
 def per_node(lines: Iterable[tuple[int, str]], names: Mapping[int, str]) -> tuple[str, ...]:
     """`host: text` once per node and text, in the order first seen; `host (ranks 2, 3): text`
@@ -38,8 +40,11 @@ def per_pair(lines: Iterable[tuple[int, int, str]], names: Mapping[int, str]) ->
 
 
 def node_names(ranks: Iterable[int], names: Mapping[int, str]) -> str:
-    """The nodes of these ranks, each once: `node1`, not `node1, node1`."""
-    return ", ".join(dict.fromkeys(name_of(names, r) for r in ranks))
+    """The nodes of these ranks, each once: `node1`, not `node1, node1`; past NAMES_SHOWN, the
+    rest counted (a summary is one line: 1,024 nodes lost once made it 11,000 characters)."""
+    nodes = list(dict.fromkeys(name_of(names, r) for r in ranks))
+    shown = ", ".join(nodes[:NAMES_SHOWN])
+    return shown if len(nodes) <= NAMES_SHOWN else f"{shown} and {len(nodes) - NAMES_SHOWN} more nodes"
 
 
 def node_count(ranks: Iterable[int], names: Mapping[int, str], workers: bool = False) -> str:
