@@ -564,13 +564,17 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
                               "clock sample)")
         return
     # Once flooded, the list is cleared under the host's feet: each look answers all of it.
+    pongs = []
     for entry in asked[0 if ex.clearing(key) else state.pings_answered:]:
         if scan.expired():
-            return
+            break
         ticket, _, k = entry.partition("/")
         if TICKET.fullmatch(ticket) and (k := codec.small_int(k)) is not None and k < CLOCK_PINGS:
-            ex.put(ex.key(PONG, ticket, k, shared=True), Pong(time.time(), ex.nonce), nonce="")
+            pongs.append(ex.key(PONG, ticket, k, shared=True))
         state.pings_answered += 1
+    # One request for them all, stamped as it goes: each ping was read before the stamp.
+    now = Pong(time.time(), ex.nonce)
+    ex.put_many({pong: now for pong in pongs}, nonce="")
 
 
 def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:

@@ -398,6 +398,21 @@ class Exchange:
         if guard:
             self._guarded[key] = (text, mac)
 
+    def put_many(self, values: dict[str, object], nonce: str | None = None) -> None:
+        """put for many keys in one request, each with its MAC before it under --token (the
+        store's one thread applies a request whole): the host's clock answers, a request each,
+        were 30,000 requests before the roster at 10,000 nodes."""
+        keys, texts = [], []
+        for key, value in values.items():
+            text = codec.dumps(value)
+            if self.token:
+                keys.append(key + MAC_SUFFIX)
+                texts.append(self._mac(key, text.encode(), nonce))
+            keys.append(key)
+            texts.append(text)
+        if keys:
+            self._call("multi_set", keys, texts)
+
     def interference(self) -> tuple[str, ...]:
         """What other clients did to the keys this node uses, as "KEY what was seen"."""
         return tuple(f"{key} {seen}" for key, seen in self.interfered.items())
