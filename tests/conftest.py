@@ -60,6 +60,14 @@ def pytest_runtest_setup(item):
         require_namespaces()
 
 
+def pytest_collection_modifyitems(items):
+    """The modules with cluster tests first (10-40 s a test), the unit tests' after them, each
+    module's tests together (its fixtures are built once): the workers end together on short
+    tests, not one of them on a long test begun last."""
+    clusters = {item.path for item in items if item.get_closest_marker(ROOT_MARKER)}
+    items.sort(key=lambda item: item.path not in clusters)
+
+
 # --------------------------------------------------------------------------------------
 # cluster: a factory of simulated clusters, every one torn down at the end of the test
 # whatever happened in it. Use `with cluster([NodeSpec(), NodeSpec(ifname="ens5")]) as c:`
