@@ -392,8 +392,7 @@ class Exchange:
             guard: bool = False) -> None:
         """Write a value (with its MAC under --token, bound to `nonce`, the run's by default);
         a guarded one is written again wherever another client writes over it (restore)."""
-        text = codec.dumps(value)
-        mac = self._mac(key, text.encode(), nonce) if self.token and signed else ""
+        text, mac = self._signed(key, value, nonce) if signed else (codec.dumps(value), "")
         self._write(key, text, mac)
         if guard:
             self._guarded[key] = (text, mac)
@@ -404,14 +403,19 @@ class Exchange:
         were 30,000 requests before the roster at 10,000 nodes."""
         keys, texts = [], []
         for key, value in values.items():
-            text = codec.dumps(value)
-            if self.token:
+            text, mac = self._signed(key, value, nonce)
+            if mac:
                 keys.append(key + MAC_SUFFIX)
-                texts.append(self._mac(key, text.encode(), nonce))
+                texts.append(mac)
             keys.append(key)
             texts.append(text)
         if keys:
             self._call("multi_set", keys, texts)
+
+    def _signed(self, key: str, value: object, nonce: str | None) -> tuple[str, str]:
+        """value as JSON, and its MAC under --token ("" without)."""
+        text = codec.dumps(value)
+        return text, self._mac(key, text.encode(), nonce) if self.token else ""
 
     def interference(self) -> tuple[str, ...]:
         """What other clients did to the keys this node uses, as "KEY what was seen"."""
@@ -693,20 +697,21 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     """
     found: dict = {}
     pending = set(ids)
-    begun = heard = time.monotonic()
-    stalled_at_start = stalled = ex.stalled_seconds()
+    begun = heard = (time.monotonic(), ex.stalled_seconds())
+
+    def since(mark: tuple[float, float]) -> float:  # the seconds since mark that nodes could post in
+        return time.monotonic() - mark[0] - (ex.stalled_seconds() - mark[1])
+
     while pending:  # one look at least, also past the deadline: what is there counts
         ex.restore()
-        now, stalls = time.monotonic(), ex.stalled_seconds()
-        over = deadline.expired() or (quiet is not None and now - begun - (stalls - stalled_at_start) >= quiet[0]
-                                      and now - heard - (stalls - stalled) >= quiet[1])
+        over = deadline.expired() or (quiet is not None and since(begun) >= quiet[0] and since(heard) >= quiet[1])
         new = _ready(ex, name, pending, over, each_counts=quiet is not None)
         values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
         for i in new:
             value = values.get(ex.key(name, i))
             if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
-                heard, stalled = time.monotonic(), ex.stalled_seconds()
+                heard = (time.monotonic(), ex.stalled_seconds())
                 if isinstance(value, codec.DecodeError):
                     ex.rejected[name, i] = str(value)
                 else:

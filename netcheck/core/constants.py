@@ -53,7 +53,7 @@ MAX_NODES = 10_000
 SEAT_BLOCK = 256             # arrivals a seat record covers: a joiner reads its block, not everyone's seats
 NEWEST_FIRST = 256           # a scan of a counter looks at its newest numbers first (rendezvous.unread)
 MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by one; the rest counted
-NAMES_SHOWN = 8              # nodes a finding's summary names; the rest counted (its nodes list has all)
+NAMES_SHOWN = 6              # nodes a finding's summary names; the rest counted (its nodes list has all)
 
 # Thresholds.
 CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew

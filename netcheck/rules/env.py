@@ -109,7 +109,6 @@ _VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(.*?)(?:\+(\S+))?")
 _SEVERITY_ORDER = {FAIL: 0, WARN: 1, INFO: 2, SAME: 3}
 _HEX = re.compile(r"\b([0-9a-f]{12})[0-9a-f]{20,}\b")
 SUMMARY_VALUE_CHARS = 60
-NAMES_SHOWN = 6
 
 
 @dataclass(frozen=True)
@@ -272,13 +271,13 @@ def sentence(split: Split, hostnames: Mapping[int, str]) -> str:
     """The finding's summary, e.g. "node3 has torch.version 2.13.0; the other 7 have 2.14.1",
     or with no majority "torch.version differs on every node: node0 has 2.13.0, ..."."""
     if split.majority is None:
-        parts = [f"{_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, True)}"
+        parts = [f"{node_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, True)}"
                  for v, r in split.groups]
         if all(hosts(r, hostnames) == 1 for _, r in split.groups):
             return f"{split.key} differs on every node: " + ", ".join(parts)
         return f"{split.key} splits the nodes with no majority: " + "; ".join(parts)
     odd = [(v, r) for v, r in split.groups if v != split.majority]
-    parts = [f"{_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, i > 0)}"
+    parts = [f"{node_names(r, hostnames)} {_has(r, hostnames)} {_show(split.key, v, i > 0)}"
              for i, (v, r) in enumerate(odd)]
     others = hosts(split.groups[0][1], hostnames)
     text = f"{', '.join(parts)}; the other {others} have {_show(split.key, split.majority, True)}"
@@ -309,14 +308,6 @@ def _has(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
     return "has" if hosts(ranks, hostnames) == 1 else "have"
 
 
-def _names(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
-    # Under torchrun every process of a host is a rank: name each host once.
-    names = list(dict.fromkeys(hostnames.get(r) or f"rank {r}" for r in ranks))
-    if len(names) <= NAMES_SHOWN:
-        return ", ".join(names)
-    return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
-
-
 def _odd_first(split: Split):
     return sorted(split.groups, key=lambda g: g[0] == split.majority)
 
@@ -345,7 +336,7 @@ def env_differences(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[in
 
 
 def _row(s: Split, value: str, ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> EnvRow:
-    nodes = f"the other {hosts(ranks, hostnames)}" if value == s.majority else _names(ranks, hostnames)
+    nodes = f"the other {hosts(ranks, hostnames)}" if value == s.majority else node_names(ranks, hostnames)
     return EnvRow(s.key, value, ranks, nodes, s.severity)
 
 

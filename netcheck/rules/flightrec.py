@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import PASS, WARN, Finding
-from netcheck.rules.env import NAMES_SHOWN, version_key
-from netcheck.rules.pernode import every_node, hosts, node_names, per_node
+from netcheck.rules.env import version_key
+from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import ENV_FLIGHT_RECORDER, FR_NO_ABORT, FR_NO_DUMP, FR_OFF
 
 # Whether a hang would be diagnosable, from the variables torch reads (torch 2.13's
@@ -145,8 +145,7 @@ _GAP_SUMMARY = {
 def _gap_finding(kind: str, exports: tuple[str, ...], lines: list[tuple[int, str]],
                  names: Mapping[int, str]) -> Finding:
     ranks = tuple(sorted({r for r, _ in lines}))
-    nodes = node_names(ranks, names) if hosts(ranks, names) <= NAMES_SHOWN else \
-        f"{hosts(ranks, names)} nodes"
+    nodes = node_names(ranks, names)
     fix = "; ".join(exports) + " (in the job's environment on those nodes, before torchrun or the job " \
         "starts)" if exports else UPGRADE
     return Finding(ENV_FLIGHT_RECORDER, WARN, ranks, _GAP_SUMMARY[kind].format(nodes=nodes),
