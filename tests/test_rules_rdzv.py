@@ -273,15 +273,29 @@ def test_join_missing_node_named_by_the_launchers_hostname():
         "(rdzv.reach / rdzv.resolve say why it could not get here)", "missing")]
 
 
-def test_join_missing_node_without_hostnames():
+def test_nodes_that_never_joined_are_one_finding_naming_them_all():
     g = gathering((member(0),), missing=(1, 2), waited=10.0)
-    found = rdzv_rules.join_findings(g)
-    assert [(f.severity, f.nodes, f.summary) for f in found] == [
-        ("fail", (1,), "node rank 1 (hostname unknown: it never reached the store) never joined in 10 s; "
-                       "1 of 3 nodes joined"),
-        ("fail", (2,), "node rank 2 (hostname unknown: it never reached the store) never joined in 10 s; "
-                       "1 of 3 nodes joined"),
-    ]
+    assert [(f.severity, f.nodes, f.summary, f.kind) for f in rdzv_rules.join_findings(g)] == [
+        ("fail", (1, 2), "node ranks 1-2 (hostnames unknown: they never reached the store) never joined in 10 s; "
+                         "1 of 3 nodes joined", "missing")]
+    (listed,) = rdzv_rules.join_findings(gathering((member(0),), expected=5, missing=(1, 3, 4),
+                                                   hostnames=("gpu01", "gpu02", "gpu03", "gpu04"), waited=10.0))
+    assert listed.summary == ("node ranks 1, 3-4 (gpu02, gpu04; 1 hostname(s) unknown) never joined in 10 s; "
+                              "1 of 5 nodes joined")
+    assert listed.evidence[:3] == ("never joined: node rank 1 gpu02", "never joined: node rank 3 gpu04",
+                                   "never joined: node rank 4")
+    assert listed.fix.startswith("start netcheck on those nodes")
+
+
+def test_a_torchrun_node_that_never_started_is_one_finding_for_its_workers():
+    """A node of 8 workers missing was 8 findings, each listing every rank that joined; 100
+    nodes missing would have been 800."""
+    workers = tuple(worker(r, f"node{r // 8}", ADDRESS[0]) for r in range(8))
+    missing = tuple(range(8, 8 * 101))
+    (found,) = rdzv_rules.join_findings(gathering(workers, expected=8 * 101, missing=missing, waited=30.0))
+    assert found.nodes == missing and found.kind == "missing"
+    assert found.summary == ("ranks 8-807 (hostnames unknown: they never reached the store) never joined in 30 s; "
+                             "8 of 808 ranks joined")
 
 
 def test_join_without_a_count_passes_with_one_joiner():

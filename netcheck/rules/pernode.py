@@ -12,6 +12,7 @@ ranks. In the other modes a node is one member and nothing folds. Pure: text in,
     node_names([2, 3], {2: "node1", 3: "node1"})   ->  'node1'
     node_count([0, 1, 2, 3], names, workers=True)  ->  '2 node(s) (4 ranks)'
     every_node([0, 1], {0: "vm", 1: "vm"})         ->  'vm'
+    ranks_text([1, 3, 4, 8, 9, 10, 11])            ->  '1, 3-4, 8-11'
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from netcheck.core.constants import NAMES_SHOWN
+from netcheck.core.seats import rank_runs
 
 
 def per_node(lines: Iterable[tuple[int, str]], names: Mapping[int, str]) -> tuple[str, ...]:
@@ -93,6 +95,15 @@ def pairs_note(pairs: Iterable[tuple[int, int]]) -> str:
     if len(pairs) < 2:
         return ""
     return f" (ranks {_listed(sorted({s for s, _ in pairs}))} -> {_listed(sorted({d for _, d in pairs}))})"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """`3`, `1, 3`, `8-15, 24-31`: consecutive ranks as one span (a torchrun node's workers);
+    past NAMES_SHOWN spans, the rest counted."""
+    runs = rank_runs(tuple(ranks)).runs
+    spans = [str(r.rank) if r.count == 1 else f"{r.rank}-{r.rank + r.count - 1}" for r in runs]
+    shown = ", ".join(spans[:NAMES_SHOWN])
+    return shown if len(spans) <= NAMES_SHOWN else f"{shown} and {sum(r.count for r in runs[NAMES_SHOWN:])} more"
 
 
 def _listed(ranks: list[int]) -> str:

@@ -12,7 +12,7 @@ from netcheck.core.model import (
     StoreStall, UNANSWERED, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
-from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note
+from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note, ranks_text
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
     JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
@@ -236,16 +236,9 @@ def join_findings(g: Gathering) -> list[Finding]:
     for rank in g.missing_ranks:
         if str(rank) in g.refused:
             findings.append(_refused_facts(rank, g.refused[str(rank)]))
-            continue
-        if str(rank) in g.facts_lost:
+        elif str(rank) in g.facts_lost:
             findings.append(_facts_lost(rank, g.facts_lost[str(rank)], g.waited))
-            continue
-        findings.append(Finding(
-            RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({_expected_name(g, rank)}) never joined "
-            f"in {g.waited:.0f} s; {len(g.members)} of {g.expected} nodes joined",
-            tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
-            "start netcheck on that node; if it was started, read its own report "
-            "(rdzv.reach / rdzv.resolve say why it could not get here)", kind=JOIN_MISSING))
+    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and str(r) not in g.facts_lost])
     for rank, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
             RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
@@ -489,10 +482,33 @@ def _alone(g: Gathering) -> list[Finding]:
                     "why they could not get here", kind=JOIN_ALONE)]
 
 
-def _expected_name(g: Gathering, rank: int) -> str:
-    if rank < len(g.expected_hostnames):
-        return g.expected_hostnames[rank]
-    return "hostname unknown: it never reached the store"
+def _never_joined(g: Gathering, ranks: list[int]) -> list[Finding]:
+    """One finding for every rank that never came, whatever their number: a torchrun node that
+    never started is all its workers, and a hundred lost nodes were a hundred findings, each
+    listing every node that joined."""
+    if not ranks:
+        return []
+    workers = any(is_torchrun_worker(m.facts.launch) for m in g.members)
+    unit, noun = ("rank", "ranks") if workers else ("node rank", "nodes")
+    names = {r: g.expected_hostnames[r] for r in ranks if r < len(g.expected_hostnames)}
+    which = (f"{unit} {ranks[0]}" if len(ranks) == 1 else f"{unit}s {ranks_text(ranks)}") + f" ({_known(ranks, names)})"
+    return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{which} never joined in {g.waited:.0f} s; {len(g.members)} of "
+                    f"{g.expected} {noun} joined",
+                    tuple(f"never joined: {unit} {r}" + (f" {names[r]}" if r in names else "") for r in ranks
+                          if len(ranks) > 1)
+                    + tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
+                    f"start netcheck on {'that node' if len(ranks) == 1 else 'those nodes'}; if it was started, "
+                    "read its own report (rdzv.reach / rdzv.resolve say why it could not get here)",
+                    kind=JOIN_MISSING)]
+
+
+def _known(ranks: list[int], names: dict[int, str]) -> str:
+    """The expected hostnames of ranks that never came, where the launcher listed them."""
+    unknown = sum(r not in names for r in ranks)
+    if not names:
+        return "hostname unknown: it never reached the store" if len(ranks) == 1 else \
+            "hostnames unknown: they never reached the store"
+    return node_names(list(names), names) + (f"; {unknown} hostname(s) unknown" if unknown else "")
 
 
 def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Finding]:
