@@ -299,6 +299,7 @@ class Round:
     fixed: dict[int, float] = field(default_factory=dict)     # bare: size -> time per op, us
     again: dict[int, float] = field(default_factory=dict)     # the bare loop again, same plan
     swept: list[tuple[int, float]] = field(default_factory=list)  # bare: (size, busbw)
+    swept_after: list[tuple[int, float]] = field(default_factory=list)  # the same sweep after netcheck
 
     def rows(self) -> list[dict]:
         return next(s["rows"] for s in self.bandwidth["sweeps"] if s["stage"] == "all")
@@ -312,9 +313,10 @@ class Round:
         factor = 2 * (NODES - 1) / NODES
         return plateau([(size, size / t * 1e6 / 1e9 * factor) for size, t in sorted(self.fixed.items())])
 
-    def bare_figure(self, sizes: tuple[int, ...]) -> float:
-        """3a/3b's bare figure: the median busbw of the bare loop's sweep at `sizes`."""
-        found = dict(self.swept)
+    def bare_figure(self, sizes: tuple[int, ...], after: bool = False) -> float:
+        """3a/3b's bare figure: the median busbw of the bare loop's sweep at `sizes` (the one
+        just before netcheck; `after`: the one right after it)."""
+        found = dict(self.swept_after if after else self.swept)
         missing = [size_text(s) for s in sizes if s not in found]
         if missing:
             raise RuntimeError(f"the bare loop's sweep lacks {', '.join(missing)}: {sorted(found)}")
@@ -474,12 +476,16 @@ def bare_then_netcheck(c: Cluster, rounds: int, top: int) -> list[Round]:
             report, r.busy["netcheck"] = busy_while(lambda: netcheck_cli(c, Path(folder), [], r.cpu))
             r.bandwidth, r.phase_s = report["bandwidth"], report["timings"].get("bandwidth", 0.0)
             r.findings = report.get("findings", [])
-            plan = {"fixed": [[row["size"], row["iters"]] for row in r.rows()], "warmup": BW_DEFAULT_WARMUP,
-                    "top": 0, "seconds": BARE_SECONDS}
-            for name in ("bare", "again"):
+            fixed = [[row["size"], row["iters"]] for row in r.rows()]
+            # The first of them sweeps again too: how far the bare figure moves between two
+            # runs of one loop with netcheck between them, the noise floor of the 10% bound.
+            for name, sweep_to in (("bare", top), ("again", 0)):
+                plan = {"fixed": fixed, "warmup": BW_DEFAULT_WARMUP, "bottom": BARE_FROM, "top": sweep_to,
+                        "seconds": BARE_SECONDS}
                 lines, r.busy[name] = busy_while(lambda: bare_run(c, plan))
                 setattr(r, "fixed" if name == "bare" else "again",
                         {d["size"]: d["time_us"] for d in lines if d["kind"] == "fixed"})
+                r.swept_after = r.swept_after or [(d["size"], d["busbw"]) for d in lines if d["kind"] == "plateau"]
             done.append(r)
     return done
 
@@ -590,6 +596,12 @@ def against_bare_loop(name: str, label: str, rounds: int) -> None:
     print(f"{part}. {name}: bare figure = the bare loop's median busbw at {', '.join(size_text(s) for s in sizes)}; "
           f"per round bare {' '.join(f'{b:.4f}' for b in bare)} GB/s, netcheck {' '.join(f'{o:.4f}' for o in ours)} "
           f"GB/s, ratio {' '.join(f'{q:.3f}' for q in ratios)}{shaped}", flush=True)
+    after = [r.bare_figure(sizes, after=True) for r in done]
+    control = [a / b for a, b in zip(after, bare)]
+    print(f"{part}. {name}: control, the bare figure again right after netcheck: {' '.join(f'{a:.4f}' for a in after)} "
+          f"GB/s, against the one before netcheck {' '.join(f'{q:.3f}' for q in control)}; within {100 * target:.0f}%: "
+          f"{sum(abs(q - 1) <= target for q in control)} of {len(control)}; netcheck against the mean of the two "
+          + " ".join(f"{o / ((a + b) / 2):.3f}" for o, a, b in zip(ours, after, bare)), flush=True)
     print(f"{part}. {name}: each headline within {100 * target:.0f}% of the bare figure just before it: "
           + ("met" if not missed else "missed in " + ", ".join(missed))
           + f"; spread (max-min over median) of the headlines {ours_spread:.4f}, of the bare figures "

@@ -27,7 +27,7 @@ from netcheck.bandwidth.sweep import (
     choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, pattern_pieces,
     plan_stages, planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
 )
-from netcheck.core.bwtext import step_text
+from netcheck.core.bwtext import plateau_text, step_text
 from netcheck.core.bwrecords import (
     BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup, spread_of,
     still_rising,
@@ -701,8 +701,17 @@ def test_a_plateau_whose_sizes_or_batches_disagree_is_noisy_and_one_still_rising
     assert wide.noisy and wide.spread == pytest.approx(0.5 / 0.7, abs=1e-4)
     batches = tuple(replace(r, spread=0.4) for r in swept({32 << 20: 0.86, 64 << 20: 0.86, 128 << 20: 0.86}).rows)
     assert headline(Sweep("all", "all_reduce", 3, 1, batches), SweepOptions(), 2, 3).noisy
-    rising = headline(swept({32 << 20: 0.3, 64 << 20: 0.5, 128 << 20: 0.7}), SweepOptions(), 2, 3)
-    assert rising.rising and (rising.plateau_busbw, rising.plateau_from) == (0.7, 128 << 20)
+    rising = headline(swept({16 << 20: 0.2, 32 << 20: 0.3, 64 << 20: 0.5, 128 << 20: 0.7}), SweepOptions(), 2, 3)
+    assert rising.rising and (rising.plateau_busbw, rising.plateau_from, rising.plateau_high) == (0.5, 32 << 20, 0.7)
+
+
+def test_a_rise_is_headlined_by_the_top_sizes_median_never_the_top_size_alone():
+    """Measured (RESULTS.md, issue 33, 2026-12-05): 32, 64 and 128 MiB read 0.683, 0.735 and
+    0.876, two gains in a row, and 128 MiB alone made a headline 15% above a bare loop's, whose
+    own 64 and 128 MiB read 0.684 and 0.859 and, over 40 s each, 0.836 and 0.849."""
+    h = headline(swept({16 << 20: 0.607, 32 << 20: 0.683, 64 << 20: 0.735, 128 << 20: 0.876}), SweepOptions(), 2, 3)
+    assert h.rising and h.plateau_busbw == 0.735 and (h.plateau_from, h.plateau_to) == (32 << 20, 128 << 20)
+    assert "still rising at the largest size (a floor)" in plateau_text(h)
 
 
 def test_one_lucky_top_size_on_a_flat_curve_is_not_a_rise():

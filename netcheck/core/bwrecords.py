@@ -229,12 +229,14 @@ def peak_busbw(sweep: Sweep) -> float:
 def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
     """The large-message end of the curve, where a job's gradient buckets run: the largest
     BW_PLATEAU_TOP sizes, and the smaller ones next to them within BW_PLATEAU_BAND of their
-    median busbw. Past the latency-bound sizes where there are enough; the largest alone
-    where it still set a new high (the plateau is further up: a floor)."""
-    if still_rising(rows):
-        return rows[-1:]
+    median busbw. Past the latency-bound sizes where there are enough. Where busbw still rose
+    at the top (the plateau is further up: a floor), the largest BW_PLATEAU_TOP alone: never
+    the top size alone, which was one size's luck as often as a trend (RESULTS.md, issue 33:
+    128 MiB read 19% above 64 MiB where a bare loop read them 2% apart)."""
     big = [r for r in rows if r.size >= BW_LATENCY_MAXBYTES] or list(rows)
     start = max(0, len(big) - BW_PLATEAU_TOP)
+    if still_rising(rows):
+        return tuple(big[start:])
     reference = statistics.median(r.busbw for r in big[start:])
     while start > 0 and abs(big[start - 1].busbw - reference) <= BW_PLATEAU_BAND * reference:
         start -= 1
@@ -274,12 +276,14 @@ def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: 
     top = plateau_rows(sweep.rows)
     figures = [r.busbw for r in top]
     plateau = statistics.median(figures)
-    spread = max([spread_of(figures)] + [r.spread for r in top])
+    rising = len(sweep.rows) > 1 and still_rising(sweep.rows)
+    # Sizes of a rising curve differ because it rises; only their batches can say noise.
+    spread = max(([] if rising else [spread_of(figures)]) + [r.spread for r in top])
     small = [r for r in sweep.rows if r.size <= BW_LATENCY_MAXBYTES]
     latency = (small[0].time_us, small[-1].time_us, (small[0].size, small[-1].size)) if small else (None, None, ())
     h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size, *latency,
                  plateau_low=min(figures), plateau_high=max(figures), spread=round(spread, 4),
-                 rising=len(sweep.rows) > 1 and still_rising(sweep.rows), noisy=spread > BW_NOISY_SPREAD)
+                 rising=rising, noisy=spread > BW_NOISY_SPREAD)
     if not options.model_params or sweep.op != "all_reduce" or plateau <= 0:
         return h
     gradient = options.model_params * bytes_per_param
@@ -295,10 +299,11 @@ def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: 
 
 def busbw_at(rows: tuple[Row, ...], size: int) -> float:
     """busbw at a size, interpolated on a log size axis between the measured sizes around it;
-    beyond the largest measured, the plateau's (busbw has stopped growing there); below the
-    smallest, the smallest's."""
+    beyond the largest measured, the plateau's (busbw has stopped growing there), or the
+    largest's where busbw still rose (the nearest measured, and a floor); below the smallest,
+    the smallest's."""
     if size >= rows[-1].size:
-        return statistics.median(r.busbw for r in plateau_rows(rows))
+        return rows[-1].busbw if still_rising(rows) else statistics.median(r.busbw for r in plateau_rows(rows))
     below = [r for r in rows if r.size <= size]
     if not below:
         return rows[0].busbw
