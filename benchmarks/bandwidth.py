@@ -16,7 +16,9 @@ Each part on a fresh namespace cluster (gloo on CPU, one rank per node); --parts
      plateau's sizes) is held against the bare figure measured just before it: within 10% (5%
      shaped) each, and the three headlines' spread (max-min over median) no wider than the
      three bare figures'; with netcheck's timed part against --bw-budget. Then the bare loop
-     runs twice at netcheck's sizes, with its -w and each row's iterations: 3c: time per op
+     runs twice at netcheck's sizes, with its -w and each row's iterations, the first of them
+     sweeping again (the control: the bare figure after netcheck against the one before, how
+     far the loop moves from itself across one netcheck run): 3c: time per op
      there, netcheck against the first, the second against the first (how far two runs of one
      tool differ), median of the rounds each. overhead (3d): 3c with 200 iterations at 8 B..
      16 MiB (-b 8 -e 16M -f 8 -w 20 -n 200), netcheck against the bare loop, alternating which
