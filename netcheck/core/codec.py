@@ -66,7 +66,26 @@ def small_int(text: str | bytes) -> int | None:
 
 
 def dumps(value: Any, indent: int | None = None) -> str:
-    return json.dumps(to_plain(value), indent=indent, sort_keys=False)
+    """JSON text; with `indent`, containers to INDENTED_LEVELS deep each item on its own line and
+    deeper ones on one (an evidence line, a table row, a node's facts field a line each)."""
+    plain = to_plain(value)
+    return _one_line(plain) if indent is None else _indented(plain, indent, 0)
+
+
+# Python's indenting encoder is pure Python: a 4,096-node report took 0.65 s to write fully
+# indented, 0.32 s so (its one-line encoder is C).
+INDENTED_LEVELS = 4
+_one_line = json.JSONEncoder().encode
+
+
+def _indented(value: Any, indent: int, level: int) -> str:
+    if level >= INDENTED_LEVELS or not value or not isinstance(value, (dict, list)):
+        return _one_line(value)
+    pad, close = " " * (indent * (level + 1)), " " * (indent * level)
+    if isinstance(value, dict):
+        items = [f"{pad}{_one_line(k)}: {_indented(v, indent, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{close}}}"
+    return "[\n" + ",\n".join(pad + _indented(v, indent, level + 1) for v in value) + f"\n{close}]"
 
 
 def loads(cls: type[T], text: str | bytes, max_bytes: int) -> T:

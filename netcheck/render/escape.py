@@ -17,7 +17,8 @@ The JSON report keeps every string exact; this is for text only.
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+import functools
+from typing import Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -37,13 +38,30 @@ def _escape(char: str) -> str:
 def printable_copy(value: T) -> T:
     """A copy of a record (dataclasses, tuples, lists, dicts) with every string in it, keys
     included, made printable. Rendering from the copy keeps a peer's newline from ever
-    meeting the renderer's own, whatever field it arrives in."""
+    meeting the renderer's own, whatever field it arrives in. What holds nothing to escape
+    is returned itself, not rebuilt: a 4,096-node report spent half a second being copied
+    for a text of 57 lines."""
     if isinstance(value, str):
         return printable(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return type(value)(**{f.name: printable_copy(getattr(value, f.name)) for f in dataclasses.fields(value)})
+        names = _field_names(type(value))
+        fields = [getattr(value, name) for name in names]
+        copied = [printable_copy(f) for f in fields]
+        return value if _same(fields, copied) else type(value)(**dict(zip(names, copied)))
     if isinstance(value, (tuple, list)):
-        return type(value)(printable_copy(v) for v in value)
+        copied = [printable_copy(v) for v in value]
+        return value if _same(value, copied) else type(value)(copied)
     if isinstance(value, dict):
-        return {printable_copy(k): printable_copy(v) for k, v in value.items()}
+        copied = {printable_copy(k): printable_copy(v) for k, v in value.items()}
+        unchanged = len(copied) == len(value) and _same(value, copied) and _same(value.values(), copied.values())
+        return value if unchanged else copied
     return value
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
+def _same(before: Iterable, after: Iterable) -> bool:
+    return all(a is b for a, b in zip(before, after))
