@@ -611,11 +611,14 @@ class Exchange:
     def read_many(self, cls, keys: list[str]) -> dict:
         """key -> value (or the codec.DecodeError it raised) for each of keys that exists.
 
-        One multi_get where every key exists and values are unsigned; multi_get waits for a
-        missing key, so a list that names one is read key by key."""
-        if self.token or not self.has_all(keys):
+        One multi_get where values are unsigned: multi_get waits for a missing key, so where
+        not every key exists (the newest arrival counted, not written yet) each is looked
+        for first and the ones there read in one."""
+        if self.token:
             return {k: self._read_or_error(cls, k) for k in keys if self.has(k)}
-        return {k: _decode_or_error(cls, data) for k, data in zip(keys, self._call("multi_get", keys))}
+        there = keys if self.has_all(keys) else [k for k in keys if self.has(k)]
+        values = self._call("multi_get", there) if there else []
+        return {k: _decode_or_error(cls, data) for k, data in zip(there, values)}
 
     def _read_or_error(self, cls, key: str):
         try:

@@ -52,7 +52,8 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         # all but spent, a goodbye not yet in says nothing about the node.
         fair = deadline.remaining() >= MIN_PHASE_SECONDS
         gone = collect(seat.exchange, int, BYE, arrivals, deadline)
-        silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in set(arrivals) - set(gone)}
+        unheard = set(arrivals) - set(gone)   # once: per entry it was 0.7 s at 4,096 nodes
+        silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in unheard}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))
 
