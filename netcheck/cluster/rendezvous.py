@@ -393,17 +393,16 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
     pending = _arrivals_to_read(ex, state, counted)
     while not scan.expired() and len(state.read) < MAX_NODES:
         # A batch in two requests where all are written (4,096 arrivals read one by one were
-        # 8,192 round trips, the roster seconds late behind them).
-        # (Once each: the listed arrivals come again by the counter.)
+        # 8,192 round trips, the roster seconds late behind them); each once (the listed
+        # arrivals come again by the counter).
         batch = list(dict.fromkeys(itertools.islice(pending, min(ARRIVALS_READ_BATCH, MAX_NODES - len(state.read)))))
         if not batch:
             break
-        found = ex.read_many(NodeFacts, [ex.key(NODE, a) for a in batch])
-        for a in batch:
-            # Counted but not written yet: read on a later poll. Not a reason to stop: a
-            # client that counts itself in and never writes must not hide the nodes after it.
-            if ex.key(NODE, a) in found:
-                _take_arrival(ex, state, a, found[ex.key(NODE, a)], seating)
+        # One not written yet (counted, then written) is left for a later poll. Not a reason
+        # to stop: a client that counts itself in and never writes must not hide the nodes after it.
+        by_key = {ex.key(NODE, a): a for a in batch}
+        for key, facts in ex.read_each(NodeFacts, list(by_key)):
+            _take_arrival(ex, state, by_key[key], facts, seating)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
 

@@ -14,7 +14,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -609,22 +609,28 @@ class Exchange:
         return [codec.small_int(v) or 0 for v in values]
 
     def read_many(self, cls, keys: list[str]) -> dict:
-        """key -> value (or the codec.DecodeError it raised) for each of keys that exists.
+        """key -> value (or the codec.DecodeError it raised) for each of keys that exists."""
+        return dict(self.read_each(cls, keys))
+
+    def read_each(self, cls, keys: list[str]) -> Iterator[tuple[str, Any]]:
+        """(key, value or the codec.DecodeError it raised) for each of keys that exists, each
+        decoded as it is taken (a reader that drops each value keeps one decoded at a time).
 
         One multi_get where values are unsigned: multi_get waits for a missing key, so where
         not every key exists (the newest arrival counted, not written yet) each is looked
         for first and the ones there read in one."""
         if self.token:
-            return {k: self._read_or_error(cls, k) for k in keys if self.has(k)}
+            yield from ((k, self._read_or_error(cls, k)) for k in keys if self.has(k))
+            return
         there = keys if self.has_all(keys) else [k for k in keys if self.has(k)]
-        values = self._call("multi_get", there) if there else []
-        return {k: _decode_or_error(cls, data) for k, data in zip(there, values)}
+        for k, data in zip(there, self._call("multi_get", there) if there else []):
+            yield k, _decode_or_error(cls, data)
 
     def _read_or_error(self, cls, key: str):
         try:
             return self.read(cls, key)
         except codec.DecodeError as e:
-            return e
+            return e.with_traceback(None)   # its frames hold what was read, a MiB and its decoding
 
     def wait_read(self, cls, key: str, deadline: Deadline):
         self.wait(key, deadline)
@@ -682,7 +688,7 @@ def _decode_or_error(cls, data: bytes):
     try:
         return codec.loads(cls, data, MAX_FACTS_BYTES)
     except codec.DecodeError as e:
-        return e
+        return e.with_traceback(None)
 
 
 def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
