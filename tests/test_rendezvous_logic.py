@@ -362,6 +362,21 @@ def test_an_arrival_after_a_pushed_counter_is_read_on_the_next_poll_and_the_push
 
 
 @pytest.mark.compat
+def test_values_read_in_a_batch_come_decoded_one_at_a_time_and_a_refusal_keeps_nothing_of_the_value():
+    """The host reads arrivals ARRIVALS_READ_BATCH to a request; a refused value's error was
+    kept with its frames and json's own error (the whole text): a MiB each, a batch at once."""
+    server, ex = local_store()
+    good, bad, absent = (ex.key("node", i) for i in range(3))
+    server.set(good, codec.dumps(facts("node1", 1)))
+    server.set(bad, b"x" * (512 << 10))   # not JSON, half a MiB
+    read = dict(ex.read_each(NodeFacts, [good, bad, absent]))
+    assert list(read) == [good, bad] and read[good].hostname == "node1"
+    error = read[bad]
+    assert isinstance(error, DecodeError) and str(error).startswith("not JSON")
+    assert (error.__traceback__, error.__context__, error.__cause__) == (None, None, None)
+
+
+@pytest.mark.compat
 def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
     """--nnodes 2: the host and node1 hold both seats. Past MAX_STRANGERS arrivals that can
     never be seated (a rank past --nnodes, or none once the seats are full), the host keeps

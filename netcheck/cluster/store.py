@@ -618,7 +618,8 @@ class Exchange:
 
         One multi_get where values are unsigned: multi_get waits for a missing key, so where
         not every key exists (the newest arrival counted, not written yet) each is looked
-        for first and the ones there read in one."""
+        for first and the ones there read in one. (A key another client deletes between the
+        look and the read holds the read up as a single get's would.)"""
         if self.token:
             yield from ((k, self._read_or_error(cls, k)) for k in keys if self.has(k))
             return
@@ -630,7 +631,7 @@ class Exchange:
         try:
             return self.read(cls, key)
         except codec.DecodeError as e:
-            return e.with_traceback(None)   # its frames hold what was read, a MiB and its decoding
+            return _bare(e)
 
     def wait_read(self, cls, key: str, deadline: Deadline):
         self.wait(key, deadline)
@@ -688,7 +689,14 @@ def _decode_or_error(cls, data: bytes):
     try:
         return codec.loads(cls, data, MAX_FACTS_BYTES)
     except codec.DecodeError as e:
-        return e.with_traceback(None)
+        return _bare(e)
+
+
+def _bare(error: codec.DecodeError) -> codec.DecodeError:
+    """The error alone, to be kept: its frames and the error it was raised over (json's holds
+    the whole text) held what was read, a MiB and its decoding, for as long as it is kept."""
+    error.__context__ = error.__cause__ = None
+    return error.with_traceback(None)
 
 
 def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,

@@ -230,9 +230,10 @@ def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
     """The large-message end of the curve, where a job's gradient buckets run: the largest
     BW_PLATEAU_TOP sizes, and the smaller ones next to them within BW_PLATEAU_BAND of their
     median busbw. Past the latency-bound sizes where there are enough. Where busbw still rose
-    at the top (the plateau is further up: a floor), the largest BW_PLATEAU_TOP alone: never
-    the top size alone, which was one size's luck as often as a trend (RESULTS.md, issue 33:
-    128 MiB read 19% above 64 MiB where a bare loop read them 2% apart)."""
+    at the top (the plateau is further up: a floor), the largest BW_PLATEAU_TOP alone, whose
+    median is then the size below the top: the top size, which made the headline alone, was
+    one size's luck as often as a trend (RESULTS.md, issue 33: 128 MiB read 19% above 64 MiB
+    where a bare loop read them 2% apart)."""
     big = [r for r in rows if r.size >= BW_LATENCY_MAXBYTES] or list(rows)
     start = max(0, len(big) - BW_PLATEAU_TOP)
     if still_rising(rows):
@@ -299,11 +300,10 @@ def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: 
 
 def busbw_at(rows: tuple[Row, ...], size: int) -> float:
     """busbw at a size, interpolated on a log size axis between the measured sizes around it;
-    beyond the largest measured, the plateau's (busbw has stopped growing there), or the
-    largest's where busbw still rose (the nearest measured, and a floor); below the smallest,
-    the smallest's."""
+    beyond the largest measured, the plateau's (busbw has stopped growing there; where it
+    still rose, the headline's floor); below the smallest, the smallest's."""
     if size >= rows[-1].size:
-        return rows[-1].busbw if still_rising(rows) else statistics.median(r.busbw for r in plateau_rows(rows))
+        return statistics.median(r.busbw for r in plateau_rows(rows))
     below = [r for r in rows if r.size <= size]
     if not below:
         return rows[0].busbw

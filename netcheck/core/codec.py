@@ -38,7 +38,7 @@ def to_plain(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS:  # the most of any record, and a host's report of 4,096 nodes holds 600,000 values
         return value
-    names = _field_names(kind)
+    names = field_names(kind)
     if names is not None:
         return {name: to_plain(getattr(value, name)) for name in names}
     if isinstance(value, (tuple, list)):
@@ -52,7 +52,7 @@ _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 @functools.cache
-def _field_names(kind: type) -> tuple[str, ...] | None:
+def field_names(kind: type) -> tuple[str, ...] | None:
     """A dataclass's field names (None: not one); dataclasses.fields() per value cost the
     host a second of a 4,096-node report."""
     return tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else None

@@ -25,10 +25,10 @@ from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLE
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
+from netcheck.rules.pernode import ranks_text
 from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
-SHOWN_RANKS = 8    # ranks of a group named before "..."
 STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
                "all": "sweep across all ranks", "intra": "intra-node sweep",
                "inter": "inter-node sweep", "pairs": "node pairs"}
@@ -155,9 +155,7 @@ def _in_flight_text(f: InFlight) -> str:
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:
-    if len(ranks) > 2 and list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
-        return f"ranks {ranks[0]}-{ranks[-1]}"
-    return "rank(s) " + ", ".join(map(str, ranks[:SHOWN_RANKS])) + (", ..." if len(ranks) > SHOWN_RANKS else "")
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
 
 
 def _fix(f: Fault, flagged: tuple[str, ...]) -> str:

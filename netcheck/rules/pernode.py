@@ -103,7 +103,7 @@ def ranks_text(ranks: Iterable[int]) -> str:
     runs = rank_runs(tuple(ranks)).runs
     spans = [str(r.rank) if r.count == 1 else f"{r.rank}-{r.rank + r.count - 1}" for r in runs]
     shown = ", ".join(spans[:NAMES_SHOWN])
-    return shown if len(spans) <= NAMES_SHOWN else f"{shown} and {sum(r.count for r in runs[NAMES_SHOWN:])} more"
+    return shown if len(spans) <= NAMES_SHOWN else f"{shown} and {sum(r.count for r in runs[NAMES_SHOWN:])} more ranks"
 
 
 def _listed(ranks: list[int]) -> str:

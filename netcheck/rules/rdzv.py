@@ -375,7 +375,7 @@ def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Fin
         return findings
     explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
     return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}", f.evidence,
-                    "read that node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
+                    "read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
                     + STALL_FIX, kind=JOIN_STORE_STALLED) if f in explained else f for f in findings]
 
 
@@ -492,14 +492,22 @@ def _never_joined(g: Gathering, ranks: list[int]) -> list[Finding]:
     unit, noun = ("rank", "ranks") if workers else ("node rank", "nodes")
     names = {r: g.expected_hostnames[r] for r in ranks if r < len(g.expected_hostnames)}
     which = (f"{unit} {ranks[0]}" if len(ranks) == 1 else f"{unit}s {ranks_text(ranks)}") + f" ({_known(ranks, names)})"
+    listed = tuple(f"never joined: {unit} {r}" + (f" {names[r]}" if r in names else "") for r in ranks) \
+        if len(ranks) > 1 else ()
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{which} never joined in {g.waited:.0f} s; {len(g.members)} of "
                     f"{g.expected} {noun} joined",
-                    tuple(f"never joined: {unit} {r}" + (f" {names[r]}" if r in names else "") for r in ranks
-                          if len(ranks) > 1)
-                    + tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
-                    f"start netcheck on {'that node' if len(ranks) == 1 else 'those nodes'}; if it was started, "
-                    "read its own report (rdzv.reach / rdzv.resolve say why it could not get here)",
-                    kind=JOIN_MISSING)]
+                    listed + tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
+                    _never_joined_fix(workers, len(ranks)), kind=JOIN_MISSING)]
+
+
+def _never_joined_fix(workers: bool, count: int) -> str:
+    why = "read its own report (rdzv.reach / rdzv.resolve say why it could not get here)"
+    if workers:   # torchrun starts a node's workers together: a missing one failed, or its node never ran
+        return f"start torchrun on the node(s) of those ranks; where a node's other workers came, read the " \
+               f"missing worker's log; where it ran, {why}"
+    if count == 1:
+        return f"start netcheck on that node; if it was started, {why}"
+    return f"start netcheck on those nodes; where one was started, {why}"
 
 
 def _known(ranks: list[int], names: dict[int, str]) -> str:
