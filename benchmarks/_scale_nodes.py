@@ -139,6 +139,14 @@ def once(decoded: dict, ex: Exchange, name: str, decode):
     return decoded[name, data]
 
 
+def go_ahead(ex: Exchange, phase: str):
+    """The host's word that every node runs `phase`, waited for and read as phases.agree does
+    (the host gives it after its own work of the phase before: the mesh's after the rendezvous
+    rules, the env's after its nic rules)."""
+    yield ex.key(keys.GO, phase)
+    return ex.read(bool, ex.key(keys.GO, phase))
+
+
 def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, decoded: dict):
     """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
     faults = plan["faults"]
@@ -173,6 +181,8 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     if rank not in alive:  # the host gave up on this node: a real one says goodbye and stops
         seat.goodbye()
         return
+    if not (yield from go_ahead(ex, "mesh")):
+        return
     token = f"t{rank}"
     address = member_address(plan, rank)
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
@@ -190,6 +200,8 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     stamps["meshed"].append(time.time())
     yield ex.key(keys.MESH_DONE)
     stamps["done"].append(time.time())
+    if not (yield from go_ahead(ex, "env")):
+        return
     mine = env if rank != faults["env"] else dataclasses.replace(env, values={**env.values, "torch.version": "2.4.1"})
     ex.post(keys.ENV, rank, mine)
     seat.goodbye()
