@@ -76,17 +76,20 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
         with run.phase("mesh"):
             if agreed(run, seat, "mesh", lambda: _time_for(run, "mesh")):
                 run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
+    def env_agreed() -> bool:
+        return agreed(run, seat, "env", lambda: _time_for(run, "env"))
+
     env_go = None
     if "nic" in between_nodes:
         with run.phase("nic"):
             if run.role == HOST and "env" in run.config.phases:
                 # Said before the nic rules (2 s at 4,096 nodes): the nodes post their env facts
                 # while the host judges interfaces, and it finds them there when it collects.
-                env_go = agreed(run, seat, "env", lambda: _time_for(run, "env"))
+                env_go = env_agreed()
             nic.judge_interfaces(run)
     if "env" in run.config.phases:
         with run.phase("env"):
-            if env_go if env_go is not None else agreed(run, seat, "env", lambda: _time_for(run, "env")):
+            if env_go if env_go is not None else env_agreed():
                 env.compare_env(run, seat, dict(run.alive))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
