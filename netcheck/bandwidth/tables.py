@@ -37,8 +37,9 @@ def sweep_text(sweep: Sweep, result: BandwidthResult, head: Headline | None = No
         lines += [tabulate(table_rows(sweep), headers=HEADERS, disable_numparse=True),
                   f"# Avg bus bandwidth : {rate_text(avg_busbw(sweep))} (nccl-tests' mean over every size)"]
     if head is not None:
-        lines.append(f"# Plateau           : {plateau_text(head)} (the largest {BW_PLATEAU_TOP} sizes and those "
-                     f"next to them within {BW_PLATEAU_BAND:.0%}: their median and range)")
+        which = "" if head.rising else f" and those next to them within {BW_PLATEAU_BAND:.0%}"  # bwrecords.plateau_rows
+        lines.append(f"# Plateau           : {plateau_text(head)} (the largest {BW_PLATEAU_TOP} sizes{which}: "
+                     "their median and range)")
     if head is not None and head.latency_from_us is not None:
         lines.append(f"# Latency           : {time_text(head.latency_from_us)} per op at "
                      f"{size_words(head.latency_sizes[0])}")
