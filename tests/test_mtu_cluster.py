@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster import NodeSpec
+from faults import arrival_args
 from nodes import GRACE, PORT, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -61,6 +62,48 @@ def test_a_joiner_cut_off_by_a_blackhole_at_the_host_names_it_not_a_silent_host(
     assert hole["kind"] == "blackhole" and hole["nodes"] == [0, 1], hole
     assert "ping -M do" in hole["fix"], hole
     assert runs[0].rc == 2, explain(runs)
+
+
+def test_one_shot_a_joiner_behind_a_short_port_is_named_by_the_host_not_left_out(cluster, tmp_path):
+    """The headline form (no node count): node2's port carries 1500 bytes under 9000-byte MTUs,
+    so its facts never reach the host (chaos seed 21499, schedule 124: the host said PASS for
+    the three others and exited 0). The host names node2 as come without its facts, and its
+    own datagrams to node2 prove the blackhole; node2 is never left out of a PASS."""
+    timeout = scaled(40)
+    specs = [NodeSpec(mtu=JUMBO), NodeSpec(mtu=JUMBO), NodeSpec(mtu=JUMBO, port_mtu=1500), NodeSpec(mtu=JUMBO)]
+    with cluster(specs) as c:
+        runs = finish_all([start(c, i, arrival_args(timeout, scaled(4)), tmp_path) for i in range(4)],
+                          timeout + GRACE)
+    host = runs[0]
+    assert host.rc == 2 and runs[2].rc == 2, explain(runs)
+    (lost,) = host.findings("rdzv.join", "fail")
+    assert lost["kind"] == "facts_lost" and lost["nodes"] == [] and "node2" in lost["summary"], explain(runs)
+    (hole,) = host.findings("mesh.connect", "fail")
+    assert hole["kind"] == "blackhole" and "at node2" in hole["summary"] and hole["nodes"] == [], explain(runs)
+    assert "9000-byte datagrams lost" in hole["evidence"][0], hole
+    assert host.report["faulty_nodes"] == ["node2"], host.report["faulty_nodes"]
+
+
+def test_one_shot_a_short_port_at_the_host_is_the_hosts_not_no_other_node(cluster, tmp_path):
+    """The host's own port short under jumbo frames, one-shot (chaos seed 16547, schedule 14:
+    the host said no other node joined, though three came). Every joiner's facts are lost; the
+    host names itself, the common end, as the blackhole's, and the nodes that came."""
+    timeout = scaled(40)
+    specs = [NodeSpec(mtu=JUMBO, port_mtu=1500)] + [NodeSpec(mtu=JUMBO) for _ in range(3)]
+    with cluster(specs) as c:
+        runs = finish_all([start(c, i, arrival_args(timeout, scaled(4)), tmp_path) for i in range(4)],
+                          timeout + GRACE)
+    host = runs[0]
+    assert [r.rc for r in runs] == [2, 2, 2, 2], explain(runs)
+    assert not [f for f in host.findings("rdzv.join") if f["kind"] == "alone"], explain(runs)
+    (lost,) = host.findings("rdzv.join", "fail")
+    assert lost["kind"] == "facts_lost" and len(lost["evidence"]) == 3, explain(runs)
+    (hole,) = host.findings("mesh.connect", "fail")
+    assert (hole["kind"], hole["nodes"]) == ("blackhole", [0]) and "at the host" in hole["summary"], explain(runs)
+    assert host.report["faulty_nodes"] == ["node0"], host.report["faulty_nodes"]
+    for joiner in runs[1:]:
+        (own,) = joiner.findings("mesh.connect", "fail")
+        assert own["kind"] == "blackhole", explain(runs)
 
 
 def test_jumbo_frames_everywhere_pass_the_mesh(cluster, tmp_path):

@@ -257,11 +257,23 @@ def test_a_node_whose_visitor_record_came_but_not_its_facts_is_named_by_it_with_
     never its facts: it reached the store, so 'hostname unknown: it never reached the store'
     would be false; its own report names the blackhole."""
     g = dataclasses.replace(gathering((member(0), member(1)), missing=(2,), waited=20.1),
-                            facts_lost={"2": "node2"})
+                            facts_lost=(Visitor("netcheck", "node2", 2, "198.18.0.12"),))
     (lost,) = rdzv_rules.join_findings(g)
     assert (lost.check, lost.severity, lost.kind, lost.nodes) == ("rdzv.join", "fail", "facts_lost", (2,))
-    assert "node2" in lost.summary and "never reached" not in lost.summary
-    assert "mesh.connect blackhole" in lost.fix
+    assert "node rank 2 (node2)" in lost.summary and "never reached" not in lost.summary
+    assert "mesh.connect blackhole" in lost.fix and "from 198.18.0.12" in lost.evidence[0]
+
+
+def test_one_shot_nodes_whose_facts_never_came_are_named_by_hostname_and_the_host_is_not_alone():
+    """Without a node count a node that came without its facts has no rank: it is named by its
+    hostname, in one finding for all of them, and a host that heard only from such nodes did
+    not wait alone (chaos seeds 21499/124 and 16547/14)."""
+    lost = (Visitor("netcheck", "node2", None, "198.18.0.12"), Visitor("netcheck", "node3", None, None))
+    g = dataclasses.replace(gathering((member(0),), expected=None, waited=9.0), facts_lost=lost)
+    (found,) = rdzv_rules.join_findings(g)
+    assert (found.severity, found.kind, found.nodes) == ("fail", "facts_lost", ())
+    assert "node2, node3 reached the store" in found.summary and len(found.evidence) == 2
+    assert rdzv_rules.unranked_at_fault(lost, []) == ("node2", "node3")
 
 
 def test_join_missing_node_named_by_the_launchers_hostname():

@@ -28,6 +28,7 @@ import itertools
 import re
 import secrets
 import time
+from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -141,8 +142,14 @@ def sign_in(ex: Exchange, facts: NodeFacts) -> str:
     this node's ticket for clock pings, its own random one: no counter decides who is answered."""
     visitor = take_number(ex, ex.key(VISITORS, shared=True))
     ex.put(ex.key(VISITOR, visitor, shared=True),
-           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank), signed=False)
+           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank, reached_from(facts)), signed=False)
     return secrets.token_hex(TICKET_BYTES)
+
+
+def reached_from(facts: NodeFacts) -> str | None:
+    """This node's own address its connection to the endpoint left from (the reach probe's);
+    None on the host, which does not probe itself."""
+    return next((p.source for p in facts.reach.probes if p.source), None) if facts.reach else None
 
 
 def check_run_id(ex: Exchange, deadline: Deadline) -> None:
@@ -324,6 +331,12 @@ class HostState:
     latecomers: list[tuple[str, NodeRank | None]] = field(default_factory=list)  # after the roster: hostname, claim
     instances: dict[str, int] = field(default_factory=dict)  # NodeFacts.instance -> the arrival read with it first
     copied: set[int] = field(default_factory=set)            # arrivals whose facts another client copied
+    arrived_names: Counter[str] = field(default_factory=Counter)  # hostname -> arrivals read under it
+    seating_visitors: frozenset[int] = frozenset()   # visitor records read before the roster was posted
+
+    def arrived(self, a: int, facts: NodeFacts) -> None:
+        self.arrivals[a] = facts
+        self.arrived_names[facts.hostname] += 1
 
     def in_flight(self, run_id: str) -> int:
         """Nodes of this run that signed in but have not published their facts yet."""
@@ -349,7 +362,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
     state = HostState({}, [], last_arrival=time.monotonic(), nnodes_max=high)
     sign_in(ex, facts)  # the host is a visitor too: every node that came is listed
     arrival = publish_facts(ex, facts)
-    state.arrivals[arrival] = facts
+    state.arrived(arrival, facts)
     state.read.add(arrival)
     state.instances[facts.instance] = arrival
     state.host_arrival = arrival
@@ -370,6 +383,7 @@ def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int 
             break
         time.sleep(STORE_POLL_INTERVAL)
     ex.restore(at_once=True)
+    state.seating_visitors = frozenset(state.visitors)
     # Nodes could join from the moment the host listened (its start), not from this loop's.
     return Seat(ex, arrival), state, time.monotonic() - deadline.start
 
@@ -419,7 +433,7 @@ def _take_arrival(ex: Exchange, state: HostState, a: int, facts: NodeFacts | cod
         return
     if is_copy(ex, state, a, facts):
         return
-    state.arrivals[a] = facts
+    state.arrived(a, facts)
     if not seating:
         state.latecomers.append((facts.hostname, facts.launch.node_rank))
     if not seating or never_seated(state, a):
@@ -631,20 +645,30 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
                "visitor's (refused and deleted)",) if state.visitors_refused else ()
     interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
-    claims = visitor_claims(ex, state, missing, {m.facts.hostname for m in members})
-    refused = refused_senders(state, claims)
+    poll_arrivals(ex, state)   # facts that came since the roster are a latecomer's, not lost
+    came = came_without_facts(ex, state, missing)
+    refused = refused_senders(state, {str(v.node_rank): v.hostname for v in came if v.node_rank is not None})
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(state.malformed), round(waited, 3), tuple(interference), refused,
-                     {r: h for r, h in claims.items() if r not in refused},
+                     () if state.arrivals_refused else came,   # else they may be the refused facts' senders
                      tuple(e.rank for e in roster.entries if e.arrival in state.copied))
 
 
-def visitor_claims(ex: Exchange, state: HostState, missing: tuple[int, ...], seated: set[str]) -> dict[str, str]:
-    """Missing rank -> the hostname a visitor record of this run, of a node not seated, gives
-    for it: that node reached the store, whatever became of its facts."""
-    claims = {v.node_rank: v.hostname for v in state.visitors.values()
-              if v and v.run_id == ex.run_id and v.hostname not in seated}
-    return {str(r): claims[r] for r in missing if r in claims}
+def came_without_facts(ex: Exchange, state: HostState, missing: tuple[int, ...]) -> tuple[Visitor, ...]:
+    """The visitor records of this run, read while seating, that no arrival read answers (by
+    hostname, each arrival answering one record) and that claim a missing rank or none (the
+    one-shot form): those nodes reached the store, whatever became of their facts. A record
+    read only after the roster is a latecomer's, named as such once its facts come."""
+    answered, came = Counter(state.arrived_names), {}
+    for v_number in sorted(state.seating_visitors):
+        v = state.visitors.get(v_number)
+        if not v or v.run_id != ex.run_id:
+            continue
+        if answered[v.hostname] > 0:
+            answered[v.hostname] -= 1
+        elif v.node_rank is None or v.node_rank in missing:
+            came.setdefault((v.hostname, v.node_rank), v)   # a node's record once, where it signed in twice
+    return tuple(came.values())
 
 
 def refused_senders(state: HostState, claims: dict[str, str]) -> dict[str, str]:

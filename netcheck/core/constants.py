@@ -38,6 +38,7 @@ STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 
                                   # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)
 POLL_SLICE = 0.5            # the host's store requests per scan of a counter anyone can push
 LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
+FRAME_WAIT = 1.0             # the host's wait for a node's kernel to answer one datagram (facts.frames)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 
 # netcheck inspect: a running job's store, read only.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import FEW, IfName, IpAddress, Millis, Mtu, NodeRank, Text, one_of
+from netcheck.core.fields import FEW, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Text, one_of
 from netcheck.core.model import NodeRanks
 
 # What became of one connect (Attempt.outcome), spelt as the wire carries it: "ok" (greeted,
@@ -74,3 +74,22 @@ class FlaggedPaths:
     blackholes: int = 0             # how many lose full-size frames
     paths: Annotated[tuple[str, ...], FEW] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
     cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (rules.nic.cut_off_nodes)
+
+
+# What became of datagrams sent to a node that has no listener to greet (FrameTest.outcome):
+# full-size ones answered too ("carried"), only small ones answered ("blackhole"), or nothing
+# answered ("silent": a firewall, no route or a node gone, which tells nothing of frames).
+FRAME_OUTCOMES = CARRIED, SILENT = ("carried", "silent")
+FrameOutcome = Annotated[str, one_of(CARRIED, BLACKHOLE, SILENT)]
+
+
+@dataclass(frozen=True)
+class FrameTest:
+    """The host's datagrams to the address of a node whose facts never came: a port nobody
+    serves is answered by that node's kernel (port unreachable) to a small datagram, and to a
+    full-size one only where the path carries full-size frames."""
+
+    hostname: Hostname
+    address: IpAddress
+    frame: Mtu             # the full-size datagram's frame, IP and UDP headers included
+    outcome: FrameOutcome

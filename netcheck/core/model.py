@@ -93,6 +93,7 @@ class Probe:
     detail: Text       # the errno text or what the timeout was
     seconds: Seconds
     route: Route | None = None   # read where the connect went unanswered (filtered, unreachable)
+    source: IpAddress | None = None   # this node's own address the connect left from (open)
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ class Visitor:
     run_id: RunId
     hostname: Hostname
     node_rank: NodeRank | None
+    address: IpAddress | None = None   # the address its connection to the endpoint left from, as it sees it
 
 
 @dataclass(frozen=True)
@@ -236,8 +238,9 @@ class Gathering:
     interference: Annotated[tuple[Text, ...], PER_NODE] = ()  # "KEY what another client left there"
     # missing rank -> "HOSTNAME: why its facts were refused", where its visitor record names it
     refused: Annotated[dict[str, Text], PER_NODE] = field(default_factory=dict)
-    # missing rank -> the hostname of a node that came (its visitor record did) whose facts never did
-    facts_lost: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
+    # nodes that came (their visitor record did) whose facts never did: the claim of a missing
+    # rank, or of none (the one-shot form)
+    facts_lost: Annotated[tuple[Visitor, ...], PER_NODE] = ()
     # seated ranks whose facts another client also wrote under an arrival of its own (a copy)
     copied: Annotated[tuple[NodeRank, ...], PER_NODE] = ()
 

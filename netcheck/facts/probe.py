@@ -161,7 +161,19 @@ def probe_address(family: int, sockaddr: tuple, timeout: float, handshake: bool 
     seconds = round(time.monotonic() - start, 4)
     # Read after the connect: by then the kernel has asked ARP / NDP for the whole probe timeout.
     route = route_to(sockaddr[0]) if outcome in UNANSWERED else None
-    return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail, seconds, route)
+    source = source_toward(family, sockaddr) if outcome == "open" else None
+    return Probe(sockaddr[0], FAMILY_NAMES[family], outcome, detail, seconds, route, source)
+
+
+def source_toward(family: int, sockaddr: tuple) -> str | None:
+    """The address of this node's that a connection to SOCKADDR leaves from, as the kernel
+    picks it (a datagram socket connected, nothing sent)."""
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect(sockaddr)
+            return sock.getsockname()[0].split("%")[0]
+    except OSError:
+        return None
 
 
 def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool,

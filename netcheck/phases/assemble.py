@@ -20,7 +20,7 @@ def build_report(run: Run) -> Report:
     by_rank = hostnames(members)
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or nic_rules.Recommendation({}, {}, "")
-    faulty = _hosts(h for r, h in sorted(by_rank.items()) if r in faulty_ranks) + missing
+    faulty = _hosts([*(h for r, h in sorted(by_rank.items()) if r in faulty_ranks), *missing, *run.unranked_faulty])
     return report_of(
         run.role, run.config.run_id, run.rank, findings, dict(run.timings),
         nodes=entries(members), recommend=rec.cluster, recommend_per_node=rec.per_node, env_table=run.env_table,

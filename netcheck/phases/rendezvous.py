@@ -8,12 +8,14 @@ from netcheck.cluster.store import (
     Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store,
 )
 from netcheck.core import codec, seats
-from netcheck.core.constants import LOOKUP_TIMEOUT, RESULTS_QUIET, RESULTS_WAIT
+from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
-from netcheck.core.model import FAIL, Finding, Member, NodeResults
+from netcheck.core.meshrecords import FrameTest
+from netcheck.core.model import FAIL, Finding, Member, NodeResults, Visitor
+from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
-from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
+from netcheck.rules import endpoint as endpoint_rules, nic as nic_rules, rdzv as rdzv_rules
 
 
 
@@ -44,6 +46,10 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.members = gathered.members
         # Out before the rules below (half a second at 4,096 nodes): every joiner waits for it.
         run.alive = post_alive(run, seat)
+        holes = nic_rules.lost_facts_blackhole(gathered.facts_lost, _frames_to(run, gathered.facts_lost),
+                                               len(gathered.members))
+        run.findings += holes
+        run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
         run.findings += rdzv_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)
         run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
@@ -125,6 +131,14 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
 
 def _seated_of(seat: rendezvous.Seat, ranks: tuple[int, ...]) -> dict[int, str]:
     return {r: seat.hostnames[r] for r in ranks if r in seat.hostnames}
+
+
+def _frames_to(run: Run, lost: tuple[Visitor, ...]) -> tuple[FrameTest, ...]:
+    """The paths to the nodes whose facts never came, tested with datagrams (their first
+    MAX_STRANGERS, at once), where the phase's deadline leaves the time."""
+    targets = [(v.hostname, v.address) for v in lost if v.address][:MAX_STRANGERS]
+    wait = min(FRAME_WAIT, run.phase_deadline().remaining() / (2 * TRIES))
+    return frame_tests(targets, wait) if targets and wait > 0.1 else ()
 
 
 def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:

@@ -44,6 +44,7 @@ class Run:
     rank: int | None = None
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
+    unranked_faulty: tuple[str, ...] = ()   # hostnames of nodes at fault that were never seated
     attempts: tuple[Attempt, ...] = ()
     flagged: FlaggedPaths = FlaggedPaths()  # mesh.connect's failed paths (host's word)
     recommendation: nic_rules.Recommendation | None = None

@@ -15,8 +15,10 @@ from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
-from netcheck.core.meshrecords import BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, passed_frame
-from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
+from netcheck.core.meshrecords import (
+    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, passed_frame,
+)
+from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, Visitor, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.rules import ifselect
 from netcheck.rules.ibselect import nccl_version
@@ -180,6 +182,35 @@ def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
                    (), "set the path's MTU on this node's and the host's interfaces "
                    f"({_MEASURE_MTU.format(peer='HOST')}), or {_jumbo_along('the switch ports between them')}",
                    MESH_BLACKHOLE)
+
+
+def lost_facts_blackhole(lost: tuple[Visitor, ...], tests: tuple[FrameTest, ...], joined: int) -> list[Finding]:
+    """Nodes that reached the store and whose facts never did, where the host's full-size
+    datagrams to them vanish and small ones are answered: a path-MTU blackhole, named before
+    any node is seated (and so in the one-shot form, where such a node has no rank). Two such
+    nodes or more and no other node's facts through: the host's own link is the short one,
+    named alone; else each of those nodes' (the others' facts came in over the host's link).
+    `joined`: the nodes seated, the host included."""
+    holes = [t for t in tests if t.outcome == BLACKHOLE]
+    if not holes:
+        return []
+    ranks = {v.address: v.node_rank for v in lost}
+    at_host = len(holes) >= 2 and joined <= 1
+    lone = len(holes) == 1 and joined <= 1     # the host and one node: either end's link
+    full = max(t.frame for t in holes)
+    named = node_names(range(len(holes)), {i: t.hostname for i, t in enumerate(holes)})
+    where = ("at the host" if at_host else f"between the host and {named}" if lone else f"at {named}")
+    nodes = {0} if at_host or lone else set()
+    nodes |= {r for t in holes if not at_host and (r := ranks.get(t.address)) is not None}
+    evidence = tuple(f"{t.hostname} {t.address}: the host's {t.frame}-byte datagrams lost, small ones answered"
+                     for t in holes)
+    who = "the host's interface" if at_host else "the interfaces of the nodes named"
+    return [Finding(MESH_CONNECT, FAIL, tuple(sorted(nodes)),
+                    f"path-MTU blackhole {where}: {len(holes)} node(s) reached the store but their facts (larger "
+                    f"than a frame) did not, and the host's full-size datagrams ({full} bytes) to them vanish "
+                    "while small ones are answered", evidence,
+                    f"set the path's MTU on {who} ({_MEASURE_MTU.format(peer='PEER')}), or "
+                    f"{_jumbo_along('the switch ports between them')}", MESH_BLACKHOLE)]
 
 
 def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:

@@ -236,9 +236,9 @@ def join_findings(g: Gathering) -> list[Finding]:
     for rank in g.missing_ranks:
         if str(rank) in g.refused:
             findings.append(_refused_facts(rank, g.refused[str(rank)]))
-        elif str(rank) in g.facts_lost:
-            findings.append(_facts_lost(rank, g.facts_lost[str(rank)], g.waited))
-    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and str(r) not in g.facts_lost])
+    findings += _facts_lost(g.facts_lost, g.waited)
+    lost = {v.node_rank for v in g.facts_lost}
+    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and r not in lost])
     for rank, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
             RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
@@ -282,18 +282,38 @@ def _refused_facts(rank: int, sent: str) -> Finding:
                    "--token (NETCHECK_TOKEN) if something else writes to the port", kind=JOIN_MALFORMED)
 
 
-def _facts_lost(rank: int, hostname: str, waited: float) -> Finding:
-    """A node that came (its visitor record, a few bytes, reached the store) and whose facts,
-    a few kilobytes, never did: what passes small packets and drops large ones is a path
-    that loses full-size frames, which the node names itself from its side."""
-    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({hostname}) reached the store, but its facts "
-                   f"never arrived in {waited:.0f} s, so it was not seated",
-                   (f"{hostname}'s visitor record (under a hundred bytes) came; its facts (larger than a frame) "
-                    "did not",),
-                   "read that node's own report: a path between it and the host that drops full-size frames "
-                   "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
-                   "its netcheck stopped right after arriving, or was too slow to publish them inside the host's "
-                   "join window (a loaded machine, a --timeout near its least: give it more)", kind=JOIN_FACTS_LOST)
+def _facts_lost(lost: tuple[Visitor, ...], waited: float) -> list[Finding]:
+    """Nodes that came (each one's visitor record, a few bytes, reached the store) and whose
+    facts, a few kilobytes, never did, in one finding: what passes small packets and drops
+    large ones is a path that loses full-size frames (the host's datagrams test it, nic rules),
+    which each node names itself from its side. With no node count a node has no rank: it is
+    named by its hostname."""
+    if not lost:
+        return []
+    ranks = tuple(sorted({v.node_rank for v in lost if v.node_rank is not None}))
+    names = {i: v.hostname for i, v in enumerate(lost)}
+    which = node_names(range(len(lost)), names)
+    if ranks and len(ranks) == len(lost):
+        which = f"node rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} ({which})"
+    return [Finding(RDZV_JOIN, FAIL, ranks, f"{which} reached the store, but "
+                    f"{'its facts' if len(lost) == 1 else 'their facts'} never arrived in {waited:.0f} s, so "
+                    f"{'it was' if len(lost) == 1 else 'they were'} not seated",
+                    tuple(f"{v.hostname}{'' if v.node_rank is None else f' (node rank {v.node_rank})'}"
+                          f"{f' from {v.address}' if v.address else ''}: its visitor record (under a hundred "
+                          "bytes) came; its facts (larger than a frame) did not" for v in lost),
+                    "read that node's own report: a path between it and the host that drops full-size frames "
+                    "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
+                    "its netcheck stopped right after arriving, or was too slow to publish them inside the host's "
+                    "join window (a loaded machine, a --timeout near its least: give it more)", kind=JOIN_FACTS_LOST)]
+
+
+def unranked_at_fault(lost: tuple[Visitor, ...], holes: list[Finding]) -> tuple[str, ...]:
+    """The hostnames of the nodes that came without their facts and without a rank (the
+    one-shot form): at fault, for an exclude list, unless the host's own link was named the
+    cause of every loss (a blackhole naming the host alone)."""
+    if any(f.nodes == (0,) for f in holes):
+        return ()
+    return tuple(v.hostname for v in lost if v.node_rank is None)
 
 
 def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
@@ -473,8 +493,8 @@ def _alone(g: Gathering) -> list[Finding]:
     """Without --nnodes nobody is owed, but a host that heard from no other node has proven
     nothing about the network: that is no pass. Nor is the host at fault (what kept the others
     away is theirs to say): the finding names no node, so no exclude list names the host."""
-    if g.expected is not None or len(g.members) >= ARRIVAL_MIN_NODES:
-        return []
+    if g.expected is not None or len(g.members) >= ARRIVAL_MIN_NODES or g.facts_lost:
+        return []   # with facts lost, some came: those are named (_facts_lost)
     return [Finding(RDZV_JOIN, FAIL, (),
                     f"no other node joined in the {g.waited:.0f} s the host waited", (),
                     "start netcheck with the same --rdzv on the other nodes (or give --nnodes); "

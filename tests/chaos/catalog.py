@@ -413,7 +413,11 @@ class MtuBlackhole(Fault):
                        check=True, capture_output=True, timeout=10)
 
     def expect(self, sched, run):
-        return broken(self.node, "mesh.connect", "nic.mtu", kinds=("blackhole",))
+        e = broken(self.node, "mesh.connect", "nic.mtu", kinds=("blackhole",))
+        if self.node == 0:   # every joiner's facts lost on the host's link: none is seated
+            e.seers |= set(range(sched.n))
+            e.absent |= set(range(1, sched.n))
+        return e
 
 
 class DecoyInterface(Fault):
