@@ -26,7 +26,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -68,6 +68,8 @@ class NodeSpec:
     dns_name: str | None = None  # the name /etc/hosts gives it, default its hostname: a node that
                                  # copies another's hostname leaves the name service as it was
     hosts_extra: tuple[str, ...] = ()  # /etc/hosts lines after the default ones
+    rack: int = 0  # with racks=2: the rack (subnet 198.18.RACK.0/24, behind its own router)
+    prefixlen: int | None = None  # the prefix the node is configured with, where not its subnet's
 
 
 @dataclass(frozen=True)
@@ -295,26 +297,31 @@ class Cluster:
     resolve" is fast and does not depend on the host's resolver.
     """
 
-    def __init__(self, specs: Sequence[NodeSpec], subnet: str = "198.18.0.0/24"):
+    def __init__(self, specs: Sequence[NodeSpec], subnet: str = "198.18.0.0/24", racks: int = 1,
+                 core_mtu: int = 1500):
         net = ipaddress.ip_network(subnet)
         if not net.subnet_of(ipaddress.ip_network("198.18.0.0/15")):
             raise ValueError(f"{subnet}: only 198.18.0.0/15 may be used")
         if len(specs) + 10 >= net.num_addresses - 1:
             raise ValueError(f"{subnet}: too small for {len(specs)} nodes")
+        if racks not in (1, 2) or (racks == 2 and subnet != "198.18.0.0/24"):
+            raise ValueError("one rack on any subnet, or two on 198.18.0.0/24 and 198.18.1.0/24")
         for s in specs:
             _check_ifname(s.ifname)
         self.specs = list(specs)
+        self.racks, self.core_mtu = racks, core_mtu
+        nets = [net] if racks == 1 else [ipaddress.ip_network(f"198.18.{r}.0/24") for r in range(racks)]
         self.prefix = _new_prefix()
         self.switch_ns = self.prefix + "sw"
         self.nodes = [
             Node(
                 index=i,
                 ns=f"{self.prefix}n{i}",
-                addr=str(net.network_address + 10 + i),
+                addr=str(nets[s.rack].network_address + 10 + i),
                 hostname=s.hostname or f"node{i}",
                 ifname=s.ifname,
                 port=f"p{i}",
-                prefixlen=net.prefixlen,
+                prefixlen=s.prefixlen or net.prefixlen,
                 dns_name=s.dns_name or s.hostname or f"node{i}",
             )
             for i, s in enumerate(self.specs)
@@ -343,10 +350,13 @@ class Cluster:
             _live.add(self)
         try:
             self._add_ns(self.switch_ns)
-            self._ip(self.switch_ns, "link", "add", "br0", "type", "bridge")
-            self._ip(self.switch_ns, "link", "set", "br0", "up")
+            for r in range(self.racks):
+                self._ip(self.switch_ns, "link", "add", f"br{r}", "type", "bridge")
+                self._ip(self.switch_ns, "link", "set", f"br{r}", "up")
             for node, spec in zip(self.nodes, self.specs):
                 self._add_node(node, spec)
+            if self.racks == 2:
+                self._add_routers()
         except BaseException:
             self.down()
             raise
@@ -388,8 +398,44 @@ class Cluster:
                  "peer", "name", node.port, "mtu", str(spec.port_mtu or spec.mtu), "netns", self.switch_ns)
         self._ip(node.ns, "addr", "add", f"{node.addr}/{node.prefixlen}", "dev", node.ifname)
         self._ip(node.ns, "link", "set", node.ifname, "up")
-        self._ip(self.switch_ns, "link", "set", node.port, "master", "br0")
+        self._ip(self.switch_ns, "link", "set", node.port, "master", f"br{spec.rack}")
         self._ip(self.switch_ns, "link", "set", node.port, "up")
+        if self.racks == 2:
+            self._ip(node.ns, "route", "add", "default", "via", f"198.18.{spec.rack}.1")
+
+    def router_ns(self, rack: int) -> str:
+        return f"{self.prefix}r{rack}"
+
+    def _add_routers(self) -> None:
+        """Leaf-spine in small: each rack's router has a leg on its rack's bridge (198.18.R.1/24,
+        the rack's largest MTU) and a core link to the other's (198.18.254.R+1, `core_mtu`),
+        and routes the other rack's subnet over it; each node's default route is its rack's
+        router. A core link narrower than the nodes' MTU is routed path-MTU discovery."""
+        for r in range(2):
+            ns, leg = self.router_ns(r), f"rt{r}"
+            mtu = max([s.mtu for s in self.specs if s.rack == r] or [1500])
+            self._add_ns(ns)
+            _run(_in_ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+            self._ip(ns, "link", "add", "leg", "mtu", str(mtu), "type", "veth", "peer", "name", leg, "mtu", str(mtu),
+                     "netns", self.switch_ns)
+            self._ip(ns, "addr", "add", f"198.18.{r}.1/24", "dev", "leg")
+            self._ip(self.switch_ns, "link", "set", leg, "master", f"br{r}")
+            for where, dev in ((ns, "leg"), (self.switch_ns, leg)):
+                self._ip(where, "link", "set", dev, "up")
+        a, b = self.router_ns(0), self.router_ns(1)
+        self._ip(a, "link", "add", "core", "mtu", str(self.core_mtu), "type", "veth", "peer", "name", "core",
+                 "mtu", str(self.core_mtu), "netns", b)
+        for r, ns in enumerate((a, b)):
+            self._ip(ns, "addr", "add", f"198.18.254.{r + 1}/24", "dev", "core")
+            self._ip(ns, "link", "set", "core", "up")
+            self._ip(ns, "route", "add", f"198.18.{1 - r}.0/24", "via", f"198.18.254.{2 - r}")
+
+    def filter_frag_needed(self) -> None:
+        """The routers send no 'fragmentation needed' (a firewall that drops all ICMP): routed
+        path-MTU discovery fails silently, a blackhole."""
+        for r in range(2):
+            _run(_in_ns(self.router_ns(r), "iptables", "-w", "-A", "OUTPUT", "-p", "icmp", "--icmp-type",
+                        "fragmentation-needed", "-j", "DROP"))
 
     def _write_etc(self, node: Node) -> None:
         d = NETNS_ETC / node.ns
@@ -563,6 +609,42 @@ class Cluster:
         self._ip(ns, "addr", "add", addr_cidr, "dev", ifname)
         for dev in (ifname, peer):
             self._ip(ns, "link", "set", dev, "up")
+
+    def containerize(self, i: int, hostname: str, publish: int | None = None,
+                     subnet: str = "198.19.200") -> Node:
+        """Node i's netcheck moves into a container with Docker's default bridge networking: a
+        namespace of its own behind a veth pair on the machine (`docker0` SUBNET.1/24 on the
+        machine's side, eth0 SUBNET.2/24 in the container, its default route through the
+        machine), its outbound traffic masqueraded to the machine's address, nothing published
+        unless `publish` (`docker run -p PORT:PORT`: a DNAT of that port of the machine's
+        address to the container). The container takes node i's place in `nodes`, with its own
+        hostname (Docker gives a container its id); the machine's namespace stays behind it.
+        Returns the container."""
+        machine = self.nodes[i]
+        inside = replace(machine, ns=f"{self.prefix}c{i}", addr=f"{subnet}.2", hostname=hostname, ifname="eth0",
+                         prefixlen=24, dns_name=machine.dns_name)
+        self._add_ns(inside.ns)
+        d = NETNS_ETC / inside.ns
+        d.mkdir(parents=True, exist_ok=True)
+        # As Docker writes it: the container's own name first, then (DNS's part here) every node.
+        _write_in_place(d / "hosts", _lines([f"{inside.addr} {hostname}", *self.hosts_lines(i)]))
+        _write_in_place(d / "nsswitch.conf", _nsswitch_files_only())
+        _write_in_place(d / "resolv.conf", "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        _run(_in_ns(inside.ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"))
+        self._ip(machine.ns, "link", "add", "docker0", "type", "veth", "peer", "name", "eth0", "netns", inside.ns)
+        self._ip(machine.ns, "addr", "add", f"{subnet}.1/24", "dev", "docker0")
+        self._ip(inside.ns, "addr", "add", f"{inside.addr}/24", "dev", "eth0")
+        for ns, dev in ((machine.ns, "docker0"), (inside.ns, "eth0")):
+            self._ip(ns, "link", "set", dev, "up")
+        self._ip(inside.ns, "route", "add", "default", "via", f"{subnet}.1")
+        _run(_in_ns(machine.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+        nat = ["iptables", "-w", "-t", "nat", "-A"]
+        _run(_in_ns(machine.ns, *nat, "POSTROUTING", "-s", f"{subnet}.0/24", "!", "-o", "docker0", "-j", "MASQUERADE"))
+        if publish is not None:
+            _run(_in_ns(machine.ns, *nat, "PREROUTING", "-d", machine.addr, "-p", "tcp", "--dport", str(publish),
+                        "-j", "DNAT", "--to-destination", f"{inside.addr}:{publish}"))
+        self.nodes[i] = inside
+        return inside
 
     # ---- small helpers ---------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The host's datagram frame test (facts.frames) against real kernels: loopback answers every
-size (its MTU is 65536), and a datagram service that never replies leaves everything unanswered. The blackhole itself, a switch port shorter
-than the nodes' MTU, is built in tests/test_mtu_cluster.py."""
+size (its MTU is 65536), and a datagram service that never replies leaves everything
+unanswered. The blackhole itself, a switch port shorter than the nodes' MTU, is built in
+tests/test_mtu_cluster.py."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_hosts_link_is_named_where_every_node_that_came_lost_its_facts():
 
 def test_the_nodes_are_named_where_others_facts_came_over_the_hosts_link():
     (found,) = nic_rules.lost_facts_blackhole(LOST, (hole(LOST[1]), hole(LOST[2]), hole(LOST[0], CARRIED)), joined=3)
-    assert found.nodes == (3,) and "at node2, node3" in found.summary
+    assert found.nodes == (3,) and "between the host and node2, node3" in found.summary
     assert found.evidence[0] == "node2 198.18.0.12: the host's 9000-byte datagrams lost, small ones answered"
 
 

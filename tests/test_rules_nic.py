@@ -154,7 +154,7 @@ def test_nccl_default_fails_where_the_pick_reaches_no_peer():
                member(1, nic("ib0", "198.19.1.1", kind="infiniband"), nic("eth0", "198.18.0.11")))
     (finding,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
     assert (finding.severity, finding.nodes) == ("fail", (1,))
-    assert "ib0 reaches no peer" in finding.evidence[0]
+    assert "ib0 not reached by every peer that tried" in finding.evidence[0]
 
 
 def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
@@ -347,14 +347,14 @@ def test_under_torchrun_the_libraries_choices_are_said_once_per_node():
     (nccl,) = nic_rules.nccl_findings(WORKERS, proven)
     assert said(nccl) == ("nic.nccl_default", "fail", "", (2, 3))
     assert len(nccl.evidence) == 1 and nccl.evidence[0].startswith(
-        "node1 (ranks 2, 3): NCCL would use eth0; eth0 reaches no peer (")
+        "node1 (ranks 2, 3): NCCL would use eth0; eth0 not reached by every peer that tried (mesh.connect names which) (")
     (gloo,) = nic_rules.gloo_findings(WORKERS, proven)
     assert said(gloo) == ("nic.gloo_default", "fail", "", (2, 3))
     assert gloo.evidence == ("node1 (ranks 2, 3): hostname: eth0 (198.18.0.11): the hostname's first bindable "
-                             "address; eth0 reaches no peer",)
+                             "address; eth0 not reached by every peer that tried (mesh.connect names which)",)
     (tp,) = nic_rules.tp_findings(WORKERS, proven)
     assert said(tp) == ("nic.tp_default", "warn", "", (2, 3))
-    assert len(tp.evidence) == 1 and "eth0 reaches no peer" in tp.evidence[0]
+    assert len(tp.evidence) == 1 and "eth0 not reached by every peer" in tp.evidence[0]
     rec = nic_rules.recommendation(WORKERS, proven)
     assert rec.reason == "nothing proven to reach node1 from every peer: see mesh.connect"
 

@@ -27,12 +27,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from netcheck.core.constants import (
-    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS,
-    MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
+    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_ROUTES_READ,
+    MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import FEW, PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
@@ -41,7 +41,8 @@ from netcheck.core.meshrecords import (
     MeshOutcome, Transfer, Trial, TrialResult, passed_frame,
 )
 from netcheck.core.nictable import NicTable, address_owners
-from netcheck.facts.probe import error_text, failed_connect
+from netcheck.core.model import UNANSWERED
+from netcheck.facts.probe import IP_COMMAND_TIMEOUT, error_text, failed_connect, route_to
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
@@ -271,7 +272,22 @@ def probe_peers(me: int, offers: dict[int, Offer], peers: list[int], table: NicT
         return ()
     owners, mtus = address_owners(table), interface_mtus(table)
     with ThreadPoolExecutor(max_workers=min(MESH_CONNECTS_AT_ONCE, len(jobs))) as pool:
-        return tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, mtus, deadline), jobs))
+        attempts = tuple(pool.map(lambda job: _attempt(me, job[0], job[1], owners, mtus, deadline), jobs))
+        return _with_routes(attempts, pool, deadline)
+
+
+def _with_routes(attempts: tuple[Attempt, ...], pool: ThreadPoolExecutor, deadline: Deadline) -> tuple[Attempt, ...]:
+    """The kernel's way to the addresses nothing answered (the route, on-link or through which
+    gateway, and the next hop's neighbour state), read at once for the first MESH_ROUTES_READ:
+    what tells a wrong prefix or a dead neighbour from a firewall. Where the deadline leaves
+    the time of the reads (each takes milliseconds; an `ip` that hangs is cut at
+    IP_COMMAND_TIMEOUT, inside the mesh's margin for its results)."""
+    unanswered = list(dict.fromkeys(a.address for a in attempts if a.outcome in UNANSWERED))[:MESH_ROUTES_READ]
+    if not unanswered or deadline.remaining() < IP_COMMAND_TIMEOUT / 2:
+        return attempts
+    routes = dict(zip(unanswered, pool.map(route_to, unanswered)))
+    return tuple(replace(a, route=routes[a.address]) if a.outcome in UNANSWERED and a.address in routes else a
+                 for a in attempts)
 
 
 def _same_machine(offer: Offer, owners: dict[str, str]) -> bool:

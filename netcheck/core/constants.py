@@ -78,6 +78,7 @@ MESH_PACES = 80              # at scale the phase lasts this many of a node's lo
                              # 40 s at 10,000 nodes (a look each 0.5 s); MESH_PHASE_LIMIT up to 5,000 nodes
 MESH_OFFER_SHARE = 0.5       # of the mesh phase's time, the most spent waiting for peers' offers
 MESH_CONNECTS_AT_ONCE = 64   # a node's connects in flight during the mesh (threads)
+MESH_ROUTES_READ = 16        # unanswered addresses whose route and neighbour a node reads (two `ip` runs each)
 MESH_RESULTS_MARGIN = 2.0    # of the mesh phase's time, kept to post results and collect them
 MESH_MAX_CANDIDATES = 64     # (interface, address) pairs a node may offer: 16 interfaces, v4 and v6 twice
 # Each connected path echoes this many full-size segments, one at a time (each alone in its

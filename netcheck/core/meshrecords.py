@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import FEW, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Text, one_of
-from netcheck.core.model import NodeRanks
+from netcheck.core.fields import FEW, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Range, Text, one_of
+from netcheck.core.model import NodeRanks, Route
 
 # What became of one connect (Attempt.outcome), spelt as the wire carries it: "ok" (greeted,
 # full-size frames echoed), "blackhole" (greeted, full-size frames lost), "refused",
@@ -55,6 +55,7 @@ class Attempt:
     src_ifname: IfName | None  # the interface the kernel sent it from (the route's truth)
     detail: Text
     transfer: Transfer | None = None   # the full-size frames, once greeted
+    route: Route | None = None         # the kernel's way to the address, where nothing answered the connect
 
     @property
     def connected(self) -> bool:
@@ -93,3 +94,43 @@ class FrameTest:
     address: IpAddress
     frame: Mtu             # the full-size datagram's frame, IP and UDP headers included
     outcome: FrameOutcome
+
+
+# Which way a node's traffic is translated (Translation.way): its connections leave from an
+# address it does not own (masqueraded: a container's outbound traffic), or its peers reach it
+# at an address it does not own (a port published through a DNAT).
+WAYS = OUTBOUND, INBOUND = ("outbound", "inbound")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A node whose address is translated (NAT) between it and its peers: the rendezvous works
+    through the translation, NCCL and gloo do not (each rank connects to the addresses the
+    others own and advertise)."""
+
+    rank: NodeRank
+    way: Annotated[str, one_of(*WAYS)]
+    owns: Annotated[tuple[IpAddress, ...], FEW]   # its own addresses, loopback aside
+    seen: Annotated[tuple[IpAddress, ...], FEW]   # where the others saw it, or reached it
+
+
+@dataclass(frozen=True)
+class WrongPrefix:
+    """A node whose interface has another prefix length than its peers': it takes addresses
+    behind a router for its own link (a prefix too wide) and asks ARP for them, unanswered, or
+    sends its answers for on-link peers to a router (too narrow)."""
+
+    rank: NodeRank
+    interface: IfName
+    address: Text          # as configured, "198.18.0.12/16"
+    peers_prefix: Annotated[int, Range(0, 128, "a prefix length")]   # what its peers' interfaces have
+    peers: NodeRanks       # the nodes between which and it no connect gets through
+
+
+@dataclass(frozen=True)
+class PathCauses:
+    """What the host found that explains failed connects before any firewall does: told to
+    every joiner with the mesh's go-ahead, so each names the same cause."""
+
+    translated: Annotated[tuple[Translation, ...], FEW] = ()
+    wrong_prefix: Annotated[tuple[WrongPrefix, ...], FEW] = ()

@@ -75,6 +75,10 @@ class Route:
     neighbour_state: Text                # the kernel's word for the next hop (FAILED, REACHABLE, ...), or ""
     # Other interfaces with a route to the address's subnet, the route not taken (a second NIC on it).
     shared: Annotated[tuple[IfName, ...], FEW] = ()
+    # Where the route is on-link: the subnet that puts the address there (the interface's prefix),
+    # and this node's default gateway, if it has one (a router the address could be behind).
+    subnet: Text | None = None
+    router: IpAddress | None = None
 
     @property
     def nobody_answered(self) -> bool:

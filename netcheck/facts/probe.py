@@ -277,15 +277,19 @@ def route_to(address: str) -> Route | None:
     interface, gateway = _after(chosen, "dev"), _after(chosen, "via")
     neighbour = _ip_words("neigh", "show", "to", gateway or address, "dev", interface)
     state = neighbour[-1] if neighbour and neighbour[-1].isupper() else ""
-    return Route(interface, _after(chosen, "src"), gateway, state, _shared(address, interface) if not gateway else ())
-
-
-def _shared(address: str, interface: str) -> tuple[str, ...]:
-    """Interfaces besides INTERFACE with a link route to the subnet that holds ADDRESS."""
+    if gateway:
+        return Route(interface, _after(chosen, "src"), gateway, state)
     family = "-6" if ":" in address else "-4"
     routes = [line.split() for line in _ip_lines(family, "route", "show", "table", "main", "match", address)]
-    mine = {r[0] for r in routes if _after(r, "dev") == interface and r[0] != "default"}
-    return tuple(sorted({_after(r, "dev") for r in routes if r[0] in mine and "via" not in r} - {interface}))
+    mine = [r[0] for r in routes if _after(r, "dev") == interface and r[0] != "default" and "via" not in r]
+    router = next((_after(r, "via") for r in routes if r[0] == "default" and "via" in r), None)
+    return Route(interface, _after(chosen, "src"), None, state, _shared(routes, set(mine), interface),
+                 mine[0] if mine else None, router)
+
+
+def _shared(routes: list[list[str]], subnets: set[str], interface: str) -> tuple[str, ...]:
+    """Interfaces besides INTERFACE with a link route to a subnet of SUBNETS, INTERFACE's."""
+    return tuple(sorted({_after(r, "dev") for r in routes if r[0] in subnets and "via" not in r} - {interface}))
 
 
 def _ip_words(*args: str) -> list[str]:

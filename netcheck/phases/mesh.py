@@ -12,7 +12,7 @@ from netcheck.core.constants import (
     MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PACES, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.meshrecords import Attempt, FlaggedPaths
+from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.phases.state import Run
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
@@ -25,6 +25,7 @@ class MeshDone:
     own connects, and every node must agree on whether the bandwidth phase can run."""
 
     flagged: FlaggedPaths
+    causes: PathCauses = PathCauses()   # what explains failed connects, as the host saw it
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -53,7 +54,8 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         if run.role != HOST:
             done = _host_word(run, ex, deadline)
             run.flagged = done.flagged if done else nic_rules.flagged_paths(names, mine)
-            run.findings += nic_rules.mesh_findings(names, mine)
+            run.causes = done.causes if done else PathCauses()
+            run.findings += nic_rules.mesh_findings(names, mine, run.causes)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
             return mine
         # A node that never offered will not report: waiting for its results would make the
@@ -65,8 +67,9 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
         run.flagged = nic_rules.flagged_paths(names, attempts)
-        ex.put(ex.key(MESH_DONE), MeshDone(run.flagged))
-    run.findings += nic_rules.mesh_findings(names, attempts)
+        run.causes = nic_rules.path_causes(run.members, attempts, run.translated)
+        ex.put(ex.key(MESH_DONE), MeshDone(run.flagged, run.causes))
+    run.findings += nic_rules.mesh_findings(names, attempts, run.causes)
     run.lose("mesh", names, _unheard(ex, MESH_RESULT, ranks, results))
     return attempts
 

@@ -13,16 +13,17 @@ def judge_interfaces(run: Run) -> None:
     # Only the host hears every node's connects, so only it can prove an interface works;
     # a joiner still checks its own settings and what the libraries would pick.
     host = run.role == HOST
-    seen = nic_rules.proven_interfaces(members, run.attempts)   # a joiner's: its own connects only
-    proven = seen if host and run.attempts else None
-    run.findings += nic_rules.route_findings(members, run.attempts, seen)
+    attempts = nic_rules.judged_attempts(run.attempts, run.causes)
+    seen = nic_rules.proven_interfaces(members, attempts)   # a joiner's: its own connects only
+    proven = seen if host and attempts else None
+    run.findings += nic_rules.route_findings(members, attempts, seen)
     run.findings += nic_rules.nccl_findings(members, proven)
-    run.findings += nic_rules.gloo_findings(members, proven, run.attempts)
-    run.findings += nic_rules.tp_findings(members, proven, run.attempts)
+    run.findings += nic_rules.gloo_findings(members, proven, attempts)
+    run.findings += nic_rules.tp_findings(members, proven, attempts)
     if not host:
         return
     run.findings += nic_rules.ib_findings(members)
     if proven is not None:
-        run.findings += nic_rules.mtu_findings(members, run.attempts)
+        run.findings += nic_rules.mtu_findings(members, attempts)
         run.findings += nic_rules.speed_findings(members, proven)
         run.recommendation = nic_rules.recommendation(members, proven)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
 from netcheck.cluster.store import (
-    Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store,
+    Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store, port_peers,
 )
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
@@ -15,7 +15,9 @@ from netcheck.core.model import FAIL, Finding, Member, NodeResults, Visitor
 from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
-from netcheck.rules import endpoint as endpoint_rules, nic as nic_rules, rdzv as rdzv_rules
+from netcheck.rules import (
+    endpoint as endpoint_rules, nic as nic_rules, rdzv as rdzv_rules, translation as translation_rules,
+)
 
 
 
@@ -49,6 +51,8 @@ def host(run: Run) -> rendezvous.Seat | None:
         holes = nic_rules.lost_facts_blackhole(gathered.facts_lost, _frames_to(run, gathered.facts_lost),
                                                len(gathered.members))
         run.findings += holes
+        # Read while every joiner waits on the store for the alive list: each one's connection is there.
+        run.translated = translation_rules.translations(run.members, port_peers(cfg.rdzv.port), gathered.facts_lost)
         run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
         run.findings += rdzv_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)

@@ -16,11 +16,11 @@ from statistics import median
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import (
-    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, passed_frame,
+    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, PathCauses, Translation, passed_frame,
 )
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, Visitor, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.rules import ifselect
+from netcheck.rules import ifselect, prefix, translation
 from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import (
     every_node, hosts, name_of, node_names, pairs_note, per_node, per_pair, ranks_note, same_node,
@@ -68,17 +68,42 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
             for m in members if m.rank in targets}
 
 
-def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    """Node pairs (per direction) that connect on no interface at all fail the mesh; so do
-    paths that connect but lose full-size frames."""
+def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
+                  causes: PathCauses = PathCauses()) -> list[Finding]:
+    """Node pairs (per direction) that connect on no interface at all fail the mesh, those a
+    cause explains (a translated address, a wrong prefix) named under it; so do paths that
+    connect but lose full-size frames."""
     holes = blackhole_findings(names, attempts)
     # "Every direction connects" is no pass where the connected paths lose large frames.
-    return [f for f in _connect_findings(names, attempts) if not (holes and f.severity == PASS)] + holes
+    return [f for f in _connect_findings(names, attempts, causes) if not (holes and f.severity == PASS)] + holes
 
 
-def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    broken = _broken_directions(attempts)
-    directions = {(a.src, a.dst) for a in attempts}
+def judged_attempts(attempts: tuple[Attempt, ...], causes: PathCauses) -> tuple[Attempt, ...]:
+    """The connects that speak of their target's interface: one that failed because of its
+    source (a wrong prefix there) says nothing of a healthy target, which keeps its proof."""
+    at_fault = {w.rank for w in causes.wrong_prefix} | {t.rank for t in causes.translated}
+    explained = (translation.explained(causes.translated, {(a.src, a.dst) for a in attempts})
+                 | prefix.explained(causes.wrong_prefix, {(a.src, a.dst) for a in attempts}))
+    return tuple(a for a in attempts if a.dst in at_fault or (a.src, a.dst) not in explained)
+
+
+def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
+                translated: tuple[Translation, ...]) -> PathCauses:
+    """The host's: the translations the rendezvous saw, and the wrong prefixes its members'
+    interfaces show between the directions that connect on no interface."""
+    return PathCauses(translated, prefix.wrong_prefixes(members, _broken_directions(attempts)))
+
+
+def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses) -> list[Finding]:
+    broken, directions = _broken_directions(attempts), {(a.src, a.dst) for a in attempts}
+    named = (translation.translated_findings(names, causes.translated, broken)
+             + prefix.wrong_prefix_findings(names, causes.wrong_prefix, broken))
+    explained = translation.explained(causes.translated, broken) | prefix.explained(causes.wrong_prefix, broken)
+    if explained:   # the rest is judged without them: a node they explain is no node nobody reaches
+        attempts = tuple(a for a in attempts if (a.src, a.dst) not in explained)
+        broken = _broken_directions(attempts)
+        if not broken:
+            return named
     if broken:
         unreachable, isolated = cut_off_nodes(*_directions(attempts), names)
         ranks = _at_fault(unreachable | isolated, set(broken))
@@ -89,7 +114,7 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> l
             summary += f"; {node_names(sorted(isolated), names)} reach(es) no peer"
         evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
                              for (s, d), tries in sorted(broken.items())), names)
-        return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
+        return named + [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
     summary = f"all {_counted(names, directions, directions, every=True)} connect"
@@ -199,7 +224,7 @@ def lost_facts_blackhole(lost: tuple[Visitor, ...], tests: tuple[FrameTest, ...]
     lone = len(holes) == 1 and joined <= 1     # the host and one node: either end's link
     full = max(t.frame for t in holes)
     named = node_names(range(len(holes)), {i: t.hostname for i, t in enumerate(holes)})
-    where = ("at the host" if at_host else f"between the host and {named}" if lone else f"at {named}")
+    where = "at the host" if at_host else f"between the host and {named}"   # a router between may be the short one
     nodes = {0} if at_host or lone else set()
     nodes |= {r for t in holes if not at_host and (r := ranks.get(t.address)) is not None}
     evidence = tuple(f"{t.hostname} {t.address}: the host's {t.frame}-byte datagrams lost, small ones answered"
@@ -476,7 +501,9 @@ def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | 
 
 
 def _reaches_none(dead: list[str | None]) -> str:
-    return f"{', '.join(n or '?' for n in dead)} reach{'es' if len(dead) == 1 else ''} no peer"
+    """Of interfaces some peer that tried could not reach (mesh.connect names which): not that
+    they reach no peer, which is false where they reach some."""
+    return f"{', '.join(n or '?' for n in dead)} not reached by every peer that tried (mesh.connect names which)"
 
 
 def _library_finding(check: str, severity: str, members: tuple[Member, ...], proven: dict[int, list[str]] | None,

@@ -18,7 +18,7 @@ from netcheck.rules.registry import (
     JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
     JOIN_STORE_STALLED, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
-    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE,
+    RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE, REACH_WRONG_PREFIX,
     REACH_SHARED_SUBNET, RESOLVE_SILENT, LOST_PREFIX, lost_in,
 )
 
@@ -127,6 +127,15 @@ def _no_machine(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: t
                        f"{route.source}), where {where}", lines, _shared_fix(route.interface, probe.address),
                        REACH_SHARED_SUBNET)
     named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
+    if route.gateway is None and route.router and route.subnet:
+        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on {route.interface}'s own link "
+                       f"only by this node's prefix ({route.subnet}) and no machine answered {asked} for it there, "
+                       f"while this node has a router ({route.router}): a prefix wider than the subnet's takes an "
+                       f"address behind that router for the local link{named}", lines,
+                       f"compare {route.interface}'s prefix (ip -br addr on this node, {route.source}) with a "
+                       "neighbour's on the same switch: where theirs is longer, give this node the same in its network "
+                       f"configuration (netplan, ifcfg, DHCP); where it is the same, {_no_machine_fix(reach)}",
+                       REACH_WRONG_PREFIX)
     return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {where}{named}", lines, _no_machine_fix(reach),
                    REACH_NO_MACHINE)
 

@@ -86,6 +86,7 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 RESOLVE_SILENT = "resolver_silent"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
+REACH_WRONG_PREFIX = "prefix_too_wide"
 REACH_SHARED_SUBNET = "shared_subnet"
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
@@ -102,6 +103,8 @@ def lost_in(phase: str) -> str:
 
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
+MESH_TRANSLATED = "translated"
+MESH_WRONG_PREFIX = "wrong_prefix"
 
 # nic.route's exact findings.
 ROUTE_UNSAFE_NAME = "unsafe_name"
@@ -210,6 +213,9 @@ CHECKS: tuple[Check, ...] = (
            REACH_NO_MACHINE: Kind(ONLY_FAIL, "no machine answered ARP / NDP for the address (or its gateway) on "
                                              "the interface the kernel's route takes: a stale name, a wrong or "
                                              "dead address, not a firewall"),
+           REACH_WRONG_PREFIX: Kind(ONLY_FAIL, "no machine answered ARP / NDP for an address on the link only by "
+                                               "this node's prefix, while it has a router: a prefix wider than the "
+                                               "subnet's, or a stale address"),
            REACH_SHARED_SUBNET: Kind(ONLY_FAIL, "two interfaces share the address's subnet and the route takes the "
                                                 "one where no machine answered (a second NIC on the subnet)")}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),
@@ -271,14 +277,19 @@ CHECKS: tuple[Check, ...] = (
           "a node-to-node direction that connects on no interface at all, or a path that connects "
           "but loses full-size frames",
           ("nic.mesh_findings", "nic.blackhole_findings", "nic.host_blackhole_finding",
-           "nic.lost_facts_blackhole"),
+           "nic.lost_facts_blackhole", "translation.translated_findings", "prefix.wrong_prefix_findings"),
           "Attempt (every connect the mesh made, with its full-size frames echoed or lost); a joiner "
           "that lost the host: the host's store asked a small request and the same in one full frame; "
           "the host, of a node whose facts never came: FrameTest (small and full-size datagrams answered or not)",
           ("test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
           {MESH_BLACKHOLE: Kind(ONLY_FAIL, "a path-MTU blackhole: the path connects and carries small messages, but "
                                            "frames of the interfaces' MTU vanish (a switch port or tunnel with a "
-                                           "smaller MTU between two ends that agree)")}),
+                                           "smaller MTU between two ends that agree)"),
+           MESH_TRANSLATED: Kind(ONLY_FAIL, "a node's address is translated (NAT: a container on a bridge network, a "
+                                            "published port) and its peers cannot connect to the addresses it owns"),
+           MESH_WRONG_PREFIX: Kind(ONLY_FAIL, "a node's interface has another prefix length than its peers': it takes "
+                                              "peers behind a router for its own link (ARP unanswered), or on-link "
+                                              "peers for a router's")}),
     Check(NIC_ROUTE, "nic", ALL,
           "a set *_SOCKET_IFNAME that matches nothing on a node, or holds an address",
           ("nic.route_findings", "nic.unsafe_name_findings"), "NodeFacts.socket_env, NicTable, Attempt",

@@ -1,0 +1,93 @@
+"""Addresses translated between what a node owns and what its peers see (NAT): a container on
+Docker's default bridge (its connections masqueraded to the machine's address), or a host whose
+port is published (`docker run -p`: a DNAT on the machine). The rendezvous works through either;
+NCCL and gloo do not, since each rank connects to the addresses the others own and advertise.
+A node's failed connects are explained by its translation before any firewall is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, Translation
+from netcheck.core.model import FAIL, Finding, Member, Visitor
+from netcheck.core.nictable import address_owners
+from netcheck.rules.endpoint import is_loopback
+from netcheck.rules.pernode import name_of, per_pair
+from netcheck.rules.registry import MESH_CONNECT, MESH_TRANSLATED
+
+FIX = ("run the job on the machines' own network: `docker run --network host` (Kubernetes: `hostNetwork: true`); "
+       "NCCL and gloo connect to each rank's own address and cannot work through NAT: publishing more ports "
+       "does not fix it")
+
+
+def translations(members: tuple[Member, ...], seen: dict[str, int],
+                 lost: tuple[Visitor, ...]) -> tuple[Translation, ...]:
+    """The host's view: `seen` is every address connected to the store's port (the host's own
+    /proc/net/tcp, read while the joiners wait on the store), `lost` the nodes that came
+    without their facts. A joiner none of whose addresses is among them, while some address
+    there is owned by no node, left translated (outbound); the host, where the joiners
+    reached it at an address it does not own, is reached translated (inbound)."""
+    host = next((m for m in members if m.rank == 0), None)
+    inbound = _inbound(host, members) if host else None
+    return tuple(_outbound(members, seen, lost)) + ((inbound,) if inbound else ())
+
+
+def _own(m: Member) -> tuple[str, ...]:
+    return tuple(a for a in address_owners(m.facts.nics) if not is_loopback(a))
+
+
+def _outbound(members: tuple[Member, ...], seen: dict[str, int], lost: tuple[Visitor, ...]) -> list[Translation]:
+    owned = {a for m in members for a in address_owners(m.facts.nics)} | {v.address for v in lost if v.address}
+    strangers = tuple(sorted(a for a in seen if a not in owned and not is_loopback(a)))
+    if not strangers:
+        return []
+    return [Translation(m.rank, OUTBOUND, _own(m), strangers) for m in members
+            if m.rank != 0 and m.results is not None and _left_from(m) and not set(_own(m)) & set(seen)]
+
+
+def _left_from(m: Member) -> str | None:
+    """The address the node's probe of the endpoint left from, where it is not loopback (nodes
+    of one machine meeting on loopback are seen from it, whatever they own)."""
+    probe = next((p for p in m.facts.reach.probes if p.outcome == "open"), None) if m.facts.reach else None
+    return probe.source if probe and probe.source and not is_loopback(probe.address) else None
+
+
+def _inbound(host: Member, members: tuple[Member, ...]) -> Translation | None:
+    reached = sorted({p.address for m in members if m.facts.reach for p in m.facts.reach.probes
+                      if p.outcome == "open" and not is_loopback(p.address)})
+    own = address_owners(host.facts.nics)
+    foreign = tuple(a for a in reached if a not in own)
+    return Translation(0, INBOUND, _own(host), foreign) if foreign else None
+
+
+def explained(translated: tuple[Translation, ...], broken: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The failed directions into a translated node: its own addresses are hidden behind the
+    translation, which explains them before any firewall does."""
+    into = {t.rank for t in translated}
+    return {d for d in broken if d[1] in into}
+
+
+def translated_findings(names: dict[int, str], translated: tuple[Translation, ...],
+                        broken: dict[tuple[int, int], list[Attempt]]) -> list[Finding]:
+    """A finding per translated node that some peer could not connect to."""
+    findings = []
+    for t in translated:
+        into = sorted(d for d in explained((t,), broken))
+        if into:
+            findings.append(Finding(MESH_CONNECT, FAIL, (t.rank,), _summary(names, t, len(into)),
+                                    per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})"
+                                                               for a in broken[(s, d)])) for s, d in into), names),
+                                    FIX, MESH_TRANSLATED))
+    return findings
+
+
+def _summary(names: dict[int, str], t: Translation, into: int) -> str:
+    name, owns, seen = name_of(names, t.rank), ", ".join(t.owns) or "no address", ", ".join(t.seen)
+    if t.way == INBOUND:
+        how = (f"{name} hosts the rendezvous but is reached at {seen}, an address it does not own (it owns {owns}): "
+               "a port published through NAT")
+    else:
+        how = (f"{name}'s connections are translated (NAT): the host saw none from its own addresses ({owns}), "
+               f"and connections from {seen}, which no node owns")
+    return f"{how}; {into} direction(s) into it connect on no interface, as NCCL's and gloo's would not"

@@ -1,0 +1,90 @@
+"""Two racks on two subnets, a router each and a core link between them (the leaf-spine layout
+most datacenters route), built for real: healthy, it passes; a core link narrower than the
+nodes' jumbo frames is routed path-MTU discovery, no blackhole, until the routers' ICMP is
+filtered; a node configured /16 where the racks are /24 is named alone as the cause, with its
+prefix and the on-link routes its kernel took, and a DROP firewall is still a firewall."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import NodeSpec
+from nodes import GRACE, PORT, explain, finish_all, scaled, start
+
+pytestmark = pytest.mark.root_required
+
+
+def args(i: int, n: int, timeout: float, *extra: str) -> list[str]:
+    return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i), "--timeout", str(timeout), *extra]
+
+
+def racked(*racks: int, **spec) -> list[NodeSpec]:
+    return [NodeSpec(rack=r, **spec) for r in racks]
+
+
+def run_all(c, n: int, tmp_path, *extra: str):
+    timeout = scaled(30)
+    return finish_all([start(c, i, args(i, n, timeout, *extra), tmp_path) for i in range(n)], timeout + GRACE)
+
+
+def test_a_healthy_routed_fabric_passes(cluster, tmp_path):
+    with cluster(racked(0, 0, 1, 1), racks=2) as c:
+        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
+    assert [r.rc for r in runs] == [0, 0, 0, 0], explain(runs)
+
+
+def test_routed_path_mtu_discovery_is_no_blackhole_and_filtered_icmp_is_one(cluster, tmp_path):
+    """Jumbo frames in both racks, a 1500-byte core link: the router says 'fragmentation
+    needed' and TCP sends smaller segments (a pass); with that ICMP dropped, full-size
+    frames vanish between the racks (a blackhole)."""
+    with cluster(racked(0, 0, 1, 1, mtu=9000), racks=2, core_mtu=1500) as c:
+        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
+    assert [r.rc for r in runs] == [0, 0, 0, 0], explain(runs)
+    with cluster(racked(0, 0, 1, 1, mtu=9000), racks=2, core_mtu=1500) as c:
+        c.filter_frag_needed()
+        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
+    assert runs[0].rc == 2, explain(runs)
+    (hole,) = runs[0].findings("mesh.connect", "fail")
+    assert hole["kind"] == "blackhole" and set(hole["nodes"]) == {2, 3}, explain(runs)
+
+
+def test_a_node_with_a_wider_prefix_than_its_rack_is_named_alone_with_its_prefix(cluster, tmp_path):
+    specs = racked(0, 0, 0, 1, 1)
+    specs[2] = NodeSpec(rack=0, prefixlen=16)
+    with cluster(specs, racks=2) as c:
+        runs = run_all(c, 5, tmp_path, "--skip", "bandwidth")
+    host, node2 = runs[0], runs[2]
+    assert host.rc == 2 and node2.rc == 2, explain(runs)
+    for report in (host, node2):
+        (wrong,) = report.findings("mesh.connect", "fail")
+        assert (wrong["kind"], wrong["nodes"]) == ("wrong_prefix", [2]), explain(runs)
+        assert "198.18.0.12/16" in wrong["summary"] and "/24" in wrong["summary"], wrong
+        assert "route on-link on eth0, neighbour" in " ".join(wrong["evidence"]), wrong
+        assert "firewall" not in wrong["fix"] and "198.18.0.12/24" in wrong["fix"], wrong
+    for f in host.report["findings"]:   # no healthy node is blamed, nor said to reach no peer
+        assert f["severity"] == "pass" or f["nodes"] == [2], f
+        assert "reaches no peer" not in " ".join([f["summary"], *f["evidence"]]), f
+    assert [r.rc for r in (runs[1], runs[3], runs[4])] == [0, 0, 0], explain(runs)
+
+
+def test_a_node_whose_prefix_hides_the_host_behind_its_router_says_so(cluster, tmp_path):
+    """The host in the other rack: the /16 node asks ARP for the host's address on its own
+    link, unanswered, while it has a router; its report names its prefix, not a stale name."""
+    specs = racked(1, 0, 0, 1)
+    specs[2] = NodeSpec(rack=0, prefixlen=16)
+    with cluster(specs, racks=2) as c:
+        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
+    node2 = runs[2]
+    assert node2.rc == 2, explain(runs)
+    (reach,) = node2.findings("rdzv.reach", "fail")
+    assert reach["kind"] == "prefix_too_wide" and "198.18.0.0/16" in reach["summary"], reach
+    assert "198.18.0.1" in reach["summary"] and "firewall" not in reach["fix"], reach
+
+
+def test_a_drop_firewall_on_a_routed_fabric_is_still_called_filtered(cluster, tmp_path):
+    with cluster(racked(0, 0, 1, 1), racks=2) as c:
+        c.drop_inbound(3, source=1)
+        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
+    assert runs[0].rc == 2, explain(runs)
+    (cut,) = runs[0].findings("mesh.connect", "fail")
+    assert cut["kind"] == "" and "filtered" in " ".join(cut["evidence"]) and "firewall" in cut["fix"], explain(runs)
