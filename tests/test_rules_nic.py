@@ -347,7 +347,8 @@ def test_under_torchrun_the_libraries_choices_are_said_once_per_node():
     (nccl,) = nic_rules.nccl_findings(WORKERS, proven)
     assert said(nccl) == ("nic.nccl_default", "fail", "", (2, 3))
     assert len(nccl.evidence) == 1 and nccl.evidence[0].startswith(
-        "node1 (ranks 2, 3): NCCL would use eth0; eth0 not reached by every peer that tried (mesh.connect names which) (")
+        "node1 (ranks 2, 3): NCCL would use eth0; eth0 not reached by every peer that tried "
+        "(mesh.connect names which) (")
     (gloo,) = nic_rules.gloo_findings(WORKERS, proven)
     assert said(gloo) == ("nic.gloo_default", "fail", "", (2, 3))
     assert gloo.evidence == ("node1 (ranks 2, 3): hostname: eth0 (198.18.0.11): the hostname's first bindable "

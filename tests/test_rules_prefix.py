@@ -46,5 +46,6 @@ def test_the_finding_carries_the_kernels_route_and_the_prefix_to_set():
     causes = nic_rules.path_causes(RACKS, attempts, ())
     (found,) = nic_rules.mesh_findings(names, attempts, causes)
     assert (found.kind, found.nodes) == ("wrong_prefix", (2,)) and "198.18.0.12/24" in found.fix
-    assert found.evidence[0] == "node2 -> node3: eth0 198.18.1.13: filtered; route on-link on eth0, neighbour INCOMPLETE"
+    assert found.evidence[0] == ("node2 -> node3: eth0 198.18.1.13: filtered; route on-link on eth0, "
+                                 "neighbour INCOMPLETE")
     assert nic_rules.judged_attempts(attempts, causes) == attempts[1:]   # node3's interface keeps its proof
