@@ -143,6 +143,9 @@ def sign_in(ex: Exchange, facts: NodeFacts) -> str:
     visitor = take_number(ex, ex.key(VISITORS, shared=True))
     ex.put(ex.key(VISITOR, visitor, shared=True),
            Visitor(facts.run_id, facts.hostname, facts.launch.node_rank, reached_from(facts)), signed=False)
+    # Listed as well: a number taken at random, where another client spoilt the counter, is
+    # found only by its listing (as an arrival's is).
+    ex.enlist(ex.key(VISITOR, POSTED, shared=True), str(visitor))
     return secrets.token_hex(TICKET_BYTES)
 
 
@@ -553,7 +556,7 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     does not hide the visitors after it."""
     counted = _counted(ex, ex.key(VISITORS, shared=True))
     state.visitors_counted = max(state.visitors_counted, counted)
-    for v in unread(state.visitors_seen, counted, state.visitors.keys()):
+    for v in _visitors_to_read(ex, state, counted):
         if scan.expired() or len(state.visitors) >= MAX_NODES:
             break
         key = ex.key(VISITOR, v, shared=True)
@@ -567,6 +570,20 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
             ex.drop(key)   # refused: its bytes are not kept in the host's store either
     while state.visitors_seen in state.visitors:
         state.visitors_seen += 1
+
+
+def _visitors_to_read(ex: Exchange, state: HostState, counted: int) -> Iterator[int]:
+    """By the counter while it is sane; where another client spoilt or pushed it, the listed
+    visitors first (a number taken at random is only listed), then the counter's."""
+    by_counter = unread(state.visitors_seen, counted, state.visitors.keys())
+    if counted - len(state.visitors) <= MAX_STRANGERS and ex.key(VISITORS, shared=True) not in ex.interfered:
+        return by_counter
+    listed = ex.posted(VISITOR, shared=True)
+    if listed is None:
+        ex.interfered[ex.key(VISITOR, POSTED, shared=True)] = ("grew past any cluster's list: appended to by a "
+                                                                "client that is not a netcheck node")
+        return by_counter
+    return itertools.chain(sorted(listed.difference(state.visitors)), by_counter)
 
 
 def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:

@@ -593,10 +593,10 @@ class Exchange:
     def drop(self, key: str) -> None:
         self._call("delete_key", key)
 
-    def posted(self, name: str) -> set[int] | None:
+    def posted(self, name: str, shared: bool = False) -> set[int] | None:
         """The ids listed under name/posted (anyone may append: a listed id is only a hint);
         None when the list has grown past any cluster's."""
-        entries = self.listed(self.key(name, POSTED), MAX_POSTED_BYTES)
+        entries = self.listed(self.key(name, POSTED, shared=shared), MAX_POSTED_BYTES)
         return None if entries is None else {i for e in entries if (i := whole_number(e)) is not None}
 
     def counts(self, keys: list[str]) -> list[int]:

@@ -16,7 +16,8 @@ POSTED = "posted"   # NAME/posted: the ids that posted NAME/ID, appended as "ID,
 # --- shared by every run on the port (before a visitor is known to belong to this one) ---------
 HOST = "host"             # the host's Hello (run id, nonce), written by the host, read by every visitor
 VISITORS = "visitors"     # counter: every visitor takes the next number
-VISITOR = "visitor"       # VISITOR/V: visitor V's Visitor record (run id, hostname), read by the host
+VISITOR = "visitor"       # VISITOR/V: visitor V's Visitor record (run id, hostname, rank, address), read by
+                          # the host; VISITOR/POSTED lists V (a number drawn at random is found there)
 PINGS = "pings"           # list of "V/K," clock pings, appended by visitors, answered by the host
 PONG = "pong"             # PONG/V/K: the host's clock for visitor V's ping K
 

@@ -384,8 +384,9 @@ class MtuMismatch(Fault):
     def expect(self, sched, run):
         # The odd ones out are the fewer: jumbo nodes as many as the rest leave the rest
         # named (blamed once, by the first jumbo node's fault); a tie may be named either way.
+        # Counted among the nodes that take part: one never seated is compared with nobody.
         jumbo = {f.node for f in sched.faults if f.kind == self.kind}
-        rest = set(range(sched.n)) - jumbo
+        rest = set(range(sched.n)) - jumbo - {f.node for f in sched.faults if f.removes_node}
         if len(jumbo) < len(rest):
             odd = {self.node}
         else:
@@ -567,6 +568,7 @@ class LatePastRoster(Fault):
         if sched.mode == "arrival":
             return Expect(breaks=True, seers={self.node}, absent={self.node})
         e = broken(self.node, "rdzv.join", kinds=("missing", "late", "unseated"))
+        e.absent.add(self.node)   # never seated: the checks between nodes go on without it
         return e
 
 

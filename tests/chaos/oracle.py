@@ -49,7 +49,8 @@ class Expect:
     one_of_seers: list[set[int]] = field(default_factory=list)  # at least one of each set exits non-zero
     exit_codes: dict[int, set[int]] = field(default_factory=dict)
     verdicts: dict[int, str] = field(default_factory=dict)
-    absent: set[int] = field(default_factory=set)     # never reaches the host's store
+    absent: set[int] = field(default_factory=set)     # never seated by the host (never reaches its store,
+                                                      # or only past the roster)
     no_report: set[int] = field(default_factory=set)  # cannot write one (SIGKILL)
     resumed: set[int] = field(default_factory=set)    # SIGSTOPped, timed from SIGCONT
     # May exit 1 where nothing else in the schedule breaks the job or warrants a warning: a
