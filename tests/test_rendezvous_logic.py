@@ -18,8 +18,8 @@ from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange, _hex_address, collect
 from netcheck.cluster.rendezvous import (
-    HostState, _answer_pings, counter_gaps, host_gather, ping, poll_arrivals, publish_facts, read_visitors,
-    sign_in, unread,
+    HostState, _answer_pings, came_without_facts, counter_gaps, host_gather, ping, poll_arrivals, publish_facts,
+    read_visitors, sign_in, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core import codec, compat
@@ -281,6 +281,34 @@ def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_la
     ex.put(ex.key("visitor", 1, shared=True), Visitor("netcheck", "b", 2), signed=False)
     read_visitors(ex, state, Deadline(10.0))
     assert (state.visitors_seen, state.in_flight("netcheck")) == (3, 2)
+
+
+def test_a_visitor_that_drew_its_number_at_random_is_read_from_the_listing():
+    """Another client set the visitor counter to text (chaos 16547/13): a visitor then takes a
+    number at random, which the counter never reaches; it is found by its listing, and its
+    record (another run's here) is read, so that it is named."""
+    _, ex = local_store()
+    state = HostState({}, [])
+    ex.put(ex.key("visitors", shared=True), "x", signed=False)
+    sign_in(ex, dataclasses.replace(facts("gpu9"), run_id="other-job"))
+    read_visitors(ex, state, Deadline(10.0))
+    assert [(v.run_id, v.hostname) for v in state.visitors.values()] == [("other-job", "gpu9")]
+    assert ex.key("visitors", shared=True) in ex.interfered
+
+
+def test_a_node_whose_facts_never_came_is_told_from_one_whose_facts_came_by_hostname():
+    """One-shot form: visitors without a rank, each answered by an arrival of its hostname,
+    the rest came without their facts (chaos 21499/124); a record read only after the roster
+    is a latecomer's, not lost."""
+    _, ex = local_store()
+    state = HostState({}, [])
+    for name in ("node0", "node1", "node2", "node2", "late"):
+        sign_in(ex, facts(name))
+    read_visitors(ex, state, Deadline(10.0))
+    state.seating_visitors = frozenset(sorted(state.visitors)[:4])
+    for a, name in enumerate(("node0", "node2")):
+        state.arrived(a, facts(name))
+    assert [v.hostname for v in came_without_facts(ex, state, ())] == ["node1", "node2"]
 
 
 @pytest.mark.compat
