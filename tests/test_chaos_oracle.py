@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from chaos.generator import draw_schedule
+from chaos.catalog import LatePastRoster, MtuMismatch, PathFirewall
+from chaos.generator import Schedule, draw_schedule
 from chaos.oracle import Expect
 
 
@@ -15,12 +16,25 @@ def merged(seed: int, index: int) -> Expect:
 
 
 def test_a_hostile_client_leaves_the_exit_codes_to_a_fault_that_breaks_the_job():
-    """Seed 4242, schedule 9 (campaign 13): a hostile client beside a decoy ib0 and a hostname
-    on 127.0.1.1. The client's "exit 0 or 1" overrode the broken job's, and the oracle called
-    the host's and the faulty nodes' exit 2 a violation."""
-    assert draw_schedule(4242, 9).what() == \
-        "arrival n=5: hostile_client(node2 action=push) + decoy_ib0(node3) + hostname_127011(node1)"
-    e = merged(4242, 9)
-    assert e.breaks and {0, 1, 3} <= e.seers
+    """A hostile client beside a decoy ib0 and a hostname on 127.0.1.1 (campaign 13 found it at
+    seed 4242, schedule 9, drawn now by seed 7, schedule 2629). The client's "exit 0 or 1"
+    overrode the broken job's, and the oracle called the host's and the faulty nodes' exit 2 a
+    violation."""
+    assert draw_schedule(7, 2629).what() == \
+        "arrival n=4: hostile_client(node3 action=push) + hostname_127011(node2) + decoy_ib0(node0)"
+    e = merged(7, 2629)
+    assert e.breaks and {0, 2} <= e.seers
     assert e.exit_codes == {}   # nothing pins a node's code: the broken job's seers judge it
-    assert e.may_warn == set(range(5))
+    assert e.may_warn == set(range(4))
+
+
+def test_what_a_node_never_seated_cannot_be_compared_with_is_not_expected():
+    """Seed 21499, schedule 154 before the catalog grew: node2 past the roster and node1 kept
+    out by a path firewall leave the jumbo host with no peer; the oracle expected nic.mtu."""
+    faults = (LatePastRoster((2,)), PathFirewall((1,), (("target", "REJECT"),)), MtuMismatch((0,)))
+    sched = Schedule(21499, 154, "ranked", 3, faults)
+    total = Expect()
+    for fault in faults:
+        total = total.merge(fault.expect(sched, None))
+    assert total.absent == {1, 2}
+    assert not [b for b in total.blame if b.checks == ("nic.mtu",)]

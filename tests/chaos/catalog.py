@@ -47,6 +47,7 @@ class Fault:
     removes_node: ClassVar[bool] = False  # a node never takes part (absent, lost): the phases after
                                           # it run without it, and bandwidth does not run at all
     spoils_data_path: ClassVar[bool] = False  # the bandwidth phase cannot measure anything beside it
+    routed: ClassVar[bool] = False   # needs the routed layout (two racks, a router each): catalog.rack_of
 
     @property
     def node(self) -> int:
@@ -644,9 +645,78 @@ class DuplicateHostname(Fault):
                       blame=[Blame(n, ("rdzv.join",), ("duplicate_hostname",)) for n in (j, k)])
 
 
+class Container(Fault):
+    """The node's netcheck in a container on Docker's default bridge: its own namespace behind
+    the machine's docker0, its connections masqueraded to the machine's address; on the host,
+    only the rendezvous port published (docker run -p). The rendezvous works through it; NCCL
+    and gloo would hang connecting to the container's own address, which no peer routes to."""
+
+    kind = "container"
+    targets = "any"
+    spoils_data_path = True
+    conflicts = ("mtu_mismatch", "mtu_blackhole", "routed", "wrong_prefix")
+
+    @classmethod
+    def fits(cls, nodes, mode):
+        # One-shot, a node learns it hosts from owning the endpoint's address, which a host in
+        # a container does not (the machine owns it): nobody would host. A launch line for it
+        # names the rank (--node-rank 0).
+        return not (nodes[0] == 0 and mode == "arrival")
+
+    def setup(self, c, run):
+        c.containerize(self.node, f"c0ffee{self.node}", publish=PORT if self.node == 0 else None)
+
+    def expect(self, sched, run):
+        return broken(self.node, "mesh.connect", kinds=("translated",))
+
+
+RACKED_APART = ("mtu_mismatch", "mtu_blackhole", "container", "shared_subnet", "dead_nameserver", "stale_hosts")
+
+
+class RoutedFabric(Fault):
+    """Two racks on two subnets with a router each (leaf-spine): the odd nodes behind the
+    second rack's router. Breaks nothing; every fault beside it runs on the routed layout."""
+
+    kind = "routed"
+    targets = "host"
+    routed = True
+    weight = 0.5
+    conflicts = RACKED_APART
+
+    def expect(self, sched, run):
+        return Expect()
+
+
+class WrongPrefix(Fault):
+    """On the routed fabric, the node configured /16 where the racks are /24: it takes the other
+    rack's addresses for its own link and asks ARP for them, unanswered. In the host's rack it
+    reaches the host and is named by it; in the other, the host is one of those addresses, and
+    its own report says its prefix may be too wide."""
+
+    kind = "wrong_prefix"
+    routed = True
+    spoils_data_path = True
+    conflicts = RACKED_APART
+
+    def spec(self, i, spec):
+        return replace(spec, prefixlen=16) if i == self.node else spec
+
+    def expect(self, sched, run):
+        if rack_of(self.node) == rack_of(0):
+            return broken(self.node, "mesh.connect", kinds=("wrong_prefix",))
+        e = missing(self.node, sched)
+        e.blame.append(Blame(self.node, ("rdzv.reach",), ("prefix_too_wide",), reporter=self.node))
+        return e
+
+
+def rack_of(i: int) -> int:
+    """The rack of node i on the routed layout: the odd nodes in the second."""
+    return i % 2
+
+
 CATALOG: tuple[type[Fault], ...] = (
     HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
-    SharedSubnet)
+    SharedSubnet, Container, RoutedFabric, WrongPrefix)
 

@@ -22,7 +22,7 @@ from cluster import NETNS_ETC, NETNS_RUN, Cluster, NodeSpec, netns_pids
 from faults import arrival_args, ranked_args
 from nodes import NodeRun, finish, scaled, start
 
-from .catalog import MODES, Fault
+from .catalog import MODES, Fault, rack_of
 from .generator import JOIN_WINDOW, Schedule, draw_schedule
 from .oracle import CHAOS_GRACE, Outcome, judge
 
@@ -90,11 +90,12 @@ class ScheduleRun:
 
 
 def run_schedule(sched: Schedule) -> "Outcome":
-    specs = [NodeSpec() for _ in range(sched.n)]
+    routed = any(f.routed for f in sched.faults)
+    specs = [NodeSpec(rack=rack_of(i) if routed else 0) for i in range(sched.n)]
     for f in sched.faults:
         specs = [f.spec(i, s) for i, s in enumerate(specs)]
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-{sched.seed}-{sched.index}-"))
-    with Cluster(specs) as c:
+    with Cluster(specs, racks=2 if routed else 1) as c:
         run = ScheduleRun(sched, c, tmp)
         for f in sched.faults:
             f.setup(c, run)
