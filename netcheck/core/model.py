@@ -16,7 +16,7 @@ from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
     FEW, PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
     IfName, NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text,
-    WholeNumbersAt, one_of,
+    WholeNumbersAt, MAX_INT, Range, one_of,
 )
 from netcheck.core.hangrecords import HangView
 from netcheck.core.jobrecords import JobView
@@ -135,6 +135,24 @@ class Holder:
     cmdline: Text
 
 
+Limit = Annotated[int, Range(-1, MAX_INT, "a resource limit")]   # -1: unlimited (RLIM_INFINITY)
+
+
+@dataclass(frozen=True)
+class ProcessLimits:
+    """This process's resource limits as the job's processes will have them: read before
+    netcheck changes any (it lifts its own descriptor limit to hold a connection per node).
+    A torchrun worker's are its agent's, which the training processes inherit too. The
+    kernel's bounds on a listening socket's accept queue beside them (None: unreadable)."""
+
+    nofile: Limit              # soft: what a process may open before EMFILE
+    nofile_hard: Limit         # what it may raise its soft limit to unprivileged
+    memlock: Limit             # soft, bytes: what RDMA may register (ibv_reg_mr)
+    stack: Limit               # soft, bytes: glibc gives new threads this much
+    somaxconn: Count | None    # net.core.somaxconn: a listen backlog's cap
+    syn_backlog: Count | None  # net.ipv4.tcp_max_syn_backlog: half-open connections' cap
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """What one node knows about itself, published at rendezvous."""
@@ -152,6 +170,7 @@ class NodeFacts:
     version: str
     rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
     instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
+    limits: ProcessLimits | None = None   # None: not read (another version)
 
 
 @dataclass(frozen=True)

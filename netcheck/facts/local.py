@@ -11,6 +11,7 @@ from netcheck import __version__
 from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
+from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
 from netcheck.facts.rdma import read_rdma
 from netcheck.facts.probe import call_with_timeout, resolve_addresses
@@ -122,6 +123,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         version=__version__,
         rdma=read_rdma(sysfs, proc),
         instance=secrets.token_hex(INSTANCE_BYTES),
+        limits=read_limits(),   # before the reach phase lifts this process's descriptor limit
     )
 
 

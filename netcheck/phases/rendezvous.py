@@ -16,7 +16,8 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import (
-    endpoint as endpoint_rules, nic as nic_rules, rdzv as rdzv_rules, translation as translation_rules,
+    endpoint as endpoint_rules, limits as limits_rules, nic as nic_rules, rdzv as rdzv_rules,
+    translation as translation_rules,
 )
 
 
@@ -63,6 +64,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.findings += rdzv_rules.resolve_consistency(run.members)
         run.findings += rdzv_rules.fqdn_findings(run.members)
         run.findings += rdzv_rules.clock_findings(run.members)
+        run.findings += limits_rules.limit_findings(run.members)
     return seat
 
 

@@ -33,6 +33,7 @@ NIC_MTU = "nic.mtu"
 NIC_SPEED = "nic.speed"
 NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
+HOST_LIMITS = "host.limits"
 HOST_SHM = "host.shm"
 ENV_FLIGHT_RECORDER = "env.flight_recorder"
 LAUNCH_TOPOLOGY = "launch.topology"
@@ -103,6 +104,10 @@ def lost_in(phase: str) -> str:
 
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
+LIMIT_NOFILE = "nofile"
+LIMIT_BACKLOG = "backlog"
+LIMIT_MEMLOCK = "memlock"
+LIMIT_STACK = "stack"
 MESH_TRANSLATED = "translated"
 MESH_WRONG_PREFIX = "wrong_prefix"
 
@@ -321,6 +326,18 @@ CHECKS: tuple[Check, ...] = (
     Check(ENV_MISMATCH, "env", ALL,
           "versions and settings that differ between nodes",
           ("env.env_findings",), "EnvFacts", ("test_rules_env.py", "test_env_cluster.py")),
+    Check(HOST_LIMITS, "rendezvous", ALL,
+          "a process limit the job starts with that it will exhaust: the rendezvous host's descriptors against "
+          "its store's connections, its accept queue against the ranks connecting at once, locked memory where "
+          "NCCL uses RDMA, an unlimited stack under NCCL before 2.28",
+          ("limits.limit_findings",), "ProcessLimits (read before netcheck lifts its own), the layout, RdmaFacts",
+          ("test_rules_limits.py", "test_limits_cluster.py"),
+          {LIMIT_NOFILE: Kind(ONLY_FAIL, "the rendezvous host's soft descriptor limit is below one per rank and "
+                                         "agent plus the process's own: its store refuses the rest (EMFILE)"),
+           LIMIT_BACKLOG: Kind(ONLY_WARN, "the kernel caps the store's accept queue below the connections that "
+                                          "come at once at start-up"),
+           LIMIT_MEMLOCK: Kind(WARN_FAIL, "locked memory limited on a node whose NCCL would use RDMA"),
+           LIMIT_STACK: Kind(WARN_FAIL, "an unlimited stack on a GPU node whose NCCL is older than 2.28")}),
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),

@@ -1,0 +1,130 @@
+"""host.limits: the job's own process limits held against what the job needs, from its layout.
+
+netcheck lifts its own descriptor limit to hold a connection per node; the job's processes do
+not (torch raises no limit anywhere), so a PASS must speak for the limits the job starts
+with: those netcheck read before it changed anything (ProcessLimits). The rendezvous host's
+store holds a connection per rank and per torchrun agent; a node whose NCCL uses RDMA
+registers memory under RLIMIT_MEMLOCK; NCCL before 2.28 crashes under an unlimited stack.
+"""
+
+from __future__ import annotations
+
+from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames, is_torchrun_worker
+from netcheck.rules.ibselect import nccl_version
+from netcheck.rules.pernode import node_names, per_node
+from netcheck.rules.registry import HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_STACK
+
+# Descriptors a training process holds before any store client connects (its libraries,
+# CUDA's, NCCL's own sockets, a data loader's pipes): the margin above one per connection.
+# torch 2.13's TCPStore under a soft limit of 64 refused its 50th client, a bare process.
+PROCESS_DESCRIPTORS = 64
+MEMLOCK_FAILS = 8 << 20        # NCCL's RDMA transport fails to register at 64 KiB and 8 MiB (NCCL #1191)
+STACK_SAFE_NCCL = (2, 28)      # NCCL 2.27.6 release notes: an unlimited stack crashed it before 2.28
+NOFILE_FIX = ("raise the soft limit where the job starts: `ulimit -n {need}` in the job script (the hard limit "
+              "allows it), LimitNOFILE= in a systemd unit, PropagateResourceLimits=NOFILE in slurm.conf (or "
+              "slurmd's own LimitNOFILE), `docker run --ulimit nofile={need}:{need}`, the container runtime's "
+              "default under Kubernetes")
+HARD_FIX = ("the hard limit ({hard}) is below it too: raise both as root (/etc/security/limits.conf `nofile`, "
+            "LimitNOFILE= for systemd or slurmd, `docker run --ulimit nofile={need}:{need}`)")
+
+
+def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """The rendezvous host's descriptors and accept queue against the job's size; every node's
+    locked memory (where NCCL would use RDMA) and stack (where it has GPUs)."""
+    read = tuple(m for m in members if m.facts.limits is not None)
+    host = next((m for m in read if m.rank == 0), None)
+    findings = (_descriptor_findings(host, members) + _backlog_findings(host, members)) if host else []
+    findings += _memlock_findings(read) + _stack_findings(read)
+    return findings
+
+
+def _layout(members: tuple[Member, ...]) -> tuple[int, int]:
+    """(ranks, nodes) of the job: under torchrun each member is a rank; else each is a node
+    that starts --nproc-per-node processes."""
+    nodes = len(set(hostnames(members).values())) or 1
+    if any(is_torchrun_worker(m.facts.launch) for m in members):
+        return len(members), nodes
+    return sum(m.facts.launch.nproc_per_node for m in members), len(members)
+
+
+def _descriptor_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
+    limits, (ranks, nodes) = host.facts.limits, _layout(members)
+    need = ranks + nodes + PROCESS_DESCRIPTORS
+    shown = (f"{host.facts.hostname}: soft {_text(limits.nofile)}, hard {_text(limits.nofile_hard)}; the job's store "
+             f"holds {ranks} rank(s) + {nodes} torchrun agent(s) + about {PROCESS_DESCRIPTORS} of its process's own",)
+    if limits.nofile == -1 or limits.nofile >= need:
+        return [Finding(HOST_LIMITS, PASS, (host.rank,), f"the rendezvous host's descriptor limit "
+                        f"({_text(limits.nofile)}) holds the job's store ({ranks} ranks on {nodes} node(s))", shown)]
+    fix = NOFILE_FIX.format(need=need)
+    if limits.nofile_hard != -1 and limits.nofile_hard < need:
+        fix = HARD_FIX.format(hard=limits.nofile_hard, need=need)
+    return [Finding(HOST_LIMITS, FAIL, (host.rank,), f"the rendezvous host's soft descriptor limit is "
+                    f"{limits.nofile}, and the job's store needs about {need} ({ranks} ranks on {nodes} node(s) "
+                    "connect to it, beside its process's own): the clients past the limit are refused (EMFILE)",
+                    shown, fix, LIMIT_NOFILE)]
+
+
+def _backlog_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
+    """Every rank connects to the store at once at start-up; a listen backlog the kernel caps
+    below that overflows, and clients are reset and retry (pytorch/pytorch#129261)."""
+    limits, (ranks, nodes) = host.facts.limits, _layout(members)
+    caps = [c for c in (limits.somaxconn, limits.syn_backlog) if c is not None]
+    if not caps or ranks + nodes <= min(caps):
+        return []
+    return [Finding(HOST_LIMITS, WARN, (host.rank,), f"the rendezvous host's accept queue is capped at {min(caps)} "
+                    f"(net.core.somaxconn {limits.somaxconn}, net.ipv4.tcp_max_syn_backlog {limits.syn_backlog}), "
+                    f"and {ranks + nodes} connections come at once at start-up: the rest are reset and retry",
+                    (), f"sysctl -w net.core.somaxconn={ranks + nodes} net.ipv4.tcp_max_syn_backlog={ranks + nodes} "
+                    "on the rendezvous host (and in /etc/sysctl.d to keep it)", LIMIT_BACKLOG)]
+
+
+def _memlock_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """Nodes with an active RDMA port (NCCL's IB / RoCE transport registers its buffers)
+    whose locked-memory limit is not unlimited, as NCCL's documentation asks."""
+    rdma = [m for m in members if m.facts.rdma and any(p.state == "ACTIVE" for p in m.facts.rdma.ports)]
+    short = [m for m in rdma if m.facts.limits.memlock != -1]
+    if not short:
+        return []
+    names = hostnames(members)
+    failing = [m for m in short if m.facts.limits.memlock <= MEMLOCK_FAILS]
+    findings = []
+    for severity, group in ((FAIL, failing), (WARN, [m for m in short if m not in failing])):
+        if group:
+            ranks = tuple(m.rank for m in group)
+            findings.append(Finding(
+                HOST_LIMITS, severity, ranks, f"locked memory is limited on {node_names(ranks, names)}, whose NCCL "
+                "would use RDMA: registering its buffers fails (ibv_reg_mr, ibv_create_cq) where they exceed it",
+                per_node(((m.rank, f"memlock {_text(m.facts.limits.memlock)}") for m in group), names),
+                "`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
+                "systemd or slurmd, PropagateResourceLimits=MEMLOCK, `docker run --ulimit memlock=-1`)",
+                LIMIT_MEMLOCK))
+    return findings
+
+
+def _stack_findings(members: tuple[Member, ...]) -> list[Finding]:
+    """Nodes with GPUs under an unlimited stack: glibc then gives NCCL's threads 2 MiB stacks,
+    which crashes NCCL before 2.28. A failure where the libnccl the node would load is older;
+    a warning where its version is not known."""
+    names = hostnames(members)
+    unlimited = [m for m in members if m.facts.gpus and m.facts.limits.stack == -1]
+    old = [m for m in unlimited if _libnccl(m) and nccl_version(_libnccl(m)) < STACK_SAFE_NCCL]
+    unknown = [m for m in unlimited if not _libnccl(m)]
+    findings = []
+    for severity, group, verb in ((FAIL, old, "is"), (WARN, unknown, "may be")):
+        if group:
+            ranks = tuple(m.rank for m in group)
+            findings.append(Finding(
+                HOST_LIMITS, severity, ranks, f"the stack is unlimited on {node_names(ranks, names)}, whose NCCL "
+                f"{verb} older than 2.28: it crashes there (glibc gives its threads 2 MiB stacks)",
+                per_node(((m.rank, f"stack unlimited, libnccl {_libnccl(m) or 'not found'}") for m in group), names),
+                "a finite stack where the job starts (`ulimit -s 8192`), or NCCL 2.28 or newer", LIMIT_STACK))
+    return findings
+
+
+def _libnccl(m: Member) -> str:
+    return m.facts.rdma.libnccl.version if m.facts.rdma else ""
+
+
+def _text(limit: int) -> str:
+    return "unlimited" if limit == -1 else str(limit)
+

@@ -1,0 +1,88 @@
+"""rules/limits.py over ProcessLimits records: the rendezvous host's descriptors against the
+job's ranks and agents, its accept queue, locked memory where NCCL uses RDMA, an unlimited
+stack under NCCL before 2.28. The real limits (prlimit) are set in tests/test_limits_cluster.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from netcheck.core.model import ProcessLimits
+from netcheck.core.rdmarecords import LibNccl, RdmaFacts, RdmaPort
+from netcheck.rules.limits import PROCESS_DESCRIPTORS, limit_findings
+
+from builders import launch, member
+
+LOW = ProcessLimits(nofile=64, nofile_hard=4096, memlock=-1, stack=8 << 20, somaxconn=4096, syn_backlog=4096)
+HIGH = dataclasses.replace(LOW, nofile=65536, nofile_hard=65536)
+
+
+def node(rank: int, limits: ProcessLimits, nproc: int = 1, **given):
+    m = member(rank, launched=launch(rank, 2, nproc=nproc), **given)
+    return dataclasses.replace(m, facts=dataclasses.replace(m.facts, limits=limits))
+
+
+def said(findings):
+    return [(f.check, f.severity, f.kind, f.nodes) for f in findings]
+
+
+def test_a_host_whose_soft_limit_the_jobs_store_would_exhaust_fails_with_the_fix_its_hard_limit_allows():
+    """2 nodes x 48 processes under a soft limit of 64 (issue 49): torch's store refuses its
+    50th client; the hard limit (4096) allows `ulimit -n`."""
+    (found,) = limit_findings((node(0, LOW, nproc=48), node(1, HIGH, nproc=48)))
+    assert said([found]) == [("host.limits", "fail", "nofile", (0,))]
+    need = 96 + 2 + PROCESS_DESCRIPTORS
+    assert f"needs about {need}" in found.summary and "96 ranks on 2 node(s)" in found.summary
+    assert f"ulimit -n {need}" in found.fix and "LimitNOFILE" in found.fix
+
+
+def test_a_hard_limit_below_the_need_says_so():
+    hard = dataclasses.replace(LOW, nofile_hard=100)
+    (found,) = limit_findings((node(0, hard, nproc=48), node(1, HIGH, nproc=48)))
+    assert "hard limit (100) is below it too" in found.fix
+
+
+@pytest.mark.parametrize("limits", [HIGH, dataclasses.replace(LOW, nofile=-1)])
+def test_a_sufficient_or_unlimited_descriptor_limit_passes(limits):
+    (found,) = limit_findings((node(0, limits, nproc=48), node(1, LOW, nproc=48)))
+    assert said([found]) == [("host.limits", "pass", "", (0,))]
+
+
+def test_under_torchrun_every_worker_is_a_rank_and_each_node_an_agent():
+    workers = tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, hostname=f"gpu{r // 8}",
+                                                                   launch=launch(r, 4, "torchrun", nproc=8)))
+                    for r, m in enumerate(node(r, dataclasses.replace(LOW, nofile=90)) for r in range(32)))
+    (found,) = limit_findings(workers)
+    assert found.severity == "fail" and "32 ranks on 4 node(s)" in found.summary
+
+
+def test_an_accept_queue_capped_below_the_connections_at_start_up_warns():
+    capped = dataclasses.replace(HIGH, somaxconn=128)
+    found = limit_findings((node(0, capped, nproc=64), node(1, HIGH, nproc=64)))
+    assert said(found) == [("host.limits", "pass", "", (0,)), ("host.limits", "warn", "backlog", (0,))]
+    assert "somaxconn=130" in found[1].fix
+
+
+def rdma(version: str = "2.21.5") -> RdmaFacts:
+    port = RdmaPort("mlx5_0", 1, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec", 400.0, None, None, 0, ())
+    return RdmaFacts((port,), (), (), False, "", "6.1", LibNccl("system", "/usr/lib/libnccl.so.2", version, ""), 0.0)
+
+
+def test_locked_memory_fails_where_nccl_uses_rdma_and_warns_where_merely_finite():
+    tiny, finite = dataclasses.replace(HIGH, memlock=64 << 10), dataclasses.replace(HIGH, memlock=1 << 30)
+    members = (node(0, HIGH), node(1, tiny), node(2, finite), node(3, tiny))
+    members = tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, rdma=rdma())) if m.rank < 3 else m
+                    for m in members)
+    found = limit_findings(members)[1:]
+    assert said(found) == [("host.limits", "fail", "memlock", (1,)), ("host.limits", "warn", "memlock", (2,))]
+    assert "ulimit -l unlimited" in found[0].fix
+
+
+def test_an_unlimited_stack_fails_on_gpu_nodes_with_an_old_nccl_and_warns_where_its_version_is_unknown():
+    unlimited = dataclasses.replace(HIGH, stack=-1)
+    old, new, unknown = (dataclasses.replace(node(r, unlimited, gpus=8).facts, rdma=rdma(v))
+                         for r, v in ((0, "2.21.5"), (1, "2.28.3"), (2, "")))
+    members = tuple(dataclasses.replace(node(r, unlimited), facts=f) for r, f in enumerate((old, new, unknown)))
+    found = limit_findings(members)[1:]
+    assert said(found) == [("host.limits", "fail", "stack", (0,)), ("host.limits", "warn", "stack", (2,))]
