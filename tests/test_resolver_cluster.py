@@ -59,3 +59,22 @@ def test_a_name_only_dns_knows_behind_a_dead_nameserver_is_said_unanswered(clust
     (failed,) = [f for f in report["findings"] if f["check"] == "rdzv.resolve" and f["severity"] == "fail"]
     assert failed["kind"] == "resolver_silent" and failed["nodes"] == [1], failed
     assert any(DEAD_NAMESERVER in line for line in failed["evidence"]), failed
+
+
+UNROUTED_NAMESERVER = "198.19.250.53"   # on no network these nodes have a route to
+
+
+def test_a_healthy_cluster_behind_an_unroutable_nameserver_passes_without_a_word_of_waiting(cluster, tmp_path):
+    """resolv.conf names an address no route leads to (an image built elsewhere, an air-gapped
+    site): every lookup /etc/hosts cannot answer fails at once, none waits for it, so a healthy
+    cluster whose names are all in /etc/hosts exits 0 (issue 49 item 5), unlike a silent one."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    with cluster(nodes(3)) as c:
+        for node in c.nodes:
+            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+            _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {UNROUTED_NAMESERVER}\n")
+        runs = [start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(3)]
+        finish_each(runs, timeout + 10)
+    for run in runs:
+        report = assert_survivor(run, timeout, codes=(0,))
+        assert not _silent_resolver(report), report["findings"]

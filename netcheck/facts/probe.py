@@ -519,8 +519,10 @@ def silent_nameservers() -> tuple[SilentNameserver, ...]:
 
 
 def _ask_nameserver(server: str, answered: dict[str, float | None]) -> None:
-    """answered[server]: seconds to its answer (a refusal is one: the resolver moves on at
-    once), or None where it did not answer in NAMESERVER_TIMEOUT."""
+    """answered[server]: seconds to its answer, or to the error that ended the query (a
+    refusal, no route to it: the resolver moves on at once, and a lookup /etc/hosts answers
+    never waits for it), or None where nothing came in NAMESERVER_TIMEOUT (a silent server,
+    or an address on the link no machine answers ARP for: every lookup waits)."""
     start = time.monotonic()
     family = socket.AF_INET6 if ":" in server else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
@@ -529,11 +531,11 @@ def _ask_nameserver(server: str, answered: dict[str, float | None]) -> None:
             sock.connect((server, 53))
             sock.send(_DNS_QUERY)
             sock.recv(512)
-        except ConnectionRefusedError:
-            pass
-        except OSError:   # no answer in time, or no machine answered at that address
+        except socket.timeout:
             answered[server] = None
             return
+        except OSError:   # refused, no route, network unreachable: at once
+            pass
     answered[server] = time.monotonic() - start
 
 
