@@ -53,6 +53,19 @@ def test_differences_between_nodes_are_named(cluster, tmp_path):
     assert ("var.NCCL_IB_DISABLE", "node2") in rows
 
 
+def test_a_hash_path_no_node_can_read_is_never_a_pass(cluster, tmp_path):
+    """--hash with a typo (or a shared filesystem mounted nowhere): every node fails to read it
+    the same way, which once passed as "the nodes agree"; each node is named, and exits 2."""
+    typo = str(tmp_path / "shared" / "tyop")
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        runs = finish_all([start(c, i, ranked(i, 2, "--hash", typo, "--skip", "bandwidth"), tmp_path)
+                           for i in range(2)], scaled(40) + 20)
+    assert [r.rc for r in runs] == [2, 2], explain(runs)
+    (found,) = runs[0].findings("env.mismatch", "fail")
+    assert (found["kind"], found["nodes"]) == ("hash_unreadable", [0, 1]) and typo in found["summary"], found
+    assert "FileNotFoundError" in found["evidence"][0], found
+
+
 def test_a_hang_that_would_not_be_diagnosable_is_warned_per_node_and_torchs_defaults_pass(cluster, tmp_path):
     """torch 2.13's defaults record and dump (env.flight_recorder passes, exit 0); the same cluster
     with the recorder off on node1, no dump on a timeout there and error handling off on both warns

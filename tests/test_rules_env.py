@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from netcheck.rules.env import (
-    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, severity_of, shm_findings,
-    shm_thresholds, version_change, version_key,
+    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, hash_findings, severity_of,
+    shm_findings, shm_thresholds, version_change, version_key,
 )
 from netcheck.rules.flightrec import flight_recorder_findings
 from netcheck.core.envfacts import EnvFacts
@@ -97,6 +97,23 @@ def test_a_differing_hash_fails_and_an_incomplete_one_warns():
     stopped = "incomplete: over 10 s after 812 files (3 GiB read)"
     [bounded] = flagged(cluster(4, **{"hash./code": {2: stopped}}))
     assert bounded.severity == WARN
+
+
+def test_a_hash_path_no_node_can_read_is_no_agreement_and_one_node_short_of_it_is_named():
+    """--hash /shared/tyop on every node (issue 49 item 8): all fail to read it the same way,
+    which env.mismatch passed as agreement; one node without the mount is named, not the
+    majority that read it."""
+    missing = "unreadable: FileNotFoundError: [Errno 2] No such file or directory: '/code'"
+    everyone = cluster(3, **{"hash./code": {r: missing for r in range(3)}})
+    assert not flagged(everyone)
+    (found,) = hash_findings(everyone, NAMES)
+    assert (found.severity, found.kind, found.nodes) == (FAIL, "hash_unreadable", (0, 1, 2))
+    assert "--hash /code" in found.summary and "FileNotFoundError" in found.evidence[0]
+    one = cluster(4, **{"hash./code": {3: missing}})
+    assert not flagged(one)   # named once, as unreadable, not as another content
+    (found,) = hash_findings(one, NAMES)
+    assert found.nodes == (3,) and "the other nodes read it" in found.summary
+    assert hash_findings(cluster(4), NAMES) == []
 
 
 def test_every_node_differs():

@@ -12,6 +12,7 @@ from netcheck.core.fields import FEW, Seconds, Text
 NO_CUDA = "no CUDA"
 NOT_LOADED = "not loaded"
 ABSENT = "absent"
+UNREADABLE = "unreadable: "   # a --hash path that could not be read: the value starts so, the error after
 
 
 @dataclass(frozen=True)

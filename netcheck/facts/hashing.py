@@ -14,6 +14,7 @@ import time
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.bwtext import size_words
+from netcheck.core.envfacts import UNREADABLE
 
 CHUNK = 1 << 20
 HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts
@@ -22,7 +23,7 @@ HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts
 def unreadable(error: BaseException | str) -> str:
     if isinstance(error, BaseException):
         error = f"{type(error).__name__}: {error}"
-    return f"unreadable: {error}"
+    return f"{UNREADABLE}{error}"
 
 
 

@@ -29,7 +29,8 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
         return
     envs = collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT))
     run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
-    run.findings += (env_rules.env_findings(envs, names) + env_rules.shm_findings(envs, names)
+    run.findings += (env_rules.env_findings(envs, names) + env_rules.hash_findings(envs, names)
+                     + env_rules.shm_findings(envs, names)
                      + flight_recorder_findings(envs, names) + rdma_findings(run.members))
     run.recommendation = ib_recommendation(run.members, run.recommendation)
     run.env_table = tuple(env_rules.env_differences(envs, names, run.config.verbose))

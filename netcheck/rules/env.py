@@ -25,10 +25,10 @@ from fnmatch import fnmatchcase
 from netcheck.core import majority
 from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
 from netcheck.core.bwtext import size_words
-from netcheck.core.envfacts import ABSENT, EnvFacts
+from netcheck.core.envfacts import ABSENT, UNREADABLE, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
-from netcheck.rules.registry import ENV_MISMATCH, HOST_SHM
+from netcheck.rules.registry import ENV_HASH_UNREADABLE, ENV_MISMATCH, HOST_SHM
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
 SAME = "same"     # (table rows only) every node has this value
@@ -226,12 +226,35 @@ def env_findings(facts_by_rank: Mapping[int, EnvFacts],
     splits = compare(facts_by_rank)
     flagged: dict[tuple, list[Split]] = defaultdict(list)
     for s in splits:
-        if s.severity in (FAIL, WARN):
+        if s.severity in (FAIL, WARN) and not _unreadable(s):   # hash_findings names those nodes
             flagged[(s.severity, frozenset(frozenset(r) for _, r in s.groups))].append(s)
     findings = [_finding(group, hostnames) for group in flagged.values()]
     if not findings:
         findings.append(_agree(ranks, splits, hostnames))
     return findings
+
+
+def hash_findings(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int, str]) -> list[Finding]:
+    """A --hash path some node cannot read, one finding a path naming those nodes: nodes that
+    all fail to read it the same way agree about nothing, and one that cannot read what the
+    others can holds other content, as far as the job can tell."""
+    findings = []
+    for s in compare(facts_by_rank):
+        if not _unreadable(s):
+            continue
+        ranks = tuple(sorted(r for value, rs in s.groups if value.startswith(UNREADABLE) for r in rs))
+        path = s.key.removeprefix("hash.")
+        others = " (the other nodes read it)" if len(ranks) < len(facts_by_rank) else ""
+        findings.append(Finding(ENV_MISMATCH, FAIL, ranks, f"--hash {path}: {node_names(ranks, hostnames)} cannot "
+                                f"read it{others}, so nothing was compared there",
+                                per_node(((r, facts_by_rank[r].values.get(s.key, "")) for r in ranks), hostnames),
+                                f"check the path on {node_names(ranks, hostnames)}: a typo, a shared filesystem not "
+                                "mounted there, or permissions netcheck's user lacks", ENV_HASH_UNREADABLE))
+    return findings
+
+
+def _unreadable(s: Split) -> bool:
+    return s.key.startswith("hash.") and any(value.startswith(UNREADABLE) for value, _ in s.groups)
 
 
 def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:

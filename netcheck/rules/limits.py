@@ -80,25 +80,24 @@ def _backlog_findings(host: Member, members: tuple[Member, ...]) -> list[Finding
 
 def _memlock_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Nodes with an active RDMA port (NCCL's IB / RoCE transport registers its buffers)
-    whose locked-memory limit is not unlimited, as NCCL's documentation asks."""
+    whose locked-memory limit is not unlimited, as NCCL's documentation asks: a failure at
+    the sizes NCCL's own reports fail with, else a warning."""
     rdma = [m for m in members if m.facts.rdma and any(p.state == "ACTIVE" for p in m.facts.rdma.ports)]
     short = [m for m in rdma if m.facts.limits.memlock != -1]
-    if not short:
-        return []
-    names = hostnames(members)
     failing = [m for m in short if m.facts.limits.memlock <= MEMLOCK_FAILS]
-    findings = []
-    for severity, group in ((FAIL, failing), (WARN, [m for m in short if m not in failing])):
-        if group:
-            ranks = tuple(m.rank for m in group)
-            findings.append(Finding(
-                HOST_LIMITS, severity, ranks, f"locked memory is limited on {node_names(ranks, names)}, whose NCCL "
-                "would use RDMA: registering its buffers fails (ibv_reg_mr, ibv_create_cq) where they exceed it",
-                per_node(((m.rank, f"memlock {_text(m.facts.limits.memlock)}") for m in group), names),
-                "`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
-                "systemd or slurmd, PropagateResourceLimits=MEMLOCK, `docker run --ulimit memlock=-1`)",
-                LIMIT_MEMLOCK))
-    return findings
+    names = hostnames(members)
+    return ([_memlock_finding(FAIL, failing, names)] if failing else []) + \
+        ([_memlock_finding(WARN, rest, names)] if (rest := [m for m in short if m not in failing]) else [])
+
+
+def _memlock_finding(severity: str, group: list[Member], names: dict[int, str]) -> Finding:
+    ranks = tuple(m.rank for m in group)
+    return Finding(HOST_LIMITS, severity, ranks, f"locked memory is limited on {node_names(ranks, names)}, whose "
+                   "NCCL would use RDMA: registering its buffers fails (ibv_reg_mr, ibv_create_cq) where they "
+                   "exceed it", per_node(((m.rank, f"memlock {_text(m.facts.limits.memlock)}") for m in group), names),
+                   "`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
+                   "systemd or slurmd, PropagateResourceLimits=MEMLOCK, `docker run --ulimit memlock=-1`)",
+                   LIMIT_MEMLOCK)
 
 
 def _stack_findings(members: tuple[Member, ...]) -> list[Finding]:
@@ -109,16 +108,16 @@ def _stack_findings(members: tuple[Member, ...]) -> list[Finding]:
     unlimited = [m for m in members if m.facts.gpus and m.facts.limits.stack == -1]
     old = [m for m in unlimited if _libnccl(m) and nccl_version(_libnccl(m)) < STACK_SAFE_NCCL]
     unknown = [m for m in unlimited if not _libnccl(m)]
-    findings = []
-    for severity, group, verb in ((FAIL, old, "is"), (WARN, unknown, "may be")):
-        if group:
-            ranks = tuple(m.rank for m in group)
-            findings.append(Finding(
-                HOST_LIMITS, severity, ranks, f"the stack is unlimited on {node_names(ranks, names)}, whose NCCL "
-                f"{verb} older than 2.28: it crashes there (glibc gives its threads 2 MiB stacks)",
-                per_node(((m.rank, f"stack unlimited, libnccl {_libnccl(m) or 'not found'}") for m in group), names),
-                "a finite stack where the job starts (`ulimit -s 8192`), or NCCL 2.28 or newer", LIMIT_STACK))
-    return findings
+    return ([_stack_finding(FAIL, old, "is", names)] if old else []) + \
+        ([_stack_finding(WARN, unknown, "may be", names)] if unknown else [])
+
+
+def _stack_finding(severity: str, group: list[Member], verb: str, names: dict[int, str]) -> Finding:
+    ranks = tuple(m.rank for m in group)
+    return Finding(HOST_LIMITS, severity, ranks, f"the stack is unlimited on {node_names(ranks, names)}, whose NCCL "
+                   f"{verb} older than 2.28: it crashes there (glibc gives its threads 2 MiB stacks)",
+                   per_node(((m.rank, f"stack unlimited, libnccl {_libnccl(m) or 'not found'}") for m in group), names),
+                   "a finite stack where the job starts (`ulimit -s 8192`), or NCCL 2.28 or newer", LIMIT_STACK)
 
 
 def _libnccl(m: Member) -> str:

@@ -105,6 +105,7 @@ def lost_in(phase: str) -> str:
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
 LIMIT_NOFILE = "nofile"
+ENV_HASH_UNREADABLE = "hash_unreadable"
 LIMIT_BACKLOG = "backlog"
 LIMIT_MEMLOCK = "memlock"
 LIMIT_STACK = "stack"
@@ -324,8 +325,10 @@ CHECKS: tuple[Check, ...] = (
           "an InfiniBand port not ACTIVE (fail); nodes with different sets of active ports (warn)",
           ("nic.ib_findings",), "NicTable.ib_ports", ("test_rules_nic.py",)),
     Check(ENV_MISMATCH, "env", ALL,
-          "versions and settings that differ between nodes",
-          ("env.env_findings",), "EnvFacts", ("test_rules_env.py", "test_env_cluster.py")),
+          "versions and settings that differ between nodes, and a --hash path a node cannot read",
+          ("env.env_findings", "env.hash_findings"), "EnvFacts", ("test_rules_env.py", "test_env_cluster.py"),
+          {ENV_HASH_UNREADABLE: Kind(ONLY_FAIL, "a --hash path a node cannot read (a typo, a filesystem not "
+                                                "mounted there): nothing was compared on it")}),
     Check(HOST_LIMITS, "rendezvous", ALL,
           "a process limit the job starts with that it will exhaust: the rendezvous host's descriptors against "
           "its store's connections, its accept queue against the ranks connecting at once, locked memory where "
