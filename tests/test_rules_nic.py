@@ -392,3 +392,16 @@ def test_one_node_is_said_as_that_node_not_every_node():
         ("nic.route", "pass", "", (0,))]
     proven = nic_rules.proven_interfaces(THREE, full_mesh(range(3), NAMES.get))
     assert said(nic_rules.nccl_findings(THREE, proven)[0]) == ("nic.nccl_default", "pass", "", (0, 1, 2))
+
+
+def test_a_setting_from_nccl_conf_is_named_with_its_file_and_node():
+    """/etc/nccl.conf says NCCL_SOCKET_IFNAME=ib0 on a node with no ib0 (issue 49 item 6): the
+    finding says the value, where it came from and on which node, and the fix names the file."""
+    bad = member(1, nic("eth0", "198.18.0.11"), env={"NCCL_SOCKET_IFNAME": "ib0"})
+    bad = dataclasses.replace(bad, facts=dataclasses.replace(bad.facts,
+                                                             socket_env_from={"NCCL_SOCKET_IFNAME": "/etc/nccl.conf"}))
+    (found,) = nic_rules.route_findings((member(0, nic("eth0", "198.18.0.10")), bad), (), {})
+    assert found.severity == "fail" and found.nodes == (1,)
+    assert found.summary.startswith("node1: NCCL_SOCKET_IFNAME=ib0 from /etc/nccl.conf: ")
+    assert "/etc/nccl.conf" in found.fix
+

@@ -171,6 +171,8 @@ class NodeFacts:
     rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
     instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
     limits: ProcessLimits | None = None   # None: not read (another version)
+    # socket_env's keys that are not the environment's -> the file they came from (/etc/nccl.conf)
+    socket_env_from: Annotated[dict[str, Text], FEW] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -37,18 +37,21 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
     return st.f_frsize * st.f_blocks
 
 
-def socket_env(env: Mapping[str, str], home: str = "~") -> dict[str, str]:
-    """NCCL_*, GLOO_* and TP_* settings as the libraries see them on this node.
+def socket_env(env: Mapping[str, str], home: str = "~") -> tuple[dict[str, str], dict[str, str]]:
+    """NCCL_*, GLOO_* and TP_* settings as the libraries see them on this node, and where each
+    that is not the environment's came from (key -> file).
 
     NCCL also reads KEY=VALUE lines from ~/.nccl.conf (or $NCCL_CONF_FILE) and
     /etc/nccl.conf, without overriding the environment (NCCL src/misc/param.cc initEnv).
     """
     values = {k: valid_text(v) for k, v in env.items() if k.startswith(SOCKET_ENV_PREFIXES)}
+    sources: dict[str, str] = {}
     user_conf = env.get("NCCL_CONF_FILE") or os.path.join(os.path.expanduser(home), ".nccl.conf")
     for path in (user_conf, "/etc/nccl.conf"):
         for key, value in _conf_lines(path):
-            values.setdefault(key, value)
-    return values
+            if key not in values:
+                values[key], sources[key] = value, path
+    return values, sources
 
 
 def _conf_lines(path: str) -> list[tuple[str, str]]:
@@ -109,6 +112,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
     sysfs, proc = rdma_roots(os.environ)
+    settings, sources = socket_env(os.environ)
     return NodeFacts(
         run_id=run_id,
         hostname=hostname,
@@ -118,7 +122,8 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         shm_bytes=shm_bytes(),
         gpus=usable_gpus(),
         nics=read_nic_table(ib_sysfs=sysfs),
-        socket_env=socket_env(os.environ),
+        socket_env=settings,
+        socket_env_from=sources,
         reach=None,
         version=__version__,
         rdma=read_rdma(sysfs, proc),

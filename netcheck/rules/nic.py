@@ -367,19 +367,22 @@ def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...
     for shared subnets, else a pass with the routes the mesh used. A line per node: torchrun's
     ranks of one host share its settings and interfaces."""
     names = hostnames(members)
-    problems = []
+    problems, files = [], set()
     for m in members:
         for var in SETTINGS:
             value = m.facts.socket_env.get(var)
             problem = ifselect.validate_setting(var, value, m.facts.nics) if value else None
             if problem:
-                problems.append((m.rank, f"{var}={value}: {problem.reason}"))
+                source = m.facts.socket_env_from.get(var)
+                files |= {source} if source else set()
+                problems.append((m.rank, f"{var}={value} from {source or 'the environment'}: {problem.reason}"))
     if problems:
         lines = per_node(problems, names)
-        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})),
-                        f"{len(lines)} interface setting(s) do not work on their node", lines,
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        where = f"; the line in {', '.join(sorted(files))} on the node named is where it is set" if files else ""
+        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})), lines[0] + more, lines,
                         "set the variables to interface names that exist on every node; a "
-                        "cluster run's export lines name ones that work")]
+                        f"cluster run's export lines name ones that work{where}")]
     shared = [(m.rank, text) for m in members for text in shared_subnets(m.facts.nics)]
     if shared:
         return [Finding(NIC_ROUTE, WARN, tuple(sorted({r for r, _ in shared})),
