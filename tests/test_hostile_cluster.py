@@ -431,7 +431,7 @@ def test_a_joiner_the_stall_outlasts_is_named_under_the_stall_not_as_missing(clu
     store's answer to 5.5 s after its start, a probe's timeout before its join deadline),
     started during it: the stall outlasts its wait, and it says the store did not answer in
     that time. The host, which never heard from it, names it under the stall (kind
-    store_stalled, fail), not as a node that never joined."""
+    kept_out, fail; not in the faulty nodes), not as a node that never joined."""
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(4)) as c:
         runs = {0: _stalled_host(c, tmp_path, timeout, "^connected ")}
@@ -443,6 +443,10 @@ def test_a_joiner_the_stall_outlasts_is_named_under_the_stall_not_as_missing(clu
     host = assert_survivor(runs[0], timeout, codes=(2,))
     joiner = assert_survivor(runs[1], 17, codes=(2,))
     joins = [(f["kind"], f["severity"], f["nodes"]) for f in host["findings"] if f["check"] == "rdzv.join"]
-    assert ("store_stalled", "fail", [1]) in joins and not [j for j in joins if j[0] == "missing"], joins
+    assert ("kept_out", "fail", [1]) in joins and not [j for j in joins if j[0] == "missing"], joins
     (reached,) = [f for f in joiner["findings"] if f["check"] == "rdzv.reach"]
     assert (reached["kind"], reached["severity"], reached["nodes"]) == ("not_store", "fail", [1]), reached
+    assert "did not answer the TCPStore handshake" in reached["summary"], reached   # what it saw, no guess
+    assert "node1" not in host["faulty_nodes"], host["faulty_nodes"]   # kept out, not faulty (issue 49 item 7)
+    (stalled,) = [f for f in host["findings"] if f["kind"] == "store_stalled"]
+    assert c.nodes[1].addr not in stalled["summary"], stalled   # a node /etc/hosts knows is no stranger

@@ -490,6 +490,9 @@ def test_a_store_stall_names_the_clients_that_are_no_node_and_only_them():
     assert (stalled.check, stalled.kind, stalled.severity, stalled.nodes) == ("rdzv.join", "store_stalled", "warn", ())
     assert len(stalled.evidence) == 1 and "198.18.0.12 (4)" in stalled.evidence[0]
     assert "198.18.0.11" not in stalled.evidence[0]
+    # A node the host knows of (its /etc/hosts, a visitor's record) and never seated is kept
+    # out by the stall, not a stranger behind it (issue 49 item 7).
+    assert store_stall_findings((ours, theirs), members, {"198.18.0.12": "node2"}) == []
 
 
 @pytest.mark.compat
@@ -548,17 +551,17 @@ def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed
 
 def test_a_node_that_never_joined_during_a_stall_is_named_under_the_stall():
     """A missing rank while the host's store stalled with a stranger connected is the stall's
-    doing (issue 39, case 5): named under store_stalled (fail, the node), not as missing;
+    doing (issue 39, case 5): named as kept out by the stall (fail, the node), not as missing;
     without a stall, missing stays missing."""
     members = (Member(0, facts("node0", 0, (nic("eth0", "198.18.0.10"),))),)
     stalled = store_stall_findings((StoreStall("get netcheck/host", 9.0, {"198.18.0.12": 3}),), members)
     missing = Finding("rdzv.join", "fail", (1,), "node rank 1 never joined", (), "", kind="missing")
     (named,) = stall_explained([missing], stalled)
-    assert (named.check, named.kind, named.severity, named.nodes) == ("rdzv.join", "store_stalled", "fail", (1,))
+    assert (named.check, named.kind, named.severity, named.nodes) == ("rdzv.join", "kept_out", "fail", (1,))
     assert stall_explained([missing], []) == [missing]
     lost = lost_findings("mesh", {1: "node1"}, [1])
     (named,) = stall_explained(lost, stalled)
-    assert (named.kind, named.severity, named.nodes) == ("store_stalled", "fail", (1,))
+    assert (named.kind, named.severity, named.nodes) == ("kept_out", "fail", (1,))
     assert named.summary.startswith("node1 stopped answering during the mesh phase; meanwhile the host's store stalled")
 
 

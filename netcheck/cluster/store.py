@@ -142,8 +142,8 @@ def _client_try(dist, host: str, port: int, deadline: Deadline):
                              f"connects to, and this node's nameserver {', '.join(s.address for s in silent)} "
                              f"({silent[0].source}) does not answer")
     elif isinstance(error, TimeoutError):
-        error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s "
-                             "(a hung or stopped process holds the port?)")
+        error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a store "
+                             "held up by other clients answers late, a hung process never: the host's report says)")
     elif error is not None and not isinstance(error, (RuntimeError, OSError)):
         raise error
     return store, error

@@ -34,6 +34,7 @@ Severity = Annotated[str, one_of(*SEVERITIES)]
 PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
 REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
 UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why
+UNANSWERED_HANDSHAKE = "no answer to the TCPStore handshake"   # a not_store probe's detail: silent, not garbage
 Family = Annotated[str, one_of(*FAMILIES)]
 Hostnames = Annotated[tuple[Hostname, ...], PER_NODE]
 NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the nodes no peer reaches

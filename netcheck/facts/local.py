@@ -132,6 +132,22 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
     )
 
 
+def hosts_file_names(path: str = "/etc/hosts") -> dict[str, str]:
+    """address -> the first name /etc/hosts gives it: the machines this node knows by name
+    (a node the host never heard from is still known there)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(MAX_FACTS_BYTES).splitlines()
+    except OSError:
+        return {}
+    names = {}
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if len(words) >= 2:
+            names.setdefault(words[0], words[1])
+    return names
+
+
 def rdma_roots(env: Mapping[str, str]) -> tuple[str, str]:
     """Where the RDMA readers read sysfs and proc: /sys and /proc, or the test hook's trees."""
     root = env.get(RDMA_ROOT_HOOK)

@@ -45,7 +45,7 @@ import time
 
 from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import UNANSWERED, Holder, Probe, Reach, Route, SilentNameserver
+from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Holder, Probe, Reach, Route, SilentNameserver
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -215,7 +215,7 @@ def store_answer(sock: socket.socket, timeout: float, probe: bytes,
     except socket.timeout:
         waited = round(time.monotonic() - start, 1) if answer_by else timeout
         why = " (waited to this node's join deadline, as for a store held up)" if answer_by else ""
-        return ("not_store", f"no answer to the TCPStore handshake in {waited:g} s{why}"), False
+        return ("not_store", f"{UNANSWERED_HANDSHAKE} in {waited:g} s{why}"), False
     except OSError as e:
         return ("not_store", f"{error_text(e).lower()} before any answer to the TCPStore handshake"), \
             e.errno in (errno.ECONNRESET, errno.EPIPE)

@@ -10,13 +10,15 @@ from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules, rdma as rdma_rules, rdzv as rdzv_rules
+from netcheck.rules.registry import JOIN_KEPT_OUT
 
 
 def build_report(run: Run) -> Report:
     findings = tuple(run.findings)
     members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
                               if run.facts else ())
-    faulty_ranks = {r for f in findings if f.severity == FAIL for r in f.nodes}
+    # A node the store's stall kept out was not tested: not faulty, and not excluded for it.
+    faulty_ranks = {r for f in findings if f.severity == FAIL and f.kind != JOIN_KEPT_OUT for r in f.nodes}
     by_rank = hostnames(members)
     missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or nic_rules.Recommendation({}, {}, "")

@@ -18,6 +18,7 @@ from netcheck.core.budget import TimeBudget
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses, Translation
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.facts.local import hosts_file_names
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 
 
@@ -141,10 +142,16 @@ class Run:
         if ex.watch is not None:
             stalls = ex.watch.stalls[self.stalls_named:]
             self.stalls_named += len(stalls)
-            return rdzv_rules.store_stall_findings(tuple(stalls), self.members)
+            return rdzv_rules.store_stall_findings(tuple(stalls), self.members, self.known_addresses())
         waits = ex.held_up[self.stalls_named:]
         self.stalls_named += len(waits)
         return rdzv_rules.held_up_findings(tuple(waits))
+
+    def known_addresses(self) -> dict[str, str]:
+        """address -> name of the machines the host knows of beside the seated nodes: its
+        /etc/hosts, and the addresses the visitors' records give (a node kept out is known)."""
+        visitors = self.arrivals.visitors.values() if self.arrivals else ()
+        return hosts_file_names() | {v.address: v.hostname for v in visitors if v and v.address}
 
     def lose_host(self, phase: str, seen: str = "") -> None:
         """The host died, or the path to it: named once, in the phase it happened, with what

@@ -9,13 +9,13 @@ from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_S
 from netcheck.core.majority import split
 from netcheck.core.model import (
     Endpoint, FAIL, PASS, WARN, Finding, Gathering, Holder, Member, Probe, Reach, SilentNameserver,
-    StoreStall, UNANSWERED, Visitor, hostnames, is_torchrun_worker,
+    StoreStall, UNANSWERED, UNANSWERED_HANDSHAKE, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, per_node, ranks_note, ranks_text
 from netcheck.rules.registry import (
     HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
+    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_KEPT_OUT, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
     JOIN_STORE_STALLED, JOIN_UNSEATED,
     LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
     RDZV_FQDN, RDZV_JOIN, RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE, REACH_WRONG_PREFIX,
@@ -100,6 +100,11 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
     fix = REACH_FIXES["not_store"]
     if holders and holders[0].pid is not None:
         fix = f"stop that process (kill {holders[0].pid}), or pick another port for the job and netcheck"
+    if detail.startswith(UNANSWERED_HANDSHAKE) and not holders:   # what it saw, not a cause it cannot see
+        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but did not answer the TCPStore "
+                       f"handshake: {detail}", evidence, "read the host's report: a store held up by other clients' "
+                       "connections (rdzv.join store_stalled there) answers late, a hung or stopped process never; "
+                       + fix, REACH_NOT_STORE)
     return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
                    evidence, fix, REACH_NOT_STORE)
 
@@ -359,12 +364,15 @@ STALL_FIX = ("torch's store looks up the name of every connection it accepts, on
              "for those addresses at once (/etc/hosts on the host, or a working reverse zone)")
 
 
-def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, ...]) -> list[Finding]:
+def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, ...],
+                         known: dict[str, str] | None = None) -> list[Finding]:
     """The host's store left its own request unanswered for seconds while clients that are no
     node of this run were connected to its port: one warning naming them (the first
     MAX_STRANGERS stalls as evidence), no node. A stall with only the nodes connected is the
-    machine's load, not another client's doing, and is not raised."""
-    ours = {a for m in members for a in _own_addresses(m) | set(m.facts.hostname_addresses)}
+    machine's load, not another client's doing, and is not raised. `known`: address -> name
+    of the nodes the host knows of besides the seated ones (its /etc/hosts, the visitors'
+    records): one of those is a node kept out, never a stranger."""
+    ours = {a for m in members for a in _own_addresses(m) | set(m.facts.hostname_addresses)} | set(known or {})
     lines, strangers = [], {}
     for stall in stalls:
         theirs = {a: n for a, n in stall.peers.items() if a not in ours and not _is_loopback(a)}
@@ -403,9 +411,10 @@ def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Fin
     if not stalled:
         return findings
     explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
-    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}", f.evidence,
+    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}, which kept "
+                    f"{'it' if len(f.nodes) == 1 else 'them'} out", f.evidence,
                     "read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
-                    + STALL_FIX, kind=JOIN_STORE_STALLED) if f in explained else f for f in findings]
+                    + STALL_FIX, kind=JOIN_KEPT_OUT) if f in explained else f for f in findings]
 
 
 def _is_loopback(address: str) -> bool:

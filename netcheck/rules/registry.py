@@ -105,6 +105,7 @@ def lost_in(phase: str) -> str:
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
 LIMIT_NOFILE = "nofile"
+JOIN_KEPT_OUT = "kept_out"
 ENV_HASH_UNREADABLE = "hash_unreadable"
 LIMIT_BACKLOG = "backlog"
 LIMIT_MEMLOCK = "memlock"
@@ -262,13 +263,14 @@ CHECKS: tuple[Check, ...] = (
            JOIN_INTERFERENCE: Kind(WARN_FAIL, "another client wrote the run's store keys (a key overwritten, a "
                                               "counter pushed, a list flooded): named with the key and what was "
                                               "seen; fail where it kept this node out"),
-           JOIN_STORE_STALLED: Kind(WARN_FAIL, "the host's store left the host's own request unanswered for "
+           JOIN_STORE_STALLED: Kind(ONLY_WARN, "the host's store left the host's own request unanswered for "
                                                "seconds while clients that are no node of the run were connected "
                                                "to its port (torch's store looks up each connection's name on its "
                                                "one thread): named with their addresses; on a joiner, its own requests "
-                                               "that waited one out; fail naming a node that never joined, or "
-                                               "stopped answering, while it lasted (the stall, not the node, the "
-                                               "cause)"),
+                                               "that waited one out"),
+           JOIN_KEPT_OUT: Kind(ONLY_FAIL, "a node that never joined, or stopped answering, while the store was "
+                                          "stalled by other clients: kept out by the stall, the cause, so not "
+                                          "tested, and not in the faulty nodes or the exclude list"),
            **{lost_in(p): Kind(ONLY_FAIL, f"a seated node stopped answering during the {p} phase")
               for p in LOST_PHASES}}),
     Check(RDZV_FQDN, "rendezvous", (PASS, FAIL),
