@@ -219,14 +219,29 @@ def gpu_facts(torch) -> dict[str, str]:
         if not torch.cuda.is_available():
             return {"gpu.count": NO_CUDA}
         count = torch.cuda.device_count()
-        facts = {"gpu.count": str(count)}
+        # What the build carries (sm_XY cubins, compute_XY PTX) and what the driver runs: set
+        # against each GPU's capability by gpu.build.
+        facts = {"gpu.count": str(count), "torch.arch_list": " ".join(torch.cuda.get_arch_list()),
+                 "driver.cuda": driver_cuda_version()}
         for i in range(count):
             p = torch.cuda.get_device_properties(i)
             facts |= {f"gpu.{i}.name": str(p.name), f"gpu.{i}.memory": str(p.total_memory),
-                      f"gpu.{i}.uuid": str(getattr(p, "uuid", "unknown"))}
+                      f"gpu.{i}.uuid": str(getattr(p, "uuid", "unknown")),
+                      f"gpu.{i}.capability": f"{p.major}.{p.minor}"}
     except RuntimeError as e:
         return {"gpu.count": unreadable(e)}
     return facts
+
+
+def driver_cuda_version() -> str:
+    """The newest CUDA the driver runs (cuDriverGetVersion in libcuda, which CUDA has loaded)."""
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return unreadable("cuDriverGetVersion failed")
+    except (OSError, AttributeError) as e:
+        return unreadable(e)
+    return decode_cuda_version(version.value)
 
 
 # ---------------------------------------------------------------------------- driver

@@ -15,6 +15,7 @@ from netcheck.facts.envinfo import gather_env
 from netcheck.phases.state import Run
 from netcheck.rules import env as env_rules
 from netcheck.rules.flightrec import flight_recorder_findings
+from netcheck.rules.gpubuild import build_findings
 from netcheck.rules.rdma import ib_recommendation, rdma_findings
 
 
@@ -30,7 +31,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     envs = collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT))
     run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
     run.findings += (env_rules.env_findings(envs, names) + env_rules.hash_findings(envs, names)
-                     + env_rules.shm_findings(envs, names)
+                     + env_rules.shm_findings(envs, names) + build_findings(envs, names)
                      + flight_recorder_findings(envs, names) + rdma_findings(run.members))
     run.recommendation = ib_recommendation(run.members, run.recommendation)
     run.env_table = tuple(env_rules.env_differences(envs, names, run.config.verbose))

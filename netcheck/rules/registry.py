@@ -34,6 +34,7 @@ NIC_SPEED = "nic.speed"
 NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
 HOST_LIMITS = "host.limits"
+GPU_BUILD = "gpu.build"
 HOST_SHM = "host.shm"
 ENV_FLIGHT_RECORDER = "env.flight_recorder"
 LAUNCH_TOPOLOGY = "launch.topology"
@@ -105,6 +106,8 @@ def lost_in(phase: str) -> str:
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
 LIMIT_NOFILE = "nofile"
+BUILD_ARCH = "no_kernel"
+BUILD_DRIVER = "driver_too_old"
 JOIN_KEPT_OUT = "kept_out"
 ENV_HASH_UNREADABLE = "hash_unreadable"
 LIMIT_BACKLOG = "backlog"
@@ -346,6 +349,14 @@ CHECKS: tuple[Check, ...] = (
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),
+    Check(GPU_BUILD, "env", ALL,
+          "torch's build cannot run on a node's own GPUs or driver: no kernel for the GPU's compute "
+          "capability, or a driver older than the CUDA torch was built for",
+          ("gpubuild.build_findings",), "EnvFacts (torch.arch_list, gpu.*.capability, torch.cuda_build, driver.cuda)",
+          ("test_rules_gpubuild.py",),
+          {BUILD_ARCH: Kind(ONLY_FAIL, "a GPU whose compute capability the build has neither a kernel nor PTX for"),
+           BUILD_DRIVER: Kind(WARN_FAIL, "a driver that runs an older CUDA than torch's build: of another major "
+                                         "version (fail) or the same (warn: minor-version compatibility)")}),
     Check(ENV_FLIGHT_RECORDER, "env", (PASS, WARN),
           "a hang in this job would not be diagnosable on a node: torch's flight recorder off, no dump "
           "on a timeout, or a watchdog that cannot abort a hung collective",
