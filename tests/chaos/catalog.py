@@ -79,6 +79,10 @@ class Fault:
     def args(self, i: int, args: list[str]) -> list[str]:
         return args
 
+    def wrapper(self, i: int) -> tuple[str, ...]:
+        """argv that node i's netcheck is started under (it execs the rest): a launcher's limits."""
+        return ()
+
     def held_back(self) -> set[int]:
         """Nodes not started with the others (`act` starts them)."""
         return set()
@@ -250,6 +254,45 @@ class DeadNameserver(Fault):
 
     def expect(self, sched, run):
         return Expect(warns=True, blame=[Blame(0, ("rdzv.resolve",), ("resolver_silent",), severity="warn")])
+
+
+UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the nodes route to: a query fails at once
+
+
+class UnroutableNameserver(Fault):
+    """Every node asks /etc/hosts, then DNS, and its nameserver is an address no route leads to
+    (an image built elsewhere, an air-gapped site): a query fails at once, none waits, and
+    /etc/hosts knows every node: the cluster passes without a word of waiting (issue 49)."""
+
+    kind = "unroutable_nameserver"
+    modes = MODES
+    targets = "host"
+    weight = 0.5
+    conflicts = ("dead_nameserver",)
+
+    def setup(self, c, run):
+        for node in c.nodes:
+            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+            _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {UNROUTED_NAMESERVER}\n")
+
+    def expect(self, sched, run):
+        return Expect()
+
+
+class LowDescriptorLimit(Fault):
+    """The host started under a launcher's low descriptor limit (`prlimit --nofile=64:4096`, a
+    job script's or a container's): the job's store would refuse clients past it; netcheck
+    lifts its own, and names the job's (host.limits nofile)."""
+
+    kind = "low_nofile"
+    targets = "host"
+    modes = ("ranked", "arrival")
+
+    def wrapper(self, i):
+        return ("prlimit", "--nofile=64:4096", "--") if i == self.node else ()
+
+    def expect(self, sched, run):
+        return broken(self.node, "host.limits", kinds=("nofile",))
 
 
 class Signal(Fault):
@@ -718,5 +761,5 @@ CATALOG: tuple[type[Fault], ...] = (
     HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
-    SharedSubnet, Container, RoutedFabric, WrongPrefix)
+    SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit)
 

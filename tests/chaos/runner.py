@@ -66,8 +66,9 @@ class ScheduleRun:
             self.runs[i] = self._start_torchrun(i)
         else:
             # A new interpreter each, as a user's: a fault's random moment may land in torch's import.
+            wrapper = tuple(w for f in self.sched.faults for w in f.wrapper(i))
             self.runs[i] = start(self.c, i, self.args(i), self.tmp, bandwidth=self.sched.bandwidth, terminal=True,
-                                 fresh=True)
+                                 fresh=True, wrapper=wrapper)
 
     def _start_torchrun(self, i: int) -> NodeRun:
         s = self.sched
