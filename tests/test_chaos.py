@@ -4,8 +4,8 @@
 catalog's families (the host's firewall, a squatter, a signal in a phase, interface and
 name faults, a warning-only fault (a dead nameserver), a second NIC on the subnet, a hostile
 client, one-shot runs, a host in a container, a wrong prefix on the routed layout, a launcher's
-low descriptor limit) in about 75 s of one worker's time. Each is drawn from (seed, index) alone, so a failure here replays
-with the command it prints.
+low descriptor limit) in about 75 s of one worker's time. Each is drawn from (seed, index)
+alone, so a failure here replays with the command it prints.
 """
 
 from __future__ import annotations
