@@ -37,6 +37,7 @@ def test_a_host_under_a_launchers_low_descriptor_limit_fails_and_a_sufficient_on
         assert (found["severity"], found["nodes"]) == (verdict, [0]), explain(runs)
         if verdict == "fail":
             assert found["kind"] == "nofile" and runs[0].rc == 2 and "ulimit -n 162" in found["fix"], explain(runs)
+            assert "below the 114" in found["summary"], found
             assert "96 ranks on 2 node(s)" in found["summary"], found
         else:
             assert [r.rc for r in runs] == [0, 0], explain(runs)

@@ -10,7 +10,7 @@ import pytest
 
 from netcheck.core.model import ProcessLimits
 from netcheck.core.rdmarecords import LibNccl, RdmaFacts, RdmaPort
-from netcheck.rules.limits import PROCESS_DESCRIPTORS, limit_findings
+from netcheck.rules.limits import BARE_DESCRIPTORS, PROCESS_DESCRIPTORS, limit_findings
 
 from builders import launch, member
 
@@ -32,9 +32,8 @@ def test_a_host_whose_soft_limit_the_jobs_store_would_exhaust_fails_with_the_fix
     50th client; the hard limit (4096) allows `ulimit -n`."""
     (found,) = limit_findings((node(0, LOW, nproc=48), node(1, HIGH, nproc=48)))
     assert said([found]) == [("host.limits", "fail", "nofile", (0,))]
-    need = 96 + 2 + PROCESS_DESCRIPTORS
-    assert f"needs about {need}" in found.summary and "96 ranks on 2 node(s)" in found.summary
-    assert f"ulimit -n {need}" in found.fix and "LimitNOFILE" in found.fix
+    assert f"below the {96 + 2 + BARE_DESCRIPTORS}" in found.summary and "96 ranks on 2 node(s)" in found.summary
+    assert f"ulimit -n {96 + 2 + PROCESS_DESCRIPTORS}" in found.fix and "LimitNOFILE" in found.fix
 
 
 def test_a_hard_limit_below_the_need_says_so():
@@ -50,11 +49,16 @@ def test_a_sufficient_or_unlimited_descriptor_limit_passes(limits):
 
 
 def test_under_torchrun_every_worker_is_a_rank_and_each_node_an_agent():
-    workers = tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, hostname=f"gpu{r // 8}",
-                                                                   launch=launch(r, 4, "torchrun", nproc=8)))
-                    for r, m in enumerate(node(r, dataclasses.replace(LOW, nofile=90)) for r in range(32)))
-    (found,) = limit_findings(workers)
+    """32 workers on 4 nodes: 36 connections; a soft limit of 50 holds a bare store (52 needed:
+    a failure below it), and a training process's own only above 100 (a warning between)."""
+    def workers(soft: int):
+        return tuple(dataclasses.replace(m, facts=dataclasses.replace(m.facts, hostname=f"gpu{r // 8}",
+                                                                    launch=launch(r, 4, "torchrun", nproc=8)))
+                     for r, m in enumerate(node(r, dataclasses.replace(LOW, nofile=soft)) for r in range(32)))
+    (found,) = limit_findings(workers(50))
     assert found.severity == "fail" and "32 ranks on 4 node(s)" in found.summary
+    (found,) = limit_findings(workers(90))
+    assert (found.severity, found.kind) == ("warn", "nofile") and "under 54 files of its own" in found.summary
 
 
 def test_an_accept_queue_capped_below_the_connections_at_start_up_warns():

@@ -14,9 +14,10 @@ from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_STACK
 
-# Descriptors a training process holds before any store client connects (its libraries,
-# CUDA's, NCCL's own sockets, a data loader's pipes): the margin above one per connection.
-# torch 2.13's TCPStore under a soft limit of 64 refused its 50th client, a bare process.
+# Descriptors a process holds besides one per store connection: a bare store's (torch 2.13's
+# TCPStore under a soft limit of 64 refused its 50th client: 14 of its own), and a training
+# process's (its libraries, CUDA's device files, NCCL's sockets, a data loader's pipes).
+BARE_DESCRIPTORS = 16
 PROCESS_DESCRIPTORS = 64
 MEMLOCK_FAILS = 8 << 20        # NCCL's RDMA transport fails to register at 64 KiB and 8 MiB (NCCL #1191)
 STACK_SAFE_NCCL = (2, 28)      # NCCL 2.27.6 release notes: an unlimited stack crashed it before 2.28
@@ -48,20 +49,27 @@ def _layout(members: tuple[Member, ...]) -> tuple[int, int]:
 
 
 def _descriptor_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
+    """A failure where the store alone cannot hold a connection per rank and agent; a warning
+    where it can only without what a training process holds of its own."""
     limits, (ranks, nodes) = host.facts.limits, _layout(members)
-    need = ranks + nodes + PROCESS_DESCRIPTORS
+    need, least = ranks + nodes + PROCESS_DESCRIPTORS, ranks + nodes + BARE_DESCRIPTORS
     shown = (f"{host.facts.hostname}: soft {_text(limits.nofile)}, hard {_text(limits.nofile_hard)}; the job's store "
-             f"holds {ranks} rank(s) + {nodes} torchrun agent(s) + about {PROCESS_DESCRIPTORS} of its process's own",)
+             f"holds {ranks} rank(s) + {nodes} torchrun agent(s), beside {BARE_DESCRIPTORS} (a bare store) to "
+             f"{PROCESS_DESCRIPTORS} (a training process) of its process's own",)
     if limits.nofile == -1 or limits.nofile >= need:
         return [Finding(HOST_LIMITS, PASS, (host.rank,), f"the rendezvous host's descriptor limit "
                         f"({_text(limits.nofile)}) holds the job's store ({ranks} ranks on {nodes} node(s))", shown)]
     fix = NOFILE_FIX.format(need=need)
     if limits.nofile_hard != -1 and limits.nofile_hard < need:
         fix = HARD_FIX.format(hard=limits.nofile_hard, need=need)
-    return [Finding(HOST_LIMITS, FAIL, (host.rank,), f"the rendezvous host's soft descriptor limit is "
-                    f"{limits.nofile}, and the job's store needs about {need} ({ranks} ranks on {nodes} node(s) "
-                    "connect to it, beside its process's own): the clients past the limit are refused (EMFILE)",
-                    shown, fix, LIMIT_NOFILE)]
+    if limits.nofile < least:
+        return [Finding(HOST_LIMITS, FAIL, (host.rank,), f"the rendezvous host's soft descriptor limit is "
+                        f"{limits.nofile}, below the {least} the job's store needs ({ranks} ranks on {nodes} node(s) "
+                        "connect to it): the clients past the limit are refused (EMFILE)", shown, fix, LIMIT_NOFILE)]
+    return [Finding(HOST_LIMITS, WARN, (host.rank,), f"the rendezvous host's soft descriptor limit ({limits.nofile}) "
+                    f"holds the job's store ({ranks} ranks on {nodes} node(s)) only if its process opens under "
+                    f"{limits.nofile - ranks - nodes} files of its own; a training process (CUDA, NCCL, data "
+                    f"loaders) takes about {PROCESS_DESCRIPTORS}", shown, fix, LIMIT_NOFILE)]
 
 
 def _backlog_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
