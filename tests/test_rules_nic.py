@@ -405,3 +405,11 @@ def test_a_setting_from_nccl_conf_is_named_with_its_file_and_node():
     assert found.summary.startswith("node1: NCCL_SOCKET_IFNAME=ib0 from /etc/nccl.conf: ")
     assert "/etc/nccl.conf" in found.fix
 
+
+
+def test_an_nccl_environment_plugin_is_said_to_set_what_netcheck_cannot_see():
+    plugged = member(0, nic("eth0", "198.18.0.10"), env={"NCCL_ENV_PLUGIN": "libnccl-env-site.so"})
+    (found,) = nic_rules.route_findings((plugged, member(1, nic("eth0", "198.18.0.11"))), (), {})
+    assert found.severity == "pass" and found.evidence[-1] == (
+        "node0: NCCL_ENV_PLUGIN=libnccl-env-site.so: NCCL (2.28.7 on) takes settings from that plugin too, "
+        "which netcheck cannot read")

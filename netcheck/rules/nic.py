@@ -8,6 +8,7 @@ rule (core.names): a person pastes them into a shell. Pure: no I/O, no printing.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections import defaultdict
 from dataclasses import dataclass
@@ -365,7 +366,15 @@ def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str
 def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """The *_SOCKET_IFNAME each node was given, against its interfaces: a fail, else a warning
     for shared subnets, else a pass with the routes the mesh used. A line per node: torchrun's
-    ranks of one host share its settings and interfaces."""
+    ranks of one host share its settings and interfaces. Where an NCCL environment plugin is
+    named, what it sets is not seen: each finding says so."""
+    unseen = per_node(((m.rank, f"NCCL_ENV_PLUGIN={value}: NCCL (2.28.7 on) takes settings from that plugin too, "
+                                "which netcheck cannot read") for m in members
+                       if (value := m.facts.socket_env.get("NCCL_ENV_PLUGIN"))), hostnames(members))
+    return [dataclasses.replace(f, evidence=f.evidence + unseen) for f in _settings_judged(members, attempts)]
+
+
+def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     names = hostnames(members)
     problems, files = [], set()
     for m in members:
