@@ -12,7 +12,9 @@ from __future__ import annotations
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames, is_torchrun_worker
 from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import node_names, per_node
-from netcheck.rules.registry import HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_STACK
+from netcheck.rules.registry import (
+    HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_PEER_SOCKETS, LIMIT_STACK,
+)
 
 # Descriptors a process holds besides one per store connection: a bare store's (torch 2.13's
 # TCPStore under a soft limit of 64 refused its 50th client: 14 of its own), and a training
@@ -35,8 +37,39 @@ def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
     read = tuple(m for m in members if m.facts.limits is not None)
     host = next((m for m in read if m.rank == 0), None)
     findings = (_descriptor_findings(host, members) + _backlog_findings(host, members)) if host else []
-    findings += _memlock_findings(read) + _stack_findings(read)
+    findings += _peer_socket_findings(read, members) + _memlock_findings(read) + _stack_findings(read)
     return findings
+
+
+def _peer_socket_findings(read: tuple[Member, ...], members: tuple[Member, ...]) -> list[Finding]:
+    """Every process's descriptors against a connection to each other rank: gloo connects every
+    pair, NCCL's socket transport every peer an all-to-all or send/recv reaches, each with
+    NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS sockets (NCCL's documentation: file
+    descriptors). A warning: a ring's collectives open only a few."""
+    ranks, _ = _layout(members)
+    short = [(m, need) for m in read
+             if (need := (ranks - 1) * _sockets_per_peer(m) + PROCESS_DESCRIPTORS) > m.facts.limits.nofile != -1]
+    if not short or ranks < 2:
+        return []
+    names = hostnames(members)
+    nodes = tuple(m.rank for m, _ in short)
+    return [Finding(HOST_LIMITS, WARN, nodes, f"the soft descriptor limit on {node_names(nodes, names)} is below a "
+                    f"connection to each of the job's {ranks - 1} other ranks: gloo, and NCCL's all-to-all or "
+                    "send/recv over sockets, fail with EMFILE there",
+                    per_node(((m.rank, f"soft {m.facts.limits.nofile}, about {need} for a socket to every peer")
+                              for m, need in short), names),
+                    NOFILE_FIX.format(need=max(need for _, need in short)), LIMIT_PEER_SOCKETS)]
+
+
+def _sockets_per_peer(m: Member) -> int:
+    """NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS where set (NCCL picks 1 x 1 but on some
+    clouds' NICs), gloo's one."""
+    env = m.facts.socket_env
+    return max(1, _whole(env.get("NCCL_NSOCKS_PERTHREAD")) * _whole(env.get("NCCL_SOCKET_NTHREADS")))
+
+
+def _whole(text: str | None) -> int:
+    return int(text) if text and text.isdigit() and 0 < int(text) <= 64 else 1
 
 
 def _layout(members: tuple[Member, ...]) -> tuple[int, int]:

@@ -106,6 +106,7 @@ def lost_in(phase: str) -> str:
 # mesh.connect's exact findings.
 MESH_BLACKHOLE = "blackhole"
 LIMIT_NOFILE = "nofile"
+LIMIT_PEER_SOCKETS = "nofile_peers"
 BUILD_ARCH = "no_kernel"
 BUILD_DRIVER = "driver_too_old"
 JOIN_KEPT_OUT = "kept_out"
@@ -343,6 +344,8 @@ CHECKS: tuple[Check, ...] = (
           {LIMIT_NOFILE: Kind(WARN_FAIL, "the rendezvous host's soft descriptor limit is below one per rank and "
                                          "agent plus a bare store's own: its store refuses the rest (EMFILE); "
                                          "a warning where only a training process's own do not fit beside them"),
+           LIMIT_PEER_SOCKETS: Kind(ONLY_WARN, "a node's soft descriptor limit below a socket to each other "
+                                               "rank (gloo's full mesh, NCCL's all-to-all over sockets)"),
            LIMIT_BACKLOG: Kind(ONLY_WARN, "the kernel caps the store's accept queue below the connections that "
                                           "come at once at start-up"),
            LIMIT_MEMLOCK: Kind(WARN_FAIL, "locked memory limited on a node whose NCCL would use RDMA"),
