@@ -44,6 +44,7 @@ from _common import PORT, PY, REPO, Cluster, NodeSpec, clean_env, machine_facts
 sys.path.insert(0, str(REPO))
 from netcheck.config import BaselineError, load_report  # noqa: E402
 from netcheck.core.constants import MESH_FULL_UP_TO, MESH_SAMPLE_PEERS  # noqa: E402
+from netcheck.rules.limits import BARE_DESCRIPTORS  # noqa: E402
 
 SIM_BASE = ipaddress.ip_address("198.18.16.0")
 RUN_ID = "scale"
@@ -82,10 +83,19 @@ def add_addresses(c: Cluster, plan: dict) -> None:
         c.write_hosts(i, c.hosts_lines(i) + hosts)
 
 
+TYPICAL_FD_LIMIT = 1024
+
+
 def typical_fd_limit() -> None:
     """The host starts with the soft descriptor limit many systems give (1,024): netcheck
     must lift it itself to hold a connection per node."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (TYPICAL_FD_LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def limit_short(plan: dict) -> bool:
+    """Whether the job's store (a connection per rank and per node's agent) would not fit the
+    typical limit the host starts under."""
+    return plan["nodes"] * plan["nproc"] + plan["nodes"] + BARE_DESCRIPTORS > TYPICAL_FD_LIMIT
 
 
 def reap(proc: subprocess.Popen) -> tuple[int, resource.struct_rusage]:
@@ -118,6 +128,13 @@ def judge(report: dict, plan: dict, exclude: str, prom: str, report_path: Path) 
     # one seated (whichever came first) is.
     seated = next((n["hostname"] for n in report["nodes"] if n["rank"] == f["duplicate"]), "?")
     expected = {hostname_of(plan, f["mesh"]), hostname_of(plan, f["env"]), hostname_of(plan, f["lost"]), seated}
+    # The host starts under the typical soft limit (typical_fd_limit): the job's store on it
+    # would refuse clients past it, which host.limits names (netcheck lifted its own).
+    if limit_short(plan):
+        if not [x for x in report["findings"] if (x["check"], x["severity"], x.get("kind")) ==
+                ("host.limits", "fail", "nofile") and x["nodes"] == [0]]:
+            problems.append(f"the host's soft descriptor limit ({TYPICAL_FD_LIMIT}) is not named under host.limits")
+        expected.add(hostname_of(plan, 0))
     if set(report["faulty_nodes"]) != expected:
         problems.append(f"faulty_nodes {sorted(report['faulty_nodes'])}, expected {sorted(expected)}")
     for name in expected:
