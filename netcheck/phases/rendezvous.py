@@ -53,7 +53,8 @@ def host(run: Run) -> rendezvous.Seat | None:
                                                len(gathered.members))
         run.findings += holes
         # Read while every joiner waits on the store for the alive list: each one's connection is there.
-        run.translated = translation_rules.translations(run.members, port_peers(cfg.rdzv.port), gathered.facts_lost)
+        run.translated = translation_rules.translations(run.members, port_peers(cfg.rdzv.port),
+                                                        tuple(v for v in run.arrivals.visitors.values() if v))
         run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
         run.findings += rdzv_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)

@@ -22,23 +22,25 @@ FIX = ("run the job on the machines' own network: `docker run --network host` (K
 
 
 def translations(members: tuple[Member, ...], seen: dict[str, int],
-                 lost: tuple[Visitor, ...]) -> tuple[Translation, ...]:
+                 visitors: tuple[Visitor, ...]) -> tuple[Translation, ...]:
     """The host's view: `seen` is every address connected to the store's port (the host's own
-    /proc/net/tcp, read while the joiners wait on the store), `lost` the nodes that came
-    without their facts. A joiner none of whose addresses is among them, while some address
-    there is owned by no node, left translated (outbound); the host, where the joiners
-    reached it at an address it does not own, is reached translated (inbound)."""
+    /proc/net/tcp, read while the joiners wait on the store), `visitors` every visitor record
+    (of this run or another: their addresses are their own, no translation's). A joiner none
+    of whose addresses is among them, while some address there is owned by no node nor
+    visitor, left translated (outbound); the host, where the joiners reached it at an address
+    it does not own, is reached translated (inbound)."""
     host = next((m for m in members if m.rank == 0), None)
     inbound = _inbound(host, members) if host else None
-    return tuple(_outbound(members, seen, lost)) + ((inbound,) if inbound else ())
+    return tuple(_outbound(members, seen, visitors)) + ((inbound,) if inbound else ())
 
 
 def _own(m: Member) -> tuple[str, ...]:
     return tuple(a for a in address_owners(m.facts.nics) if not is_loopback(a))
 
 
-def _outbound(members: tuple[Member, ...], seen: dict[str, int], lost: tuple[Visitor, ...]) -> list[Translation]:
-    owned = {a for m in members for a in address_owners(m.facts.nics)} | {v.address for v in lost if v.address}
+def _outbound(members: tuple[Member, ...], seen: dict[str, int], visitors: tuple[Visitor, ...]) -> list[Translation]:
+    # A visitor's own address is its own view: the masqueraded node's is the one inside.
+    owned = {a for m in members for a in address_owners(m.facts.nics)} | {v.address for v in visitors if v.address}
     strangers = tuple(sorted(a for a in seen if a not in owned and not is_loopback(a)))
     if not strangers:
         return []
