@@ -25,8 +25,12 @@ def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool
         go = decide()
         ex.put(ex.key(GO, phase), go)
         return go
-    if ex.wait_read(bool, ex.key(GO, phase), run.phase_deadline()):
-        return True
-    run.findings.append(run_rules.skipped_finding(phase, "the host had too little of --timeout left for it",
-                                                 "the host's report says how much; raise --timeout on every node"))
+    try:
+        if ex.wait_read(bool, ex.key(GO, phase), run.phase_deadline()):
+            return True
+        why = "the host had too little of --timeout left for it"
+    except TimeoutError:   # this node started first, and its time ran out before the host's word
+        why = "this node's --timeout ran out before the host's word on it"
+    run.findings.append(run_rules.skipped_finding(phase, why, "the host's report says how much time was left; "
+                                                 "raise --timeout on every node"))
     return False
