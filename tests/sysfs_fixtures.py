@@ -30,7 +30,7 @@ IB_GID_TABLE, ROCE_GID_TABLE = 128, 255        # mlx5's gid_tbl_len for each lin
 DRIVER_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  "
                "(dvs-builder@U16-I3-B03-4-3)  Fri May 31 09:30:47 UTC 2024")
 DRIVER_PROPRIETARY = DRIVER_OPEN.replace("Open Kernel Module", "Kernel Module")
-FAULTS = ("port_down", "slow_port", "no_peermem", "acs", "far_nic", "no_ipv4", "roce_mtu", "ethernet")
+FAULTS = ("port_down", "slow_port", "no_peermem", "acs", "far_nic", "no_ipv4", "roce_mtu", "ethernet", "memlock_64k")
 
 
 def build(root: Path, layout: str, node: int = 0, faults: tuple[str, ...] = ()) -> Path:
@@ -51,6 +51,11 @@ class Tree:
 
     def cpu(self) -> None:
         write(self.proc / "sys/kernel/osrelease", "6.8.0-45-generic")
+        # A GPU node's limits as NCCL's documentation asks (locked memory unlimited); the
+        # descriptors are the process's own (facts.limits reads what this file leaves out).
+        memlock = "65536 65536" if "memlock_64k" in self.faults else "unlimited unlimited"
+        write(self.proc / "self/limits", f"Limit Soft Limit Hard Limit Units\nMax locked memory {memlock} bytes\n"
+                                         "Max stack size 8388608 unlimited bytes\n")
 
     def hgx(self) -> None:
         """8 H100s, 8 compute NDR ports (mlx5_0-7, one under each GPU's switch), 2 storage ports."""

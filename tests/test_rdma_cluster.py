@@ -26,6 +26,16 @@ def run_on_fixtures(cluster, tmp_path, layout: str, faults: dict[int, tuple[str,
                            for i in range(3)], 60)
 
 
+def test_an_rdma_node_under_a_launchers_locked_memory_limit_is_named(cluster, tmp_path):
+    """node1 of three HGX nodes under a locked-memory limit of 64 KiB, as under an mpirun or a
+    container whose limit differs from the login shell's (nccl-tests#206): NCCL's ibv_reg_mr
+    fails there; the host names that node, and no other (the others have it unlimited)."""
+    runs = run_on_fixtures(cluster, tmp_path, "hgx", {1: ("memlock_64k",)})
+    (found,) = [f for f in runs[0].findings("host.limits") if f["kind"] == "memlock"]
+    assert (found["severity"], found["nodes"]) == ("fail", [1]) and "memlock 65536" in found["evidence"][0], found
+    assert "ulimit -l unlimited" in found["fix"], found
+
+
 def kinds(run, check: str) -> list[tuple[str, str, list[int]]]:
     return [(f["severity"], f["kind"], f["nodes"]) for f in run.findings(check)]
 

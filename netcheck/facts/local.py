@@ -128,7 +128,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         version=__version__,
         rdma=read_rdma(sysfs, proc),
         instance=secrets.token_hex(INSTANCE_BYTES),
-        limits=read_limits(),   # before the reach phase lifts this process's descriptor limit
+        limits=read_limits(proc),   # before the reach phase lifts this process's descriptor limit
     )
 
 

@@ -340,7 +340,7 @@ CHECKS: tuple[Check, ...] = (
           "its store's connections, its accept queue against the ranks connecting at once, locked memory where "
           "NCCL uses RDMA, an unlimited stack under NCCL before 2.28",
           ("limits.limit_findings",), "ProcessLimits (read before netcheck lifts its own), the layout, RdmaFacts",
-          ("test_rules_limits.py", "test_limits_cluster.py"),
+          ("test_rules_limits.py", "test_limits_cluster.py", "test_rdma_cluster.py"),
           {LIMIT_NOFILE: Kind(WARN_FAIL, "the rendezvous host's soft descriptor limit is below one per rank and "
                                          "agent plus a bare store's own: its store refuses the rest (EMFILE); "
                                          "a warning where only a training process's own do not fit beside them"),
