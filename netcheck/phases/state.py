@@ -142,7 +142,9 @@ class Run:
         if ex.watch is not None:
             stalls = ex.watch.stalls[self.stalls_named:]
             self.stalls_named += len(stalls)
-            return rdzv_rules.store_stall_findings(tuple(stalls), self.members, self.known_addresses())
+            # /etc/hosts read only where a stall is to be judged, not in every phase.
+            return rdzv_rules.store_stall_findings(tuple(stalls), self.members,
+                                                   self.known_addresses()) if stalls else []
         waits = ex.held_up[self.stalls_named:]
         self.stalls_named += len(waits)
         return rdzv_rules.held_up_findings(tuple(waits))

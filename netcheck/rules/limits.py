@@ -36,22 +36,22 @@ def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
     locked memory (where NCCL would use RDMA) and stack (where it has GPUs)."""
     read = tuple(m for m in members if m.facts.limits is not None)
     host = next((m for m in read if m.rank == 0), None)
-    findings = (_descriptor_findings(host, members) + _backlog_findings(host, members)) if host else []
-    findings += _peer_socket_findings(read, members) + _memlock_findings(read) + _stack_findings(read)
-    return findings
+    ranks, nodes = _layout(members)
+    findings = (_descriptor_findings(host, ranks, nodes) + _backlog_findings(host, ranks, nodes)) if host else []
+    names = hostnames(members)
+    return findings + _peer_socket_findings(read, ranks, names) + _memlock_findings(read, names) + \
+        _stack_findings(read, names)
 
 
-def _peer_socket_findings(read: tuple[Member, ...], members: tuple[Member, ...]) -> list[Finding]:
+def _peer_socket_findings(read: tuple[Member, ...], ranks: int, names: dict[int, str]) -> list[Finding]:
     """Every process's descriptors against a connection to each other rank: gloo connects every
     pair, NCCL's socket transport every peer an all-to-all or send/recv reaches, each with
     NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS sockets (NCCL's documentation: file
     descriptors). A warning: a ring's collectives open only a few."""
-    ranks, _ = _layout(members)
     short = [(m, need) for m in read
              if (need := (ranks - 1) * _sockets_per_peer(m) + PROCESS_DESCRIPTORS) > m.facts.limits.nofile != -1]
     if not short or ranks < 2:
         return []
-    names = hostnames(members)
     nodes = tuple(m.rank for m, _ in short)
     return [Finding(HOST_LIMITS, WARN, nodes, f"the soft descriptor limit on {node_names(nodes, names)} is below a "
                     f"connection to each of the job's {ranks - 1} other ranks: gloo, and NCCL's all-to-all or "
@@ -81,10 +81,10 @@ def _layout(members: tuple[Member, ...]) -> tuple[int, int]:
     return sum(m.facts.launch.nproc_per_node for m in members), len(members)
 
 
-def _descriptor_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
+def _descriptor_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
     """A failure where the store alone cannot hold a connection per rank and agent; a warning
     where it can only without what a training process holds of its own."""
-    limits, (ranks, nodes) = host.facts.limits, _layout(members)
+    limits = host.facts.limits
     need, least = ranks + nodes + PROCESS_DESCRIPTORS, ranks + nodes + BARE_DESCRIPTORS
     shown = (f"{host.facts.hostname}: soft {_text(limits.nofile)}, hard {_text(limits.nofile_hard)}; the job's store "
              f"holds {ranks} rank(s) + {nodes} torchrun agent(s), beside {BARE_DESCRIPTORS} (a bare store) to "
@@ -105,10 +105,10 @@ def _descriptor_findings(host: Member, members: tuple[Member, ...]) -> list[Find
                     f"loaders) takes about {PROCESS_DESCRIPTORS}", shown, fix, LIMIT_NOFILE)]
 
 
-def _backlog_findings(host: Member, members: tuple[Member, ...]) -> list[Finding]:
+def _backlog_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
     """Every rank connects to the store at once at start-up; a listen backlog the kernel caps
     below that overflows, and clients are reset and retry (pytorch/pytorch#129261)."""
-    limits, (ranks, nodes) = host.facts.limits, _layout(members)
+    limits = host.facts.limits
     caps = [c for c in (limits.somaxconn, limits.syn_backlog) if c is not None]
     if not caps or ranks + nodes <= min(caps):
         return []
@@ -119,14 +119,13 @@ def _backlog_findings(host: Member, members: tuple[Member, ...]) -> list[Finding
                     "on the rendezvous host (and in /etc/sysctl.d to keep it)", LIMIT_BACKLOG)]
 
 
-def _memlock_findings(members: tuple[Member, ...]) -> list[Finding]:
+def _memlock_findings(members: tuple[Member, ...], names: dict[int, str]) -> list[Finding]:
     """Nodes with an active RDMA port (NCCL's IB / RoCE transport registers its buffers)
     whose locked-memory limit is not unlimited, as NCCL's documentation asks: a failure at
     the sizes NCCL's own reports fail with, else a warning."""
     rdma = [m for m in members if m.facts.rdma and any(p.state == "ACTIVE" for p in m.facts.rdma.ports)]
     short = [m for m in rdma if m.facts.limits.memlock != -1]
     failing = [m for m in short if m.facts.limits.memlock <= MEMLOCK_FAILS]
-    names = hostnames(members)
     return ([_memlock_finding(FAIL, failing, names)] if failing else []) + \
         ([_memlock_finding(WARN, rest, names)] if (rest := [m for m in short if m not in failing]) else [])
 
@@ -141,11 +140,10 @@ def _memlock_finding(severity: str, group: list[Member], names: dict[int, str]) 
                    LIMIT_MEMLOCK)
 
 
-def _stack_findings(members: tuple[Member, ...]) -> list[Finding]:
+def _stack_findings(members: tuple[Member, ...], names: dict[int, str]) -> list[Finding]:
     """Nodes with GPUs under an unlimited stack: glibc then gives NCCL's threads 2 MiB stacks,
     which crashes NCCL before 2.28. A failure where the libnccl the node would load is older;
     a warning where its version is not known."""
-    names = hostnames(members)
     unlimited = [m for m in members if m.facts.gpus and m.facts.limits.stack == -1]
     old = [m for m in unlimited if _libnccl(m) and nccl_version(_libnccl(m)) < STACK_SAFE_NCCL]
     unknown = [m for m in unlimited if not _libnccl(m)]

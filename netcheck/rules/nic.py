@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
 
@@ -83,9 +84,14 @@ def judged_attempts(attempts: tuple[Attempt, ...], causes: PathCauses) -> tuple[
     """The connects that speak of their target's interface: one that failed because of its
     source (a wrong prefix there) says nothing of a healthy target, which keeps its proof."""
     at_fault = {w.rank for w in causes.wrong_prefix} | {t.rank for t in causes.translated}
-    explained = (translation.explained(causes.translated, {(a.src, a.dst) for a in attempts})
-                 | prefix.explained(causes.wrong_prefix, {(a.src, a.dst) for a in attempts}))
+    explained = _explained(causes, {(a.src, a.dst) for a in attempts})
     return tuple(a for a in attempts if a.dst in at_fault or (a.src, a.dst) not in explained)
+
+
+def _explained(causes: PathCauses, directions: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The directions a translation or a wrong prefix explains, of those given."""
+    directions = set(directions)
+    return translation.explained(causes.translated, directions) | prefix.explained(causes.wrong_prefix, directions)
 
 
 def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
@@ -99,7 +105,7 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
     broken, directions = _broken_directions(attempts), {(a.src, a.dst) for a in attempts}
     named = (translation.translated_findings(names, causes.translated, broken)
              + prefix.wrong_prefix_findings(names, causes.wrong_prefix, broken))
-    explained = translation.explained(causes.translated, broken) | prefix.explained(causes.wrong_prefix, broken)
+    explained = _explained(causes, broken)
     if explained:   # the rest is judged without them: a node they explain is no node nobody reaches
         attempts = tuple(a for a in attempts if (a.src, a.dst) not in explained)
         broken = _broken_directions(attempts)
@@ -448,7 +454,7 @@ def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
     if choice.bootstrap is None:
         return f"NCCL finds no socket interface ({choice.reason})"
     if dead := _unproven(proven, m.rank, picked):
-        return f"NCCL would use {', '.join(picked)}; {_reaches_none(dead)} ({choice.reason})"
+        return f"NCCL would use {', '.join(picked)}; {_unreached(dead)} ({choice.reason})"
     return None
 
 
@@ -462,7 +468,7 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
         if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
-        return f"{choice.reason}; {_reaches_none(dead)}" if dead else None
+        return f"{choice.reason}; {_unreached(dead)}" if dead else None
 
     return _library_finding(
         NIC_GLOO_DEFAULT, FAIL, members, proven, [(m, trouble(m)) for m in members],
@@ -485,7 +491,7 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         if choice.loopback and not alone:
             return said
         dead = _unproven(proven, m.rank, [choice.interface])
-        return f"{said}; {_reaches_none(dead)}" if dead else None
+        return f"{said}; {_unreached(dead)}" if dead else None
 
     return _library_finding(
         NIC_TP_DEFAULT, WARN, members, proven, [(m, trouble(m)) for m in members],
@@ -512,7 +518,7 @@ def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | 
     return [n for n in names if n not in proven[rank]]
 
 
-def _reaches_none(dead: list[str | None]) -> str:
+def _unreached(dead: list[str | None]) -> str:
     """Of interfaces some peer that tried could not reach (mesh.connect names which): not that
     they reach no peer, which is false where they reach some."""
     return f"{', '.join(n or '?' for n in dead)} not reached by every peer that tried (mesh.connect names which)"
