@@ -67,7 +67,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
         run.flagged = nic_rules.flagged_paths(names, attempts)
-        run.causes = nic_rules.path_causes(run.members, attempts, run.translated)
+        run.causes = nic_rules.path_causes(run.members, attempts, run.causes.translated)
         ex.put(ex.key(MESH_DONE), MeshDone(run.flagged, run.causes))
     run.findings += nic_rules.mesh_findings(names, attempts, run.causes)
     run.lose("mesh", names, _unheard(ex, MESH_RESULT, ranks, results))

@@ -10,7 +10,7 @@ from netcheck.cluster.store import (
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
-from netcheck.core.meshrecords import FrameTest
+from netcheck.core.meshrecords import FrameTest, PathCauses
 from netcheck.core.model import FAIL, Finding, Member, NodeResults, Visitor
 from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
@@ -53,8 +53,8 @@ def host(run: Run) -> rendezvous.Seat | None:
                                                len(gathered.members))
         run.findings += holes
         # Read while every joiner waits on the store for the alive list: each one's connection is there.
-        run.translated = translation_rules.translations(run.members, port_peers(cfg.rdzv.port),
-                                                        tuple(v for v in run.arrivals.visitors.values() if v))
+        run.causes = PathCauses(translation_rules.translations(
+            run.members, port_peers(cfg.rdzv.port), tuple(v for v in run.arrivals.visitors.values() if v)))
         run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
         run.findings += rdzv_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)

@@ -16,7 +16,7 @@ from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.budget import TimeBudget
 from netcheck.core.deadline import Deadline
-from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses, Translation
+from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.facts.local import hosts_file_names
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
@@ -48,8 +48,8 @@ class Run:
     unranked_faulty: tuple[str, ...] = ()   # hostnames of nodes at fault that were never seated
     attempts: tuple[Attempt, ...] = ()
     flagged: FlaggedPaths = FlaggedPaths()  # mesh.connect's failed paths (host's word)
-    translated: tuple[Translation, ...] = ()  # nodes whose addresses NAT translates (the host's)
-    causes: PathCauses = PathCauses()         # what explains failed connects (the host's word)
+    causes: PathCauses = PathCauses()         # what explains failed connects (the host's word): its
+                                              # translations from the rendezvous, its wrong prefixes from the mesh
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None
