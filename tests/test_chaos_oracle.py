@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.catalog import LatePastRoster, MtuMismatch, PathFirewall
+from chaos.catalog import LatePastRoster, MtuMismatch, PathFirewall, SharedSubnet
 from chaos.generator import Schedule, draw_schedule
 from chaos.oracle import Expect
 
@@ -38,3 +38,14 @@ def test_what_a_node_never_seated_cannot_be_compared_with_is_not_expected():
         total = total.merge(fault.expect(sched, None))
     assert total.absent == {1, 2}
     assert not [b for b in total.blame if b.checks == ("nic.mtu",)]
+
+
+def test_jumbo_nodes_left_alone_by_a_node_never_seated_agree_and_warrant_nothing():
+    """Seed 1305, schedule 30: two jumbo nodes and a third kept out by a second NIC on its
+    subnet: the two that take part agree on their MTU, and the host rightly exits 0."""
+    faults = (MtuMismatch((2,)), SharedSubnet((1,)), MtuMismatch((0,)))
+    sched = Schedule(1305, 30, "arrival", 3, faults)
+    total = Expect()
+    for fault in faults:
+        total = total.merge(fault.expect(sched, None))
+    assert total.seers == {1} and not [b for b in total.blame if b.checks == ("nic.mtu",)]

@@ -432,6 +432,8 @@ class MtuMismatch(Fault):
         # Counted among the nodes that take part: one never seated is compared with nobody.
         jumbo = {f.node for f in sched.faults if f.kind == self.kind}
         rest = set(range(sched.n)) - jumbo - {f.node for f in sched.faults if f.removes_node}
+        if not rest:   # every node that takes part is jumbo: they agree, nothing to warn of
+            return Expect()
         if len(jumbo) < len(rest):
             odd = {self.node}
         else:
