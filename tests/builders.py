@@ -8,6 +8,7 @@ names only what it is about.
 
 from __future__ import annotations
 
+from netcheck.core.bwrecords import Moved, NodeLinks, PeerSegments, StageLinks
 from netcheck.core.model import Launch, Member, NodeFacts, Reach
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
@@ -51,3 +52,19 @@ def facts(hostname: str = "node0", *, rank: int | None = None, nnodes: int | Non
 def member(rank: int, hostname: str | None = None, **given) -> Member:
     """Node `rank` as the host saw it, called node<rank> unless named; `given` as for `facts`."""
     return Member(rank, facts(hostname or f"node{rank}", rank=rank, **given))
+
+
+def node_address(n: int) -> str:
+    """Node n's address in the hand-built link counters."""
+    return f"198.18.0.{10 + n}"
+
+
+def links_of(node: int, peers: list[tuple[int, int, int]], stages=None) -> NodeLinks:
+    """A node's link counters: peers as (node, segments sent to it, resent)."""
+    sent, resent = sum(s for _, s, _ in peers), sum(r for _, _, r in peers)
+    return NodeLinks(node, stages or (StageLinks("all", 3.0, sent, resent),),
+                     tuple(PeerSegments(node_address(b), s, r) for b, s, r in peers), (node_address(node),))
+
+
+def moved(where: str, counter: str, by: int, packets: int = 0) -> Moved:
+    return Moved(where, counter, by, packets)

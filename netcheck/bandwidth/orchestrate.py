@@ -50,7 +50,10 @@ from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
 from netcheck.core.fields import FEW, PER_RANK, NodeRank, Text
+from netcheck.core.bwrecords import NodeLinks, PeerSegments
 from netcheck.facts.busy import busy_processes, cpu_snapshot
+from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, worth_reporting
+from netcheck.facts.local import rdma_roots
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
@@ -69,6 +72,7 @@ class NodeReport:
     backend: str
     backend_reason: Text
     busy: Annotated[tuple[BusyProcess, ...], FEW] = ()   # at most BW_BUSY_SHOWN
+    links: NodeLinks | None = None   # what its kernel counted on its links meanwhile (None: not read)
 
 
 def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,
@@ -87,6 +91,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options, nproc_per_node)
     interrupted, before = False, cpu_snapshot()
+    watch.counters.enter("start")
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
@@ -103,10 +108,13 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
         if interrupted:
             _say_stopped(ex, node_rank, watch)
     faults = watch.faults()
+    watch.counters.enter(None)
     busy = busy_processes(node_rank, nproc_per_node, before, cpu_snapshot())
+    links = NodeLinks(node_rank, tuple(watch.counters.stages), worth_reporting(merged(watch.peers)),
+                      own_addresses())
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
-    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy),
+    reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy, links),
                         [n for n in range(nnodes) if n not in watch.quiet], deadline.within(BW_REPORT_WAIT))
     silence = (f"this node lost the host's store ({ex.lost}), so it cannot know more" if ex.lost
                else "its netcheck ended early or hung, or its link to the host broke")
@@ -235,6 +243,9 @@ class Watch:
     spawn_error: str = ""
     stopped: bool = False
     beats: dict[int, tuple[int, float]] = field(default_factory=dict)  # host: node -> (count, when it rose)
+    counters: StageCounters = field(
+        default_factory=lambda: StageCounters(ib_sysfs=rdma_roots(os.environ)[0]))
+    peers: list[PeerSegments] = field(default_factory=list)   # every worker's connections, as they reported them
     quiet: list[int] = field(default_factory=list)  # host: nodes whose beat stopped
 
     def run(self) -> None:
@@ -368,6 +379,7 @@ class Watch:
         w.starting_cuda = event.kind == "cuda"
         if event.kind == "stage":
             w.stage = event.stage
+            self.counters.enter(event.stage)   # the first worker in: the nodes' workers move together
         elif event.kind == "failed":
             w.stage, w.failure = event.stage, event.detail
         elif event.kind == "done":
@@ -377,6 +389,8 @@ class Watch:
         elif event.kind == "sweep" and event.sweep is not None:
             w.sweep = event.sweep
             self.keep_sweep(event.sweep)
+        elif event.kind == "links":
+            self.peers += event.peers
         elif event.kind == "pairs":
             w.pairs = event.pairs
             if len(event.pairs) > len(self.pairs):
@@ -519,7 +533,8 @@ def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults
     stage, why = root_cause(faults)
     per_param = DTYPES[options.grad_dtype][0]
     headlines = tuple(h for s in sweeps if (h := headline(s, options, per_param, nnodes)))
-    busy = tuple(p for r in sorted(reports.values(), key=lambda r: r.node) for p in r.busy)
+    ordered = sorted(reports.values(), key=lambda r: r.node)
     return BandwidthResult(backend[0], backend[1], nnodes, nproc, tuple(sweeps), watch.pairs, stage,
                            why, tuple(faults), round(time.monotonic() - started, 3), headlines=headlines,
-                           busy=busy)
+                           busy=tuple(p for r in ordered for p in r.busy),
+                           links=tuple(r.links for r in ordered if r.links is not None))

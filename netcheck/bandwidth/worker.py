@@ -30,7 +30,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
 
 from netcheck.bandwidth.sweep import (
     COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
@@ -43,7 +43,9 @@ from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import (
     BW_CHECK_CHUNK, BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE,
 )
-from netcheck.core.fields import Text
+from netcheck.core.fields import FEW, Text
+from netcheck.core.bwrecords import PeerSegments
+from netcheck.facts.linkcounters import peer_segments, worth_reporting
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the
@@ -58,12 +60,13 @@ class Event:
 
     kind: str                 # "beat" | "stage" | "cuda" (starting the CUDA driver: it may hold the
                               # GIL, and so the heartbeat, for seconds) | "backend" | "sweep" |
-                              # "pairs" | "failed" | "done"
+                              # "pairs" | "links" | "failed" | "done"
     stage: str = ""           # stage: the one entered; failed: the one that failed
     detail: Text = ""         # backend: the name; failed: the error, one line
     reason: Text = ""         # backend: why that backend
     sweep: Sweep | None = None            # the sweep so far, after each size
     pairs: tuple[Pair, ...] = ()          # the pairs so far, after each round
+    peers: Annotated[tuple[PeerSegments, ...], FEW] = ()   # links: what its connections sent and resent
 
 
 class StageFailed(Exception):
@@ -191,6 +194,8 @@ def run(events: Events, args) -> None:
         h.data_plane([int(f[0]) for f in facts])
     left = min(f[1] for f in facts)
     h.sweeps(min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * left), BW_SWEEP_WALL_SHARE * left)
+    # Read while the connections are open: they close when this process leaves.
+    events.emit(Event("links", peers=worth_reporting(peer_segments())))
     # No destroy_process_group: with torch 2.1.2 and 2.4.1 a gloo rank that tears its group
     # down while a peer still finishes the last collective can block in the destructor with
     # the GIL held (heartbeat silent, then killed as hung). main() leaves with os._exit.

@@ -11,11 +11,11 @@ from typing import Annotated
 from netcheck.core.constants import (
     BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES, BW_DEFAULT_STEPFACTOR,
     BW_DEFAULT_WARMUP, BW_LATENCY_MAXBYTES, BW_NOISY_SPREAD, BW_PLATEAU_BAND, BW_PLATEAU_TOP, BW_RISING_BAND,
-    DDP_BUCKET_BYTES,
+    DDP_BUCKET_BYTES, LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN, LINK_LOSS_RATE,
 )
 from netcheck.core.fields import (
-    FEW, MAX_INT, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
-    LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, Pid, ProcCount, Range, Rank,
+    FEW, MAX_INT, PER_NIC, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
+    IpAddress, LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, Pid, ProcCount, Range, Rank,
     RankOrMinusOne, Ratio, Seconds, Text, one_of,
 )
 
@@ -23,6 +23,9 @@ from netcheck.core.fields import (
 # The stages of the phase, in order: a failure names one of these.
 STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")
 STAGE_TITLES = {"all": "all ranks", "intra": "inside each node", "inter": "one rank per node"}
+STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
+               "all": "sweep across all ranks", "intra": "intra-node sweep",
+               "inter": "inter-node sweep", "pairs": "node pairs"}
 Stage = Annotated[str, one_of(*STAGES)]
 Ranks = Annotated[tuple[Rank, ...], PER_RANK]
 StepFactor = Annotated[int, Range(2, MAX_INT, "a step factor")]
@@ -173,6 +176,79 @@ class BusyProcess:
     gpus: Annotated[tuple[Count, ...], FEW] = ()   # the GPUs (device numbers) it held open
 
 
+# --- link counters (link.health): what a node's kernel counted on its links while the
+# phase ran; netcheck's own traffic is the only traffic it may assume, so each is a
+# difference across a stage, never a total.
+
+# The stages that move the data the figures are measured on: a loss rate is judged over these.
+TIMED_STAGES = ("all", "intra", "inter", "pairs")
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A link counter that rose during a stage."""
+
+    where: Text                      # an interface ("eth0") or an RDMA port ("mlx5_0/1")
+    counter: Text                    # the kernel's name for it ("carrier_changes", "rx_crc_errors", "symbol_error")
+    by: Count
+    packets: Count = 0               # the packets the interface moved meanwhile (0: an RDMA port's, not read)
+
+
+@dataclass(frozen=True)
+class StageLinks:
+    """One node's counters across one stage of the bandwidth phase."""
+
+    stage: Stage
+    seconds: Seconds
+    segments: Count                  # TCP segments sent (Tcp OutSegs, the node's network namespace)
+    retransmitted: Count             # of those, sent again and not already received (Tcp RetransSegs
+                                     # less TcpExt TCPDSACKRecvSegs)
+    timeouts: Count = 0              # retransmission timeouts (TcpExt TCPTimeouts)
+    moved: Annotated[tuple[Moved, ...], PER_NIC] = ()   # interface and port counters that rose
+
+
+@dataclass(frozen=True)
+class PeerSegments:
+    """The TCP segments a node's bandwidth workers sent on their connections to one address."""
+
+    address: IpAddress
+    segments: Count                  # tcpi_segs_out, summed over the connections
+    retransmitted: Count             # tcpi_total_retrans less tcpi_dsack_dups, summed
+
+
+@dataclass(frozen=True)
+class NodeLinks:
+    """What one node's kernel counted while its bandwidth workers ran."""
+
+    node: NodeRank
+    stages: Annotated[tuple[StageLinks, ...], FEW]
+    peers: Annotated[tuple[PeerSegments, ...], PER_NODE] = ()
+    addresses: Annotated[tuple[IpAddress, ...], PER_NIC] = ()   # the node's own, loopback aside: whose peers are whose
+
+
+def timed(links: NodeLinks) -> tuple[int, int, int]:
+    """(segments, retransmitted, timeouts) over the stages that moved the measured data."""
+    stages = [s for s in links.stages if s.stage in TIMED_STAGES]
+    return (sum(s.segments for s in stages), sum(s.retransmitted for s in stages),
+            sum(s.timeouts for s in stages))
+
+
+def lossy(segments: int, retransmitted: int) -> bool:
+    """Whether what was sent was resent often enough to be a lossy link, not a probe or two."""
+    return retransmitted >= LINK_LOSS_MIN and retransmitted >= LINK_LOSS_RATE * segments
+
+
+def judged(segments: int, retransmitted: int) -> bool:
+    """Whether connections moved enough to tell a lossy link from a clean one."""
+    return segments >= LINK_JUDGED_SEGMENTS or lossy(segments, retransmitted)
+
+
+def rate_text(segments: int, retransmitted: int) -> str:
+    """"2,412 of 120,337 segments resent (2.0%)"."""
+    share = retransmitted / segments if segments else 0.0
+    return f"{retransmitted:,} of {segments:,} segments resent ({share:.2%})"
+
+
 @dataclass(frozen=True)
 class BandwidthResult:
     """What the bandwidth phase measured, cluster-wide, and where it stopped if it did."""
@@ -191,6 +267,7 @@ class BandwidthResult:
     hostnames: Annotated[dict[str, Hostname], PER_NODE] = field(default_factory=dict)
     headlines: Annotated[tuple[Headline, ...], FEW] = ()   # one per sweep with rows, in the sweeps' order
     busy: Annotated[tuple[BusyProcess, ...], PER_NODE_AND_ITEM] = ()   # every node's, busiest first (host.busy)
+    links: Annotated[tuple[NodeLinks, ...], PER_NODE] = ()   # each node's link counters meanwhile (link.health)
 
     def node_name(self, node: int) -> str:
         return self.hostnames.get(str(node), f"node {node}")

@@ -183,3 +183,13 @@ BW_PAIR_SLOW = 0.5           # bw.pair: a node whose best pair runs below this s
 BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
 BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
 BW_STARTUP_SECONDS = 8.0    # workers start, import torch and join before the first sweep
+# link.health: the link counters around the bandwidth phase (facts/linkcounters.py). A clean link
+# resends next to nothing (a namespace cluster's control run: none of ~10^5 segments); a cable,
+# optic or port that loses 0.1% of what crosses it already holds TCP back, and gets worse.
+LINK_LOSS_RATE = 0.001       # segments sent again over segments sent, on a connection or a node
+LINK_LOSS_MIN = 20           # ... and at least this many: a tail-loss probe or two is no lossy link
+# A peer's connections judged (lossy or clean) only where they sent this many segments: fewer
+# could not show LINK_LOSS_MIN resent at LINK_LOSS_RATE.
+LINK_JUDGED_SEGMENTS = int(LINK_LOSS_MIN / LINK_LOSS_RATE)
+LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a ring neighbour and a
+                             # pair partner or two at scale, every peer at the sizes tests run

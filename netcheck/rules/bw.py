@@ -8,6 +8,7 @@
     bw.pair       a node whose best pair runs well below the other nodes' (named)
     bw.straggler  a rank (or a node's intra-node sweep) far slower than the rest
     host.busy     a process outside netcheck using a node's CPUs, or holding its GPUs, while the sweep ran
+    link.health   the link counters around the phase (rules/link.py)
 
 Rules never print and never touch the network.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import statistics
 
 from netcheck.core.bwrecords import (
-    STAGE_TITLES, BandwidthResult, BusyProcess, Fault, Headline, InFlight, Sweep, culprits, first_culprit,
+    STAGE_NAMES, STAGE_TITLES, BandwidthResult, BusyProcess, Fault, Headline, InFlight, Sweep, culprits, first_culprit,
     peak_busbw,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
@@ -25,13 +26,11 @@ from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLE
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
+from netcheck.rules.link import link_findings
 from netcheck.rules.pernode import ranks_text
 from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
-STAGE_NAMES = {"start": "worker start", "control": "gloo control plane", "data": "data backend init",
-               "all": "sweep across all ranks", "intra": "intra-node sweep",
-               "inter": "inter-node sweep", "pairs": "node pairs"}
 FIXES = {
     "died": "the worker process died: look at that node's kernel log (dmesg: the OOM killer?) "
             "and its GPU; the rows measured before it are kept",
@@ -71,9 +70,21 @@ def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float 
     the summed rate of the RDMA ports NCCL would use there (rdma.fabric_gbps), the ceiling on nccl.
     """
     names = _Names(result)
-    return (stage_findings(result, names, flagged) + wrong_findings(result, names)
-            + busbw_findings(result, names, _ceiling(result, line_rate_gbps, fabric_gbps), expect_busbw)
-            + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))
+    links = link_findings(result, names.node, frozenset())
+    troubled = sorted({n for f in links if f.severity != PASS for n in f.nodes}) if result.links else None
+    found = (stage_findings(result, names, flagged) + wrong_findings(result, names)
+             + busbw_findings(result, names, _ceiling(result, line_rate_gbps, fabric_gbps), expect_busbw, troubled)
+             + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))
+    return found + link_findings(result, names.node, _spoiled(found, result.nnodes))
+
+
+def _spoiled(findings: list[Finding], nnodes: int) -> frozenset[int]:
+    """The nodes whose figures fell short: a slow pair or rank; every node where the plateau
+    missed --expect-busbw (a figure of the whole cluster)."""
+    if any(f.check == BW_BUSBW and f.severity == FAIL for f in findings):
+        return frozenset(range(nnodes))
+    return frozenset(n for f in findings if f.check in (BW_PAIR, BW_STRAGGLER) and f.severity != PASS
+                     for n in f.nodes)
 
 
 def _ceiling(result: BandwidthResult, line_rate_gbps: dict[int, float | None],
@@ -205,7 +216,7 @@ def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
 # --- bw.busbw -------------------------------------------------------------------------------
 
 def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[int, float | None],
-                   expect_busbw: float | None) -> list[Finding]:
+                   expect_busbw: float | None, troubled: list[int] | None = None) -> list[Finding]:
     """The all-rank sweeps' plateau: judged against --expect-busbw and the NICs' line rate;
     a pass names it with its range and sizes, the latency and per-step figures beside it.
     A cluster-wide figure names no node: bw.pair, bw.straggler and host.busy do, where their
@@ -219,19 +230,29 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
     if not any(f.severity != PASS for f in findings):
         best = max(heads, key=lambda h: h.plateau_busbw)
         findings = [Finding(BW_BUSBW, PASS, tuple(range(result.nnodes)),
-                            _headline_text(best, result.backend) + _trust(best, result, names),
+                            _headline_text(best, result.backend) + _trust(best, result, names, troubled),
                             _cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
     return findings
 
 
-def _trust(h: Headline, result: BandwidthResult, names: _Names) -> str:
-    """What the figure was measured beside: the busy processes seen (host.busy), the likely
-    cause of a noisy one."""
+def _trust(h: Headline, result: BandwidthResult, names: _Names, troubled: list[int] | None) -> str:
+    """What the figure was measured beside: the busy processes seen (host.busy) and the links
+    that lost segments or counted errors (link.health), the likely causes of a noisy one.
+    troubled: the nodes link.health names (None: no node's counters were read)."""
     busy = sorted({p.node for p in result.busy})
-    if not busy:
-        return ("; no busy process was seen on the nodes (host.busy): look for load netcheck cannot see, other "
-                "containers or VMs on the machines, traffic on a shared link") if h.noisy else ""
-    return f"; measured while {', '.join(dict.fromkeys(names.node(n) for n in busy))} ran other work (host.busy)"
+    causes = []
+    if busy:
+        causes.append(f"{', '.join(dict.fromkeys(names.node(n) for n in busy))} ran other work (host.busy)")
+    if troubled:
+        nodes = ", ".join(dict.fromkeys(names.node(n) for n in troubled))
+        causes.append(f"the links of {nodes} lost segments, went down or counted errors (link.health)")
+    if causes:
+        return "; measured while " + " and ".join(causes)
+    if not h.noisy:
+        return ""
+    counted = " and no loss or link error was counted (link.health)" if troubled is not None else ""
+    return (f"; no busy process was seen on the nodes (host.busy){counted}: look for load netcheck cannot see, "
+            "other containers or VMs on the machines, traffic on a shared link")
 
 
 def _cut_short(result: BandwidthResult, h: Headline) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ BW_BUSBW = "bw.busbw"
 BW_PAIR = "bw.pair"
 BW_STRAGGLER = "bw.straggler"
 HOST_BUSY = "host.busy"
+LINK_HEALTH = "link.health"
 BASELINE_DRIFT = "baseline.drift"
 RUN_SKIPPED = "run.skipped"
 JOB_STORE = "job.store"
@@ -119,6 +120,12 @@ MESH_WRONG_PREFIX = "wrong_prefix"
 
 # nic.route's exact findings.
 ROUTE_UNSAFE_NAME = "unsafe_name"
+
+# link.health's exact findings.
+LINK_LOSSY_NODE = "lossy_node"
+LINK_LOSSY_PATH = "lossy_path"
+LINK_FLAP = "carrier_flap"
+LINK_ERRORS = "link_errors"
 
 # launch.topology's exact findings.
 LAUNCH_CROWDED = "crowded_host"
@@ -429,6 +436,20 @@ CHECKS: tuple[Check, ...] = (
           "are affected",
           ("bw.busy_findings",), "BandwidthResult.busy (each node's processes in its network namespace)",
           ("test_rules_bw.py", "test_bandwidth_cluster.py")),
+    Check(LINK_HEALTH, "bandwidth", ALL,
+          "the link counters around the bandwidth phase: a node or a path whose TCP connections resent what "
+          "they sent (rate and counts), a link whose carrier changed or whose error counters rose; warn, fail where "
+          "a figure it spoils fell short (bw.pair, bw.straggler, --expect-busbw)",
+          ("link.link_findings", "link._node_finding", "link._path_finding", "link._moved_findings", "link._pass"),
+          "BandwidthResult.links (each node's counters per stage, its connections' segments by peer)",
+          ("test_rules_link.py", "test_link_cluster.py"),
+          {LINK_LOSSY_NODE: Kind(WARN_FAIL, "a node whose every judged pair lost segments, its peers' other pairs "
+                                            "clean: its own link"),
+           LINK_LOSSY_PATH: Kind(WARN_FAIL, "node pairs that lost segments, each end clean with other peers: the "
+                                            "path between them"),
+           LINK_FLAP: Kind(WARN_FAIL, "a link's carrier (or an InfiniBand port's link) went down and up"),
+           LINK_ERRORS: Kind(WARN_FAIL, "a link's error counters rose (CRC, frame, symbol errors; drops past the "
+                                        "loss bound)")}),
     Check(BASELINE_DRIFT, "run", (PASS, WARN),
           "with --baseline: what changed since a known-good report",
           ("baseline.drift_findings",), "the baseline Report and this run's", ("test_rules_baseline.py",

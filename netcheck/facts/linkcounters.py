@@ -1,0 +1,222 @@
+"""A node's link counters, read around each stage of the bandwidth phase: what its kernel
+counted while netcheck's workers moved data (TCP retransmissions, interface errors and drops,
+carrier changes, RDMA port errors), and what each worker's own connections sent and resent.
+
+One bad cable, optic or switch port sets the pace of every collective, and its cause is
+counted by the kernel: TCP resends what the link lost (/proc/net/snmp, /proc/net/netstat),
+the NIC counts frames it could not receive (/sys/class/net/IF/statistics), the link's
+carrier going away and back (carrier_changes), an InfiniBand port its symbol errors and
+downed links (/sys/class/infiniband/DEV/ports/N/counters). Each is read as a difference across
+a stage: netcheck's own traffic is the only traffic it may assume. The readers take the
+roots they read, so tests feed fixture trees.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from netcheck.core.constants import LINK_PEERS_KEPT
+from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, judged
+
+# (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
+# (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
+TCP_COUNTERS = (("snmp", "Tcp", "OutSegs"), ("snmp", "Tcp", "RetransSegs"), ("netstat", "TcpExt", "TCPTimeouts"),
+                ("netstat", "TcpExt", "TCPDSACKRecvSegs"))
+# An interface's counters that never rise on a healthy link.
+INTERFACE_ERRORS = ("rx_errors", "tx_errors", "rx_crc_errors", "rx_frame_errors", "rx_missed_errors",
+                    "rx_fifo_errors", "rx_over_errors", "tx_carrier_errors", "tx_fifo_errors", "tx_aborted_errors")
+# Those that do, a little (a frame of a protocol nobody serves, a full queue): judged against
+# the packets moved meanwhile.
+INTERFACE_DROPS = ("rx_dropped", "tx_dropped")
+INTERFACE_PACKETS = ("rx_packets", "tx_packets")
+CARRIER_CHANGES = "carrier_changes"   # /sys/class/net/IF/carrier_changes: twice per flap (down, up)
+# An RDMA port's error counters, as operators watch them (ibqueryerrors, the IB spec's PortCounters).
+PORT_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+               "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
+               "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
+               "excessive_buffer_overrun_errors", "VL15_dropped")
+# struct tcp_info (linux/tcp.h): tcpi_total_retrans is the u32 at 100, tcpi_segs_out the u32 at
+# 136 (Linux 4.2 on), tcpi_dsack_dups the u32 at 216 (5.0 on): the retransmissions the peer
+# said it had already received (a D-SACK), sent because an ACK came late, not because a segment
+# was lost. A stalled receiver on a busy machine makes a retransmission timeout fire and resend
+# a window it holds: lost is what was resent less those.
+TCP_INFO_BYTES = 220
+TOTAL_RETRANS_AT, SEGS_OUT_AT, DSACK_DUPS_AT = 100, 136, 216
+TCP_INFO_MIN_BYTES = SEGS_OUT_AT + 4
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The counters at one moment."""
+
+    taken: float                          # time.monotonic()
+    tcp: dict[str, int]                   # counter -> value (those TCP_COUNTERS found)
+    counters: dict[tuple[str, str], int]  # (interface or port, counter) -> value
+    packets: dict[str, int]               # interface -> packets received and sent
+
+
+def read_counters(sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None = None) -> Reading:
+    """This node's link counters now. ib_sysfs: where the RDMA ports are read, when not under sysfs."""
+    counters, packets = {}, {}
+    net = Path(sysfs, "class/net")
+    for ifname in _listed(net):
+        if ifname == "lo":
+            continue
+        stats = net / ifname / "statistics"
+        for name in INTERFACE_ERRORS + INTERFACE_DROPS:
+            _keep(counters, (ifname, name), stats / name)
+        _keep(counters, (ifname, CARRIER_CHANGES), net / ifname / CARRIER_CHANGES)
+        packets[ifname] = sum(v for name in INTERFACE_PACKETS if (v := _number(stats / name)) is not None)
+    ib = Path(ib_sysfs or sysfs, "class/infiniband")
+    for device in _listed(ib):
+        for port in _listed(ib / device / "ports"):
+            for name in PORT_ERRORS:
+                _keep(counters, (f"{device}/{port}", name), ib / device / "ports" / port / "counters" / name)
+    return Reading(time.monotonic(), _tcp(proc), counters, packets)
+
+
+def stage_links(stage: str, before: Reading, after: Reading) -> StageLinks:
+    """What rose between two readings."""
+    def rose(name: str) -> int:
+        return max(0, after.tcp.get(name, 0) - before.tcp.get(name, 0))
+
+    moved = tuple(Moved(where, counter, value - before.counters[key], _packets(where, before, after))
+                  for key, value in sorted(after.counters.items()) if key in before.counters
+                  for where, counter in [key] if value > before.counters[key])
+    return StageLinks(stage, round(max(0.0, after.taken - before.taken), 3), rose("OutSegs"),
+                      max(0, rose("RetransSegs") - rose("TCPDSACKRecvSegs")), rose("TCPTimeouts"), moved)
+
+
+def _packets(where: str, before: Reading, after: Reading) -> int:
+    return max(0, after.packets.get(where, 0) - before.packets.get(where, 0))
+
+
+class StageCounters:
+    """The counters read at each stage's start and at the end: a StageLinks per stage."""
+
+    def __init__(self, sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None = None):
+        self.roots = (sysfs, proc, ib_sysfs)
+        self.stages: list[StageLinks] = []
+        self.current: tuple[str, Reading] | None = None
+
+    def enter(self, stage: str | None) -> None:
+        """`stage` starts now (None: the last one ended)."""
+        if self.current is not None and stage == self.current[0]:
+            return
+        now = read_counters(*self.roots)
+        if self.current is not None:
+            self.stages.append(stage_links(self.current[0], self.current[1], now))
+        self.current = (stage, now) if stage is not None else None
+
+
+def peer_segments() -> tuple[PeerSegments, ...]:
+    """This process's TCP connections, summed by the peer's address: what they sent and sent
+    again (TCP_INFO, read on each connected socket this process holds)."""
+    return merged(PeerSegments(*found) for fd in _socket_fds() if (found := _segments(fd)) is not None)
+
+
+def own_addresses() -> tuple[str, ...]:
+    """The addresses this node holds, loopback aside: how its peers' connections find it."""
+    found = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+             if a.family in (socket.AF_INET, socket.AF_INET6)}
+    return tuple(sorted(a for a in found if not ipaddress.ip_address(a).is_loopback))
+
+
+def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]:
+    """The peers whose connections moved enough to judge, most resent first (at most LINK_PEERS_KEPT)."""
+    kept = sorted((p for p in peers if judged(p.segments, p.retransmitted)),
+                  key=lambda p: (-p.retransmitted, -p.segments, p.address))
+    return tuple(kept[:LINK_PEERS_KEPT])
+
+
+def merged(peers) -> tuple[PeerSegments, ...]:
+    """Several workers' peers, summed by address."""
+    sums: dict[str, tuple[int, int]] = {}
+    for p in peers:
+        old = sums.get(p.address, (0, 0))
+        sums[p.address] = (old[0] + p.segments, old[1] + p.retransmitted)
+    return tuple(PeerSegments(a, s, r) for a, (s, r) in sorted(sums.items()))
+
+
+def _socket_fds() -> list[int]:
+    fds = []
+    for name in _listed(Path("/proc/self/fd")):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                fds.append(int(name))
+        except OSError:   # closed since (the listing's own descriptor among them)
+            pass
+    return fds
+
+
+def _segments(fd: int) -> tuple[str, int, int] | None:
+    """(peer address, segments sent, retransmitted) of a connected TCP socket; None otherwise."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))   # a copy: closing it leaves the worker's own
+    except OSError:
+        return None
+    with sock:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+            return None
+        try:
+            peer = sock.getpeername()[0]
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+        except OSError:   # not connected: a listener
+            return None
+    if len(info) < TCP_INFO_MIN_BYTES:
+        return None
+    (retrans,) = struct.unpack_from("I", info, TOTAL_RETRANS_AT)
+    (segs,) = struct.unpack_from("I", info, SEGS_OUT_AT)
+    (dups,) = struct.unpack_from("I", info, DSACK_DUPS_AT) if len(info) >= TCP_INFO_BYTES else (0,)
+    return peer.removeprefix("::ffff:"), segs, max(0, retrans - dups)
+
+
+def _tcp(proc: str) -> dict[str, int]:
+    tables = {name: _tables(Path(proc, "net", name)) for name in {f for f, _, _ in TCP_COUNTERS}}
+    return {counter: value for file, table, counter in TCP_COUNTERS
+            if (value := tables[file].get(table, {}).get(counter)) is not None}
+
+
+def _tables(path: Path) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp's or netstat's tables: pairs of lines "Tcp: Name ..." / "Tcp: 1 ..."."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    tables = {}
+    for names, values in zip(lines[::2], lines[1::2]):
+        title, _, names = names.partition(":")
+        numbers = values.partition(":")[2].split()
+        try:
+            tables[title] = dict(zip(names.split(), map(int, numbers)))
+        except ValueError:   # not the layout this reads
+            continue
+    return tables
+
+
+def _keep(counters: dict, key: tuple[str, str], path: Path) -> None:
+    value = _number(path)
+    if value is not None:
+        counters[key] = value
+
+
+def _number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):   # absent on this device, or unreadable
+        return None
+
+
+def _listed(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []

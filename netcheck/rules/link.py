@@ -1,0 +1,193 @@
+"""link.health: the link counters read around the bandwidth phase, judged. A crawl has a
+cause the kernel counts: TCP resending what a link lost, a NIC counting frames it could not
+receive, a carrier that went away and came back.
+
+Who is named comes from the connections, not from a node's totals: each node's workers say
+what they sent to each peer address and resent (less what the peer said it already had), so
+a direction that lost segments is known by both its ends. A node is named when every pair it
+was judged in lost segments while some pair without it ran clean (a node's own link: its
+port, cable or NIC); otherwise the lossy pairs are named, each end of which reaches other
+peers cleanly (a path between them: a switch port, an uplink, a route). A node's namespace
+totals are evidence beside it, never the judge: they also count what other processes sent.
+
+A lossy or flapping link is never a PASS: WARN, and FAIL where a figure it spoils already
+fell short (the node's pair below bw.pair's bound, its ranks past bw.straggler's, or the
+plateau below --expect-busbw). Rules never print and never touch the network.
+"""
+
+from __future__ import annotations
+
+from netcheck.core.bwrecords import (
+    STAGE_NAMES, TIMED_STAGES, BandwidthResult, Moved, NodeLinks, judged, lossy, rate_text,
+)
+from netcheck.core.constants import LINK_LOSS_MIN, LINK_LOSS_RATE
+from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.rules.registry import LINK_ERRORS, LINK_FLAP, LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
+
+Pair = tuple[int, int]
+# The counters that say a link went down: an interface's carrier, an InfiniBand port's link.
+FLAP_COUNTERS = ("carrier_changes", "link_downed")
+DROP_COUNTERS = ("rx_dropped", "tx_dropped")
+SHOWN_PAIRS = 4   # lossy pairs named in one summary (the evidence has them all)
+FIX_NODE = ("the node's own link loses segments: check its cable or optic, NIC and switch port (ethtool -S for "
+            "CRC and symbol errors, the switch's port counters), reseat or replace the part, or exclude the node")
+FIX_PATH = ("the path between these nodes loses segments while each reaches others cleanly: check the switch "
+            "ports, uplinks and routes between them (a bad inter-switch link or LAG member)")
+FIX_FLAP = ("the link went down and up while bandwidth was measured: check the cable or optic and the switch "
+            "port's log (flaps, auto-negotiation), and the NIC's firmware; a flap mid-job stalls every collective")
+FIX_ERRORS = ("the link counted errors while bandwidth was measured: check the cable or optic, NIC and switch "
+              "port (ethtool -S, the switch's port counters; perfquery on InfiniBand)")
+
+
+def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> list[Finding]:
+    """link.health over every node's counters. names: node -> hostname. spoiled: nodes whose
+    figures already fell short (bw.pair, bw.straggler; every node where the plateau missed
+    --expect-busbw)."""
+    if not result.links:
+        return []
+    directions = _directions(result.links, _owners(result.links))
+    lossy_pairs, clean_pairs = _pairs(directions)
+    nodes = _lossy_nodes(lossy_pairs, clean_pairs)
+    findings = [_node_finding(n, directions, lossy_pairs, result.links, names, spoiled) for n in nodes]
+    paths = sorted(p for p in lossy_pairs if not set(p) & set(nodes))
+    if paths:
+        findings.append(_path_finding(paths, directions, names, spoiled))
+    findings += _moved_findings(result.links, names, spoiled)
+    if findings or not clean_pairs:   # no pair judged: no connection moved enough to tell
+        return findings
+    return [_pass(result.links, directions, clean_pairs)]
+
+
+def _owners(links: tuple[NodeLinks, ...]) -> dict[str, int]:
+    """Address -> the node holding it; one two nodes hold (the same docker0 everywhere, nodes
+    sharing a machine's namespace) names neither."""
+    held: dict[str, set[int]] = {}
+    for node in links:
+        for address in node.addresses:
+            held.setdefault(address, set()).add(node.node)
+    return {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
+
+
+def _directions(links: tuple[NodeLinks, ...], owners: dict[str, int]) -> dict[Pair, tuple[int, int]]:
+    """(sender, receiver) -> (segments sent, resent), from each node's connections."""
+    found: dict[Pair, tuple[int, int]] = {}
+    for node in links:
+        for peer in node.peers:
+            to = owners.get(peer.address)
+            if to is None or to == node.node:
+                continue
+            old = found.get((node.node, to), (0, 0))
+            found[(node.node, to)] = (old[0] + peer.segments, old[1] + peer.retransmitted)
+    return found
+
+
+def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair]]:
+    """The node pairs a direction of which lost segments, and those judged clean both ways."""
+    lossy_pairs = {tuple(sorted(d)) for d, (s, r) in directions.items() if lossy(s, r)}
+    seen = {tuple(sorted(d)) for d, (s, r) in directions.items() if judged(s, r)}
+    return lossy_pairs, seen - lossy_pairs
+
+
+def _lossy_nodes(lossy_pairs: set[Pair], clean_pairs: set[Pair]) -> list[int]:
+    """Nodes every judged pair of which lost segments, where that tells them from their peers:
+    a pair without them ran clean, or they are in two lossy pairs or more."""
+    ends = sorted({n for p in lossy_pairs for n in p})
+    named = []
+    for n in ends:
+        mine = [p for p in lossy_pairs if n in p]
+        if any(n in p for p in clean_pairs):
+            continue
+        if any(n not in p for p in clean_pairs) or len(mine) >= 2:
+            named.append(n)
+    return named
+
+
+def _node_finding(n: int, directions, lossy_pairs: set[Pair], links, names, spoiled) -> Finding:
+    peers = sorted(b if a == n else a for a, b in lossy_pairs if n in (a, b))
+    into = [(p, directions.get((p, n), (0, 0))) for p in peers]
+    out = [(p, directions.get((n, p), (0, 0))) for p in peers]
+    worst = max(into + out, key=lambda x: _share(*x[1]))[1]
+    summary = (f"{names(n)}'s link loses segments: {rate_text(*worst)} on its worst direction, with every peer it "
+               f"exchanged with ({', '.join(names(p) for p in peers)}); pairs without it ran clean")
+    evidence = tuple(_direction_text(p, n, s, names) for p, s in into if s[0]) \
+        + tuple(_direction_text(n, p, s, names) for p, s in out if s[0]) + _stage_lines(n, links, names)
+    return Finding(LINK_HEALTH, FAIL if n in spoiled else WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
+
+
+def _path_finding(paths: list[Pair], directions, names, spoiled) -> Finding:
+    shown = ", ".join(f"{names(a)} <-> {names(b)}" for a, b in paths[:SHOWN_PAIRS])
+    more = f" and {len(paths) - SHOWN_PAIRS} more" if len(paths) > SHOWN_PAIRS else ""
+    nodes = sorted({n for p in paths for n in p})
+    summary = (f"segments lost between {shown}{more}: each end reaches its other peers cleanly, so the path "
+               "between them loses them")
+    evidence = tuple(_direction_text(a, b, directions[(a, b)], names)
+                     for pair in paths for a, b in (pair, pair[::-1]) if directions.get((a, b), (0, 0))[0])
+    return Finding(LINK_HEALTH, FAIL if set(nodes) & spoiled else WARN, tuple(nodes), summary, evidence, FIX_PATH,
+                   LINK_LOSSY_PATH)
+
+
+def _direction_text(a: int, b: int, sent: tuple[int, int], names) -> str:
+    return f"{names(a)} -> {names(b)}: {rate_text(*sent)}"
+
+
+def _share(segments: int, retransmitted: int) -> float:
+    return retransmitted / segments if segments else 0.0
+
+
+def _stage_lines(n: int, links: tuple[NodeLinks, ...], names) -> tuple[str, ...]:
+    """A node's own totals in each timed stage (every connection of its namespace)."""
+    mine = next((node for node in links if node.node == n), None)
+    if mine is None:
+        return ()
+    return tuple(f"{names(n)} during the {STAGE_NAMES[s.stage]} ({s.seconds:g} s): "
+                 f"{rate_text(s.segments, s.retransmitted)}, {s.timeouts} retransmission timeout(s)"
+                 for s in mine.stages if s.stage in TIMED_STAGES)
+
+
+def _moved_findings(links: tuple[NodeLinks, ...], names, spoiled: frozenset[int]) -> list[Finding]:
+    """A carrier change or an error counter that rose on a node's link, per node."""
+    findings = []
+    for node in links:
+        flaps = [(s.stage, m) for s in node.stages for m in s.moved if m.counter in FLAP_COUNTERS]
+        errors = [(s.stage, m) for s in node.stages for m in s.moved
+                  if m.counter not in FLAP_COUNTERS and _error(m)]
+        if flaps:
+            where = ", ".join(dict.fromkeys(m.where for _, m in flaps))
+            findings.append(Finding(LINK_HEALTH, FAIL if node.node in spoiled else WARN, (node.node,),
+                                    f"{names(node.node)}'s {where} went down and up while bandwidth was measured "
+                                    f"({_moves_text(flaps)})", _moved_lines(flaps), FIX_FLAP, LINK_FLAP))
+        if errors:
+            where = ", ".join(dict.fromkeys(m.where for _, m in errors))
+            findings.append(Finding(LINK_HEALTH, FAIL if node.node in spoiled else WARN, (node.node,),
+                                    f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
+                                    f"({_moves_text(errors)})", _moved_lines(errors), FIX_ERRORS, LINK_ERRORS))
+    return findings
+
+
+def _error(m: Moved) -> bool:
+    """Whether a counter's rise is a fault: any error; drops only past the loss bound."""
+    if m.counter not in DROP_COUNTERS:
+        return True
+    return m.by >= LINK_LOSS_MIN and m.by >= LINK_LOSS_RATE * m.packets
+
+
+def _moves_text(moves: list[tuple[str, Moved]]) -> str:
+    totals: dict[tuple[str, str], int] = {}
+    for _, m in moves:
+        totals[(m.where, m.counter)] = totals.get((m.where, m.counter), 0) + m.by
+    return ", ".join(f"{where} {counter} +{by}" for (where, counter), by in totals.items())
+
+
+def _moved_lines(moves: list[tuple[str, Moved]]) -> tuple[str, ...]:
+    return tuple(f"during the {STAGE_NAMES[stage]}: {m.where} {m.counter} +{m.by}"
+                 + (f" of {m.packets:,} packets" if m.counter in DROP_COUNTERS else "") for stage, m in moves)
+
+
+def _pass(links: tuple[NodeLinks, ...], directions, clean_pairs: set[Pair]) -> Finding:
+    sent = sum(s for s, _ in directions.values())
+    resent = sum(r for _, r in directions.values())
+    nodes = tuple(sorted(node.node for node in links))
+    pairs = f" on {len(clean_pairs)} node pair(s) judged"
+    return Finding(LINK_HEALTH, PASS, nodes,
+                   f"no loss or link error was counted on {len(nodes)} node(s): {rate_text(sent, resent)}{pairs}; "
+                   "no carrier change or error counter rose")

@@ -1,0 +1,99 @@
+"""link.health over hand-built link counters: who is named (a node, a path), a flap, errors,
+the pass, and what it does to the bandwidth figures' words."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from netcheck.core.bwrecords import PeerSegments, StageLinks
+from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
+from netcheck.rules import registry
+from netcheck.rules.link import link_findings
+from test_rules_bw import by_check, findings_of, healthy_pairs, result
+from builders import links_of, moved
+
+SENT = 200_000
+
+
+def name(n: int) -> str:
+    return f"node{n}"
+
+
+def links(lossy: dict[tuple[int, int], float], n: int = 3, sent: int = SENT, stages=None):
+    """Every node's counters where each node sent `sent` segments to each peer, and the
+    directions in `lossy` resent that share of them."""
+    return tuple(links_of(a, [(b, sent, round(sent * lossy.get((a, b), 0.0))) for b in range(n) if b != a],
+                          stages=(stages or {}).get(a)) for a in range(n))
+
+
+def judge(all_links, spoiled=frozenset()):
+    return link_findings(result(links=all_links), name, spoiled)
+
+
+def test_a_node_whose_every_pair_loses_is_named_alone_with_its_rates():
+    (f,) = judge(links({(0, 2): 0.02, (1, 2): 0.021}))
+    assert (f.check, f.kind, f.severity, f.nodes) == (registry.LINK_HEALTH, registry.LINK_LOSSY_NODE, "warn", (2,))
+    assert "4,200 of 200,000 segments resent (2.10%)" in f.summary, f.summary
+    assert "node0 -> node2: 4,000 of 200,000 segments resent (2.00%)" in f.evidence
+
+
+def test_loss_on_one_path_names_that_pair_and_neither_node_alone():
+    (f,) = judge(links({(1, 2): 0.02}))
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (1, 2)) and "node1 <-> node2" in f.summary
+
+
+def test_two_nodes_cannot_be_told_apart_so_their_path_is_named():
+    (f,) = judge(links({(0, 1): 0.05}, n=2))
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (0, 1))
+
+
+def test_a_clean_run_passes_over_the_pairs_judged_and_a_few_resent_segments_are_no_loss():
+    (f,) = judge(links({(0, 1): (LINK_LOSS_MIN - 1) / SENT}))
+    assert (f.severity, f.nodes) == ("pass", (0, 1, 2)) and "on 3 node pair(s) judged" in f.summary, f.summary
+
+
+def test_connections_too_small_to_judge_pass_nothing():
+    assert judge(links({}, sent=LINK_JUDGED_SEGMENTS - 1)) == []
+
+
+def test_a_spoiled_figure_makes_the_loss_a_failure():
+    (f,) = judge(links({(0, 2): 0.02, (1, 2): 0.02}), spoiled=frozenset({2}))
+    assert f.severity == "fail"
+
+
+def test_a_flap_and_errors_are_named_with_the_interface_and_drops_only_past_the_loss_bound():
+    stages = {1: (StageLinks("all", 3.0, SENT, 0, 0, (moved("eth0", "carrier_changes", 2),
+                                                     moved("eth0", "rx_dropped", 3, packets=SENT))),),
+              2: (StageLinks("pairs", 1.0, SENT, 0, 0, (moved("mlx5_0/1", "symbol_error", 7),
+                                                       moved("eth1", "rx_dropped", 500, packets=SENT))),)}
+    found = judge(links({}, stages=stages))
+    assert {(f.kind, f.nodes) for f in found} == {(registry.LINK_FLAP, (1,)), (registry.LINK_ERRORS, (2,))}
+    flap = next(f for f in found if f.kind == registry.LINK_FLAP)
+    assert "node1's eth0 went down and up" in flap.summary
+    errors = next(f for f in found if f.kind == registry.LINK_ERRORS)
+    assert "mlx5_0/1 symbol_error +7, eth1 rx_dropped +500" in errors.summary, errors.summary
+
+
+def test_an_address_two_nodes_hold_names_neither():
+    shared = tuple(replace(node, addresses=node.addresses + ("198.19.255.1",),
+                           peers=node.peers + (PeerSegments("198.19.255.1", SENT, SENT // 10),)) for node in links({}))
+    (f,) = judge(shared)
+    assert f.severity == "pass"
+
+
+def test_the_plateau_names_the_lossy_link_and_a_clean_noisy_one_says_no_loss_was_counted():
+    lossy = findings_of(result(pairs=healthy_pairs(), links=links({(0, 2): 0.02, (1, 2): 0.02})))
+    (busbw,) = by_check(lossy, registry.BW_BUSBW)
+    assert busbw.summary.endswith("measured while the links of node2 lost segments, went down or counted errors "
+                                  "(link.health)"), busbw.summary
+    assert [f.nodes for f in by_check(lossy, registry.LINK_HEALTH)] == [(2,)]
+    noisy = result(pairs=healthy_pairs(), links=links({}))
+    noisy = replace(noisy, headlines=tuple(replace(h, noisy=True) for h in noisy.headlines))
+    (busbw,) = by_check(findings_of(noisy), registry.BW_BUSBW)
+    assert "no busy process was seen on the nodes (host.busy) and no loss or link error was counted" in busbw.summary
+
+
+def test_a_slow_pair_makes_its_lossy_node_fail():
+    found = findings_of(result(pairs=healthy_pairs({2}), links=links({(0, 2): 0.02, (1, 2): 0.02})))
+    (f,) = by_check(found, registry.LINK_HEALTH)
+    assert (f.severity, f.nodes) == ("fail", (2,))
