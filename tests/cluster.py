@@ -580,6 +580,28 @@ class Cluster:
         and no peer ever hears a reset; node i's interface loses carrier."""
         _run(_in_ns(self.switch_ns, "ip", "link", "set", self.nodes[i].port, "down"))
 
+    def lose_inbound(self, i: int, share: float, source: int | None = None) -> None:
+        """A lossy link: node i drops this share of the TCP segments it receives (from node
+        `source`, or from anyone), at random, as a bad cable, optic or port does. Everything
+        still connects; TCP resends what was lost."""
+        match = ["-s", self.nodes[source].addr] if source is not None else []
+        self._ipt(i, "iptables", "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", *match, "-m", "statistic",
+                  "--mode", "random", "--probability", str(share), "-j", "DROP")
+
+    def flap(self, i: int, down_s: float = 1.0) -> None:
+        """Node i's link goes down for down_s seconds and comes back up, as a flapping port
+        does: its carrier drops (carrier_changes rises by two), its addresses stay."""
+        node = self.nodes[i]
+        self._ip(node.ns, "link", "set", node.ifname, "down")
+        time.sleep(down_s)   # the fault's own length, not a wait for something to happen
+        self._ip(node.ns, "link", "set", node.ifname, "up")
+
+    def segments_sent(self, i: int) -> int:
+        """The TCP segments node i has sent so far (its namespace's Tcp OutSegs)."""
+        lines = [line.split() for line in _run(_in_ns(self.nodes[i].ns, "cat", "/proc/net/snmp")).stdout.splitlines()
+                 if line.startswith("Tcp:")]
+        return int(dict(zip(lines[0], lines[1]))["OutSegs"])
+
     def shape(self, i: int, rate: str) -> None:
         """Limit node i's link to `rate` (tc syntax, e.g. "100mbit") both ways: tbf on
         the node's egress and on its switch port's egress (= the node's ingress).

@@ -71,7 +71,8 @@ def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float 
     """
     names = _Names(result)
     links = link_findings(result, names.node, frozenset())
-    troubled = sorted({n for f in links if f.severity != PASS for n in f.nodes}) if result.links else None
+    # None: nothing judged (no counters, or too little moved to tell), so nothing said of loss.
+    troubled = sorted({n for f in links if f.severity != PASS for n in f.nodes}) if links else None
     found = (stage_findings(result, names, flagged) + wrong_findings(result, names)
              + busbw_findings(result, names, _ceiling(result, line_rate_gbps, fabric_gbps), expect_busbw, troubled)
              + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))

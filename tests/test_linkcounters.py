@@ -1,0 +1,103 @@
+"""The link counters' reader over fixture trees (an Ethernet node, an InfiniBand port), and
+over this machine's own TCP connections (loopback: real sockets, nothing resent)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+from netcheck.core.bwrecords import Moved, PeerSegments
+from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_PEERS_KEPT
+from netcheck.facts.linkcounters import (
+    StageCounters, merged, peer_segments, read_counters, stage_links, worth_reporting,
+)
+
+SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs "
+        "OutSegs RetransSegs InErrs OutRsts InCsumErrors\nTcp: 1 200 120000 -1 10 5 0 0 3 1000 {out} {resent} 0 0 0\n")
+NETSTAT = ("TcpExt: SyncookiesSent TCPTimeouts TCPDSACKRecv TCPDSACKRecvSegs\n"
+           "TcpExt: 0 {timeouts} 1 {dsack}\n")
+
+
+def write_node(root: Path, out: int, resent: int, dsack: int = 0, timeouts: int = 0, crc: int = 0, carrier: int = 1,
+               symbol: int = 0) -> None:
+    (root / "proc/net").mkdir(parents=True, exist_ok=True)
+    (root / "proc/net/snmp").write_text("Ip: Forwarding\nIp: 1\n" + SNMP.format(out=out, resent=resent))
+    (root / "proc/net/netstat").write_text(NETSTAT.format(timeouts=timeouts, dsack=dsack))
+    for ifname in ("lo", "eth0"):
+        stats = root / "sys/class/net" / ifname / "statistics"
+        stats.mkdir(parents=True, exist_ok=True)
+        for name, value in (("rx_crc_errors", crc), ("rx_errors", crc), ("rx_dropped", 0), ("rx_packets", out),
+                            ("tx_packets", out)):
+            (stats / name).write_text(f"{value}\n")
+        (root / "sys/class/net" / ifname / "carrier_changes").write_text(f"{carrier}\n")
+    counters = root / "sys/class/infiniband/mlx5_0/ports/1/counters"
+    counters.mkdir(parents=True, exist_ok=True)
+    for name, value in (("symbol_error", symbol), ("link_downed", 0), ("port_rcv_data", out * 100)):
+        (counters / name).write_text(f"{value}\n")
+
+
+def test_a_stage_is_what_rose_between_two_readings_resent_less_what_the_peers_had(tmp_path):
+    write_node(tmp_path, out=1000, resent=10)
+    before = read_counters(str(tmp_path / "sys"), str(tmp_path / "proc"))
+    assert before.tcp == {"OutSegs": 1000, "RetransSegs": 10, "TCPTimeouts": 0, "TCPDSACKRecvSegs": 0}
+    assert ("lo", "rx_crc_errors") not in before.counters   # loopback is no link
+    write_node(tmp_path, out=101_000, resent=2_010, dsack=300, timeouts=2, crc=5, carrier=3, symbol=9)
+    stage = stage_links("all", before, read_counters(str(tmp_path / "sys"), str(tmp_path / "proc")))
+    assert (stage.stage, stage.segments, stage.retransmitted, stage.timeouts) == ("all", 100_000, 1_700, 2)
+    assert set(stage.moved) == {Moved("eth0", "carrier_changes", 2, 200_000),
+                                Moved("eth0", "rx_crc_errors", 5, 200_000),
+                                Moved("eth0", "rx_errors", 5, 200_000), Moved("mlx5_0/1", "symbol_error", 9, 0)}
+
+
+def test_stage_counters_read_once_per_stage_and_close_the_last(tmp_path):
+    write_node(tmp_path, out=0, resent=0)
+    counters = StageCounters(str(tmp_path / "sys"), str(tmp_path / "proc"))
+    counters.enter("start")
+    counters.enter("all")
+    write_node(tmp_path, out=500, resent=0)
+    counters.enter("all")   # a second worker's word for the same stage
+    counters.enter("pairs")
+    counters.enter(None)
+    assert [(s.stage, s.segments) for s in counters.stages] == [("start", 0), ("all", 500), ("pairs", 0)]
+
+
+def test_a_tree_without_the_files_reads_as_nothing_counted(tmp_path):
+    reading = read_counters(str(tmp_path / "sys"), str(tmp_path / "proc"))
+    assert (reading.tcp, reading.counters) == ({}, {})
+    assert stage_links("all", reading, reading).segments == 0
+
+
+def test_this_processs_connections_are_read_by_peer_address():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        got = bytearray()
+        reader = threading.Thread(target=lambda: got.extend(_read_all(accepted, 1 << 20)))
+        reader.start()
+        client.sendall(b"x" * (1 << 20))
+        reader.join()
+        try:
+            peers = {p.address: p for p in peer_segments()}
+        finally:
+            client.close()
+            accepted.close()
+    assert len(got) == 1 << 20
+    mine = peers["127.0.0.1"]   # both ends, summed: the client's data and the server's acks
+    assert mine.segments > 0 and mine.retransmitted == 0, mine
+
+
+def _read_all(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        data += sock.recv(size - len(data))
+    return bytes(data)
+
+
+def test_workers_peers_are_summed_and_only_those_judged_kept_most_resent_first():
+    big = LINK_JUDGED_SEGMENTS
+    peers = merged([PeerSegments("198.18.0.11", big, 0), PeerSegments("198.18.0.11", big, 0),
+                    PeerSegments("198.18.0.12", big, 500), PeerSegments("198.18.0.13", 10, 0)])
+    assert worth_reporting(peers) == (PeerSegments("198.18.0.12", big, 500), PeerSegments("198.18.0.11", 2 * big, 0))
+    many = tuple(PeerSegments(f"198.18.{i // 250}.{i % 250}", big, 0) for i in range(LINK_PEERS_KEPT + 5))
+    assert len(worth_reporting(many)) == LINK_PEERS_KEPT
