@@ -55,6 +55,7 @@ def test_a_node_whose_link_loses_segments_is_named_with_its_rate(cluster, tmp_pa
     # On the exclude list where it failed (a figure it spoils fell short), else a warning only.
     assert host.report["faulty_nodes"] == (["node2"] if found["severity"] == "fail" else []), host.report
     assert_nothing_else_blamed(host, runs)
+    assert "% resent)" in host.stdout, host.stdout   # the pair table marks node2's pairs
     for joiner in runs[1:]:   # each joiner's own view says it too
         assert [(f["kind"], f["nodes"]) for f in link_findings(joiner)] == [("lossy_node", [2])], nodes.explain(runs)
 

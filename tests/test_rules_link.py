@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from netcheck.core.bwrecords import PeerSegments, StageLinks
+from netcheck.bandwidth.tables import pair_matrix
+from netcheck.core.bwrecords import PeerSegments, StageLinks, pair_resent
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
 from netcheck.rules import registry
 from netcheck.rules.link import link_findings
 from test_rules_bw import by_check, findings_of, healthy_pairs, result
-from builders import links_of, moved
+from builders import links_of, moved, node_address
 
 SENT = 200_000
 
@@ -40,6 +41,19 @@ def test_a_node_whose_every_pair_loses_is_named_alone_with_its_rates():
 def test_loss_on_one_path_names_that_pair_and_neither_node_alone():
     (f,) = judge(links({(1, 2): 0.02}))
     assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (1, 2)) and "node1 <-> node2" in f.summary
+
+
+def test_every_pair_lossy_tells_nobody_apart_and_names_the_pairs():
+    # node1 and node2 both lose what they receive: node0's every pair is lossy too.
+    (f,) = judge(links({(0, 1): 0.02, (2, 1): 0.02, (0, 2): 0.02, (1, 2): 0.02}))
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (0, 1, 2))
+
+
+def test_a_node_in_every_lossy_pair_is_named_where_no_clean_pair_was_judged():
+    unjudged = {(0, node_address(1)), (1, node_address(0))}   # node0 and node1 barely exchanged
+    all_links = tuple(replace(node, peers=tuple(p for p in node.peers if (node.node, p.address) not in unjudged))
+                      for node in links({(0, 2): 0.02, (1, 2): 0.02}))
+    assert [(f.kind, f.nodes) for f in judge(all_links)] == [(registry.LINK_LOSSY_NODE, (2,))]
 
 
 def test_two_nodes_cannot_be_told_apart_so_their_path_is_named():
@@ -97,3 +111,11 @@ def test_a_slow_pair_makes_its_lossy_node_fail():
     found = findings_of(result(pairs=healthy_pairs({2}), links=links({(0, 2): 0.02, (1, 2): 0.02})))
     (f,) = by_check(found, registry.LINK_HEALTH)
     assert (f.severity, f.nodes) == ("fail", (2,))
+
+
+def test_the_pair_table_and_the_page_show_what_each_lossy_pair_resent():
+    res = replace(result(pairs=healthy_pairs(), links=links({(0, 2): 0.02, (1, 2): 0.02})),
+                  hostnames={str(n): name(n) for n in range(3)})
+    text = pair_matrix(res.pairs, name, pair_resent(res.links))
+    assert text.count("(2.0% resent)") == 4 and text.count("resent") == 4, text   # both cells of two pairs
+    assert pair_resent(links({})) == {}

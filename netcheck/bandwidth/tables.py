@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from tabulate import tabulate
 
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw, pair_resent
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, step_text, time_text
 from netcheck.core.constants import BW_PLATEAU_BAND, BW_PLATEAU_TOP
 
@@ -68,10 +68,15 @@ def progress_bar(spent: float, budget: float, width: int = 20) -> str:
     return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
 
 
-def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str]) -> str:
-    """busbw (GB/s each way) between every two nodes, as a symmetric matrix."""
+def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str],
+                resent: dict[tuple[int, int], float] | None = None) -> str:
+    """busbw (GB/s each way) between every two nodes, as a symmetric matrix; beside it the
+    share of segments the pair's connections resent, where they resent any (link.health)."""
     nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
-    cell = {(p.a, p.b): gbps_cell(p.busbw) for p in pairs} | {(p.b, p.a): gbps_cell(p.busbw) for p in pairs}
+    lost = resent or {}
+    texts = {(p.a, p.b): gbps_cell(p.busbw) + (f" ({share:.1%} resent)" if (share := lost.get(
+        (min(p.a, p.b), max(p.a, p.b)))) else "") for p in pairs}
+    cell = texts | {(b, a): text for (a, b), text in texts.items()}
     names = [name(n) for n in nodes]
     rows = [[names[i]] + [cell.get((a, b), "-") for b in nodes] for i, a in enumerate(nodes)]
     return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
@@ -88,5 +93,5 @@ def render_text(result: BandwidthResult, pairs: bool = True) -> str:
             parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
     if result.pairs and pairs:
         parts.append(f"# node pairs, {size_words(result.pairs[0].size)} both ways at once:\n"
-                     + pair_matrix(result.pairs, result.node_name))
+                     + pair_matrix(result.pairs, result.node_name, pair_resent(result.links)))
     return "\n\n".join(parts)

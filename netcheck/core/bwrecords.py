@@ -233,6 +233,36 @@ def timed(links: NodeLinks) -> tuple[int, int, int]:
             sum(s.timeouts for s in stages))
 
 
+def link_directions(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(sender, receiver) -> (segments sent, resent), from each node's connections, the peer
+    known by the address it holds. An address two nodes hold (the same docker0 everywhere,
+    nodes sharing a machine's namespace) names neither."""
+    held: dict[str, set[int]] = {}
+    for node in links:
+        for address in node.addresses:
+            held.setdefault(address, set()).add(node.node)
+    owners = {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    for node in links:
+        for peer in node.peers:
+            to = owners.get(peer.address)
+            if to is not None and to != node.node:
+                old = found.get((node.node, to), (0, 0))
+                found[(node.node, to)] = (old[0] + peer.segments, old[1] + peer.retransmitted)
+    return found
+
+
+def pair_resent(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], float]:
+    """(a, b), a < b -> the larger share of its two directions' segments that were resent,
+    for the pairs that resent any: what a pair table shows beside its bandwidth."""
+    shares: dict[tuple[int, int], float] = {}
+    for (a, b), (segments, resent) in link_directions(links).items():
+        if resent and segments:
+            key = (min(a, b), max(a, b))
+            shares[key] = max(shares.get(key, 0.0), resent / segments)
+    return shares
+
+
 def lossy(segments: int, retransmitted: int) -> bool:
     """Whether what was sent was resent often enough to be a lossy link, not a probe or two."""
     return retransmitted >= LINK_LOSS_MIN and retransmitted >= LINK_LOSS_RATE * segments

@@ -24,7 +24,7 @@ from functools import lru_cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from netcheck import __version__
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep, pair_resent
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, time_text
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report
 from netcheck.render import svg
@@ -74,6 +74,7 @@ class PairsView:
     spread: svg.Histogram | None         # beyond
     slowest: tuple[tuple[str, str, str], ...]   # (node, peer, GB/s), slowest first
     named: str                           # the nodes bw.pair names slow
+    resent: str = ""                     # the pairs whose connections resent segments, with the share (link.health)
 
 
 @dataclass(frozen=True)
@@ -189,14 +190,21 @@ def pairs_view(report: Report) -> PairsView | None:
     slowest = tuple((name(p.a), name(p.b), gbps_cell(p.busbw)) for p in ordered[:SLOWEST_PAIRS])
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
     named = ", ".join(name(n) for n in sorted(slow))
+    lost = pair_resent(result.links)
+    resent = ", ".join(f"{name(a)} <-> {name(b)} {share:.1%}" for (a, b), share in
+                       sorted(lost.items(), key=lambda item: -item[1])[:SLOWEST_PAIRS])
     if len(nodes) > HEATMAP_UP_TO:
         spread = svg.histogram([(p.busbw, p.a in slow or p.b in slow) for p in result.pairs], rate_text, "pairs")
-        return PairsView(len(result.pairs), size_words(result.pairs[0].size), None, spread, slowest, named)
+        return PairsView(len(result.pairs), size_words(result.pairs[0].size), None, spread, slowest, named, resent)
     index = {n: k for k, n in enumerate(nodes)}
     values = {(index[a], index[b]): p.busbw for p in result.pairs for a, b in ((p.a, p.b), (p.b, p.a))}
-    cells = svg.heatmap([name(n) for n in nodes], values, gbps_cell,
-                        lambda i, j, v: f"{name(nodes[i])} <-> {name(nodes[j])}: {rate_text(v)} each way")
-    return PairsView(len(result.pairs), size_words(result.pairs[0].size), cells, None, slowest, named)
+
+    def title(i: int, j: int, v: float) -> str:
+        share = lost.get((min(nodes[i], nodes[j]), max(nodes[i], nodes[j])))
+        return (f"{name(nodes[i])} <-> {name(nodes[j])}: {rate_text(v)} each way"
+                + (f", {share:.1%} of segments resent" if share else ""))
+    cells = svg.heatmap([name(n) for n in nodes], values, gbps_cell, title)
+    return PairsView(len(result.pairs), size_words(result.pairs[0].size), cells, None, slowest, named, resent)
 
 
 def rank_times(report: Report, sweep: Sweep) -> RankTimes | None:

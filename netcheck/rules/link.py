@@ -18,13 +18,13 @@ plateau below --expect-busbw). Rules never print and never touch the network.
 from __future__ import annotations
 
 from netcheck.core.bwrecords import (
-    STAGE_NAMES, TIMED_STAGES, BandwidthResult, Moved, NodeLinks, judged, lossy, rate_text,
+    STAGE_NAMES, TIMED_STAGES, BandwidthResult, Moved, NodeLinks, judged, link_directions, lossy, rate_text,
 )
 from netcheck.core.constants import LINK_LOSS_MIN, LINK_LOSS_RATE
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import LINK_ERRORS, LINK_FLAP, LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
-Pair = tuple[int, int]
+Pair = tuple[int, int]   # (sender, receiver) in a direction; (lower, higher) in a pair
 # The counters that say a link went down: an interface's carrier, an InfiniBand port's link.
 FLAP_COUNTERS = ("carrier_changes", "link_downed")
 DROP_COUNTERS = ("rx_dropped", "tx_dropped")
@@ -45,10 +45,10 @@ def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> li
     --expect-busbw)."""
     if not result.links:
         return []
-    directions = _directions(result.links, _owners(result.links))
+    directions = link_directions(result.links)
     lossy_pairs, clean_pairs = _pairs(directions)
     nodes = _lossy_nodes(lossy_pairs, clean_pairs)
-    findings = [_node_finding(n, directions, lossy_pairs, result.links, names, spoiled) for n in nodes]
+    findings = [_node_finding(n, directions, lossy_pairs, clean_pairs, result.links, names, spoiled) for n in nodes]
     paths = sorted(p for p in lossy_pairs if not set(p) & set(nodes))
     if paths:
         findings.append(_path_finding(paths, directions, names, spoiled))
@@ -56,29 +56,6 @@ def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> li
     if findings or not clean_pairs:   # no pair judged: no connection moved enough to tell
         return findings
     return [_pass(result.links, directions, clean_pairs)]
-
-
-def _owners(links: tuple[NodeLinks, ...]) -> dict[str, int]:
-    """Address -> the node holding it; one two nodes hold (the same docker0 everywhere, nodes
-    sharing a machine's namespace) names neither."""
-    held: dict[str, set[int]] = {}
-    for node in links:
-        for address in node.addresses:
-            held.setdefault(address, set()).add(node.node)
-    return {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
-
-
-def _directions(links: tuple[NodeLinks, ...], owners: dict[str, int]) -> dict[Pair, tuple[int, int]]:
-    """(sender, receiver) -> (segments sent, resent), from each node's connections."""
-    found: dict[Pair, tuple[int, int]] = {}
-    for node in links:
-        for peer in node.peers:
-            to = owners.get(peer.address)
-            if to is None or to == node.node:
-                continue
-            old = found.get((node.node, to), (0, 0))
-            found[(node.node, to)] = (old[0] + peer.segments, old[1] + peer.retransmitted)
-    return found
 
 
 def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair]]:
@@ -90,25 +67,29 @@ def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair
 
 def _lossy_nodes(lossy_pairs: set[Pair], clean_pairs: set[Pair]) -> list[int]:
     """Nodes every judged pair of which lost segments, where that tells them from their peers:
-    a pair without them ran clean, or they are in two lossy pairs or more."""
-    ends = sorted({n for p in lossy_pairs for n in p})
+    a pair without them ran clean, or they are in every lossy pair (two or more). Where every
+    pair lost segments, nobody is told apart: the pairs are named."""
     named = []
-    for n in ends:
-        mine = [p for p in lossy_pairs if n in p]
+    for n in sorted({n for p in lossy_pairs for n in p}):
         if any(n in p for p in clean_pairs):
             continue
-        if any(n not in p for p in clean_pairs) or len(mine) >= 2:
+        in_every = len(lossy_pairs) >= 2 and all(n in p for p in lossy_pairs)
+        if in_every or any(n not in p for p in clean_pairs):
             named.append(n)
     return named
 
 
-def _node_finding(n: int, directions, lossy_pairs: set[Pair], links, names, spoiled) -> Finding:
+def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[Pair], links, names,
+                  spoiled) -> Finding:
     peers = sorted(b if a == n else a for a, b in lossy_pairs if n in (a, b))
     into = [(p, directions.get((p, n), (0, 0))) for p in peers]
     out = [(p, directions.get((n, p), (0, 0))) for p in peers]
     worst = max(into + out, key=lambda x: _share(*x[1]))[1]
+    clean = sorted(p for p in clean_pairs if n not in p)
+    beside = (f"; pairs without it ran clean ({', '.join(f'{names(a)} <-> {names(b)}' for a, b in clean[:SHOWN_PAIRS])}"
+              f"{'...' if len(clean) > SHOWN_PAIRS else ''})" if clean else "")
     summary = (f"{names(n)}'s link loses segments: {rate_text(*worst)} on its worst direction, with every peer it "
-               f"exchanged with ({', '.join(names(p) for p in peers)}); pairs without it ran clean")
+               f"exchanged with ({', '.join(names(p) for p in peers)}){beside}")
     evidence = tuple(_direction_text(p, n, s, names) for p, s in into if s[0]) \
         + tuple(_direction_text(n, p, s, names) for p, s in out if s[0]) + _stage_lines(n, links, names)
     return Finding(LINK_HEALTH, FAIL if n in spoiled else WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
@@ -135,13 +116,14 @@ def _share(segments: int, retransmitted: int) -> float:
 
 
 def _stage_lines(n: int, links: tuple[NodeLinks, ...], names) -> tuple[str, ...]:
-    """A node's own totals in each timed stage (every connection of its namespace)."""
+    """A node's own totals in each timed stage where it resent something (every connection of
+    its namespace: a node that loses what it receives resends little itself)."""
     mine = next((node for node in links if node.node == n), None)
     if mine is None:
         return ()
     return tuple(f"{names(n)} during the {STAGE_NAMES[s.stage]} ({s.seconds:g} s): "
                  f"{rate_text(s.segments, s.retransmitted)}, {s.timeouts} retransmission timeout(s)"
-                 for s in mine.stages if s.stage in TIMED_STAGES)
+                 for s in mine.stages if s.stage in TIMED_STAGES and s.retransmitted)
 
 
 def _moved_findings(links: tuple[NodeLinks, ...], names, spoiled: frozenset[int]) -> list[Finding]:
