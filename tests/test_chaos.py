@@ -20,16 +20,18 @@ pytestmark = pytest.mark.root_required
 # (seed, index) -> what it draws (Schedule.what); the test fails if the catalog's draw changes
 # under it, so that the list is chosen again rather than silently covering something else.
 CI_SCHEDULES = {
-    (1, 317): "ranked n=3: decoy_ib0(node1)",
-    (1, 128): "ranked n=3: dead_nameserver(node0)",
-    (1, 178): "ranked n=3: shared_subnet(node1)",
+    (1, 65): "torchrun n=3: decoy_ib0(node2)",
+    (1, 2314): "ranked n=3: dead_nameserver(node0)",
+    (1, 128): "ranked n=3: shared_subnet(node2)",
     (1, 13): "arrival n=3: signal(node0 sig=SIGINT phase=env delay=0.09)",
     (1, 19): "arrival n=3: squatter(node0)",
     (1, 16): "ranked n=3: host_firewall(node0 target=DROP)",
-    (1, 256): "ranked n=3: hostile_client(node1 action=set)",
-    (1, 385): "ranked n=3: container(node0)",
-    (1, 391): "ranked n=3: wrong_prefix(node2)",
-    (1, 100): "ranked n=3: low_nofile(node0)",
+    (1, 1047): "ranked n=3: hostile_client(node1 action=set)",
+    (1, 178): "ranked n=3: container(node0)",
+    (1, 200): "arrival n=3: wrong_prefix(node2)",
+    (1, 108): "ranked n=3: low_nofile(node0)",
+    (1, 100): "ranked n=3: link_flap(node2)",
+    (1, 1041): "ranked n=3: lossy_link(node2 share=0.05)",
 }
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from chaos.catalog import LatePastRoster, MtuMismatch, PathFirewall, SharedSubnet
-from chaos.generator import Schedule, draw_schedule
+from chaos.catalog import (
+    DecoyInterface, HostileClient, LatePastRoster, LoopbackHostname, LossyLink, MtuMismatch, PathFirewall, SharedSubnet,
+)
+from chaos.generator import Schedule
 from chaos.oracle import Expect
 
 
-def merged(seed: int, index: int) -> Expect:
-    sched = draw_schedule(seed, index)
+def merged(sched: Schedule) -> Expect:
     total = Expect()
     for fault in sched.faults:
         total = total.merge(fault.expect(sched, None))
@@ -17,15 +18,27 @@ def merged(seed: int, index: int) -> Expect:
 
 def test_a_hostile_client_leaves_the_exit_codes_to_a_fault_that_breaks_the_job():
     """A hostile client beside a decoy ib0 and a hostname on 127.0.1.1 (campaign 13 found it at
-    seed 4242, schedule 9, drawn now by seed 4242, schedule 1849). The client's "exit 0 or 1"
-    overrode the broken job's, and the oracle called the host's and the faulty nodes' exit 2 a
-    violation."""
-    assert draw_schedule(4242, 1849).what() == \
+    seed 4242, schedule 9). The client's "exit 0 or 1" overrode the broken job's, and the
+    oracle called the host's and the faulty nodes' exit 2 a violation."""
+    faults = (DecoyInterface((3,)), HostileClient((2,), (("action", "push"),)), LoopbackHostname((1,)))
+    sched = Schedule(4242, 9, "ranked", 4, faults)
+    assert sched.what() == \
         "ranked n=4: decoy_ib0(node3) + hostile_client(node2 action=push) + hostname_127011(node1)"
-    e = merged(4242, 1849)
+    e = merged(sched)
     assert e.breaks and {1, 3} <= e.seers
     assert e.exit_codes == {}   # nothing pins a node's code: the broken job's seers judge it
     assert e.may_warn == set(range(4))
+
+
+def test_a_lossy_link_never_passes_and_names_the_node_or_the_path():
+    node = LossyLink((2, 1), (("share", 0.02), ("path", False)))
+    path = LossyLink((2, 1), (("share", 0.02), ("path", True)))
+    e = merged(Schedule(1, 0, "ranked", 3, (node,)))
+    assert e.breaks and e.seers == {0, 2}
+    assert [(b.node, b.kinds, b.severity) for b in e.blame] == [(2, ("lossy_node",), ("warn", "fail"))]
+    e = merged(Schedule(1, 0, "ranked", 3, (path,)))
+    assert e.seers == {0, 1, 2} and [(b.node, b.kinds) for b in e.blame] == [(1, ("lossy_path",)),
+                                                                             (2, ("lossy_path",))]
 
 
 def test_what_a_node_never_seated_cannot_be_compared_with_is_not_expected():

@@ -244,7 +244,7 @@ class DeadNameserver(Fault):
     modes = ("ranked",)
     targets = "host"
     weight = 0.5
-    conflicts = ("shaped_link", "mtu_blackhole")   # bandwidth workers each wait out a lookup
+    conflicts = ("shaped_link", "mtu_blackhole", "lossy_link", "link_flap")   # bandwidth workers each wait out a lookup
 
     def setup(self, c, run):
         for node in c.nodes:
@@ -406,6 +406,7 @@ class ShapedLink(Fault):
     bandwidth = True
     max_nodes = 4
     weight = 0.5
+    conflicts = ("lossy_link", "link_flap")   # tbf drops what overflows its queue: a lossy link beside one
 
     def setup(self, c, run):
         c.shape(self.node, "20mbit")
@@ -755,6 +756,90 @@ class WrongPrefix(Fault):
         return e
 
 
+LINK_FAULTS = ("lossy_link", "link_flap", "shaped_link")   # each loses segments: one such node a schedule
+WARN_OR_FAIL = ("warn", "fail")   # link.health fails where the figure it spoils fell short
+
+
+class LossyLink(Fault):
+    """The node's link loses a share of the TCP segments it receives (iptables statistic
+    DROP), from everyone or, with `path`, from one peer only: a bad cable, optic or switch
+    port, where everything still connects. The job crawls; link.health names the node (its
+    every pair lossy) or the path (each end clean with its other peers). Shares from 2%: the
+    campaign's small sweep moves a few thousand segments a pair, too few to show 0.5% surely
+    (tests/test_link_cluster.py runs 0.5% with a larger budget)."""
+
+    kind = "lossy_link"
+    targets = "peer"   # the node at fault, and the peer whose segments it loses with `path`
+    bandwidth = True
+    max_nodes = 4
+    weight = 0.7
+    conflicts = LINK_FAULTS
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("share", rng.choice([0.02, 0.05])), ("path", rng.random() < 0.4))
+
+    def describe(self) -> str:
+        nodes = self.nodes if self.param("path") else self.nodes[:1]
+        return f"{self.kind}(" + ",".join(f"node{n}" for n in nodes) + f" share={self.param('share')}" \
+            + (" path" if self.param("path") else "") + ")"
+
+    def setup(self, c, run):
+        c.lose_inbound(self.node, self.param("share"), source=self.nodes[1] if self.param("path") else None)
+
+    def expect(self, sched, run):
+        if self.param("path"):
+            pair = sorted(self.nodes)
+            return Expect(breaks=True, seers={0, *pair}, blame=[
+                Blame(n, ("link.health",), ("lossy_path",), severity=WARN_OR_FAIL) for n in pair])
+        return Expect(breaks=True, seers={0, self.node},
+                      blame=[Blame(self.node, ("link.health",), ("lossy_node",), severity=WARN_OR_FAIL)])
+
+
+class LinkFlap(Fault):
+    """The node's link goes down for a second and comes back while its bandwidth workers move
+    data (its TCP segments sent rising past a mark after the phase's progress line): a
+    flapping port. TCP carries the job over it; link.health names the interface."""
+
+    kind = "link_flap"
+    targets = "any"
+    bandwidth = True
+    max_nodes = 4
+    weight = 0.5
+    conflicts = LINK_FAULTS
+    DOWN_S = 1.0
+    MOVING = 5000     # segments sent since the bandwidth phase began: the workers move data
+
+    def act(self, run):
+        victim, state = run.runs[self.node], run.fault_state.setdefault(self, {})
+        node = run.c.nodes[self.node]
+        if "down" in state:
+            if time.monotonic() < state["down"] + self.DOWN_S:
+                return False
+            run.c._ip(node.ns, "link", "set", node.ifname, "up")
+            run.notes.append(f"node{self.node}'s {node.ifname} up again")
+            return True
+        if victim.proc.poll() is not None:
+            run.notes.append(f"{self.describe()}: node{self.node} ended before the flap")
+            return True
+        if "base" not in state:
+            if "netcheck: bandwidth..." not in victim.progress:
+                return False
+            state["base"] = run.c.segments_sent(self.node)
+        if run.c.segments_sent(self.node) < state["base"] + self.MOVING:
+            return False
+        run.c._ip(node.ns, "link", "set", node.ifname, "down")
+        state["down"] = time.monotonic()
+        run.notes.append(f"node{self.node}'s {node.ifname} down {state['down'] - victim.started:.1f} s after its start")
+        return False
+
+    def expect(self, sched, run):
+        if "down" not in run.fault_state.get(self, {}):   # the node had ended: nothing happened
+            return Expect()
+        return Expect(breaks=True, seers={0, self.node},
+                      blame=[Blame(self.node, ("link.health",), ("carrier_flap",), severity=WARN_OR_FAIL)])
+
+
 def rack_of(i: int) -> int:
     """The rack of node i on the routed layout: the odd nodes in the second."""
     return i % 2
@@ -764,5 +849,6 @@ CATALOG: tuple[type[Fault], ...] = (
     HostFirewall, PathFirewall, EphemeralBlocked, Squatter, SilentClients, Signal, ShapedLink,
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
-    SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit)
+    SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit, LossyLink,
+    LinkFlap)
 

@@ -35,7 +35,7 @@ class Blame:
     node: int
     checks: tuple[str, ...]
     kinds: tuple[str, ...] | None = None
-    severity: str = "fail"
+    severity: str | tuple[str, ...] = "fail"   # one of these
     reporter: int | None = None     # None: the host's report; else that node's own
     rank: int | None = None         # the rank to find named, when it is not the node's own
 
@@ -242,7 +242,8 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
 def _judge_blame(o: Outcome, b: Blame) -> None:
     reporter = 0 if b.reporter is None else b.reporter
     report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
-    want = (f"{b.severity} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "")
+    severities = (b.severity,) if isinstance(b.severity, str) else b.severity
+    want = (f"{'/'.join(severities)} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "")
             + f" naming node{b.node}")
     if report is None:
         if not (b.reporter is None and o.run.runs[0].rc == -signal.SIGKILL):
@@ -251,7 +252,7 @@ def _judge_blame(o: Outcome, b: Blame) -> None:
     ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None else None
     hostname = o.run.c.nodes[b.node].hostname
     for f in report["findings"]:
-        if f["check"] not in b.checks or f["severity"] != b.severity:
+        if f["check"] not in b.checks or f["severity"] not in severities:
             continue
         if b.kinds and f.get("kind") not in b.kinds:
             continue
