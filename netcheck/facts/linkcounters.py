@@ -4,7 +4,7 @@ carrier changes, RDMA port errors), and what each worker's own connections sent 
 
 One bad cable, optic or switch port sets the pace of every collective, and its cause is
 counted by the kernel: TCP resends what the link lost (/proc/net/snmp, /proc/net/netstat),
-the NIC counts frames it could not receive (/sys/class/net/IF/statistics), the link's
+the NIC counts frames it could not receive (/proc/net/dev), the link's
 carrier going away and back (carrier_changes), an InfiniBand port its symbol errors and
 downed links (/sys/class/infiniband/DEV/ports/N/counters). Each is read as a difference across
 a stage: netcheck's own traffic is the only traffic it may assume. The readers take the
@@ -30,9 +30,15 @@ from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, judged
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
 TCP_COUNTERS = (("snmp", "Tcp", "OutSegs"), ("snmp", "Tcp", "RetransSegs"), ("netstat", "TcpExt", "TCPTimeouts"),
                 ("netstat", "TcpExt", "TCPDSACKRecvSegs"))
+# /proc/net/dev's columns, as the kernel names the counters behind them (dev_seq_printf_stats):
+# every interface of the node's network namespace in one read. "frame" sums the length, over,
+# CRC and frame errors; "drop" the drops and missed frames.
+DEV_COLUMNS = ("rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "rx_fifo_errors", "rx_frame_errors",
+               "rx_compressed", "multicast", "tx_bytes", "tx_packets", "tx_errors", "tx_dropped", "tx_fifo_errors",
+               "collisions", "tx_carrier_errors", "tx_compressed")
 # An interface's counters that never rise on a healthy link.
-INTERFACE_ERRORS = ("rx_errors", "tx_errors", "rx_crc_errors", "rx_frame_errors", "rx_missed_errors",
-                    "rx_fifo_errors", "rx_over_errors", "tx_carrier_errors", "tx_fifo_errors", "tx_aborted_errors")
+INTERFACE_ERRORS = ("rx_errors", "rx_fifo_errors", "rx_frame_errors", "tx_errors", "tx_fifo_errors",
+                    "collisions", "tx_carrier_errors")
 # Those that do, a little (a frame of a protocol nobody serves, a full queue): judged against
 # the packets moved meanwhile.
 INTERFACE_DROPS = ("rx_dropped", "tx_dropped")
@@ -64,23 +70,39 @@ class Reading:
 
 
 def read_counters(sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None = None) -> Reading:
-    """This node's link counters now. ib_sysfs: where the RDMA ports are read, when not under sysfs."""
+    """This node's link counters now: one file for every interface's (/proc/net/dev), one for
+    each one's carrier changes. ib_sysfs: where the RDMA ports are read, when not under sysfs."""
     counters, packets = {}, {}
-    net = Path(sysfs, "class/net")
-    for ifname in _listed(net):
+    for ifname, values in _dev(proc).items():
         if ifname == "lo":
             continue
-        stats = net / ifname / "statistics"
-        for name in INTERFACE_ERRORS + INTERFACE_DROPS:
-            _keep(counters, (ifname, name), stats / name)
-        _keep(counters, (ifname, CARRIER_CHANGES), net / ifname / CARRIER_CHANGES)
-        packets[ifname] = sum(v for name in INTERFACE_PACKETS if (v := _number(stats / name)) is not None)
+        counters.update({(ifname, name): values[name] for name in INTERFACE_ERRORS + INTERFACE_DROPS})
+        packets[ifname] = sum(values[name] for name in INTERFACE_PACKETS)
+        _keep(counters, (ifname, CARRIER_CHANGES), Path(sysfs, "class/net", ifname, CARRIER_CHANGES))
     ib = Path(ib_sysfs or sysfs, "class/infiniband")
     for device in _listed(ib):
         for port in _listed(ib / device / "ports"):
             for name in PORT_ERRORS:
                 _keep(counters, (f"{device}/{port}", name), ib / device / "ports" / port / "counters" / name)
     return Reading(time.monotonic(), _tcp(proc), counters, packets)
+
+
+def _dev(proc: str) -> dict[str, dict[str, int]]:
+    """/proc/net/dev: interface -> its counters (DEV_COLUMNS)."""
+    try:
+        lines = Path(proc, "net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, numbers = line.partition(":")
+        try:
+            values = [int(v) for v in numbers.split()]
+        except ValueError:   # not the layout this reads
+            continue
+        if len(values) >= len(DEV_COLUMNS):
+            found[name.strip()] = dict(zip(DEV_COLUMNS, values))
+    return found
 
 
 def stage_links(stage: str, before: Reading, after: Reading) -> StageLinks:
