@@ -20,8 +20,8 @@ from netcheck.core import stop
 from netcheck.core.budget import timeout_help
 from netcheck.core.deadline import Deadline
 from netcheck.config import (
-    NO_RDZV_IN_ENV, BaselineError, Config, UsageError, check_config, check_writable, load_report, parse_endpoint,
-    select_phases,
+    NO_ENDPOINT, NO_RDZV_IN_ENV, BaselineError, Config, Outputs, UsageError, check_config, check_look_timeout,
+    load_report, parse_endpoint, select_phases,
 )
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
@@ -36,8 +36,6 @@ from netcheck.facts.local import usable_gpus
 from netcheck.render import export, text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
-
-PROBE_TIMEOUT_MAX = 3600.0
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
@@ -127,16 +125,14 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
     except LaunchError as e:
         raise UsageError(str(e)) from None
     return check_config(Config(
-        rdzv=parse_endpoint(rdzv) if rdzv else None, launch=launch,
+        rdzv=parse_endpoint(rdzv) if rdzv else NO_ENDPOINT, launch=launch,
         run_id=args.rdzv_id or default_run_id(env),
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
         sweep=_sweep_options(args),
         baseline=_baseline(args.baseline), token=args.token or env.get("NETCHECK_TOKEN") or None,
-        plot_path=_plot_path(args.plot), html_path=args.html,
-        json_path=args.json,
-        quiet=args.quiet, verbose=args.verbose, exclude_path=args.exclude_file,
-        prom_path=args.prom))
+        outputs=Outputs(args.json, args.exclude_file, args.prom, _plot_path(args.plot), args.html),
+        quiet=args.quiet, verbose=args.verbose))
 
 
 def _sweep_options(args: argparse.Namespace) -> sweep.SweepOptions:
@@ -228,13 +224,12 @@ def run_and_render(config: Config) -> int:
     # and write files only where the path names their rank ("report-{rank}.json").
     worker = is_torchrun_worker(config.launch) and rep.role != HOST
     quiet = config.quiet or (worker and rep.verdict != "fail")
-    paths = [_output_path(p, rep, worker) for p in (config.json_path, config.exclude_path, config.prom_path,
-                                                     config.plot_path, config.html_path)]
-    emit(rep, paths[0], quiet, config.verbose, paths[1], paths[2], paths[4])
-    if paths[3] and rep.bandwidth and rep.bandwidth.sweeps:
-        plot.write_plot(rep.bandwidth, paths[3])
+    outputs = config.outputs.for_node(rep.node_rank, worker)
+    emit(rep, outputs, quiet, config.verbose)
+    if outputs.plot and rep.bandwidth and rep.bandwidth.sweeps:
+        plot.write_plot(rep.bandwidth, outputs.plot)
         if not quiet:
-            say(f"the bandwidth plot is in {paths[3]}")
+            say(f"the bandwidth plot is in {outputs.plot}")
     outcome.report_out()
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
@@ -243,30 +238,25 @@ def run_and_render(config: Config) -> int:
     return outcome.exit_code
 
 
-def _output_path(path: str | None, rep, worker: bool) -> str | None:
-    if path is None or path == "-" or "{rank}" not in path:
-        return None if worker and path != "-" else path
-    return path.replace("{rank}", str(rep.node_rank))
-
-
-def emit(rep, json_path: str | None, quiet: bool, verbose: bool,
-         exclude_path: str | None = None, prom_path: str | None = None, html_path: str | None = None) -> None:
-    text_out = sys.stderr if json_path == "-" else sys.stdout
-    if json_path == "-":
+def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> None:
+    """The report: its files (all but the plot, which needs the bandwidth phase's own data) and,
+    unless quiet, the text on the terminal."""
+    text_out = sys.stderr if outputs.json == "-" else sys.stdout
+    if outputs.json == "-":
         sys.stdout.write(report.render_json(rep))
-    elif json_path:
-        report.write_file(json_path, report.render_json(rep))
-    for path, render in ((exclude_path, export.render_exclude), (prom_path, export.render_prom)):
+    elif outputs.json:
+        report.write_file(outputs.json, report.render_json(rep))
+    for path, render in ((outputs.exclude, export.render_exclude), (outputs.prom, export.render_prom)):
         if path:
             report.write_file(path, render(rep))
-    if html_path:
+    if outputs.html:
         from netcheck.render.html import render_html   # Jinja2's import only where a page is asked for
 
-        report.write_file(html_path, render_html(rep))
+        report.write_file(outputs.html, render_html(rep))
     if not quiet:
         write_text(text_out, report.render_text(rep, verbose))
-    if html_path and not quiet:
-        say(f"the HTML report is in {html_path}")
+    if outputs.html and not quiet:
+        say(f"the HTML report is in {outputs.html}")
     text_out.flush()
 
 
@@ -279,11 +269,12 @@ def run_local(argv: list[str]) -> int:
                    "this report always shows the evidence of passing checks")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
-    check_writable("--html", args.html)
+    outputs = Outputs(json=args.json, html=args.html)
+    outputs.check()
     from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
-    emit(rep, args.json, args.quiet, True, html_path=args.html)
+    emit(rep, outputs, args.quiet, True)
     return EXIT_BY_VERDICT[rep.verdict]
 
 
@@ -296,15 +287,14 @@ def run_probe(argv: list[str]) -> int:
     p.add_argument("--json", metavar="PATH|-")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
-    check_writable("--html", args.html)
+    outputs = Outputs(json=args.json, html=args.html)
+    outputs.check()
     endpoint = parse_endpoint(args.endpoint)
-    if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
-        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below "
-                         f"{PROBE_TIMEOUT_MAX:g} seconds")
+    timeout = check_look_timeout(args.timeout)
     from netcheck.phases.assemble import probe_only
 
-    rep = probe_only(endpoint.host, endpoint.port, args.timeout)
-    emit(rep, args.json, False, True, html_path=args.html)
+    rep = probe_only(endpoint.host, endpoint.port, timeout)
+    emit(rep, outputs, False, True)
     return EXIT_BY_VERDICT[rep.verdict]
 
 
@@ -335,12 +325,12 @@ def run_inspect(argv: list[str]) -> int:
     p.add_argument("--prom", metavar="PATH")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
-    check_writable("--html", args.html)
+    outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
+    outputs.check()
     env = os.environ
     rdzv = args.rdzv or (None if args.traces else rdzv_from_env(env))
     preflight = _baseline(args.preflight, "--preflight")
-    if not 0 < args.timeout < PROBE_TIMEOUT_MAX:
-        raise UsageError(f"--timeout {args.timeout:g}: must be more than 0 and below {PROBE_TIMEOUT_MAX:g} seconds")
+    timeout = check_look_timeout(args.timeout)
     try:
         nnodes = parse_nnodes(args.nnodes or env["PET_NNODES"]) if args.nnodes or env.get("PET_NNODES") else None
         world = args.world_size if args.world_size is not None else \
@@ -354,7 +344,7 @@ def run_inspect(argv: list[str]) -> int:
     from netcheck.phases.inspect import inspect_job
     from netcheck.phases.traces import inspect_live, inspect_traces
 
-    rep, deadline = None, Deadline(args.timeout)   # one look, one --timeout: store, live view and dumps
+    rep, deadline = None, Deadline(timeout)   # one look, one --timeout: store, live view and dumps
     if rdzv:
         endpoint = parse_endpoint(rdzv)
         rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, deadline, env)
@@ -362,7 +352,7 @@ def run_inspect(argv: list[str]) -> int:
     if args.traces:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
-    emit(rep, args.json, False, True, prom_path=args.prom, html_path=args.html)
+    emit(rep, outputs, False, True)
     return EXIT_BY_VERDICT[rep.verdict]
 
 
@@ -374,9 +364,10 @@ def run_report(argv: list[str]) -> int:
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     p.add_argument("--text", action="store_true", help="the text report too (without --html, it is the default)")
     args = p.parse_args(argv)
-    check_writable("--html", args.html)
+    outputs = Outputs(html=args.html)
+    outputs.check()
     rep = _baseline(args.report, "netcheck report")
-    emit(rep, None, quiet=bool(args.html) and not args.text, verbose=False, html_path=args.html)
+    emit(rep, outputs, quiet=bool(args.html) and not args.text, verbose=False)
     return EXIT_BY_VERDICT[rep.verdict]
 
 

@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from netcheck.bandwidth.sweep import BACKENDS, size_text
 from netcheck.cluster.mesh import parse_mode
 from netcheck.core import codec
 from netcheck.core.budget import PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
@@ -17,7 +18,7 @@ from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
     DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, MAX_NODES, PHASES, REPORT_SCHEMA,
 )
-from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, is_run_id
+from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, MAX_SECONDS, is_run_id
 from netcheck.core.model import Endpoint, Launch, Report
 from netcheck.facts.probe import error_text
 
@@ -35,13 +36,46 @@ MAX_EXPECT_BUSBW = 10_000.0   # GB/s
 # say so: the default budget outlasts a short --timeout.)
 MIN_BW_BUDGET = 0.1           # seconds
 MAX_BW_BUDGET = 3600.0        # seconds
+LOOK_TIMEOUT_MAX = 3600.0     # seconds: `netcheck probe` and `inspect` look once; longer is a typo
 NO_RDZV_IN_ENV = "(no MASTER_ADDR or PET_MASTER_ADDR in the environment)"
 RDZV_REQUIRED = f"--rdzv HOST:PORT is required {NO_RDZV_IN_ENV}"
+# A command line without an endpoint: every other mistake on it is named first (check_config).
+NO_ENDPOINT = Endpoint("", 0)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes its report besides the terminal; None: not asked for. '{rank}' in a
+    path becomes the node rank; '-' (--json only) is stdout."""
+
+    json: str | None = None      # --json: the JSON report
+    exclude: str | None = None   # --exclude-file: faulty hostnames for `sbatch --exclude`
+    prom: str | None = None      # --prom: Prometheus text-format metrics
+    plot: str | None = None      # --plot: the bandwidth sweeps and pair matrix as a PNG
+    html: str | None = None      # --html: the report as one self-contained web page
+
+    def flags(self) -> tuple[tuple[str, str | None], ...]:
+        return (("--json", self.json), ("--exclude-file", self.exclude), ("--prom", self.prom),
+                ("--plot", self.plot), ("--html", self.html))
+
+    def for_node(self, node_rank: int, worker: bool) -> "Outputs":
+        """The paths this node writes: '{rank}' named. Under torchrun every worker runs
+        netcheck and rank 0 speaks for the cluster: a worker writes only where the path names
+        its rank ("report-{rank}.json"), or to stdout."""
+        def named(path: str | None) -> str | None:
+            if path is None or path == "-" or "{rank}" not in path:
+                return None if worker and path != "-" else path
+            return path.replace("{rank}", str(node_rank))
+        return Outputs(*(named(path) for _, path in self.flags()))
+
+    def check(self) -> None:
+        for flag, path in self.flags():
+            check_writable(flag, path)
 
 
 @dataclass(frozen=True)
 class Config:
-    rdzv: Endpoint          # check_config refuses a Config without one
+    rdzv: Endpoint          # NO_ENDPOINT until check_config, which refuses it last
     launch: Launch
     run_id: str
     timeout: float          # bounds the whole run
@@ -52,13 +86,9 @@ class Config:
     sweep: SweepOptions     # the bandwidth phase's flags, nccl-tests' names and meaning
     baseline: Report | None  # a known-good earlier report to compare this run with
     token: str | None       # a secret the nodes prove they share (HMAC); None: unauthenticated
-    json_path: str | None
+    outputs: Outputs
     quiet: bool
     verbose: bool
-    exclude_path: str | None = None  # --exclude-file: faulty hostnames for `sbatch --exclude`
-    prom_path: str | None = None     # --prom: Prometheus text-format metrics
-    plot_path: str | None = None     # --plot: the bandwidth sweeps and pair matrix as a PNG
-    html_path: str | None = None     # --html: the report as one self-contained web page
 
 
 def parse_endpoint(text: str) -> Endpoint:
@@ -129,25 +159,46 @@ def check_config(config: Config) -> Config:
             raise UsageError(str(e)) from None
     if not is_run_id(config.run_id):
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-{MAX_RUN_ID_CHARS} characters, no '/'")
-    _check_bandwidth_numbers(config)
-    for flag, path in (("--json", config.json_path), ("--exclude-file", config.exclude_path),
-                       ("--prom", config.prom_path), ("--plot", config.plot_path), ("--html", config.html_path)):
-        check_writable(flag, path)
+    check_sweep(config.sweep)
+    config.outputs.check()
     # Last: every other mistake on the command line is the one to name, not a missing endpoint.
-    if config.rdzv is None:
+    if config.rdzv == NO_ENDPOINT:
         raise UsageError(RDZV_REQUIRED)
     return config
 
 
-def _check_bandwidth_numbers(config: Config) -> None:
-    """--expect-busbw and --bw-budget within what a run can mean. NaN compares false with
-    everything (a NaN budget never runs out), and infinity never ends."""
-    expect, budget = config.sweep.expect_busbw, config.sweep.budget_s
+def check_sweep(o: SweepOptions) -> None:
+    """The bandwidth flags within what a run can mean, each flag checked here alone (their
+    values parsed by bandwidth.sweep.options_from_args). NaN compares false with everything
+    (a NaN budget never runs out), and infinity never ends."""
+    if o.minbytes > o.maxbytes:
+        raise UsageError(f"-b {size_text(o.minbytes)} is above -e {size_text(o.maxbytes)}")
+    if o.stepfactor < 2:
+        raise UsageError(f"-f {o.stepfactor}: the step factor must be 2 or more")
+    if o.iters < 1:
+        raise UsageError(f"-n {o.iters}: at least 1 timed iteration")
+    if o.warmup_iters < 0:
+        raise UsageError(f"-w {o.warmup_iters}: warm-up iterations cannot be negative")
+    if o.backend not in BACKENDS:
+        raise UsageError(f"--backend {o.backend}: one of {', '.join(BACKENDS)}")
+    expect, budget = o.expect_busbw, o.budget_s
     if expect is not None and not (0 < expect <= MAX_EXPECT_BUSBW and math.isfinite(expect)):
         raise UsageError(f"--expect-busbw {expect:g}: a number of GB/s above 0 and at most "
                          f"{MAX_EXPECT_BUSBW:g} (no interconnect comes near it)")
     if not (MIN_BW_BUDGET <= budget <= MAX_BW_BUDGET and math.isfinite(budget)):
         raise UsageError(f"--bw-budget {budget:g}: {MIN_BW_BUDGET:g} to {MAX_BW_BUDGET:g} seconds")
+    if o.step_time_s is not None and not (0 < o.step_time_s <= MAX_SECONDS):
+        raise UsageError(f"--step-time {o.step_time_s:g}: a training step's seconds, more than 0")
+    if o.step_time_s is not None and o.model_params is None:
+        raise UsageError("--step-time needs --model-params: the speed-up weighs the step against its gradient's "
+                         "all_reduce")
+
+
+def check_look_timeout(seconds: float) -> float:
+    """--timeout of `netcheck probe` and `netcheck inspect`: one look, bounded."""
+    if not 0 < seconds < LOOK_TIMEOUT_MAX:
+        raise UsageError(f"--timeout {seconds:g}: must be more than 0 and below {LOOK_TIMEOUT_MAX:g} seconds")
+    return seconds
 
 
 def check_writable(flag: str, path: str | None) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.budget import MIN_TIMEOUT
-from netcheck.config import RDZV_REQUIRED, Config, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.config import NO_ENDPOINT, RDZV_REQUIRED, Config, Outputs, UsageError, check_config, parse_endpoint, select_phases
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import DEFAULT_PORT, PHASES
 from netcheck.core.model import Launch
@@ -189,7 +189,7 @@ GOOD = Config(
     sweep=SweepOptions(),
     baseline=None,
     token=None,
-    json_path=None,
+    outputs=Outputs(),
     quiet=False,
     verbose=False,
 )
@@ -250,8 +250,8 @@ def test_a_good_config_is_returned_unchanged():
     (with_sweep(budget_s=0.01), f"--bw-budget 0.01: {BUDGET_RANGE}"),
     (with_sweep(budget_s=3601.0), f"--bw-budget 3601: {BUDGET_RANGE}"),
     # With every other value right, a missing endpoint is the mistake; with another one, not.
-    (dataclasses.replace(GOOD, rdzv=None), RDZV_REQUIRED),
-    (dataclasses.replace(GOOD, rdzv=None, timeout=-1.0), "--timeout -1: must be more than 0 seconds, and finite"),
+    (dataclasses.replace(GOOD, rdzv=NO_ENDPOINT), RDZV_REQUIRED),
+    (dataclasses.replace(GOOD, rdzv=NO_ENDPOINT, timeout=-1.0), "--timeout -1: must be more than 0 seconds, and finite"),
 ])
 def test_check_config_errors(config, message):
     with pytest.raises(UsageError) as caught:

@@ -11,6 +11,7 @@ import math
 
 from netcheck import __version__, cli
 
+from netcheck.config import Outputs
 from netcheck.render import export
 from netcheck.core.names import is_safe_hostname
 from netcheck.core.model import Finding, NodeEntry, NodeFacts, Report
@@ -158,7 +159,7 @@ def test_label_values_from_peers_are_escaped():
 def test_a_hostname_no_utf8_can_hold_is_written_as_its_escape(tmp_path):
     prom = tmp_path / "netcheck.prom"
     rep = report((MISSING,), healthy=("gpu\udc80", "nœud"), faulty=())
-    cli.emit(rep, None, True, False, prom_path=str(prom))
+    cli.emit(rep, Outputs(prom=str(prom)), True, False)
     assert series(prom.read_text(encoding="utf-8"), "netcheck_node_faulty") == {
         (("node", "gpu\\udc80"),): 0, (("node", "nœud"),): 0}
 
@@ -176,13 +177,13 @@ def test_a_report_with_nothing_in_it_still_parses():
 def test_flags_reach_the_config():
     args = cli.build_parser().parse_args(["--rdzv", "node0", "--exclude-file", "x.txt", "--prom", "m.prom"])
     config = cli.config_from_args(args, {})
-    assert (config.exclude_path, config.prom_path) == ("x.txt", "m.prom")
+    assert (config.outputs.exclude, config.outputs.prom) == ("x.txt", "m.prom")
 
 
 def test_emit_writes_both_files_and_replaces_a_stale_exclude_list(tmp_path, capsys):
     exclude, prom = tmp_path / "exclude.txt", tmp_path / "netcheck.prom"
     exclude.write_text("gpu09\n")
     rep = report(PASSED, healthy=SLURM_HOSTS, faulty=())
-    cli.emit(rep, None, True, False, str(exclude), str(prom))
+    cli.emit(rep, Outputs(exclude=str(exclude), prom=str(prom)), True, False)
     assert exclude.read_text() == "" and prom.read_text() == export.render_prom(rep)
     assert capsys.readouterr().out == ""

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcheck import cli
+from netcheck.config import Outputs
 from netcheck.core.model import (
     ClusterVerdict, EnvRow, Finding, Gathering, Member, NodeEntry, NodeFacts, Report, Visitor,
 )
@@ -114,7 +115,7 @@ def test_the_cli_writes_the_report_to_an_ascii_or_utf8_stdout_without_raising(mo
     for encoding in ("ascii", "utf-8"):
         out = stream(encoding)
         monkeypatch.setattr(sys, "stdout", out)
-        cli.emit(rep, None, False, True)
+        cli.emit(rep, Outputs(), False, True)
         written = out.buffer.getvalue().decode(encoding)
         assert_safe(written)
         assert ("n\\u0153ud-\\xfc-\\u4e2d" if encoding == "ascii" else "nœud-ü-中") in written

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch
 
+from netcheck.config import check_sweep
 from netcheck.core import codec
 from netcheck.bandwidth.orchestrate import (
     Lines, NodeReport, classify, merge_faults, nccl_warning, root_cause, worker_env,
@@ -117,9 +118,9 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
     (["--op", "allreduce"], "--op 'allreduce': one or more of all_reduce"),
     (["--dtype", "fp8"], "--dtype 'fp8': one of float32"),
     (["--backend", "cuda"], "--backend cuda: one of auto, nccl, gloo"),
-    (["--expect-busbw", "nan"], "--expect-busbw nan: a positive number"),
-    (["--expect-busbw", "0"], "--expect-busbw 0: a positive number"),
-    (["--bw-budget", "inf"], "--bw-budget inf: must be more than 0 seconds"),
+    (["--expect-busbw", "nan"], "--expect-busbw nan: a number of GB/s above 0"),
+    (["--expect-busbw", "0"], "--expect-busbw 0: a number of GB/s above 0"),
+    (["--bw-budget", "inf"], "--bw-budget inf: 0.1 to 3600 seconds"),
     (["--model-params", "0"], "--model-params '0': expected a positive parameter count"),
     (["--model-params=-7e9"], "--model-params '-7e9': expected a positive parameter count"),
     (["--model-params", "lots"], "--model-params 'lots': expected a positive parameter count"),
@@ -128,8 +129,10 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
     (["--model-params", "2e15"], "--model-params '2e15': expected a positive parameter count"),
 ])
 def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
+    """A value that does not parse fails in options_from_args, one out of bounds in
+    config.check_sweep (a UsageError is a ValueError): one line either way."""
     with pytest.raises(ValueError) as e:
-        parse(*argv)
+        check_sweep(parse(*argv))
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
