@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.budget import MIN_TIMEOUT
-from netcheck.config import NO_ENDPOINT, RDZV_REQUIRED, Config, Outputs, UsageError, check_config, parse_endpoint, select_phases
+from netcheck.config import (
+    NO_ENDPOINT, RDZV_REQUIRED, Config, Outputs, UsageError, check_config, parse_endpoint, select_phases,
+)
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import DEFAULT_PORT, PHASES
 from netcheck.core.model import Launch
@@ -251,7 +253,8 @@ def test_a_good_config_is_returned_unchanged():
     (with_sweep(budget_s=3601.0), f"--bw-budget 3601: {BUDGET_RANGE}"),
     # With every other value right, a missing endpoint is the mistake; with another one, not.
     (dataclasses.replace(GOOD, rdzv=NO_ENDPOINT), RDZV_REQUIRED),
-    (dataclasses.replace(GOOD, rdzv=NO_ENDPOINT, timeout=-1.0), "--timeout -1: must be more than 0 seconds, and finite"),
+    (dataclasses.replace(GOOD, rdzv=NO_ENDPOINT, timeout=-1.0),
+     "--timeout -1: must be more than 0 seconds, and finite"),
 ])
 def test_check_config_errors(config, message):
     with pytest.raises(UsageError) as caught:
