@@ -41,10 +41,10 @@ $(STAMP): requirements-dev.txt setup.cfg
 	$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
-# The whole suite: unit tests and the namespace-cluster integration tests, two at a time on
+# The whole suite: unit tests and the namespace-cluster integration tests, three at a time on
 # 2 cores. Its nodes are forked with torch loaded (tests/forked.py: the suite's CPU time fell
-# from about 1,350 s to 690 s). Three at a time took 505-565 s where two take 620-700, but a
-# loaded machine's timing tests (a cut link's detection) then ran past their bounds: two kept.
+# from about 1,350 s to 690 s). Three at a time take 505-640 s where two took 620-700; the
+# tests wait on events, not on guesses, so a loaded machine keeps them in their bounds.
 # A worker that runs out of tests takes some of the other's (worksteal), so a 45 s Slurm test
 # does not end the run alone. The 25 slowest tests are named at the end.
 test: install

@@ -1,7 +1,7 @@
 """Runbook outputs: the exclude list for a scheduler and metrics for Prometheus.
 
-Pure functions over a `Report`, like the renderers in `report`; the CLI writes what they
-return (`--exclude-file`, `--prom`) with `report.write_file`, atomically.
+Pure functions over a `Report`, like the text renderer (`render/text.py`); the CLI writes what
+they return (`--exclude-file`, `--prom`) with `text.write_file`, atomically.
 
 The exclude list is the faulty hostnames, comma-separated on one line, as
 `sbatch --exclude` takes them:

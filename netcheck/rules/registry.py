@@ -199,7 +199,7 @@ class Kind:
 @dataclass(frozen=True)
 class Check:
     id: str
-    phase: str                      # the phase whose facts it judges (SPEC "Phases"), or "run"
+    phase: str                      # the phase whose facts it judges (docs/SPEC.md, "Phases"), or "run"
     severities: tuple[str, ...]     # what it can say, its kinds included
     meaning: str                    # one line, for runbook writers
     rules: tuple[str, ...]          # "module.function" under netcheck.rules that build its findings
