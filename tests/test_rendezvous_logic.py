@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor
-from netcheck.core.nictable import Address, Nic, NicTable
+from netcheck.core.nictable import Nic
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
 from netcheck.cluster.store import Exchange, _hex_address, collect
@@ -38,19 +38,15 @@ from netcheck.core.compat import import_distributed
 from faults import wait_until
 from nodes import scaled
 from test_state import joiner
-
-
-def nic(name: str, *addrs: str) -> Nic:
-    parsed = tuple(Address("ipv6" if ":" in a else "ipv4", a, 64 if ":" in a else 24) for a in addrs)
-    return Nic(name, 0, parsed, True, True, 1500, None, "ethernet", None)
+import builders
+from builders import nic
 
 
 def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), default: str | None = None,
           hostname_addresses: tuple[str, ...] = ()) -> NodeFacts:
-    return NodeFacts(
-        run_id="netcheck", hostname=hostname, fqdn=f"{hostname}.example", hostname_addresses=hostname_addresses,
-        launch=Launch("flags" if rank is not None else "arrival", rank, None, None, 1), shm_bytes=None, gpus=0,
-        nics=NicTable(nics, (), default), socket_env={}, reach=None, version="0.1.0")
+    """A node of this run ("netcheck"), its FQDN in example."""
+    return builders.facts(hostname, rank=rank, nics=nics, default=default, addresses=hostname_addresses,
+                          fqdn=f"{hostname}.example", run_id="netcheck", version="0.1.0")
 
 
 def arrivals(*nodes: tuple[str, int | None]) -> dict[int, NodeFacts]:
