@@ -16,7 +16,7 @@ libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBac
     <- int64 keys deleted
 
 A store that resets the first request on a fresh connection is asked again in torch 2.1's
-protocol (facts.probe: _LEGACY_GET), and its endpoint remembered.
+protocol (core.storewireops: LEGACY_GET), and its endpoint remembered.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.facts.probe import _GET, _STORE_MAGIC, _VALIDATE, _LEGACY_GET, error_text, resolve
+from netcheck.core.storewireops import GET, LEGACY_GET, STORE_MAGIC, VALIDATE
+from netcheck.facts.probe import error_text, resolve
 
 _without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
@@ -71,7 +72,7 @@ class Wire:
 
     def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
         """As get_bounded; raises WireError (and closes) when the store does not answer."""
-        return self._asked(key, (_GET, _LEGACY_GET), deadline, lambda: self._value(max_bytes, deadline))
+        return self._asked(key, (GET, LEGACY_GET), deadline, lambda: self._value(max_bytes, deadline))
 
     def delete(self, key: str, deadline: Deadline) -> None:
         """KEY deleted, as torch's delete_key (the count it answers is read and dropped);
@@ -96,7 +97,7 @@ class Wire:
             request = _get_request(key, query)
             if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
-                request = (b"" if legacy else struct.pack("<BI", _VALIDATE, _STORE_MAGIC)) + request
+                request = (b"" if legacy else struct.pack("<BI", VALIDATE, STORE_MAGIC)) + request
             self._sock.sendall(request)
             return reply()
         except socket.timeout:

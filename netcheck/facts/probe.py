@@ -46,33 +46,26 @@ import time
 from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Holder, Probe, Reach, Route, SilentNameserver
+from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
 
-# TCPStore's wire protocol: QueryType VALIDATE (0) with its magic, then CHECK (5) of one key
-# (uint64 count, then uint64 length and bytes per key); the answer is READY (0) or NOT_READY
-# (1). Integers go in the sender's byte order: little-endian on every platform torch ships for.
-_VALIDATE, _GET, _CHECK = 0, 3, 5
-# torch 2.1's store knows no VALIDATE (its GET is 2, its CHECK 4) and resets a connection that
-# starts with one. Where a fresh connection's first request is reset or closed unanswered, the
-# probe and inspect's reads (cluster.storewire) ask again this way: a job's torch may be older
-# than netcheck's.
-_LEGACY_GET, _LEGACY_CHECK = 2, 4
-_STORE_MAGIC = 0x3C85F7CE
+# TCPStore's wire protocol (core.storewireops): VALIDATE with its magic, then CHECK of one key;
+# the answer is READY (0) or NOT_READY (1).
 _STORE_ANSWERS = (b"\x00", b"\x01")
 _NOT_READY = b"\x01"
 # No torch client can name this key: TCPStore puts "/" before every key it is given.
 _PROBE_KEY = b"netcheck/probe"
-STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
-               + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
-LEGACY_STORE_PROBE = struct.pack("<BQQ", _LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
+STORE_PROBE = (struct.pack("<BI", VALIDATE, STORE_MAGIC)
+               + struct.pack("<BQQ", CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
+LEGACY_STORE_PROBE = struct.pack("<BQQ", LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
 # The same question in one full jumbo segment: where both ends' MTU is 9000 and a port between
 # them carries 1500, TCP sends it whole and it vanishes; on a 1500 path it is cut up and passes.
 # Two keys of half the frame each: the libuv store refuses a key over 8 KiB.
 FULL_FRAME = 8900
 _HALF_KEY = _PROBE_KEY + b"/" + b"f" * (FULL_FRAME // 2 - 16 - len(_PROBE_KEY) - 1)
-FULL_STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + struct.pack("<BQ", _CHECK, 2)
+FULL_STORE_PROBE = (struct.pack("<BI", VALIDATE, STORE_MAGIC) + struct.pack("<BQ", CHECK, 2)
                     + 2 * (struct.pack("<Q", len(_HALF_KEY)) + _HALF_KEY))
 
 
