@@ -38,7 +38,8 @@ from typing import Annotated, Callable
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import MAX_DETAIL, Event
-from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,

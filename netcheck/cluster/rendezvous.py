@@ -35,7 +35,8 @@ from typing import Annotated
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
-from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, first_line
+from netcheck.cluster.store import Exchange
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError, first_line
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
     ARRIVALS_READ_BATCH, CLOCK_PINGS, CLOCK_WAIT, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES,

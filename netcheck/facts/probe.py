@@ -497,7 +497,7 @@ _DNS_QUERY = struct.pack(">HHHHHH", 0x6e63, 0x0100, 1, 0, 0, 0) + b"\x00" + stru
 def silent_nameservers() -> tuple[SilentNameserver, ...]:
     """The nameservers of /etc/resolv.conf that do not answer a query in NAMESERVER_TIMEOUT
     (asked at once, each on a thread), where the hosts database asks DNS at all. Asked once
-    per process: the store client's bound (cluster.store) reads the answer again."""
+    per process: the store client's bound (cluster.storeconnect) reads the answer again."""
     if not _hosts_ask_dns():
         return ()
     servers, per_query, attempts = _resolver_settings()

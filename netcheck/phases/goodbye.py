@@ -7,7 +7,7 @@ import time
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import collect
+from netcheck.cluster.collect import collect
 from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT

@@ -4,9 +4,11 @@ who is still here for the phases after it."""
 from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
-from netcheck.cluster.store import (
-    Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store, port_peers,
-)
+from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
+from netcheck.cluster.storeconnect import client_store, host_store
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
+from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT

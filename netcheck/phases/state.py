@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import Exchange, first_line
+from netcheck.cluster.store import Exchange
+from netcheck.core.storeerrors import first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
