@@ -20,7 +20,7 @@ from netcheck.core.constants import (
     FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_NODES, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.storeerrors import Interfered, first_line
+from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
 from netcheck.facts.storepeers import StallWatch
 
@@ -72,7 +72,8 @@ class Exchange:
         # After a broken request (a reply timed out) the stream is out of step: a late
         # reply would answer the next request. So the first break is final.
         if self.lost is not None:
-            raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
+            earlier = f"the host's store was lost earlier: {self.lost}"
+            raise StoreLost(earlier, ConnectionError(earlier))
         self._started(getattr(method, "__name__", method), args)
         try:
             try:
@@ -81,10 +82,13 @@ class Exchange:
                 if not self._held_up_client_replaced(e):
                     raise
             return self._request(method, args)   # once, on the new connection: a second break is final
-        except Exception as e:
-            if compat.store_lost(e):
-                self.lost = first_line(e)
-            raise
+        except (RuntimeError, OSError) as e:   # torch's, translated here once (core.storeerrors)
+            error = compat.store_error(e)
+            if isinstance(error, StoreLost):
+                self.lost = first_line(error)
+            if error is e:
+                raise
+            raise error from e
         finally:
             self._ended()
 
@@ -117,7 +121,7 @@ class Exchange:
                 self._store = store
                 self.held_up.append(round(time.monotonic() - began + STORE_REPLY_TIMEOUT, 1))
                 return True
-            if not isinstance(failed, TimeoutError):
+            if not isinstance(failed, ConnectTimedOut):
                 return False
             first = False
         return False
@@ -191,6 +195,7 @@ class Exchange:
                 self._write(key, text, mac)
 
     def _mac(self, key: str, data: bytes, nonce: str | None = None) -> str:
+        assert self.token is not None, "a MAC only under --token"
         mac = hmac.new(self.token.encode(), digestmod=hashlib.sha256)
         nonce = self.nonce if nonce is None else nonce
         for part in (self.run_id.encode(), nonce.encode(), key.encode(), data):
@@ -213,7 +218,7 @@ class Exchange:
         connection off because another client had set the key to something not a number."""
         try:
             return self._call("add", key, add)
-        except (RuntimeError, OSError):
+        except StoreError:
             seen = self._not_a_counter(key)
             if seen is None:
                 raise
@@ -290,6 +295,7 @@ class Exchange:
         return self._wire_get(key, max_bytes)
 
     def _wire_get(self, key: str, max_bytes: int) -> storewire.StoreValue:
+        assert self._wire is not None, "made by _bounded"
         self._started("get", (key,))
         try:
             return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))

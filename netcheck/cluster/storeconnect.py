@@ -10,11 +10,12 @@ import socket
 import stat
 import struct
 import time
+from typing import Any
 
 from netcheck.core import compat
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.storeerrors import HostLost, RendezvousError, first_line
+from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
 from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_nameservers
 
 CONNECT_TRY = 2.0
@@ -57,7 +58,8 @@ def client_store(host: str, port: int, deadline: Deadline):
         store, error = client_try(dist, host, port, deadline)
         if store is not None:
             return store
-        if isinstance(error, TimeoutError) or deadline.remaining() < 0.1:
+        assert error is not None, "a try gives its store or its error"
+        if isinstance(error, ConnectTimedOut) or deadline.remaining() < 0.1:
             raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
                                   f"{first_line(error)}")
         time.sleep(min(PROBE_RETRY_INTERVAL, deadline.remaining()))
@@ -71,9 +73,10 @@ def not_listening(host: str, port: int, deadline: Deadline) -> str | None:
     return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
 
 
-def client_try(dist, host: str, port: int, deadline: Deadline):
-    """(store, None) or (None, the error): one TCPStore constructor, given a short timeout
-    (torch retries a refused connect within it), abandoned in its thread past twice that: a
+def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, StoreError | None]:
+    """(store, None) or (None, the error as netcheck's: ConnectTimedOut past its bound): one
+    TCPStore constructor, given a short timeout (torch retries a refused connect within it),
+    abandoned in its thread past twice that: a
     peer that accepts and never answers holds it forever. Plus a lookup's wait for each
     nameserver that does not answer: torch's client looks up the name of the address it
     connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never answers)."""
@@ -95,13 +98,16 @@ def client_try(dist, host: str, port: int, deadline: Deadline):
 
     store, error = call_with_timeout(construct, bound)
     if isinstance(error, TimeoutError) and silent:
-        error = TimeoutError(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the address it "
-                             f"connects to, and this node's nameserver {', '.join(s.address for s in silent)} "
-                             f"({silent[0].source}) does not answer")
+        error = ConnectTimedOut(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the "
+                                "address it connects to, and this node's nameserver "
+                                f"{', '.join(s.address for s in silent)} ({silent[0].source}) does not answer", error)
     elif isinstance(error, TimeoutError):
-        error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a store "
-                             "held up by other clients answers late, a hung process never: the host's report says)")
-    elif error is not None and not isinstance(error, (RuntimeError, OSError)):
+        error = ConnectTimedOut(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a "
+                                "store held up by other clients answers late, a hung process never: the host's "
+                                "report says)", error)
+    elif isinstance(error, (RuntimeError, OSError)):
+        error = compat.store_error(error)   # torch's, translated here once (core.storeerrors)
+    elif error is not None:
         raise error
     return store, error
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import StoreLost
 from netcheck.core.storewireops import GET, LEGACY_GET, STORE_MAGIC, VALIDATE
 from netcheck.facts.probe import error_text, resolve
 
@@ -37,8 +38,9 @@ _LENGTH = struct.Struct("<Q")
 _CHUNK = 1 << 20
 
 
-class WireError(ConnectionError):
-    """The store took no connection, broke off or did not answer in time; one line."""
+class WireError(StoreLost, ConnectionError):
+    """The store took no connection, broke off or did not answer in time; one line. A lost
+    store (core.storeerrors), and a ConnectionError as it always was."""
 
     def __init__(self, message: str, reset: bool = False):
         super().__init__(message)
@@ -77,7 +79,8 @@ class Wire:
     def delete(self, key: str, deadline: Deadline) -> None:
         """KEY deleted, as torch's delete_key (the count it answers is read and dropped);
         raises WireError (and closes) when the store does not answer."""
-        self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline, lambda: _received(self._sock, _LENGTH.size, deadline))
+        self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline,
+                    lambda: _received(self._connection(), _LENGTH.size, deadline))
 
     def _asked(self, key: str, queries: tuple[int, int], deadline: Deadline, reply):
         """reply() to KEY's request of queries[0] (queries[1] in torch 2.1's protocol)."""
@@ -111,11 +114,15 @@ class Wire:
                             reset=isinstance(e, ConnectionResetError)) from None
 
     def _value(self, max_bytes: int, deadline: Deadline) -> StoreValue:
-        size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
+        size = _LENGTH.unpack(_received(self._connection(), _LENGTH.size, deadline))[0]
         if size > max_bytes:
             self.close()
             return StoreValue(size, None)
-        return StoreValue(size, _received(self._sock, size, deadline))
+        return StoreValue(size, _received(self._connection(), size, deadline))
+
+    def _connection(self) -> socket.socket:
+        assert self._sock is not None, "a reply read on a closed connection"   # _ask connects first
+        return self._sock
 
     def close(self) -> None:
         if self._sock is not None:
