@@ -16,7 +16,9 @@ from netcheck.core import compat
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
-from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_nameservers
+from netcheck.facts.listener import Listener
+from netcheck.facts.nameservers import silent_nameservers
+from netcheck.facts.probe import call_with_timeout, reach
 
 CONNECT_TRY = 2.0
 

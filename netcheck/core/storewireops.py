@@ -17,3 +17,4 @@ VALIDATE, GET, CHECK = 0, 3, 5
 # than netcheck's.
 LEGACY_GET, LEGACY_CHECK = 2, 4
 STORE_MAGIC = 0x3C85F7CE
+NOT_READY = b"\x01"   # a CHECK's answer where a key is missing

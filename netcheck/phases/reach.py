@@ -11,9 +11,9 @@ from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIME
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
-from netcheck.facts.probe import (
-    PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses, silent_nameservers,
-)
+from netcheck.facts.listener import PortTaken, listen, port_holders
+from netcheck.facts.nameservers import silent_nameservers
+from netcheck.facts.probe import probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules, reach as reach_rules, rdzv as rdzv_rules
 from netcheck.rules.registry import RDZV_REACH
