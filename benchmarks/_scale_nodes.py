@@ -44,7 +44,7 @@ from netcheck.core.nictable import Address  # noqa: E402
 from netcheck.core.seats import RankRuns, Seated, SeatBlock, rank_in, ranks_of  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
-from netcheck.facts.probe import allow_a_connection_per_node  # noqa: E402
+from netcheck.facts.listener import allow_a_connection_per_node  # noqa: E402
 
 
 class Greeters:

@@ -2,7 +2,7 @@
 
 A 2-node namespace cluster; node0 serves a TCPStore on 29500. On node1 two clients connect
 and read a key once: (a) a bare `TCPStore('node0', 29500, None, False, 3 s)` with
-`set_timeout(2 s)` on top, (b) netcheck's `cluster.store.client_store` (the same TCPStore with
+`set_timeout(2 s)` on top, (b) netcheck's `cluster.storeconnect.client_store` (the same TCPStore with
 a reply timeout on its socket, STORE_REPLY_TIMEOUT). Then node1's switch port goes down (a
 pulled cable: no packet and no reset either way) and each client calls `check()` once,
 timed, capped at --cap seconds.
@@ -30,7 +30,7 @@ import datetime, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from netcheck.core.deadline import Deadline
 from netcheck.core.compat import import_distributed
-from netcheck.cluster.store import client_store
+from netcheck.cluster.storeconnect import client_store
 
 dist = import_distributed()
 if sys.argv[1] == "bare":

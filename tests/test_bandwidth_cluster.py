@@ -204,7 +204,9 @@ def main() -> int:
     from netcheck.bandwidth.orchestrate import run_bandwidth
     from netcheck.core.deadline import Deadline
     from netcheck.core.compat import import_distributed
-    from netcheck.cluster.store import Exchange, client_store, collect
+    from netcheck.cluster.collect import collect
+    from netcheck.cluster.store import Exchange
+    from netcheck.cluster.storeconnect import client_store
     from netcheck.facts.probe import reach
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),

@@ -22,7 +22,7 @@ from netcheck.config import NO_RDZV_IN_ENV, RDZV_REQUIRED
 from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
-from netcheck.facts.probe import listen
+from netcheck.facts.listener import listen
 from nodes import free_port, parse_report
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,9 @@ from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, 
 from netcheck.core.nictable import Nic
 from netcheck.core.model import node_address
 from netcheck.core.deadline import Deadline
-from netcheck.cluster.store import Exchange, _hex_address, collect
+from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
+from netcheck.facts.storepeers import _hex_address
 from netcheck.cluster.rendezvous import (
     HostState, _answer_pings, came_without_facts, counter_gaps, host_gather, ping, poll_arrivals, publish_facts,
     read_visitors, sign_in, unread,

@@ -1,4 +1,4 @@
-"""The rendezvous and run rules (rules/rdzv.py, rules/run.py) over hand-built facts: exact
+"""The rendezvous and run rules (rules/rdzv.py, rules/reach.py, rules/run.py) over hand-built facts: exact
 checks, severities, ranks and wording."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from netcheck.core.constants import MAX_STRANGERS, NAMES_SHOWN
-from netcheck.rules import rdzv as rdzv_rules, run as run_rules
-from netcheck.rules.rdzv import REACH_FIXES
+from netcheck.rules import reach as reach_rules, rdzv as rdzv_rules, run as run_rules
+from netcheck.rules.reach import REACH_FIXES
 from netcheck.rules.registry import JOIN_FOREIGN, JOIN_MALFORMED
 from netcheck.core.model import (
     ClockSample, Finding, Gathering, Holder, Launch, Member, NodeFacts, NodeResults, Probe,
@@ -61,7 +61,7 @@ def reach(outcome: str, probes: tuple[Probe, ...], addresses=("10.0.0.4",), seco
 
 
 def test_reach_open():
-    found = rdzv_rules.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
+    found = reach_rules.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
                                           seconds=0.0011), (1,))
     assert found == [
         Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4"),
@@ -73,7 +73,7 @@ def test_reach_open():
 def test_reach_refused_counts_the_seconds_it_kept_trying():
     probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused: nothing listens there, or a REJECT rule",
                   0.0003)
-    found = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
+    found = reach_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
     assert found[0] == Finding("rdzv.resolve", "pass", (2,), "node0 resolves to 10.0.0.4")
     assert found[1] == Finding(
         "rdzv.reach", "fail", (2,), "node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
@@ -86,7 +86,7 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
 
 def test_reach_filtered_says_how_long_it_waited():
     probe = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0012)
-    found = rdzv_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
+    found = reach_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
     assert found[1] == Finding(
         "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3.0 s",
         ("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
@@ -97,13 +97,13 @@ def test_reach_filtered_says_how_long_it_waited():
 def test_a_probe_summary_says_the_seconds_its_evidence_says():
     """Not "refused for 3 s" beside "6 attempt(s) over 2.5 s": one number, in one precision."""
     probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused", 0.0003)
-    (_, refused) = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=2.5, attempts=6), (1,))
+    (_, refused) = reach_rules.reach_findings(reach("refused", (probe,), seconds=2.5, attempts=6), (1,))
     assert refused.summary == "node0:29500 refused the connection, 6 attempts over 2.5 s: nothing listens there"
     assert refused.evidence[-1] == "6 attempt(s) over 2.5 s"
-    (_, once) = rdzv_rules.reach_findings(reach("refused", (probe,), seconds=0.004), (1,))
+    (_, once) = reach_rules.reach_findings(reach("refused", (probe,), seconds=0.004), (1,))
     assert once.summary == "node0:29500 refused the connection: nothing listens there"
     slow = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 2.6)
-    (_, filtered) = rdzv_rules.reach_findings(reach("filtered", (slow,), seconds=2.6), (1,))
+    (_, filtered) = reach_rules.reach_findings(reach("filtered", (slow,), seconds=2.6), (1,))
     assert filtered.summary.endswith("no answer in 2.6 s") and filtered.evidence[-1].endswith("over 2.6 s")
 
 
@@ -116,7 +116,7 @@ def unanswered(state: str, gateway=None, shared=()) -> Probe:
                                            ("/etc/hosts line 4: 10.0.0.4 node0", "/etc/hosts on this node is stale")])
 def test_an_address_where_no_machine_answered_arp_is_not_a_firewall(named_in, fix):
     found = dataclasses.replace(reach("filtered", (unanswered("FAILED"),)), named_in=named_in)
-    (_, nobody) = rdzv_rules.reach_findings(found, (1,))
+    (_, nobody) = reach_rules.reach_findings(found, (1,))
     assert (nobody.kind, nobody.nodes) == ("no_machine", (1,))
     assert "no machine answered at 10.0.0.4 on eth0" in nobody.summary and fix in nobody.fix
     assert "firewall" not in nobody.fix
@@ -124,24 +124,24 @@ def test_an_address_where_no_machine_answered_arp_is_not_a_firewall(named_in, fi
 
 
 def test_an_unanswered_gateway_is_named_as_the_gateway():
-    (_, nobody) = rdzv_rules.reach_findings(reach("unreachable", (unanswered("INCOMPLETE", "10.0.0.1"),)), (1,))
+    (_, nobody) = reach_rules.reach_findings(reach("unreachable", (unanswered("INCOMPLETE", "10.0.0.1"),)), (1,))
     assert nobody.kind == "no_machine" and "no machine answered at 10.0.0.1 (the gateway)" in nobody.summary
 
 
 def test_a_second_interface_on_the_subnet_names_the_route_it_takes():
-    (_, taken) = rdzv_rules.reach_findings(reach("filtered", (unanswered("INCOMPLETE", shared=("eth1",)),)), (1,))
+    (_, taken) = reach_rules.reach_findings(reach("filtered", (unanswered("INCOMPLETE", shared=("eth1",)),)), (1,))
     assert taken.kind == "shared_subnet" and "the kernel's route takes eth0 (source 10.0.0.7)" in taken.summary
     assert "metric" in taken.fix
 
 
 def test_a_neighbour_that_answered_keeps_the_firewall():
-    (_, dropped) = rdzv_rules.reach_findings(reach("filtered", (unanswered("REACHABLE"),)), (1,))
+    (_, dropped) = reach_rules.reach_findings(reach("filtered", (unanswered("REACHABLE"),)), (1,))
     assert not dropped.kind and dropped.fix == REACH_FIXES["filtered"]
 
 
 def test_reach_unreachable():
     probe = Probe("10.9.0.4", "ipv4", "unreachable", "No route to host", 0.0001)
-    found = rdzv_rules.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
+    found = reach_rules.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
     assert found == [
         Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.9.0.4"),
         Finding("rdzv.reach", "fail", (1,), "node0:29500 is unreachable from this node: no route",
@@ -151,7 +151,7 @@ def test_reach_unreachable():
 
 
 def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
-    found = rdzv_rules.reach_findings(
+    found = reach_rules.reach_findings(
         reach("dns", (), addresses=(), seconds=0.02, attempts=0, host="nosuch.example",
               error="Name or service not known"), (3,))
     assert found == [Finding(
@@ -163,7 +163,7 @@ def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
 def test_reach_lists_every_address_and_probe_of_both_families():
     probes = (Probe("fd00::4", "ipv6", "refused", "connection refused", 0.001),
               Probe("10.0.0.4", "ipv4", "open", "connected", 0.002))
-    found = rdzv_rules.reach_findings(reach("open", probes, addresses=("fd00::4", "10.0.0.4"), seconds=0.5), ())
+    found = reach_rules.reach_findings(reach("open", probes, addresses=("fd00::4", "10.0.0.4"), seconds=0.5), ())
     assert found[0].summary == "node0 resolves to fd00::4, 10.0.0.4"
     assert found[1].evidence == ("fd00::4 (ipv6): refused, connection refused, 0.00 s",
                                  "10.0.0.4 (ipv4): open, connected, 0.00 s",
@@ -177,7 +177,7 @@ def test_reach_lists_every_address_and_probe_of_both_families():
 def test_listen_finding_names_the_process_holding_the_port():
     holders = [Holder(4242, "python", "python -m torch.distributed.run train.py"),
                Holder(4243, "python", "python train.py")]
-    assert rdzv_rules.listen_finding(29500, holders, "Address already in use") == Finding(
+    assert reach_rules.listen_finding(29500, holders, "Address already in use") == Finding(
         "rdzv.listen", "fail", (0,),
         "port 29500 is already in use on the host by pid 4242 (python): python -m torch.distributed.run "
         "train.py; pid 4243 (python): python train.py",
@@ -186,22 +186,22 @@ def test_listen_finding_names_the_process_holding_the_port():
 
 
 def test_listen_finding_without_holders():
-    assert rdzv_rules.listen_finding(80, [], "Permission denied") == Finding(
+    assert reach_rules.listen_finding(80, [], "Permission denied") == Finding(
         "rdzv.listen", "fail", (0,), "the host cannot listen on port 80: Permission denied", (),
         "pick a free port, or run as a user allowed to bind it")
 
 
 def test_listen_pass():
-    assert rdzv_rules.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
+    assert reach_rules.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
 
 
 def test_reach_summary_names_the_slowest_joiner():
     fast = reach("open", (), seconds=0.01)
     slow = reach("open", (), seconds=1.5)
     members = (member(0), member(1, reach=fast), member(2, reach=slow))
-    assert rdzv_rules.reach_summary(members) == [Finding(
+    assert reach_rules.reach_summary(members) == [Finding(
         "rdzv.reach", "pass", (1, 2), "2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
-    assert rdzv_rules.reach_summary((member(0),)) == []
+    assert reach_rules.reach_summary((member(0),)) == []
 
 
 # --- join_findings ---------------------------------------------------------------------------------
@@ -485,9 +485,9 @@ def reached(*addresses: str) -> Reach:
 
 def test_resolve_consistency_same_family_everywhere_says_nothing():
     members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("10.0.0.4")))
-    assert rdzv_rules.resolve_consistency(members) == []
+    assert reach_rules.resolve_consistency(members) == []
     both = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("fd00::4", "10.0.0.4")))
-    assert rdzv_rules.resolve_consistency(both) == []
+    assert reach_rules.resolve_consistency(both) == []
 
 
 def renamed(m: Member, rank: int) -> Member:
@@ -498,7 +498,7 @@ def renamed(m: Member, rank: int) -> Member:
 def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
     members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("fd00::4")),
                renamed(member(1, reach=reached("10.0.0.4")), 3))
-    assert rdzv_rules.resolve_consistency(members) == [Finding(
+    assert reach_rules.resolve_consistency(members) == [Finding(
         "rdzv.resolve", "warn", (2,), "the rendezvous host resolves to different address families across nodes",
         ("node1: ipv4", "node2: ipv6", "node3: ipv4"),
         "give the host one address family everywhere (use an address, or fix /etc/hosts and DNS so "
@@ -508,14 +508,14 @@ def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
 def test_resolve_consistency_dual_stack_against_v4_only():
     members = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("10.0.0.4")),
                renamed(member(2, reach=reached("10.0.0.4")), 3))
-    found = rdzv_rules.resolve_consistency(members)
+    found = reach_rules.resolve_consistency(members)
     assert [(f.severity, f.nodes) for f in found] == [("warn", (1,))]
     assert found[0].evidence == ("node1: ipv4+ipv6", "node2: ipv4", "node3: ipv4")
 
 
 def test_resolve_consistency_ignores_the_host_which_does_not_probe():
     members = (member(0), member(1, reach=reached("fd00::4")))
-    assert rdzv_rules.resolve_consistency(members) == []
+    assert reach_rules.resolve_consistency(members) == []
 
 
 # --- the small ones ----------------------------------------------------------------------------------
@@ -551,7 +551,7 @@ def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
 
 def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():
     probe = Probe("::1", "ipv6", "refused", "connection refused", 0.0001)
-    found = rdzv_rules.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
+    found = reach_rules.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
     assert found[1].summary.startswith("[::1]:29500 refused the connection")
 
 
@@ -631,7 +631,7 @@ def test_netcheck_nodes_sharing_a_machine_are_counted_as_nodes_on_it():
                   for r in range(2))
     (joined,) = rdzv_rules.join_findings(gathering(alike, expected=2))
     assert joined.summary.startswith("2 node(s) on one machine (node0) joined in ")
-    (summary,) = rdzv_rules.reach_summary(alike)
+    (summary,) = reach_rules.reach_summary(alike)
     assert summary.summary.startswith("2 node(s) on one machine (node0) reached node0:29500")
 
 
@@ -639,7 +639,7 @@ def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
     workers = tuple(worker(r, f"node{r // 2}", ADDRESS[r // 2]) for r in range(4))
     reached = tuple(dataclasses.replace(w, facts=dataclasses.replace(w.facts, reach=reach("open", ())))
                     for w in workers)
-    (summary,) = rdzv_rules.reach_summary(reached)
+    (summary,) = reach_rules.reach_summary(reached)
     assert summary.summary.startswith("2 node(s) (4 ranks) reached node0:29500")
     (joined,) = rdzv_rules.join_findings(gathering(workers, expected=4))
     assert joined.summary.startswith("2 node(s) (4 ranks) joined in ")

@@ -14,10 +14,12 @@ import time
 import psutil
 import pytest
 
-from netcheck.cluster.store import HostLost, RendezvousError, client_store
+from netcheck.cluster.storeconnect import client_store
+from netcheck.core.storeerrors import HostLost, RendezvousError
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline
-from netcheck.facts.probe import full_frames_lost, listen, probe_address
+from netcheck.facts.listener import listen
+from netcheck.facts.probe import full_frames_lost, probe_address
 from faults import wait_until
 from nodes import free_port, scaled
 
@@ -163,7 +165,8 @@ def test_a_store_that_stopped_listening_is_a_lost_host_at_once():
 
 QUIET = """
 import socket, threading
-from netcheck.cluster.store import client_store, RendezvousError
+from netcheck.cluster.storeconnect import client_store
+from netcheck.core.storeerrors import RendezvousError
 from netcheck.core.deadline import Deadline
 server = socket.create_server(("127.0.0.1", 0))
 threading.Thread(target=lambda: [server.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()

@@ -38,7 +38,8 @@ from typing import Annotated, Callable
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import MAX_DETAIL, Event
-from netcheck.cluster.store import Exchange, collect
+from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
     STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
@@ -48,6 +49,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
 from netcheck.core.fields import FEW, PER_RANK, NodeRank, Text
 from netcheck.core.bwrecords import NodeLinks, PeerSegments
@@ -129,7 +131,7 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
                     f"node {node_rank}'s netcheck was interrupted (Ctrl-C or SIGTERM)")
     try:
         ex.post(BW_NODE, node_rank, NodeReport(node_rank, (stopped,), *watch.backend))
-    except (RuntimeError, OSError):
+    except StoreError:
         pass  # the host's store is gone too: nobody is waiting
 
 
@@ -138,7 +140,7 @@ def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadli
     try:
         ex.post(BW_NODE, mine.node, mine)
         return collect(ex, NodeReport, BW_NODE, nodes, deadline)
-    except (RuntimeError, OSError):  # the host's store is gone: this node's own view must do
+    except StoreError:  # the host's store is gone: this node's own view must do
         return {mine.node: mine}
 
 
@@ -327,7 +329,7 @@ class Watch:
         # sees it.
         try:
             return call()
-        except (RuntimeError, OSError):
+        except StoreError:
             return None
 
     def stop(self, fate: str) -> None:

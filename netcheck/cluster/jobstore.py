@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from netcheck.cluster.store import RendezvousError, client_store
+from netcheck.cluster.storeconnect import client_store
+from netcheck.core.storeerrors import RendezvousError
 from netcheck.cluster.storewire import Wire, WireError, get_bounded
 from netcheck.core import compat
 from netcheck.core.constants import MAX_NODES

@@ -35,8 +35,9 @@ from typing import Annotated
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
-from netcheck.cluster.store import Exchange, HostLost, Interfered, RendezvousError, first_line
-from netcheck.core import codec, compat
+from netcheck.cluster.store import Exchange
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError, StoreError, StoreLost, first_line
+from netcheck.core import codec
 from netcheck.core.constants import (
     ARRIVALS_READ_BATCH, CLOCK_PINGS, CLOCK_WAIT, IN_FLIGHT_GRACE, LOOKUP_TIMEOUT, MAX_NODES, MAX_PINGS_BYTES,
     MAX_STRANGERS, MAX_VISITOR_BYTES, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, NEWEST_FIRST, PING_RETRY, POLL_SLICE,
@@ -117,7 +118,7 @@ class Seat:
     def goodbye(self) -> None:
         try:
             self.exchange.post(BYE, self.arrival, 1)
-        except (RuntimeError, OSError):
+        except StoreError:
             pass  # the host is gone already: nobody is waiting for this goodbye
 
 
@@ -279,11 +280,11 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
             key, seen = next(reversed(ex.interfered.items()))
             raise Interfered(key, seen) from None
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
-    except (RuntimeError, OSError) as e:
+    except StoreError as e:
         if late:  # the host was done with the rendezvous, and may be done altogether
             raise CameTooLate(first_line(e)) from None
         what = "the host stopped answering during the rendezvous"
-        if compat.store_lost(e):
+        if isinstance(e, StoreLost):
             raise HostLost(what, first_line(e)) from None
         raise RendezvousError(f"{what}: {first_line(e)}") from None
     if seat.rank is None:

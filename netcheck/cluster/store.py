@@ -1,288 +1,35 @@
-"""The TCPStore as netcheck talks to it: the host's server on its pre-bound socket, clients
-with bounded connects and replies, and the Exchange: typed, bounded, optionally signed JSON
-under netcheck's keys. Every torch workaround for the store lives here or in core.compat."""
+"""The TCPStore as netcheck talks to it once connected (cluster.storeconnect connects): the
+Exchange, typed, bounded, optionally signed JSON under netcheck's keys, and collect, which
+reads what many nodes post. Every torch workaround for the store lives here, in
+cluster.storeconnect or in core.compat."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import hmac
-import os
 import re
-import socket
-import stat
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from netcheck.cluster import storewire
+from netcheck.cluster.storeconnect import client_try, not_listening
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_NODES, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_LOOKS_PER_SECOND,
-    STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+    FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_NODES, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import StoreStall
+from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
-from netcheck.facts.probe import Listener, call_with_timeout, reach, silent_nameservers
+from netcheck.facts.storepeers import StallWatch
 
-
-
-CONNECT_TRY = 2.0
 HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
 
 GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
 MAX_ID_DIGITS = 18     # an arrival number a node took at random (a counter it could not use) fits
-FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
 MAX_POSTED_BYTES = 16 * MAX_NODES  # ",ID," for every node, twice over
-
-
-class RendezvousError(Exception):
-    """The rendezvous could not go on; the message says why in one line."""
-
-
-def _timedelta(seconds: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=max(0.05, seconds))
-
-
-class Interfered(RendezvousError):
-    """The store closed this client's connection on one of netcheck's own requests, because
-    another client left the key in a state netcheck never makes (a counter set to text):
-    `seen` says what the key holds. The connection has been made again."""
-
-    def __init__(self, key: str, seen: str):
-        super().__init__(f"{key} {seen}")
-        self.key, self.seen = key, seen
-
-
-class HostLost(RendezvousError):
-    """The host's store was there (the reach probe heard it) and is gone: the host died, or
-    the path to it broke. `seen` is the cause in its own words, the finding's evidence."""
-
-    def __init__(self, what: str, seen: str):
-        super().__init__(f"{what}: {seen}")
-        self.seen = seen
-
-
-def host_store(listener: Listener, port: int, deadline: Deadline):
-    """The TCPStore server, on the socket the host has listened on since it started.
-
-    The store takes the descriptor over and closes it itself, so Python lets go of it.
-    """
-    dist = compat.import_distributed(deadline)
-    try:
-        return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.hand_over())
-    except RuntimeError as e:  # its own client's connect: a firewall rule for the port since reach
-        raise RendezvousError(f"the host's store on port {port} could not start: {first_line(e)}") from None
-
-
-def client_store(host: str, port: int, deadline: Deadline):
-    """A client of a store the reach probe found listening; raises RendezvousError (HostLost
-    once it no longer listens) rather than wait past the deadline.
-
-    Where torch's own timeouts fall short (measured on 2.13, benchmarks/ and
-    tests/test_store_probe.py): the constructor's validate and ping have none at all, so
-    against a peer that accepts and never answers it blocks for as long as the peer lives
-    (past 90 s with a 2 s timeout); a refused connect is retried for up to ~2x its timeout.
-    So each try runs in a daemon thread that is abandoned at its bound (torch releases the
-    GIL there), and before each try a plain connect asks whether the store still listens: a
-    host lost before this client connected is said at once, not retried to the deadline.
-    Once connected, every request is bounded by _bound_replies; Exchange waits by polling.
-    """
-    dist = compat.import_distributed(deadline)
-    while True:
-        gone = _not_listening(host, port, deadline)
-        if gone:
-            raise HostLost(f"the host's store at {host}:{port} is gone", gone)
-        store, error = _client_try(dist, host, port, deadline)
-        if store is not None:
-            return store
-        if isinstance(error, TimeoutError) or deadline.remaining() < 0.1:
-            raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
-                                  f"{first_line(error)}")
-        time.sleep(min(PROBE_RETRY_INTERVAL, deadline.remaining()))
-
-
-def _not_listening(host: str, port: int, deadline: Deadline) -> str | None:
-    """Why nothing listens at host:port any more (refused, filtered...), or None."""
-    found = reach(host, port, deadline.within(PROBE_TIMEOUT), wait_while_refused=False, handshake=False)
-    if found.outcome == "open":
-        return None
-    return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
-
-
-def _client_try(dist, host: str, port: int, deadline: Deadline):
-    """(store, None) or (None, the error): one TCPStore constructor, given a short timeout
-    (torch retries a refused connect within it), abandoned in its thread past twice that: a
-    peer that accepts and never answers holds it forever. Plus a lookup's wait for each
-    nameserver that does not answer: torch's client looks up the name of the address it
-    connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never answers)."""
-    seconds = min(CONNECT_TRY, deadline.remaining() / 3)
-    timeout = compat.connect_timeout(_timedelta(seconds))
-    silent = silent_nameservers()
-    waits = sum(s.lookup_wait for s in silent)
-    bound = min(2 * timeout.total_seconds() + 1.0 + waits, max(0.1, deadline.remaining()))
-
-    def construct():
-        before = _socket_fds()
-        store = dist.TCPStore(host, port, None, False, timeout)
-        store.set_timeout(_timedelta(deadline.remaining()))
-        _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
-        # A round trip: torch 2.1 and 2.4's constructors send nothing, so a client could count
-        # the host's pre-store listener (which closes what is not netcheck's probe) as its store.
-        store.num_keys()
-        return store
-
-    store, error = call_with_timeout(construct, bound)
-    if isinstance(error, TimeoutError) and silent:
-        error = TimeoutError(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the address it "
-                             f"connects to, and this node's nameserver {', '.join(s.address for s in silent)} "
-                             f"({silent[0].source}) does not answer")
-    elif isinstance(error, TimeoutError):
-        error = TimeoutError(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a store "
-                             "held up by other clients answers late, a hung process never: the host's report says)")
-    elif error is not None and not isinstance(error, (RuntimeError, OSError)):
-        raise error
-    return store, error
-
-
-def _socket_fds() -> set[int]:
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return set()
-    fds = set()
-    for name in names:
-        try:
-            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
-                fds.add(int(name))
-        except OSError:
-            continue  # closed meanwhile (listdir's own descriptor among them)
-    return fds
-
-
-def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
-    """A receive/send timeout on the store client's socket (the new one connected to port).
-
-    TCPStore's own timeout bounds waiting for a key, not a reply: over a link cut mid-run
-    (packets dropped, no RST) a plain check() sits in recv for as long as TCP retries: no
-    answer in 120 s with every timeout set to 2 s (benchmarks/store_link_cut.py). With
-    SO_RCVTIMEO the call raises DistNetworkError ("Socket Timeout") instead, which reads as
-    a lost host.
-    """
-    timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
-    for fd in fds:
-        try:
-            copy = os.dup(fd)  # socket options are the socket's: set through a copy, closed after
-        except OSError:
-            continue  # closed since it was listed: not the store's
-        try:
-            sock = socket.socket(fileno=copy)
-        except OSError:  # a family Python does not know (netlink): not the store's
-            os.close(copy)
-            continue
-        with sock:
-            try:
-                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-            except OSError:
-                continue  # not connected: not the store's
-
-
-# The host's own request to its store, unanswered this long, is a stall: the store answers in
-# milliseconds, but serves every client on one thread, and torch 2.13's looks up the name of
-# each connection it accepts there (getnameinfo: measured per connection, the store's thread
-# waiting out each reply; a lookup that fails outright stops torch's lookups for good, one
-# answered late never does).
-STALL_SECONDS = 2.0
-STALL_LOOK = 0.5        # how often the watch looks at the request in flight
-STALL_READS = 4         # the host's bounded read, tried again while its store is stalled
-MAX_STALLS = 16         # stalls recorded; the rest are counted in the last one's seconds
-TCP_LISTEN = "0A"       # /proc/net/tcp's state of a listening socket
-
-
-class StallWatch:
-    """Watches the host's own store requests from a thread of its own: while one has been in
-    flight STALL_SECONDS or more, who is connected to the store's port is read from this
-    machine's /proc/net/tcp and tcp6, so the clients behind a stall are named while they are
-    still there (a stranger's connection is gone once the store has looked it up and read
-    its end). The host's thread only notes when each request starts and ends."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.since: float | None = None   # when the request in flight was sent
-        self.request: tuple[str, object] = ("", "")   # its method, and its key or keys
-        self.stalls: list[StoreStall] = []
-        self._since: float | None = None   # when the request of the last stall was sent
-        threading.Thread(target=self._watch, name="netcheck-stall-watch", daemon=True).start()
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(STALL_LOOK)
-            since, request = self.since, self.request
-            if since is None or time.monotonic() - since < STALL_SECONDS:
-                continue
-            self._note(since, _request_text(*request), port_peers(self.port))
-
-    def _note(self, since: float, request: str, peers: dict[str, int]) -> None:
-        seconds = round(time.monotonic() - since, 1)
-        last = self.stalls[-1] if self.stalls else None
-        if last is not None and ((last.request, self._since) == (request, since) or len(self.stalls) >= MAX_STALLS):
-            merged = {a: max(n, peers.get(a, 0)) for a, n in last.peers.items()} | {
-                a: n for a, n in peers.items() if a not in last.peers}
-            self.stalls[-1] = StoreStall(last.request, max(seconds, last.seconds), merged)
-            return
-        self._since = since
-        self.stalls.append(StoreStall(request, seconds, peers))
-
-
-def _request_text(method: str, keys: object) -> str:
-    """A store request as a stall names it: its method and key (the first of a list, counted)."""
-    if isinstance(keys, (list, tuple)):
-        keys = f"{keys[0]} and {len(keys) - 1} more keys" if len(keys) > 1 else (keys[0] if keys else "")
-    return f"{method} {keys}".strip()
-
-
-def port_peers(port: int) -> dict[str, int]:
-    """address -> connections to this machine's `port` (its network namespace's view), from
-    /proc/net/tcp and tcp6: those the store serves and those still waiting to be accepted."""
-    peers: dict[str, int] = {}
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path("/proc/net", table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 4 or fields[3] == TCP_LISTEN or _hex_port(fields[1]) != port:
-                continue
-            address = _hex_address(fields[2].rsplit(":", 1)[0])
-            peers[address] = peers.get(address, 0) + 1
-    return peers
-
-
-def _hex_port(field: str) -> int:
-    return int(field.rsplit(":", 1)[1], 16)
-
-
-def _hex_address(text: str) -> str:
-    """An address as /proc/net/tcp writes it (32-bit words in host order) as text; an IPv4
-    one mapped into IPv6 as IPv4."""
-    raw = bytes.fromhex(text)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    if len(words) == 4:
-        return socket.inet_ntop(socket.AF_INET, words)
-    if words.startswith(b"\0" * 10 + b"\xff\xff"):
-        return socket.inet_ntop(socket.AF_INET, words[12:])
-    return socket.inet_ntop(socket.AF_INET6, words)
-
-
-def first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+STALL_READS = 4         # the host's bounded read, tried again while its store is stalled (StallWatch)
 
 
 class Exchange:
@@ -325,7 +72,8 @@ class Exchange:
         # After a broken request (a reply timed out) the stream is out of step: a late
         # reply would answer the next request. So the first break is final.
         if self.lost is not None:
-            raise ConnectionError(f"the host's store was lost earlier: {self.lost}")
+            earlier = f"the host's store was lost earlier: {self.lost}"
+            raise StoreLost(earlier, ConnectionError(earlier))
         self._started(getattr(method, "__name__", method), args)
         try:
             try:
@@ -334,10 +82,13 @@ class Exchange:
                 if not self._held_up_client_replaced(e):
                     raise
             return self._request(method, args)   # once, on the new connection: a second break is final
-        except Exception as e:
-            if compat.store_lost(e):
-                self.lost = first_line(e)
-            raise
+        except (RuntimeError, OSError) as e:   # torch's, translated here once (core.storeerrors)
+            error = compat.store_error(e)
+            if isinstance(error, StoreLost):
+                self.lost = first_line(error)
+            if error is e:
+                raise
+            raise error from e
         finally:
             self._ended()
 
@@ -361,16 +112,16 @@ class Exchange:
         host, port, began = self._server.host, self._server.port, time.monotonic()
         dist = compat.import_distributed(self.limit)
         first = True
-        while not self.limit.expired() and _not_listening(host, port, self.limit) is None:
+        while not self.limit.expired() and not_listening(host, port, self.limit) is None:
             asked = time.monotonic()
-            store, failed = _client_try(dist, host, port, self.limit)
+            store, failed = client_try(dist, host, port, self.limit)
             if store is not None and first and time.monotonic() - asked < HELD_UP_AFTER:
                 return False
             if store is not None:
                 self._store = store
                 self.held_up.append(round(time.monotonic() - began + STORE_REPLY_TIMEOUT, 1))
                 return True
-            if not isinstance(failed, TimeoutError):
+            if not isinstance(failed, ConnectTimedOut):
                 return False
             first = False
         return False
@@ -444,6 +195,7 @@ class Exchange:
                 self._write(key, text, mac)
 
     def _mac(self, key: str, data: bytes, nonce: str | None = None) -> str:
+        assert self.token is not None, "a MAC only under --token"
         mac = hmac.new(self.token.encode(), digestmod=hashlib.sha256)
         nonce = self.nonce if nonce is None else nonce
         for part in (self.run_id.encode(), nonce.encode(), key.encode(), data):
@@ -466,7 +218,7 @@ class Exchange:
         connection off because another client had set the key to something not a number."""
         try:
             return self._call("add", key, add)
-        except (RuntimeError, OSError):
+        except StoreError:
             seen = self._not_a_counter(key)
             if seen is None:
                 raise
@@ -494,7 +246,7 @@ class Exchange:
         if isinstance(held, int):
             return None
         deadline = Deadline(STORE_REPLY_TIMEOUT)
-        store, _ = _client_try(compat.import_distributed(deadline), self._server.host, self._server.port, deadline)
+        store, _ = client_try(compat.import_distributed(deadline), self._server.host, self._server.port, deadline)
         if store is None:
             return None
         self._store, self.lost = store, None
@@ -543,6 +295,7 @@ class Exchange:
         return self._wire_get(key, max_bytes)
 
     def _wire_get(self, key: str, max_bytes: int) -> storewire.StoreValue:
+        assert self._wire is not None, "made by _bounded"
         self._started("get", (key,))
         try:
             return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
@@ -697,79 +450,3 @@ def _bare(error: codec.DecodeError) -> codec.DecodeError:
     the whole text) held what was read, a MiB and its decoding, for as long as it is kept."""
     error.__context__ = error.__cause__ = None
     return error.with_traceback(None)
-
-
-def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
-            quiet: tuple[float, float] | None = None) -> dict:
-    """Every `name/ID` value (written with Exchange.post) for the given ids, read as they
-    are posted, until all, the deadline, or (with quiet, (LEAST, SILENCE)) LEAST seconds
-    since the first look and SILENCE seconds with none new: thousands of nodes take longer
-    than a few to post, but not with long silences. A look costs one request however many
-    ids are pending, and the new values come in one more: the host of thousands of nodes
-    would otherwise ask after each of them on every look.
-
-    An id whose value never comes or does not decode is absent; one that does not decode is
-    also kept in ex.rejected, so its sender is named for it and not as lost. The seconds the
-    host's store stalled (StallWatch) are no silence of the nodes': nobody could post then.
-    """
-    found: dict = {}
-    pending = set(ids)
-    begun = heard = (time.monotonic(), ex.stalled_seconds())
-
-    def since(mark: tuple[float, float]) -> float:  # the seconds since mark that nodes could post in
-        return time.monotonic() - mark[0] - (ex.stalled_seconds() - mark[1])
-
-    while pending:  # one look at least, also past the deadline: what is there counts
-        ex.restore()
-        over = deadline.expired() or (quiet is not None and since(begun) >= quiet[0] and since(heard) >= quiet[1])
-        new = _ready(ex, name, pending, over, each_counts=quiet is not None)
-        values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
-        for i in new:
-            value = values.get(ex.key(name, i))
-            if value is not None:  # listed but not there: a foreign append, looked at again
-                pending.discard(i)
-                heard = (time.monotonic(), ex.stalled_seconds())
-                if isinstance(value, codec.DecodeError):
-                    ex.rejected[name, i] = str(value)
-                else:
-                    found[i] = value
-        if not pending or over:
-            break
-        time.sleep(ex.pause)
-    return found
-
-
-def posted_by(ex: Exchange, name: str, ids: list[int], deadline: Deadline) -> set[int]:
-    """The ids listed as having posted `name`, waited for until all are or the deadline: for
-    a value every node posts once it sees a go-ahead at its own poll, so not all at once."""
-    pending, found = set(ids), set()
-    while pending:
-        over = deadline.expired()
-        new = set(_ready(ex, name, pending, over, each_counts=True))
-        found |= new
-        pending -= new
-        if over:
-            break
-        time.sleep(ex.pause)
-    return found
-
-
-def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool, each_counts: bool) -> list[int]:
-    """The pending ids whose value is there, in one request a look: for many ids, or where
-    each new one counts (a quiet window runs from the last), from the posted list; for a
-    few, one check of them all, which sees none until all are in. On the last look the ids
-    not found so are asked after key by key (a value posted whose listing never came is
-    still read)."""
-    ids = sorted(pending)
-    keys = [ex.key(name, i) for i in ids]
-    listed = each_counts or len(ids) > FEW_IDS
-    posted = ex.posted(name) if listed else None
-    if posted is not None:
-        ready = pending & posted
-    elif listed:  # the list was grown past any cluster's: each key is asked after
-        ready = {i for i, k in zip(ids, keys) if ex.has(k)}
-    else:
-        ready = pending if ex.has_all(keys) else set()
-    if last_look:
-        ready |= {i for i, k in zip(ids, keys) if i not in ready and ex.has(k)}
-    return sorted(ready)

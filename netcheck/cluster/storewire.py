@@ -16,7 +16,7 @@ libuv backend (torch/csrc/distributed/c10d/TCPStoreBackend.cpp, TCPStoreLibUvBac
     <- int64 keys deleted
 
 A store that resets the first request on a fresh connection is asked again in torch 2.1's
-protocol (facts.probe: _LEGACY_GET), and its endpoint remembered.
+protocol (core.storewireops: LEGACY_GET), and its endpoint remembered.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.facts.probe import _GET, _STORE_MAGIC, _VALIDATE, _LEGACY_GET, error_text, resolve
+from netcheck.core.storeerrors import StoreLost
+from netcheck.core.storewireops import GET, LEGACY_GET, STORE_MAGIC, VALIDATE
+from netcheck.facts.probe import error_text, resolve
 
 _without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
@@ -36,8 +38,9 @@ _LENGTH = struct.Struct("<Q")
 _CHUNK = 1 << 20
 
 
-class WireError(ConnectionError):
-    """The store took no connection, broke off or did not answer in time; one line."""
+class WireError(StoreLost, ConnectionError):
+    """The store took no connection, broke off or did not answer in time; one line. A lost
+    store (core.storeerrors), and a ConnectionError as it always was."""
 
     def __init__(self, message: str, reset: bool = False):
         super().__init__(message)
@@ -71,12 +74,13 @@ class Wire:
 
     def get(self, key: str, max_bytes: int, deadline: Deadline) -> StoreValue:
         """As get_bounded; raises WireError (and closes) when the store does not answer."""
-        return self._asked(key, (_GET, _LEGACY_GET), deadline, lambda: self._value(max_bytes, deadline))
+        return self._asked(key, (GET, LEGACY_GET), deadline, lambda: self._value(max_bytes, deadline))
 
     def delete(self, key: str, deadline: Deadline) -> None:
         """KEY deleted, as torch's delete_key (the count it answers is read and dropped);
         raises WireError (and closes) when the store does not answer."""
-        self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline, lambda: _received(self._sock, _LENGTH.size, deadline))
+        self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline,
+                    lambda: _received(self._connection(), _LENGTH.size, deadline))
 
     def _asked(self, key: str, queries: tuple[int, int], deadline: Deadline, reply):
         """reply() to KEY's request of queries[0] (queries[1] in torch 2.1's protocol)."""
@@ -96,7 +100,7 @@ class Wire:
             request = _get_request(key, query)
             if self._sock is None:  # a new connection validates first, in the same packet
                 self._sock = _connected(self.host, self.port, deadline)
-                request = (b"" if legacy else struct.pack("<BI", _VALIDATE, _STORE_MAGIC)) + request
+                request = (b"" if legacy else struct.pack("<BI", VALIDATE, STORE_MAGIC)) + request
             self._sock.sendall(request)
             return reply()
         except socket.timeout:
@@ -110,11 +114,15 @@ class Wire:
                             reset=isinstance(e, ConnectionResetError)) from None
 
     def _value(self, max_bytes: int, deadline: Deadline) -> StoreValue:
-        size = _LENGTH.unpack(_received(self._sock, _LENGTH.size, deadline))[0]
+        size = _LENGTH.unpack(_received(self._connection(), _LENGTH.size, deadline))[0]
         if size > max_bytes:
             self.close()
             return StoreValue(size, None)
-        return StoreValue(size, _received(self._sock, size, deadline))
+        return StoreValue(size, _received(self._connection(), size, deadline))
+
+    def _connection(self) -> socket.socket:
+        assert self._sock is not None, "a reply read on a closed connection"   # _ask connects first
+        return self._sock
 
     def close(self) -> None:
         if self._sock is not None:

@@ -40,6 +40,7 @@ import warnings
 from contextlib import contextmanager
 
 from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import ReplyTimedOut, StoreError, StoreLost
 
 # Never a stored value: netcheck stores JSON text and hex MACs, neither holds a NUL.
 _ABSENT = "\x00netcheck:absent\x00"
@@ -194,16 +195,29 @@ def list_keys(store) -> tuple[str, ...] | None:
     return tuple(lister()) if lister is not None else None
 
 
+def store_error(error: RuntimeError | OSError) -> StoreError:
+    """torch's error of a store request as netcheck's (core.storeerrors), its message kept:
+    the one place torch's words for it are read."""
+    if isinstance(error, StoreError):
+        return error
+    kind = ReplyTimedOut if reply_timed_out(error) else StoreLost if store_lost(error) else StoreError
+    return kind(str(error), error)
+
+
 def reply_timed_out(error: BaseException) -> bool:
     """A store client's request whose reply did not come within the socket's receive timeout
     (netcheck's SO_RCVTIMEO): not refused, not reset; the store may still be there."""
+    if isinstance(error, ReplyTimedOut):
+        return True
     return store_lost(error) and _TIMED_OUT in str(error)
 
 
 def store_lost(error: BaseException) -> bool:
     """A store client's connection broke mid-run: the host died, or the path to it."""
-    if isinstance(error, ConnectionError):
+    if isinstance(error, (ConnectionError, StoreLost)):
         return True
+    if isinstance(error, StoreError):
+        return False
     dist = sys.modules.get("torch.distributed")
     network_error = getattr(dist, "DistNetworkError", None)
     if network_error is not None:

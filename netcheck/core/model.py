@@ -30,7 +30,7 @@ ROLES = HOST, JOINER, LOCAL, PROBE, INSPECT = ("host", "joiner", "local", "probe
 Role = Annotated[str, one_of(*ROLES)]
 SEVERITIES = (PASS, WARN, FAIL)
 Severity = Annotated[str, one_of(*SEVERITIES)]
-# A probe's answer; the rules hold a fix for each (rules.rdzv.REACH_FIXES).
+# A probe's answer; the rules hold a fix for each (rules.reach.REACH_FIXES).
 PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
 REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
 UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why

@@ -32,10 +32,7 @@ import errno
 import functools
 import ipaddress
 import os
-import re
 import queue
-import resource
-import selectors
 import shutil
 import socket
 import struct
@@ -43,36 +40,29 @@ import subprocess
 import threading
 import time
 
-from netcheck.core.constants import MAX_NODES, NAMESERVER_TIMEOUT, PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Holder, Probe, Reach, Route, SilentNameserver
+from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Probe, Reach, Route
+from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
+from netcheck.facts.nameservers import hosts_ask_dns
 
 FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
 
-# TCPStore's wire protocol: QueryType VALIDATE (0) with its magic, then CHECK (5) of one key
-# (uint64 count, then uint64 length and bytes per key); the answer is READY (0) or NOT_READY
-# (1). Integers go in the sender's byte order: little-endian on every platform torch ships for.
-_VALIDATE, _GET, _CHECK = 0, 3, 5
-# torch 2.1's store knows no VALIDATE (its GET is 2, its CHECK 4) and resets a connection that
-# starts with one. Where a fresh connection's first request is reset or closed unanswered, the
-# probe and inspect's reads (cluster.storewire) ask again this way: a job's torch may be older
-# than netcheck's.
-_LEGACY_GET, _LEGACY_CHECK = 2, 4
-_STORE_MAGIC = 0x3C85F7CE
+# TCPStore's wire protocol (core.storewireops): VALIDATE with its magic, then CHECK of one key;
+# the answer is READY (0) or NOT_READY (1).
 _STORE_ANSWERS = (b"\x00", b"\x01")
-_NOT_READY = b"\x01"
 # No torch client can name this key: TCPStore puts "/" before every key it is given.
 _PROBE_KEY = b"netcheck/probe"
-STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC)
-               + struct.pack("<BQQ", _CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
-LEGACY_STORE_PROBE = struct.pack("<BQQ", _LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
+STORE_PROBE = (struct.pack("<BI", VALIDATE, STORE_MAGIC)
+               + struct.pack("<BQQ", CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY)
+LEGACY_STORE_PROBE = struct.pack("<BQQ", LEGACY_CHECK, 1, len(_PROBE_KEY)) + _PROBE_KEY
 # The same question in one full jumbo segment: where both ends' MTU is 9000 and a port between
 # them carries 1500, TCP sends it whole and it vanishes; on a 1500 path it is cut up and passes.
 # Two keys of half the frame each: the libuv store refuses a key over 8 KiB.
 FULL_FRAME = 8900
 _HALF_KEY = _PROBE_KEY + b"/" + b"f" * (FULL_FRAME // 2 - 16 - len(_PROBE_KEY) - 1)
-FULL_STORE_PROBE = (struct.pack("<BI", _VALIDATE, _STORE_MAGIC) + struct.pack("<BQ", _CHECK, 2)
+FULL_STORE_PROBE = (struct.pack("<BI", VALIDATE, STORE_MAGIC) + struct.pack("<BQ", CHECK, 2)
                     + 2 * (struct.pack("<Q", len(_HALF_KEY)) + _HALF_KEY))
 
 
@@ -337,7 +327,7 @@ def named_in(host: str) -> str:
     for number, line in enumerate(lines, 1):
         if host in line.split("#")[0].split()[1:]:
             return f"{HOSTS_FILE} line {number}: {line.strip()}"
-    return "DNS" if _hosts_ask_dns() else ""
+    return "DNS" if hosts_ask_dns() else ""
 
 
 def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: bool = True,
@@ -391,258 +381,3 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
         time.sleep(PROBE_RETRY_INTERVAL)
     return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,
                  attempts, round(time.monotonic() - start, 4), named_in(host) if outcome in UNANSWERED else "")
-
-
-class PortTaken(OSError):
-    def __init__(self, port: int, holders: list[Holder], error: OSError):
-        super().__init__(error.errno, error.strerror)
-        self.port = port
-        self.holders = holders
-
-
-class Listener(socket.socket):
-    """The host's listening socket, from before torch is imported until the store takes it
-    over (hand_over). Meanwhile a thread answers the reach probe's handshake as a store
-    would (NOT_READY): a joiner that probes while the host still imports torch (seconds on a
-    busy node) hears a store, not the silence of a squatter. It answers only the probe's exact
-    bytes; anything else it closes (a torch client that came that early retries: client_store).
-    """
-
-    def answer_probes(self) -> None:
-        self._stop = threading.Event()
-        self._answering = threading.Thread(target=self._answer, daemon=True)
-        self.setblocking(False)
-        self._answering.start()
-
-    def hand_over(self) -> int:
-        """The descriptor, for the store to own: probes not answered yet wait in the backlog."""
-        self._stop_answering()
-        self.setblocking(True)
-        return self.detach()
-
-    def close(self) -> None:
-        self._stop_answering()
-        super().close()
-
-    def _stop_answering(self) -> None:
-        if getattr(self, "_answering", None) is not None:
-            self._stop.set()
-            self._answering.join()
-            self._answering = None
-
-    def _answer(self) -> None:
-        try:
-            self._answer_until_stopped()
-        except (OSError, ValueError):
-            pass  # probes then wait in the backlog for the store, as without this thread
-
-    def _answer_until_stopped(self) -> None:
-        with selectors.DefaultSelector() as sel:
-            sel.register(self, selectors.EVENT_READ)
-            pending: dict[socket.socket, tuple[bytearray, float]] = {}
-            stop_by = None
-            while pending or stop_by is None:
-                if stop_by is None and self._stop.is_set():
-                    sel.unregister(self)
-                    stop_by = time.monotonic() + ANSWER_DRAIN  # a probe half in gets its answer
-                for key, _ in sel.select(ANSWER_TICK):
-                    if key.fileobj is self:
-                        self._take(sel, pending)
-                    else:
-                        _read_probe(sel, pending, key.fileobj)
-                now = time.monotonic()
-                for conn in [c for c, (_, until) in pending.items() if now >= min(until, stop_by or until)]:
-                    _drop(sel, pending, conn)
-
-    def _take(self, sel, pending) -> None:
-        try:
-            conn, _ = self.accept()
-        except OSError:  # gone before accepted, or out of descriptors: the next one then
-            return
-        conn.setblocking(False)
-        pending[conn] = (bytearray(), time.monotonic() + PROBE_TIMEOUT)
-        sel.register(conn, selectors.EVENT_READ)
-
-
-ANSWER_TICK = 0.05   # how soon the answering thread sees hand_over
-ANSWER_DRAIN = 0.2   # ... and how long it then gives a probe it is reading
-
-
-def _read_probe(sel, pending, conn: socket.socket) -> None:
-    try:
-        data = conn.recv(len(STORE_PROBE))
-    except BlockingIOError:
-        return
-    except OSError:
-        data = b""
-    received = pending[conn][0]
-    received += data
-    if data and STORE_PROBE.startswith(received):
-        if len(received) < len(STORE_PROBE):
-            return
-        try:
-            conn.send(_NOT_READY)
-        except OSError:
-            pass
-    _drop(sel, pending, conn)
-
-
-def _drop(sel, pending, conn: socket.socket) -> None:
-    sel.unregister(conn)
-    del pending[conn]
-    conn.close()
-
-
-RESOLV_CONF = "/etc/resolv.conf"
-NSSWITCH_CONF = "/etc/nsswitch.conf"
-# A DNS query any nameserver answers (even with an error): id, recursion desired, one
-# question: the root's NS records.
-_DNS_QUERY = struct.pack(">HHHHHH", 0x6e63, 0x0100, 1, 0, 0, 0) + b"\x00" + struct.pack(">HH", 2, 1)
-
-
-@functools.lru_cache(maxsize=1)
-def silent_nameservers() -> tuple[SilentNameserver, ...]:
-    """The nameservers of /etc/resolv.conf that do not answer a query in NAMESERVER_TIMEOUT
-    (asked at once, each on a thread), where the hosts database asks DNS at all. Asked once
-    per process: the store client's bound (cluster.store) reads the answer again."""
-    if not _hosts_ask_dns():
-        return ()
-    servers, per_query, attempts = _resolver_settings()
-    answered: dict[str, float | None] = {}
-    threads = [threading.Thread(target=_ask_nameserver, args=(s, answered), daemon=True) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(NAMESERVER_TIMEOUT + 0.5)
-    return tuple(SilentNameserver(s, RESOLV_CONF, NAMESERVER_TIMEOUT, per_query * attempts)
-                 for s in servers if answered.get(s) is None)
-
-
-def _ask_nameserver(server: str, answered: dict[str, float | None]) -> None:
-    """answered[server]: seconds to its answer, or to the error that ended the query (a
-    refusal, no route to it: the resolver moves on at once, and a lookup /etc/hosts answers
-    never waits for it), or None where nothing came in NAMESERVER_TIMEOUT (a silent server,
-    or an address on the link no machine answers ARP for: every lookup waits)."""
-    start = time.monotonic()
-    family = socket.AF_INET6 if ":" in server else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(NAMESERVER_TIMEOUT)
-        try:
-            sock.connect((server, 53))
-            sock.send(_DNS_QUERY)
-            sock.recv(512)
-        except socket.timeout:
-            answered[server] = None
-            return
-        except OSError:   # refused, no route, network unreachable: at once
-            pass
-    answered[server] = time.monotonic() - start
-
-
-def _hosts_ask_dns() -> bool:
-    """Whether name lookups go to DNS: nsswitch.conf's hosts line names it (glibc asks DNS
-    where there is no such line or file)."""
-    try:
-        text = open(NSSWITCH_CONF).read()
-    except OSError:
-        return True
-    line = re.search(r"^\s*hosts\s*:(.*)$", text, re.MULTILINE)
-    return line is None or "dns" in line[1].split()
-
-
-def _resolver_settings() -> tuple[list[str], float, int]:
-    """(nameservers, seconds a query, attempts) as glibc reads resolv.conf and RES_OPTIONS
-    (its defaults: 5 s, 2 attempts; 127.0.0.1 where no nameserver is named)."""
-    try:
-        text = open(RESOLV_CONF).read()
-    except OSError:
-        text = ""
-    servers = re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)[:3] or ["127.0.0.1"]
-    options = " ".join(re.findall(r"^\s*options\s+(.*)$", text, re.MULTILINE) + [os.environ.get("RES_OPTIONS", "")])
-    per_query = re.findall(r"\btimeout:(\d+)", options)
-    attempts = re.findall(r"\battempts:(\d+)", options)
-    return servers, float(per_query[-1]) if per_query else 5.0, int(attempts[-1]) if attempts else 2
-
-
-def listen(port: int, ipv4_only: bool = False) -> Listener:
-    """Listen on PORT on every address (dual-stack where IPv6 exists, unless the endpoint is
-    IPv4 only), as TCPStore would, and answer the reach probe's handshake until the store
-    takes the socket over.
-
-    Done before torch is imported, so joiners that arrive early are queued, not refused.
-    IPv4 only where the endpoint has no IPv6 address: torch's store looks up the name of every
-    client it accepts (getnameinfo, on its only thread), and a dual-stack socket sees an IPv4
-    client as ::ffff:a.b.c.d, which glibc never finds in /etc/hosts (its files backend skips
-    IPv4 lines for an IPv6 lookup): every connect then waits on DNS, out to the resolver's
-    timeout where the nameserver is dead. An IPv4 socket lets /etc/hosts answer.
-    """
-    sock = None
-    if not ipv4_only:
-        try:
-            sock = _listening_socket(socket.AF_INET6, ("::", port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise PortTaken(port, port_holders(port), e) from None
-    if sock is None:
-        try:
-            sock = _listening_socket(socket.AF_INET, ("0.0.0.0", port))
-        except OSError as e:
-            raise PortTaken(port, port_holders(port), e) from None
-    allow_a_connection_per_node()
-    sock.answer_probes()
-    return sock
-
-
-def allow_a_connection_per_node() -> None:
-    """The store holds a connection per node: lift the soft descriptor limit (1,024 on many
-    systems) toward two per node of MAX_NODES, within the hard limit, or a host of more
-    nodes fails at accept with EMFILE. Where the system refuses, the limit stays."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 2 * MAX_NODES if hard == resource.RLIM_INFINITY else min(hard, 2 * MAX_NODES)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        except (ValueError, OSError):
-            pass
-
-
-def _listening_socket(family: int, sockaddr: tuple) -> Listener:
-    sock = Listener(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(sockaddr)
-        sock.listen(MAX_NODES)  # the kernel caps it at net.core.somaxconn: a node per slot, or all it allows
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-def port_holders(port: int) -> list[Holder]:
-    """The processes listening on PORT, named (psutil needs root to see other users')."""
-    import psutil
-
-    holders = []
-    try:
-        connections = psutil.net_connections(kind="tcp")
-    except psutil.Error:
-        return []
-    for conn in connections:
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-            holders.append(_holder(conn.pid))
-    return holders
-
-
-def _holder(pid: int | None) -> Holder:
-    import psutil
-
-    if pid is None:
-        return Holder(None, "?", "(owner not visible: run as root to name it)")
-    try:
-        proc = psutil.Process(pid)
-        return Holder(pid, proc.name(), " ".join(proc.cmdline()))
-    except psutil.Error:
-        return Holder(pid, "?", "(process vanished or not visible)")

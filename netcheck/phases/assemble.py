@@ -9,7 +9,7 @@ from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
 from netcheck.phases.state import Run
-from netcheck.rules import nic as nic_rules, rdma as rdma_rules, rdzv as rdzv_rules
+from netcheck.rules import nic as nic_rules, rdma as rdma_rules, reach as reach_rules
 from netcheck.rules.registry import JOIN_KEPT_OUT
 
 
@@ -62,5 +62,5 @@ def local_only(env) -> Report:
 def probe_only(host: str, port: int, timeout: float) -> Report:
     """`netcheck probe HOST:PORT`: one round of the reach probe."""
     found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
-    findings = tuple(rdzv_rules.reach_findings(found, ()))
+    findings = tuple(reach_rules.reach_findings(found, ()))
     return report_of(PROBE, PROBE, None, findings, {"reach": found.seconds})

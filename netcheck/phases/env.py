@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import collect
+from netcheck.cluster.collect import collect
 from netcheck.core.constants import ENV_PHASE_LIMIT
 from netcheck.core.model import HOST
 from netcheck.core.envfacts import EnvFacts

@@ -7,11 +7,12 @@ import time
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import collect
+from netcheck.cluster.collect import collect
 from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
 from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.phases.state import Run
@@ -101,7 +102,7 @@ def report_out(run: Run, exit_code: int) -> Callable[[], None]:
 def _say_reported(seat: rendezvous.Seat) -> None:
     try:
         seat.exchange.put(seat.exchange.key(REPORTED), 1)
-    except (RuntimeError, OSError):
+    except StoreError:
         pass  # the store is gone (the agent ended): so are the joiners waiting on it
 
 
@@ -111,5 +112,5 @@ def _wait_reported(seat: rendezvous.Seat, deadline: Deadline) -> None:
     this node's report is written already."""
     try:
         seat.exchange.wait(seat.exchange.key(REPORTED), deadline)
-    except (TimeoutError, RuntimeError, OSError, KeyboardInterrupt):
+    except (TimeoutError, StoreError, KeyboardInterrupt):
         pass

@@ -13,7 +13,7 @@ import time
 from functools import partial
 
 from netcheck.cluster.jobstore import arrived_ranks, read_job_store, read_round, rendezvous_runs
-from netcheck.cluster.store import RendezvousError, first_line
+from netcheck.core.storeerrors import RendezvousError, first_line
 from netcheck.core import compat
 from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline

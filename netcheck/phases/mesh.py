@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from netcheck.cluster import mesh, rendezvous
-from netcheck.cluster.store import Exchange, collect, posted_by
+from netcheck.cluster.collect import collect, posted_by
+from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.model import HOST
 from netcheck.core.constants import (

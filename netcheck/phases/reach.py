@@ -11,11 +11,11 @@ from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIME
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
 from netcheck.core.nictable import address_owners
-from netcheck.facts.probe import (
-    PortTaken, listen, port_holders, probe_all, reach, resolve, resolve_addresses, silent_nameservers,
-)
+from netcheck.facts.listener import PortTaken, listen, port_holders
+from netcheck.facts.nameservers import silent_nameservers
+from netcheck.facts.probe import probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
-from netcheck.rules import endpoint as endpoint_rules, rdzv as rdzv_rules
+from netcheck.rules import endpoint as endpoint_rules, reach as reach_rules, rdzv as rdzv_rules
 from netcheck.rules.registry import RDZV_REACH
 
 
@@ -36,10 +36,10 @@ def reached(run: Run) -> bool:
         mine = set(found.addresses) & set(address_owners(run.facts.nics))
         holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
-        run.findings += [f for f in rdzv_rules.reach_findings(found, run.my_ranks(), holders, silent)
+        run.findings += [f for f in reach_rules.reach_findings(found, run.my_ranks(), holders, silent)
                          if not (mistakes and f.check == RDZV_REACH)] + mistakes
         if found.outcome != "dns":  # where it is, the lookup's failure names the nameserver
-            run.findings += rdzv_rules.resolver_findings(silent, run.my_ranks())
+            run.findings += reach_rules.resolver_findings(silent, run.my_ranks())
         run.findings += _variables_findings(run, found.addresses)
     return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
 
@@ -83,17 +83,17 @@ def take_role(run: Run) -> bool:
             if any(p.outcome != "open" for p in own):
                 run.listener.close()
                 run.listener = None
-                run.findings.append(rdzv_rules.firewalled_finding(run.config.rdzv.port, own))
+                run.findings.append(reach_rules.firewalled_finding(run.config.rdzv.port, own))
                 return False
-            run.findings.append(rdzv_rules.listen_pass(run.config.rdzv.port))
-            run.findings += rdzv_rules.resolver_findings(silent_nameservers(), run.my_ranks())
+            run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
+            run.findings += reach_rules.resolver_findings(silent_nameservers(), run.my_ranks())
             run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
             return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
                 run.role, run.rank = JOINER, None
                 return True
-            run.findings.append(rdzv_rules.listen_finding(taken.port, taken.holders, taken.strerror))
+            run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, taken.strerror))
     return False
 
 

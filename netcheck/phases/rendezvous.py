@@ -4,9 +4,11 @@ who is still here for the phases after it."""
 from __future__ import annotations
 
 from netcheck.cluster import rendezvous, seating
-from netcheck.cluster.store import (
-    Exchange, HostLost, Interfered, RendezvousError, StallWatch, client_store, collect, host_store, port_peers,
-)
+from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
+from netcheck.cluster.storeconnect import client_store, host_store
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
+from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.storekeys import ALIVE, RESULT
@@ -16,7 +18,7 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import (
-    endpoint as endpoint_rules, limits as limits_rules, nic as nic_rules, rdzv as rdzv_rules,
+    endpoint as endpoint_rules, limits as limits_rules, nic as nic_rules, reach as reach_rules, rdzv as rdzv_rules,
     translation as translation_rules,
 )
 
@@ -56,13 +58,13 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.causes = PathCauses(translation_rules.translations(
             run.members, port_peers(cfg.rdzv.port), tuple(v for v in run.arrivals.visitors.values() if v)))
         run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
-        run.findings += rdzv_rules.reach_summary(run.members)
+        run.findings += reach_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)
         run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
         run.findings += endpoint_rules.reached_addresses(run.members)
         run.findings += _endpoint_findings(run, gathered.missing_ranks)
         run.findings += endpoint_rules.shared_variable_findings(run.members)
-        run.findings += rdzv_rules.resolve_consistency(run.members)
+        run.findings += reach_rules.resolve_consistency(run.members)
         run.findings += rdzv_rules.fqdn_findings(run.members)
         run.findings += rdzv_rules.clock_findings(run.members)
         run.findings += limits_rules.limit_findings(run.members)

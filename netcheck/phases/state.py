@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from netcheck.cluster import rendezvous
-from netcheck.cluster.store import Exchange, first_line
+from netcheck.cluster.store import Exchange
+from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.bwrecords import BandwidthResult
@@ -105,8 +106,8 @@ class Run:
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
-            if self.role == HOST or not compat.store_lost(e):
-                self.findings.append(run_rules.internal_finding(name, e))
+            if self.role == HOST or not compat.store_lost(e):   # a store error named by torch's, as it was
+                self.findings.append(run_rules.internal_finding(name, e.original if isinstance(e, StoreError) else e))
             else:
                 self.lose_host(name, first_line(e))
         finally:

@@ -214,7 +214,7 @@ CHECKS: tuple[Check, ...] = (
     Check(RDZV_RESOLVE, "reach", ALL,
           "the endpoint's name does not resolve on a node, or to different address families on different nodes, "
           "or a node's nameserver does not answer",
-          ("rdzv.reach_findings", "rdzv.resolve_consistency", "rdzv.resolver_findings"),
+          ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings"),
           "Reach (each joiner's lookup of HOST), SilentNameserver (each node's query to its nameservers)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py"),
           {RESOLVE_SILENT: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf does not answer: every lookup "
@@ -223,7 +223,7 @@ CHECKS: tuple[Check, ...] = (
     Check(RDZV_REACH, "reach", (PASS, FAIL),
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
           "refused, filtered or unreachable",
-          ("rdzv.reach_findings", "rdzv.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
+          ("reach.reach_findings", "reach.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_reach_faults_cluster.py", "test_nobody_there_cluster.py"),
           {REACH_NOT_STORE: Kind(ONLY_FAIL, "something accepts on the port but does not answer as a TCPStore "
@@ -238,7 +238,7 @@ CHECKS: tuple[Check, ...] = (
                                                 "one where no machine answered (a second NIC on the subnet)")}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),
           "the host cannot listen on the port (names the process holding it), or cannot reach it itself",
-          ("rdzv.listen_finding", "rdzv.listen_pass", "rdzv.firewalled_finding"),
+          ("reach.listen_finding", "reach.listen_pass", "reach.firewalled_finding"),
           "Holder (psutil's view of the port), Probe (the host's connect to its own port)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_reach_faults_cluster.py"),
           {LISTEN_FIREWALLED: Kind(ONLY_FAIL, "the host listens, but its own firewall filters or refuses the port: "

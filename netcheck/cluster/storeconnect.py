@@ -1,0 +1,158 @@
+"""The TCPStore's connect as netcheck makes it: the host's server on its pre-bound socket, and
+clients with bounded connects and replies. Every torch workaround for the connect lives here
+or in core.compat."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import stat
+import struct
+import time
+from typing import Any
+
+from netcheck.core import compat
+from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
+from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
+from netcheck.facts.listener import Listener
+from netcheck.facts.nameservers import silent_nameservers
+from netcheck.facts.probe import call_with_timeout, reach
+
+CONNECT_TRY = 2.0
+
+
+def _timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=max(0.05, seconds))
+
+
+def host_store(listener: Listener, port: int, deadline: Deadline):
+    """The TCPStore server, on the socket the host has listened on since it started.
+
+    The store takes the descriptor over and closes it itself, so Python lets go of it.
+    """
+    dist = compat.import_distributed(deadline)
+    try:
+        return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.hand_over())
+    except RuntimeError as e:  # its own client's connect: a firewall rule for the port since reach
+        raise RendezvousError(f"the host's store on port {port} could not start: {first_line(e)}") from None
+
+
+def client_store(host: str, port: int, deadline: Deadline):
+    """A client of a store the reach probe found listening; raises RendezvousError (HostLost
+    once it no longer listens) rather than wait past the deadline.
+
+    Where torch's own timeouts fall short (measured on 2.13, benchmarks/ and
+    tests/test_store_probe.py): the constructor's validate and ping have none at all, so
+    against a peer that accepts and never answers it blocks for as long as the peer lives
+    (past 90 s with a 2 s timeout); a refused connect is retried for up to ~2x its timeout.
+    So each try runs in a daemon thread that is abandoned at its bound (torch releases the
+    GIL there), and before each try a plain connect asks whether the store still listens: a
+    host lost before this client connected is said at once, not retried to the deadline.
+    Once connected, every request is bounded by _bound_replies; Exchange waits by polling.
+    """
+    dist = compat.import_distributed(deadline)
+    while True:
+        gone = not_listening(host, port, deadline)
+        if gone:
+            raise HostLost(f"the host's store at {host}:{port} is gone", gone)
+        store, error = client_try(dist, host, port, deadline)
+        if store is not None:
+            return store
+        assert error is not None, "a try gives its store or its error"
+        if isinstance(error, ConnectTimedOut) or deadline.remaining() < 0.1:
+            raise RendezvousError(f"could not connect a TCPStore client to {host}:{port}: "
+                                  f"{first_line(error)}")
+        time.sleep(min(PROBE_RETRY_INTERVAL, deadline.remaining()))
+
+
+def not_listening(host: str, port: int, deadline: Deadline) -> str | None:
+    """Why nothing listens at host:port any more (refused, filtered...), or None."""
+    found = reach(host, port, deadline.within(PROBE_TIMEOUT), wait_while_refused=False, handshake=False)
+    if found.outcome == "open":
+        return None
+    return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
+
+
+def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, StoreError | None]:
+    """(store, None) or (None, the error as netcheck's: ConnectTimedOut past its bound): one
+    TCPStore constructor, given a short timeout (torch retries a refused connect within it),
+    abandoned in its thread past twice that: a
+    peer that accepts and never answers holds it forever. Plus a lookup's wait for each
+    nameserver that does not answer: torch's client looks up the name of the address it
+    connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never answers)."""
+    seconds = min(CONNECT_TRY, deadline.remaining() / 3)
+    timeout = compat.connect_timeout(_timedelta(seconds))
+    silent = silent_nameservers()
+    waits = sum(s.lookup_wait for s in silent)
+    bound = min(2 * timeout.total_seconds() + 1.0 + waits, max(0.1, deadline.remaining()))
+
+    def construct():
+        before = _socket_fds()
+        store = dist.TCPStore(host, port, None, False, timeout)
+        store.set_timeout(_timedelta(deadline.remaining()))
+        _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
+        # A round trip: torch 2.1 and 2.4's constructors send nothing, so a client could count
+        # the host's pre-store listener (which closes what is not netcheck's probe) as its store.
+        store.num_keys()
+        return store
+
+    store, error = call_with_timeout(construct, bound)
+    if isinstance(error, TimeoutError) and silent:
+        error = ConnectTimedOut(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the "
+                                "address it connects to, and this node's nameserver "
+                                f"{', '.join(s.address for s in silent)} ({silent[0].source}) does not answer", error)
+    elif isinstance(error, TimeoutError):
+        error = ConnectTimedOut(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a "
+                                "store held up by other clients answers late, a hung process never: the host's "
+                                "report says)", error)
+    elif isinstance(error, (RuntimeError, OSError)):
+        error = compat.store_error(error)   # torch's, translated here once (core.storeerrors)
+    elif error is not None:
+        raise error
+    return store, error
+
+
+def _socket_fds() -> set[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    fds = set()
+    for name in names:
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                fds.add(int(name))
+        except OSError:
+            continue  # closed meanwhile (listdir's own descriptor among them)
+    return fds
+
+
+def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
+    """A receive/send timeout on the store client's socket (the new one connected to port).
+
+    TCPStore's own timeout bounds waiting for a key, not a reply: over a link cut mid-run
+    (packets dropped, no RST) a plain check() sits in recv for as long as TCP retries: no
+    answer in 120 s with every timeout set to 2 s (benchmarks/store_link_cut.py). With
+    SO_RCVTIMEO the call raises DistNetworkError ("Socket Timeout") instead, which reads as
+    a lost host.
+    """
+    timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    for fd in fds:
+        try:
+            copy = os.dup(fd)  # socket options are the socket's: set through a copy, closed after
+        except OSError:
+            continue  # closed since it was listed: not the store's
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # a family Python does not know (netlink): not the store's
+            os.close(copy)
+            continue
+        with sock:
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+            except OSError:
+                continue  # not connected: not the store's
