@@ -46,14 +46,17 @@ $(STAMP): requirements-dev.txt setup.cfg
 # from about 1,350 s to 690 s). Three at a time take 505-640 s where two took 620-700; the
 # tests wait on events, not on guesses, so a loaded machine keeps them in their bounds.
 # A worker that runs out of tests takes some of the other's (worksteal), so a 45 s Slurm test
-# does not end the run alone. The 25 slowest tests are named at the end.
+# does not end the run alone. The 25 slowest tests are named at the end. Before them, ruff and
+# mypy (setup.cfg's [mypy]: the netcheck package, strict optional): a lint or type error fails it.
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -n 3 --dist worksteal --durations=25
 
 # Unit tests only: a few minutes on 2 cores, no root needed.
 test-fast: install
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -m "not root_required"
 
 # The torch compatibility matrix: the `compat` tests under each release setup.cfg admits

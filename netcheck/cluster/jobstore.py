@@ -165,7 +165,7 @@ def _member(wire: Wire, workers: Wire | None, why_not: str, exists, prefix: str,
         if why:
             unread.append(f"{name}/{group_rank}: {why}")
     count, first = values["role_info"], values["assigned_ranks"]
-    hosts = []
+    hosts: list[tuple[int, str]] = []
     if count is not None and first is not None:
         if workers is None:
             unread.append(why_not)
@@ -175,10 +175,10 @@ def _member(wire: Wire, workers: Wire | None, why_not: str, exists, prefix: str,
     return RoundMember(group_rank, count, first, tuple(hosts), "; ".join(unread))
 
 
-def _worker_hosts(workers: Wire, first: int, count: int, deadline: Deadline) -> tuple[list, str]:
+def _worker_hosts(workers: Wire, first: int, count: int, deadline: Deadline) -> tuple[list[tuple[int, str]], str]:
     """(global rank, host) for each of the agent's workers whose debug server registered a URL.
     A key not there reads as empty (libuv) or closes the connection (the legacy store)."""
-    hosts = []
+    hosts: list[tuple[int, str]] = []
     for rank in range(first, first + min(count, MAX_HOSTS_READ)):
         key = DEBUG_SERVER_KEY.format(rank)
         if deadline.expired():
@@ -223,7 +223,7 @@ def debug_servers(host: str, port: int, keys: tuple[str, ...] | None, deadline: 
         if servers or not rounds:
             return servers
         round_, run_id = rounds[-1]
-        listed = frozenset(keys)
+        listed = frozenset(keys or ())   # keys were listed: rounds came from them
         workers, _ = _workers_store(wire, listed.__contains__, round_prefix(run_id, round_), deadline)
     finally:
         wire.close()

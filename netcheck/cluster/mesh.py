@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Annotated
+from typing import Annotated, cast
 
 from netcheck.core.constants import (
     MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_ROUTES_READ,
@@ -164,8 +164,9 @@ class Listeners:
 
     def offer(self) -> Offer:
         mtus = interface_mtus(self.table)
+        bound = [(ifname, sock.getsockname()) for ifname, sock in self.sockets]   # (address, port, ...)
         return Offer(self.rank, self.token, tuple(
-            Candidate(ifname, *sock.getsockname()[:2], mtus.get(ifname, 0)) for ifname, sock in self.sockets))
+            Candidate(ifname, name[0], name[1], mtus.get(ifname, 0)) for ifname, name in bound))
 
     def _serve(self) -> None:
         serve_greetings(self.selector, self.stop)
@@ -205,7 +206,8 @@ def serve_greetings(selector: selectors.BaseSelector, stop: threading.Event) -> 
 
 def _greet(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
     try:
-        conn, _ = key.fileobj.accept()
+        # Everything registered but the echoes is a listening socket (Listeners.__enter__).
+        conn, _ = cast(socket.socket, key.fileobj).accept()
     except OSError:
         return
     try:
@@ -316,7 +318,7 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: 
             outcome, detail = _unless_cut(*_check_greeting(sock, offer, greeting), greeting, deadline)
             if outcome != OK:
                 return Attempt(me, offer.rank, c.ifname, c.address, outcome, rtt, source, detail)
-            transfer = _prove_frames(sock, offer, c, mtus.get(source, 0), deadline)
+            transfer = _prove_frames(sock, offer, c, mtus.get(source, 0) if source is not None else 0, deadline)
             return Attempt(me, offer.rank, c.ifname, c.address, transfer_outcome(transfer), rtt, source,
                            transfer_detail(transfer), transfer)
         except OSError as e:

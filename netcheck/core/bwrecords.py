@@ -388,8 +388,9 @@ def headline(sweep: Sweep, options: SweepOptions, bytes_per_param: int, nnodes: 
     # Sizes of a rising curve differ because it rises; only their batches can say noise.
     spread = max(([] if rising else [spread_of(figures)]) + [r.spread for r in top])
     small = [r for r in sweep.rows if r.size <= BW_LATENCY_MAXBYTES]
-    latency = (small[0].time_us, small[-1].time_us, (small[0].size, small[-1].size)) if small else (None, None, ())
-    h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size, *latency,
+    h = Headline(sweep.stage, sweep.op, sweep.ranks, round(plateau, 6), top[0].size, top[-1].size,
+                 small[0].time_us if small else None, small[-1].time_us if small else None,
+                 (small[0].size, small[-1].size) if small else (),
                  plateau_low=min(figures), plateau_high=max(figures), spread=round(spread, 4),
                  rising=rising, noisy=spread > BW_NOISY_SPREAD)
     if not options.model_params or sweep.op != "all_reduce" or plateau <= 0:

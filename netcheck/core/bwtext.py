@@ -81,12 +81,17 @@ def step_text(h: Headline, nnodes: int, nproc: int) -> str:
     where = {"all": f"across {nnodes} node(s)" + (f" ({h.ranks} ranks)" if nproc > 1 else ""),
              "intra": f"inside a node ({h.ranks} ranks)",
              "inter": f"across {h.ranks} nodes, one rank each"}[h.stage]
-    text = (f"a {count_text(h.model_params)}-parameter {h.grad_dtype} gradient ({h.gradient_bytes / 1e9:.3g} GB) "
-            f"in {size_words(h.bucket_bytes)} buckets: {_digits(h.step_s)} s of all_reduce per step {where} "
-            f"({rate_text(h.bucket_busbw)} at {size_words(h.bucket_bytes)})")
-    if h.speedup_low is None:
-        return text
+    params, gradient, bucket, step, bucket_busbw = h.model_params, h.gradient_bytes, h.bucket_bytes, h.step_s, \
+        h.bucket_busbw
+    # bwrecords.headline sets them together (--model-params); asked only of a headline with step_s.
+    if params is None or gradient is None or bucket is None or step is None or bucket_busbw is None:
+        raise ValueError(f"a {h.stage} {h.op} headline without a training step's cost")
+    text = (f"a {count_text(params)}-parameter {h.grad_dtype} gradient ({gradient / 1e9:.3g} GB) "
+            f"in {size_words(bucket)} buckets: {_digits(step)} s of all_reduce per step {where} "
+            f"({rate_text(bucket_busbw)} at {size_words(bucket)})")
     lo, hi = h.speedup_low, h.speedup_high
+    if lo is None or hi is None or h.step_time_s is None:   # set together, with --step-time
+        return text
     verdict = (f"{nnodes} nodes would train {_digits(lo)}-{_digits(hi)}x faster than one" if lo >= 1 else
                f"{nnodes} nodes would train slower than one: talk less (no_sync accumulation, gradient "
                "compression, hybrid sharding) or fill one node first" if hi < 1 else

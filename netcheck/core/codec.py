@@ -35,7 +35,7 @@ class DecodeError(ValueError):
 
 
 def to_plain(value: Any) -> Any:
-    kind = type(value)
+    kind: type = type(value)
     if kind in _SCALARS:  # the most of any record, and a host's report of 4,096 nodes holds 600,000 values
         return value
     names = field_names(kind)
@@ -116,7 +116,8 @@ def _finite_float(text: str) -> float:
 
 
 def from_plain(cls: type[T], data: Any, where: str = "$") -> T:
-    return _decoder(cls)(data, where)
+    kind: type = cls   # a class is hashable (functools.cache's key), which mypy does not see of type[T]
+    return _decoder(kind)(data, where)
 
 
 # A decoder per type, built once: the host decodes thousands of records of a few types.
@@ -169,8 +170,9 @@ def _shaped(tp: Any, most: int, free_text: bool) -> Decoder:
     if origin is tuple:
         return _tuple_decoder(typing.get_args(tp), most)
     if origin is dict:
-        return _dict_decoder(*typing.get_args(tp), most)
-    if dataclasses.is_dataclass(tp):
+        key_type, value_type = typing.get_args(tp)
+        return _dict_decoder(key_type, value_type, most)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return functools.partial(_decode_dataclass, tp)
     if tp is str:
         return _decode_text if free_text else _decode_str

@@ -16,9 +16,12 @@ hashing (PYTHONHASHSEED) or on the order facts arrived in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Hashable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Generic, Hashable, Mapping, TypeVar
 
-K = TypeVar("K")
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+K = TypeVar("K", bound="SupportsRichComparison")   # sortable: the keys are listed in order
 V = TypeVar("V", bound=Hashable)
 
 

@@ -8,7 +8,7 @@ dataclass so `codec` can write it and validate it on the way back in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
@@ -344,8 +344,8 @@ def report_of(role: str, run_id: str, node_rank: int | None, findings: tuple[Fin
               timings: dict[str, float], **parts) -> Report:
     """The one way a Report is made: its verdict from its findings, and what the run did not
     reach (nodes, recommendations, bandwidth...) empty unless given."""
-    empty = dict(nodes=(), recommend={}, recommend_per_node={}, env_table=(), bandwidth=None, unfinished=None,
-                 healthy_nodes=(), faulty_nodes=())
+    empty: dict[str, Any] = dict(nodes=(), recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,
+                                 unfinished=None, healthy_nodes=(), faulty_nodes=())
     return Report(run_id=run_id, node_rank=node_rank, role=role, verdict=verdict_of(findings), findings=findings,
                   timings=timings, **{**empty, **parts})
 

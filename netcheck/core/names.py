@@ -14,6 +14,7 @@ that passes can go into a scheduler's node list or a report line as it stands.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 # IFNAMSIZ is 16 with the terminating NUL; the kernel allows more characters than these
 # (anything but '/', ':' and whitespace), but no real interface needs them.
@@ -27,7 +28,7 @@ _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 
 
-def is_safe_ifname(name: object) -> bool:
+def is_safe_ifname(name: object) -> TypeGuard[str]:
     """An interface name of 1 to 15 ASCII letters, digits and `._-`, other than "." and ".."."""
     return isinstance(name, str) and bool(_IFNAME.fullmatch(name)) and name not in (".", "..")
 

@@ -31,9 +31,11 @@ import struct
 import sys
 import types
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeGuard, TypeVar
 
 from netcheck.core.deadline import Deadline
+
+T = TypeVar("T")
 
 # The limits, each checked before what it bounds is built. A c10d rendezvous state of
 # MAX_NODES (10,000) nodes takes, at protocol 2 (the most verbose), 322,000 opcodes, 80,000
@@ -130,10 +132,9 @@ def decode(data: bytes, admitted: Admitted, deadline: Deadline | None = None) ->
 
 def is_key(value: object) -> bool:
     """Whether VALUE may be a dict key or set member (see _HASH_MODULUS)."""
-    kind = type(value)
-    if kind is int:
+    if type(value) is int:
         return -_HASH_MODULUS < value < _HASH_MODULUS
-    return kind in (str, bytes, bool, type(None), Record)
+    return type(value) in (str, bytes, bool, type(None), Record)
 
 
 class _Decoder:
@@ -274,11 +275,13 @@ class _Decoder:
             self.sealed.add(id(value))
         return depth
 
-    def _open(self, target: object, kind: type) -> None:
+    def _open(self, target: object, kind: type[T]) -> T:
+        """TARGET, which the opcode changes: a KIND exactly, not sealed inside another value."""
         if type(target) is not kind:
             raise self._foreign(f"{self._opcode()} on a {_kind(target)}, not a {kind.__name__}")
         if id(target) in self.sealed:
             raise self._foreign(f"a {kind.__name__} changed after it was put inside another value")
+        return target
 
     def _count(self, items: int) -> None:
         self.items += items
@@ -364,23 +367,20 @@ class _Decoder:
         self._push(self.memo[index])
 
     def _append_items(self, items: list[object]) -> None:
-        target = self._top()
-        self._open(target, list)
+        target = self._open(self._top(), list)
         self._add(target, items, [], len(items))
         target.extend(items)
 
     def _set_items(self, items: list[object]) -> None:
         if len(items) % 2:
             raise self._foreign("SETITEMS with a key and no value")
-        target = self._top()
-        self._open(target, dict)
+        target = self._open(self._top(), dict)
         self._add(target, items, items[0::2], len(items) // 2)
         target.update(zip(items[0::2], items[1::2]))
 
     def _add_items(self) -> None:
         items = self._marked()
-        target = self._top()
-        self._open(target, set)
+        target = self._open(self._top(), set)
         self._add(target, items, items, len(items))
         target.update(items)
 
@@ -448,7 +448,7 @@ def _code(name: str) -> int:
     return next(code for code, opcode in _OPCODE_NAMES.items() if opcode == name)
 
 
-def _is_name(value: object) -> bool:
+def _is_name(value: object) -> TypeGuard[str]:
     return type(value) is str and len(value) <= MAX_NAME_BYTES and _NAME.fullmatch(value) is not None
 
 

@@ -33,7 +33,8 @@ def live_view(servers: dict[int, tuple[str, int]], deadline: Deadline) -> HangVi
     store registers them), fetched at once. A rank that does not answer in time, or answers
     nonsense, has no trace: the rules name it with the ranks that left none."""
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_FETCHES, len(servers)))) as pool:
-        answers = list(pool.map(lambda item: _rank_view(item[0], *item[1], deadline), sorted(servers.items())))
+        answers = list(pool.map(lambda item: _rank_view(item[0], item[1][0], item[1][1], deadline),
+                                sorted(servers.items())))
     return HangView("live", tuple(a for a in answers if a is not None), (), max(servers) + 1)
 
 

@@ -15,6 +15,7 @@ file is refused by name and a fresh child goes on with the rest.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import IO
 
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
@@ -49,7 +50,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise CodeInPickle("a persistent id (an object only the writer's program holds)")
 
 
-def dump_of(f: BinaryIO) -> object:
+def dump_of(f: io.BufferedReader) -> object:
     """A dump file's data: JSON, or a pickle through the C unpickler with every global
     refused (run only inside a limited child). Reading the file object itself is the
     unpickler's fast path (three times faster than from bytes)."""
@@ -66,7 +67,9 @@ def dump_of(f: BinaryIO) -> object:
 
 @dataclass
 class _Child:
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
+    stdin: IO[bytes]             # the files it is given, one a line
+    stdout: io.BufferedReader    # its answers, one a line
     busy: tuple[int, str] | None = None   # (rank, file) it decodes now
     since: float = 0.0
 
@@ -74,15 +77,16 @@ class _Child:
 def decode_files(files: list[tuple[int, str]], deadline: Deadline) -> list[RankTrace | Refused]:
     """Each (rank, path), decoded by up to MAX_CHILDREN children at once; a file whose child
     dies or runs out of time is refused by name, and the others go on."""
-    pending, results = list(reversed(files)), []
+    pending = list(reversed(files))
+    results: list[RankTrace | Refused] = []
     children: list[_Child] = []
     with selectors.DefaultSelector() as sel:
         try:
             while (pending or any(c.busy for c in children)) and not deadline.expired():
                 while pending and len([c for c in children if c.proc.poll() is None]) < min(MAX_CHILDREN, len(files)):
-                    child = _Child(_spawn())
+                    child = _spawn()
                     children.append(child)
-                    sel.register(child.proc.stdout, selectors.EVENT_READ, child)
+                    sel.register(child.stdout, selectors.EVENT_READ, child)
                 for child in children:
                     if child.busy is None and pending and child.proc.poll() is None:
                         _give(child, pending.pop())
@@ -98,52 +102,56 @@ def decode_files(files: list[tuple[int, str]], deadline: Deadline) -> list[RankT
     return results
 
 
-def _spawn() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "netcheck.facts.frdecode"], stdin=subprocess.PIPE,
+def _spawn() -> _Child:
+    proc = subprocess.Popen([sys.executable, "-m", "netcheck.facts.frdecode"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    # Both pipes asked for, buffered (Popen's bufsize -1): stdout is a BufferedReader.
+    assert proc.stdin is not None and isinstance(proc.stdout, io.BufferedReader), "Popen without its pipes"
+    return _Child(proc, proc.stdin, proc.stdout)
 
 
 def _give(child: _Child, job: tuple[int, str]) -> None:
     child.busy, child.since = job, time.monotonic()
     try:
-        child.proc.stdin.write(f"{job[0]}\t{job[1]}\n".encode())
-        child.proc.stdin.flush()
+        child.stdin.write(f"{job[0]}\t{job[1]}\n".encode())
+        child.stdin.flush()
     except OSError:
         pass  # it died: _reap_stuck names the file
 
 
-def _answered(child: _Child, sel: selectors.BaseSelector, results: list) -> None:
-    line = child.proc.stdout.readline(MAX_LINE)
+def _answered(child: _Child, sel: selectors.BaseSelector, results: list[RankTrace | Refused]) -> None:
+    line = child.stdout.readline(MAX_LINE)
     if not line:   # it died mid-file: the file killed it
         _refuse_busy(child, sel, results, f"its decoder died ({_death(child.proc)}): a pickle built to exhaust "
                      "its reader")
         return
+    assert child.busy is not None, "a child answers only for the file it was given (_give)"
     results.append(_result(line, child.busy))
     child.busy = None
 
 
-def _reap_stuck(children: list[_Child], sel: selectors.BaseSelector, results: list) -> None:
+def _reap_stuck(children: list[_Child], sel: selectors.BaseSelector, results: list[RankTrace | Refused]) -> None:
     for child in children:
         if child.busy and time.monotonic() - child.since > FILE_SECONDS:
             child.proc.kill()
             _refuse_busy(child, sel, results, f"took over {FILE_SECONDS:g} s to decode: a pickle built to "
                          "exhaust its reader")
-        elif child.busy and child.proc.poll() is not None and not child.proc.stdout.peek(1):
+        elif child.busy and child.proc.poll() is not None and not child.stdout.peek(1):
             _refuse_busy(child, sel, results, f"its decoder died ({_death(child.proc)})")
 
 
-def _refuse_busy(child: _Child, sel: selectors.BaseSelector, results: list, why: str) -> None:
+def _refuse_busy(child: _Child, sel: selectors.BaseSelector, results: list[RankTrace | Refused], why: str) -> None:
     if child.busy is not None:
         results.append(Refused(os.path.basename(child.busy[1]), why, False))
         child.busy = None
     try:
-        sel.unregister(child.proc.stdout)
+        sel.unregister(child.stdout)
     except (KeyError, ValueError):
         pass
     child.proc.kill()
 
 
-def _death(proc: subprocess.Popen) -> str:
+def _death(proc: subprocess.Popen[bytes]) -> str:
     code = proc.wait()
     return f"signal {-code}" if code < 0 else f"exit {code}"
 

@@ -18,7 +18,7 @@ from netcheck.core.hangrecords import HANG_TAIL, Collective, GroupTail, RankTrac
 MAX_TRACE_BYTES = 16 << 20      # one rank's dump: a 20,000-entry NCCL ring is about 10 MB
 # Where a frame is torch's own: the user's line is the innermost frame outside these.
 _LIBRARY = re.compile(r"[/\\](torch|site-packages|dist-packages)[/\\]|^<frozen ")
-_COMPLETED = {"completed": True, "scheduled": False, "started": False}
+_COMPLETED: dict[str | None, bool] = {"completed": True, "scheduled": False, "started": False}
 
 
 class NotADump(ValueError):

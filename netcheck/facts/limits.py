@@ -33,14 +33,14 @@ def _proc_limits(proc: str) -> dict[int, tuple[int, int]]:
         lines = Path(proc, "self/limits").read_text().splitlines()
     except OSError:
         return {}
-    found = {}
+    found: dict[int, tuple[int, int]] = {}
     for line in lines:
         for name, which in LIMIT_NAMES.items():
             if line.startswith(name) and len(words := line[len(name):].split()) >= 2:
-                values = [resource.RLIM_INFINITY if w == "unlimited" else int(w) if w.isdigit() else None
-                          for w in words[:2]]
-                if None not in values:
-                    found[which] = (values[0], values[1])
+                soft, hard = (resource.RLIM_INFINITY if w == "unlimited" else int(w) if w.isdigit() else None
+                              for w in words[:2])
+                if soft is not None and hard is not None:
+                    found[which] = (soft, hard)
     return found
 
 

@@ -140,7 +140,7 @@ def hosts_file_names(path: str = "/etc/hosts") -> dict[str, str]:
             lines = f.read(MAX_FACTS_BYTES).splitlines()
     except OSError:
         return {}
-    names = {}
+    names: dict[str, str] = {}
     for line in lines:
         words = line.split("#", 1)[0].split()
         if len(words) >= 2:

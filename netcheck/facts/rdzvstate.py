@@ -17,6 +17,8 @@ import binascii
 import datetime
 import json
 import urllib.parse
+from collections.abc import Callable, Sized
+from typing import TypeVar
 
 from netcheck.core import pickled
 from netcheck.core.constants import MAX_NODES
@@ -37,6 +39,10 @@ _ADMITTED = {
 MAX_ADDR = 255        # a DNS name at most (torch's addr is the FQDN, or --local-addr)
 INT31 = 1 << 31       # rounds, ranks and local ids are C ints on the writer's side
 _UTC = datetime.timezone.utc
+
+T = TypeVar("T")
+R = TypeVar("R")
+S = TypeVar("S", bound=Sized)
 
 ForeignValue = pickled.ForeignPickle   # the value is not a rendezvous state netcheck reads; the message says what
 HostileValue = pickled.HostilePickle   # ... and it asks for code
@@ -81,7 +87,7 @@ def _kind(value: object) -> str:
     return value.kind if isinstance(value, pickled.Record) else type(value).__name__
 
 
-def _typed(value: object, kind: type | tuple[type, ...], what: str | None = None) -> object:
+def _typed(value: object, kind: type[T] | tuple[type[T], ...], what: str | None = None) -> T:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ForeignValue(f"a rendezvous state holding a {_kind(value)} where torch keeps "
                            f"{what or getattr(kind, '__name__', 'a set')}")
@@ -96,14 +102,14 @@ def _count(value: object, what: str) -> int:
     return number
 
 
-def _sized(value: object, kind: type | tuple[type, ...], what: str) -> object:
+def _sized(value: object, kind: type[S] | tuple[type[S], ...], what: str) -> S:
     collection = _typed(value, kind, what)
     if len(collection) > MAX_NODES:
         raise ForeignValue(f"{len(collection)} nodes in one list, over netcheck's limit of {MAX_NODES}")
     return collection
 
 
-def _mapping(value: object, check_item) -> list[tuple[NodeDesc, object]]:
+def _mapping(value: object, check_item: Callable[[object], R]) -> list[tuple[NodeDesc, R]]:
     """(node, checked item) for every entry of a dict keyed by node descriptors."""
     return [(_node(n), check_item(item)) for n, item in _sized(value, dict, "a dict").items()]
 

@@ -10,7 +10,7 @@ from netcheck.core.bwrecords import NODE_GONE
 from netcheck.core.constants import BW_STARTUP_SECONDS
 from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.phases.agree import agreed
-from netcheck.phases.state import Run
+from netcheck.phases.state import Run, seated_rank
 from netcheck.rules import bw as bw_rules, nic as nic_rules, rdma as rdma_rules, run as run_rules
 
 
@@ -42,7 +42,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
             return
         node, per_node = int(launch.variables["GROUP_RANK"]), launch.nproc_per_node
     else:
-        node, per_node = seat.rank, 1
+        node, per_node = seated_rank(seat), 1
     nnodes = len(seats) // per_node
     if nnodes < 2:  # torchrun's workers of one host: seats, and no other node
         run.findings += run_rules.no_peer_findings(["bandwidth"])

@@ -12,7 +12,7 @@ from netcheck.core.model import HOST
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.storekeys import ENV
 from netcheck.facts.envinfo import gather_env
-from netcheck.phases.state import Run
+from netcheck.phases.state import Run, seated_rank
 from netcheck.rules import env as env_rules
 from netcheck.rules.flightrec import flight_recorder_findings
 from netcheck.rules.gpubuild import build_findings
@@ -24,7 +24,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     """Versions and settings from every node, compared on the host."""
     ex, ranks = seat.exchange, sorted(names)
     mine = gather_env(run.config.hash_paths, os.environ)
-    ex.post(ENV, seat.rank, mine)
+    ex.post(ENV, seated_rank(seat), mine)
     if run.role != HOST:
         run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
         return

@@ -14,7 +14,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
-from netcheck.phases.state import Run
+from netcheck.phases.state import Run, seated_rank
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
 
@@ -36,7 +36,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     A node reads only its targets' offers, and only the host reads every result: a node's
     cost grows with its sample, not with the cluster.
     """
-    ex, me, ranks = seat.exchange, seat.rank, sorted(names)
+    ex, me, ranks = seat.exchange, seated_rank(seat), sorted(names)
     # Each node sees the alive list, and then its targets' offers, at one look per pace: at
     # 10,000 nodes a fixed 20 s (10 s of offers) named healthy nodes lost, so the phase (and
     # its offers' share) follows the pace, alike on every node (each paced by the seated count).
@@ -46,10 +46,10 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     offers_deadline = deadline.within(deadline.remaining() * MESH_OFFER_SHARE)
     sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
-    with mesh.Listeners(me, run.facts.nics) as listeners:
+    with mesh.Listeners(me, run.local_facts.nics) as listeners:
         ex.post(MESH_OFFER, me, listeners.offer())
         offers = _usable(ex, collect(ex, mesh.Offer, MESH_OFFER, peers, offers_deadline))
-        mine = mesh.probe_peers(me, offers, peers, run.facts.nics,
+        mine = mesh.probe_peers(me, offers, peers, run.local_facts.nics,
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
         ex.post(MESH_RESULT, me, mesh.MeshResults(me, mine))
         if run.role != HOST:

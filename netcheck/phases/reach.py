@@ -27,13 +27,13 @@ def reached(run: Run) -> bool:
     with run.phase("reach"):
         silent = silent_nameservers()
         resolved = resolve(rdzv.host, rdzv.port, max(0.1, min(PROBE_TIMEOUT, run.join_deadline.remaining())))
-        itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.facts)
+        itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.local_facts)
         found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
                       resolved=resolved, answer_by=_answer_by(run))
-        run.facts = dataclasses.replace(run.facts, reach=found)
-        mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.facts, found.outcome)
+        run.facts = dataclasses.replace(run.local_facts, reach=found)
+        mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.local_facts, found.outcome)
         # What squats on a port of this very machine can be named here.
-        mine = set(found.addresses) & set(address_owners(run.facts.nics))
+        mine = set(found.addresses) & set(address_owners(run.local_facts.nics))
         holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
         run.findings += [f for f in reach_rules.reach_findings(found, run.my_ranks(), holders, silent)
@@ -41,7 +41,8 @@ def reached(run: Run) -> bool:
         if found.outcome != "dns":  # where it is, the lookup's failure names the nameserver
             run.findings += reach_rules.resolver_findings(silent, run.my_ranks())
         run.findings += _variables_findings(run, found.addresses)
-    return bool(run.facts.reach) and run.facts.reach.outcome == "open" and not mistakes
+    found_now = run.local_facts.reach   # None where the phase failed before the probe
+    return found_now is not None and found_now.outcome == "open" and not mistakes
 
 
 def _answer_by(run: Run) -> Deadline:
@@ -93,7 +94,7 @@ def take_role(run: Run) -> bool:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
                 run.role, run.rank = JOINER, None
                 return True
-            run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, taken.strerror))
+            run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, str(taken.strerror)))
     return False
 
 
@@ -102,7 +103,7 @@ def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ..
     where it owns none: where the store's own client connects). A firewall rule for the port
     on the host blocks these too (local traffic crosses the INPUT chain on lo), and with them
     the store's own client: torch then fails deep in the store's constructor."""
-    owned = address_owners(run.facts.nics)
+    owned = address_owners(run.local_facts.nics)
     mine = [(family, sockaddr) for family, sockaddr in resolved if sockaddr[0] in owned]
     return probe_all(mine or [(socket.AF_INET, ("127.0.0.1", run.config.rdzv.port))], PROBE_TIMEOUT,
                      handshake=False)
@@ -114,7 +115,7 @@ def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ..
 # hostname on 127.0.1.1, which no interface holds, and torchrun still hosts there.
 
 def _called_like_the_endpoint(run: Run) -> bool:
-    return run.config.rdzv.host in (run.facts.hostname, run.facts.fqdn)
+    return run.config.rdzv.host in (run.local_facts.hostname, run.local_facts.fqdn)
 
 
 def _rdzv_addresses(run: Run) -> tuple[str, ...]:
@@ -122,7 +123,7 @@ def _rdzv_addresses(run: Run) -> tuple[str, ...]:
 
 
 def _owned(run: Run, addresses: tuple[str, ...]) -> bool:
-    own = address_owners(run.facts.nics)
+    own = address_owners(run.local_facts.nics)
     return any(a in own for a in addresses)
 
 
@@ -132,7 +133,7 @@ def _loopback(addresses: tuple[str, ...]) -> bool:
 
 def _variables_findings(run: Run, endpoint_addresses: tuple[str, ...]) -> list[Finding]:
     """launch.env on this node: MASTER_ADDR looked up only when it is spelt differently."""
-    master = run.facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
+    master = run.local_facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
     same = not master or master == run.config.rdzv.host
     master_addresses = endpoint_addresses if same else resolve_addresses(master, LOOKUP_TIMEOUT)[0]
-    return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, run.facts)
+    return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, run.local_facts)

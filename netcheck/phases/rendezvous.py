@@ -36,9 +36,9 @@ def host(run: Run) -> rendezvous.Seat | None:
             return None
         ex = Exchange(store, cfg.run_id, cfg.token)
         ex.watch = StallWatch(cfg.rdzv.port)   # who held the store up, where something did
-        rendezvous.announce(ex, run.facts)
+        rendezvous.announce(ex, run.local_facts)
         seat, run.arrivals, waited = rendezvous.host_gather(
-            ex, run.facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
+            ex, run.local_facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
         arrivals = dict(run.arrivals.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
@@ -77,9 +77,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         store = None
         try:
             store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
-            seat, results = rendezvous.join(store, run.facts, run.phase_deadline(), cfg.token)
+            seat, results = rendezvous.join(store, run.local_facts, run.phase_deadline(), cfg.token)
         except rendezvous.CameTooLate:
-            run.findings.append(rdzv_rules.seat_finding(None, 0, run.facts.hostname))
+            run.findings.append(rdzv_rules.seat_finding(None, 0, run.local_facts.hostname))
             return None
         except HostLost as e:
             if store is None and run.join_deadline.expired():
@@ -102,9 +102,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         run.rank = seat.rank
         launch = cfg.launch
         expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None
-        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.hostnames), run.facts.hostname, expected))
-        if results is not None:
-            run.members = (Member(seat.rank, run.facts, results),)
+        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.hostnames), run.local_facts.hostname, expected))
+        if results is not None and seat.rank is not None:  # join reports back only from a seat
+            run.members = (Member(seat.rank, run.local_facts, results),)
             run.findings += rdzv_rules.clock_findings(run.members)
         if seat.rank is not None:  # one not seated takes no part in the later phases
             run.alive = _alive_by_host(run, seat)
@@ -155,4 +155,4 @@ def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:
     if not missing:
         return []
     addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
-    return endpoint_rules.host_endpoint_findings(run.config.rdzv, addresses, run.facts, missing)
+    return endpoint_rules.host_endpoint_findings(run.config.rdzv, addresses, run.local_facts, missing)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.facts.local import hosts_file_names
+from netcheck.facts.probe import Listener
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 
 
@@ -30,6 +30,13 @@ class Outcome:
     exit_code: int
     stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM: the exit code is 128 + it
     report_out: Callable[[], None] = lambda: None  # called once the report is written
+
+
+def seated_rank(seat: rendezvous.Seat) -> int:
+    """The rank of this node's seat, for the phases after the rendezvous: runner._run_phases
+    runs none of them for a node that was not seated (seat.rank is None)."""
+    assert seat.rank is not None, "a phase after the rendezvous ran for a node not seated"
+    return seat.rank
 
 
 @dataclass
@@ -55,7 +62,7 @@ class Run:
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None
     arrivals: rendezvous.HostState | None = None   # the host's: every process that came
-    listener: socket.socket | None = None          # the host's rendezvous port, until the store takes it
+    listener: Listener | None = None               # the host's rendezvous port, until the store takes it
     seat: rendezvous.Seat | None = None            # this process's seat at the host's store, once taken
     alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
     findings: list[Finding] = field(default_factory=list)
@@ -69,6 +76,13 @@ class Run:
     def __post_init__(self):
         self.budget = TimeBudget.starting_now(self.config.timeout)
         self.rank = self.config.launch.node_rank
+
+    @property
+    def local_facts(self) -> NodeFacts:
+        """This node's facts, for the phases after "local": runner._run_phases runs none of
+        them where gathering the facts failed (run.facts is None)."""
+        assert self.facts is not None, "a phase after 'local' ran without this node's facts"
+        return self.facts
 
     @property
     def deadline(self) -> Deadline:

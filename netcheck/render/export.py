@@ -22,7 +22,7 @@ The metrics are Prometheus' text format, for the node exporter's textfile collec
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from typing import Callable, Sequence
 
 from netcheck import __version__
 from netcheck.core.bwrecords import Headline, avg_busbw
@@ -81,7 +81,7 @@ def _busbw(report: Report) -> list[Sample]:
 
 def _headline(report: Report, figure: Callable[[Headline], float | None]) -> list[Sample]:
     heads = report.bandwidth.headlines if report.bandwidth else ()
-    return [({"op": h.op, "stage": h.stage}, figure(h)) for h in heads if figure(h) is not None]
+    return [({"op": h.op, "stage": h.stage}, value) for h in heads if (value := figure(h)) is not None]
 
 
 def _pairs(report: Report) -> list[Sample]:
@@ -122,7 +122,7 @@ def _hostnames_by_rank(report: Report) -> dict[int, str]:
     return {**dict(enumerate(listed)), **{n.rank: n.hostname for n in report.nodes}}
 
 
-def _family(name: str, text: str, samples: list[Sample]) -> str:
+def _family(name: str, text: str, samples: Sequence[Sample]) -> str:
     lines = [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
     lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
     return "\n".join(lines) + "\n"

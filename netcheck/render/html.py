@@ -172,7 +172,7 @@ def bandwidth_view(report: Report) -> BandwidthView | None:
     latency = svg.curve_chart("time per op", [svg.Series(_label(s), tuple((r.size, r.time_us) for r in s.rows))
                                               for s, _ in series], time_text, buckets)
     plateaus = tuple(f"{_label(s)}: {plateau_text(h)}" for s, h in series if h)
-    return BandwidthView(result, plateaus, busbw, latency, pairs_view(report),
+    return BandwidthView(result, plateaus, busbw, latency, pairs_view(report, result),
                          tuple(v for s in result.sweeps if (v := rank_times(report, s))))
 
 
@@ -180,8 +180,8 @@ def _label(sweep: Sweep) -> str:
     return f"{sweep.op}, {STAGE_TITLES[sweep.stage]} ({sweep.ranks} ranks)"
 
 
-def pairs_view(report: Report) -> PairsView | None:
-    result = report.bandwidth
+def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
+    """The pairs' view of the report's bandwidth RESULT, its slow pairs from the report's findings."""
     if not result.pairs:
         return None
     name = result.node_name

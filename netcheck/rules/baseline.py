@@ -10,7 +10,7 @@ from __future__ import annotations
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 from netcheck.core.bwtext import rate_text
 from netcheck.core.constants import BASELINE_BW_DROP
-from netcheck.core.model import PASS, WARN, Finding, NodeEntry, Report
+from netcheck.core.model import PASS, WARN, Finding, NodeEntry, NodeFacts, Report
 from netcheck.rules.pernode import per_node
 from netcheck.rules.registry import BASELINE_DRIFT
 
@@ -46,14 +46,14 @@ def _node_changes(old: NodeEntry, new: NodeEntry) -> list[str]:
     new_env = new.env.values if new.env else {}
     changes = _dict_changes(old_env, new_env) if old.env and new.env else []
     if old.facts and new.facts:
-        changes += _dict_changes(_interfaces(old), _interfaces(new))
+        changes += _dict_changes(_interfaces(old.facts), _interfaces(new.facts))
     return changes
 
 
-def _interfaces(node: NodeEntry) -> dict[str, str]:
+def _interfaces(facts: NodeFacts) -> dict[str, str]:
     return {f"interface {n.name}": f"{' '.join(a.address for a in n.addresses) or 'no address'}, "
                                    f"mtu {n.mtu}, {'running' if n.running else 'not running'}"
-            for n in node.facts.nics.nics}
+            for n in facts.nics.nics}
 
 
 def _dict_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:

@@ -137,6 +137,7 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
                         f"every stage ran on {world} ranks ({result.nnodes} nodes x "
                         f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
     blamed, first = culprits(result.faults), first_culprit(result.faults)
+    assert first is not None, "failed_stage is its first culprit's stage (orchestrate.root_cause)"
     measured = sum(len(s.rows) for s in result.sweeps)
     evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}"
                      + (f"; in flight: {_in_flight_text(f.in_flight)}" if f.in_flight else "")
@@ -196,10 +197,10 @@ def _timeout_fix(flagged: tuple[str, ...]) -> str:
 # --- bw.wrong -------------------------------------------------------------------------------
 
 def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
-    checked = [(s, r) for s in result.sweeps for r in s.rows if r.wrong is not None]
+    checked = [(s, r, r.wrong) for s in result.sweeps for r in s.rows if r.wrong is not None]
     if not checked:
         return []
-    bad = [(s, r) for s, r in checked if r.wrong]
+    bad = [(s, r) for s, r, wrong in checked if wrong]
     if not bad:
         return [Finding(BW_WRONG, PASS, tuple(range(result.nnodes)),
                         f"0 wrong elements in {len(checked)} checked results")]
@@ -208,7 +209,7 @@ def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     evidence = tuple(f"{s.op} {s.stage} {r.size} B: {r.wrong} wrong on rank(s) "
                      f"{', '.join(str(k) for k in r.wrong_ranks)}" for s, r in bad)
     return [Finding(BW_WRONG, FAIL, nodes,
-                    f"{sum(r.wrong for _, r in bad)} corrupted elements received on "
+                    f"{sum(wrong for _, _, wrong in checked)} corrupted elements received on "
                     f"{', '.join(names.node(n) for n in nodes)}", evidence,
                     "data changed in transit or on the device: check GPU memory errors (nvidia-smi "
                     "-q -d ECC, dcgmi diag), NIC firmware and cabling, then rerun with -c 1")]
@@ -272,7 +273,7 @@ def _sweep_of(result: BandwidthResult, h: Headline) -> Sweep:
 
 def _headline_text(h: Headline, backend: str) -> str:
     text = f"{h.op} busbw plateau over {h.ranks} ranks ({backend}): {plateau_text(h)}"
-    if h.latency_from_us is not None:
+    if h.latency_from_us is not None and h.latency_to_us is not None:   # measured together
         lo, hi = h.latency_sizes
         text += f"; latency {time_text(h.latency_from_us)} per op at {size_words(lo)}"
         text += f", {time_text(h.latency_to_us)} at {size_words(hi)}" if hi != lo else ""
@@ -310,7 +311,7 @@ def _line_rate_finding(result: BandwidthResult, names: _Names,
     known = {n: r for n, r in line_rate_gbps.items() if r}
     if not known:
         return None
-    slowest = min(known, key=known.get)
+    slowest = min(known, key=known.__getitem__)
     line = known[slowest] / 8  # Gbit/s -> GB/s
     efficiency = peak_busbw(sweep) / line
     summary = (f"{sweep.op} busbw over the network peaks at {rate_text(peak_busbw(sweep))}, "

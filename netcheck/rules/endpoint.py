@@ -49,15 +49,16 @@ def endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: Nod
     if outcome != "refused" or not points_at_itself(addresses, facts):
         return []
     own, rank = address_owners(facts.nics), launch.node_rank
+    nodes = () if rank is None else (rank,)   # a node without a rank is named by none
     shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
     nothing = f"and nothing listens on port {endpoint.port} here"
     mine = [a for a in addresses if a in own and not is_loopback(a)]
     if not mine:
-        return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}: loopback, while {launch.nnodes_max} nodes "
+        return [Finding(LAUNCH_ENDPOINT, FAIL, nodes, f"{shown}: loopback, while {launch.nnodes_max} nodes "
                         f"are expected; a loopback endpoint reaches only this machine, {nothing}",
                         (), f"{FIX}; if rank 0 does run on this machine, it listens on another port: give every "
                         f"node rank 0's port (this one was given {endpoint.port})", ENDPOINT_LOOPBACK)]
-    return [Finding(LAUNCH_ENDPOINT, FAIL, (rank,), f"{shown}, an address of this node ({facts.hostname}, "
+    return [Finding(LAUNCH_ENDPOINT, FAIL, nodes, f"{shown}, an address of this node ({facts.hostname}, "
                     f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
                     f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),
                     f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
@@ -88,9 +89,9 @@ def host_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts
 def reached_addresses(members: tuple[Member, ...]) -> list[Finding]:
     """The endpoint resolving to several addresses, and the nodes reaching different ones:
     the workers would meet at one store or another by chance of resolution order."""
-    used = {m.rank: next((p.address for p in m.facts.reach.probes if p.outcome == "open"), None)
-            for m in members if m.facts.reach}
-    used = {r: a for r, a in used.items() if a}
+    found = {m.rank: next((p.address for p in m.facts.reach.probes if p.outcome == "open"), None)
+             for m in members if m.facts.reach}
+    used = {r: a for r, a in found.items() if a}
     if len(set(used.values())) <= 1:
         return []
     names, host = hostnames(members), next(m.facts.reach.host for m in members if m.facts.reach)

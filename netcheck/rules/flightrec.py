@@ -60,9 +60,9 @@ def flight_recorder_findings(facts_by_rank: Mapping[int, EnvFacts],
 
 
 def diagnosability_gaps(values: Mapping[str, str]) -> list[_Gap]:
-    release = version_key(values.get("torch.version", ""))
-    torch = f"torch {values['torch.version']}" if release else "torch unknown"
-    release = release[0] if release else (0,)
+    key = version_key(values.get("torch.version", ""))
+    torch = f"torch {values['torch.version']}" if key else "torch unknown"
+    release = key[0] if key else (0,)
     if (0,) < release < FR_FROM:
         # Nothing to set: no variable makes this torch record or dump (the fix is an upgrade).
         return [_Gap(FR_OFF, f"{torch} has no flight recorder (torch 2.2 and later have one)", ())] + \

@@ -168,7 +168,7 @@ def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None, r
     for rule in NCCL_DEFAULT_RULES:
         if rule == "NCCL_COMM_ID":
             pick = comm_id_subnet_pick(table, env)
-            picks = (pick,) if pick else ()
+            picks: tuple[Pick, ...] = (pick,) if pick else ()
         else:
             picks = nccl_find(table, parse_nccl_ifname(rule), family, running_only)
         if picks:
@@ -268,11 +268,11 @@ def _gloo_iface_device(table: NicTable, name: str, hostname_addresses: Sequence[
         return _hostname_device(table, hostname_addresses, torch_fallback=False)
     # device.cc lookupAddrForIface: the first getifaddrs address of that exact name, of
     # either family, whatever the link state.
-    addr = next((a for n, a in getifaddrs_walk(table) if n.name == name), None)
-    if addr is None:
+    found = next(((n, a) for n, a in getifaddrs_walk(table) if n.name == name), None)
+    if found is None:
         return GlooDevice(name, None, False, f"Unable to find address for: {name}",
                           f"no interface named {name!r} with an IP address ({_names(table)})")
-    nic = _nic(table, name)
+    nic, addr = found
     state = f"{name}'s first address"
     if not nic.running:
         state = f"{name} is not running, so peers cannot reach it"

@@ -9,7 +9,7 @@ registers memory under RLIMIT_MEMLOCK; NCCL before 2.28 crashes under an unlimit
 
 from __future__ import annotations
 
-from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames, is_torchrun_worker
+from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, ProcessLimits, hostnames, is_torchrun_worker
 from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
@@ -30,12 +30,14 @@ NOFILE_FIX = ("raise the soft limit where the job starts: `ulimit -n {need}` in 
 HARD_FIX = ("the hard limit ({hard}) is below it too: raise both as root (/etc/security/limits.conf `nofile`, "
             "LimitNOFILE= for systemd or slurmd, `docker run --ulimit nofile={need}:{need}`)")
 
+Read = tuple[Member, ProcessLimits]   # a member whose limits were read, with them
+
 
 def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
     """The rendezvous host's descriptors and accept queue against the job's size; every node's
     locked memory (where NCCL would use RDMA) and stack (where it has GPUs)."""
-    read = tuple(m for m in members if m.facts.limits is not None)
-    host = next((m for m in read if m.rank == 0), None)
+    read = tuple((m, m.facts.limits) for m in members if m.facts.limits is not None)
+    host = next((r for r in read if r[0].rank == 0), None)
     ranks, nodes = _layout(members)
     findings = (_descriptor_findings(host, ranks, nodes) + _backlog_findings(host, ranks, nodes)) if host else []
     names = hostnames(members)
@@ -43,22 +45,22 @@ def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
         _stack_findings(read, names)
 
 
-def _peer_socket_findings(read: tuple[Member, ...], ranks: int, names: dict[int, str]) -> list[Finding]:
+def _peer_socket_findings(read: tuple[Read, ...], ranks: int, names: dict[int, str]) -> list[Finding]:
     """Every process's descriptors against a connection to each other rank: gloo connects every
     pair, NCCL's socket transport every peer an all-to-all or send/recv reaches, each with
     NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS sockets (NCCL's documentation: file
     descriptors). A warning: a ring's collectives open only a few."""
-    short = [(m, need) for m in read
-             if (need := (ranks - 1) * _sockets_per_peer(m) + PROCESS_DESCRIPTORS) > m.facts.limits.nofile != -1]
+    short = [(m, limits, need) for m, limits in read
+             if (need := (ranks - 1) * _sockets_per_peer(m) + PROCESS_DESCRIPTORS) > limits.nofile != -1]
     if not short or ranks < 2:
         return []
-    nodes = tuple(m.rank for m, _ in short)
+    nodes = tuple(m.rank for m, _, _ in short)
     return [Finding(HOST_LIMITS, WARN, nodes, f"the soft descriptor limit on {node_names(nodes, names)} is below a "
                     f"connection to each of the job's {ranks - 1} other ranks: gloo, and NCCL's all-to-all or "
                     "send/recv over sockets, fail with EMFILE there",
-                    per_node(((m.rank, f"soft {m.facts.limits.nofile}, about {need} for a socket to every peer")
-                              for m, need in short), names),
-                    NOFILE_FIX.format(need=max(need for _, need in short)), LIMIT_PEER_SOCKETS)]
+                    per_node(((m.rank, f"soft {limits.nofile}, about {need} for a socket to every peer")
+                              for m, limits, need in short), names),
+                    NOFILE_FIX.format(need=max(need for _, _, need in short)), LIMIT_PEER_SOCKETS)]
 
 
 def _sockets_per_peer(m: Member) -> int:
@@ -81,10 +83,10 @@ def _layout(members: tuple[Member, ...]) -> tuple[int, int]:
     return sum(m.facts.launch.nproc_per_node for m in members), len(members)
 
 
-def _descriptor_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
+def _descriptor_findings(read: Read, ranks: int, nodes: int) -> list[Finding]:
     """A failure where the store alone cannot hold a connection per rank and agent; a warning
     where it can only without what a training process holds of its own."""
-    limits = host.facts.limits
+    host, limits = read
     need, least = ranks + nodes + PROCESS_DESCRIPTORS, ranks + nodes + BARE_DESCRIPTORS
     shown = (f"{host.facts.hostname}: soft {_text(limits.nofile)}, hard {_text(limits.nofile_hard)}; the job's store "
              f"holds {ranks} rank(s) + {nodes} torchrun agent(s), beside {BARE_DESCRIPTORS} (a bare store) to "
@@ -105,10 +107,10 @@ def _descriptor_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
                     f"loaders) takes about {PROCESS_DESCRIPTORS}", shown, fix, LIMIT_NOFILE)]
 
 
-def _backlog_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
+def _backlog_findings(read: Read, ranks: int, nodes: int) -> list[Finding]:
     """Every rank connects to the store at once at start-up; a listen backlog the kernel caps
     below that overflows, and clients are reset and retry (pytorch/pytorch#129261)."""
-    limits = host.facts.limits
+    host, limits = read
     caps = [c for c in (limits.somaxconn, limits.syn_backlog) if c is not None]
     if not caps or ranks + nodes <= min(caps):
         return []
@@ -119,32 +121,32 @@ def _backlog_findings(host: Member, ranks: int, nodes: int) -> list[Finding]:
                     "on the rendezvous host (and in /etc/sysctl.d to keep it)", LIMIT_BACKLOG)]
 
 
-def _memlock_findings(members: tuple[Member, ...], names: dict[int, str]) -> list[Finding]:
+def _memlock_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Finding]:
     """Nodes with an active RDMA port (NCCL's IB / RoCE transport registers its buffers)
     whose locked-memory limit is not unlimited, as NCCL's documentation asks: a failure at
     the sizes NCCL's own reports fail with, else a warning."""
-    rdma = [m for m in members if m.facts.rdma and any(p.state == "ACTIVE" for p in m.facts.rdma.ports)]
-    short = [m for m in rdma if m.facts.limits.memlock != -1]
-    failing = [m for m in short if m.facts.limits.memlock <= MEMLOCK_FAILS]
+    rdma = [r for r in read if r[0].facts.rdma and any(p.state == "ACTIVE" for p in r[0].facts.rdma.ports)]
+    short = [r for r in rdma if r[1].memlock != -1]
+    failing = [r for r in short if r[1].memlock <= MEMLOCK_FAILS]
     return ([_memlock_finding(FAIL, failing, names)] if failing else []) + \
         ([_memlock_finding(WARN, rest, names)] if (rest := [m for m in short if m not in failing]) else [])
 
 
-def _memlock_finding(severity: str, group: list[Member], names: dict[int, str]) -> Finding:
-    ranks = tuple(m.rank for m in group)
+def _memlock_finding(severity: str, group: list[Read], names: dict[int, str]) -> Finding:
+    ranks = tuple(m.rank for m, _ in group)
     return Finding(HOST_LIMITS, severity, ranks, f"locked memory is limited on {node_names(ranks, names)}, whose "
                    "NCCL would use RDMA: registering its buffers fails (ibv_reg_mr, ibv_create_cq) where they "
-                   "exceed it", per_node(((m.rank, f"memlock {_text(m.facts.limits.memlock)}") for m in group), names),
+                   "exceed it", per_node(((m.rank, f"memlock {_text(limits.memlock)}") for m, limits in group), names),
                    "`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
                    "systemd or slurmd, PropagateResourceLimits=MEMLOCK, `docker run --ulimit memlock=-1`)",
                    LIMIT_MEMLOCK)
 
 
-def _stack_findings(members: tuple[Member, ...], names: dict[int, str]) -> list[Finding]:
+def _stack_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Finding]:
     """Nodes with GPUs under an unlimited stack: glibc then gives NCCL's threads 2 MiB stacks,
     which crashes NCCL before 2.28. A failure where the libnccl the node would load is older;
     a warning where its version is not known."""
-    unlimited = [m for m in members if m.facts.gpus and m.facts.limits.stack == -1]
+    unlimited = [m for m, limits in read if m.facts.gpus and limits.stack == -1]
     old = [m for m in unlimited if _libnccl(m) and nccl_version(_libnccl(m)) < STACK_SAFE_NCCL]
     unknown = [m for m in unlimited if not _libnccl(m)]
     return ([_stack_finding(FAIL, old, "is", names)] if old else []) + \

@@ -58,10 +58,16 @@ def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> li
     return [_pass(result.links, directions, clean_pairs)]
 
 
+def _either_way(direction: Pair) -> Pair:
+    """The pair a direction belongs to: its two nodes, the lower first."""
+    a, b = direction
+    return (a, b) if a <= b else (b, a)
+
+
 def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair]]:
     """The node pairs a direction of which lost segments, and those judged clean both ways."""
-    lossy_pairs = {tuple(sorted(d)) for d, (s, r) in directions.items() if lossy(s, r)}
-    seen = {tuple(sorted(d)) for d, (s, r) in directions.items() if judged(s, r)}
+    lossy_pairs = {_either_way(d) for d, (s, r) in directions.items() if lossy(s, r)}
+    seen = {_either_way(d) for d, (s, r) in directions.items() if judged(s, r)}
     return lossy_pairs, seen - lossy_pairs
 
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import (
-    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, PathCauses, Translation, passed_frame,
+    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, PathCauses, Transfer, Translation,
+    passed_frame,
 )
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, Visitor, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
+from netcheck.core.nictable import Nic
 from netcheck.rules import ifselect, prefix, translation
 from netcheck.rules.ibselect import nccl_version
 from netcheck.rules.pernode import (
@@ -174,15 +176,17 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
     them carries less, and no ICMP says so: every collective that sends a full segment over
     the path hangs. A node all of whose paths (two peers or more, in or out) lose them is
     the one whose link is short; otherwise both ends of each path are named."""
-    holes = sorted((a for a in attempts if a.outcome == BLACKHOLE), key=lambda a: (a.src, a.dst, a.ifname))
+    # A blackhole is its frames' verdict (mesh.transfer_outcome): each one's transfer with it.
+    holes = sorted(((a, a.transfer) for a in attempts if a.outcome == BLACKHOLE and a.transfer is not None),
+                   key=lambda h: (h[0].src, h[0].dst, h[0].ifname))
     if not holes:
         return []
-    lossy = {(a.src, a.dst) for a in holes}
+    lossy = {(a.src, a.dst) for a, _ in holes}
     unreachable, isolated = cut_off_nodes({(a.src, a.dst) for a in attempts if a.connected}, lossy, names)
     blamed = unreachable | isolated
     ranks = _at_fault(blamed, lossy)
-    full = max(a.transfer.trials[0].frame for a in holes)
-    passed = min(passed_frame(a.transfer) for a in holes)
+    full = max(t.trials[0].frame for _, t in holes)
+    passed = min(passed_frame(t) for _, t in holes)
     where = (f"at {_names(names, blamed)}" if blamed else "between " + ", ".join(dict.fromkeys(
         f"{name_of(names, s)} and {name_of(names, d)}" for s, d in sorted({tuple(sorted(p)) for p in lossy}))))
     shown = _hole_lines(names, holes)
@@ -245,11 +249,10 @@ def lost_facts_blackhole(lost: tuple[Visitor, ...], tests: tuple[FrameTest, ...]
                     f"{_jumbo_along('the switch ports between them')}", MESH_BLACKHOLE)]
 
 
-def _hole_lines(names: dict[int, str], holes: list[Attempt]) -> tuple[str, ...]:
+def _hole_lines(names: dict[int, str], holes: list[tuple[Attempt, Transfer]]) -> tuple[str, ...]:
     """A line per lossy path between two nodes, the ranks that found it alike listed together."""
     groups: dict[tuple, tuple[list[int], list[int]]] = {}
-    for a in holes:
-        t = a.transfer
+    for a, t in holes:
         path = (name_of(names, a.src), a.src_ifname or "?", t.src_mtu or "?", name_of(names, a.dst), a.ifname,
                 a.address, t.dst_mtu or "?", t.trials[0].frame, passed_frame(t))
         srcs, dsts = groups.setdefault(path, ([], []))
@@ -266,12 +269,12 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {distinct[0]}" if len(distinct) == 1 else "ranks " + ", ".join(map(str, distinct))
 
 
-def _blackhole_fix(names: dict[int, str], holes: list[Attempt], fixed: set[int], one_link: bool,
+def _blackhole_fix(names: dict[int, str], holes: list[tuple[Attempt, Transfer]], fixed: set[int], one_link: bool,
                    full: int, passed: int) -> str:
     """Either end's interface at the path's MTU is enough (TCP then keeps both directions to
     it), so the command goes to the blamed node alone when there is one."""
-    ends = sorted({(a.src, _pasteable(a.src_ifname)) for a in holes if a.src in fixed}
-                  | {(a.dst, _pasteable(a.ifname)) for a in holes if a.dst in fixed})
+    ends = sorted({(a.src, _pasteable(a.src_ifname)) for a, _ in holes if a.src in fixed}
+                  | {(a.dst, _pasteable(a.ifname)) for a, _ in holes if a.dst in fixed})
     mtu = str(passed) if passed else "MTU"
     commands = "; ".join(dict.fromkeys(f"on {name_of(names, r)}: ip link set dev {ifname} mtu {mtu}"
                                        for r, ifname in ends))
@@ -511,7 +514,7 @@ def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ())
     return len(members) > 1 and len({(m.facts.hostname, addresses) for m, addresses in zip(members, own)}) == 1
 
 
-def _unproven(proven: dict[int, list[str]] | None, rank: int, names: list[str | None]) -> list[str | None]:
+def _unproven(proven: dict[int, list[str]] | None, rank: int, names: Sequence[str | None]) -> list[str | None]:
     """The names the mesh did not prove on this node; none where it has no proof (a joiner)."""
     if proven is None or rank not in proven:
         return []
@@ -543,7 +546,7 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """The two ends of each working path should agree on MTU (FAILURES row 13)."""
-    nic = {(m.rank, n.name): n for m in members for n in m.facts.nics.nics}
+    nic: dict[tuple[int, str | None], Nic] = {(m.rank, n.name): n for m in members for n in m.facts.nics.nics}
     names = hostnames(members)
     pairs = set()
     for a in attempts:

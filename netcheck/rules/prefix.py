@@ -29,7 +29,8 @@ def wrong_prefixes(members: tuple[Member, ...], broken: Iterable[tuple[int, int]
     lengths = Counter(i.network.prefixlen for ifaces in own.values() for i, _ in ifaces)
     if not lengths:
         return ()
-    usual, found = lengths.most_common(1)[0][0], {}
+    usual = lengths.most_common(1)[0][0]
+    found: dict[tuple[int, Interface], set[int]] = {}
     for pair in {tuple(sorted(d)) for d in broken}:
         for a, b in (pair, pair[::-1]):
             held = _holds(own.get(a, []), own.get(b, []))

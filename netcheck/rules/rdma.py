@@ -179,8 +179,8 @@ def _good_indexes(port: RdmaPort, family: str) -> set[int]:
 
 def mtu_findings(members: tuple[Member, ...]) -> list[Finding]:
     names = hostnames(members)
-    mtus = {m.rank: min(p.active_mtu for p in ports) for m in members
-            if (ports := [p for p in used_ports(m) if p.active_mtu])}
+    mtus = {m.rank: min(found) for m in members
+            if (found := [p.active_mtu for p in used_ports(m) if p.active_mtu])}
     if not mtus:
         return []
     evidence = per_node(((m.rank, ", ".join(f"{p.device}:{p.port} {p.active_mtu} (netdev {p.netdev})"
@@ -246,7 +246,7 @@ def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
     for m in members:
         f = m.facts.rdma
         hcas = [h for h in f.hcas if h.name in {p.device for p in used_ports(m)}] if f else []
-        for gpu in f.gpus if hcas else ():
+        for gpu in f.gpus if f and hcas else ():
             hca, shared = nearest_hca(gpu, hcas)
             checked.append(m.rank)
             if gpu.numa_node != hca.numa_node or not shared:
@@ -351,7 +351,7 @@ def ib_recommendation(members: tuple[Member, ...], rec: Recommendation | None) -
 def ib_hca_value(members: tuple[Member, ...]) -> str | None:
     """`=mlx5_0:1,mlx5_1:1`: exact names and ports, the same set on every node that has RDMA, of one
     link layer."""
-    sets = [_rails(m) for m in members if m.facts.rdma and m.facts.rdma.ports]
+    sets = [_rails(m.facts.rdma) for m in members if m.facts.rdma and m.facts.rdma.ports]
     common = set.intersection(*sets) if sets else set()
     if not common:
         return None
@@ -363,8 +363,7 @@ def ib_hca_value(members: tuple[Member, ...]) -> str | None:
     return "=" + ",".join(f"{d}:{p}" for d, p in sorted(common, key=lambda k: (_natural(k[0]), k[1])))
 
 
-def _rails(m: Member) -> set[tuple[str, int]]:
-    f = m.facts.rdma
+def _rails(f: RdmaFacts) -> set[tuple[str, int]]:
     active = ib_ports(f.ports, {})
     if f.gpus and f.hcas:
         hcas = [h for h in f.hcas if h.name in {p.device for p in active}]

@@ -3,6 +3,7 @@ torch, or failed inside netcheck."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
@@ -32,7 +33,7 @@ NO_PEER_LEFT_OUT = {"bandwidth": "no bandwidth between nodes was measured (a swe
                                   "measures memory, not the network)"}
 
 
-def no_peer_findings(phases: list[str]) -> list[Finding]:
+def no_peer_findings(phases: Sequence[str]) -> list[Finding]:
     """Checks between nodes with no other node to check against: said, never passed."""
     return [Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was not run: no other node is in the run, "
                     f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", (), NO_PEER_FIX,
