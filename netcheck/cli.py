@@ -341,8 +341,8 @@ def run_inspect(argv: list[str]) -> int:
         raise UsageError(f"--world-size {world}: must be 1 or more")
     if not rdzv and not args.traces:   # last: any other mistake is the one to name
         raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
-    from netcheck.phases.inspect import inspect_job
-    from netcheck.phases.traces import inspect_live, inspect_traces
+    from netcheck.inspect.job import inspect_job
+    from netcheck.inspect.traces import inspect_live, inspect_traces
 
     rep, deadline = None, Deadline(timeout)   # one look, one --timeout: store, live view and dumps
     if rdzv:

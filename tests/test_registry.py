@@ -318,7 +318,7 @@ def test_a_kind_or_severity_the_registry_does_not_declare_is_caught(tmp_path):
 
 # Lowest first: a module imports only from its own layer or below. Rules sit on core alone:
 # the records they judge and the words they say them in are core's, never what moves them.
-LAYERS = ("core", "rules", "facts", "cluster", "bandwidth", "render", "config", "phases", "cli")
+LAYERS = ("core", "rules", "facts", "cluster", "bandwidth", "render", "config", "phases", "inspect", "cli")
 # Rules do no I/O and draw no tables: none of these in a rule module.
 IO_MODULES = {"os", "socket", "subprocess", "selectors", "threading", "time", "tempfile", "shutil",
               "psutil", "netifaces", "torch", "signal", "tabulate", "matplotlib"}
