@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from netcheck.rules.ifselect import getifaddrs_walk
+from netcheck.rules.socketchoice import getifaddrs_walk
 from netcheck.facts.nics import (
     build_nic, default_route_ifname, getifaddrs_order, read_ib_ports, read_nic_table,
 )

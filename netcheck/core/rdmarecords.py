@@ -2,7 +2,7 @@
 GPUs and HCAs sit on PCIe, what GPUDirect RDMA needs, and the libnccl a job would load.
 
 facts.rdma reads them from sysfs (Documentation/ABI/stable/sysfs-class-infiniband,
-sysfs-bus-pci); rules.ibselect and rules.rdma reason over them. Read, never proven by RDMA
+sysfs-bus-pci); rules.hcachoice and rules.rdma reason over them. Read, never proven by RDMA
 traffic: these machines may have no RDMA device, and a preflight sends none.
 """
 

@@ -10,7 +10,7 @@ registers memory under RLIMIT_MEMLOCK; NCCL before 2.28 crashes under an unlimit
 from __future__ import annotations
 
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, ProcessLimits, hostnames, is_torchrun_worker
-from netcheck.rules.ibselect import nccl_version
+from netcheck.rules.hcachoice import nccl_version
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
     HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_PEER_SOCKETS, LIMIT_STACK,

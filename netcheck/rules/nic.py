@@ -24,8 +24,8 @@ from netcheck.core.meshrecords import (
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, Visitor, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.core.nictable import Nic
-from netcheck.rules import ifselect, prefix, translation
-from netcheck.rules.ibselect import nccl_version
+from netcheck.rules import socketchoice, prefix, translation
+from netcheck.rules.hcachoice import nccl_version
 from netcheck.rules.pernode import (
     every_node, hosts, name_of, node_names, pairs_note, per_node, per_pair, ranks_note, same_node,
 )
@@ -389,7 +389,7 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
     for m in members:
         for var in SETTINGS:
             value = m.facts.socket_env.get(var)
-            problem = ifselect.validate_setting(var, value, m.facts.nics) if value else None
+            problem = socketchoice.validate_setting(var, value, m.facts.nics) if value else None
             if problem:
                 source = m.facts.socket_env_from.get(var)
                 files |= {source} if source else set()
@@ -439,7 +439,7 @@ def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, 
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
-    choices = [(m, ifselect.nccl_choice(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
+    choices = [(m, socketchoice.nccl_choice(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
     return _library_finding(
         NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
@@ -449,10 +449,10 @@ def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
 
 def _nccl_version(m: Member) -> tuple[int, ...]:
     """The NCCL a job would load on the node (rdma.libnccl), whose rules the emulation follows."""
-    return nccl_version(m.facts.rdma.libnccl.version) if m.facts.rdma else ifselect.NEWEST
+    return nccl_version(m.facts.rdma.libnccl.version) if m.facts.rdma else socketchoice.NEWEST
 
 
-def _nccl_trouble(m: Member, choice: ifselect.NcclChoice, proven) -> str | None:
+def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven) -> str | None:
     picked = [p.name for p in choice.interfaces]
     if choice.bootstrap is None:
         return f"NCCL finds no socket interface ({choice.reason})"
@@ -467,7 +467,7 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
     alone = one_machine(members, attempts)
 
     def trouble(m: Member) -> str | None:
-        choice = ifselect.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        choice = socketchoice.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
         if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
@@ -488,7 +488,7 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
     alone = one_machine(members, attempts)
 
     def trouble(m: Member) -> str | None:
-        choice = ifselect.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        choice = socketchoice.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
         said = f"{choice.interface or '?'} ({choice.address}): {choice.reason}"
         # TensorPipe's silent fallback is loopback too.
         if choice.loopback and not alone:
@@ -664,10 +664,10 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
         return Recommendation({}, {}, _no_recommendation(members, lists, proven))
     everything = [[n.name for n in m.facts.nics.nics] for m in members]
     cluster: dict[str, str] = {}
-    nccl = ifselect.format_nccl_value(lists, everything)
+    nccl = socketchoice.format_nccl_value(lists, everything)
     if nccl:
         cluster["NCCL_SOCKET_IFNAME"] = nccl
-    gloo = ifselect.format_gloo_values(lists)
+    gloo = socketchoice.format_gloo_values(lists)
     per_node: dict[str, dict[str, str]] = {}
     if len(set(gloo)) == 1 and gloo[0]:
         cluster.update(GLOO_SOCKET_IFNAME=gloo[0], TP_SOCKET_IFNAME=gloo[0])

@@ -1,7 +1,7 @@
 """The RDMA path across nodes: ports, GIDs, MTUs, GPUDirect RDMA, GPU-NIC placement, libnccl.
 
 Every rule reads each node's RdmaFacts (facts.rdma) and what NCCL would pick under that node's
-NCCL_* settings (rules.ibselect). Read and reasoned, not proven by RDMA traffic. On nodes
+NCCL_* settings (rules.hcachoice). Read and reasoned, not proven by RDMA traffic. On nodes
 without an RDMA device, one line says so:
 
     PASS rdma.port  no RDMA device on any node: NCCL will use its socket transport
@@ -13,7 +13,7 @@ from __future__ import annotations
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, PciPlace, RdmaFacts, RdmaPort
-from netcheck.rules.ibselect import GidPick, gid_choice, gid_family, ib_ports, nccl_version, valid_gid
+from netcheck.rules.hcachoice import GidPick, gid_choice, gid_family, ib_ports, nccl_version, valid_gid
 from netcheck.rules.nic import Recommendation
 from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import (

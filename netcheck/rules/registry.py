@@ -216,7 +216,7 @@ CHECKS: tuple[Check, ...] = (
           "or a node's nameserver does not answer",
           ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings"),
           "Reach (each joiner's lookup of HOST), SilentNameserver (each node's query to its nameservers)",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py"),
+          ("test_rules_reach.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py"),
           {RESOLVE_SILENT: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf does not answer: every lookup "
                                            "/etc/hosts cannot answer waits for it (fail where the endpoint's name "
                                            "was one)")}),
@@ -224,7 +224,7 @@ CHECKS: tuple[Check, ...] = (
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
           "refused, filtered or unreachable",
           ("reach.reach_findings", "reach.reach_summary"), "Reach, Probe, Holder (where the port is this node's)",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
+          ("test_rules_reach.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",
            "test_reach_faults_cluster.py", "test_nobody_there_cluster.py"),
           {REACH_NOT_STORE: Kind(ONLY_FAIL, "something accepts on the port but does not answer as a TCPStore "
                                             "(a hung or stopped process, another program)"),
@@ -240,7 +240,7 @@ CHECKS: tuple[Check, ...] = (
           "the host cannot listen on the port (names the process holding it), or cannot reach it itself",
           ("reach.listen_finding", "reach.listen_pass", "reach.firewalled_finding"),
           "Holder (psutil's view of the port), Probe (the host's connect to its own port)",
-          ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_reach_faults_cluster.py"),
+          ("test_rules_reach.py", "test_rendezvous_cluster.py", "test_reach_faults_cluster.py"),
           {LISTEN_FIREWALLED: Kind(ONLY_FAIL, "the host listens, but its own firewall filters or refuses the port: "
                                               "its store client and every joiner are kept out"),
            LISTEN_TWO_HOSTS: Kind(ONLY_FAIL, "another netcheck on this machine already hosts on the port: two "
@@ -318,7 +318,7 @@ CHECKS: tuple[Check, ...] = (
                                               "left out of the exports")}),
     Check(NIC_NCCL_DEFAULT, "nic", (PASS, FAIL),
           "the interfaces NCCL would pick reach no peer, or there are none",
-          ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.ifselect: NCCL's rules)",
+          ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.socketchoice: NCCL's rules)",
           ("test_mesh_cluster.py", "test_rules_nic.py")),
     Check(NIC_GLOO_DEFAULT, "nic", (PASS, FAIL),
           "the address gloo would bind is loopback or reaches no peer",
@@ -513,7 +513,7 @@ CHECKS: tuple[Check, ...] = (
           "a phase left out, and why",
           ("run.skipped_finding", "run.unheard_goodbyes", "run.no_peer_findings"),
           "the run's deadlines, earlier findings and the nodes still in it",
-          ("test_rules_rdzv.py", "test_faults_cluster.py"),
+          ("test_rules_run.py", "test_faults_cluster.py"),
           {SKIPPED_PHASE: Kind(ONLY_WARN, "a phase was skipped: nodes missing, too little of --timeout left, or a path "
                                           "it needs loses full-size frames (mesh.connect, blackhole)"),
            SKIPPED_GOODBYE: Kind(ONLY_WARN, "--timeout was spent before some nodes said goodbye; not counted as lost"),
@@ -521,16 +521,16 @@ CHECKS: tuple[Check, ...] = (
                                             "the run")}),
     Check(RUN_TIMEOUT, "run", (FAIL,),
           "a phase did not finish within --timeout",
-          ("run.timeout_finding",), "the run's deadline", ("test_rules_rdzv.py", "test_hostile_cluster.py")),
+          ("run.timeout_finding",), "the run's deadline", ("test_rules_run.py", "test_hostile_cluster.py")),
     Check(RUN_STOPPED, "run", (FAIL,),
           "a signal ended the node's run before it finished (exit 130 or 143): never a pass",
-          ("run.stopped_finding",), "the signal", ("test_rules_rdzv.py", "test_faults_cluster.py"),
+          ("run.stopped_finding",), "the signal", ("test_rules_run.py", "test_faults_cluster.py"),
           {STOPPED_SIGINT: Kind(ONLY_FAIL, "interrupted: SIGINT (Ctrl-C)"),
            STOPPED_SIGTERM: Kind(ONLY_FAIL, "terminated: SIGTERM (scancel, a pod deleted)")}),
     Check(RUN_CLUSTER, "run", (WARN,),
           "a joiner left without the host's verdict on the cluster (the host's findings about a "
           "node become that node's own when heard)",
-          ("run.verdict_unheard",), "the host's ClusterVerdict, or its absence", ("test_rules_rdzv.py",)),
+          ("run.verdict_unheard",), "the host's ClusterVerdict, or its absence", ("test_rules_run.py",)),
     Check(RUN_TORCH, "run", (FAIL,),
           "this node's torch cannot run the phases that need it, or did not load inside --timeout",
           ("run.torch_finding", "run.torch_slow_finding"), "the import of torch.distributed",
@@ -539,43 +539,43 @@ CHECKS: tuple[Check, ...] = (
                                        "it: a loaded node, or a slow filesystem")}),
     Check(RUN_INTERNAL, "run", (FAIL,),
           "netcheck failed to run a phase (exit 3): a netcheck bug",
-          ("run.internal_finding",), "the exception", ("test_rules_rdzv.py",)),
+          ("run.internal_finding",), "the exception", ("test_rules_run.py",)),
 )
 
 CHECKS += (
     Check(RDMA_PORT, "env", ALL,
           "the RDMA ports NCCL would use (under NCCL_IB_HCA): link layers that differ between nodes, a port slower "
           "than the same port on its peers; on nodes without RDMA, says so",
-          ("rdma.port_findings",), "RdmaFacts.ports, NodeFacts.socket_env (rules.ibselect: NCCL's rules)",
-          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          ("rdma.port_findings",), "RdmaFacts.ports, NodeFacts.socket_env (rules.hcachoice: NCCL's rules)",
+          ("test_rules_rdma.py", "test_rdma_cluster.py"),
           {PORT_LINK_LAYER: Kind(ONLY_FAIL, "nodes' ports differ in link layer (InfiniBand, RoCE, none)"),
            PORT_SLOWER: Kind(ONLY_WARN, "a port negotiated a lower rate than on its peers: a degraded rail")}),
     Check(RDMA_GID, "env", ALL,
           "the RoCE GID NCCL would pick (NCCL_IB_GID_INDEX, NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY)",
           ("rdma.gid_findings",), "RdmaFacts.ports (GID tables), NodeFacts.socket_env, the libnccl's version",
-          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          ("test_rules_rdma.py", "test_rdma_cluster.py"),
           {GID_BAD: Kind(ONLY_FAIL, "the GID is RoCE v1, link-local or empty: peers cannot reach it"),
            GID_FAMILY: Kind(ONLY_FAIL, "nodes would use GIDs of different address families"),
            GID_DIFFERS: Kind(ONLY_WARN, "nodes would pick different GID indexes (each a RoCE v2 GID)")}),
     Check(RDMA_MTU, "env", (PASS, WARN),
           "RoCE active MTUs (from each netdev's MTU) that differ between nodes",
-          ("rdma.mtu_findings",), "RdmaFacts.ports (active_mtu)", ("test_rdma_rules.py", "test_rdma_cluster.py")),
+          ("rdma.mtu_findings",), "RdmaFacts.ports (active_mtu)", ("test_rules_rdma.py", "test_rdma_cluster.py")),
     Check(RDMA_GPUDIRECT, "env", (PASS, WARN),
           "GPUDirect RDMA unavailable on a node with GPUs and RDMA ports: no nvidia-peermem, no dma-buf",
           ("rdma.gpudirect_findings",), "RdmaFacts (peermem, driver, kernel)",
-          ("test_rdma_rules.py", "test_rdma_cluster.py")),
+          ("test_rules_rdma.py", "test_rdma_cluster.py")),
     Check(RDMA_PCIE, "env", (PASS, WARN),
           "GPU-NIC placement: ACS redirect on the bridges between a GPU and its nearest NIC, or a nearest NIC "
           "behind the root complex or on another NUMA node",
           ("rdma.pcie_findings",), "RdmaFacts.gpus, RdmaFacts.hcas (PCIe paths, ACS, NUMA)",
-          ("test_rdma_rules.py", "test_rdma_cluster.py"),
+          ("test_rules_rdma.py", "test_rdma_cluster.py"),
           {PCIE_ACS: Kind(ONLY_WARN, "ACS redirect on between a GPU and its NIC"),
            PCIE_FAR: Kind(ONLY_WARN, "a GPU's nearest NIC shares no PCIe switch with it, or sits on another NUMA "
                                      "node")}),
     Check(RDMA_LIBNCCL, "env", ALL,
           "the libnccl a job would load: another than torch's own (LD_PRELOAD, LD_LIBRARY_PATH), or another "
           "version than on the peers",
-          ("rdma.libnccl_findings",), "RdmaFacts.libnccl", ("test_rdma_rules.py",),
+          ("rdma.libnccl_findings",), "RdmaFacts.libnccl", ("test_rules_rdma.py",),
           {LIB_NOT_TORCHS: Kind(ONLY_WARN, "LD_PRELOAD or LD_LIBRARY_PATH gives torch another libnccl"),
            LIB_VERSIONS: Kind(ONLY_FAIL, "nodes would load different NCCL versions")}),
 )

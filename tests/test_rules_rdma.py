@@ -1,4 +1,4 @@
-"""NCCL's IB choices (rules.ibselect) and the RDMA rules, over fixture trees of GPU nodes read by
+"""NCCL's IB choices (rules.hcachoice) and the RDMA rules, over fixture trees of GPU nodes read by
 facts.rdma (tests/sysfs_fixtures.py): each fault of the catalog applied to one node of three."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from netcheck.core.rdmarecords import Gid, LibNccl
 from netcheck.facts.nics import roce_active_mtu
 from netcheck.facts.rdma import acs_state, libnccl_choice, read_rdma
 from netcheck.rules import rdma as rdma_rules
-from netcheck.rules.ibselect import gid_choice, ib_matches, ib_ports, parse_ib_hca
+from netcheck.rules.hcachoice import gid_choice, ib_matches, ib_ports, parse_ib_hca
 
 import builders
 from sysfs_fixtures import build, fake_libnccl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.rules.ifselect import (
+from netcheck.rules.socketchoice import (
     MAX_IFS, format_gloo_values, format_nccl_value, gloo_device_addresses, nccl_choice,
     nccl_matches, parse_nccl_ifname, tp_interface, validate_setting,
 )

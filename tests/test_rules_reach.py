@@ -1,0 +1,210 @@
+"""The rendezvous endpoint's rules (rules/reach.py: rdzv.resolve, rdzv.reach, rdzv.listen) over
+hand-built facts: exact checks, severities, ranks and wording. The three-node cluster is
+test_rules_rdzv's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from netcheck.core.model import Finding, Holder, Member, Probe
+from netcheck.rules import rdzv as rdzv_rules, reach as reach_rules, run as run_rules
+from netcheck.rules.reach import REACH_FIXES
+from test_rules_rdzv import ADDRESS, gathering, member, reach, reached, renamed, unanswered, worker
+
+
+def test_reach_open():
+    found = reach_rules.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
+                                          seconds=0.0011), (1,))
+    assert found == [
+        Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4"),
+        Finding("rdzv.reach", "pass", (1,), "node0:29500 is open from this node",
+                ("10.0.0.4 (ipv4): open, connected, 0.00 s", "1 attempt(s) over 0.0 s")),
+    ]
+
+
+def test_reach_refused_counts_the_seconds_it_kept_trying():
+    probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused: nothing listens there, or a REJECT rule",
+                  0.0003)
+    found = reach_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
+    assert found[0] == Finding("rdzv.resolve", "pass", (2,), "node0 resolves to 10.0.0.4")
+    assert found[1] == Finding(
+        "rdzv.reach", "fail", (2,), "node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
+        "listens there",
+        ("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
+         "58 attempt(s) over 29.6 s"),
+        REACH_FIXES["refused"])
+    assert "start netcheck on the host node first" in found[1].fix
+
+
+def test_reach_filtered_says_how_long_it_waited():
+    probe = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0012)
+    found = reach_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
+    assert found[1] == Finding(
+        "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3.0 s",
+        ("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
+        REACH_FIXES["filtered"])
+    assert "firewall" in found[1].fix
+
+
+def test_a_probe_summary_says_the_seconds_its_evidence_says():
+    """Not "refused for 3 s" beside "6 attempt(s) over 2.5 s": one number, in one precision."""
+    probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused", 0.0003)
+    (_, refused) = reach_rules.reach_findings(reach("refused", (probe,), seconds=2.5, attempts=6), (1,))
+    assert refused.summary == "node0:29500 refused the connection, 6 attempts over 2.5 s: nothing listens there"
+    assert refused.evidence[-1] == "6 attempt(s) over 2.5 s"
+    (_, once) = reach_rules.reach_findings(reach("refused", (probe,), seconds=0.004), (1,))
+    assert once.summary == "node0:29500 refused the connection: nothing listens there"
+    slow = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 2.6)
+    (_, filtered) = reach_rules.reach_findings(reach("filtered", (slow,), seconds=2.6), (1,))
+    assert filtered.summary.endswith("no answer in 2.6 s") and filtered.evidence[-1].endswith("over 2.6 s")
+
+
+@pytest.mark.parametrize("named_in, fix", [("", "check the address"), ("DNS", "DNS record"),
+                                           ("/etc/hosts line 4: 10.0.0.4 node0", "/etc/hosts on this node is stale")])
+def test_an_address_where_no_machine_answered_arp_is_not_a_firewall(named_in, fix):
+    found = dataclasses.replace(reach("filtered", (unanswered("FAILED"),)), named_in=named_in)
+    (_, nobody) = reach_rules.reach_findings(found, (1,))
+    assert (nobody.kind, nobody.nodes) == ("no_machine", (1,))
+    assert "no machine answered at 10.0.0.4 on eth0" in nobody.summary and fix in nobody.fix
+    assert "firewall" not in nobody.fix
+    assert "10.0.0.4: route on the interface's subnet, dev eth0, source 10.0.0.7; neighbour FAILED" in nobody.evidence
+
+
+def test_an_unanswered_gateway_is_named_as_the_gateway():
+    (_, nobody) = reach_rules.reach_findings(reach("unreachable", (unanswered("INCOMPLETE", "10.0.0.1"),)), (1,))
+    assert nobody.kind == "no_machine" and "no machine answered at 10.0.0.1 (the gateway)" in nobody.summary
+
+
+def test_a_second_interface_on_the_subnet_names_the_route_it_takes():
+    (_, taken) = reach_rules.reach_findings(reach("filtered", (unanswered("INCOMPLETE", shared=("eth1",)),)), (1,))
+    assert taken.kind == "shared_subnet" and "the kernel's route takes eth0 (source 10.0.0.7)" in taken.summary
+    assert "metric" in taken.fix
+
+
+def test_a_neighbour_that_answered_keeps_the_firewall():
+    (_, dropped) = reach_rules.reach_findings(reach("filtered", (unanswered("REACHABLE"),)), (1,))
+    assert not dropped.kind and dropped.fix == REACH_FIXES["filtered"]
+
+
+def test_reach_unreachable():
+    probe = Probe("10.9.0.4", "ipv4", "unreachable", "No route to host", 0.0001)
+    found = reach_rules.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
+    assert found == [
+        Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.9.0.4"),
+        Finding("rdzv.reach", "fail", (1,), "node0:29500 is unreachable from this node: no route",
+                ("10.9.0.4 (ipv4): unreachable, No route to host, 0.00 s", "1 attempt(s) over 0.0 s"),
+                REACH_FIXES["unreachable"]),
+    ]
+
+
+def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
+    found = reach_rules.reach_findings(
+        reach("dns", (), addresses=(), seconds=0.02, attempts=0, host="nosuch.example",
+              error="Name or service not known"), (3,))
+    assert found == [Finding(
+        "rdzv.resolve", "fail", (3,), "nosuch.example does not resolve on this node",
+        ("getaddrinfo('nosuch.example'): Name or service not known",),
+        "use an address, or add the name to DNS or /etc/hosts on this node")]
+
+
+def test_reach_lists_every_address_and_probe_of_both_families():
+    probes = (Probe("fd00::4", "ipv6", "refused", "connection refused", 0.001),
+              Probe("10.0.0.4", "ipv4", "open", "connected", 0.002))
+    found = reach_rules.reach_findings(reach("open", probes, addresses=("fd00::4", "10.0.0.4"), seconds=0.5), ())
+    assert found[0].summary == "node0 resolves to fd00::4, 10.0.0.4"
+    assert found[1].evidence == ("fd00::4 (ipv6): refused, connection refused, 0.00 s",
+                                 "10.0.0.4 (ipv4): open, connected, 0.00 s",
+                                 "1 attempt(s) over 0.5 s")
+    assert found[1].nodes == ()   # `netcheck probe`: no rank
+
+
+def test_listen_finding_names_the_process_holding_the_port():
+    holders = [Holder(4242, "python", "python -m torch.distributed.run train.py"),
+               Holder(4243, "python", "python train.py")]
+    assert reach_rules.listen_finding(29500, holders, "Address already in use") == Finding(
+        "rdzv.listen", "fail", (0,),
+        "port 29500 is already in use on the host by pid 4242 (python): python -m torch.distributed.run "
+        "train.py; pid 4243 (python): python train.py",
+        ("bind: Address already in use",),
+        "stop that process (kill 4242) or pick another port for the job and netcheck")
+
+
+def test_listen_finding_without_holders():
+    assert reach_rules.listen_finding(80, [], "Permission denied") == Finding(
+        "rdzv.listen", "fail", (0,), "the host cannot listen on port 80: Permission denied", (),
+        "pick a free port, or run as a user allowed to bind it")
+
+
+def test_listen_pass():
+    assert reach_rules.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
+
+
+def test_reach_summary_names_the_slowest_joiner():
+    fast = reach("open", (), seconds=0.01)
+    slow = reach("open", (), seconds=1.5)
+    members = (member(0), member(1, reach=fast), member(2, reach=slow))
+    assert reach_rules.reach_summary(members) == [Finding(
+        "rdzv.reach", "pass", (1, 2), "2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
+    assert reach_rules.reach_summary((member(0),)) == []
+
+
+def test_resolve_consistency_same_family_everywhere_says_nothing():
+    members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("10.0.0.4")))
+    assert reach_rules.resolve_consistency(members) == []
+    both = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("fd00::4", "10.0.0.4")))
+    assert reach_rules.resolve_consistency(both) == []
+
+
+def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
+    members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("fd00::4")),
+               renamed(member(1, reach=reached("10.0.0.4")), 3))
+    assert reach_rules.resolve_consistency(members) == [Finding(
+        "rdzv.resolve", "warn", (2,), "the rendezvous host resolves to different address families across nodes",
+        ("node1: ipv4", "node2: ipv6", "node3: ipv4"),
+        "give the host one address family everywhere (use an address, or fix /etc/hosts and DNS so "
+        "every node gets the same answer)")]
+
+
+def test_resolve_consistency_dual_stack_against_v4_only():
+    members = (member(1, reach=reached("10.0.0.4", "fd00::4")), member(2, reach=reached("10.0.0.4")),
+               renamed(member(2, reach=reached("10.0.0.4")), 3))
+    found = reach_rules.resolve_consistency(members)
+    assert [(f.severity, f.nodes) for f in found] == [("warn", (1,))]
+    assert found[0].evidence == ("node1: ipv4+ipv6", "node2: ipv4", "node3: ipv4")
+
+
+def test_resolve_consistency_ignores_the_host_which_does_not_probe():
+    members = (member(0), member(1, reach=reached("fd00::4")))
+    assert reach_rules.resolve_consistency(members) == []
+
+
+def test_an_ipv6_endpoint_is_named_as_rdzv_takes_it():
+    probe = Probe("::1", "ipv6", "refused", "connection refused", 0.0001)
+    found = reach_rules.reach_findings(dataclasses.replace(reach("refused", (probe,), seconds=2.0), host="::1"), (1,))
+    assert found[1].summary.startswith("[::1]:29500 refused the connection")
+
+
+def test_netcheck_nodes_sharing_a_machine_are_counted_as_nodes_on_it():
+    """Two nodes given --node-rank 0 and 1 on one machine are two nodes, not one node of 2 ranks."""
+    alike = tuple(Member(r, dataclasses.replace(member(0).facts, reach=reach("open", ())), member(0).results)
+                  for r in range(2))
+    (joined,) = rdzv_rules.join_findings(gathering(alike, expected=2))
+    assert joined.summary.startswith("2 node(s) on one machine (node0) joined in ")
+    (summary,) = reach_rules.reach_summary(alike)
+    assert summary.summary.startswith("2 node(s) on one machine (node0) reached node0:29500")
+
+
+def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
+    workers = tuple(worker(r, f"node{r // 2}", ADDRESS[r // 2]) for r in range(4))
+    reached = tuple(dataclasses.replace(w, facts=dataclasses.replace(w.facts, reach=reach("open", ())))
+                    for w in workers)
+    (summary,) = reach_rules.reach_summary(reached)
+    assert summary.summary.startswith("2 node(s) (4 ranks) reached node0:29500")
+    (joined,) = rdzv_rules.join_findings(gathering(workers, expected=4))
+    assert joined.summary.startswith("2 node(s) (4 ranks) joined in ")
+    (lost,) = rdzv_rules.lost_findings("mesh", {2: "node1", 3: "node1"}, [2, 3])
+    assert lost.summary == "node1 stopped answering during the mesh phase" and lost.nodes == (2, 3)
+    (goodbye,) = run_rules.unheard_goodbyes({2: "node1", 3: "node1"})
+    assert goodbye.summary.startswith("--timeout was spent before node1 said goodbye")

@@ -1,0 +1,68 @@
+"""The run's own rules (rules/run.py: run.timeout, run.internal, run.skipped, run.stopped, and the
+verdict a joiner hears) over hand-built findings."""
+
+from __future__ import annotations
+
+from netcheck.core.model import Finding
+from netcheck.rules import run as run_rules
+
+
+def test_timeout_and_internal_findings():
+    assert run_rules.timeout_finding("rendezvous", 60.0) == Finding(
+        "run.timeout", "fail", (), "the rendezvous phase did not finish within --timeout (60 s)", (),
+        "the findings above say what was missing; raise --timeout only if the cluster is merely slow")
+    internal = run_rules.internal_finding("mesh", KeyError("eno1"))
+    assert (internal.check, internal.severity) == ("run.internal", "fail")
+    assert internal.summary == "netcheck could not run the mesh phase: KeyError: 'eno1'"
+
+
+def test_goodbyes_unheard_for_lack_of_time_do_not_count_as_lost():
+    (finding,) = run_rules.unheard_goodbyes({1: "node1", 3: "node3"})
+    assert (finding.check, finding.severity, finding.nodes) == ("run.skipped", "warn", ())
+    assert "node1, node3 said goodbye; not counted as lost" in finding.summary
+    assert run_rules.unheard_goodbyes({}) == []
+
+
+def test_a_stopped_run_fails_naming_its_signal_and_phase():
+    term = run_rules.stopped_finding("SIGTERM", "rendezvous", (0,))
+    assert (term.check, term.severity, term.kind, term.nodes) == ("run.stopped", "fail", "sigterm", (0,))
+    assert "during the rendezvous phase" in term.summary
+    sigint = run_rules.stopped_finding("SIGINT", None, ())
+    assert sigint.kind == "sigint" and "before its first phase" in sigint.summary
+
+
+def test_no_peer_means_not_run_never_passed():
+    findings = run_rules.no_peer_findings(["mesh", "nic"])
+    assert [(f.check, f.severity, f.kind) for f in findings] == [("run.skipped", "warn", "no_peer")] * 2
+
+
+def test_the_hosts_verdict_is_told_worst_first_and_bounded():
+    findings = [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined"),
+                Finding("nic.mtu", "warn", (1,), "odd MTU"),
+                Finding("mesh.connect", "fail", (2,), "node2 is cut off", tuple(f"line {i}" for i in range(9)))]
+    told = run_rules.cluster_verdict(findings)
+    assert (told.verdict, told.headline) == ("fail", "node2 is cut off (and 1 more)")
+    assert [f.check for f in told.findings] == ["mesh.connect", "nic.mtu"]
+    assert len(told.findings[0].evidence) == run_rules.TOLD_EVIDENCE
+    many = [Finding("rdzv.join", "fail", (i,), f"rank {i} missing") for i in range(100)]
+    assert len(run_rules.cluster_verdict(many).findings) == run_rules.TOLD_FINDINGS
+    assert run_rules.cluster_verdict(findings[:1]).headline == "every check passed on every node"
+
+
+def test_a_joiner_keeps_the_hosts_findings_about_itself_once():
+    told = run_rules.cluster_verdict([Finding("mesh.connect", "fail", (2,), "no peer reaches node2"),
+                                      Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
+                                      Finding("rdzv.join", "fail", (3,), "rank 3 never joined")])
+    mine = [Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
+            Finding("mesh.connect", "fail", (1, 2), "1 of 2 directions connect on no interface")]
+    kept, findings = run_rules.with_host_verdict(told, (2,), [])
+    assert kept.findings == (told.findings[0],) and findings == [told.findings[0]]
+    kept, findings = run_rules.with_host_verdict(told, (1,), mine)
+    assert kept.findings == () and findings == mine[:1], "said once; the host's attribution wins"
+    kept, findings = run_rules.with_host_verdict(told, (0,), [])
+    assert findings == [] and kept.verdict == "fail" and "no peer reaches node2" in kept.headline
+
+
+def test_a_verdict_not_heard_is_no_pass():
+    unheard = run_rules.verdict_unheard(8.2)
+    assert (unheard.check, unheard.severity) == ("run.cluster", "warn") and "8 s" in unheard.summary
