@@ -1,5 +1,5 @@
-"""The rendezvous and run rules (rules/rdzv.py, rules/reach.py, rules/run.py) over hand-built facts: exact
-checks, severities, ranks and wording."""
+"""The rendezvous rules (rules/rdzv.py: rdzv.join, rdzv.fqdn, host.clock) over a hand-built three-node
+cluster (test_rules_reach and test_rules_run use it too): exact checks, severities, ranks and wording."""
 
 from __future__ import annotations
 
