@@ -10,7 +10,7 @@ import socket
 from netcheck.core.meshrecords import BLACKHOLE, CARRIED, SILENT, FrameTest
 from netcheck.core.model import Visitor
 from netcheck.facts.frames import frame_test, frame_tests
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
 
 
 def test_loopback_carries_full_size_datagrams():
@@ -35,18 +35,18 @@ def hole(v: Visitor, outcome: str = BLACKHOLE) -> FrameTest:
 
 
 def test_the_hosts_link_is_named_where_every_node_that_came_lost_its_facts():
-    (found,) = nic_rules.lost_facts_blackhole(LOST, tuple(hole(v) for v in LOST), joined=1)
+    (found,) = mesh_rules.lost_facts_blackhole(LOST, tuple(hole(v) for v in LOST), joined=1)
     assert (found.check, found.kind, found.nodes) == ("mesh.connect", "blackhole", (0,))
     assert "at the host" in found.summary and len(found.evidence) == 3
 
 
 def test_the_nodes_are_named_where_others_facts_came_over_the_hosts_link():
-    (found,) = nic_rules.lost_facts_blackhole(LOST, (hole(LOST[1]), hole(LOST[2]), hole(LOST[0], CARRIED)), joined=3)
+    (found,) = mesh_rules.lost_facts_blackhole(LOST, (hole(LOST[1]), hole(LOST[2]), hole(LOST[0], CARRIED)), joined=3)
     assert found.nodes == (3,) and "between the host and node2, node3" in found.summary
     assert found.evidence[0] == "node2 198.18.0.12: the host's 9000-byte datagrams lost, small ones answered"
 
 
 def test_one_node_and_the_host_alone_name_both_ends_and_nothing_answered_names_nothing():
-    (found,) = nic_rules.lost_facts_blackhole(LOST[2:], (hole(LOST[2]),), joined=1)
+    (found,) = mesh_rules.lost_facts_blackhole(LOST[2:], (hole(LOST[2]),), joined=1)
     assert found.nodes == (0, 3) and "between the host and node3" in found.summary
-    assert nic_rules.lost_facts_blackhole(LOST, tuple(hole(v, SILENT) for v in LOST), joined=1) == []
+    assert mesh_rules.lost_facts_blackhole(LOST, tuple(hole(v, SILENT) for v in LOST), joined=1) == []

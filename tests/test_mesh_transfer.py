@@ -19,7 +19,7 @@ from netcheck.core.meshrecords import Attempt, FlaggedPaths, Transfer, Trial, pa
 from netcheck.core.nictable import NicTable
 from netcheck.core.storekeys import MESH_OFFER
 from netcheck.phases.mesh import _unheard, _usable
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
@@ -74,7 +74,7 @@ def three_nodes(short: int | None) -> tuple[Attempt, ...]:
 
 
 def test_a_node_whose_every_path_loses_full_frames_is_named_alone_with_the_mtu_fix():
-    findings = nic_rules.mesh_findings(NAMES, three_nodes(short=2))
+    findings = mesh_rules.mesh_findings(NAMES, three_nodes(short=2))
     (hole,) = findings   # no "every direction connects" pass beside it
     assert (hole.check, hole.severity, hole.kind, hole.nodes) == (MESH_CONNECT, "fail", MESH_BLACKHOLE, (2,))
     assert [e.split(" eth0 ")[0] for e in hole.evidence] == [f"node{s} (rank {s})" for s in (0, 1, 2, 2)]
@@ -87,7 +87,7 @@ def test_a_node_whose_every_path_loses_full_frames_is_named_alone_with_the_mtu_f
 def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
     attempts = (path(0, 1, Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "lost"), Trial(1280, "lost")))),
                 path(1, 0))
-    (hole,) = nic_rules.blackhole_findings(NAMES, attempts)
+    (hole,) = mesh_rules.blackhole_findings(NAMES, attempts)
     assert (hole.kind, hole.nodes) == (MESH_BLACKHOLE, (0, 1))
     assert hole.evidence == ("node0 (rank 0) eth0 mtu 9000 -> node1 (rank 1) eth0 198.18.0.11 mtu 9000: 9000-byte "
                              "frames lost, only the greeting passed",)
@@ -95,16 +95,16 @@ def test_a_lossy_pair_between_two_nodes_names_both_and_asks_for_the_paths_mtu():
 
 
 def test_a_healthy_jumbo_mesh_passes_and_says_it_carried_full_frames():
-    (connect,) = nic_rules.mesh_findings(NAMES, three_nodes(short=None))
+    (connect,) = mesh_rules.mesh_findings(NAMES, three_nodes(short=None))
     assert (connect.check, connect.severity, connect.kind, connect.nodes) == (MESH_CONNECT, "pass", "", (0, 1, 2))
     assert "echo full-size frames (up to 9000 bytes)" in connect.summary   # a pass has no evidence to say it in
-    assert nic_rules.flagged_paths(NAMES, three_nodes(short=None)) == FlaggedPaths()
+    assert mesh_rules.flagged_paths(NAMES, three_nodes(short=None)) == FlaggedPaths()
 
 
 def test_flagged_paths_put_blackholes_first_and_a_blackholed_interface_stays_proven():
     broken = Attempt(1, 0, "eth0", "198.18.0.10", "filtered", None, None, "no answer in 2 s")
     attempts = (broken, path(0, 1, SHORT_PORT))
-    flagged = nic_rules.flagged_paths(NAMES, attempts)
+    flagged = mesh_rules.flagged_paths(NAMES, attempts)
     assert flagged.blackholes == 1
     assert flagged.paths == ("node0 -> node1 eth0 (198.18.0.11): blackhole",
                              "node1 -> node0 eth0 (198.18.0.10): filtered")
@@ -173,7 +173,7 @@ def test_an_untried_direction_fails_the_mesh_and_never_passes_it():
     path works, so no pass."""
     untried = Attempt(0, 1, "eth0", "198.18.0.11", mesh.UNTRIED, None, None, "not tried")
     attempts = tuple(path(s, d) for s, d in ((1, 0), (0, 2), (2, 0), (1, 2), (2, 1))) + (untried,)
-    (finding,) = nic_rules.mesh_findings(NAMES, attempts)
+    (finding,) = mesh_rules.mesh_findings(NAMES, attempts)
     assert (finding.check, finding.severity) == (MESH_CONNECT, "fail")
     assert "node0 -> node1: eth0 198.18.0.11: untried (not tried)" in finding.evidence
 

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules, nic as nic_rules
 from netcheck.cluster import mesh
-from netcheck.core.meshrecords import Attempt, Transfer, Trial
+from netcheck.core.meshrecords import Attempt
 from netcheck.core.model import Member
 from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import IbPort, Nic
@@ -88,30 +88,6 @@ def test_no_recommendation_when_a_node_has_no_working_interface():
     assert rec.cluster == {} and rec.per_node == {} and "node1" in rec.reason
 
 
-def test_mesh_fails_on_a_direction_with_no_path_and_names_it():
-    attempts = (ok(0, 2, "enp3s0f1"), ok(2, 0, "eth0"), ok(1, 0, "eth0"), ok(1, 2, "enp3s0f1"),
-                failed(0, 1, "ens5"), failed(2, 1, "ens5"))
-    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1", 2: "node2"}, attempts)
-    assert (finding.severity, finding.nodes) == ("fail", (1,)), "both peers fail to reach node1: node1 alone"
-    assert directions(finding) == ["node0 -> node1", "node2 -> node1"]
-
-
-def test_a_direction_that_only_one_peer_tried_names_both_ends():
-    attempts = (ok(0, 1, "eth0"), failed(1, 0, "eth0"))
-    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1"}, attempts)
-    assert (finding.severity, finding.nodes) == ("fail", (0, 1))
-    assert directions(finding) == ["node1 -> node0"]
-
-
-def test_a_node_that_reaches_no_peer_is_named_alone_and_a_broken_pair_between_others_names_both():
-    ranks = range(6)
-    attempts = tuple((failed if s == 3 or {s, d} == {0, 1} else ok)(s, d, "eth0")
-                     for s in ranks for d in ranks if s != d)
-    (finding,) = nic_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
-    assert finding.nodes == (0, 1, 3)
-    assert directions(finding) == ["node0 -> node1", "node1 -> node0"] + [f"node3 -> node{d}" for d in (0, 1, 2, 4, 5)]
-
-
 def test_a_sampled_mesh_tests_every_node_both_ways_with_a_bounded_number_of_connections():
     """sample:8 at 1,024 nodes: each node connects to 10 peers (ring neighbours and 8 drawn),
     is connected to by at least its 2 ring neighbours, and by no more than a few dozen."""
@@ -130,23 +106,6 @@ def test_a_sampled_draw_near_the_ring_size_takes_its_neighbours_and_distinct_oth
         peers = mesh.targets(r, ranks, 8, "run")
         assert r not in peers and len(set(peers)) == len(peers) == min(10, n - 1) and set(peers) <= set(ranks)
         assert {ranks[(i + 1) % n], ranks[(i - 1) % n]} <= set(peers)
-
-
-def test_a_sampled_mesh_names_the_one_bad_node_among_a_thousand():
-    """1,024 nodes, ring neighbours plus 8 sampled peers each: the node whose port refuses
-    everyone is named, none of the peers that failed to reach it."""
-    ranks = list(range(1024))
-    attempts = tuple((failed if d == 500 else ok)(s, d, "eth0")
-                     for s in ranks for d in mesh.targets(s, ranks, 8, "run"))
-    (finding,) = nic_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
-    assert finding.nodes == (500,), finding.summary
-
-
-def test_mesh_passes_and_lists_interfaces_that_carry_nothing():
-    attempts = full_mesh(range(2), {0: "eth0", 1: "eth0"}.get, [failed(0, 1, "docker0", "local")])
-    (finding,) = nic_rules.mesh_findings({0: "node0", 1: "node1"}, attempts)
-    assert finding.severity == "pass"
-    assert finding.evidence == ("node1 docker0 carries nothing between nodes: local",)
 
 
 def test_nccl_default_fails_where_the_pick_reaches_no_peer():
@@ -288,13 +247,6 @@ def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so(
                           "no export can hold are proven on node2: see nic.route")
 
 
-def test_a_blackhole_fix_names_an_unsafe_interface_as_if():
-    lost = Transfer(9000, 9000, (Trial(9000, "lost"), Trial(1500, "echoed")))
-    holes = tuple(Attempt(s, 2, EVIL, "198.18.0.12", "blackhole", 0.1, "eth0", "connected", lost) for s in (0, 1))
-    (finding,) = nic_rules.blackhole_findings({0: "node0", 1: "node1", 2: "node2"}, holes + (ok(0, 1, "ens5"),))
-    assert "on node2: ip link set dev IF mtu" in finding.fix and "touch" not in finding.fix
-
-
 # --- per node under torchrun: a host's ranks share its interfaces ---------------------------------
 
 def worker(rank: int, host: str, *nics: Nic) -> Member:
@@ -318,21 +270,13 @@ def filtered_node1() -> tuple[Attempt, ...]:
     return tuple(attempt(s, d) for s in range(4) for d in range(4) if s != d)
 
 
-def test_under_torchrun_the_mesh_speaks_of_node_pairs_and_lists_the_ranks():
-    (finding,) = nic_rules.mesh_findings(HOSTS, filtered_node1())
-    assert finding.evidence == ("node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)",)
-    assert finding.nodes == (0, 1, 2, 3), "two nodes: either end could be at fault"
-    flagged = nic_rules.flagged_paths(HOSTS, filtered_node1())
-    assert flagged.paths == ("node0 -> node1 eth0 (198.18.0.11): filtered",)
-
-
 def test_under_torchrun_a_ranks_sibling_neither_clears_nor_blames_its_node():
     """3 nodes x 2 workers, node2 firewalled: its ranks reach each other on the host, which
     proves nothing about the network; node2 alone is named, as without torchrun."""
     hosts = {r: f"node{r // 2}" for r in range(6)}
     attempts = tuple((failed(s, d, "eth0") if d // 2 == 2 and s // 2 != 2 else ok(s, d, "eth0"))
                      for s in range(6) for d in range(6) if s != d)
-    (finding,) = nic_rules.mesh_findings(hosts, attempts)
+    (finding,) = mesh_rules.mesh_findings(hosts, attempts)
     assert finding.nodes == (4, 5), finding
     assert directions(finding) == [f"node{s} -> node2 (ranks {s * 2}, {s * 2 + 1} -> {d})"
                                    for s in (0, 1) for d in (4, 5)]
@@ -404,7 +348,6 @@ def test_a_setting_from_nccl_conf_is_named_with_its_file_and_node():
     assert found.severity == "fail" and found.nodes == (1,)
     assert found.summary.startswith("node1: NCCL_SOCKET_IFNAME=ib0 from /etc/nccl.conf: ")
     assert "/etc/nccl.conf" in found.fix
-
 
 
 def test_an_nccl_environment_plugin_is_said_to_set_what_netcheck_cannot_see():

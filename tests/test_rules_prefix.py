@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from netcheck.core.meshrecords import Attempt, WrongPrefix
 from netcheck.core.model import Route
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.prefix import wrong_prefixes
 
 from builders import LOOPBACK, member, nic
@@ -43,9 +43,9 @@ def test_the_finding_carries_the_kernels_route_and_the_prefix_to_set():
     names = {r: f"node{r}" for r in range(5)}
     onlink = Route("eth0", "198.18.0.12", None, "INCOMPLETE", subnet="198.18.0.0/16", router="198.18.0.1")
     attempts = (filtered(2, 3, "198.18.1.13", onlink), filtered(3, 2, "198.18.0.12"))
-    causes = nic_rules.path_causes(RACKS, attempts, ())
-    (found,) = nic_rules.mesh_findings(names, attempts, causes)
+    causes = mesh_rules.path_causes(RACKS, attempts, ())
+    (found,) = mesh_rules.mesh_findings(names, attempts, causes)
     assert (found.kind, found.nodes) == ("wrong_prefix", (2,)) and "198.18.0.12/24" in found.fix
     assert found.evidence[0] == ("node2 -> node3: eth0 198.18.1.13: filtered; route on-link on eth0, "
                                  "neighbour INCOMPLETE")
-    assert nic_rules.judged_attempts(attempts, causes) == attempts[1:]   # node3's interface keeps its proof
+    assert mesh_rules.judged_attempts(attempts, causes) == attempts[1:]   # node3's interface keeps its proof

@@ -9,7 +9,7 @@ import dataclasses
 
 from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, PathCauses, Translation
 from netcheck.core.model import NodeResults, Probe, Reach, Visitor
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.translation import translations
 
 from builders import LOOPBACK, member, nic
@@ -66,9 +66,9 @@ def test_directions_into_a_translated_node_are_its_translation_the_rest_still_a_
     attempts = (unreachable(0, 2, "198.19.200.2"), unreachable(1, 2, "198.19.200.2"),
                 unreachable(1, 3, "198.18.0.13"))
     nat = Translation(2, OUTBOUND, ("198.19.200.2",), ("198.18.0.12",))
-    natted, rest = nic_rules.mesh_findings(names, attempts, PathCauses((nat,)))
+    natted, rest = mesh_rules.mesh_findings(names, attempts, PathCauses((nat,)))
     assert (natted.kind, natted.nodes) == ("translated", (2,)) and "--network host" in natted.fix
     assert "198.18.0.12" in natted.summary and len(natted.evidence) == 2
     assert rest.kind == "" and rest.nodes == (1, 3) and "firewall" in rest.fix
-    (alone,) = nic_rules.mesh_findings(names, attempts[:2], PathCauses((nat,)))
+    (alone,) = mesh_rules.mesh_findings(names, attempts[:2], PathCauses((nat,)))
     assert alone.kind == "translated"

@@ -74,7 +74,7 @@ class FlaggedPaths:
 
     blackholes: int = 0             # how many lose full-size frames
     paths: Annotated[tuple[str, ...], FEW] = ()     # a line each, blackholes first, at most MESH_FLAGGED_TOLD
-    cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (rules.nic.cut_off_nodes)
+    cut_off: NodeRanks = ()   # nodes no peer reaches, or that reach no peer (rules.mesh.cut_off_nodes)
 
 
 # What became of datagrams sent to a node that has no listener to greet (FrameTest.outcome):

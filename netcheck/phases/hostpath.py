@@ -10,7 +10,7 @@ from __future__ import annotations
 from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.facts.probe import FULL_FRAME, full_frames_lost
 from netcheck.phases.state import Run
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.registry import MESH_BLACKHOLE
 
 
@@ -20,7 +20,7 @@ def ask_host_path(run: Run) -> bool:
     if any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in run.findings):  # by the mesh
         return True
     if _full_frames_lost(run):
-        run.findings.append(nic_rules.host_blackhole_finding(run.my_ranks(), FULL_FRAME))
+        run.findings.append(mesh_rules.host_blackhole_finding(run.my_ranks(), FULL_FRAME))
         return True
     return False
 

@@ -16,7 +16,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.phases.state import Run, seated_rank
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
-from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules
+from netcheck.rules import mesh as mesh_rules, rdzv as rdzv_rules
 
 
 
@@ -54,9 +54,9 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         ex.post(MESH_RESULT, me, mesh.MeshResults(me, mine))
         if run.role != HOST:
             done = _host_word(run, ex, deadline)
-            run.flagged = done.flagged if done else nic_rules.flagged_paths(names, mine)
+            run.flagged = done.flagged if done else mesh_rules.flagged_paths(names, mine)
             run.causes = done.causes if done else PathCauses()
-            run.findings += nic_rules.mesh_findings(names, mine, run.causes)
+            run.findings += mesh_rules.mesh_findings(names, mine, run.causes)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
             return mine
         # A node that never offered will not report: waiting for its results would make the
@@ -67,10 +67,10 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         results = collect(ex, mesh.MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
-        run.flagged = nic_rules.flagged_paths(names, attempts)
-        run.causes = nic_rules.path_causes(run.members, attempts, run.causes.translated)
+        run.flagged = mesh_rules.flagged_paths(names, attempts)
+        run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated)
         ex.put(ex.key(MESH_DONE), MeshDone(run.flagged, run.causes))
-    run.findings += nic_rules.mesh_findings(names, attempts, run.causes)
+    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes)
     run.lose("mesh", names, _unheard(ex, MESH_RESULT, ranks, results))
     return attempts
 

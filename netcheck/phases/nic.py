@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from netcheck.core.model import HOST
 from netcheck.phases.state import Run
-from netcheck.rules import nic as nic_rules
+from netcheck.rules import mesh as mesh_rules, nic as nic_rules
 
 
 def judge_interfaces(run: Run) -> None:
@@ -13,7 +13,7 @@ def judge_interfaces(run: Run) -> None:
     # Only the host hears every node's connects, so only it can prove an interface works;
     # a joiner still checks its own settings and what the libraries would pick.
     host = run.role == HOST
-    attempts = nic_rules.judged_attempts(run.attempts, run.causes)
+    attempts = mesh_rules.judged_attempts(run.attempts, run.causes)
     seen = nic_rules.proven_interfaces(members, attempts)   # a joiner's: its own connects only
     proven = seen if host and attempts else None
     run.findings += nic_rules.route_findings(members, attempts, seen)

@@ -18,7 +18,7 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import (
-    endpoint as endpoint_rules, limits as limits_rules, nic as nic_rules, reach as reach_rules, rdzv as rdzv_rules,
+    endpoint as endpoint_rules, limits as limits_rules, mesh as mesh_rules, reach as reach_rules, rdzv as rdzv_rules,
     translation as translation_rules,
 )
 
@@ -51,7 +51,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.members = gathered.members
         # Out before the rules below (half a second at 4,096 nodes): every joiner waits for it.
         run.alive = post_alive(run, seat)
-        holes = nic_rules.lost_facts_blackhole(gathered.facts_lost, _frames_to(run, gathered.facts_lost),
+        holes = mesh_rules.lost_facts_blackhole(gathered.facts_lost, _frames_to(run, gathered.facts_lost),
                                                len(gathered.members))
         run.findings += holes
         # Read while every joiner waits on the store for the alive list: each one's connection is there.

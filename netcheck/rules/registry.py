@@ -295,12 +295,12 @@ CHECKS: tuple[Check, ...] = (
     Check(MESH_CONNECT, "mesh", (PASS, FAIL),
           "a node-to-node direction that connects on no interface at all, or a path that connects "
           "but loses full-size frames",
-          ("nic.mesh_findings", "nic.blackhole_findings", "nic.host_blackhole_finding",
-           "nic.lost_facts_blackhole", "translation.translated_findings", "prefix.wrong_prefix_findings"),
+          ("mesh.mesh_findings", "mesh.blackhole_findings", "mesh.host_blackhole_finding",
+           "mesh.lost_facts_blackhole", "translation.translated_findings", "prefix.wrong_prefix_findings"),
           "Attempt (every connect the mesh made, with its full-size frames echoed or lost); a joiner "
           "that lost the host: the host's store asked a small request and the same in one full frame; "
           "the host, of a node whose facts never came: FrameTest (small and full-size datagrams answered or not)",
-          ("test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
+          ("test_rules_mesh.py", "test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
           {MESH_BLACKHOLE: Kind(ONLY_FAIL, "a path-MTU blackhole: the path connects and carries small messages, but "
                                            "frames of the interfaces' MTU vanish (a switch port or tunnel with a "
                                            "smaller MTU between two ends that agree)"),
