@@ -21,7 +21,7 @@ from netcheck.core.meshrecords import (
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.core.nictable import Nic
-from netcheck.rules import mesh as mesh_rules, socketchoice
+from netcheck.rules import mesh as mesh_rules, socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
 from netcheck.rules.pernode import (
     every_node, name_of, node_names, pairs_note, per_node, same_node,
@@ -112,7 +112,7 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
     for m in members:
         for var in SETTINGS:
             value = m.facts.socket_env.get(var)
-            problem = socketchoice.validate_setting(var, value, m.facts.nics) if value else None
+            problem = socketsettings.validate_setting(var, value, m.facts.nics) if value else None
             if problem:
                 source = m.facts.socket_env_from.get(var)
                 files |= {source} if source else set()
@@ -387,10 +387,10 @@ def recommendation(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
         return Recommendation({}, {}, _no_recommendation(members, lists, proven))
     everything = [[n.name for n in m.facts.nics.nics] for m in members]
     cluster: dict[str, str] = {}
-    nccl = socketchoice.format_nccl_value(lists, everything)
+    nccl = socketsettings.format_nccl_value(lists, everything)
     if nccl:
         cluster["NCCL_SOCKET_IFNAME"] = nccl
-    gloo = socketchoice.format_gloo_values(lists)
+    gloo = socketsettings.format_gloo_values(lists)
     per_node: dict[str, dict[str, str]] = {}
     if len(set(gloo)) == 1 and gloo[0]:
         cluster.update(GLOO_SOCKET_IFNAME=gloo[0], TP_SOCKET_IFNAME=gloo[0])
