@@ -1,5 +1,6 @@
 """The bounded decoder for the pickles netcheck reads from a job's store: torchrun's
-rendezvous state. (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
+rendezvous state. (Over 500 lines: one state machine, each opcode beside the bound it keeps;
+split, an opcode would be read apart from its check.) (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
 by the C unpickler with every global refused, in limited child processes: facts.frdecode.)
 
 pickle.Unpickler cannot be bounded from outside: a memo index allocates before anything is
