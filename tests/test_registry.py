@@ -410,3 +410,27 @@ def test_every_store_key_is_named_in_one_place():
             assert not inline_store_keys(path.read_text()), (name, inline_store_keys(path.read_text()))
     planted = 'ex.post("bw/node", 1, report)\ncollect(ex, int, "bye", [1], d)\nex.key(keys.ROSTER)\n'
     assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')"]
+
+
+def test_the_development_guide_names_every_module():
+    """docs/development.md's table names each module in its layer's rows: a newcomer finds a
+    new module where it lives."""
+    guide = (REPO / "docs" / "development.md").read_text()
+    rows: dict[str, str] = {}
+    layer = ""
+    for line in guide.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 3 and cells[0] not in ("layer", "---"):
+            layer = cells[0].strip("`") or layer
+            rows[layer] = rows.get(layer, "") + " " + cells[1]
+    missing = []
+    for name, path in modules():
+        parts = name.split(".")
+        if len(parts) == 3:
+            folder, module = parts[1] + "/", parts[2]
+            if f"`{module}`" not in rows.get(folder, ""):
+                missing.append(f"{folder}{module}")
+        elif len(parts) == 2 and parts[1] not in ("__main__",) and not path.name == "__init__.py":
+            if f"{parts[1]}.py" not in rows:
+                missing.append(f"{parts[1]}.py")
+    assert not missing, f"not in docs/development.md's table: {missing}"
