@@ -19,7 +19,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.facts.local import hosts_file_names
-from netcheck.facts.probe import Listener
+from netcheck.facts.listener import Listener
 from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
 
 
