@@ -352,6 +352,7 @@ def run_inspect(argv: list[str]) -> int:
     if args.traces:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
+    assert rep is not None, "neither --rdzv nor --traces: refused above"
     emit(rep, outputs, False, True)
     return EXIT_BY_VERDICT[rep.verdict]
 

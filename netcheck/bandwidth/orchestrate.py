@@ -33,7 +33,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Callable
+from typing import IO, Annotated, Callable
 
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
 from netcheck.bandwidth.tables import progress_bar
@@ -171,7 +171,8 @@ def _spawn(store_host: str, store_port: int, run_id: str, node_rank: int, nnodes
     # reaches netcheck only, which then ends its workers itself.
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
-    return Worker(local_rank, node_rank * nproc + local_rank, proc, time.monotonic())
+    assert proc.stdout is not None and proc.stderr is not None, "Popen without the pipes it was asked for"
+    return Worker(local_rank, node_rank * nproc + local_rank, proc, proc.stdout, proc.stderr, time.monotonic())
 
 
 # --- watching them ---------------------------------------------------------------------------
@@ -200,7 +201,9 @@ class Lines:
 class Worker:
     local_rank: int
     rank: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
+    out: IO[bytes]                        # its stdout's pipe: events, one a line
+    err: IO[bytes]                        # its stderr's pipe
     heard: float                          # when its last event came
     stage: str = "start"
     failure: str = ""                     # what it said when a stage failed
@@ -216,11 +219,21 @@ class Worker:
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def pipe(self, stream: str) -> IO[bytes]:
+        """The pipe Watch registered as `stream` ("out" or "err")."""
+        return self.err if stream == "err" else self.out
+
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _registered(key: selectors.SelectorKey) -> tuple[Worker, str, IO[bytes]]:
+    """The worker, the stream's name and its pipe, as Watch.run registered them."""
+    w, stream = key.data
+    return w, stream, w.pipe(stream)
 
 
 @dataclass
@@ -253,8 +266,8 @@ class Watch:
     def run(self) -> None:
         with selectors.DefaultSelector() as sel:
             for w in self.workers:
-                sel.register(w.proc.stdout, selectors.EVENT_READ, (w, "out"))
-                sel.register(w.proc.stderr, selectors.EVENT_READ, (w, "err"))
+                sel.register(w.out, selectors.EVENT_READ, (w, "out"))
+                sel.register(w.err, selectors.EVENT_READ, (w, "err"))
             while any(w.running() for w in self.workers):
                 self.read(sel, POLL)
                 if self.ends_now(time.monotonic()):
@@ -352,11 +365,11 @@ class Watch:
 
     def read(self, sel: selectors.BaseSelector, timeout: float) -> None:
         for key, _ in sel.select(timeout):
-            w, stream = key.data
-            data = os.read(key.fileobj.fileno(), 1 << 16)
+            w, stream, pipe = _registered(key)
+            data = os.read(pipe.fileno(), 1 << 16)
             if not data:
-                sel.unregister(key.fileobj)
-                key.fileobj.close()
+                sel.unregister(pipe)
+                pipe.close()
             elif stream == "err":
                 w.stderr_tail.extend(line.decode(errors="replace") for line in w.stderr.feed(data))
             else:
@@ -369,8 +382,9 @@ class Watch:
         while sel.get_map() and time.monotonic() < until:
             self.read(sel, POLL)
         for key in list(sel.get_map().values()):
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
+            _, _, pipe = _registered(key)
+            sel.unregister(pipe)
+            pipe.close()
 
     def handle(self, w: Worker, line: bytes) -> None:
         try:

@@ -15,7 +15,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
@@ -320,7 +320,7 @@ class Measured:
 
 
 def run_sizes(options: SweepOptions, smallest: int, top: int, budget: Budget,
-              measure: Callable[[int, int], Measured], skip: Callable[[int], None]) -> None:
+              measure: Callable[[int, int, int], Measured], skip: Callable[[int], None]) -> None:
     """Drive one sweep: each planned size from `smallest` (the first that gives every
     rank an element) that the budget admits, the others skipped; then, without -e, larger
     sizes up to `top` while busbw still rises and the budget admits them. measure(size,
@@ -380,11 +380,11 @@ def round_robin(n: int) -> list[list[tuple[int, int]]]:
     The circle method: node 0 stays, the others rotate. n - 1 rounds for even n; odd n
     gets a bye (a phantom node), so n rounds each with one node resting.
     """
-    seats = list(range(n)) + ([None] if n % 2 else [])
-    rounds = []
+    seats: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    rounds: list[list[tuple[int, int]]] = []
     for _ in range(len(seats) - 1):
         half = len(seats) // 2
-        pairs = [(a, b) for a, b in zip(seats[:half], reversed(seats[half:])) if None not in (a, b)]
+        pairs = [(a, b) for a, b in zip(seats[:half], reversed(seats[half:])) if a is not None and b is not None]
         rounds.append([(min(a, b), max(a, b)) for a, b in pairs])
         seats = [seats[0], seats[-1]] + seats[1:-1]
     return [r for r in rounds if r]  # one node alone has no pairs at all
@@ -469,7 +469,8 @@ class Collective:
     periodic: bool = True            # expected depends on the index modulo m alone (inputs always do)
 
     def elements(self, chunk: int, n: int) -> tuple[int, int]:
-        return tuple(chunk * n if scaled else chunk for scaled in self.scaled)
+        inp, out = self.scaled
+        return (chunk * n if inp else chunk), (chunk * n if out else chunk)
 
     def chunk(self, size: int, dtype: str, n: int) -> int:
         """The count the API takes (nccl-tests' count column) for a size in bytes."""
@@ -574,7 +575,7 @@ def batch_times(times: list[float]) -> list[float]:
 
 def make_row(coll: Collective, chunk: int, dtype: str, n: int, times_s: list[float],
              wrongs: list[int], checked: bool, ranks: list[int], iters: int = 0,
-             spreads_s: list[float] = (), batch_spreads: list[float] = ()) -> Row:
+             spreads_s: Sequence[float] = (), batch_spreads: Sequence[float] = ()) -> Row:
     """A table row from every member rank's own time and wrong count (nccl-tests' average)."""
     seconds = statistics.fmean(times_s)
     algbw, busbw = bandwidths(coll, chunk, dtype, n, seconds)

@@ -321,9 +321,7 @@ class Harness:
             result = replace(result, skipped=result.skipped + (size,))
             self.events.emit(Event("sweep", name, sweep=result))
 
-        # run_sizes calls measure(size, iters, warmup), as its docstring says; its annotation names
-        # two arguments: corrected in sweep.py's rework (issue 52), which this branch leaves alone.
-        run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)  # type: ignore[arg-type]
+        run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)
         return result
 
     def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int,

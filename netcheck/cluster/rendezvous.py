@@ -248,8 +248,9 @@ def lookup_peers(fqdns: dict[int, str], me: int, seed: str) -> tuple[Resolution,
     return tuple(Resolution(r, fqdn, *answers[fqdn]) for r, fqdn in peers.items())
 
 
-def report_back(seat: Seat, clock: ClockSample | None) -> NodeResults:
-    results = NodeResults(clock, lookup_peers(seat.fqdns, seat.rank, seat.exchange.run_id))
+def report_back(seat: Seat, rank: int, clock: ClockSample | None) -> NodeResults:
+    """This node's results, once seated (at `rank`, the seat's): its clock sample and its lookups."""
+    results = NodeResults(clock, lookup_peers(seat.fqdns, rank, seat.exchange.run_id))
     seat.exchange.post(RESULT, seat.arrival, results)
     return results
 
@@ -289,7 +290,7 @@ def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
         raise RendezvousError(f"{what}: {first_line(e)}") from None
     if seat.rank is None:
         return seat, None
-    return seat, report_back(seat, clock)
+    return seat, report_back(seat, seat.rank, clock)
 
 
 def take_seat(seat: Seat, deadline: Deadline) -> None:
@@ -609,8 +610,8 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
         if scan.expired():
             break
         ticket, _, k = entry.partition("/")
-        if TICKET.fullmatch(ticket) and (k := codec.small_int(k)) is not None and k < CLOCK_PINGS:
-            pongs.append(ex.key(PONG, ticket, k, shared=True))
+        if TICKET.fullmatch(ticket) and (ping := codec.small_int(k)) is not None and ping < CLOCK_PINGS:
+            pongs.append(ex.key(PONG, ticket, ping, shared=True))
         state.pings_answered += 1
     # One request for them all, stamped once: each ping was read before the stamp.
     now = Pong(time.time(), ex.nonce)
@@ -677,7 +678,8 @@ def came_without_facts(ex: Exchange, state: HostState, missing: tuple[int, ...])
     hostname, each arrival answering one record) and that claim a missing rank or none (the
     one-shot form): those nodes reached the store, whatever became of their facts. A record
     read only after the roster is a latecomer's, named as such once its facts come."""
-    answered, came = Counter(state.arrived_names), {}
+    answered = Counter(state.arrived_names)
+    came: dict[tuple[str, NodeRank | None], Visitor] = {}
     for v_number in sorted(state.seating_visitors):
         v = state.visitors.get(v_number)
         if not v or v.run_id != ex.run_id:

@@ -22,10 +22,11 @@ def rendezvous_closed(seated: int, low: int | None, high: int | None, quiet_for:
     return seated >= (low or ARRIVAL_MIN_NODES) and quiet_for >= window
 
 
-def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int, nnodes_max: int | None
+def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int | None, nnodes_max: int | None
                  ) -> tuple[dict[int, int], dict[str, tuple[str, ...]], list[int]]:
     """Ranks by arrival: claimed ranks first (the host's, then in arrival order), the rest
-    numbered from the lowest free rank. Returns (arrival -> rank, duplicate claims, extras)."""
+    numbered from the lowest free rank. Returns (arrival -> rank, duplicate claims, extras).
+    host_arrival None: the host is not among them (all in arrival order)."""
     order = sorted(arrivals, key=lambda a: (a != host_arrival, a))
     ranks: dict[int, int] = {}
     taken: set[int] = set()  # ranks.values(), for lookups in O(1): the host runs this every poll

@@ -9,11 +9,15 @@ import selectors
 import socket
 import threading
 import time
+from typing import cast
 
 from netcheck.core.constants import MAX_NODES, PROBE_TIMEOUT
 from netcheck.core.model import Holder
 from netcheck.core.storewireops import NOT_READY
 from netcheck.facts.probe import STORE_PROBE
+
+
+_Pending = dict[socket.socket, tuple[bytearray, float]]   # a probe's connection: (bytes read, until when)
 
 
 class PortTaken(OSError):
@@ -30,6 +34,9 @@ class Listener(socket.socket):
     busy node) hears a store, not the silence of a squatter. It answers only the probe's exact
     bytes; anything else it closes (a torch client that came that early retries: client_store).
     """
+
+    _stop: threading.Event
+    _answering: threading.Thread | None   # set by answer_probes; None once stopped
 
     def answer_probes(self) -> None:
         self._stop = threading.Event()
@@ -48,9 +55,10 @@ class Listener(socket.socket):
         super().close()
 
     def _stop_answering(self) -> None:
-        if getattr(self, "_answering", None) is not None:
+        answering = getattr(self, "_answering", None)   # none before answer_probes
+        if answering is not None:
             self._stop.set()
-            self._answering.join()
+            answering.join()
             self._answering = None
 
     def _answer(self) -> None:
@@ -62,7 +70,7 @@ class Listener(socket.socket):
     def _answer_until_stopped(self) -> None:
         with selectors.DefaultSelector() as sel:
             sel.register(self, selectors.EVENT_READ)
-            pending: dict[socket.socket, tuple[bytearray, float]] = {}
+            pending: _Pending = {}
             stop_by = None
             while pending or stop_by is None:
                 if stop_by is None and self._stop.is_set():
@@ -71,13 +79,13 @@ class Listener(socket.socket):
                 for key, _ in sel.select(ANSWER_TICK):
                     if key.fileobj is self:
                         self._take(sel, pending)
-                    else:
-                        _read_probe(sel, pending, key.fileobj)
+                    else:   # everything registered but self is a connection _take accepted
+                        _read_probe(sel, pending, cast(socket.socket, key.fileobj))
                 now = time.monotonic()
                 for conn in [c for c, (_, until) in pending.items() if now >= min(until, stop_by or until)]:
                     _drop(sel, pending, conn)
 
-    def _take(self, sel, pending) -> None:
+    def _take(self, sel: selectors.BaseSelector, pending: _Pending) -> None:
         try:
             conn, _ = self.accept()
         except OSError:  # gone before accepted, or out of descriptors: the next one then
@@ -91,7 +99,7 @@ ANSWER_TICK = 0.05   # how soon the answering thread sees hand_over
 ANSWER_DRAIN = 0.2   # ... and how long it then gives a probe it is reading
 
 
-def _read_probe(sel, pending, conn: socket.socket) -> None:
+def _read_probe(sel: selectors.BaseSelector, pending: _Pending, conn: socket.socket) -> None:
     try:
         data = conn.recv(len(STORE_PROBE))
     except BlockingIOError:
@@ -110,7 +118,7 @@ def _read_probe(sel, pending, conn: socket.socket) -> None:
     _drop(sel, pending, conn)
 
 
-def _drop(sel, pending, conn: socket.socket) -> None:
+def _drop(sel: selectors.BaseSelector, pending: _Pending, conn: socket.socket) -> None:
     sel.unregister(conn)
     del pending[conn]
     conn.close()

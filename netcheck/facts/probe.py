@@ -46,7 +46,7 @@ from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Probe, Reach, 
 from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
 from netcheck.facts.nameservers import hosts_ask_dns
 
-FAMILY_NAMES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}
+FAMILY_NAMES: dict[int, str] = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}   # by family number
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
 
 # TCPStore's wire protocol (core.storewireops): VALIDATE with its magic, then CHECK of one key;
@@ -112,7 +112,7 @@ RESOLVE_WORKERS = 64
 def resolve_many(names: list[str], timeout: float) -> dict[str, tuple[tuple[str, ...], str | None]]:
     """resolve_addresses for many names at once, RESOLVE_WORKERS at a time, in daemon threads:
     a thousand peers whose DNS hangs cost about a thousand / 64 timeouts, not a thousand."""
-    pending = queue.SimpleQueue()
+    pending: queue.SimpleQueue[str] = queue.SimpleQueue()
     for name in dict.fromkeys(names):
         pending.put(name)
     found: dict[str, tuple[tuple[str, ...], str | None]] = {}
@@ -262,9 +262,9 @@ def route_to(address: str) -> Route | None:
     any, the neighbour table's state for the next hop, and the other interfaces with a route to
     the same subnet. None where iproute2 is missing or says nothing."""
     chosen = _ip_words("route", "get", address)
-    if "dev" not in chosen:
-        return None
     interface, gateway = _after(chosen, "dev"), _after(chosen, "via")
+    if interface is None:
+        return None
     neighbour = _ip_words("neigh", "show", "to", gateway or address, "dev", interface)
     state = neighbour[-1] if neighbour and neighbour[-1].isupper() else ""
     if gateway:
@@ -279,7 +279,8 @@ def route_to(address: str) -> Route | None:
 
 def _shared(routes: list[list[str]], subnets: set[str], interface: str) -> tuple[str, ...]:
     """Interfaces besides INTERFACE with a link route to a subnet of SUBNETS, INTERFACE's."""
-    return tuple(sorted({_after(r, "dev") for r in routes if r[0] in subnets and "via" not in r} - {interface}))
+    return tuple(sorted({dev for r in routes if r[0] in subnets and "via" not in r
+                         and (dev := _after(r, "dev")) is not None} - {interface}))
 
 
 def _ip_words(*args: str) -> list[str]:

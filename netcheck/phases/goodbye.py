@@ -8,6 +8,7 @@ from typing import Callable
 
 from netcheck.cluster import rendezvous
 from netcheck.cluster.collect import collect
+from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT
@@ -20,17 +21,17 @@ from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as ru
 
 
 
-def _judge_launch(run: Run, seat: rendezvous.Seat) -> None:
+def _judge_launch(run: Run, ex: Exchange, arrivals: rendezvous.HostState, roster: rendezvous.Roster) -> None:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""
-    rendezvous.poll_arrivals(seat.exchange, run.arrivals)
-    ranks = {e.arrival: e.rank for e in seat.roster.entries}
-    run.findings += rdzv_rules.latecomer_findings(run.arrivals.latecomers, seat.roster)
+    rendezvous.poll_arrivals(ex, arrivals)
+    ranks = {e.arrival: e.rank for e in roster.entries}
+    run.findings += rdzv_rules.latecomer_findings(arrivals.latecomers, roster)
     devices = {m.rank: uuid for m in run.members
                if m.env and (uuid := launch_rules.device_uuid(m.facts, m.env.values))}
     run.findings += launch_rules.launch_findings(
-        [(ranks.get(a), f) for a, f in sorted(run.arrivals.arrivals.items())], devices)
+        [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)
 
 
 def leave(run: Run, seat: rendezvous.Seat) -> None:
@@ -44,9 +45,13 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         seat.goodbye()
         return
     with run.phase("goodbye"):
-        _judge_launch(run, seat)
+        roster = seat.roster
+        # The host is seated (runner: no goodbye for a node without a rank) by post_roster,
+        # after host_gather: both the roster and what came are there.
+        assert roster is not None and run.arrivals is not None, "the host said goodbye before its roster"
+        _judge_launch(run, seat.exchange, run.arrivals, roster)
         seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
-        arrivals = [e.arrival for e in seat.roster.entries
+        arrivals = [e.arrival for e in roster.entries
                     if e.arrival != seat.arrival and e.rank in run.alive]
         deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
         # Joiners started their --timeout a little after the host: with the host's time
@@ -54,7 +59,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         fair = deadline.remaining() >= MIN_PHASE_SECONDS
         gone = collect(seat.exchange, int, BYE, arrivals, deadline)
         unheard = set(arrivals) - set(gone)   # once: per entry it was 0.7 s at 4,096 nodes
-        silent = {e.rank: e.hostname for e in seat.roster.entries if e.arrival in unheard}
+        silent = {e.rank: e.hostname for e in roster.entries if e.arrival in unheard}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))
 

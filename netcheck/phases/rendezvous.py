@@ -42,7 +42,8 @@ def host(run: Run) -> rendezvous.Seat | None:
         arrivals = dict(run.arrivals.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = rendezvous.post_roster(seat, arrivals, ranks)
-        rendezvous.report_back(seat, None)  # the host's clock is the reference, not a sample
+        if seat.rank is not None:   # unseated where joiners claimed every seat: no results anyone reads
+            rendezvous.report_back(seat, seat.rank, None)  # the host's clock is the reference, not a sample
         results = collect(ex, NodeResults, RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=(RESULTS_WAIT, RESULTS_QUIET))
         gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,

@@ -8,7 +8,7 @@ import ipaddress
 
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.model import (
-    FAIL, PASS, WARN, Finding, Gathering, Member, StoreStall, Visitor, hostnames, is_torchrun_worker,
+    FAIL, PASS, WARN, ClockSample, Finding, Gathering, Member, StoreStall, Visitor, hostnames, is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, ranks_note, ranks_text
@@ -26,13 +26,13 @@ def join_findings(g: Gathering) -> list[Finding]:
         if str(rank) in g.refused:
             findings.append(_refused_facts(rank, g.refused[str(rank)]))
     findings += _facts_lost(g.facts_lost, g.waited)
-    lost = {v.node_rank for v in g.facts_lost}
-    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and r not in lost])
-    for rank, claimants in sorted(g.duplicates.items()):
+    claimed_lost = {v.node_rank for v in g.facts_lost}   # the ranks the facts lost claim
+    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and r not in claimed_lost])
+    for claimed, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
-            RDZV_JOIN, FAIL, (int(rank),), f"node rank {rank} was claimed by {len(claimants)} nodes: "
+            RDZV_JOIN, FAIL, (int(claimed),), f"node rank {claimed} was claimed by {len(claimants)} nodes: "
             f"{', '.join(claimants)}; only the first was seated",
-            tuple(f"{h} claims node rank {rank}" for h in claimants),
+            tuple(f"{h} claims node rank {claimed}" for h in claimants),
             "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
     findings += _unseated_findings(g.unseated)
@@ -154,7 +154,8 @@ def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, 
     of the nodes the host knows of besides the seated ones (its /etc/hosts, the visitors'
     records): one of those is a node kept out, never a stranger."""
     ours = {a for m in members for a in _own_addresses(m) | set(m.facts.hostname_addresses)} | set(known or {})
-    lines, strangers = [], {}
+    lines: list[str] = []
+    strangers: dict[str, int] = {}   # address -> the most connections it held in one stall
     for stall in stalls:
         theirs = {a: n for a, n in stall.peers.items() if a not in ours and not _is_loopback(a)}
         if theirs:
@@ -446,8 +447,8 @@ def _bad_resolution(addresses: tuple[str, ...], error: str | None, routable: set
 
 
 def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
-    measured = [m for m in members if m.results and m.results.clock]
-    skewed = [m for m in measured if abs(m.results.clock.offset) - m.results.clock.error > CLOCK_WARN_SECONDS]
+    measured = [(m, clock) for m in members if m.results and (clock := m.results.clock)]
+    skewed = [(m, clock) for m, clock in measured if abs(clock.offset) - clock.error > CLOCK_WARN_SECONDS]
     if not measured:
         return []  # the host alone (its own clock is the reference, not a sample)
     if not skewed:
@@ -455,14 +456,13 @@ def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
                         f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]
     names = hostnames(members)
     # A host's ranks read one clock: its closest sample speaks for it.
-    best: dict[str, Member] = {}
-    for m in skewed:
-        if names[m.rank] not in best or m.results.clock.error < best[names[m.rank]].results.clock.error:
-            best[names[m.rank]] = m
-    return [Finding(HOST_CLOCK, WARN, tuple(m.rank for m in skewed),
+    best: dict[str, ClockSample] = {}
+    for m, clock in skewed:
+        if names[m.rank] not in best or clock.error < best[names[m.rank]].error:
+            best[names[m.rank]] = clock
+    return [Finding(HOST_CLOCK, WARN, tuple(m.rank for m, _ in skewed),
                     f"{', '.join(best)}: clock off the host's by more than {CLOCK_WARN_SECONDS:g} s",
-                    tuple(f"{host}: {m.results.clock.offset:+.3f} s (+/- {m.results.clock.error:.3f} s)"
-                          for host, m in best.items()),
+                    tuple(f"{host}: {clock.offset:+.3f} s (+/- {clock.error:.3f} s)" for host, clock in best.items()),
                     "run chrony or ntpd against one time source on every node")]
 
 

@@ -4,10 +4,11 @@ the endpoint's name and the nodes' nameservers, the host's listen. Facts in, fin
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Holder, Member, Probe, Reach, SilentNameserver,
+    Endpoint, FAIL, PASS, WARN, Finding, Holder, Member, Probe, Reach, Route, SilentNameserver,
     UNANSWERED, UNANSWERED_HANDSHAKE, hostnames,
 )
 from netcheck.rules.pernode import per_node
@@ -52,13 +53,13 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
                        f"{reach.host} resolves to {', '.join(reach.addresses)}")
     evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
                      for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",) + \
-        tuple(_route_line(p) for p in reach.probes if p.route)
+        tuple(_route_line(p.address, p.route) for p in reach.probes if p.route)
     if reach.outcome == "open":
         return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
     if reach.outcome == "not_store":
         return [resolved, _not_store(reach, endpoint, ranks, evidence, holders)]
-    if _nobody_there(reach):
-        return [resolved, _no_machine(reach, endpoint, ranks, evidence)]
+    if (route := _nobody_there(reach)) is not None:
+        return [resolved, _no_machine(reach, route, endpoint, ranks, evidence)]
     summary = _reach_summary(reach, endpoint)
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
 
@@ -106,18 +107,23 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
                    evidence, fix, REACH_NOT_STORE)
 
 
-def _nobody_there(reach: Reach) -> bool:
-    """Every address went unanswered and, for each, ARP / NDP got no reply from the next hop:
-    no machine is there to run a firewall (a firewall's machine answers ARP, then drops)."""
-    return reach.outcome in UNANSWERED and all(
-        p.route is not None and p.route.nobody_answered for p in reach.probes)
+def _nobody_there(reach: Reach) -> Route | None:
+    """The first address's route, where every address went unanswered and, for each, ARP / NDP
+    got no reply from the next hop: no machine is there to run a firewall (a firewall's machine
+    answers ARP, then drops). None otherwise, and where there was no address to probe."""
+    silent = [p.route for p in reach.probes if p.route is not None and p.route.nobody_answered]
+    if reach.outcome in UNANSWERED and silent and len(silent) == len(reach.probes):
+        return silent[0]
+    return None
 
 
-def _no_machine(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tuple[str, ...]) -> Finding:
+def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...],
+                evidence: tuple[str, ...]) -> Finding:
     """No machine answered at the endpoint's address (or its gateway) on the interface the
-    kernel's route takes; where another interface shares the subnet, the route's pick is the cause."""
+    kernel's route takes (`route`, the first address's); where another interface shares the
+    subnet, the route's pick is the cause."""
     probe = reach.probes[0]
-    route, asked = probe.route, "NDP" if probe.family == "ipv6" else "ARP"
+    asked = "NDP" if probe.family == "ipv6" else "ARP"
     at = f"{route.gateway} (the gateway)" if route.gateway else probe.address
     where = (f"no machine answered at {at} on {route.interface} ({asked} got no reply: {route.neighbour_state}), "
              "so nothing there can listen or filter")
@@ -152,11 +158,10 @@ def _source(reach: Reach) -> str:
     return "DNS" if reach.named_in == "DNS" else reach.named_in.split(":")[0]
 
 
-def _route_line(p: Probe) -> str:
-    r = p.route
+def _route_line(address: str, r: Route) -> str:
     hop = f"via {r.gateway}" if r.gateway else "on the interface's subnet"
     shared = f"; {', '.join(r.shared)} also routes that subnet" if r.shared else ""
-    return f"{p.address}: route {hop}, dev {r.interface}, source {r.source}; neighbour {r.neighbour_state}{shared}"
+    return f"{address}: route {hop}, dev {r.interface}, source {r.source}; neighbour {r.neighbour_state}{shared}"
 
 
 def _no_machine_fix(reach: Reach) -> str:
@@ -170,7 +175,7 @@ def _no_machine_fix(reach: Reach) -> str:
             "node's address (ip -br addr on that node)")
 
 
-def _named(holders: tuple[Holder, ...]) -> str:
+def _named(holders: Sequence[Holder]) -> str:
     return "; ".join(f"pid {h.pid} ({h.name}): {h.cmdline}" for h in holders)
 
 
@@ -209,7 +214,7 @@ def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
     if hosts:   # a second rank 0, not a squatter: killing the first would only swap them
         return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already held by another netcheck on this machine "
                        f"(pid {hosts[0].pid}), hosting the rendezvous: two processes were given node rank 0",
-                       (f"bind: {error}", _named(tuple(hosts))),
+                       (f"bind: {error}", _named(hosts)),
                        "give each node its own --node-rank (one rank 0 per cluster, on the --rdzv host); if that "
                        "netcheck is left over from an earlier run, stop it first", LISTEN_TWO_HOSTS)
     if holders:
@@ -223,14 +228,14 @@ def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
 
 def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
     """The host's view of reach: every node that got here reached the port, and how fast."""
-    joiners = [m for m in members if m.facts.reach]
-    if not joiners:
+    reached = [(m, reach) for m in members if (reach := m.facts.reach) is not None]
+    if not reached:
         return []
-    slowest = max(joiners, key=lambda m: m.facts.reach.seconds)
+    joiners = tuple(m for m, _ in reached)
+    slowest, reach = max(reached, key=lambda mr: mr[1].seconds)
     return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
-                    f"{members_count(tuple(joiners))} reached {slowest.facts.reach.host}:"
-                    f"{slowest.facts.reach.port}; slowest {slowest.facts.hostname} in "
-                    f"{slowest.facts.reach.seconds:.2f} s")]
+                    f"{members_count(joiners)} reached {reach.host}:{reach.port}; slowest "
+                    f"{slowest.facts.hostname} in {reach.seconds:.2f} s")]
 
 
 def listen_pass(port: int) -> Finding:
