@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from typing import Sequence
 
@@ -224,7 +225,7 @@ def run_and_render(config: Config) -> int:
     # and write files only where the path names their rank ("report-{rank}.json").
     worker = is_torchrun_worker(config.launch) and rep.role != HOST
     quiet = config.quiet or (worker and rep.verdict != "fail")
-    outputs = config.outputs.for_node(rep.node_rank, worker)
+    outputs = config.outputs.for_node(rep.node_rank, socket.gethostname(), worker)
     emit(rep, outputs, quiet, config.verbose)
     if outputs.plot and rep.bandwidth and rep.bandwidth.sweeps:
         plot.write_plot(rep.bandwidth, outputs.plot)

@@ -58,15 +58,17 @@ class Outputs:
         return (("--json", self.json), ("--exclude-file", self.exclude), ("--prom", self.prom),
                 ("--plot", self.plot), ("--html", self.html))
 
-    def for_node(self, node_rank: int | None, worker: bool) -> "Outputs":
+    def for_node(self, node_rank: int | None, hostname: str, worker: bool) -> "Outputs":
         """The paths this node writes: '{rank}' named. Under torchrun every worker runs
         netcheck and rank 0 speaks for the cluster: a worker writes only where the path names
-        its rank ("report-{rank}.json"), or to stdout. A node that has no rank (never seated,
-        none claimed) names it "None", as its report's node_rank is null."""
+        its rank ("report-{rank}.json"), or to stdout. A node that has no rank (never seated)
+        writes "report-unranked-HOSTNAME.json": no other node's file is overwritten."""
+        label = str(node_rank) if node_rank is not None else f"unranked-{hostname}"
+
         def named(path: str | None) -> str | None:
             if path is None or path == "-" or "{rank}" not in path:
                 return None if worker and path != "-" else path
-            return path.replace("{rank}", str(node_rank))
+            return path.replace("{rank}", label)
         return Outputs(*(named(path) for _, path in self.flags()))
 
     def check(self) -> None:

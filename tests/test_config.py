@@ -265,3 +265,12 @@ def test_check_config_errors(config, message):
 def test_an_ipv6_literal_host_is_kept_without_brackets():
     endpoint = parse_endpoint("[2001:db8::7]:29500")
     assert ipaddress.ip_address(endpoint.host) == ipaddress.ip_address("2001:db8::7")
+
+
+def test_outputs_name_the_rank_and_a_node_without_one_by_its_hostname():
+    outputs = Outputs(json="r-{rank}.json", html="page.html", exclude="x.txt")
+    assert outputs.for_node(3, "gpu7", worker=False) == Outputs(json="r-3.json", html="page.html", exclude="x.txt")
+    assert outputs.for_node(None, "gpu7", worker=False).json == "r-unranked-gpu7.json"
+    # A torchrun worker other than rank 0 writes only where the path names its rank (or stdout).
+    assert outputs.for_node(5, "gpu7", worker=True) == Outputs(json="r-5.json")
+    assert Outputs(json="-").for_node(5, "gpu7", worker=True) == Outputs(json="-")

@@ -1,7 +1,8 @@
 """The bounded decoder for the pickles netcheck reads from a job's store: torchrun's
-rendezvous state. (Over 500 lines: one state machine, each opcode beside the bound it keeps;
-split, an opcode would be read apart from its check.) (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
+rendezvous state. (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
 by the C unpickler with every global refused, in limited child processes: facts.frdecode.)
+Over 500 lines: one state machine, each opcode beside the bound it keeps; split, an opcode
+would be read apart from its check.
 
 pickle.Unpickler cannot be bounded from outside: a memo index allocates before anything is
 checked, nested values recurse in C, colliding keys cost quadratic time, and BUILD reaches
