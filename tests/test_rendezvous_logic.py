@@ -19,9 +19,9 @@ from netcheck.core.deadline import Deadline
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.facts.storepeers import _hex_address
-from netcheck.cluster.rendezvous import (
-    HostState, _answer_pings, came_without_facts, counter_gaps, host_gather, ping, poll_arrivals, publish_facts,
-    read_visitors, sign_in, unread,
+from netcheck.cluster.rendezvous import ping, publish_facts, sign_in
+from netcheck.cluster.hostgather import (
+    HostState, _answer_pings, came_without_facts, counter_gaps, host_gather, poll_arrivals, read_visitors, unread,
 )
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.core import codec, compat

@@ -55,7 +55,7 @@ SEAT_BLOCK = 256             # arrivals a seat record covers: a joiner reads its
 ARRIVALS_READ_BATCH = 8      # arrivals' facts the host reads in one request: a few kB each, but
                              # a value is read whole before its size is judged, and TCPStore takes
                              # up to 8 MiB: 64 MiB in the host's memory at worst, as for one value
-NEWEST_FIRST = 256           # a scan of a counter looks at its newest numbers first (rendezvous.unread)
+NEWEST_FIRST = 256           # a scan of a counter looks at its newest numbers first (hostgather.unread)
 MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by one; the rest counted
 NAMES_SHOWN = 6              # nodes a finding's summary names; the rest counted (its nodes list has all)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from netcheck.cluster import rendezvous
+from netcheck.cluster import hostgather, rendezvous
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
@@ -21,11 +21,11 @@ from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as ru
 
 
 
-def _judge_launch(run: Run, ex: Exchange, arrivals: rendezvous.HostState, roster: rendezvous.Roster) -> None:
+def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: rendezvous.Roster) -> None:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""
-    rendezvous.poll_arrivals(ex, arrivals)
+    hostgather.poll_arrivals(ex, arrivals)
     ranks = {e.arrival: e.rank for e in roster.entries}
     run.findings += rdzv_rules.latecomer_findings(arrivals.latecomers, roster)
     devices = {m.rank: uuid for m in run.members

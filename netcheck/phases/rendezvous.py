@@ -3,7 +3,7 @@ who is still here for the phases after it."""
 
 from __future__ import annotations
 
-from netcheck.cluster import rendezvous, seating
+from netcheck.cluster import hostgather, rendezvous, seating
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.cluster.storeconnect import client_store, host_store
@@ -36,17 +36,17 @@ def host(run: Run) -> rendezvous.Seat | None:
             return None
         ex = Exchange(store, cfg.run_id, cfg.token)
         ex.watch = StallWatch(cfg.rdzv.port)   # who held the store up, where something did
-        rendezvous.announce(ex, run.local_facts)
-        seat, run.arrivals, waited = rendezvous.host_gather(
+        hostgather.announce(ex, run.local_facts)
+        seat, run.arrivals, waited = hostgather.host_gather(
             ex, run.local_facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
         arrivals = dict(run.arrivals.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
-        roster = rendezvous.post_roster(seat, arrivals, ranks)
+        roster = hostgather.post_roster(seat, arrivals, ranks)
         if seat.rank is not None:   # unseated where joiners claimed every seat: no results anyone reads
             rendezvous.report_back(seat, seat.rank, None)  # the host's clock is the reference, not a sample
         results = collect(ex, NodeResults, RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=(RESULTS_WAIT, RESULTS_QUIET))
-        gathered = rendezvous.gathering(ex, roster, run.arrivals, results, duplicates, extras,
+        gathered = hostgather.gathering(ex, roster, run.arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
                                         waited, run.phase_deadline(RESULTS_WAIT))
         run.members = gathered.members

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck.cluster import rendezvous
+from netcheck.cluster import hostgather, rendezvous
 from netcheck.cluster.store import Exchange
 from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.config import Config
@@ -61,7 +61,7 @@ class Run:
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None
-    arrivals: rendezvous.HostState | None = None   # the host's: every process that came
+    arrivals: hostgather.HostState | None = None   # the host's: every process that came
     listener: Listener | None = None               # the host's rendezvous port, until the store takes it
     seat: rendezvous.Seat | None = None            # this process's seat at the host's store, once taken
     alive: dict[int, str] = field(default_factory=dict)  # rank -> hostname of nodes not lost yet
