@@ -16,8 +16,9 @@ import sys
 from typing import Sequence
 
 from netcheck import __version__
-from netcheck.bandwidth import plot, sweep
+from netcheck.bandwidth import flags, plot
 from netcheck.core import stop
+from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.budget import timeout_help
 from netcheck.core.deadline import Deadline
 from netcheck.config import (
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the faulty nodes and the phase timings there as Prometheus text-format "
                    "metrics (netcheck_*), e.g. into the node exporter's textfile collector "
                    "directory as netcheck.prom")
-    sweep.add_arguments(p)
+    flags.add_arguments(p)
     p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
                    "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP + "; '{rank}' in PATH as for --json")
@@ -136,9 +137,9 @@ def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Confi
         quiet=args.quiet, verbose=args.verbose))
 
 
-def _sweep_options(args: argparse.Namespace) -> sweep.SweepOptions:
+def _sweep_options(args: argparse.Namespace) -> SweepOptions:
     try:
-        return sweep.options_from_args(args)
+        return flags.options_from_args(args)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from netcheck.bandwidth.sweep import BACKENDS, size_text
+from netcheck.bandwidth.flags import BACKENDS, size_text
 from netcheck.cluster.mesh import parse_mode
 from netcheck.core import codec
 from netcheck.core.budget import PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
@@ -172,7 +172,7 @@ def check_config(config: Config) -> Config:
 
 def check_sweep(o: SweepOptions) -> None:
     """The bandwidth flags within what a run can mean, each flag checked here alone (their
-    values parsed by bandwidth.sweep.options_from_args). NaN compares false with everything
+    values parsed by bandwidth.flags.options_from_args). NaN compares false with everything
     (a NaN budget never runs out), and infinity never ends."""
     if o.minbytes > o.maxbytes:
         raise UsageError(f"-b {size_text(o.minbytes)} is above -e {size_text(o.maxbytes)}")

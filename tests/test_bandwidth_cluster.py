@@ -28,7 +28,7 @@ from nodes import scaled
 from netcheck.core import codec
 from netcheck.rules.bw import bandwidth_findings
 from netcheck.core.bwrecords import BandwidthResult, bucket_cost
-from netcheck.bandwidth.sweep import add_arguments, options_from_args
+from netcheck.bandwidth.flags import add_arguments, options_from_args
 
 pytestmark = pytest.mark.root_required
 

@@ -38,7 +38,7 @@ from netcheck.core.bwtext import size_words
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
 from netcheck.phases.assemble import local_only
-from netcheck.bandwidth.sweep import UNITS, parse_size
+from netcheck.bandwidth.flags import UNITS, parse_size
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 JSON = st.recursive(

@@ -23,10 +23,11 @@ from netcheck.bandwidth.orchestrate import (
     Lines, NodeReport, classify, merge_faults, nccl_warning, root_cause, worker_env,
 )
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
+from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
 from netcheck.bandwidth.sweep import (
-    COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, add_arguments, bandwidths,
-    choose_backend, count_wrong, make_row, modulus, options_from_args, pair_size, parse_size, pattern_pieces,
-    plan_stages, planned_sizes, ring_sum, round_robin, run_sizes, size_series, stage_budgets,
+    COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, bandwidths, choose_backend, count_wrong,
+    make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes, ring_sum, round_robin, run_sizes,
+    size_series, stage_budgets,
 )
 from netcheck.core.bwtext import plateau_text, step_text
 from netcheck.core.bwrecords import (
