@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from netcheck.bandwidth.orchestrate import NodeReport
+from netcheck.core.bwrecords import NodeReport
 from netcheck.cluster import mesh, rendezvous
 from netcheck.core import codec, fields
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES

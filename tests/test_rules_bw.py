@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from netcheck.bandwidth.orchestrate import in_flight
+from netcheck.bandwidth.faults import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
 from netcheck.core.bwrecords import (
     BandwidthResult, BusyProcess, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline,

@@ -19,9 +19,9 @@ import torch
 
 from netcheck.config import check_sweep
 from netcheck.core import codec
-from netcheck.bandwidth.orchestrate import (
-    Lines, NodeReport, classify, merge_faults, nccl_warning, root_cause, worker_env,
-)
+from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause
+from netcheck.bandwidth.orchestrate import Lines, worker_env
+from netcheck.core.bwrecords import NodeReport
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
 from netcheck.bandwidth.sweep import (

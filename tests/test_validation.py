@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcheck.bandwidth.orchestrate import NodeReport
+from netcheck.core.bwrecords import NodeReport
 from netcheck.bandwidth.worker import Event
 from netcheck.cluster.mesh import Candidate, MeshResults, Offer
 from netcheck.cluster.rendezvous import Hello, Roster, RosterEntry

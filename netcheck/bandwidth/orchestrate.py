@@ -33,16 +33,17 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Annotated, Callable
+from typing import IO, Callable
 
-from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES, planned_sizes, round_robin
+from netcheck.bandwidth.faults import classify, in_flight, merge_faults, root_cause
+from netcheck.bandwidth.sweep import DTYPES
 from netcheck.bandwidth.tables import progress_bar
-from netcheck.bandwidth.worker import MAX_DETAIL, Event
+from netcheck.bandwidth.worker import Event
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, BusyProcess, Fault, InFlight, Pair, Sweep, SweepOptions, first_culprit, headline,
+    STAGES, BandwidthResult, Fault, InFlight, NodeReport, Pair, Sweep, SweepOptions, headline,
 )
 from netcheck.core.constants import (
     BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_WAIT, BW_STUCK_AFTER,
@@ -51,7 +52,6 @@ from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
-from netcheck.core.fields import FEW, PER_RANK, NodeRank, Text
 from netcheck.core.bwrecords import NodeLinks, PeerSegments
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, worth_reporting
@@ -63,18 +63,6 @@ STDERR_LINES = 20    # kept per worker, for the failure's evidence
 NCCL_WARN_MARK = " NCCL WARN "   # NCCL_DEBUG=WARN's lines: "host:pid:tid [0] file.cc:93 NCCL WARN words"
 DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
 KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck in the kernel
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    """One node's account of its own workers, posted for the other nodes."""
-
-    node: NodeRank
-    faults: Annotated[tuple[Fault, ...], PER_RANK]
-    backend: str
-    backend_reason: Text
-    busy: Annotated[tuple[BusyProcess, ...], FEW] = ()   # at most BW_BUSY_SHOWN
-    links: NodeLinks | None = None   # what its kernel counted on its links meanwhile (None: not read)
 
 
 def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int,
@@ -441,102 +429,6 @@ class Watch:
 
     def in_flight(self, w: Worker) -> InFlight | None:
         return in_flight(w.stage, w.sweep, w.pairs, self.node, self.nnodes, self.nproc, self.options)
-
-
-def in_flight(stage: str, sweep: Sweep | None, pairs: tuple[Pair, ...], node: int, nnodes: int,
-              nproc: int, options: SweepOptions) -> InFlight | None:
-    """What a worker of `node` was in, from its stage and the last table (or pairs) it
-    reported: a sweep reports after every size, in the order of the size series, so the
-    next size is the one in flight. None outside the sweeps, or past a sweep's last size."""
-    if stage == "pairs":
-        return _pair_in_flight(pairs, node, nnodes, nproc)
-    if stage not in ("all", "intra", "inter"):
-        return None
-    ranks = {"all": tuple(range(nnodes * nproc)), "intra": tuple(range(node * nproc, (node + 1) * nproc)),
-             "inter": tuple(n * nproc for n in range(nnodes))}[stage]
-    if sweep is None or sweep.stage != stage:  # the stage's group is being made (all: no time at all)
-        return InFlight("new_group" if stage != "all" else options.op[0], 0, ranks)
-    coll = COLLECTIVES[sweep.op]
-    sizes = [] if sweep.note else [s for s in planned_sizes(options)
-                                   if coll.chunk(s, options.dtype, sweep.ranks)]
-    done = len(sweep.rows) + len(sweep.skipped)
-    if done < len(sizes):
-        return InFlight(sweep.op, sizes[done], ranks)
-    # Without -e the sweep goes on while busbw rises and nothing was skipped for the budget:
-    # the next size, if it went on.
-    if options.past_maxbytes and sweep.rows and not sweep.skipped and sweep.rows[-1].size >= sizes[-1]:
-        return InFlight(sweep.op, sweep.rows[-1].size * options.stepfactor, ranks)
-    return None
-
-
-def _pair_in_flight(pairs: tuple[Pair, ...], node: int, nnodes: int, nproc: int) -> InFlight | None:
-    """The round after the pairs reported: this node's pair in it, between the nodes' leaders."""
-    counted = 0
-    for pairing in round_robin(nnodes):
-        if counted >= len(pairs):
-            mine = next((p for p in pairing if node in p), None)
-            size = pairs[-1].size if pairs else 0  # every round exchanges the same size
-            return InFlight("sendrecv", size, tuple(n * nproc for n in mine) if mine else ())
-        counted += len(pairing)
-    return None
-
-
-def classify(fate: str, returncode: int | None, failure: str, done: bool, stage: str,
-             stderr: list[str]) -> tuple[str, str] | None:
-    """(kind, detail) for a worker that did not finish well; None for one that did, or one
-    the node stopped because another node aborted (not a fault of its own). A failure
-    carries NCCL's own WARN line from the worker's stderr where it printed one."""
-    if fate == "stuck":
-        return "stuck", (f"no heartbeat for {BW_STUCK_AFTER:g} s in stage {stage}: hung "
-                         "(stopped, or holding the GIL)")
-    if fate == "timeout":
-        return "timeout", f"still in stage {stage} at the phase's deadline"
-    if failure:
-        warning = nccl_warning(stderr)
-        return "failed", failure + (f"; NCCL WARN {warning}" if warning else "")
-    if fate == "stopped" or (returncode == 0 and done):
-        return None
-    if returncode is not None and returncode < 0:
-        return "died", f"killed by {signal.Signals(-returncode).name} in stage {stage}"
-    last = stderr[-1].strip() if stderr else ""
-    said = f": {last}" if last else ""
-    return "died", f"exited with status {returncode} in stage {stage}{said}"
-
-
-def nccl_warning(stderr: list[str]) -> str:
-    """The last `NCCL WARN` line's words ("Duplicate GPU detected : rank 1 and rank 0 both on
-    CUDA device 6000"), without NCCL's host:pid:tid [device] file:line prefix; "" where none."""
-    warnings = [line.split(NCCL_WARN_MARK, 1)[1].strip() for line in stderr if NCCL_WARN_MARK in line]
-    return warnings[-1][:MAX_DETAIL] if warnings else ""
-
-
-# --- the cluster's picture -------------------------------------------------------------------
-
-def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int,
-                 stage: str, silence: str) -> list[Fault]:
-    """Every node's faults; a node that never posted its account is named as silent, in
-    `stage`, the furthest this node's own workers got (the collectives tie the nodes), with
-    `silence` as the likely reason."""
-    faults = list(mine)
-    for node in range(nnodes):
-        if node == me:
-            continue
-        if node in reports:
-            faults += [f for f in reports[node].faults if f.node == node]  # a node speaks for itself only
-        else:
-            faults.append(Fault(node, -1, -1, stage, "silent",
-                                f"node {node} sent no account of its workers: {silence}"))
-    return sorted(faults, key=lambda f: (f.node, f.rank))
-
-
-def root_cause(faults: list[Fault]) -> tuple[str | None, str]:
-    """The stage that failed and why, from the first culprit."""
-    first = first_culprit(faults)
-    if first is None:
-        return None, ""
-    who = f"rank {first.rank} (node {first.node}, local rank {first.local_rank})" if first.rank >= 0 \
-        else f"node {first.node}"
-    return first.stage, f"{who}: {first.detail}"
 
 
 def _result(nnodes: int, nproc: int, options: SweepOptions, watch: Watch, faults: list[Fault],

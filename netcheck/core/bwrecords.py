@@ -280,6 +280,19 @@ def rate_text(segments: int, retransmitted: int) -> str:
 
 
 @dataclass(frozen=True)
+class NodeReport:
+    """One node's account of its own workers, posted in the host's store for the other nodes
+    (storekeys.BW_NODE)."""
+
+    node: NodeRank
+    faults: Annotated[tuple[Fault, ...], PER_RANK]
+    backend: str
+    backend_reason: Text
+    busy: Annotated[tuple[BusyProcess, ...], FEW] = ()   # at most BW_BUSY_SHOWN
+    links: NodeLinks | None = None   # what its kernel counted on its links meanwhile (None: not read)
+
+
+@dataclass(frozen=True)
 class BandwidthResult:
     """What the bandwidth phase measured, cluster-wide, and where it stopped if it did."""
 

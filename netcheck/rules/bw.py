@@ -137,7 +137,7 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
                         f"every stage ran on {world} ranks ({result.nnodes} nodes x "
                         f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
     blamed, first = culprits(result.faults), first_culprit(result.faults)
-    assert first is not None, "failed_stage is its first culprit's stage (orchestrate.root_cause)"
+    assert first is not None, "failed_stage is its first culprit's stage (bandwidth.faults.root_cause)"
     measured = sum(len(s.rows) for s in result.sweeps)
     evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}"
                      + (f"; in flight: {_in_flight_text(f.in_flight)}" if f.in_flight else "")
