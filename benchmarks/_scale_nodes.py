@@ -45,6 +45,8 @@ from netcheck.core.seats import RankRuns, Seated, SeatBlock, rank_in, ranks_of  
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.local import gather_facts  # noqa: E402
 from netcheck.facts.listener import allow_a_connection_per_node  # noqa: E402
+from netcheck.core.meshrecords import Candidate, MeshResults, Offer
+from netcheck.core.rdzvrecords import Pong
 
 
 class Greeters:
@@ -155,7 +157,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     for k in range(CLOCK_PINGS):
         rendezvous.ping(ex, visitor, k)
         yield ex.key("pong", visitor, k, shared=True)
-        ex.read(rendezvous.Pong, ex.key("pong", visitor, k, shared=True), signed=False)
+        ex.read(Pong, ex.key("pong", visitor, k, shared=True), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key(keys.SEATED)
@@ -186,17 +188,17 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     token = f"t{rank}"
     address = member_address(plan, rank)
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
-    ex.post(keys.MESH_OFFER, rank, mesh.Offer(rank, token, (mesh.Candidate(plan["ifname"], address, port),)))
+    ex.post(keys.MESH_OFFER, rank, Offer(rank, token, (Candidate(plan["ifname"], address, port),)))
     targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
     attempts = []
     yield [ex.key(keys.MESH_OFFER, t) for t in targets]
-    offers = ex.read_many(mesh.Offer, [ex.key(keys.MESH_OFFER, t) for t in targets])
+    offers = ex.read_many(Offer, [ex.key(keys.MESH_OFFER, t) for t in targets])
     for t in targets:
         c = offers[ex.key(keys.MESH_OFFER, t)].candidates[0]
         bad = faults["mesh"] in (rank, t)
         attempts.append(mesh.Attempt(rank, t, c.ifname, c.address, "refused" if bad else "ok", None if bad else 0.1,
                                      None if bad else plan["ifname"], "Connection refused" if bad else "connected"))
-    ex.post(keys.MESH_RESULT, rank, mesh.MeshResults(rank, tuple(attempts)))
+    ex.post(keys.MESH_RESULT, rank, MeshResults(rank, tuple(attempts)))
     stamps["meshed"].append(time.time())
     yield ex.key(keys.MESH_DONE)
     stamps["done"].append(time.time())

@@ -35,6 +35,7 @@ from forked import ForkedNetcheck
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.storekeys import ROOT
+from netcheck.core.rdzvrecords import Hello
 from nodes import CLUSTER_TIMEOUT, GRACE, PORT, finish
 
 POLL = 0.01
@@ -320,7 +321,6 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     """--token: a hello of an earlier run of this id and token (as one saved from it would be:
     signed by that run's host under that run's nonce, made here with the token in
     $NETCHECK_TOKEN) written over this host's hello before the next node comes."""
-    from netcheck.cluster.rendezvous import Hello
     from netcheck.cluster.store import Exchange
 
     store.wait([key(keys.HOST, shared=True)])   # over it, not before it

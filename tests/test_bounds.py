@@ -17,19 +17,19 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import NodeReport
-from netcheck.cluster import mesh, rendezvous
 from netcheck.core import codec, fields
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.seats import RankRuns, Seated, SeatBlock
 from netcheck.core.model import ClusterVerdict, NodeFacts, NodeRanks, NodeResults, Report, Visitor
-from netcheck.phases.mesh import MeshDone
+from netcheck.core.meshrecords import MeshDone, MeshResults, Offer
+from netcheck.core.rdzvrecords import Hello, Roster, RosterEntry
 from test_validation import cap_of, good, places, replaced, split
 
 # What a node has one of: a list of these is a list per node, whatever it is declared.
-NODES_OWN = (fields.NodeRank, fields.NodeRankOrMinusOne, fields.Hostname, rendezvous.RosterEntry)
-EXCHANGED = (NodeFacts, NodeResults, rendezvous.Roster, Seated, SeatBlock, RankRuns, rendezvous.Hello, Visitor,
-             MeshDone, mesh.Offer, mesh.MeshResults, EnvFacts, NodeReport, ClusterVerdict, Report)
+NODES_OWN = (fields.NodeRank, fields.NodeRankOrMinusOne, fields.Hostname, RosterEntry)
+EXCHANGED = (NodeFacts, NodeResults, Roster, Seated, SeatBlock, RankRuns, Hello, Visitor,
+             MeshDone, Offer, MeshResults, EnvFacts, NodeReport, ClusterVerdict, Report)
 
 
 def unbounded(record: type) -> list[str]:

@@ -21,6 +21,7 @@ from netcheck.core.storekeys import MESH_OFFER
 from netcheck.phases.mesh import _unheard, _usable
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
+from netcheck.core.meshrecords import Candidate, Offer
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
 JUMBO_ECHOED = Transfer(9000, 9000, (Trial(9000, "echoed"),))
@@ -123,7 +124,7 @@ def listener():
     selector.register(sock, selectors.EVENT_READ, f"{mesh.GREETING} 1 token\n".encode())
     thread = threading.Thread(target=mesh.serve_greetings, args=(selector, stop), daemon=True)
     thread.start()
-    yield mesh.Offer(1, "token", (mesh.Candidate("lo", "127.0.0.1", sock.getsockname()[1], 1500),))
+    yield Offer(1, "token", (Candidate("lo", "127.0.0.1", sock.getsockname()[1], 1500),))
     stop.set()
     thread.join(timeout=5)
     assert not thread.is_alive() and len(selector.get_map()) == 1, "every echo connection is closed"
@@ -159,9 +160,9 @@ def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused
     """A mesh offer of 1,500 candidates that never greet used to cost 48 s of a 20 s run (64
     connects at a time x 2 s); it is refused, its sender named, and not waited for as lost."""
     ex = Exchange(None, "netcheck")
-    one = (mesh.Candidate("eth0", "198.18.0.11", 4242),)
-    offers = {1: mesh.Offer(1, "t", one), 2: mesh.Offer(1, "t", one),
-              3: mesh.Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}
+    one = (Candidate("eth0", "198.18.0.11", 4242),)
+    offers = {1: Offer(1, "t", one), 2: Offer(1, "t", one),
+              3: Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}
     assert list(_usable(ex, offers)) == [1]
     assert sorted(ex.rejected) == [(MESH_OFFER, 2), (MESH_OFFER, 3)]
     assert "over the 64 a node may offer" in ex.rejected[MESH_OFFER, 3]
@@ -188,7 +189,7 @@ def silent_peers():
         sock.bind(("127.0.0.1", 0))
         sock.listen(1024)
         socks.append(sock)
-    yield {2 + i: mesh.Offer(2 + i, "token", (mesh.Candidate("lo", "127.0.0.1", s.getsockname()[1], 1500),)
+    yield {2 + i: Offer(2 + i, "token", (Candidate("lo", "127.0.0.1", s.getsockname()[1], 1500),)
                              * MESH_MAX_CANDIDATES) for i, s in enumerate(socks)}
     for sock in socks:
         sock.close()

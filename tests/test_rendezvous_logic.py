@@ -30,7 +30,7 @@ from netcheck.facts.probe import probe_address
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.seats import RankRuns, rank_runs, ranks_of
-from netcheck.phases.mesh import MeshDone, _host_word
+from netcheck.phases.mesh import _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import (
@@ -41,6 +41,7 @@ from faults import wait_until
 from nodes import scaled
 from test_state import joiner
 import builders
+from netcheck.core.meshrecords import MeshDone
 from builders import nic
 
 

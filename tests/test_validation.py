@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 
 from netcheck.core.bwrecords import NodeReport
 from netcheck.bandwidth.worker import Event
-from netcheck.cluster.mesh import Candidate, MeshResults, Offer
-from netcheck.cluster.rendezvous import Hello, Roster, RosterEntry
 from netcheck.core import codec, fields
 from netcheck.core.bwrecords import Fault, InFlight, Pair, RankTime, Row, Sweep, SweepOptions
 from netcheck.core.codec import DecodeError
@@ -41,8 +39,9 @@ from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 from netcheck.facts import envinfo
 from netcheck.facts.nics import read_nic_table
 from netcheck.phases.assemble import local_only, probe_only
-from netcheck.phases.mesh import MeshDone
 from netcheck.render import text as render
+from netcheck.core.rdzvrecords import Hello, Roster, RosterEntry
+from netcheck.core.meshrecords import Candidate, MeshDone, MeshResults, Offer
 from nodes import free_port
 from test_codec import FACTS, REPORT, RESULTS
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
-from netcheck.cluster.rendezvous import TICKET, Hello, Pong, Roster, RosterEntry, Seat, publish_facts, sign_in
+from netcheck.cluster.rendezvous import TICKET, Seat, publish_facts, sign_in
 from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
@@ -28,6 +28,7 @@ from netcheck.core.model import (
     node_address,
 )
 from netcheck.core.seats import Seated, compact, seat_blocks
+from netcheck.core.rdzvrecords import Hello, Pong, Roster, RosterEntry
 from netcheck.core.storekeys import (
     ARRIVALS, HOST, MAC_SUFFIX, NODE, PINGS, PONG, POSTED, ROSTER, SEAT, SEATED, VISITOR, VISITORS,
 )

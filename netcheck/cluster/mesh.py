@@ -28,15 +28,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Annotated, cast
+from typing import cast
 
 from netcheck.core.constants import (
     MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_ROUTES_READ,
     MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import FEW, PER_NODE_AND_ITEM, IfName, IpAddress, Mtu, NodeRank, Port
 from netcheck.core.meshrecords import (
+    Candidate, Offer,
     BLACKHOLE, CLOSED, ECHOED, FILTERED, LOCAL, LOST, OK, REFUSED, UNREACHED, UNTRIED, WRONG_PEER, Attempt,
     MeshOutcome, Transfer, Trial, TrialResult, passed_frame,
 )
@@ -50,29 +50,6 @@ HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a 
 MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
 LINGER = MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT  # the peer has given up on a connection by then
 EXPIRY_TICK = 0.1  # the listener's select timeout, and how often it closes connections past LINGER
-
-
-@dataclass(frozen=True)
-class Candidate:
-    ifname: IfName
-    address: IpAddress
-    port: Port
-    mtu: Mtu = 0           # the interface's MTU; 0: not known
-
-
-@dataclass(frozen=True)
-class Offer:
-    """What a node listens on for the mesh, and the token its listeners answer with."""
-
-    rank: NodeRank
-    token: str
-    candidates: Annotated[tuple[Candidate, ...], FEW]
-
-
-@dataclass(frozen=True)
-class MeshResults:
-    rank: NodeRank
-    attempts: Annotated[tuple[Attempt, ...], PER_NODE_AND_ITEM]   # a peer's candidates, per peer
 
 
 def candidate_addresses(table: NicTable) -> list[tuple[str, str]]:

@@ -28,7 +28,6 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Annotated
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.store import Exchange
@@ -38,11 +37,12 @@ from netcheck.core.constants import (
     CLOCK_PINGS, CLOCK_WAIT, LOOKUP_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PING_RETRY, SEAT_BLOCK,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import PER_NODE, Arrival, Host, Hostname, NodeAddress, NodeRank, RunId, is_host
+from netcheck.core.fields import is_host
 from netcheck.core.model import (
     ClockSample, NodeFacts, NodeResults, Resolution, Visitor,
 )
 from netcheck.core.names import is_safe_hostname
+from netcheck.core.rdzvrecords import Hello, Pong, Roster
 from netcheck.core.seats import Seated, SeatBlock, expand, rank_in
 from netcheck.core.storekeys import (
     ARRIVALS, BYE, HOST, NODE, PINGS, PONG, POSTED, RESULT, SEAT, SEATED, VISITOR, VISITORS,
@@ -52,42 +52,6 @@ from netcheck.facts.probe import resolve_many
 TICKET_BYTES = 8                          # a visitor's ping ticket: 16 hex digits, its own and random
 TICKET = re.compile(r"[0-9a-f]{1,16}")    # what the host answers
 RANDOM_NUMBERS = (10**9, 10**18)          # numbers taken where a counter cannot give one: past any count
-
-
-@dataclass(frozen=True)
-class Hello:
-    run_id: RunId
-    hostname: Hostname
-    version: str
-    nonce: str = ""   # the run's, fresh per host start: signed values (this one too) are bound to it
-
-
-@dataclass(frozen=True)
-class Pong:
-    """The host's answer to a clock ping. Its key carries the asker's own fresh ticket, so under
-    --token it is signed without the run's nonce and cannot be replayed: the nonce it carries
-    is how a joiner learns the run's, whatever hello another client left under the host's key."""
-
-    time: float
-    nonce: str
-
-
-@dataclass(frozen=True)
-class RosterEntry:
-    arrival: Arrival
-    rank: NodeRank
-    hostname: Hostname
-    fqdn: Host
-    address: NodeAddress
-
-
-@dataclass(frozen=True)
-class Roster:
-    entries: Annotated[tuple[RosterEntry, ...], PER_NODE]
-
-    def hostnames(self) -> dict[int, str]:
-        """rank -> hostname of every seated node."""
-        return {e.rank: e.hostname for e in self.entries}
 
 
 class CameTooLate(RendezvousError):

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import FEW, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Range, Text, one_of
+from netcheck.core.fields import (
+    FEW, PER_NODE_AND_ITEM, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Port, Range, Text, one_of,
+)
 from netcheck.core.model import NodeRanks, Route
 
 # What became of one connect (Attempt.outcome), spelt as the wire carries it: "ok" (greeted,
@@ -134,3 +136,37 @@ class PathCauses:
 
     translated: Annotated[tuple[Translation, ...], FEW] = ()
     wrong_prefix: Annotated[tuple[WrongPrefix, ...], FEW] = ()
+
+
+# --- what travels through the host's store (storekeys MESH_OFFER, MESH_RESULT, MESH_DONE) ---------
+
+@dataclass(frozen=True)
+class Candidate:
+    ifname: IfName
+    address: IpAddress
+    port: Port
+    mtu: Mtu = 0           # the interface's MTU; 0: not known
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a node listens on for the mesh, and the token its listeners answer with."""
+
+    rank: NodeRank
+    token: str
+    candidates: Annotated[tuple[Candidate, ...], FEW]
+
+
+@dataclass(frozen=True)
+class MeshResults:
+    rank: NodeRank
+    attempts: Annotated[tuple[Attempt, ...], PER_NODE_AND_ITEM]   # a peer's candidates, per peer
+
+
+@dataclass(frozen=True)
+class MeshDone:
+    """The host's go-ahead, with the paths its mesh.connect flagged: a joiner sees only its
+    own connects, and every node must agree on whether the bandwidth phase can run."""
+
+    flagged: FlaggedPaths
+    causes: PathCauses = PathCauses()   # what explains failed connects, as the host saw it

@@ -28,7 +28,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
         if run.role == HOST:  # where the missing nodes are named
             run.findings.append(run_rules.skipped_finding("bandwidth", "not every node rank is present"))
         return
-    # Every node skips alike: a joiner knows the host's flagged paths (phases.mesh.MeshDone).
+    # Every node skips alike: a joiner knows the host's flagged paths (phases.MeshDone).
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
         run.findings.append(skipped)
         return

@@ -18,10 +18,11 @@ from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
 from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
+from netcheck.core.rdzvrecords import Roster
 
 
 
-def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: rendezvous.Roster) -> None:
+def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> None:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.collect import collect, posted_by
@@ -13,20 +12,11 @@ from netcheck.core.constants import (
     MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PACES, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
+from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults, Offer, PathCauses
 from netcheck.phases.state import Run, seated_rank
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
 from netcheck.rules import mesh as mesh_rules, rdzv as rdzv_rules
 
-
-
-@dataclass(frozen=True)
-class MeshDone:
-    """The host's go-ahead, with the paths its mesh.connect flagged: a joiner sees only its
-    own connects, and every node must agree on whether the bandwidth phase can run."""
-
-    flagged: FlaggedPaths
-    causes: PathCauses = PathCauses()   # what explains failed connects, as the host saw it
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -48,10 +38,10 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.local_facts.nics) as listeners:
         ex.post(MESH_OFFER, me, listeners.offer())
-        offers = _usable(ex, collect(ex, mesh.Offer, MESH_OFFER, peers, offers_deadline))
+        offers = _usable(ex, collect(ex, Offer, MESH_OFFER, peers, offers_deadline))
         mine = mesh.probe_peers(me, offers, peers, run.local_facts.nics,
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
-        ex.post(MESH_RESULT, me, mesh.MeshResults(me, mine))
+        ex.post(MESH_RESULT, me, MeshResults(me, mine))
         if run.role != HOST:
             done = _host_word(run, ex, deadline)
             run.flagged = done.flagged if done else mesh_rules.flagged_paths(names, mine)
@@ -64,7 +54,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         # offers' deadline, though: every node sees the host's list at its own poll, and at
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
-        results = collect(ex, mesh.MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
+        results = collect(ex, MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
         # Trust nothing: a node speaks only for the connects it made itself.
         attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
         run.flagged = mesh_rules.flagged_paths(names, attempts)
@@ -75,7 +65,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     return attempts
 
 
-def _usable(ex: Exchange, offers: dict[int, mesh.Offer]) -> dict[int, mesh.Offer]:
+def _usable(ex: Exchange, offers: dict[int, Offer]) -> dict[int, Offer]:
     """The offers this node connects to; one under another rank's key, or listing more
     candidates than a node has interfaces for, is refused (its sender named), not tried."""
     usable = {}
