@@ -35,18 +35,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck.cluster import mesh, rendezvous  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
-from netcheck.core import codec, storekeys as keys  # noqa: E402
+from netcheck.core import codec  # noqa: E402
+from netcheck.core import storekeys as keys
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, SEAT_BLOCK  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
+from netcheck.core.meshrecords import Candidate, MeshResults, Offer
 from netcheck.core.model import JOB_VARS, ClockSample, Launch, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
-from netcheck.core.seats import RankRuns, Seated, SeatBlock, rank_in, ranks_of  # noqa: E402
-from netcheck.facts.envinfo import gather_env  # noqa: E402
-from netcheck.facts.local import gather_facts  # noqa: E402
-from netcheck.facts.listener import allow_a_connection_per_node  # noqa: E402
-from netcheck.core.meshrecords import Candidate, MeshResults, Offer
 from netcheck.core.rdzvrecords import Pong
+from netcheck.core.seats import RankRuns, SeatBlock, Seated, rank_in, ranks_of  # noqa: E402
+from netcheck.facts.envinfo import gather_env  # noqa: E402
+from netcheck.facts.listener import allow_a_connection_per_node  # noqa: E402
+from netcheck.facts.local import gather_facts  # noqa: E402
 
 
 class Greeters:

@@ -70,12 +70,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from _common import PORT, PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
 
+from _common import PORT, PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
+from netcheck.bandwidth.sweep import warmups
 from netcheck.core import codec
 from netcheck.core.bwrecords import BandwidthResult, Row, SweepOptions, plateau_rows, spread_of
 from netcheck.core.constants import BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_WARMUP
-from netcheck.bandwidth.sweep import warmups
 
 DRIVER = str(REPO / "tests" / "test_bandwidth_cluster.py")
 CAP = 120.0

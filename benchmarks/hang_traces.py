@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from _common import machine_facts
-
 from netcheck.facts.frtrace import read_dumps
 from netcheck.rules.hang import hang_findings
 

@@ -20,7 +20,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from _common import machine_facts
-
 from netcheck.cluster.jobstore import debug_servers
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline

@@ -59,7 +59,7 @@ def main() -> None:
         server = c.popen(0, [PY, "-c", SERVER])
         assert server.stdout.readline().strip() == "serving"
         clients = {kind: c.popen(1, [PY, "-c", CLIENT, kind], stdin=subprocess.PIPE) for kind in LABELS}
-        for kind, client in clients.items():
+        for client in clients.values():
             assert client.stdout.readline().startswith("connected"), client.stderr.read()
         c.cut_link(1)
         for client in clients.values():

@@ -17,25 +17,48 @@ from typing import Sequence
 
 from netcheck import __version__
 from netcheck.bandwidth import flags, plot
-from netcheck.core import stop
-from netcheck.core.bwrecords import SweepOptions
-from netcheck.core.budget import timeout_help
-from netcheck.core.deadline import Deadline
 from netcheck.config import (
-    NO_ENDPOINT, NO_RDZV_IN_ENV, BaselineError, Config, Outputs, UsageError, check_config, check_look_timeout,
-    load_report, parse_endpoint, select_phases,
+    NO_ENDPOINT,
+    NO_RDZV_IN_ENV,
+    BaselineError,
+    Config,
+    Outputs,
+    UsageError,
+    check_config,
+    check_look_timeout,
+    load_report,
+    parse_endpoint,
+    select_phases,
 )
+from netcheck.core import stop
+from netcheck.core.budget import timeout_help
+from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
-    DEFAULT_JOIN_WINDOW, DEFAULT_PORT, DEFAULT_TIMEOUT, EXIT_BY_VERDICT, EXIT_PASS,
+    DEFAULT_JOIN_WINDOW,
+    DEFAULT_PORT,
+    DEFAULT_TIMEOUT,
+    EXIT_BY_VERDICT,
+    EXIT_PASS,
+    EXIT_USAGE,
     INSPECT_TIMEOUT,
-    EXIT_USAGE, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PHASES, PROBE_TIMEOUT,
+    MESH_FULL_UP_TO,
+    MESH_SAMPLE_PEERS,
+    PHASES,
+    PROBE_TIMEOUT,
 )
+from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
 from netcheck.facts.launcher import (
-    LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env,
+    LaunchError,
+    default_run_id,
+    detect_launch,
+    int_var,
+    parse_nnodes,
+    rdzv_from_env,
 )
 from netcheck.facts.local import usable_gpus
-from netcheck.render import export, text as report
+from netcheck.render import export
+from netcheck.render import text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
 
@@ -252,7 +275,7 @@ def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> None:
         if path:
             report.write_file(path, render(rep))
     if outputs.html:
-        from netcheck.render.html import render_html   # Jinja2's import only where a page is asked for
+        from netcheck.render.html import render_html  # Jinja2's import only where a page is asked for
 
         report.write_file(outputs.html, render_html(rep))
     if not quiet:

@@ -16,7 +16,12 @@ from netcheck.core import codec
 from netcheck.core.budget import PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
-    DEFAULT_PORT, FOUNDATION_PHASES, MAX_BASELINE_BYTES, MAX_NODES, PHASES, REPORT_SCHEMA,
+    DEFAULT_PORT,
+    FOUNDATION_PHASES,
+    MAX_BASELINE_BYTES,
+    MAX_NODES,
+    PHASES,
+    REPORT_SCHEMA,
 )
 from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, MAX_SECONDS, is_run_id
 from netcheck.core.model import Endpoint, Launch, Report

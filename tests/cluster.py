@@ -256,7 +256,7 @@ def _down_all() -> None:
     for c in clusters:
         try:
             c.down()
-        except Exception:  # at exit or in a signal handler: tear down the others anyway
+        except Exception:  # noqa: BLE001 - at exit or in a signal handler: tear down the others anyway
             pass
 
 

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 import emitted
-
 from cluster import Cluster, NodeSpec, namespaces_supported
 from forked import load_torch
 
@@ -93,7 +92,7 @@ def _down_all(clusters: list[Cluster]) -> None:
     for c in clusters:
         try:
             c.down()
-        except Exception as e:  # tear the others down before reporting
+        except Exception as e:  # noqa: BLE001 - tear the others down before reporting it
             errors.append(e)
     if errors:
         raise errors[0]

@@ -34,8 +34,8 @@ from cluster import NodeSpec
 from forked import ForkedNetcheck
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
-from netcheck.core.storekeys import ROOT
 from netcheck.core.rdzvrecords import Hello
+from netcheck.core.storekeys import ROOT
 from nodes import CLUSTER_TIMEOUT, GRACE, PORT, finish
 
 POLL = 0.01

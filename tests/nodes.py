@@ -168,7 +168,7 @@ def finish(run: NodeRun, timeout: float) -> NodeRun:
         run.proc.kill()
         run.stdout, err = run.proc.communicate()
         _read_stderr(run, err)
-        raise AssertionError(f"netcheck on node {run.node} hung past {timeout} s:\n{run.stderr}")
+        raise AssertionError(f"netcheck on node {run.node} hung past {timeout} s:\n{run.stderr}") from None
     run.rc = run.proc.returncode
     run.seconds = time.monotonic() - run.started
     _read_stderr(run, err)

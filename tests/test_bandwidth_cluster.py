@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import psutil
 import pytest
 
-from cluster import NodeSpec
 import nodes
-from nodes import scaled
-from netcheck.core import codec
-from netcheck.rules.bw import bandwidth_findings
-from netcheck.core.bwrecords import BandwidthResult, bucket_cost
+from cluster import NodeSpec
 from netcheck.bandwidth.flags import add_arguments, options_from_args
+from netcheck.core import codec
+from netcheck.core.bwrecords import BandwidthResult, bucket_cost
+from netcheck.rules.bw import bandwidth_findings
+from nodes import scaled
 
 pytestmark = pytest.mark.root_required
 
@@ -76,7 +76,7 @@ def finish_all(drivers: list[Driver], timeout: float) -> list[Driver]:
         try:
             d.out = d.proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - d.started)))[0]
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"node {d.node} hung past {timeout} s:\n" + "\n".join(d.err[-30:]))
+            raise AssertionError(f"node {d.node} hung past {timeout} s:\n" + "\n".join(d.err[-30:])) from None
         d.seconds = time.monotonic() - d.started
     return drivers
 
@@ -202,11 +202,11 @@ def main() -> int:
     add_arguments(p)
     args = p.parse_args()
     from netcheck.bandwidth.orchestrate import run_bandwidth
-    from netcheck.core.deadline import Deadline
-    from netcheck.core.compat import import_distributed
     from netcheck.cluster.collect import collect
     from netcheck.cluster.store import Exchange
     from netcheck.cluster.storeconnect import client_store
+    from netcheck.core.compat import import_distributed
+    from netcheck.core.deadline import Deadline
     from netcheck.facts.probe import reach
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from netcheck.core.bwrecords import NodeReport
 from netcheck.core import codec, fields
+from netcheck.core.bwrecords import NodeReport
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
 from netcheck.core.envfacts import EnvFacts
-from netcheck.core.seats import RankRuns, Seated, SeatBlock
-from netcheck.core.model import ClusterVerdict, NodeFacts, NodeRanks, NodeResults, Report, Visitor
 from netcheck.core.meshrecords import MeshDone, MeshResults, Offer
+from netcheck.core.model import ClusterVerdict, NodeFacts, NodeRanks, NodeResults, Report, Visitor
 from netcheck.core.rdzvrecords import Hello, Roster, RosterEntry
+from netcheck.core.seats import RankRuns, SeatBlock, Seated
 from test_validation import cap_of, good, places, replaced, split
 
 # What a node has one of: a list of these is a list per node, whatever it is declared.

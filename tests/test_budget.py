@@ -10,7 +10,13 @@ import nodes
 from cluster import NodeSpec
 from netcheck.config import UsageError, check_config, select_phases
 from netcheck.core.budget import (
-    GOODBYE_RESERVE, JOIN_SHARE, MIN_TIMEOUT, PHASE_SECONDS, REPORT_RESERVE, TimeBudget, minimum_timeout,
+    GOODBYE_RESERVE,
+    JOIN_SHARE,
+    MIN_TIMEOUT,
+    PHASE_SECONDS,
+    REPORT_RESERVE,
+    TimeBudget,
+    minimum_timeout,
     timeout_help,
 )
 from test_config import GOOD

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from chaos.catalog import (
-    DecoyInterface, HostileClient, LatePastRoster, LoopbackHostname, LossyLink, MtuMismatch, PathFirewall, SharedSubnet,
+    DecoyInterface,
+    HostileClient,
+    LatePastRoster,
+    LoopbackHostname,
+    LossyLink,
+    MtuMismatch,
+    PathFirewall,
+    SharedSubnet,
 )
 from chaos.generator import Schedule
 from chaos.oracle import Expect

@@ -11,16 +11,16 @@ import os
 import re
 import socket
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from netcheck import cli
 from netcheck.config import NO_RDZV_IN_ENV, RDZV_REQUIRED
-from netcheck.core.model import Endpoint
 from netcheck.core.constants import EXIT_USAGE
+from netcheck.core.model import Endpoint
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
 from netcheck.facts.listener import listen
 from nodes import free_port, parse_report

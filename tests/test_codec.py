@@ -11,11 +11,24 @@ from netcheck.core import codec, fields
 from netcheck.core.bwrecords import BandwidthResult, Fault, Pair, RankTime, Row, Sweep
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
-from netcheck.core.model import (
-    EnvRow, ClockSample, Finding, Gathering, Holder, Launch, Member, NodeEntry, NodeFacts,
-    NodeResults, Probe, Reach, Report, Resolution, Visitor,
-)
 from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RunState
+from netcheck.core.model import (
+    ClockSample,
+    EnvRow,
+    Finding,
+    Gathering,
+    Holder,
+    Launch,
+    Member,
+    NodeEntry,
+    NodeFacts,
+    NodeResults,
+    Probe,
+    Reach,
+    Report,
+    Resolution,
+    Visitor,
+)
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
 
 # --- realistic values -------------------------------------------------------------------------

@@ -10,14 +10,20 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from netcheck.core.bwrecords import SweepOptions
-from netcheck.core.budget import MIN_TIMEOUT
 from netcheck.config import (
-    NO_ENDPOINT, RDZV_REQUIRED, Config, Outputs, UsageError, check_config, parse_endpoint, select_phases,
+    NO_ENDPOINT,
+    RDZV_REQUIRED,
+    Config,
+    Outputs,
+    UsageError,
+    check_config,
+    parse_endpoint,
+    select_phases,
 )
-from netcheck.core.model import Endpoint
+from netcheck.core.budget import MIN_TIMEOUT
+from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import DEFAULT_PORT, PHASES
-from netcheck.core.model import Launch
+from netcheck.core.model import Endpoint, Launch
 
 # --- parse_endpoint ---------------------------------------------------------------------------
 

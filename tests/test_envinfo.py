@@ -14,13 +14,23 @@ import pytest
 import torch
 
 from netcheck.core import codec
-from netcheck.facts.hashing import hash_path
 from netcheck.core.envfacts import EnvFacts
 from netcheck.facts.envinfo import (
-    bounded, conf_file, decode_cuda_version, decode_cudnn_version, decode_nccl_version,
-    gather_env, library_version, mapped_library, nccl_loaded, package_facts,
-    parse_driver_version, pretty_name, var_facts,
+    bounded,
+    conf_file,
+    decode_cuda_version,
+    decode_cudnn_version,
+    decode_nccl_version,
+    gather_env,
+    library_version,
+    mapped_library,
+    nccl_loaded,
+    package_facts,
+    parse_driver_version,
+    pretty_name,
+    var_facts,
 )
+from netcheck.facts.hashing import hash_path
 
 CUDA = torch.cuda.is_available()
 

@@ -9,16 +9,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from netcheck import __version__, cli
-
-from netcheck.config import Outputs
-from netcheck.render import export
-from netcheck.core.names import is_safe_hostname
-from netcheck.core.model import Finding, NodeEntry, NodeFacts, Report
-from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep, SweepOptions, headline
-from prom import series
-
 import builders
+from netcheck import __version__, cli
+from netcheck.config import Outputs
+from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep, SweepOptions, headline
+from netcheck.core.model import Finding, NodeEntry, NodeFacts, Report
+from netcheck.core.names import is_safe_hostname
+from netcheck.render import export
+from prom import series
 
 SLURM_HOSTS = ("gpu01", "gpu02", "gpu03")
 

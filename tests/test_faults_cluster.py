@@ -22,8 +22,21 @@ import time
 import pytest
 
 from faults import (
-    Agent, assert_interrupted, assert_stopped, counted_args, assert_survivor, dropped_from, finish_each, lost_in,
-    nodes, opened_under, ranked_args, record, signal_and_finish, slow_mesh, wait_until,
+    Agent,
+    assert_interrupted,
+    assert_stopped,
+    assert_survivor,
+    counted_args,
+    dropped_from,
+    finish_each,
+    lost_in,
+    nodes,
+    opened_under,
+    ranked_args,
+    record,
+    signal_and_finish,
+    slow_mesh,
+    wait_until,
 )
 from netcheck.cluster import mesh
 from netcheck.core.constants import BW_STUCK_AFTER, PROBE_TIMEOUT, RESULTS_QUIET, STORE_REPLY_TIMEOUT
@@ -277,7 +290,7 @@ def test_joiners_lost_while_hashing_for_the_env_phase(cluster, tmp_path):
         runs = {i: start(c, i, ranked_args(i, 4, timeout) + ["--hash", str(code)], tmp_path,
                          wrapper=bind_mounted(big, code) if i in hashing else ()) for i in range(4)}
         for node, sig in hashing.items():
-            wait_until(lambda: opened_under(runs[node].proc.pid, str(code)), timeout, f"node{node} hashing")
+            wait_until(lambda node=node: opened_under(runs[node].proc.pid, str(code)), timeout, f"node{node} hashing")
             if sig == "SIGINT":
                 took = signal_and_finish(c, runs[node], signal.SIGINT, within=scaled(3))
             else:

@@ -13,12 +13,28 @@ import re
 
 import pytest
 
-from faults import (
-    BIG_ARRIVALS, GRACE, HUGE_BYTES, LATE_ARRIVALS, NO_FINDING, OUTVOTERS, OVERSIZED_BYTES, PINGS_FLOOD,
-    SILENT_CONNECTIONS, STRANGERS, Agent, PeakMemory, counted_args, assert_survivor, finish_each, nodes, ranked_args,
-    record, slow_mesh,
-)
 from cluster import NETNS_ETC, _write_in_place
+from faults import (
+    BIG_ARRIVALS,
+    GRACE,
+    HUGE_BYTES,
+    LATE_ARRIVALS,
+    NO_FINDING,
+    OUTVOTERS,
+    OVERSIZED_BYTES,
+    PINGS_FLOOD,
+    SILENT_CONNECTIONS,
+    STRANGERS,
+    Agent,
+    PeakMemory,
+    assert_survivor,
+    counted_args,
+    finish_each,
+    nodes,
+    ranked_args,
+    record,
+    slow_mesh,
+)
 from netcheck.core.constants import MAX_STRANGERS
 from nodes import CLUSTER_TIMEOUT, PORT, start
 
@@ -64,7 +80,7 @@ def test_hostile_store_clients_are_named_and_the_real_nodes_pass(cluster, tmp_pa
         finish_each(runs.values(), timeout + 10)
         agent.wait_for("^done$", 1)
     roles = {0: "host", 1: "joiner", 2: "joiner, started after the hostile writes"}
-    for action, (fault, words) in {**HOSTILE_BEFORE_THE_LAST_NODE, **HOSTILE_AFTER_THE_ROSTER}.items():
+    for fault, words in {**HOSTILE_BEFORE_THE_LAST_NODE, **HOSTILE_AFTER_THE_ROSTER}.values():
         record(fault, "rendezvous", timeout, runs.values(), roles, focus=words or NO_FINDING)
 
     host = assert_survivor(runs[0], timeout, codes=(1,))

@@ -22,7 +22,6 @@ import torch.distributed as dist
 from netcheck.cluster import jobstore
 from netcheck.cluster.jobstore import read_job_store
 from netcheck.core.deadline import Deadline
-
 from nodes import free_port, parse_report, scaled
 
 REPO = Path(__file__).parents[1]

@@ -6,10 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netcheck.facts.launcher import (
-    MAX_HOSTS, LaunchError, detect_launch, expand_hostlist, parse_nnodes, rdzv_from_env,
-)
 from netcheck.core.model import Launch
+from netcheck.facts.launcher import (
+    MAX_HOSTS,
+    LaunchError,
+    detect_launch,
+    expand_hostlist,
+    parse_nnodes,
+    rdzv_from_env,
+)
 
 # --- parse_nnodes --------------------------------------------------------------------------------
 
@@ -256,8 +261,8 @@ def test_rdzv_from_env(env, expected):
 
 
 def test_rdzv_from_env_output_parses_as_an_endpoint():
-    from netcheck.core.model import Endpoint
     from netcheck.config import parse_endpoint
+    from netcheck.core.model import Endpoint
 
     assert parse_endpoint(rdzv_from_env({"MASTER_ADDR": "fd00::1", "MASTER_PORT": "29400"})) == \
         Endpoint("fd00::1", 29400)

@@ -10,7 +10,12 @@ from pathlib import Path
 from netcheck.core.bwrecords import Moved, PeerSegments
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_PEERS_KEPT
 from netcheck.facts.linkcounters import (
-    StageCounters, merged, peer_segments, read_counters, stage_links, worth_reporting,
+    StageCounters,
+    merged,
+    peer_segments,
+    read_counters,
+    stage_links,
+    worth_reporting,
 )
 
 SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs "

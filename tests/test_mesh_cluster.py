@@ -20,7 +20,10 @@ pytestmark = pytest.mark.root_required
 ALLREDUCE = str(Path(__file__).with_name("gloo_allreduce.py"))
 
 
-def run_cluster(c, tmp_path, envs=None, timeout=scaled(30)):
+RUN_TIMEOUT = scaled(30)
+
+
+def run_cluster(c, tmp_path, envs=None, timeout=RUN_TIMEOUT):
     n = len(c.nodes)
     envs = envs or [None] * n
 

@@ -15,13 +15,12 @@ from netcheck.core import codec
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_MAX_CANDIDATES, MESH_TRANSFER_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.meshrecords import Attempt, FlaggedPaths, Transfer, Trial, passed_frame
+from netcheck.core.meshrecords import Attempt, Candidate, FlaggedPaths, Offer, Transfer, Trial, passed_frame
 from netcheck.core.nictable import NicTable
 from netcheck.core.storekeys import MESH_OFFER
 from netcheck.phases.mesh import _unheard, _usable
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
-from netcheck.core.meshrecords import Candidate, Offer
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
 JUMBO_ECHOED = Transfer(9000, 9000, (Trial(9000, "echoed"),))

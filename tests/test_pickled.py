@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from netcheck.core import pickled
 from netcheck.core.deadline import Deadline
 from netcheck.core.pickled import DATETIMES, ForeignPickle, HostilePickle, Record, RecordClass, decode
-
 from nodes import scaled
 
 REPO = Path(__file__).parents[1]

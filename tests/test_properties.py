@@ -27,18 +27,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from netcheck import cli
-
-from netcheck.render import text as report
-from netcheck.rules.baseline import drift_findings
+from netcheck.bandwidth.flags import UNITS, parse_size
 from netcheck.cli import build_parser, config_from_args
 from netcheck.config import BaselineError, UsageError, load_report
+from netcheck.core.bwtext import size_words
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.facts.envinfo import gather_env
-from netcheck.core.bwtext import size_words
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
 from netcheck.phases.assemble import local_only
-from netcheck.bandwidth.flags import UNITS, parse_size
+from netcheck.render import text as report
+from netcheck.rules.baseline import drift_findings
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 JSON = st.recursive(

@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from nodes import free_port
 from netcheck.core.deadline import Deadline
 from netcheck.facts.ras import query_ras
 from netcheck.rules.job import ras_findings
+from nodes import free_port
 
 STATUS = {
     "nccl_version": "2.29.1", "cuda_runtime_version": 13000, "communicators_count": 1,

@@ -20,7 +20,6 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _
 from netcheck.core.constants import MAX_NODES
 from netcheck.core.jobrecords import NodeDesc
 from netcheck.facts.rdzvstate import NULL_SENTINEL, ForeignValue, HostileValue, decode_state
-
 from nodes import scaled
 
 LIMIT = 1 << 20

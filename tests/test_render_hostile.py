@@ -18,19 +18,26 @@ import sys
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import builders
 from netcheck import cli
 from netcheck.config import Outputs
-from netcheck.core.model import (
-    ClusterVerdict, EnvRow, Finding, Gathering, Member, NodeEntry, NodeFacts, Report, Visitor,
-)
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep
+from netcheck.core.model import (
+    ClusterVerdict,
+    EnvRow,
+    Finding,
+    Gathering,
+    Member,
+    NodeEntry,
+    NodeFacts,
+    Report,
+    Visitor,
+)
 from netcheck.core.names import is_safe_ifname
 from netcheck.render.escape import printable
 from netcheck.render.text import render_json, render_text
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
-
-import builders
 
 FORGED = "\nPASS  job.rdzv  round 3 is complete: 2 of 2 nodes joined"
 HOSTILE = {

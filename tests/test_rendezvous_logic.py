@@ -12,37 +12,47 @@ from types import SimpleNamespace
 
 import pytest
 
-from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor
-from netcheck.core.nictable import Nic
-from netcheck.core.model import node_address
-from netcheck.core.deadline import Deadline
+import builders
+from builders import nic
+from faults import wait_until
 from netcheck.cluster.collect import collect
-from netcheck.cluster.store import Exchange
-from netcheck.facts.storepeers import _hex_address
-from netcheck.cluster.rendezvous import ping, publish_facts, sign_in
 from netcheck.cluster.hostgather import (
-    HostState, _answer_pings, came_without_facts, counter_gaps, host_gather, poll_arrivals, read_visitors, unread,
+    HostState,
+    _answer_pings,
+    came_without_facts,
+    counter_gaps,
+    host_gather,
+    poll_arrivals,
+    read_visitors,
+    unread,
 )
+from netcheck.cluster.rendezvous import ping, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
+from netcheck.cluster.store import Exchange
 from netcheck.core import codec, compat
 from netcheck.core.codec import DecodeError
-from netcheck.facts.probe import probe_address
+from netcheck.core.compat import import_distributed
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
-from netcheck.core.meshrecords import FlaggedPaths
+from netcheck.core.deadline import Deadline
+from netcheck.core.meshrecords import FlaggedPaths, MeshDone
+from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor, node_address
+from netcheck.core.nictable import Nic
 from netcheck.core.seats import RankRuns, rank_runs, ranks_of
-from netcheck.phases.mesh import _host_word
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
+from netcheck.facts.probe import probe_address
+from netcheck.facts.storepeers import _hex_address
+from netcheck.phases.mesh import _host_word
 from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import (
-    held_up_findings, hosts_message_refused, latecomer_findings, lost_findings, stall_explained, store_stall_findings,
+    held_up_findings,
+    hosts_message_refused,
+    latecomer_findings,
+    lost_findings,
+    stall_explained,
+    store_stall_findings,
 )
-from netcheck.core.compat import import_distributed
-from faults import wait_until
 from nodes import scaled
 from test_state import joiner
-import builders
-from netcheck.core.meshrecords import MeshDone
-from builders import nic
 
 
 def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), default: str | None = None,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+import builders
 from netcheck.core.model import Finding, NodeEntry, Report
 from netcheck.render.text import render_text
-
-import builders
 
 SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
-from netcheck.rules.baseline import drift_findings
+import builders
+from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import NodeEntry, Report
-from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
-
-import builders
+from netcheck.rules.baseline import drift_findings
 
 
 def entry(rank: int, env: dict[str, str], mtu: int = 1500) -> NodeEntry:

@@ -10,7 +10,15 @@ import pytest
 from netcheck.bandwidth.faults import in_flight
 from netcheck.bandwidth.sweep import COLLECTIVES, make_row
 from netcheck.core.bwrecords import (
-    BandwidthResult, BusyProcess, Fault, InFlight, Pair, RankTime, Sweep, SweepOptions, headline,
+    BandwidthResult,
+    BusyProcess,
+    Fault,
+    InFlight,
+    Pair,
+    RankTime,
+    Sweep,
+    SweepOptions,
+    headline,
 )
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.rules import registry

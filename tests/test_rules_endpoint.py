@@ -7,13 +7,16 @@ import dataclasses
 
 import pytest
 
+import builders
 from netcheck.core.model import Endpoint, Member, NodeFacts, Probe, Reach
 from netcheck.rules.endpoint import (
-    endpoint_findings, flags_findings, host_endpoint_findings, points_at_itself, reached_addresses,
+    endpoint_findings,
+    flags_findings,
+    host_endpoint_findings,
+    points_at_itself,
+    reached_addresses,
     shared_variable_findings,
 )
-
-import builders
 
 ENDPOINT = Endpoint("node1", 29500)
 

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.rules.env import (
-    FIXES, INFO, SAME, SEVERITY, compare, env_differences, env_findings, fix_for, hash_findings, severity_of,
-    shm_findings, shm_thresholds, version_change, version_key,
-)
-from netcheck.rules.flightrec import flight_recorder_findings
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, verdict_of
+from netcheck.rules.env import (
+    FIXES,
+    INFO,
+    SAME,
+    SEVERITY,
+    compare,
+    env_differences,
+    env_findings,
+    fix_for,
+    hash_findings,
+    severity_of,
+    shm_findings,
+    shm_thresholds,
+    version_change,
+    version_key,
+)
+from netcheck.rules.flightrec import flight_recorder_findings
 
 MiB, GiB = 1 << 20, 1 << 30
 HASH_A = "sha256 " + "a" * 64 + " (3 files, 1 KiB)"

@@ -6,8 +6,14 @@ import pytest
 
 from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.rules.job import (
-    eviction_findings, heartbeat_findings, hostile_findings, job_findings, live_ranks, ranks_findings,
-    rendezvous_findings, store_finding,
+    eviction_findings,
+    heartbeat_findings,
+    hostile_findings,
+    job_findings,
+    live_ranks,
+    ranks_findings,
+    rendezvous_findings,
+    store_finding,
 )
 
 NOW = "2026-12-01T08:01:00+00:00"

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from netcheck.core.model import NodeFacts
-
-from netcheck.rules.launch import device_uuid, launch_findings, task_findings
-
 import builders
+from netcheck.core.model import NodeFacts
+from netcheck.rules.launch import device_uuid, launch_findings, task_findings
 
 
 def worker(host: str, rank: int, local: int, nproc: int = 2, gpus: int = 2, **extra: str) -> tuple[int, NodeFacts]:

@@ -8,11 +8,10 @@ import dataclasses
 
 import pytest
 
+from builders import launch, member
 from netcheck.core.model import ProcessLimits
 from netcheck.core.rdmarecords import LibNccl, RdmaFacts, RdmaPort
 from netcheck.rules.limits import BARE_DESCRIPTORS, PROCESS_DESCRIPTORS, limit_findings
-
-from builders import launch, member
 
 LOW = ProcessLimits(nofile=64, nofile_hard=4096, memlock=-1, stack=8 << 20, somaxconn=4096, syn_backlog=4096)
 HIGH = dataclasses.replace(LOW, nofile=65536, nofile_hard=65536)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from builders import links_of, moved, node_address
 from netcheck.bandwidth.tables import pair_matrix
 from netcheck.core.bwrecords import PeerSegments, StageLinks, pair_resent
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
 from netcheck.rules import registry
 from netcheck.rules.link import link_findings
 from test_rules_bw import by_check, findings_of, healthy_pairs, result
-from builders import links_of, moved, node_address
 
 SENT = 200_000
 

@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 
-from netcheck.rules import mesh as mesh_rules, nic as nic_rules
+import builders
 from netcheck.cluster import mesh
 from netcheck.core.meshrecords import Attempt
 from netcheck.core.model import Member
 from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import IbPort, Nic
-
-import builders
+from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import nic as nic_rules
 
 
 def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,

@@ -4,12 +4,11 @@ prefix alike name nobody. The real fabric is built in tests/test_routed_cluster.
 
 from __future__ import annotations
 
+from builders import LOOPBACK, member, nic
 from netcheck.core.meshrecords import Attempt, WrongPrefix
 from netcheck.core.model import Route
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.prefix import wrong_prefixes
-
-from builders import LOOPBACK, member, nic
 
 
 def node(rank: int, address: str):

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import builders
 from netcheck.core.rdmarecords import Gid, LibNccl
 from netcheck.facts.nics import roce_active_mtu
 from netcheck.facts.rdma import acs_state, libnccl_choice, read_rdma
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules.hcachoice import gid_choice, ib_matches, ib_ports, parse_ib_hca
-
-import builders
 from sysfs_fixtures import build, fake_libnccl
 
 TORCHS = LibNccl("torch", "/venv/nvidia/nccl/lib/libnccl.so.2", "2.21.5", "/venv/nvidia/nccl/lib/libnccl.so.2")

@@ -8,14 +8,24 @@ from collections import Counter
 
 import pytest
 
+import builders
 from netcheck.core.constants import MAX_STRANGERS, NAMES_SHOWN
+from netcheck.core.model import (
+    ClockSample,
+    Finding,
+    Gathering,
+    Launch,
+    Member,
+    NodeFacts,
+    NodeResults,
+    Probe,
+    Reach,
+    Resolution,
+    Route,
+    Visitor,
+)
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules.registry import JOIN_FOREIGN, JOIN_MALFORMED
-from netcheck.core.model import (
-    ClockSample, Finding, Gathering, Launch, Member, NodeFacts, NodeResults, Probe,
-    Reach, Resolution, Route, Visitor,
-)
-import builders
 
 # --- a three-node cluster ------------------------------------------------------------------------
 
@@ -39,7 +49,10 @@ def resolving(rank: int, addresses: tuple[str, ...] | None = None, error: str | 
     return Resolution(rank, f"node{rank}.example", addresses or (), error)
 
 
-def member(rank: int, clock: ClockSample | None = ClockSample(0.0, 0.0), reach: Reach | None = None,
+IN_STEP = ClockSample(0.0, 0.0)   # a clock in step with the host's
+
+
+def member(rank: int, clock: ClockSample | None = IN_STEP, reach: Reach | None = None,
            lookups: dict[int, Resolution] | None = None, results: bool = True) -> Member:
     """Node `rank`, which by default resolved every other node's FQDN correctly."""
     lookups = lookups or {}

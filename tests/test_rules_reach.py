@@ -9,7 +9,9 @@ import dataclasses
 import pytest
 
 from netcheck.core.model import Finding, Holder, Member, Probe
-from netcheck.rules import rdzv as rdzv_rules, reach as reach_rules, run as run_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import reach as reach_rules
+from netcheck.rules import run as run_rules
 from netcheck.rules.reach import REACH_FIXES
 from test_rules_rdzv import ADDRESS, gathering, member, reach, reached, renamed, unanswered, worker
 

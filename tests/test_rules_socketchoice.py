@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.rules.socketchoice import (
-    MAX_IFS, gloo_device_addresses, nccl_choice, nccl_matches, parse_nccl_ifname, tp_interface,
-)
-from netcheck.core.nictable import Nic, NicTable
-
 from builders import nic
+from netcheck.core.nictable import Nic, NicTable
+from netcheck.rules.socketchoice import (
+    MAX_IFS,
+    gloo_device_addresses,
+    nccl_choice,
+    nccl_matches,
+    parse_nccl_ifname,
+    tp_interface,
+)
 
 
 def table(*nics: Nic) -> NicTable:

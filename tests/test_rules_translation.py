@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from builders import LOOPBACK, member, nic
 from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, PathCauses, Translation
 from netcheck.core.model import NodeResults, Probe, Reach, Visitor
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.translation import translations
-
-from builders import LOOPBACK, member, nic
 
 HOST = "198.18.0.10"
 

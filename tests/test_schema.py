@@ -16,9 +16,9 @@ import typing
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from netcheck.render import text as render
 from netcheck.core.model import Report
 from netcheck.phases.assemble import local_only, probe_only
+from netcheck.render import text as render
 from nodes import SCHEMA, SCHEMA_PATH, free_port
 from test_codec import REPORT as EVERY_RECORD_REPORT
 

@@ -6,12 +6,21 @@ from __future__ import annotations
 import pytest
 
 from netcheck.core import codec
+from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_NODES, SEAT_BLOCK
 from netcheck.core.fields import is_host
 from netcheck.core.names import is_safe_hostname
-from netcheck.core.codec import DecodeError
 from netcheck.core.seats import (
-    NameRun, RankRun, RankRuns, Seated, compact, expand, rank_in, rank_runs, ranks_of, seat_blocks,
+    NameRun,
+    RankRun,
+    RankRuns,
+    Seated,
+    compact,
+    expand,
+    rank_in,
+    rank_runs,
+    ranks_of,
+    seat_blocks,
 )
 
 

@@ -14,13 +14,13 @@ import time
 import psutil
 import pytest
 
+from faults import wait_until
 from netcheck.cluster.storeconnect import client_store
-from netcheck.core.storeerrors import HostLost, RendezvousError
 from netcheck.core import compat
 from netcheck.core.deadline import Deadline
+from netcheck.core.storeerrors import HostLost, RendezvousError
 from netcheck.facts.listener import listen
 from netcheck.facts.probe import full_frames_lost, probe_address
-from faults import wait_until
 from nodes import free_port, scaled
 
 

@@ -8,7 +8,13 @@ import pytest
 from netcheck.cluster.storewire import WireError
 from netcheck.core import compat
 from netcheck.core.storeerrors import (
-    ConnectTimedOut, Interfered, RendezvousError, ReplyTimedOut, StoreError, StoreLost, first_line,
+    ConnectTimedOut,
+    Interfered,
+    RendezvousError,
+    ReplyTimedOut,
+    StoreError,
+    StoreLost,
+    first_line,
 )
 
 

@@ -4,38 +4,66 @@ lines, how a worker's end is classified, whom to blame)."""
 
 from __future__ import annotations
 
-import math
 import argparse
-from dataclasses import replace
 import itertools
+import math
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
 import torch
 
+from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause
+from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
+from netcheck.bandwidth.orchestrate import Lines, worker_env
+from netcheck.bandwidth.sweep import (
+    COLLECTIVES,
+    DTYPES,
+    NO_CUDA,
+    NO_NCCL,
+    PAST_VISIBLE,
+    Budget,
+    Measured,
+    bandwidths,
+    choose_backend,
+    count_wrong,
+    make_row,
+    modulus,
+    pair_size,
+    pattern_pieces,
+    plan_stages,
+    planned_sizes,
+    ring_sum,
+    round_robin,
+    run_sizes,
+    size_series,
+    stage_budgets,
+)
+from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
+from netcheck.bandwidth.worker import MAX_DETAIL, Event, fill, wrong
 from netcheck.config import check_sweep
 from netcheck.core import codec
-from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause
-from netcheck.bandwidth.orchestrate import Lines, worker_env
-from netcheck.core.bwrecords import NodeReport
-from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
-from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
-from netcheck.bandwidth.sweep import (
-    COLLECTIVES, DTYPES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Measured, bandwidths, choose_backend, count_wrong,
-    make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes, ring_sum, round_robin, run_sizes,
-    size_series, stage_budgets,
-)
-from netcheck.core.bwtext import plateau_text, step_text
 from netcheck.core.bwrecords import (
-    BandwidthResult, Fault, Pair, Row, Sweep, SweepOptions, bucket_cost, busbw_at, headline, speedup, spread_of,
+    BandwidthResult,
+    Fault,
+    NodeReport,
+    Pair,
+    Row,
+    Sweep,
+    SweepOptions,
+    bucket_cost,
+    busbw_at,
+    headline,
+    speedup,
+    spread_of,
     still_rising,
 )
+from netcheck.core.bwtext import plateau_text, step_text
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
-from netcheck.bandwidth.worker import MAX_DETAIL, Event, fill, wrong
 
 
 def parse(*argv: str) -> SweepOptions:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cluster import NodeSpec
 from faults import Agent, lost_in, wait_until
 from nodes import CLUSTER_TIMEOUT, DIAGNOSABLE, HEALTHY_WARNINGS, SKIP_BANDWIDTH, read_report, scaled
@@ -26,7 +27,10 @@ def torchrun(tmp_path, *netcheck_args: str, nproc: int = 2) -> list[str]:
             "-m", "netcheck", "--json", str(tmp_path / "rank{rank}.json"), *netcheck_args]
 
 
-def run_both(c, argv, timeout=scaled(90)):
+BOTH_TIMEOUT = scaled(90)
+
+
+def run_both(c, argv, timeout=BOTH_TIMEOUT):
     procs = [c.popen(i, argv, env=DIAGNOSABLE) for i in range(2)]
     return [p.communicate(timeout=timeout) + (p.returncode,) for p in procs]
 

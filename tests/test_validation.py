@@ -23,25 +23,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcheck.core.bwrecords import NodeReport
 from netcheck.bandwidth.worker import Event
 from netcheck.core import codec, fields
-from netcheck.core.bwrecords import Fault, InFlight, Pair, RankTime, Row, Sweep, SweepOptions
+from netcheck.core.bwrecords import Fault, InFlight, NodeReport, Pair, RankTime, Row, Sweep, SweepOptions
 from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
 from netcheck.core.envfacts import EnvFacts
-from netcheck.core.meshrecords import Attempt, Transfer, Trial
+from netcheck.core.meshrecords import Attempt, Candidate, MeshDone, MeshResults, Offer, Transfer, Trial
 from netcheck.core.model import (
-    ClockSample, ClusterVerdict, Finding, Launch, NodeEntry, NodeFacts, NodeResults, Probe, Reach,
-    Report, Resolution, Visitor,
+    ClockSample,
+    ClusterVerdict,
+    Finding,
+    Launch,
+    NodeEntry,
+    NodeFacts,
+    NodeResults,
+    Probe,
+    Reach,
+    Report,
+    Resolution,
+    Visitor,
 )
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
+from netcheck.core.rdzvrecords import Hello, Roster, RosterEntry
 from netcheck.facts import envinfo
 from netcheck.facts.nics import read_nic_table
 from netcheck.phases.assemble import local_only, probe_only
 from netcheck.render import text as render
-from netcheck.core.rdzvrecords import Hello, Roster, RosterEntry
-from netcheck.core.meshrecords import Candidate, MeshDone, MeshResults, Offer
 from nodes import free_port
 from test_codec import FACTS, REPORT, RESULTS
 

@@ -13,7 +13,10 @@ from nodes import PORT, explain, finish_all, scaled, start
 pytestmark = pytest.mark.root_required
 
 
-def ranked_run(c, tmp_path, timeout=scaled(30), extra=(), bandwidth=False):
+RUN_TIMEOUT = scaled(30)
+
+
+def ranked_run(c, tmp_path, timeout=RUN_TIMEOUT, extra=(), bandwidth=False):
     n = len(c.nodes)
 
     def args(i: int) -> list[str]:

@@ -10,7 +10,13 @@ import signal
 from netcheck.bandwidth.sweep import COLLECTIVES, planned_sizes, round_robin
 from netcheck.bandwidth.worker import MAX_DETAIL
 from netcheck.core.bwrecords import (
-    Fault, InFlight, NodeReport, Pair, Sweep, SweepOptions, first_culprit,
+    Fault,
+    InFlight,
+    NodeReport,
+    Pair,
+    Sweep,
+    SweepOptions,
+    first_culprit,
 )
 from netcheck.core.constants import (
     BW_STUCK_AFTER,

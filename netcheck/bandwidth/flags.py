@@ -8,12 +8,19 @@ from __future__ import annotations
 import math
 import re
 
+from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
-    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES,
-    BW_DEFAULT_STEPFACTOR, BW_DEFAULT_WARMUP, BW_MAX_BYTES, DDP_BUCKET_BYTES, MAX_MODEL_PARAMS,
+    BW_DEFAULT_BUDGET,
+    BW_DEFAULT_ITERS,
+    BW_DEFAULT_MAXBYTES,
+    BW_DEFAULT_MINBYTES,
+    BW_DEFAULT_STEPFACTOR,
+    BW_DEFAULT_WARMUP,
+    BW_MAX_BYTES,
+    DDP_BUCKET_BYTES,
+    MAX_MODEL_PARAMS,
 )
-from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES
 
 BACKENDS = ("auto", "nccl", "gloo")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}   # nccl-tests' parsesize: powers of 1024

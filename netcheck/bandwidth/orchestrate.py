@@ -42,17 +42,31 @@ from netcheck.bandwidth.worker import Event
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
+from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.bwrecords import (
-    STAGES, BandwidthResult, Fault, InFlight, NodeReport, Pair, Sweep, SweepOptions, headline,
+    STAGES,
+    BandwidthResult,
+    Fault,
+    InFlight,
+    NodeLinks,
+    NodeReport,
+    Pair,
+    PeerSegments,
+    Sweep,
+    SweepOptions,
+    headline,
 )
 from netcheck.core.constants import (
-    BW_ABORT_GRACE, BW_ABORT_POLL, BW_CUDA_START_AFTER, BW_MAX_EVENT_BYTES, BW_REPORT_WAIT, BW_STUCK_AFTER,
+    BW_ABORT_GRACE,
+    BW_ABORT_POLL,
+    BW_CUDA_START_AFTER,
+    BW_MAX_EVENT_BYTES,
+    BW_REPORT_WAIT,
+    BW_STUCK_AFTER,
 )
-from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
-from netcheck.core.bwrecords import NodeLinks, PeerSegments
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, worth_reporting
 from netcheck.facts.local import rdma_roots

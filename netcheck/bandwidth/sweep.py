@@ -17,8 +17,17 @@ from typing import Callable, Iterator, Sequence
 
 from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
-    BW_AUTO_MAXBYTES, BW_BATCHES, BW_ITERS_SECONDS, BW_LATENCY_MAXBYTES, BW_LATENCY_STEP,
-    BW_MIN_ITERS, BW_RAMP_GROWTH, BW_RESERVE_MARGIN, BW_WARMUP_SECONDS, BW_PAIRS_SHARE, BW_PATTERN_MAX,
+    BW_AUTO_MAXBYTES,
+    BW_BATCHES,
+    BW_ITERS_SECONDS,
+    BW_LATENCY_MAXBYTES,
+    BW_LATENCY_STEP,
+    BW_MIN_ITERS,
+    BW_PAIRS_SHARE,
+    BW_PATTERN_MAX,
+    BW_RAMP_GROWTH,
+    BW_RESERVE_MARGIN,
+    BW_WARMUP_SECONDS,
 )
 
 # Element size and the largest integer the type holds exactly (floats: 2^mantissa bits),

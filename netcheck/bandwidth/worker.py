@@ -33,18 +33,39 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from netcheck.bandwidth.sweep import (
-    COLLECTIVES, NO_CUDA, NO_NCCL, PAST_VISIBLE, Budget, Collective, Measured, Peers, bandwidths,
-    batch_times, choose_backend, count_wrong, make_row, modulus, pair_size, pattern_pieces, plan_stages, planned_sizes,
-    round_robin, run_sizes, stage_budgets,
+    COLLECTIVES,
+    NO_CUDA,
+    NO_NCCL,
+    PAST_VISIBLE,
+    Budget,
+    Collective,
+    Measured,
+    Peers,
+    bandwidths,
+    batch_times,
+    choose_backend,
+    count_wrong,
+    make_row,
+    modulus,
+    pair_size,
+    pattern_pieces,
+    plan_stages,
+    planned_sizes,
+    round_robin,
+    run_sizes,
+    stage_budgets,
 )
 from netcheck.core import codec
-from netcheck.core.bwrecords import Pair, RankTime, Sweep, SweepOptions, spread_of
+from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
 from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import (
-    BW_CHECK_CHUNK, BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE,
+    BW_CHECK_CHUNK,
+    BW_HEARTBEAT,
+    BW_MEMORY_SHARE,
+    BW_PG_MARGIN,
+    BW_SWEEP_WALL_SHARE,
 )
 from netcheck.core.fields import FEW, Text
-from netcheck.core.bwrecords import PeerSegments
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
 
 PR_SET_PDEATHSIG = 1

@@ -13,27 +13,48 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 from netcheck.cluster.rendezvous import TICKET, Seat, publish_facts, sign_in
-from netcheck.cluster.seating import unseated_reason, assign_ranks, rendezvous_closed
+from netcheck.cluster.seating import assign_ranks, rendezvous_closed, unseated_reason
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.constants import (
-    ARRIVALS_READ_BATCH, CLOCK_PINGS, IN_FLIGHT_GRACE, MAX_NODES, MAX_PINGS_BYTES,
-    MAX_STRANGERS, MAX_VISITOR_BYTES, NEWEST_FIRST, POLL_SLICE,
-    STORE_POLL_INTERVAL, FLOODED_LIST_SWEEP,
+    ARRIVALS_READ_BATCH,
+    CLOCK_PINGS,
+    FLOODED_LIST_SWEEP,
+    IN_FLIGHT_GRACE,
+    MAX_NODES,
+    MAX_PINGS_BYTES,
+    MAX_STRANGERS,
+    MAX_VISITOR_BYTES,
+    NEWEST_FIRST,
+    POLL_SLICE,
+    STORE_POLL_INTERVAL,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import NodeRank
 from netcheck.core.model import (
-    Gathering, Member, NodeFacts, NodeResults, Visitor,
+    Gathering,
+    Member,
+    NodeFacts,
+    NodeResults,
+    Visitor,
     node_address,
 )
-from netcheck.core.seats import Seated, compact, seat_blocks
 from netcheck.core.rdzvrecords import Hello, Pong, Roster, RosterEntry
+from netcheck.core.seats import Seated, compact, seat_blocks
 from netcheck.core.storekeys import (
-    ARRIVALS, HOST, MAC_SUFFIX, NODE, PINGS, PONG, POSTED, ROSTER, SEAT, SEATED, VISITOR, VISITORS,
+    ARRIVALS,
+    HOST,
+    MAC_SUFFIX,
+    NODE,
+    PINGS,
+    PONG,
+    POSTED,
+    ROSTER,
+    SEAT,
+    SEATED,
+    VISITOR,
+    VISITORS,
 )
-
-
 
 # --- host -------------------------------------------------------------------------------------
 

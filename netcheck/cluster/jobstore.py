@@ -24,15 +24,20 @@ import re
 from dataclasses import dataclass
 
 from netcheck.cluster.storeconnect import client_store
-from netcheck.core.storeerrors import RendezvousError
 from netcheck.cluster.storewire import Wire, WireError, get_bounded
 from netcheck.core import compat
 from netcheck.core.constants import MAX_NODES
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import RoundKeys, RoundMember
+from netcheck.core.storeerrors import RendezvousError
 from netcheck.facts.rdzvstate import (
-    ForeignValue, decode_assigned_ranks, decode_debug_server, decode_master_addr, decode_master_port,
-    decode_role_info, decode_worker_url,
+    ForeignValue,
+    decode_assigned_ranks,
+    decode_debug_server,
+    decode_master_addr,
+    decode_master_port,
+    decode_role_info,
+    decode_worker_url,
 )
 
 RDZV_PREFIX = "torch.rendezvous."

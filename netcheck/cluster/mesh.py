@@ -18,6 +18,7 @@ tried on fresh connections, so the finding can say which size passes.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import random
 import secrets
@@ -31,17 +32,39 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from netcheck.core.constants import (
-    MESH_CONNECT_TIMEOUT, MESH_CONNECTS_AT_ONCE, MESH_FALLBACK_FRAMES, MESH_FULL_UP_TO, MESH_ROUTES_READ,
-    MESH_SAMPLE_PEERS, MESH_TRANSFER_SEGMENTS, MESH_TRANSFER_TIMEOUT,
+    MESH_CONNECT_TIMEOUT,
+    MESH_CONNECTS_AT_ONCE,
+    MESH_FALLBACK_FRAMES,
+    MESH_FULL_UP_TO,
+    MESH_ROUTES_READ,
+    MESH_SAMPLE_PEERS,
+    MESH_TRANSFER_SEGMENTS,
+    MESH_TRANSFER_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import (
-    Candidate, Offer,
-    BLACKHOLE, CLOSED, ECHOED, FILTERED, LOCAL, LOST, OK, REFUSED, UNREACHED, UNTRIED, WRONG_PEER, Attempt,
-    MeshOutcome, Transfer, Trial, TrialResult, passed_frame,
+    BLACKHOLE,
+    CLOSED,
+    ECHOED,
+    FILTERED,
+    LOCAL,
+    LOST,
+    OK,
+    REFUSED,
+    UNREACHED,
+    UNTRIED,
+    WRONG_PEER,
+    Attempt,
+    Candidate,
+    MeshOutcome,
+    Offer,
+    Transfer,
+    Trial,
+    TrialResult,
+    passed_frame,
 )
-from netcheck.core.nictable import NicTable, address_owners
 from netcheck.core.model import UNANSWERED
+from netcheck.core.nictable import NicTable, address_owners
 from netcheck.facts.probe import IP_COMMAND_TIMEOUT, error_text, failed_connect, route_to
 
 GREETING = "netcheck-mesh"
@@ -349,7 +372,7 @@ def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int,
     for frame in (f for f in MESH_FALLBACK_FRAMES if f < full):
         if trials[-1].result != LOST:
             break
-        trials.append(Trial(frame, _trial(lambda step: _echo_fresh(offer, c, frame, step), deadline)))
+        trials.append(Trial(frame, _trial(functools.partial(_echo_fresh, offer, c, frame), deadline)))
     return Transfer(src_mtu, c.mtu, tuple(trials))
 
 

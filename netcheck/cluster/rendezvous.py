@@ -31,21 +31,42 @@ from dataclasses import dataclass, field
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.store import Exchange
-from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError, StoreError, StoreLost, first_line
 from netcheck.core import codec
 from netcheck.core.constants import (
-    CLOCK_PINGS, CLOCK_WAIT, LOOKUP_TIMEOUT, MESH_FULL_UP_TO, MESH_SAMPLE_PEERS, PING_RETRY, SEAT_BLOCK,
+    CLOCK_PINGS,
+    CLOCK_WAIT,
+    LOOKUP_TIMEOUT,
+    MESH_FULL_UP_TO,
+    MESH_SAMPLE_PEERS,
+    PING_RETRY,
+    SEAT_BLOCK,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import is_host
 from netcheck.core.model import (
-    ClockSample, NodeFacts, NodeResults, Resolution, Visitor,
+    ClockSample,
+    NodeFacts,
+    NodeResults,
+    Resolution,
+    Visitor,
 )
 from netcheck.core.names import is_safe_hostname
 from netcheck.core.rdzvrecords import Hello, Pong, Roster
-from netcheck.core.seats import Seated, SeatBlock, expand, rank_in
+from netcheck.core.seats import SeatBlock, Seated, expand, rank_in
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import (
-    ARRIVALS, BYE, HOST, NODE, PINGS, PONG, POSTED, RESULT, SEAT, SEATED, VISITOR, VISITORS,
+    ARRIVALS,
+    BYE,
+    HOST,
+    NODE,
+    PINGS,
+    PONG,
+    POSTED,
+    RESULT,
+    SEAT,
+    SEATED,
+    VISITOR,
+    VISITORS,
 )
 from netcheck.facts.probe import resolve_many
 

@@ -17,7 +17,12 @@ from netcheck.cluster import storewire
 from netcheck.cluster.storeconnect import client_try, not_listening
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
-    FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_NODES, STORE_LOOKS_PER_SECOND, STORE_POLL_INTERVAL, STORE_REPLY_TIMEOUT,
+    FLOODED_LIST_SWEEP,
+    MAX_FACTS_BYTES,
+    MAX_NODES,
+    STORE_LOOKS_PER_SECOND,
+    STORE_POLL_INTERVAL,
+    STORE_REPLY_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line

@@ -9,16 +9,51 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from netcheck.core.constants import (
-    BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_MAXBYTES, BW_DEFAULT_MINBYTES, BW_DEFAULT_STEPFACTOR,
-    BW_DEFAULT_WARMUP, BW_LATENCY_MAXBYTES, BW_NOISY_SPREAD, BW_PLATEAU_BAND, BW_PLATEAU_TOP, BW_RISING_BAND,
-    DDP_BUCKET_BYTES, LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN, LINK_LOSS_RATE,
+    BW_DEFAULT_BUDGET,
+    BW_DEFAULT_ITERS,
+    BW_DEFAULT_MAXBYTES,
+    BW_DEFAULT_MINBYTES,
+    BW_DEFAULT_STEPFACTOR,
+    BW_DEFAULT_WARMUP,
+    BW_LATENCY_MAXBYTES,
+    BW_NOISY_SPREAD,
+    BW_PLATEAU_BAND,
+    BW_PLATEAU_TOP,
+    BW_RISING_BAND,
+    DDP_BUCKET_BYTES,
+    LINK_JUDGED_SEGMENTS,
+    LINK_LOSS_MIN,
+    LINK_LOSS_RATE,
 )
 from netcheck.core.fields import (
-    FEW, MAX_INT, PER_NIC, PER_NODE, PER_NODE_AND_ITEM, PER_PAIR, PER_RANK, Bytes, Count, Gbps, GroupSize, Hostname,
-    IpAddress, LocalRankOrMinusOne, MessageSize, Micros, NodeCount, NodeRank, Pid, ProcCount, Range, Rank,
-    RankOrMinusOne, Ratio, Seconds, Text, one_of,
+    FEW,
+    MAX_INT,
+    PER_NIC,
+    PER_NODE,
+    PER_NODE_AND_ITEM,
+    PER_PAIR,
+    PER_RANK,
+    Bytes,
+    Count,
+    Gbps,
+    GroupSize,
+    Hostname,
+    IpAddress,
+    LocalRankOrMinusOne,
+    MessageSize,
+    Micros,
+    NodeCount,
+    NodeRank,
+    Pid,
+    ProcCount,
+    Range,
+    Rank,
+    RankOrMinusOne,
+    Ratio,
+    Seconds,
+    Text,
+    one_of,
 )
-
 
 # The stages of the phase, in order: a failure names one of these.
 STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")

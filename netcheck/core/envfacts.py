@@ -8,7 +8,6 @@ from typing import Annotated
 
 from netcheck.core.fields import FEW, Seconds, Text
 
-
 NO_CUDA = "no CUDA"
 NOT_LOADED = "not loaded"
 ABSENT = "absent"

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.fields import (
-    PER_NODE_AND_ITEM, PER_RANK, Count, GroupSize, Pid, PidOrMinusOne, Rank, Seconds, Text,
+    PER_NODE_AND_ITEM,
+    PER_RANK,
+    Count,
+    GroupSize,
+    Pid,
+    PidOrMinusOne,
+    Rank,
+    Seconds,
+    Text,
 )
 
 

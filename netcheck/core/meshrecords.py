@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.fields import (
-    FEW, PER_NODE_AND_ITEM, Hostname, IfName, IpAddress, Millis, Mtu, NodeRank, Port, Range, Text, one_of,
+    FEW,
+    PER_NODE_AND_ITEM,
+    Hostname,
+    IfName,
+    IpAddress,
+    Millis,
+    Mtu,
+    NodeRank,
+    Port,
+    Range,
+    Text,
+    one_of,
 )
 from netcheck.core.model import NodeRanks, Route
 

@@ -14,9 +14,30 @@ from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.constants import REPORT_SCHEMA
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
-    FEW, PER_NODE, PER_NODE_AND_ITEM, Bytes, ClockOffset, Count, Host, Hostname, IpAddress, NodeAddress,
-    IfName, NodeCount, NodeRank, NodeRankOrMinusOne, Pid, Port, ProcCount, RunId, Seconds, Text,
-    WholeNumbersAt, MAX_INT, Range, one_of,
+    FEW,
+    MAX_INT,
+    PER_NODE,
+    PER_NODE_AND_ITEM,
+    Bytes,
+    ClockOffset,
+    Count,
+    Host,
+    Hostname,
+    IfName,
+    IpAddress,
+    NodeAddress,
+    NodeCount,
+    NodeRank,
+    NodeRankOrMinusOne,
+    Pid,
+    Port,
+    ProcCount,
+    Range,
+    RunId,
+    Seconds,
+    Text,
+    WholeNumbersAt,
+    one_of,
 )
 from netcheck.core.hangrecords import HangView
 from netcheck.core.jobrecords import JobView

@@ -6,7 +6,18 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from netcheck.core.fields import (
-    FEW, MAX_NICS, IfIndex, IfName, IpAddress, Items, LinkAddress, Mbps, Mtu, PrefixLen, Range, one_of,
+    FEW,
+    MAX_NICS,
+    IfIndex,
+    IfName,
+    IpAddress,
+    Items,
+    LinkAddress,
+    Mbps,
+    Mtu,
+    PrefixLen,
+    Range,
+    one_of,
 )
 
 FAMILIES = ("ipv4", "ipv6")

@@ -28,15 +28,15 @@ import ctypes
 import hashlib
 import importlib.metadata
 import os
-import stat
 import platform
 import re
+import stat
 import sys
 import time
 from collections.abc import Iterable, Mapping
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
-from netcheck.core.envfacts import ABSENT, EnvFacts, NOT_LOADED, NO_CUDA
+from netcheck.core.envfacts import ABSENT, NO_CUDA, NOT_LOADED, EnvFacts
 from netcheck.core.fields import valid_text
 from netcheck.facts.hashing import hash_path, unreadable
 

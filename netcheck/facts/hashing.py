@@ -12,8 +12,8 @@ import os
 import stat
 import time
 
-from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.bwtext import size_words
+from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.envfacts import UNREADABLE
 
 CHUNK = 1 << 20

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from netcheck.core.model import ProcessLimits
 
-
 # /proc/PID/limits's names for the limits read (the kernel's fs/proc/base.c lnames).
 LIMIT_NAMES = {"Max open files": resource.RLIMIT_NOFILE, "Max locked memory": resource.RLIMIT_MEMLOCK,
                "Max stack size": resource.RLIMIT_STACK}

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from netcheck.core.constants import LINK_PEERS_KEPT
 from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, judged
+from netcheck.core.constants import LINK_PEERS_KEPT
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).

@@ -16,7 +16,6 @@ from netcheck.core.model import Holder
 from netcheck.core.storewireops import NOT_READY
 from netcheck.facts.probe import STORE_PROBE
 
-
 _Pending = dict[socket.socket, tuple[bytearray, float]]   # a probe's connection: (bytes read, until when)
 
 

@@ -13,8 +13,8 @@ from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
-from netcheck.facts.rdma import read_rdma
 from netcheck.facts.probe import call_with_timeout, resolve_addresses
+from netcheck.facts.rdma import read_rdma
 
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
 # A test hook, documented as one: a folder holding sys/ and proc/ fixture trees that the RDMA

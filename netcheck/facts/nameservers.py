@@ -14,7 +14,6 @@ import time
 from netcheck.core.constants import NAMESERVER_TIMEOUT
 from netcheck.core.model import SilentNameserver
 
-
 RESOLV_CONF = "/etc/resolv.conf"
 NSSWITCH_CONF = "/etc/nsswitch.conf"
 # A DNS query any nameserver answers (even with an error): id, recursion desired, one

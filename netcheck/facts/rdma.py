@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Mapping
 
 from netcheck.core.rdmarecords import (
-    ACS_NONE, ACS_OFF, ACS_ON, ACS_UNREAD, Bridge, LibNccl, PciPlace, RdmaFacts,
+    ACS_NONE,
+    ACS_OFF,
+    ACS_ON,
+    ACS_UNREAD,
+    Bridge,
+    LibNccl,
+    PciPlace,
+    RdmaFacts,
 )
 from netcheck.facts.nics import dir_names, read_int, read_rdma_ports, read_text
 

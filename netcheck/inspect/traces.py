@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from netcheck.cluster.jobstore import debug_servers
+from netcheck.cluster.storewire import WireError
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
 from netcheck.core.model import INSPECT, Endpoint, Finding, Report, report_of, verdict_of
-from netcheck.cluster.jobstore import debug_servers
 from netcheck.core.storeerrors import RendezvousError
-from netcheck.cluster.storewire import WireError
 from netcheck.facts.debugserver import live_view
 from netcheck.facts.frformat import NotADump
 from netcheck.facts.frtrace import read_dumps

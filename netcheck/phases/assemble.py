@@ -9,7 +9,9 @@ from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
 from netcheck.phases.state import Run
-from netcheck.rules import nic as nic_rules, rdma as rdma_rules, reach as reach_rules
+from netcheck.rules import nic as nic_rules
+from netcheck.rules import rdma as rdma_rules
+from netcheck.rules import reach as reach_rules
 from netcheck.rules.registry import JOIN_KEPT_OUT
 
 

@@ -11,7 +11,10 @@ from netcheck.core.constants import BW_STARTUP_SECONDS
 from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.phases.agree import agreed
 from netcheck.phases.state import Run, seated_rank
-from netcheck.rules import bw as bw_rules, nic as nic_rules, rdma as rdma_rules, run as run_rules
+from netcheck.rules import bw as bw_rules
+from netcheck.rules import nic as nic_rules
+from netcheck.rules import rdma as rdma_rules
+from netcheck.rules import run as run_rules
 
 
 def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:

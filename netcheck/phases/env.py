@@ -8,8 +8,8 @@ import os
 from netcheck.cluster import rendezvous
 from netcheck.cluster.collect import collect
 from netcheck.core.constants import ENV_PHASE_LIMIT
-from netcheck.core.model import HOST
 from netcheck.core.envfacts import EnvFacts
+from netcheck.core.model import HOST
 from netcheck.core.storekeys import ENV
 from netcheck.facts.envinfo import gather_env
 from netcheck.phases.state import Run, seated_rank
@@ -17,7 +17,6 @@ from netcheck.rules import env as env_rules
 from netcheck.rules.flightrec import flight_recorder_findings
 from netcheck.rules.gpubuild import build_findings
 from netcheck.rules.rdma import ib_recommendation, rdma_findings
-
 
 
 def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:

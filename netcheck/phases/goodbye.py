@@ -13,13 +13,14 @@ from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
+from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
+from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
-from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.phases.state import Run
-from netcheck.rules import launch as launch_rules, rdzv as rdzv_rules, run as run_rules
-from netcheck.core.rdzvrecords import Roster
-
+from netcheck.rules import launch as launch_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import run as run_rules
 
 
 def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> None:

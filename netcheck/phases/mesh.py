@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.collect import collect, posted_by
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
-from netcheck.core.model import HOST
 from netcheck.core.constants import (
-    MESH_MAX_CANDIDATES, MESH_OFFER_SHARE, MESH_PACES, MESH_PHASE_LIMIT, MESH_RESULTS_MARGIN,
+    MESH_MAX_CANDIDATES,
+    MESH_OFFER_SHARE,
+    MESH_PACES,
+    MESH_PHASE_LIMIT,
+    MESH_RESULTS_MARGIN,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults, Offer, PathCauses
-from netcheck.phases.state import Run, seated_rank
+from netcheck.core.model import HOST
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
-from netcheck.rules import mesh as mesh_rules, rdzv as rdzv_rules
-
+from netcheck.phases.state import Run, seated_rank
+from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import rdzv as rdzv_rules
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:

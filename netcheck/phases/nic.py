@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from netcheck.core.model import HOST
 from netcheck.phases.state import Run
-from netcheck.rules import mesh as mesh_rules, nic as nic_rules
+from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import nic as nic_rules
 
 
 def judge_interfaces(run: Run) -> None:

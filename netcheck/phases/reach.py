@@ -15,7 +15,9 @@ from netcheck.facts.listener import PortTaken, listen, port_holders
 from netcheck.facts.nameservers import silent_nameservers
 from netcheck.facts.probe import probe_all, reach, resolve, resolve_addresses
 from netcheck.phases.state import Run
-from netcheck.rules import endpoint as endpoint_rules, reach as reach_rules, rdzv as rdzv_rules
+from netcheck.rules import endpoint as endpoint_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import reach as reach_rules
 from netcheck.rules.registry import RDZV_REACH
 
 

@@ -7,21 +7,34 @@ from netcheck.cluster import hostgather, rendezvous, seating
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.cluster.storeconnect import client_store, host_store
-from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
-from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
-from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.core.meshrecords import FrameTest, PathCauses
 from netcheck.core.model import FAIL, Finding, Member, NodeResults, Visitor
+from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
+from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
+from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.phases.state import Run
 from netcheck.rules import (
-    endpoint as endpoint_rules, limits as limits_rules, mesh as mesh_rules, reach as reach_rules, rdzv as rdzv_rules,
+    endpoint as endpoint_rules,
+)
+from netcheck.rules import (
+    limits as limits_rules,
+)
+from netcheck.rules import (
+    mesh as mesh_rules,
+)
+from netcheck.rules import (
+    rdzv as rdzv_rules,
+)
+from netcheck.rules import (
+    reach as reach_rules,
+)
+from netcheck.rules import (
     translation as translation_rules,
 )
-
 
 
 def host(run: Run) -> rendezvous.Seat | None:

@@ -21,7 +21,10 @@ from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach,
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
-from netcheck.rules import baseline, launch as launch_rules, rdzv as rdzv_rules, run as run_rules
+from netcheck.rules import baseline
+from netcheck.rules import launch as launch_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import run as run_rules
 from netcheck.rules.registry import RUN_INTERNAL
 
 

@@ -10,18 +10,19 @@ from typing import Callable
 
 from netcheck.cluster import hostgather, rendezvous
 from netcheck.cluster.store import Exchange
-from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.config import Config
 from netcheck.core import compat, stop
-from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.budget import TimeBudget
+from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
-from netcheck.facts.local import hosts_file_names
+from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.listener import Listener
-from netcheck.rules import nic as nic_rules, rdzv as rdzv_rules, run as run_rules
-
+from netcheck.facts.local import hosts_file_names
+from netcheck.rules import nic as nic_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import run as run_rules
 
 
 @dataclass

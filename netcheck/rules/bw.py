@@ -18,7 +18,16 @@ from __future__ import annotations
 import statistics
 
 from netcheck.core.bwrecords import (
-    STAGE_NAMES, STAGE_TITLES, BandwidthResult, BusyProcess, Fault, Headline, InFlight, Sweep, culprits, first_culprit,
+    STAGE_NAMES,
+    STAGE_TITLES,
+    BandwidthResult,
+    BusyProcess,
+    Fault,
+    Headline,
+    InFlight,
+    Sweep,
+    culprits,
+    first_culprit,
     peak_busbw,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text

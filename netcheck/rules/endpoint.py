@@ -13,13 +13,27 @@ import ipaddress
 
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    FAIL, JOB_VARS, WARN, Endpoint, Finding, Member, NodeFacts, hostnames, is_torchrun_worker,
+    FAIL,
+    JOB_VARS,
+    WARN,
+    Endpoint,
+    Finding,
+    Member,
+    NodeFacts,
+    hostnames,
+    is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
-    ENDPOINT_ELSEWHERE, ENDPOINT_LOOPBACK, ENDPOINT_NOT_RANK0, ENDPOINT_SEVERAL, ENV_DISAGREE, ENV_FLAGS,
-    LAUNCH_ENDPOINT, LAUNCH_ENV,
+    ENDPOINT_ELSEWHERE,
+    ENDPOINT_LOOPBACK,
+    ENDPOINT_NOT_RANK0,
+    ENDPOINT_SEVERAL,
+    ENV_DISAGREE,
+    ENV_FLAGS,
+    LAUNCH_ENDPOINT,
+    LAUNCH_ENV,
 )
 
 FIX = "set --rdzv (MASTER_ADDR) to node rank 0's own address or hostname, the same on every node"

@@ -12,13 +12,18 @@ or never recorded.
 from __future__ import annotations
 
 import dataclasses
-
 from collections import defaultdict
 
 from netcheck.core.hangrecords import Collective, HangView, RankTrace, Refused
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import (
-    HANG_BEHIND, HANG_DESYNC, HANG_NO_DATA, HANG_STUCK, JOB_FOREIGN_VALUE, JOB_HANG, JOB_HOSTILE,
+    HANG_BEHIND,
+    HANG_DESYNC,
+    HANG_NO_DATA,
+    HANG_STUCK,
+    JOB_FOREIGN_VALUE,
+    JOB_HANG,
+    JOB_HOSTILE,
     JOB_HOSTILE_VALUE,
 )
 

@@ -9,9 +9,24 @@ from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
 from netcheck.core.jobrecords import JobView, NodeDesc, RasView, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import (
-    JOB_DEAD, JOB_EVICTED, JOB_FOREIGN_VALUE, JOB_HEARTBEAT, JOB_HOSTILE, JOB_HOSTILE_VALUE, JOB_LATE, JOB_NCCL,
-    JOB_NO_RDZV, JOB_NO_SUCH_RUN, JOB_NOT_STARTED, JOB_RANKS, JOB_RAS_ERRORS, JOB_RAS_MISSING, JOB_RDZV,
-    JOB_STORE, JOB_WAITING, JOB_WAITING_NEXT,
+    JOB_DEAD,
+    JOB_EVICTED,
+    JOB_FOREIGN_VALUE,
+    JOB_HEARTBEAT,
+    JOB_HOSTILE,
+    JOB_HOSTILE_VALUE,
+    JOB_LATE,
+    JOB_NCCL,
+    JOB_NO_RDZV,
+    JOB_NO_SUCH_RUN,
+    JOB_NOT_STARTED,
+    JOB_RANKS,
+    JOB_RAS_ERRORS,
+    JOB_RAS_MISSING,
+    JOB_RDZV,
+    JOB_STORE,
+    JOB_WAITING,
+    JOB_WAITING_NEXT,
 )
 
 DEAD_AFTER = KEEP_ALIVE_INTERVAL * KEEP_ALIVE_MAX_ATTEMPTS   # torchrun's own rule (dynamic_rendezvous)

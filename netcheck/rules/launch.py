@@ -16,7 +16,12 @@ from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts, is_torchrun_worker
 from netcheck.rules.pernode import ranks_note
 from netcheck.rules.registry import (
-    LAUNCH_CROWDED, LAUNCH_DEVICE, LAUNCH_NNODES, LAUNCH_NPROC, LAUNCH_SHARED_GPU, LAUNCH_TOPOLOGY,
+    LAUNCH_CROWDED,
+    LAUNCH_DEVICE,
+    LAUNCH_NNODES,
+    LAUNCH_NPROC,
+    LAUNCH_SHARED_GPU,
+    LAUNCH_TOPOLOGY,
     LAUNCH_TORCHRUN,
 )
 

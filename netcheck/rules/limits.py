@@ -13,7 +13,12 @@ from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, ProcessLimits
 from netcheck.rules.hcachoice import nccl_version
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
-    HOST_LIMITS, LIMIT_BACKLOG, LIMIT_MEMLOCK, LIMIT_NOFILE, LIMIT_PEER_SOCKETS, LIMIT_STACK,
+    HOST_LIMITS,
+    LIMIT_BACKLOG,
+    LIMIT_MEMLOCK,
+    LIMIT_NOFILE,
+    LIMIT_PEER_SOCKETS,
+    LIMIT_STACK,
 )
 
 # Descriptors a process holds besides one per store connection: a bare store's (torch 2.13's

@@ -18,7 +18,15 @@ plateau below --expect-busbw). Rules never print and never touch the network.
 from __future__ import annotations
 
 from netcheck.core.bwrecords import (
-    STAGE_NAMES, TIMED_STAGES, BandwidthResult, Moved, NodeLinks, judged, link_directions, lossy, rate_text,
+    STAGE_NAMES,
+    TIMED_STAGES,
+    BandwidthResult,
+    Moved,
+    NodeLinks,
+    judged,
+    link_directions,
+    lossy,
+    rate_text,
 )
 from netcheck.core.constants import LINK_LOSS_MIN, LINK_LOSS_RATE
 from netcheck.core.model import FAIL, PASS, WARN, Finding

@@ -13,26 +13,42 @@ from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.meshrecords import (
-    BLACKHOLE, CONNECTED, LOCAL, OK, Attempt, FlaggedPaths, FrameTest, PathCauses, Transfer, Translation,
+    BLACKHOLE,
+    CONNECTED,
+    LOCAL,
+    OK,
+    Attempt,
+    FlaggedPaths,
+    FrameTest,
+    PathCauses,
+    Transfer,
+    Translation,
     passed_frame,
 )
 from netcheck.core.model import FAIL, PASS, Finding, Member, Visitor
 from netcheck.core.names import is_safe_ifname
 from netcheck.rules import prefix, translation
 from netcheck.rules.pernode import (
-    hosts, name_of, node_names, per_pair, ranks_note, same_node,
+    hosts,
+    name_of,
+    node_names,
+    per_pair,
+    ranks_note,
+    same_node,
 )
 from netcheck.rules.registry import (
-    MESH_BLACKHOLE, MESH_CONNECT,
+    MESH_BLACKHOLE,
+    MESH_CONNECT,
 )
 
+NO_CAUSES = PathCauses()   # no failed connect explained by a path cause
 MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "
             "on ephemeral ports, not only the master port), or pin the libraries to an "
             "interface that works with the exports below")
 
 
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
-                  causes: PathCauses = PathCauses()) -> list[Finding]:
+                  causes: PathCauses = NO_CAUSES) -> list[Finding]:
     """Node pairs (per direction) that connect on no interface at all fail the mesh, those a
     cause explains (a translated address, a wrong prefix) named under it; so do paths that
     connect but lose full-size frames."""

@@ -17,8 +17,21 @@ from netcheck.rules.hcachoice import GidPick, gid_choice, gid_family, ib_ports, 
 from netcheck.rules.nic import Recommendation
 from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import (
-    GID_BAD, GID_DIFFERS, GID_FAMILY, LIB_NOT_TORCHS, LIB_VERSIONS, PCIE_ACS, PCIE_FAR, PORT_LINK_LAYER, PORT_SLOWER,
-    RDMA_GID, RDMA_GPUDIRECT, RDMA_LIBNCCL, RDMA_MTU, RDMA_PCIE, RDMA_PORT,
+    GID_BAD,
+    GID_DIFFERS,
+    GID_FAMILY,
+    LIB_NOT_TORCHS,
+    LIB_VERSIONS,
+    PCIE_ACS,
+    PCIE_FAR,
+    PORT_LINK_LAYER,
+    PORT_SLOWER,
+    RDMA_GID,
+    RDMA_GPUDIRECT,
+    RDMA_LIBNCCL,
+    RDMA_MTU,
+    RDMA_PCIE,
+    RDMA_PORT,
 )
 
 # dma-buf GPUDirect RDMA: the kernel's dma-buf importer for RDMA (5.12) and NVIDIA's open

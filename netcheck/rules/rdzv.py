@@ -8,15 +8,41 @@ import ipaddress
 
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.model import (
-    FAIL, PASS, WARN, ClockSample, Finding, Gathering, Member, StoreStall, Visitor, hostnames, is_torchrun_worker,
+    FAIL,
+    PASS,
+    WARN,
+    ClockSample,
+    Finding,
+    Gathering,
+    Member,
+    StoreStall,
+    Visitor,
+    hostnames,
+    is_torchrun_worker,
 )
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_count, node_names, ranks_note, ranks_text
 from netcheck.rules.registry import (
-    HOST_CLOCK, JOIN_ALONE, JOIN_DUPLICATE, JOIN_FAILED, JOIN_FOREIGN, JOIN_LATE, JOIN_LEFT_BEHIND,
-    JOIN_FACTS_LOST, JOIN_INTERFERENCE, JOIN_KEPT_OUT, JOIN_MALFORMED, JOIN_MISSING, JOIN_NOT_SEATED, JOIN_SAME_NAME,
-    JOIN_STORE_STALLED, JOIN_UNSEATED,
-    RDZV_FQDN, RDZV_JOIN, LOST_PREFIX, lost_in,
+    HOST_CLOCK,
+    JOIN_ALONE,
+    JOIN_DUPLICATE,
+    JOIN_FACTS_LOST,
+    JOIN_FAILED,
+    JOIN_FOREIGN,
+    JOIN_INTERFERENCE,
+    JOIN_KEPT_OUT,
+    JOIN_LATE,
+    JOIN_LEFT_BEHIND,
+    JOIN_MALFORMED,
+    JOIN_MISSING,
+    JOIN_NOT_SEATED,
+    JOIN_SAME_NAME,
+    JOIN_STORE_STALLED,
+    JOIN_UNSEATED,
+    LOST_PREFIX,
+    RDZV_FQDN,
+    RDZV_JOIN,
+    lost_in,
 )
 
 

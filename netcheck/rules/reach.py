@@ -8,17 +8,35 @@ from collections.abc import Sequence
 
 from netcheck.core.majority import split
 from netcheck.core.model import (
-    Endpoint, FAIL, PASS, WARN, Finding, Holder, Member, Probe, Reach, Route, SilentNameserver,
-    UNANSWERED, UNANSWERED_HANDSHAKE, hostnames,
+    FAIL,
+    PASS,
+    UNANSWERED,
+    UNANSWERED_HANDSHAKE,
+    WARN,
+    Endpoint,
+    Finding,
+    Holder,
+    Member,
+    Probe,
+    Reach,
+    Route,
+    SilentNameserver,
+    hostnames,
 )
 from netcheck.rules.pernode import per_node
 from netcheck.rules.rdzv import members_count
 from netcheck.rules.registry import (
-    LISTEN_FIREWALLED, LISTEN_TWO_HOSTS,
-    RDZV_LISTEN, RDZV_REACH, RDZV_RESOLVE, REACH_NOT_STORE, REACH_NO_MACHINE, REACH_WRONG_PREFIX,
-    REACH_SHARED_SUBNET, RESOLVE_SILENT,
+    LISTEN_FIREWALLED,
+    LISTEN_TWO_HOSTS,
+    RDZV_LISTEN,
+    RDZV_REACH,
+    RDZV_RESOLVE,
+    REACH_NO_MACHINE,
+    REACH_NOT_STORE,
+    REACH_SHARED_SUBNET,
+    REACH_WRONG_PREFIX,
+    RESOLVE_SILENT,
 )
-
 
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "

@@ -9,10 +9,20 @@ from dataclasses import replace
 from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
-    MESH_CONNECT, RUN_CLUSTER, RUN_INTERNAL, RUN_SKIPPED, RUN_STOPPED, RUN_TIMEOUT, RUN_TORCH,
-    SKIPPED_GOODBYE, SKIPPED_NO_PEER, SKIPPED_PHASE, STOPPED_SIGINT, STOPPED_SIGTERM, TORCH_SLOW,
+    MESH_CONNECT,
+    RUN_CLUSTER,
+    RUN_INTERNAL,
+    RUN_SKIPPED,
+    RUN_STOPPED,
+    RUN_TIMEOUT,
+    RUN_TORCH,
+    SKIPPED_GOODBYE,
+    SKIPPED_NO_PEER,
+    SKIPPED_PHASE,
+    STOPPED_SIGINT,
+    STOPPED_SIGTERM,
+    TORCH_SLOW,
 )
-
 
 # The host's verdict as joiners hear it stays small at any scale: its worst findings, each with
 # a few evidence lines (the host's own report has everything).

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules.socketchoice import (
-    as_ip, bindable_owner, gloo_split, interface_names, nccl_find, nccl_matches, parse_nccl_ifname,
+    as_ip,
+    bindable_owner,
+    gloo_split,
+    interface_names,
+    nccl_find,
+    nccl_matches,
+    parse_nccl_ifname,
 )
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
