@@ -48,14 +48,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
-from netcheck.facts.launcher import (
-    LaunchError,
-    default_run_id,
-    detect_launch,
-    int_var,
-    parse_nnodes,
-    rdzv_from_env,
-)
+from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
 from netcheck.facts.local import usable_gpus
 from netcheck.render import export
 from netcheck.render import text as report

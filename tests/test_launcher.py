@@ -7,14 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from netcheck.core.model import Launch
-from netcheck.facts.launcher import (
-    MAX_HOSTS,
-    LaunchError,
-    detect_launch,
-    expand_hostlist,
-    parse_nnodes,
-    rdzv_from_env,
-)
+from netcheck.facts.launcher import MAX_HOSTS, LaunchError, detect_launch, expand_hostlist, parse_nnodes, rdzv_from_env
 
 # --- parse_nnodes --------------------------------------------------------------------------------
 

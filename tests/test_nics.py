@@ -11,13 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from netcheck.facts.nics import (
-    build_nic,
-    default_route_ifname,
-    getifaddrs_order,
-    read_ib_ports,
-    read_nic_table,
-)
+from netcheck.facts.nics import build_nic, default_route_ifname, getifaddrs_order, read_ib_ports, read_nic_table
 from netcheck.rules.socketchoice import getifaddrs_walk
 
 Entry = namedtuple("Entry", "family address netmask")

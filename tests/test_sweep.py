@@ -31,6 +31,7 @@ from netcheck.bandwidth.sweep import (
     bandwidths,
     choose_backend,
     count_wrong,
+    fill,
     make_row,
     modulus,
     pair_size,
@@ -42,9 +43,10 @@ from netcheck.bandwidth.sweep import (
     run_sizes,
     size_series,
     stage_budgets,
+    wrong,
 )
 from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
-from netcheck.bandwidth.worker import MAX_DETAIL, Event, fill, wrong
+from netcheck.bandwidth.worker import MAX_DETAIL, Event
 from netcheck.config import check_sweep
 from netcheck.core import codec
 from netcheck.core.bwrecords import (

@@ -9,25 +9,10 @@ import signal
 
 from netcheck.bandwidth.sweep import COLLECTIVES, planned_sizes, round_robin
 from netcheck.bandwidth.worker import MAX_DETAIL
-from netcheck.core.bwrecords import (
-    Fault,
-    InFlight,
-    NodeReport,
-    Pair,
-    Sweep,
-    SweepOptions,
-    first_culprit,
-)
-from netcheck.core.constants import (
-    BW_STUCK_AFTER,
-)
+from netcheck.core.bwrecords import Fault, InFlight, NodeReport, Pair, Sweep, SweepOptions, first_culprit
+from netcheck.core.constants import BW_STUCK_AFTER
 
-POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
-                     # it at once; each idle wake-up takes CPU from the measurement)
-STDERR_LINES = 20    # kept per worker, for the failure's evidence
 NCCL_WARN_MARK = " NCCL WARN "   # NCCL_DEBUG=WARN's lines: "host:pid:tid [0] file.cc:93 NCCL WARN words"
-DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
-KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck in the kernel
 
 
 def in_flight(stage: str, sweep: Sweep | None, pairs: tuple[Pair, ...], node: int, nnodes: int,

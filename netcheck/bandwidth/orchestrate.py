@@ -74,7 +74,6 @@ from netcheck.facts.local import rdma_roots
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
 STDERR_LINES = 20    # kept per worker, for the failure's evidence
-NCCL_WARN_MARK = " NCCL WARN "   # NCCL_DEBUG=WARN's lines: "host:pid:tid [0] file.cc:93 NCCL WARN words"
 DRAIN_WAIT = 1.0     # after the workers end, reading what they wrote last
 KILL_WAIT = 2.0      # for SIGKILLed workers to go; one that does not is stuck in the kernel
 

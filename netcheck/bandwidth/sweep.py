@@ -19,6 +19,7 @@ from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
     BW_AUTO_MAXBYTES,
     BW_BATCHES,
+    BW_CHECK_CHUNK,
     BW_ITERS_SECONDS,
     BW_LATENCY_MAXBYTES,
     BW_LATENCY_STEP,
@@ -434,6 +435,29 @@ def choose_backend(requested: str, troubles: list[int], nproc: int) -> tuple[str
 def _where(ranks: list[int], nproc: int) -> str:
     return ", ".join(f"node {n} (rank {', '.join(str(r) for r in ranks if r // nproc == n)})"
                      for n in dict.fromkeys(r // nproc for r in ranks))
+
+
+def fill(torch, tensor, values, period: int) -> None:
+    """TENSOR[i] = values(i), for values that repeat every `period` elements."""
+    for view, piece in aligned_pieces(torch, tensor, values, period):
+        view.copy_(piece)
+
+
+def wrong(torch, tensor, values, period: int) -> int:
+    """Elements of TENSOR that differ from values(i), for values that repeat every `period`."""
+    return sum(count_wrong(view, piece) for view, piece in aligned_pieces(torch, tensor, values, period))
+
+
+def aligned_pieces(torch, tensor, values, period: int):
+    """(a slice of TENSOR, the values that belong there) over the whole tensor; values are
+    computed a piece of one period at a time, so checking a 128 MiB buffer needs little memory."""
+    numel = tensor.numel()
+    for lo, hi, starts in pattern_pieces(numel, period, BW_CHECK_CHUNK):
+        piece = values(torch.arange(lo, hi, device=tensor.device)).to(tensor.dtype)
+        for start in starts:
+            end = min(start + hi - lo, numel)
+            yield tensor[start:end], piece[:end - start]
+
 
 
 # --- results ----------------------------------------------------------------------------------

@@ -44,27 +44,21 @@ from netcheck.bandwidth.sweep import (
     bandwidths,
     batch_times,
     choose_backend,
-    count_wrong,
+    fill,
     make_row,
     modulus,
     pair_size,
-    pattern_pieces,
     plan_stages,
     planned_sizes,
     round_robin,
     run_sizes,
     stage_budgets,
+    wrong,
 )
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
 from netcheck.core.compat import eager_device, import_distributed
-from netcheck.core.constants import (
-    BW_CHECK_CHUNK,
-    BW_HEARTBEAT,
-    BW_MEMORY_SHARE,
-    BW_PG_MARGIN,
-    BW_SWEEP_WALL_SHARE,
-)
+from netcheck.core.constants import BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
 
@@ -487,28 +481,6 @@ class Harness:
         import psutil
 
         return int(psutil.virtual_memory().available * BW_MEMORY_SHARE / self.me.nproc / 2)
-
-
-def fill(torch, tensor, values, period: int) -> None:
-    """TENSOR[i] = values(i), for values that repeat every `period` elements."""
-    for view, piece in _aligned(torch, tensor, values, period):
-        view.copy_(piece)
-
-
-def wrong(torch, tensor, values, period: int) -> int:
-    """Elements of TENSOR that differ from values(i), for values that repeat every `period`."""
-    return sum(count_wrong(view, piece) for view, piece in _aligned(torch, tensor, values, period))
-
-
-def _aligned(torch, tensor, values, period: int):
-    """(a slice of TENSOR, the values that belong there) over the whole tensor; values are
-    computed a piece of one period at a time, so checking a 128 MiB buffer needs little memory."""
-    numel = tensor.numel()
-    for lo, hi, starts in pattern_pieces(numel, period, BW_CHECK_CHUNK):
-        piece = values(torch.arange(lo, hi, device=tensor.device)).to(tensor.dtype)
-        for start in starts:
-            end = min(start + hi - lo, numel)
-            yield tensor[start:end], piece[:end - start]
 
 
 def _pair(a: int, b: int, size: int, times: list[float]) -> Pair:

@@ -31,14 +31,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import NodeRank
-from netcheck.core.model import (
-    Gathering,
-    Member,
-    NodeFacts,
-    NodeResults,
-    Visitor,
-    node_address,
-)
+from netcheck.core.model import Gathering, Member, NodeFacts, NodeResults, Visitor, node_address
 from netcheck.core.rdzvrecords import Hello, Pong, Roster, RosterEntry
 from netcheck.core.seats import Seated, compact, seat_blocks
 from netcheck.core.storekeys import (

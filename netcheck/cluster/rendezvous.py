@@ -43,13 +43,7 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import is_host
-from netcheck.core.model import (
-    ClockSample,
-    NodeFacts,
-    NodeResults,
-    Resolution,
-    Visitor,
-)
+from netcheck.core.model import ClockSample, NodeFacts, NodeResults, Resolution, Visitor
 from netcheck.core.names import is_safe_hostname
 from netcheck.core.rdzvrecords import Hello, Pong, Roster
 from netcheck.core.seats import SeatBlock, Seated, expand, rank_in

@@ -8,17 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import (
-    PER_NODE_AND_ITEM,
-    PER_RANK,
-    Count,
-    GroupSize,
-    Pid,
-    PidOrMinusOne,
-    Rank,
-    Seconds,
-    Text,
-)
+from netcheck.core.fields import PER_NODE_AND_ITEM, PER_RANK, Count, GroupSize, Pid, PidOrMinusOne, Rank, Seconds, Text
 
 
 @dataclass(frozen=True, order=True)

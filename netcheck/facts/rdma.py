@@ -23,16 +23,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from netcheck.core.rdmarecords import (
-    ACS_NONE,
-    ACS_OFF,
-    ACS_ON,
-    ACS_UNREAD,
-    Bridge,
-    LibNccl,
-    PciPlace,
-    RdmaFacts,
-)
+from netcheck.core.rdmarecords import ACS_NONE, ACS_OFF, ACS_ON, ACS_UNREAD, Bridge, LibNccl, PciPlace, RdmaFacts
 from netcheck.facts.nics import dir_names, read_int, read_rdma_ports, read_text
 
 # include/linux/pci_ids.h, include/uapi/linux/pci_regs.h

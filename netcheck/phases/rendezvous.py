@@ -17,24 +17,12 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.phases.state import Run
-from netcheck.rules import (
-    endpoint as endpoint_rules,
-)
-from netcheck.rules import (
-    limits as limits_rules,
-)
-from netcheck.rules import (
-    mesh as mesh_rules,
-)
-from netcheck.rules import (
-    rdzv as rdzv_rules,
-)
-from netcheck.rules import (
-    reach as reach_rules,
-)
-from netcheck.rules import (
-    translation as translation_rules,
-)
+from netcheck.rules import endpoint as endpoint_rules
+from netcheck.rules import limits as limits_rules
+from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules import reach as reach_rules
+from netcheck.rules import translation as translation_rules
 
 
 def host(run: Run) -> rendezvous.Seat | None:

@@ -28,18 +28,8 @@ from netcheck.core.meshrecords import (
 from netcheck.core.model import FAIL, PASS, Finding, Member, Visitor
 from netcheck.core.names import is_safe_ifname
 from netcheck.rules import prefix, translation
-from netcheck.rules.pernode import (
-    hosts,
-    name_of,
-    node_names,
-    per_pair,
-    ranks_note,
-    same_node,
-)
-from netcheck.rules.registry import (
-    MESH_BLACKHOLE,
-    MESH_CONNECT,
-)
+from netcheck.rules.pernode import hosts, name_of, node_names, per_pair, ranks_note, same_node
+from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
 
 NO_CAUSES = PathCauses()   # no failed connect explained by a path cause
 MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and gloo listen "

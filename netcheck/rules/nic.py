@@ -15,24 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from netcheck.core.majority import split
-from netcheck.core.meshrecords import (
-    BLACKHOLE,
-    Attempt,
-)
+from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.core.nictable import Nic
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
-from netcheck.rules.pernode import (
-    every_node,
-    name_of,
-    node_names,
-    pairs_note,
-    per_node,
-    same_node,
-)
+from netcheck.rules.pernode import every_node, name_of, node_names, pairs_note, per_node, same_node
 from netcheck.rules.registry import (
     NIC_GLOO_DEFAULT,
     NIC_IB,

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules.socketchoice import (
+    LOOPBACK_V4,
+    MAX_IFS,
     as_ip,
     bindable_owner,
     gloo_split,
@@ -19,21 +21,9 @@ from netcheck.rules.socketchoice import (
     parse_nccl_ifname,
 )
 
+
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
-MAX_IFS = 16
-# src/misc/socket.cc ncclFindInterfaces, when NCCL_SOCKET_IFNAME is unset: these rules in
-# turn, the first that finds anything wins. Older NCCL (2022's socket.cc) had no virbr
-# rules: "^docker,lo", then "docker", then "lo".
-NCCL_DEFAULT_RULES = ("ib", "NCCL_COMM_ID", "^docker,lo,virbr", "docker", "lo", "virbr")
-NCCL_FAMILIES = {"AF_INET": "ipv4", "AF_INET6": "ipv6"}  # others: no filter (socket.cc)
-LOOPBACK_V4 = "127.0.0.1"  # torch's and TensorPipe's fallback address
-# socket.cc from v2.28.3: "Only consider running interfaces, i.e. UP and physically attached.
-# if (!(interface->ifa_flags & IFF_RUNNING)) continue;" (nccl#1798); before, any link.
-RUNNING_ONLY_SINCE = (2, 28, 3)
-NEWEST = (99,)             # an NCCL whose version is not known here follows the newest rules
-
-
 @dataclass(frozen=True)
 class Problem:
     var: str
