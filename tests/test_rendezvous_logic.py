@@ -43,14 +43,8 @@ from netcheck.facts.probe import probe_address
 from netcheck.facts.storepeers import _hex_address
 from netcheck.phases.mesh import _host_word
 from netcheck.rules.launch import launch_findings
-from netcheck.rules.rdzv import (
-    held_up_findings,
-    hosts_message_refused,
-    latecomer_findings,
-    lost_findings,
-    stall_explained,
-    store_stall_findings,
-)
+from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, lost_findings
+from netcheck.rules.storetrouble import held_up_findings, stall_explained, store_stall_findings
 from nodes import scaled
 from test_state import joiner
 

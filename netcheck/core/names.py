@@ -13,6 +13,7 @@ that passes can go into a scheduler's node list or a report line as it stands.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import TypeGuard
 
@@ -38,3 +39,12 @@ def is_safe_hostname(name: object) -> bool:
     underscores), at most 253 bytes."""
     return (isinstance(name, str) and len(name.rstrip(".")) <= HOSTNAME_MAX_BYTES
             and bool(_HOSTNAME.fullmatch(name)))
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 and ::1 (127.0.1.1, Debian's hostname line, among them); False for text that
+    is no address (a name, a scope-suffixed link-local)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False

@@ -21,6 +21,7 @@ from netcheck.phases.state import Run
 from netcheck.rules import launch as launch_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
+from netcheck.rules import storetrouble as storetrouble_rules
 
 
 def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> None:
@@ -39,7 +40,7 @@ def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
-    run.findings += rdzv_rules.rejected_findings(_rejected(seat), seat.hostnames)
+    run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
     if run.role != HOST:
         if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):

@@ -22,6 +22,7 @@ from netcheck.rules import limits as limits_rules
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
+from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules import translation as translation_rules
 
 
@@ -62,7 +63,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
         run.findings += reach_rules.reach_summary(run.members)
         stalled = run.stall_findings(ex)
-        run.findings += rdzv_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
+        run.findings += storetrouble_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
         run.findings += endpoint_rules.reached_addresses(run.members)
         run.findings += _endpoint_findings(run, gathered.missing_ranks)
         run.findings += endpoint_rules.shared_variable_findings(run.members)
@@ -94,12 +95,12 @@ def joiner(run: Run) -> rendezvous.Seat | None:
                 run.lose_host("rendezvous", e.seen)
             return None
         except Interfered as e:  # what the host guards, written over until this node's deadline
-            run.findings += rdzv_rules.interference_findings((str(e),), FAIL)
+            run.findings += storetrouble_rules.interference_findings((str(e),), FAIL)
             return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
-        run.findings += rdzv_rules.interference_findings(seat.exchange.interference())
+        run.findings += storetrouble_rules.interference_findings(seat.exchange.interference())
         run.findings += run.stall_findings(seat.exchange)
         run.rank = seat.rank
         launch = cfg.launch

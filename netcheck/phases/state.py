@@ -23,6 +23,7 @@ from netcheck.facts.local import hosts_file_names
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
+from netcheck.rules import storetrouble as storetrouble_rules
 
 
 @dataclass
@@ -143,11 +144,11 @@ class Run:
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
         """Nodes that stopped answering in `phase`: named there, and not waited for again;
         under the stall, their likely cause, where another client held the host's store up
-        during the phase (rdzv.stall_explained)."""
+        during the phase (storetrouble.stall_explained)."""
         lost = rdzv_rules.lost_findings(phase, names, ranks)
         if self.seat is not None:
             stalled = self.stall_findings(self.seat.exchange)
-            lost = rdzv_rules.stall_explained(lost, stalled) + stalled
+            lost = storetrouble_rules.stall_explained(lost, stalled) + stalled
         self.findings += lost
         for rank in ranks:
             self.alive.pop(rank, None)
@@ -159,11 +160,11 @@ class Run:
             stalls = ex.watch.stalls[self.stalls_named:]
             self.stalls_named += len(stalls)
             # /etc/hosts read only where a stall is to be judged, not in every phase.
-            return rdzv_rules.store_stall_findings(tuple(stalls), self.members,
+            return storetrouble_rules.store_stall_findings(tuple(stalls), self.members,
                                                    self.known_addresses()) if stalls else []
         waits = ex.held_up[self.stalls_named:]
         self.stalls_named += len(waits)
-        return rdzv_rules.held_up_findings(tuple(waits))
+        return storetrouble_rules.held_up_findings(tuple(waits))
 
     def known_addresses(self) -> dict[str, str]:
         """address -> name of the machines the host knows of beside the seated nodes: its

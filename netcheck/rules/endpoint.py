@@ -9,8 +9,6 @@ nodes have met.
 
 from __future__ import annotations
 
-import ipaddress
-
 from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL,
@@ -23,6 +21,7 @@ from netcheck.core.model import (
     hostnames,
     is_torchrun_worker,
 )
+from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.registry import (
@@ -37,11 +36,6 @@ from netcheck.rules.registry import (
 )
 
 FIX = "set --rdzv (MASTER_ADDR) to node rank 0's own address or hostname, the same on every node"
-
-
-def is_loopback(address: str) -> bool:
-    """127.0.0.0/8 and ::1; 127.0.1.1 (Debian's hostname line) is in 127.0.0.0/8."""
-    return ipaddress.ip_address(address).is_loopback
 
 
 def points_at_itself(addresses: tuple[str, ...], facts: NodeFacts) -> bool:

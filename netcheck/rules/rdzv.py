@@ -4,8 +4,6 @@ rules.reach's. Facts in, findings out."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
 from netcheck.core.model import (
     FAIL,
@@ -15,12 +13,13 @@ from netcheck.core.model import (
     Finding,
     Gathering,
     Member,
-    StoreStall,
     Visitor,
     hostnames,
     is_torchrun_worker,
 )
+from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.rules import storetrouble
 from netcheck.rules.pernode import node_count, node_names, ranks_note, ranks_text
 from netcheck.rules.registry import (
     HOST_CLOCK,
@@ -28,18 +27,14 @@ from netcheck.rules.registry import (
     JOIN_DUPLICATE,
     JOIN_FACTS_LOST,
     JOIN_FAILED,
-    JOIN_FOREIGN,
     JOIN_INTERFERENCE,
-    JOIN_KEPT_OUT,
     JOIN_LATE,
     JOIN_LEFT_BEHIND,
     JOIN_MALFORMED,
     JOIN_MISSING,
     JOIN_NOT_SEATED,
     JOIN_SAME_NAME,
-    JOIN_STORE_STALLED,
     JOIN_UNSEATED,
-    LOST_PREFIX,
     RDZV_FQDN,
     RDZV_JOIN,
     lost_in,
@@ -62,9 +57,9 @@ def join_findings(g: Gathering) -> list[Finding]:
             "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
     findings += _unseated_findings(g.unseated)
-    findings += _foreign_findings(g.foreign)
-    findings += _malformed_findings(g.malformed)
-    findings += interference_findings(g.interference)
+    findings += storetrouble.foreign_findings(g.foreign)
+    findings += storetrouble.malformed_findings(g.malformed)
+    findings += storetrouble.interference_findings(g.interference)
     findings += same_name_findings(g.members)
     lost = [m.rank for m in g.members if m.results is None and m.rank not in g.copied]
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
@@ -90,7 +85,7 @@ def _copy_took_the_seat(silent: list[Member]) -> list[Finding]:
     return [Finding(RDZV_JOIN, FAIL, (), f"node rank {m.rank} ({m.facts.hostname}) was seated on a copy of its "
                     "facts that another client wrote under an arrival of its own, and never reported back: the "
                     "node itself was turned away as the copy", (f"rank {m.rank}: {m.facts.hostname}",),
-                    INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for m in silent]
+                    storetrouble.INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for m in silent]
 
 
 def _refused_facts(rank: int, sent: str) -> Finding:
@@ -146,130 +141,6 @@ def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
         findings.append(Finding(RDZV_JOIN, FAIL, (), f"{len(rest)} more arrivals were not seated", rest[:MAX_STRANGERS],
                                 fix, kind=JOIN_UNSEATED))
     return findings
-
-
-INTERFERENCE_FIX = ("another client writes to this port's store (another job, a scanner, a stale process): "
-                    "give the job a port of its own, and --token (NETCHECK_TOKEN) on every node, so that "
-                    "nothing unsigned decides who is seated or answered")
-
-
-def interference_findings(interference: tuple[str, ...], severity: str = WARN) -> list[Finding]:
-    """What another client did to the run's keys ("KEY what was seen"), one finding per key
-    (the first MAX_STRANGERS; the rest in one): named as such and blaming no node. A warning
-    where the run went on; a failure where it kept this node out."""
-    findings = [Finding(RDZV_JOIN, severity, (), f"another client interfered with the store key {text.split(' ')[0]}",
-                        (text,), INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for text in interference[:MAX_STRANGERS]]
-    if rest := interference[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, severity, (), f"another client interfered with {len(rest)} more store keys",
-                                rest[:MAX_STRANGERS], INTERFERENCE_FIX, kind=JOIN_INTERFERENCE))
-    return findings
-
-
-STALL_FIX = ("torch's store looks up the name of every connection it accepts, on the one thread that answers "
-             "every node: a client whose address's reverse DNS zone answers late holds all of them up. Let only "
-             "the nodes reach the port (a firewall rule, a port of the job's own), or have the resolver answer "
-             "for those addresses at once (/etc/hosts on the host, or a working reverse zone)")
-
-
-def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, ...],
-                         known: dict[str, str] | None = None) -> list[Finding]:
-    """The host's store left its own request unanswered for seconds while clients that are no
-    node of this run were connected to its port: one warning naming them (the first
-    MAX_STRANGERS stalls as evidence), no node. A stall with only the nodes connected is the
-    machine's load, not another client's doing, and is not raised. `known`: address -> name
-    of the nodes the host knows of besides the seated ones (its /etc/hosts, the visitors'
-    records): one of those is a node kept out, never a stranger."""
-    ours = {a for m in members for a in _own_addresses(m) | set(m.facts.hostname_addresses)} | set(known or {})
-    lines: list[str] = []
-    strangers: dict[str, int] = {}   # address -> the most connections it held in one stall
-    for stall in stalls:
-        theirs = {a: n for a, n in stall.peers.items() if a not in ours and not _is_loopback(a)}
-        if theirs:
-            strangers.update({a: max(n, strangers.get(a, 0)) for a, n in theirs.items()})
-            lines.append(f"{stall.request}: no answer for {stall.seconds:g} s; connected meanwhile from no node of "
-                         f"this run: {', '.join(f'{a} ({n})' for a, n in sorted(theirs.items())[:MAX_STRANGERS])}")
-    if not strangers:
-        return []
-    named = ", ".join(sorted(strangers)[:MAX_STRANGERS]) + (" and more" if len(strangers) > MAX_STRANGERS else "")
-    return [Finding(RDZV_JOIN, WARN, (), f"the host's store stalled for "
-                    f"{sum(s.seconds for s in stalls):g} s while {named}, no node of this run, "
-                    f"{'was' if len(strangers) == 1 else 'were'} connected to its port",
-                    tuple(lines[:MAX_STRANGERS]), STALL_FIX, kind=JOIN_STORE_STALLED)]
-
-
-def held_up_findings(waits: tuple[float, ...]) -> list[Finding]:
-    """A joiner's store requests that went unanswered past the reply timeout while the host's
-    port still took connections, and were answered on a new connection: the store was held
-    up (the host's report names by whom), not lost. A warning naming no node."""
-    if not waits:
-        return []
-    return [Finding(RDZV_JOIN, WARN, (), f"the host's store held this node's requests up {len(waits)} time(s), "
-                    f"{max(waits):g} s at the longest, while its port still took connections: waited out on a new "
-                    "connection (the host's report names who was connected)",
-                    tuple(f"a request answered after {w:g} s" for w in waits[:MAX_STRANGERS]), STALL_FIX,
-                    kind=JOIN_STORE_STALLED)]
-
-
-def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Finding]:
-    """A node that never joined, or stopped answering in a later phase, while another client
-    held the host's store up (`stalled`, store_stall_findings) is named under the stall, its
-    likely cause, not as missing or lost: its requests waited behind the stall, on the store's
-    one thread, and it may have run out of time before the store answered (its own report
-    says so). Still a failure: the node was not tested."""
-    if not stalled:
-        return findings
-    explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
-    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}, which kept "
-                    f"{'it' if len(f.nodes) == 1 else 'them'} out", f.evidence,
-                    "read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
-                    + STALL_FIX, kind=JOIN_KEPT_OUT) if f in explained else f for f in findings]
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-def _foreign_findings(foreign: tuple[Visitor, ...]) -> list[Finding]:
-    """The first MAX_STRANGERS visitors of other runs one by one, the rest in one count: a
-    flood of foreign records is named, and does not become the report."""
-    fix = "two runs share this port: give each job its own port, or the same --rdzv-id if the node belongs here"
-    findings = [Finding(RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
-                        "not mixed into this run", (), fix, kind=JOIN_FOREIGN) for v in foreign[:MAX_STRANGERS]]
-    if rest := foreign[MAX_STRANGERS:]:
-        runs = sorted({v.run_id for v in rest})
-        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more visitors of {len(runs)} other "
-                                "run id(s) joined this store; not mixed into this run",
-                                tuple(f"run id {r!r}" for r in runs[:MAX_STRANGERS]), fix, kind=JOIN_FOREIGN))
-    return findings
-
-
-def _malformed_findings(malformed: tuple[str, ...]) -> list[Finding]:
-    fix = "something other than netcheck writes to this port"
-    findings = [Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
-                        (text,), fix, kind=JOIN_MALFORMED) for text in malformed[:MAX_STRANGERS]]
-    if rest := malformed[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more store entries were rejected as "
-                                "malformed", rest[:MAX_STRANGERS], fix, kind=JOIN_MALFORMED))
-    return findings
-
-
-def rejected_findings(rejected: list[tuple[int | None, str, str]], names: dict[int, str]) -> list[Finding]:
-    """A seated node's value this node refused, as (the sender's rank, the key, why): its
-    sender is at fault, not lost (the first MAX_STRANGERS; the rest were refused alike)."""
-    return [Finding(RDZV_JOIN, FAIL, () if rank is None else (rank,),
-                    f"{_sender(rank, names)} sent a value netcheck refused, under {key}", (why,),
-                    "that node runs another netcheck version, or something else writes its keys: give "
-                    "the job --token (NETCHECK_TOKEN) and its own port", kind=JOIN_MALFORMED)
-            for rank, key, why in rejected[:MAX_STRANGERS]]
-
-
-def _sender(rank: int | None, names: dict[int, str]) -> str:
-    if rank is None:
-        return "a client that is not a seated node"
-    return f"node rank {rank} ({names[rank]})" if rank in names else f"node rank {rank}"
 
 
 def endpoint_name_taken(host: str, addresses: tuple[str, ...]) -> Finding:
@@ -419,7 +290,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Every node must resolve every other node's FQDN to one of that node's own addresses."""
     own = {m.rank: _own_addresses(m) for m in members}
     # Parsed once a node, not once a lookup: 45,000 lookups at 4,096 nodes.
-    routable = {rank: {a for a in addresses if not _is_loopback(a)} for rank, addresses in own.items()}
+    routable = {rank: {a for a in addresses if not is_loopback(a)} for rank, addresses in own.items()}
     hostname = hostnames(members)
     problems, evidence = set(), []
     for m in members:

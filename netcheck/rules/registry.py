@@ -250,9 +250,10 @@ CHECKS: tuple[Check, ...] = (
           "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
           ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
            "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
-           "rdzv.hosts_message_refused", "rdzv.rejected_findings", "rdzv.endpoint_name_taken",
-           "rdzv.gone_before_sign_in", "rdzv.interference_findings", "rdzv.store_stall_findings",
-           "rdzv.stall_explained", "rdzv.held_up_findings"),
+           "rdzv.hosts_message_refused", "storetrouble.rejected_findings", "rdzv.endpoint_name_taken",
+           "rdzv.gone_before_sign_in", "storetrouble.interference_findings", "storetrouble.store_stall_findings",
+           "storetrouble.stall_explained", "storetrouble.held_up_findings", "storetrouble.foreign_findings",
+           "storetrouble.malformed_findings"),
           "Gathering (the host's), a joiner's seat and the seated names (core.seats), the values a seated "
           "node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",

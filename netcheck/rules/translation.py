@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, Translation
 from netcheck.core.model import FAIL, Finding, Member, Visitor
+from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
-from netcheck.rules.endpoint import is_loopback
 from netcheck.rules.pernode import name_of, per_pair
 from netcheck.rules.registry import MESH_CONNECT, MESH_TRANSLATED
 
