@@ -261,7 +261,7 @@ def _trust(h: Headline, result: BandwidthResult, names: _Names, troubled: list[i
         return "; measured while " + " and ".join(causes)
     if not h.noisy:
         return ""
-    counted = " and no loss or link error was counted (link.health)" if troubled is not None else ""
+    counted = " and no lossy link or link error was seen (link.health)" if troubled is not None else ""
     return (f"; no busy process was seen on the nodes (host.busy){counted}: look for load netcheck cannot see, "
             "other containers or VMs on the machines, traffic on a shared link")
 

@@ -183,7 +183,6 @@ def _pass(links: tuple[NodeLinks, ...], directions, clean_pairs: set[Pair]) -> F
     sent = sum(s for s, _ in directions.values())
     resent = sum(r for _, r in directions.values())
     nodes = tuple(sorted(node.node for node in links))
-    pairs = f" on {len(clean_pairs)} node pair(s) judged"
     return Finding(LINK_HEALTH, PASS, nodes,
-                   f"no loss or link error was counted on {len(nodes)} node(s): {rate_text(sent, resent)}{pairs}; "
-                   "no carrier change or error counter rose")
+                   f"no lossy link on {len(nodes)} node(s): {rate_text(sent, resent)} over {len(clean_pairs)} node "
+                   f"pair(s) judged, none past {LINK_LOSS_RATE:.1%}; no carrier change or error counter rose")
