@@ -36,7 +36,7 @@ from netcheck.core import storekeys as keys
 from netcheck.core.compat import has_key
 from netcheck.core.rdzvrecords import Hello
 from netcheck.core.storekeys import ROOT
-from nodes import CLUSTER_TIMEOUT, GRACE, PORT, finish
+from nodes import CLUSTER_TIMEOUT, GRACE, PORT, NodeRun, finish, start
 
 POLL = 0.01
 LOG_ENV = "NETCHECK_FAULT_LOG"
@@ -844,3 +844,14 @@ def _node_entry(run, role: str, focus: str | None) -> dict:
 
 if __name__ == "__main__":
     _main(sys.argv[1:])
+
+
+LOCAL_STORE = f"127.0.0.1:{PORT}"   # the host's store, as a watch agent on the host's node reaches it
+
+
+def start_watched(c, count: int, args, tmp) -> tuple[dict[int, NodeRun], "Agent"]:
+    """Nodes 0..count-1 started with `args` (the same for all, or a function of the node), and
+    a watch agent on the host's store: every fault case's opening."""
+    runs = {i: start(c, i, args(i) if callable(args) else args, tmp) for i in range(count)}
+    return runs, Agent.start(c, 0, "watch", LOCAL_STORE)
+

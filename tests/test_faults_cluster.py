@@ -22,6 +22,7 @@ import time
 import pytest
 
 from faults import (
+    LOCAL_STORE,
     Agent,
     assert_interrupted,
     assert_stopped,
@@ -36,6 +37,7 @@ from faults import (
     record,
     signal_and_finish,
     slow_mesh,
+    start_watched,
     wait_until,
 )
 from netcheck.cluster import mesh
@@ -44,7 +46,6 @@ from nodes import CLUSTER_TIMEOUT, PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required
 
-LOCAL_STORE = f"127.0.0.1:{PORT}"   # the watch agent runs on the host's node
 
 
 # ---------------------------------------------------------------------------------------
@@ -61,8 +62,7 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     victims = {1: "SIGKILL", 2: "SIGTERM", 3: "SIGINT"}
     args = counted_args(5, timeout)
     with cluster(nodes(6)) as c:
-        runs = {i: start(c, i, args, tmp_path) for i in range(4)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 4, args, tmp_path)
         pending = dict(victims)
         while pending:
             node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
@@ -126,8 +126,7 @@ def test_joiners_wait_for_the_hosts_list_while_it_waits_out_a_lost_node(cluster,
     timeout = 2 * CLUSTER_TIMEOUT
     args = counted_args(6, timeout)
     with cluster(nodes(6)) as c:
-        runs = {i: start(c, i, args, tmp_path) for i in range(5)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 5, args, tmp_path)
         order = []
         while len(order) < 4:
             node = int(agent.wait_for(r"^arrival \d+ node(\d+)", timeout)[1])
@@ -167,8 +166,7 @@ def test_a_node_that_offers_after_the_host_has_probed_is_not_taken_for_lost(clus
     timeout = 2 * CLUSTER_TIMEOUT
     args = counted_args(5, timeout) + ["--mesh", "sample:1"]
     with cluster(nodes(5)) as c:
-        runs = {i: start(c, i, args, tmp_path) for i in range(4)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 4, args, tmp_path)
         agent.wait_for("^connected$", timeout)   # before the fifth arrival lets the run go on
         runs[4] = start(c, 4, args, tmp_path)
         ranks = agent.roster(timeout)
@@ -191,8 +189,7 @@ def test_joiner_killed_and_link_dropped_during_the_mesh(cluster, tmp_path):
     timeout = CLUSTER_TIMEOUT
     with cluster(nodes(4)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, counted_args(4, timeout), tmp_path) for i in range(3)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 3, counted_args(4, timeout), tmp_path)
         agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
         runs[3] = start(c, 3, counted_args(4, timeout), tmp_path)
         ranks = agent.roster(timeout)
@@ -258,8 +255,7 @@ def test_link_cut_during_the_mesh(cluster, tmp_path):
     timeout = scaled(30)
     with cluster(nodes(3)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 2, lambda i: ranked_args(i, 3, timeout), tmp_path)
         agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
         runs[2] = start(c, 2, ranked_args(2, 3, timeout), tmp_path)
         agent.wait_for_all([rf"^offer {node}$" for node in runs])
@@ -322,8 +318,7 @@ def test_host_killed_during_the_mesh(cluster, tmp_path):
     timeout = scaled(30)  # events end it; the room is for three torch imports on a busy machine
     with cluster(nodes(3)) as c:
         slow_mesh(c)
-        runs = {i: start(c, i, counted_args(3, timeout), tmp_path) for i in range(2)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 2, counted_args(3, timeout), tmp_path)
         agent.wait_for("^connected$", timeout)   # before the last node lets the run go on
         runs[2] = start(c, 2, counted_args(3, timeout), tmp_path)
         ranks = agent.roster(timeout)
@@ -347,8 +342,7 @@ def test_host_interrupted_during_the_rendezvous(cluster, tmp_path):
     """Ctrl-C on the host while it waits for a node that never comes."""
     timeout = scaled(30)  # the host's start-up under load must leave it waiting when node1 arrives
     with cluster(nodes(3)) as c:
-        runs = {i: start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(2)}
-        agent = Agent.start(c, 0, "watch", LOCAL_STORE)
+        runs, agent = start_watched(c, 2, lambda i: ranked_args(i, 3, timeout), tmp_path)
         agent.wait_for(r"^arrival \d+ node1$")
         took = signal_and_finish(c, runs[0], signal.SIGINT, within=scaled(3))
         finish_each(runs.values(), timeout + 10)
