@@ -176,7 +176,7 @@ def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_c
     server, ex = local_store()
     early = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
                                                    timedelta(seconds=10)), "netcheck")
-    early.put(early.key("node", early.count(early.key("arrivals"), 1) - 1), facts("early", 1))
+    early.put(early.key("node", early.add_to(early.key("arrivals"), 1) - 1), facts("early", 1))
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
     assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
     assert assign_ranks(state.arrivals, seat.arrival, 2)[0] == {0: 1, 1: 0}
@@ -276,7 +276,7 @@ def test_collect_waits_its_least_from_the_first_look_however_early_the_last_valu
 def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_later():
     _, ex = local_store()
     state = HostState({}, [])
-    ex.count(ex.key("visitors", shared=True), 3)
+    ex.add_to(ex.key("visitors", shared=True), 3)
     ex.put(ex.key("visitor", 0, shared=True), Visitor("netcheck", "a", 1), signed=False)
     ex.put(ex.key("visitor", 2, shared=True), Visitor("other", "c", None), signed=False)
     read_visitors(ex, state, Deadline(10.0))
@@ -317,11 +317,11 @@ def test_a_node_whose_facts_never_came_is_told_from_one_whose_facts_came_by_host
 @pytest.mark.compat
 def test_counts_reads_every_counter_at_once_and_a_missing_or_foreign_one_as_zero():
     _, ex = local_store()
-    ex.count(ex.key("beat", 1), 3)
-    ex.count(ex.key("beat", 2), 5)
-    assert ex.counts([ex.key("beat", 1), ex.key("beat", 2)]) == [3, 5]
+    ex.add_to(ex.key("beat", 1), 3)
+    ex.add_to(ex.key("beat", 2), 5)
+    assert ex.read_counters([ex.key("beat", 1), ex.key("beat", 2)]) == [3, 5]
     ex.put(ex.key("beat", 4), "x")
-    assert ex.counts([ex.key("beat", n) for n in (1, 2, 3, 4)]) == [3, 5, 0, 0]
+    assert ex.read_counters([ex.key("beat", n) for n in (1, 2, 3, 4)]) == [3, 5, 0, 0]
 
 
 # --- node_address ------------------------------------------------------------------------------

@@ -315,7 +315,7 @@ class Watch:
         return bool(self._store(lambda: self.ex.has(self.ex.key(BW_ABORT))))
 
     def _beat(self) -> None:
-        self.ex.count(self.ex.key(BW_ALIVE, self.node), 1)
+        self.ex.add_to(self.ex.key(BW_ALIVE, self.node), 1)
         if not self.listed:  # the first beat: listed for the host
             self.ex.enlist(self.ex.key(BW_ALIVE, POSTED), str(self.node))
             self.listed = True
@@ -336,7 +336,7 @@ class Watch:
     def _beats(self) -> dict[int, int]:
         """node -> its beat count, for every node that has beaten."""
         nodes = sorted(n for n in self.ex.posted(BW_ALIVE) or () if 0 < n < self.nnodes)
-        return dict(zip(nodes, self.ex.counts([self.ex.key(BW_ALIVE, n) for n in nodes]))) if nodes else {}
+        return dict(zip(nodes, self.ex.read_counters([self.ex.key(BW_ALIVE, n) for n in nodes]))) if nodes else {}
 
     def _store(self, call):
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now

@@ -243,7 +243,7 @@ def _drop_facts(ex: Exchange, a: int) -> None:
 def _counted(ex: Exchange, key: str) -> int:
     """A counter's value as the host polls it (read, never add(): see Exchange.counter); one
     another client set to text or pushed negative is named, and counts nothing."""
-    counted = ex.counter(key)
+    counted = ex.read_counter(key)
     if isinstance(counted, str):
         ex.interfered[key] = f"holds {counted}, not a counter: set by a client that is not a netcheck node"
         return 0

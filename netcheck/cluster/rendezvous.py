@@ -100,7 +100,7 @@ def take_number(ex: Exchange, key: str) -> int:
     negative) a number at random beyond any count, and the interference named: nodes are
     found by their listing too, so the push keeps nobody out."""
     try:
-        number = ex.count(key, 1) - 1
+        number = ex.add_to(key, 1) - 1
     except Interfered as e:
         ex.interfered[key] = e.seen
         return secrets.randbelow(RANDOM_NUMBERS[1] - RANDOM_NUMBERS[0]) + RANDOM_NUMBERS[0]

@@ -218,7 +218,7 @@ class Exchange:
         store, so together they stay near STORE_LOOKS_PER_SECOND."""
         self.pause = max(STORE_POLL_INTERVAL, nodes / STORE_LOOKS_PER_SECOND)
 
-    def count(self, key: str, add: int = 0) -> int:
+    def add_to(self, key: str, add: int = 0) -> int:
         """add() on a counter; raises Interfered (connected again) where the store broke this
         connection off because another client had set the key to something not a number."""
         try:
@@ -230,7 +230,7 @@ class Exchange:
             raise Interfered(key, f"holds {seen}, not a counter: the store closed netcheck's connection "
                                   "on add()") from None
 
-    def counter(self, key: str) -> int | str:
+    def read_counter(self, key: str) -> int | str:
         """A counter read without add() (which breaks the connection on a key set to text):
         its value (0 where absent), or what the key holds instead, shown."""
         return self._held_count(key) if self.has(key) else 0
@@ -357,8 +357,8 @@ class Exchange:
         entries = self.listed(self.key(name, POSTED, shared=shared), MAX_POSTED_BYTES)
         return None if entries is None else {i for e in entries if (i := whole_number(e)) is not None}
 
-    def counts(self, keys: list[str]) -> list[int]:
-        """The counters (Exchange.count) under keys: one check and one multi_get where all
+    def read_counters(self, keys: list[str]) -> list[int]:
+        """The counters (Exchange.add_to) under keys: one check and one multi_get where all
         exist; 0 for one that does not, or that holds something else."""
         if self.has_all(keys):
             values = self._call("multi_get", keys)
