@@ -7,8 +7,10 @@ from dataclasses import replace
 
 from builders import links_of, moved, node_address
 from netcheck.bandwidth.tables import pair_matrix
-from netcheck.core.bwrecords import PeerSegments, StageLinks, pair_resent
+from netcheck.core.bwrecords import PeerSegments, StageLinks
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
+from netcheck.core.model import report_of
+from netcheck.render.text import lossy_pairs
 from netcheck.rules import registry
 from netcheck.rules.link import link_findings
 from test_rules_bw import by_check, findings_of, healthy_pairs, result
@@ -114,9 +116,13 @@ def test_a_slow_pair_makes_its_lossy_node_fail():
     assert (f.severity, f.nodes) == ("fail", (2,))
 
 
-def test_the_pair_table_and_the_page_show_what_each_lossy_pair_resent():
-    res = replace(result(pairs=healthy_pairs(), links=links({(0, 2): 0.02, (1, 2): 0.02})),
+def test_the_pair_table_and_the_page_mark_the_pairs_link_health_names_and_no_other():
+    res = replace(result(pairs=healthy_pairs(), links=links({(0, 2): 0.02, (1, 2): 0.02, (0, 1): 0.00001})),
                   hostnames={str(n): name(n) for n in range(3)})
-    text = pair_matrix(res.pairs, name, pair_resent(res.links))
+    report = report_of("host", "r", 0, tuple(judge(res.links)), {}, bandwidth=res)
+    marked = lossy_pairs(report)
+    assert set(marked) == {(0, 2), (1, 2)}, marked   # (0, 1) resent a little: not named, not marked
+    text = pair_matrix(res.pairs, name, marked)
     assert text.count("(2.0% resent)") == 4 and text.count("resent") == 4, text   # both cells of two pairs
-    assert pair_resent(links({})) == {}
+    clean = report_of("host", "r", 0, tuple(judge(links({}))), {}, bandwidth=result(links=links({})))
+    assert lossy_pairs(clean) == {}

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from tabulate import tabulate
 
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw, pair_resent
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, step_text, time_text
 from netcheck.core.constants import BW_PLATEAU_BAND, BW_PLATEAU_TOP
 
@@ -70,8 +70,8 @@ def progress_bar(spent: float, budget: float, width: int = 20) -> str:
 
 def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str],
                 resent: dict[tuple[int, int], float] | None = None) -> str:
-    """busbw (GB/s each way) between every two nodes, as a symmetric matrix; beside it the
-    share of segments the pair's connections resent, where they resent any (link.health)."""
+    """busbw (GB/s each way) between every two nodes, as a symmetric matrix; beside a pair in
+    `resent` (the lossy pairs link.health names), the share of segments it resent."""
     nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
     lost = resent or {}
     texts = {(p.a, p.b): gbps_cell(p.busbw) + (f" ({share:.1%} resent)" if (share := lost.get(
@@ -82,9 +82,9 @@ def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str],
     return tabulate(rows, headers=["GB/s"] + names, disable_numparse=True)
 
 
-def render_text(result: BandwidthResult, pairs: bool = True) -> str:
+def render_text(result: BandwidthResult, pairs: bool = True, resent: dict[tuple[int, int], float] | None = None) -> str:
     """Every table of the phase, for the text report; the node-pair matrix only with `pairs`
-    (it has a row and a column per node)."""
+    (it has a row and a column per node), its lossy pairs marked with what they resent."""
     heads = {(h.stage, h.op): h for h in result.headlines}
     parts = [sweep_text(s, result, heads.get((s.stage, s.op))) for s in result.sweeps]
     by_stage = {(s.stage, s.op): s for s in result.sweeps}
@@ -93,5 +93,5 @@ def render_text(result: BandwidthResult, pairs: bool = True) -> str:
             parts.append(side_by_side(by_stage["intra", op], by_stage["inter", op]))
     if result.pairs and pairs:
         parts.append(f"# node pairs, {size_words(result.pairs[0].size)} both ways at once:\n"
-                     + pair_matrix(result.pairs, result.node_name, pair_resent(result.links)))
+                     + pair_matrix(result.pairs, result.node_name, resent))
     return "\n\n".join(parts)

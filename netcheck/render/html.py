@@ -24,12 +24,12 @@ from functools import lru_cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from netcheck import __version__
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep, pair_resent
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, time_text
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
-from netcheck.render.text import export_lines, header_line
+from netcheck.render.text import export_lines, header_line, lossy_pairs
 from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER
 
 # Up to this many nodes the pairs are a matrix with a value in every cell; beyond, a matrix is
@@ -190,7 +190,7 @@ def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
     slowest = tuple((name(p.a), name(p.b), gbps_cell(p.busbw)) for p in ordered[:SLOWEST_PAIRS])
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
     named = ", ".join(name(n) for n in sorted(slow))
-    lost = pair_resent(result.links)
+    lost = lossy_pairs(report)
     resent = ", ".join(f"{name(a)} <-> {name(b)} {share:.1%}" for (a, b), share in
                        sorted(lost.items(), key=lambda item: -item[1])[:SLOWEST_PAIRS])
     if len(nodes) > HEATMAP_UP_TO:

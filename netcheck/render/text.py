@@ -23,9 +23,11 @@ from tabulate import tabulate
 from netcheck import __version__
 from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
+from netcheck.core.bwrecords import pair_resent
 from netcheck.core.bwtext import size_words
 from netcheck.core.model import HOST, INSPECT, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
 from netcheck.render.escape import printable_copy
+from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 # A report of a thousand nodes stays one screen: without -v, a finding shows this many of its
@@ -51,7 +53,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
     if report.env_table:
         lines += ["", _env_table(report)]
     if report.bandwidth and report.bandwidth.sweeps:
-        lines += ["", bwtables.render_text(report.bandwidth, pairs=full)]
+        lines += ["", bwtables.render_text(report.bandwidth, pairs=full, resent=lossy_pairs(report))]
     if report.role == LOCAL:
         lines += [""] + [line for node in report.nodes for line in node_facts(node)]
     for node in _one_per_host(report.nodes) if report.role == LOCAL or verbose else ():
@@ -280,3 +282,16 @@ def write_file(path: str, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def lossy_pairs(report: Report) -> dict[tuple[int, int], float]:
+    """The node pairs link.health names (a lossy node's pairs, a lossy path's), with the share of
+    segments their connections resent: what the pair table and the page mark. The findings
+    decide; a pair link.health did not name is not marked, whatever it resent."""
+    if report.bandwidth is None:
+        return {}
+    named = [f for f in report.findings if f.check == LINK_HEALTH and f.kind in (LINK_LOSSY_NODE, LINK_LOSSY_PATH)]
+    return {(a, b): share for (a, b), share in pair_resent(report.bandwidth.links).items()
+            if any((f.kind == LINK_LOSSY_NODE and f.nodes[0] in (a, b))
+                   or (f.kind == LINK_LOSSY_PATH and {a, b} <= set(f.nodes)) for f in named)}
+
