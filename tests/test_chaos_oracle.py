@@ -42,7 +42,7 @@ def test_a_lossy_link_never_passes_and_names_the_node_or_the_path():
     path = LossyLink((2, 1), (("share", 0.02), ("path", True)))
     e = merged(Schedule(1, 0, "ranked", 3, (node,)))
     assert e.breaks and e.seers == {0, 2}
-    assert [(b.node, b.kinds, b.severity) for b in e.blame] == [(2, ("lossy_node",), ("warn", "fail"))]
+    assert [(b.node, b.kinds, b.severity) for b in e.blame] == [(2, ("lossy_node", "lossy_path"), ("warn", "fail"))]
     e = merged(Schedule(1, 0, "ranked", 3, (path,)))
     assert e.seers == {0, 1, 2} and [(b.node, b.kinds) for b in e.blame] == [(1, ("lossy_path",)),
                                                                              (2, ("lossy_path",))]

@@ -45,9 +45,17 @@ def test_loss_on_one_path_names_that_pair_and_neither_node_alone():
     assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (1, 2)) and "node1 <-> node2" in f.summary
 
 
-def test_every_pair_lossy_tells_nobody_apart_and_names_the_pairs():
-    # node1 and node2 both lose what they receive: node0's every pair is lossy too.
-    (f,) = judge(links({(0, 1): 0.02, (2, 1): 0.02, (0, 2): 0.02, (1, 2): 0.02}))
+def test_two_lossy_receivers_are_named_by_the_directions_into_them_and_their_clean_peer_is_not():
+    # node1 and node2 both lose what they receive: node0's every pair is lossy too, but what
+    # node1 and node2 send it arrives.
+    found = judge(links({(0, 1): 0.02, (2, 1): 0.02, (0, 2): 0.02, (1, 2): 0.02}))
+    assert sorted((f.kind, f.nodes) for f in found) == [(registry.LINK_LOSSY_NODE, (1,)),
+                                                        (registry.LINK_LOSSY_NODE, (2,))], found
+
+
+def test_every_pair_lossy_both_ways_tells_nobody_apart_and_names_the_pairs():
+    every = {(a, b): 0.02 for a in range(3) for b in range(3) if a != b}
+    (f,) = judge(links(every))
     assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (0, 1, 2))
 
 
@@ -126,3 +134,20 @@ def test_the_pair_table_and_the_page_mark_the_pairs_link_health_names_and_no_oth
     assert text.count("(2.0% resent)") == 4 and text.count("resent") == 4, text   # both cells of two pairs
     clean = report_of("host", "r", 0, tuple(judge(links({}))), {}, bandwidth=result(links=links({})))
     assert lossy_pairs(clean) == {}
+
+
+def test_one_clean_direction_does_not_clear_a_pair_and_the_receiver_is_named():
+    """Chaos seed 1, schedule 1041: node2 loses what it receives; node0 -> node2 is the only lossy
+    direction, node2 -> node1 is clean and judged, node1 -> node2 too small to judge alone.
+    node2 -> node1 says nothing of node1 -> node2: node0 is not named; what both peers resent
+    into node2 names it."""
+    three = (links_of(0, [(2, 12_437, 409)]), links_of(1, [(2, 3_700, 5)]), links_of(2, [(1, 12_065, 0)]))
+    (f,) = judge(three)
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_NODE, (2,)), f
+
+
+def test_a_crawl_too_small_to_judge_a_direction_still_names_the_node_its_peers_lost_into():
+    """The same at 5% where the sweep crawled: 4 of 177 and 9 of 171 resent into node2."""
+    three = (links_of(0, [(2, 177, 4)]), links_of(1, [(2, 171, 9)]), links_of(2, []))
+    (f,) = judge(three)
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_NODE, (2,)), f

@@ -195,5 +195,7 @@ LINK_LOSS_MIN = 10           # ... and at least this many: a clean run's paths r
 # A peer's connections judged (lossy or clean) only where they sent this many segments: fewer
 # could not show LINK_LOSS_MIN resent at LINK_LOSS_RATE.
 LINK_JUDGED_SEGMENTS = int(LINK_LOSS_MIN / LINK_LOSS_RATE)
+LINK_REPORTED_SEGMENTS = LINK_JUDGED_SEGMENTS // 10   # a peer's connections reported from this many
+                             # segments (or any resent): the connect's and the control plane's few stay out
 LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a ring neighbour and a
                              # pair partner or two at scale, every peer at the sizes tests run

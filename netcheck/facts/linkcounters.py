@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, judged
-from netcheck.core.constants import LINK_PEERS_KEPT
+from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks
+from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
@@ -153,8 +153,10 @@ def own_addresses() -> tuple[str, ...]:
 
 
 def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]:
-    """The peers whose connections moved enough to judge, most resent first (at most LINK_PEERS_KEPT)."""
-    kept = sorted((p for p in peers if judged(p.segments, p.retransmitted)),
+    """The peers whose connections resent anything or moved LINK_REPORTED_SEGMENTS, most resent
+    first (at most LINK_PEERS_KEPT): the host judges (a direction too small to judge alone still
+    tells which way a pair lost), and a full mesh's idle connections stay out."""
+    kept = sorted((p for p in peers if p.retransmitted or p.segments >= LINK_REPORTED_SEGMENTS),
                   key=lambda p: (-p.retransmitted, -p.segments, p.address))
     return tuple(kept[:LINK_PEERS_KEPT])
 
