@@ -585,8 +585,11 @@ class Cluster:
         `source`, or from anyone), at random, as a bad cable, optic or port does. Everything
         still connects; TCP resends what was lost."""
         match = ["-s", self.nodes[source].addr] if source is not None else []
-        self._ipt(i, "iptables", "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", *match, "-m", "statistic",
-                  "--mode", "random", "--probability", str(share), "-j", "DROP")
+        # Both families from everyone (a link loses whatever crosses it); a source is named by its
+        # IPv4 address, so only iptables can match it.
+        for ipt in ("iptables",) if source is not None else ("iptables", "ip6tables"):
+            self._ipt(i, ipt, "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", *match, "-m", "statistic",
+                      "--mode", "random", "--probability", str(share), "-j", "DROP")
 
     def flap(self, i: int, down_s: float = 1.0) -> None:
         """Node i's link goes down for down_s seconds and comes back up, as a flapping port

@@ -200,7 +200,8 @@ def _segments(fd: int) -> tuple[str, int, int] | None:
     (retrans,) = struct.unpack_from("I", info, TOTAL_RETRANS_AT)
     (segs,) = struct.unpack_from("I", info, SEGS_OUT_AT)
     (dups,) = struct.unpack_from("I", info, DSACK_DUPS_AT) if len(info) >= TCP_INFO_BYTES else (0,)
-    return peer.removeprefix("::ffff:"), segs, max(0, retrans - dups)
+    # As own_addresses writes them: no IPv4-mapped prefix, no link-local scope.
+    return peer.removeprefix("::ffff:").split("%")[0], segs, max(0, retrans - dups)
 
 
 def _tcp(proc: str) -> dict[str, int]:
