@@ -209,8 +209,7 @@ def run(events: Events, args) -> None:
         h.data_plane([int(f[0]) for f in facts])
     left = min(f[1] for f in facts)
     h.sweeps(min(options.budget_s, BUDGET_SHARE_OF_DEADLINE * left), BW_SWEEP_WALL_SHARE * left)
-    # Read while the connections are open: they close when this process leaves.
-    events.emit(Event("links", peers=worth_reporting(peer_segments())))
+    events.emit(Event("links", peers=worth_reporting(h.peers)))   # read in the pairs stage, see there
     # No destroy_process_group: with torch 2.1.2 and 2.4.1 a gloo rank that tears its group
     # down while a peer still finishes the last collective can block in the destructor with
     # the GIL held (heartbeat silent, then killed as hung). main() leaves with os._exit.
@@ -231,6 +230,7 @@ class Harness:
     data: Any = None          # the data-plane group over every rank (None: the default group)
     top: int = 0              # the largest size every rank's memory share holds (past -e's default)
     finished: dict[str, Sweep] = field(default_factory=dict)   # stage -> its last sweep
+    peers: tuple[PeerSegments, ...] = ()   # what this rank's connections sent and resent, by peer
 
     # --- stages ---------------------------------------------------------------------------
 
@@ -282,6 +282,12 @@ class Harness:
         if me.nnodes > 1:
             with stage(self.events, "pairs"):
                 self.pairs(pairs_budget)
+                # Read while every connection is open: a rank that finished first and left would
+                # have reset its end, and its socket here no longer names its peer (chaos seed
+                # 1206, schedule 422: two nodes reported one peer of three). No rank leaves
+                # before every rank has read: the gather after it.
+                self.peers = peer_segments()
+                self.gather([0.0])
 
     def group_for(self, name: str) -> tuple[Any, list[list[int]]]:
         """The group this rank measures in for a stage, and every group's global ranks, set up
