@@ -25,7 +25,6 @@ import psutil
 
 from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks
 from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS
-from netcheck.facts.storepeers import socket_fds
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
@@ -143,7 +142,7 @@ class StageCounters:
 def peer_segments() -> tuple[PeerSegments, ...]:
     """This process's TCP connections, summed by the peer's address: what they sent and sent
     again (TCP_INFO, read on each connected socket this process holds)."""
-    return merged(PeerSegments(*found) for fd in sorted(socket_fds()) if (found := _segments(fd)) is not None)
+    return merged(PeerSegments(*found) for fd in _socket_fds() if (found := _segments(fd)) is not None)
 
 
 def own_addresses() -> tuple[str, ...]:
@@ -169,6 +168,17 @@ def merged(peers) -> tuple[PeerSegments, ...]:
         old = sums.get(p.address, (0, 0))
         sums[p.address] = (old[0] + p.segments, old[1] + p.retransmitted)
     return tuple(PeerSegments(a, s, r) for a, (s, r) in sorted(sums.items()))
+
+
+def _socket_fds() -> list[int]:
+    fds = []
+    for name in _listed(Path("/proc/self/fd")):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                fds.append(int(name))
+        except OSError:   # closed since (the listing's own descriptor among them)
+            pass
+    return fds
 
 
 def _segments(fd: int) -> tuple[str, int, int] | None:

@@ -3,9 +3,7 @@ and the StallWatch that reads it while one of the host's own store requests stal
 
 from __future__ import annotations
 
-import os
 import socket
-import stat
 import threading
 import time
 from pathlib import Path
@@ -97,19 +95,3 @@ def _hex_address(text: str) -> str:
     if words.startswith(b"\0" * 10 + b"\xff\xff"):
         return socket.inet_ntop(socket.AF_INET, words[12:])
     return socket.inet_ntop(socket.AF_INET6, words)
-
-
-def socket_fds() -> set[int]:
-    """This process's descriptors that are sockets, read from /proc/self/fd."""
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return set()
-    fds = set()
-    for name in names:
-        try:
-            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
-                fds.add(int(name))
-        except OSError:
-            continue  # closed meanwhile (listdir's own descriptor among them)
-    return fds
