@@ -32,6 +32,7 @@ CI_SCHEDULES = {
     (1, 108): "ranked n=3: low_nofile(node0)",
     (1, 100): "ranked n=3: link_flap(node2)",
     (1, 1041): "ranked n=3: lossy_link(node2 share=0.05)",
+    (1206, 422): "ranked n=4: lossy_link(node2,node0 share=0.02 path)",
 }
 
 

@@ -47,7 +47,9 @@ def test_a_node_whose_link_loses_segments_is_named_with_its_rate(cluster, tmp_pa
         c.lose_inbound(2, share)
         runs = run_cluster(c, tmp_path)
     host = runs[0]
-    (found,) = link_findings(host)
+    found = link_findings(host)
+    assert len(found) == 1, nodes.explain(runs)
+    (found,) = found
     assert (found["kind"], found["nodes"], found["severity"] in ("warn", "fail")) == ("lossy_node", [2], True), \
         nodes.explain(runs)
     assert host.rc in (1, 2) and "node2 -> " not in " ".join(found["evidence"][:2]), found
