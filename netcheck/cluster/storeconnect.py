@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-import stat
 import struct
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError
 from netcheck.facts.listener import Listener
 from netcheck.facts.nameservers import silent_nameservers
 from netcheck.facts.probe import call_with_timeout, reach
+from netcheck.facts.procfds import socket_fds
 
 CONNECT_TRY = 2.0
 
@@ -89,10 +89,10 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
     bound = min(2 * timeout.total_seconds() + 1.0 + waits, max(0.1, deadline.remaining()))
 
     def construct():
-        before = _socket_fds()
+        before = socket_fds()
         store = dist.TCPStore(host, port, None, False, timeout)
         store.set_timeout(_timedelta(deadline.remaining()))
-        _bound_replies(_socket_fds() - before, port, STORE_REPLY_TIMEOUT)
+        _bound_replies(socket_fds() - before, port, STORE_REPLY_TIMEOUT)
         # A round trip: torch 2.1 and 2.4's constructors send nothing, so a client could count
         # the host's pre-store listener (which closes what is not netcheck's probe) as its store.
         store.num_keys()
@@ -112,21 +112,6 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
     elif error is not None:
         raise error
     return store, error
-
-
-def _socket_fds() -> set[int]:
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return set()
-    fds = set()
-    for name in names:
-        try:
-            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
-                fds.add(int(name))
-        except OSError:
-            continue  # closed meanwhile (listdir's own descriptor among them)
-    return fds
 
 
 def _bound_replies(fds: set[int], port: int, seconds: float) -> None:

@@ -25,6 +25,7 @@ import psutil
 
 from netcheck.core.bwrecords import BusyProcess
 from netcheck.core.constants import BW_BUSY_FLOOR, BW_BUSY_RELATIVE, BW_BUSY_SHARE, BW_BUSY_SHOWN
+from netcheck.facts.procfds import fd_targets, listed
 
 COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
 DEVICES = "/dev"
@@ -55,33 +56,16 @@ def cpu_snapshot() -> CpuSnapshot:
 def _gpus_held(pids) -> dict[int, tuple[int, ...]]:
     """pid -> the GPU device numbers it holds open, for the given processes; nothing is read
     on a node without GPU device files (every node netcheck runs on without a GPU)."""
-    devices = {os.path.join(DEVICES, name): int(m[1]) for name in _listed(DEVICES)
+    devices = {os.path.join(DEVICES, name): int(m[1]) for name in listed(DEVICES)
                if (m := GPU_DEVICE.fullmatch(name))}
     if not devices:
         return {}
     held = {}
     for pid in pids:
-        gpus = {devices[link] for link in _fd_links(pid) if link in devices}
+        gpus = {devices[link] for link in fd_targets(pid).values() if link in devices}
         if gpus:
             held[pid] = tuple(sorted(gpus))
     return held
-
-
-def _listed(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:   # gone, or another user's without root
-        return []
-
-
-def _fd_links(pid: int) -> list[str]:
-    links = []
-    for fd in _listed(f"/proc/{pid}/fd"):
-        try:
-            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:   # closed since
-            pass
-    return links
 
 
 def busy_processes(node: int, workers: int, before: CpuSnapshot, after: CpuSnapshot) -> tuple[BusyProcess, ...]:

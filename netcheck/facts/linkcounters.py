@@ -25,6 +25,7 @@ import psutil
 
 from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks
 from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS
+from netcheck.facts.procfds import listed, socket_fds
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
@@ -80,8 +81,8 @@ def read_counters(sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None
         packets[ifname] = sum(values[name] for name in INTERFACE_PACKETS)
         _keep(counters, (ifname, CARRIER_CHANGES), Path(sysfs, "class/net", ifname, CARRIER_CHANGES))
     ib = Path(ib_sysfs or sysfs, "class/infiniband")
-    for device in _listed(ib):
-        for port in _listed(ib / device / "ports"):
+    for device in listed(ib):
+        for port in listed(ib / device / "ports"):
             for name in PORT_ERRORS:
                 _keep(counters, (f"{device}/{port}", name), ib / device / "ports" / port / "counters" / name)
     return Reading(time.monotonic(), _tcp(proc), counters, packets)
@@ -142,7 +143,7 @@ class StageCounters:
 def peer_segments() -> tuple[PeerSegments, ...]:
     """This process's TCP connections, summed by the peer's address: what they sent and sent
     again (TCP_INFO, read on each connected socket this process holds)."""
-    return merged(PeerSegments(*found) for fd in _socket_fds() if (found := _segments(fd)) is not None)
+    return merged(PeerSegments(*found) for fd in sorted(socket_fds()) if (found := _segments(fd)) is not None)
 
 
 def own_addresses() -> tuple[str, ...]:
@@ -168,17 +169,6 @@ def merged(peers) -> tuple[PeerSegments, ...]:
         old = sums.get(p.address, (0, 0))
         sums[p.address] = (old[0] + p.segments, old[1] + p.retransmitted)
     return tuple(PeerSegments(a, s, r) for a, (s, r) in sorted(sums.items()))
-
-
-def _socket_fds() -> list[int]:
-    fds = []
-    for name in _listed(Path("/proc/self/fd")):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                fds.append(int(name))
-        except OSError:   # closed since (the listing's own descriptor among them)
-            pass
-    return fds
 
 
 def _segments(fd: int) -> tuple[str, int, int] | None:
@@ -238,10 +228,3 @@ def _number(path: Path) -> int | None:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):   # absent on this device, or unreadable
         return None
-
-
-def _listed(folder: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
