@@ -12,7 +12,7 @@ from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
 from netcheck.core.model import report_of
 from netcheck.render.text import lossy_pairs
 from netcheck.rules import registry
-from netcheck.rules.link import link_findings
+from netcheck.rules.link import link_findings, raised
 from test_rules_bw import by_check, findings_of, healthy_pairs, result
 
 SENT = 200_000
@@ -30,7 +30,7 @@ def links(lossy: dict[tuple[int, int], float], n: int = 3, sent: int = SENT, sta
 
 
 def judge(all_links, spoiled=frozenset()):
-    return link_findings(result(links=all_links), name, spoiled)
+    return raised(link_findings(result(links=all_links), name), spoiled)
 
 
 def test_a_node_whose_every_pair_loses_is_named_alone_with_its_rates():

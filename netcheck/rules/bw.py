@@ -35,7 +35,7 @@ from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLE
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
-from netcheck.rules.link import link_findings
+from netcheck.rules.link import link_findings, raised
 from netcheck.rules.pernode import ranks_text
 from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
@@ -79,13 +79,13 @@ def bandwidth_findings(result: BandwidthResult, line_rate_gbps: dict[int, float 
     the summed rate of the RDMA ports NCCL would use there (rdma.fabric_gbps), the ceiling on nccl.
     """
     names = _Names(result)
-    links = link_findings(result, names.node, frozenset())
+    links = link_findings(result, names.node)
     # None: nothing judged (no counters, or too little moved to tell), so nothing said of loss.
     troubled = sorted({n for f in links if f.severity != PASS for n in f.nodes}) if links else None
     found = (stage_findings(result, names, flagged) + wrong_findings(result, names)
              + busbw_findings(result, names, _ceiling(result, line_rate_gbps, fabric_gbps), expect_busbw, troubled)
              + pair_findings(result, names) + straggler_findings(result, names) + busy_findings(result, names))
-    return found + link_findings(result, names.node, _spoiled(found, result.nnodes))
+    return found + raised(links, _spoiled(found, result.nnodes))
 
 
 def _spoiled(findings: list[Finding], nnodes: int) -> frozenset[int]:

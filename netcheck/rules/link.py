@@ -17,6 +17,8 @@ plateau below --expect-busbw). Rules never print and never touch the network.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from netcheck.core.bwrecords import (
     STAGE_NAMES,
     TIMED_STAGES,
@@ -47,10 +49,9 @@ FIX_ERRORS = ("the link counted errors while bandwidth was measured: check the c
               "port (ethtool -S, the switch's port counters; perfquery on InfiniBand)")
 
 
-def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> list[Finding]:
-    """link.health over every node's counters. names: node -> hostname. spoiled: nodes whose
-    figures already fell short (bw.pair, bw.straggler; every node where the plateau missed
-    --expect-busbw)."""
+def link_findings(result: BandwidthResult, names) -> list[Finding]:
+    """link.health over every node's counters, a fault a warning (raised() makes it a failure
+    where it spoiled a figure). names: node -> hostname."""
     if not result.links:
         return []
     directions = link_directions(result.links)
@@ -59,14 +60,22 @@ def link_findings(result: BandwidthResult, names, spoiled: frozenset[int]) -> li
     receivers = _lossy_receivers(directions)
     if len(receivers) < len(result.links):   # every node a lossy receiver tells nobody apart
         nodes += [n for n in receivers if n not in nodes]
-    findings = [_node_finding(n, directions, lossy_pairs, clean_pairs, result.links, names, spoiled) for n in nodes]
+    findings = [_node_finding(n, directions, lossy_pairs, clean_pairs, result.links, names) for n in nodes]
     paths = sorted(p for p in lossy_pairs if not set(p) & set(nodes))
     if paths:
-        findings.append(_path_finding(paths, directions, names, spoiled))
-    findings += _moved_findings(result.links, names, spoiled)
+        findings.append(_path_finding(paths, directions, names))
+    findings += _moved_findings(result.links, names)
     if findings or not clean_pairs:   # no pair judged: no connection moved enough to tell
         return findings
     return [_pass(result.links, directions, clean_pairs)]
+
+
+def raised(findings: list[Finding], spoiled: frozenset[int]) -> list[Finding]:
+    """link.health's warnings, a failure where they name a node whose figures already fell short
+    (spoiled: bw.pair's or bw.straggler's nodes; every node where the plateau missed
+    --expect-busbw)."""
+    return [replace(f, severity=FAIL) if f.check == LINK_HEALTH and f.severity == WARN and set(f.nodes) & spoiled
+            else f for f in findings]
 
 
 def _either_way(direction: Pair) -> Pair:
@@ -120,8 +129,7 @@ def _lossy_nodes(lossy_pairs: set[Pair], clean_pairs: set[Pair]) -> list[int]:
     return named
 
 
-def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[Pair], links, names,
-                  spoiled) -> Finding:
+def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[Pair], links, names) -> Finding:
     peers = sorted({b if a == n else a for (a, b), (_, r) in directions.items() if n in (a, b) and r})
     into = [(p, directions.get((p, n), (0, 0))) for p in peers]
     out = [(p, directions.get((n, p), (0, 0))) for p in peers]
@@ -133,10 +141,10 @@ def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[P
                f"exchanged with ({', '.join(names(p) for p in peers)}){beside}")
     evidence = tuple(_direction_text(p, n, s, names) for p, s in into if s[0]) \
         + tuple(_direction_text(n, p, s, names) for p, s in out if s[0]) + _stage_lines(n, links, names)
-    return Finding(LINK_HEALTH, FAIL if n in spoiled else WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
+    return Finding(LINK_HEALTH, WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
 
 
-def _path_finding(paths: list[Pair], directions, names, spoiled) -> Finding:
+def _path_finding(paths: list[Pair], directions, names) -> Finding:
     shown = ", ".join(f"{names(a)} <-> {names(b)}" for a, b in paths[:SHOWN_PAIRS])
     more = f" and {len(paths) - SHOWN_PAIRS} more" if len(paths) > SHOWN_PAIRS else ""
     nodes = sorted({n for p in paths for n in p})
@@ -144,7 +152,7 @@ def _path_finding(paths: list[Pair], directions, names, spoiled) -> Finding:
                "between them loses them")
     evidence = tuple(_direction_text(a, b, directions[(a, b)], names)
                      for pair in paths for a, b in (pair, pair[::-1]) if directions.get((a, b), (0, 0))[0])
-    return Finding(LINK_HEALTH, FAIL if set(nodes) & spoiled else WARN, tuple(nodes), summary, evidence, FIX_PATH,
+    return Finding(LINK_HEALTH, WARN, tuple(nodes), summary, evidence, FIX_PATH,
                    LINK_LOSSY_PATH)
 
 
@@ -167,7 +175,7 @@ def _stage_lines(n: int, links: tuple[NodeLinks, ...], names) -> tuple[str, ...]
                  for s in mine.stages if s.stage in TIMED_STAGES and s.retransmitted)
 
 
-def _moved_findings(links: tuple[NodeLinks, ...], names, spoiled: frozenset[int]) -> list[Finding]:
+def _moved_findings(links: tuple[NodeLinks, ...], names) -> list[Finding]:
     """A carrier change or an error counter that rose on a node's link, per node."""
     findings = []
     for node in links:
@@ -176,12 +184,12 @@ def _moved_findings(links: tuple[NodeLinks, ...], names, spoiled: frozenset[int]
                   if m.counter not in FLAP_COUNTERS and _error(m)]
         if flaps:
             where = ", ".join(dict.fromkeys(m.where for _, m in flaps))
-            findings.append(Finding(LINK_HEALTH, FAIL if node.node in spoiled else WARN, (node.node,),
+            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
                                     f"{names(node.node)}'s {where} went down and up while bandwidth was measured "
                                     f"({_moves_text(flaps)})", _moved_lines(flaps), FIX_FLAP, LINK_FLAP))
         if errors:
             where = ", ".join(dict.fromkeys(m.where for _, m in errors))
-            findings.append(Finding(LINK_HEALTH, FAIL if node.node in spoiled else WARN, (node.node,),
+            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
                                     f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
                                     f"({_moves_text(errors)})", _moved_lines(errors), FIX_ERRORS, LINK_ERRORS))
     return findings

@@ -442,7 +442,8 @@ CHECKS: tuple[Check, ...] = (
           "the link counters around the bandwidth phase: a node or a path whose TCP connections resent what "
           "they sent (rate and counts), a link whose carrier changed or whose error counters rose; warn, fail where "
           "a figure it spoils fell short (bw.pair, bw.straggler, --expect-busbw)",
-          ("link.link_findings", "link._node_finding", "link._path_finding", "link._moved_findings", "link._pass"),
+          ("link.link_findings", "link._node_finding", "link._path_finding", "link._moved_findings", "link._pass",
+           "link.raised"),
           "BandwidthResult.links (each node's counters per stage, its connections' segments by peer)",
           ("test_rules_link.py", "test_link_cluster.py"),
           {LINK_LOSSY_NODE: Kind(WARN_FAIL, "a node whose every judged pair lost segments, its peers' other pairs "
