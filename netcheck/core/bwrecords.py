@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from netcheck.core.constants import (
     BW_DEFAULT_BUDGET,
@@ -65,6 +66,8 @@ Stage = Annotated[str, one_of(*STAGES)]
 Ranks = Annotated[tuple[Rank, ...], PER_RANK]
 StepFactor = Annotated[int, Range(2, MAX_INT, "a step factor")]
 Iterations = Annotated[int, Range(1, MAX_INT, "an iteration count")]
+
+K = TypeVar("K")   # what summed() sums by: a peer's address, a direction, a node
 
 
 @dataclass(frozen=True)
@@ -277,14 +280,17 @@ def link_directions(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], tuple
         for address in node.addresses:
             held.setdefault(address, set()).add(node.node)
     owners = {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
-    found: dict[tuple[int, int], tuple[int, int]] = {}
-    for node in links:
-        for peer in node.peers:
-            to = owners.get(peer.address)
-            if to is not None and to != node.node:
-                old = found.get((node.node, to), (0, 0))
-                found[(node.node, to)] = (old[0] + peer.segments, old[1] + peer.retransmitted)
-    return found
+    return summed(((node.node, to), peer.segments, peer.retransmitted) for node in links for peer in node.peers
+                  if (to := owners.get(peer.address)) is not None and to != node.node)
+
+
+def summed(counts: Iterable[tuple[K, int, int]]) -> dict[K, tuple[int, int]]:
+    """(key, segments, resent) rows -> key -> (their segments, their resends), summed."""
+    sums: dict[K, tuple[int, int]] = {}
+    for key, segments, resent in counts:
+        old = sums.get(key, (0, 0))
+        sums[key] = (old[0] + segments, old[1] + resent)
+    return sums
 
 
 def pair_resent(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], float]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks
+from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, summed
 from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS
 from netcheck.facts.procfds import listed, socket_fds
 
@@ -164,10 +164,7 @@ def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]
 
 def merged(peers) -> tuple[PeerSegments, ...]:
     """Several workers' peers, summed by address."""
-    sums: dict[str, tuple[int, int]] = {}
-    for p in peers:
-        old = sums.get(p.address, (0, 0))
-        sums[p.address] = (old[0] + p.segments, old[1] + p.retransmitted)
+    sums = summed((p.address, p.segments, p.retransmitted) for p in peers)
     return tuple(PeerSegments(a, s, r) for a, (s, r) in sorted(sums.items()))
 
 

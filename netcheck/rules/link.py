@@ -29,6 +29,7 @@ from netcheck.core.bwrecords import (
     link_directions,
     lossy,
     rate_text,
+    summed,
 )
 from netcheck.core.constants import LINK_LOSS_MIN, LINK_LOSS_RATE
 from netcheck.core.model import FAIL, PASS, WARN, Finding
@@ -103,12 +104,10 @@ def _lossy_receivers(directions: dict[Pair, tuple[int, int]]) -> list[int]:
     moved enough to tell (chaos seed 1, schedule 1041: 5% lost, a sweep that crawled, 4 of 177
     and 9 of 171 resent into node2). One peer's direction alone cannot tell the receiver from
     the sender."""
-    inbound: dict[int, tuple[int, int]] = {}
+    inbound = summed((b, s, r) for (_, b), (s, r) in directions.items())
     senders: dict[int, int] = {}
     clean_into: set[int] = set()
     for (_, b), (s, r) in directions.items():
-        old = inbound.get(b, (0, 0))
-        inbound[b] = (old[0] + s, old[1] + r)
         senders[b] = senders.get(b, 0) + (1 if r else 0)
         if judged(s, r) and not lossy(s, r):
             clean_into.add(b)
