@@ -3,7 +3,8 @@ and benchmarks/html_report.py: nodes with their interfaces, a failure, a warning
 passing checks naming every node, environment differences, settings to paste, and a bandwidth
 result (a sweep across all ranks with its plateau and bucket, each rank's time, node pairs)
 whose findings the bandwidth rules themselves make from it: one slow node's pairs (bw.pair)
-and one slow rank (bw.straggler).
+and one slow rank (bw.straggler). A `healthy=True` cluster's bandwidth has neither: its pairs
+are 1.41 and 1.44 GB/s, its ranks' times 165.0 to 165.4 ms (spreads below the text's precision).
 
     report = cluster_report(4096)      # what `benchmarks/scale.py --nodes 4096` measures, and more
 """
@@ -38,30 +39,39 @@ def facts(rank: int, name: str, n: int) -> NodeFacts:
                      nics=NicTable(nics, (), "eth0"), socket_env={}, reach=None, version="0")
 
 
-def sweep(n: int, slow_rank: int) -> Sweep:
-    """busbw rising to a plateau of about 11 GB/s; rank `slow_rank` four times the others' time."""
+def sweep(n: int, slow_rank: int | None) -> Sweep:
+    """busbw rising to a plateau of about 11 GB/s; rank `slow_rank` four times the others' time
+    (with none, every rank within 0.4 ms of 165 ms)."""
     rows = tuple(Row(s, s // 4, "float32", "sum", 20 + s / 11e3, s / (20 + s / 11e3) / 1e3,
                      2 * (n - 1) / n * s / (20 + s / 11e3) / 1e3, 0) for s in SIZES)
-    times = tuple(RankTime(r, r, 24000.0 * (4 if r == slow_rank else 1 + (r % 7) / 100)) for r in range(n))
+    if slow_rank is None:
+        times = tuple(RankTime(r, r, 165_000.0 + 100 * (r % 5)) for r in range(n))
+    else:
+        times = tuple(RankTime(r, r, 24000.0 * (4 if r == slow_rank else 1 + (r % 7) / 100)) for r in range(n))
     return Sweep("all", "all_reduce", n, 1, rows, rank_times=times)
 
 
-def bandwidth(n: int, names: dict[int, str], slow_node: int, slow_rank: int) -> BandwidthResult:
-    """Each node with its next two around the ring; the pairs of `slow_node` at a fifth."""
+def bandwidth(n: int, names: dict[int, str], slow_node: int | None, slow_rank: int | None) -> BandwidthResult:
+    """Each node with its next two around the ring; the pairs of `slow_node` at a fifth (with
+    none, every pair at 1.41 or 1.44 GB/s)."""
     ends = sorted({tuple(sorted((a, (a + k) % n))) for a in range(n) for k in (1, 2)})
-    pairs = tuple(Pair(a, b, 64 << 20, 6000.0, 10.0 / (5 if slow_node in (a, b) else 1) + (a % 5) / 10)
-                  for a, b in ends)
+    if slow_node is None:
+        pairs = tuple(Pair(a, b, 64 << 20, 6000.0, 1.41 + 0.03 * ((a + b) % 2)) for a, b in ends)
+    else:
+        pairs = tuple(Pair(a, b, 64 << 20, 6000.0, 10.0 / (5 if slow_node in (a, b) else 1) + (a % 5) / 10)
+                      for a, b in ends)
     s = sweep(n, slow_rank)
     return BandwidthResult("gloo", "no CUDA: using gloo", n, 1, (s,), pairs, None, "", (), 12.5,
                            {str(r): h for r, h in names.items()}, (headline(s, OPTIONS, 2, n),))
 
 
-def cluster_report(n: int, names: dict[int, str] | None = None):
-    """The host's report of n nodes (n >= 3); `names`: hostnames by rank where they differ from simNNNN."""
+def cluster_report(n: int, names: dict[int, str] | None = None, healthy: bool = False):
+    """The host's report of n nodes (n >= 3); `names`: hostnames by rank where they differ from
+    simNNNN; `healthy`: no slow pair or rank in its bandwidth."""
     names = {r: hostname(r) for r in range(n)} | (names or {})
     everyone = tuple(range(n))
-    mesh_cut, clock_off, slow = (n - 1,), (n // 2,), n // 3
-    bw = bandwidth(n, names, slow, n - 2)
+    mesh_cut, clock_off = (n - 1,), (n // 2,)
+    bw = bandwidth(n, names, None, None) if healthy else bandwidth(n, names, n // 3, n - 2)
     findings = (
         Finding("mesh.connect", "fail", mesh_cut, f"{names[n - 1]} cannot be reached from {n - 1} others",
                 tuple(f"{names[r]} -> {names[n - 1]} eth0: filtered" for r in range(n - 1)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from cluster import NodeSpec
 from html_reports import cluster_report, hostname
 from netcheck import cli
 from netcheck.config import load_report
-from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_USAGE
+from netcheck.core.constants import BW_PAIR_SLOW, EXIT_BY_VERDICT, EXIT_USAGE
 from netcheck.core.model import EnvRow
 from netcheck.render.escape import printable
 from netcheck.render.html import ROWS_SHOWN, render_html
@@ -151,6 +152,78 @@ def test_a_3_node_page_holds_what_its_json_holds_and_loads_clean(browser, artefa
     (straggler,) = [f for f in report.findings if f.check == "bw.straggler"]
     assert snapshot["stragglers"] == list(straggler.evidence) and snapshot["marked"] == 1
     assert snapshot["scripts"] == 1
+
+
+# Each picture's axes as drawn (x, y, and a heatmap's colour scale c): the tick labels along
+# each axis and the axis's title.
+AXES = """Array.from(document.querySelectorAll("#bandwidth svg, #pairs svg, #rank-times svg")).map((svg) =>
+  Object.fromEntries(["x", "y", "c"].map((axis) => [axis, {
+    ticks: Array.from(svg.querySelectorAll(`text.tick.${axis}`)).map((t) => t.textContent),
+    titles: Array.from(svg.querySelectorAll(`text.axis.${axis}`)).map((t) => t.textContent)}])))"""
+
+# The heatmap's cells (their share of the yardstick, outlined or not, the ink their fill takes)
+# and its legend.
+HEATMAP = """(() => ({
+  cells: Array.from(document.querySelectorAll("#pairs g.cell")).map((g) => ({
+    share: Number(g.dataset.share), named: g.classList.contains("named"),
+    ink: g.querySelector("text").getAttribute("class"), title: g.querySelector("title").textContent})),
+  scale: Array.from(document.querySelectorAll("#pairs .colour-scale text.tick")).map((t) => t.textContent),
+  bound: document.querySelectorAll("#pairs .colour-scale line.bound").length,
+  legend: (document.getElementById("pair-legend") || {textContent: ""}).textContent,
+}))()"""
+
+
+def assert_every_axis_reads(page) -> int:
+    """Every axis of every picture on the page has a title, and no two of its tick labels alike;
+    an axis of figures says their unit in brackets (a size's label says its own: 64 KiB). The
+    number of axes."""
+    axes = [(k, axis, a) for k, svg in enumerate(page.evaluate(AXES)) for axis, a in svg.items() if a["ticks"]]
+    for k, axis, a in axes:
+        assert len(set(a["ticks"])) == len(a["ticks"]) and len(a["titles"]) == 1, (k, axis, a)
+        if any(re.fullmatch(r"[\d.]+", t) for t in a["ticks"]):
+            assert re.search(r"\(\S[^()]*\)$", a["titles"][0]), (k, axis, a)
+    return len(axes)
+
+
+@pytest.mark.parametrize("healthy", [True, False], ids=["healthy", "one-slow-node"])
+def test_every_picture_has_units_on_its_axes_and_distinct_ticks(healthy, browser, artefacts, tmp_path):
+    """Close figures (pairs at 1.41 and 1.44 GB/s, ranks within 0.4 ms of 165 ms) and far ones
+    (a node at a fifth, a rank at four times), on one machine where every node is `vm`."""
+    report = cluster_report(5, {r: "vm" for r in range(5)}, healthy=healthy)
+    page = browser.open(rendered_again(saved(report, tmp_path)))
+    page.evaluate('document.getElementById("pairs").scrollIntoView()')
+    page.screenshot(artefacts / f"axes-{'healthy' if healthy else 'slow'}.png")
+    assert page.problems() == []
+    # busbw: x, y; time per op: x, y; heatmap: the nodes both ways, its colour scale; per-rank: x, y
+    assert assert_every_axis_reads(page) == 9
+
+
+def test_a_healthy_clusters_heatmap_shows_no_pair_as_bad_and_has_a_legend(browser, tmp_path):
+    report = cluster_report(5, healthy=True)
+    assert all(f.severity == "pass" for f in report.findings if f.check == "bw.pair")
+    page = browser.open(rendered_again(saved(report, tmp_path)))
+    heat = page.evaluate(HEATMAP)
+    assert len(heat["cells"]) == 2 * len(report.bandwidth.pairs)
+    # 1.41 and 1.44 GB/s are both near the top of the scale: light fills, none outlined
+    assert all(c["share"] > 0.95 and c["ink"] == "dark" and not c["named"] for c in heat["cells"]), heat
+    assert heat["bound"] == 1 and len(set(heat["scale"])) == 3
+    assert f"{100 * BW_PAIR_SLOW:.0f}% of the median node's best pair" in heat["legend"]
+    assert "Outlined" not in heat["legend"]
+
+
+def test_a_slow_node_stands_out_in_the_heatmap(browser, tmp_path):
+    report = cluster_report(5)
+    (pair,) = [f for f in report.findings if f.check == "bw.pair"]
+    assert pair.severity == "fail" and pair.nodes == (5 // 3,)
+    page = browser.open(rendered_again(saved(report, tmp_path)))
+    heat = page.evaluate(HEATMAP)
+    slow_name = hostname(5 // 3)
+    slow = [c for c in heat["cells"] if slow_name in c["title"].split(":")[0].split(" <-> ")]
+    rest = [c for c in heat["cells"] if c not in slow]
+    assert len(slow) == 2 * 4 and rest
+    assert all(c["share"] < BW_PAIR_SLOW and c["named"] and c["ink"] == "light" for c in slow), slow
+    assert all(c["share"] >= BW_PAIR_SLOW and not c["named"] for c in rest), rest
+    assert "Outlined: a pair of a node bw.pair names" in heat["legend"]
 
 
 SAID_STATUS = """new Promise((done) => {

@@ -18,6 +18,7 @@ per-rank times; the environment differences; the export lines, with a copy butto
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,10 +27,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from netcheck import __version__
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, time_text
+from netcheck.core.constants import BW_PAIR_SLOW
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
 from netcheck.render.text import export_lines, header_line, lossy_pairs
+from netcheck.rules.bw import pair_yardstick
 from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER
 
 # Up to this many nodes the pairs are a matrix with a value in every cell; beyond, a matrix is
@@ -165,12 +168,13 @@ def bandwidth_view(report: Report) -> BandwidthView | None:
     series = [(s, heads.get((s.stage, s.op))) for s in result.sweeps if s.rows]
     buckets = tuple((b, f"DDP bucket ({size_words(b)})")
                     for b in dict.fromkeys(h.bucket_bytes for h in result.headlines if h.bucket_bytes))
-    busbw = svg.curve_chart("bus bandwidth (GB/s); the band: the plateau's sizes",
+    busbw = svg.curve_chart("bus bandwidth; the band: the plateau's sizes", "busbw",
                             [svg.Series(_label(s), tuple((r.size, r.busbw) for r in s.rows),
                                         (h.plateau_from, h.plateau_to) if h else None) for s, h in series],
-                            gbps_cell, buckets)
-    latency = svg.curve_chart("time per op", [svg.Series(_label(s), tuple((r.size, r.time_us) for r in s.rows))
-                                              for s, _ in series], time_text, buckets)
+                            rate_text, svg.RATE_UNITS, buckets)
+    latency = svg.curve_chart("time per op", "time per op",
+                              [svg.Series(_label(s), tuple((r.size, r.time_us) for r in s.rows)) for s, _ in series],
+                              time_text, svg.TIME_UNITS, buckets)
     plateaus = tuple(f"{_label(s)}: {plateau_text(h)}" for s, h in series if h)
     return BandwidthView(result, plateaus, busbw, latency, pairs_view(report, result),
                          tuple(v for s in result.sweeps if (v := rank_times(report, s))))
@@ -184,17 +188,19 @@ def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
     """The pairs' view of the report's bandwidth RESULT, its slow pairs from the report's findings."""
     if not result.pairs:
         return None
-    name = result.node_name
     slow = {n for f in report.findings if f.check == BW_PAIR and f.severity != "pass" for n in f.nodes}
     ordered = sorted(result.pairs, key=lambda p: p.busbw)
-    slowest = tuple((name(p.a), name(p.b), gbps_cell(p.busbw)) for p in ordered[:SLOWEST_PAIRS])
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
-    named = ", ".join(name(n) for n in sorted(slow))
     lost = lossy_pairs(report)
+    shown = sorted({*nodes, *slow, *(n for ends in lost for n in ends)})
+    name = dict(zip(shown, _distinct([result.node_name(n) for n in shown], shown))).__getitem__
+    slowest = tuple((name(p.a), name(p.b), gbps_cell(p.busbw)) for p in ordered[:SLOWEST_PAIRS])
+    named = ", ".join(name(n) for n in sorted(slow))
     resent = ", ".join(f"{name(a)} <-> {name(b)} {share:.1%}" for (a, b), share in
                        sorted(lost.items(), key=lambda item: -item[1])[:SLOWEST_PAIRS])
     if len(nodes) > HEATMAP_UP_TO:
-        spread = svg.histogram([(p.busbw, p.a in slow or p.b in slow) for p in result.pairs], rate_text, "pairs")
+        spread = svg.histogram([(p.busbw, p.a in slow or p.b in slow) for p in result.pairs], rate_text, "pairs",
+                               "busbw each way", svg.RATE_UNITS)
         return PairsView(len(result.pairs), size_words(result.pairs[0].size), None, spread, slowest, named, resent)
     index = {n: k for k, n in enumerate(nodes)}
     values = {(index[a], index[b]): p.busbw for p in result.pairs for a, b in ((p.a, p.b), (p.b, p.a))}
@@ -203,8 +209,18 @@ def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
         share = lost.get((min(nodes[i], nodes[j]), max(nodes[i], nodes[j])))
         return (f"{name(nodes[i])} <-> {name(nodes[j])}: {rate_text(v)} each way"
                 + (f", {share:.1%} of segments resent" if share else ""))
-    cells = svg.heatmap([name(n) for n in nodes], values, gbps_cell, title)
+    yardstick = pair_yardstick(result)
+    cells = svg.heatmap([name(n) for n in nodes], values, gbps_cell, title, yardstick,
+                        BW_PAIR_SLOW, f"bw.pair's bound: {100 * BW_PAIR_SLOW:.0f}% of the median node's best pair "
+                        f"({rate_text(yardstick)})", {index[n] for n in slow if n in index})
     return PairsView(len(result.pairs), size_words(result.pairs[0].size), cells, None, slowest, named, resent)
+
+
+def _distinct(names: list[str], ranks: list[int]) -> list[str]:
+    """Hostnames as labels; where two nodes share one (every node of a one-machine run), each
+    with its node rank."""
+    repeated = {n for n, k in Counter(names).items() if k > 1}
+    return [f"{n} (node {r})" if n in repeated else n for n, r in zip(names, ranks)]
 
 
 def rank_times(report: Report, sweep: Sweep) -> RankTimes | None:
@@ -214,7 +230,8 @@ def rank_times(report: Report, sweep: Sweep) -> RankTimes | None:
         return None
     named = [f for f in report.findings if f.check == BW_STRAGGLER and f.severity != "pass"]
     slow_nodes = {n for f in named for n in f.nodes}
-    chart = svg.histogram([(t.time_us, t.node in slow_nodes) for t in sweep.rank_times], time_text, "ranks")
+    chart = svg.histogram([(t.time_us, t.node in slow_nodes) for t in sweep.rank_times], time_text, "ranks",
+                          "time per op", svg.TIME_UNITS)
     size = size_words(sweep.rows[-1].size) if sweep.rows else "the largest size"
     title = f"{_label(sweep)}: each rank's time per op at {size}"
     return RankTimes(title, chart, tuple(e for f in named for e in f.evidence))

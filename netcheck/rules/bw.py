@@ -343,6 +343,18 @@ def _largest_rows(sweep: Sweep) -> tuple[str, ...]:
 
 # --- bw.pair --------------------------------------------------------------------------------
 
+def best_pairs(result: BandwidthResult) -> dict[int, float]:
+    """Each measured node's best pair: its own link's speed when its peers are healthy."""
+    return {n: max(p.busbw for p in result.pairs if n in (p.a, p.b)) for n in range(result.nnodes)
+            if any(n in (p.a, p.b) for p in result.pairs)}
+
+
+def pair_yardstick(result: BandwidthResult) -> float:
+    """What bw.pair measures a node against: the median node's best pair (its bound is
+    BW_PAIR_SLOW of it). The HTML heatmap's scale reads against it too. Needs result.pairs."""
+    return statistics.median(best_pairs(result).values())
+
+
 def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     if not result.pairs:
         return []
@@ -352,9 +364,7 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     if result.nnodes < 3:
         return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pair measured; with two "
                         "nodes a slow node cannot be told from its peer", evidence)]
-    # A node's best pair is its own link's speed when its peers are healthy.
-    best = {n: max(p.busbw for p in result.pairs if n in (p.a, p.b)) for n in everyone
-            if any(n in (p.a, p.b) for p in result.pairs)}
+    best = best_pairs(result)
     median = statistics.median(best.values())
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
     if not slow:
