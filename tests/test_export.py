@@ -91,16 +91,17 @@ def test_each_check_reports_its_worst_severity_once():
 def test_node_metrics_name_a_missing_node_by_its_slurm_hostname():
     text = export.render_prom(report(PASSED + (MISSING, CLOCK)))
     assert series(text, "netcheck_node_faulty") == {
-        (("node", "gpu01"),): 0, (("node", "gpu02"),): 0, (("node", "gpu03"),): 1}
+        (("node", "gpu01"), ("node_rank", "0")): 0, (("node", "gpu02"), ("node_rank", "1")): 0,
+        (("node", "gpu03"), ("node_rank", "2")): 1}
     assert series(text, "netcheck_node_findings") == {
-        (("check", "rdzv.join"), ("node", "gpu03"), ("severity", "fail")): 1,
-        (("check", "host.clock"), ("node", "gpu02"), ("severity", "warn")): 1}
+        (("check", "rdzv.join"), ("node", "gpu03"), ("node_rank", "2"), ("severity", "fail")): 1,
+        (("check", "host.clock"), ("node", "gpu02"), ("node_rank", "1"), ("severity", "warn")): 1}
 
 
 def test_a_rank_without_a_known_hostname_is_named_by_rank():
     lost = Finding("rdzv.join", "fail", (7,), "node rank 7 never joined")
     findings = series(export.render_prom(report((lost,))), "netcheck_node_findings")
-    assert findings == {(("check", "rdzv.join"), ("node", "rank 7"), ("severity", "fail")): 1}
+    assert findings == {(("check", "rdzv.join"), ("node", "rank 7"), ("node_rank", "7"), ("severity", "fail")): 1}
 
 
 def test_phase_timings_are_seconds_per_phase():
@@ -116,7 +117,8 @@ def test_bandwidth_gives_each_sweeps_average_and_each_pair():
                          (Pair(0, 1, 1 << 24, 9000.0, 1.86),), None, "", (), 5.0, {"0": "gpu01", "1": "gpu02"})
     text = export.render_prom(dataclasses.replace(report(PASSED), bandwidth=bw))
     assert series(text, "netcheck_bw_busbw_gbps") == {(("op", "all_reduce"), ("stage", "all")): 1.8}
-    assert series(text, "netcheck_bw_pair_busbw_gbps") == {(("node", "gpu01"), ("peer", "gpu02")): 1.86}
+    assert series(text, "netcheck_bw_pair_busbw_gbps") == {
+        (("node", "gpu01"), ("node_rank", "0"), ("peer", "gpu02"), ("peer_node_rank", "1")): 1.86}
 
 
 def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
@@ -138,14 +140,22 @@ def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
     assert series(text, "netcheck_bw_step_seconds") == {where: round(100 * bucket / at_bucket / 1e9, 6)}
 
 
-def test_two_ranks_on_one_hostname_give_one_series_each():
-    twice = Finding("rdzv.join", "fail", (0, 1), "rank claimed twice")
-    rep = report((twice,), healthy=("gpu01",), faulty=("gpu01",), nodes=(0, 0))
+def test_nodes_that_share_a_hostname_stay_distinct_series():
+    """Every node of a one-machine run is `vm`: each node's series is its own, by node rank
+    (series() fails on a repeated one, as a textfile collector drops it)."""
+    slow = Finding("bw.pair", "fail", (1, 2), "vm at best 0.2 GB/s")
+    entries = tuple(NodeEntry(r, "vm", "127.0.0.1", builders.facts("vm")) for r in range(3))
+    pairs = tuple(Pair(a, b, 1 << 24, 9000.0, 1.4 + a / 10) for a, b in ((0, 1), (0, 2), (1, 2)))
+    bw = BandwidthResult("gloo", "no CUDA: using gloo", 3, 1, (), pairs, None, "", (), 5.0,
+                         {str(r): "vm" for r in range(3)})
+    rep = dataclasses.replace(report((slow,), healthy=(), faulty=("vm",)), nodes=entries, bandwidth=bw)
     text = export.render_prom(rep)
-    assert series(text, "netcheck_node_faulty") == {(("node", "gpu01"),): 1}
+    assert series(text, "netcheck_node_faulty") == {(("node", "vm"), ("node_rank", str(r))): 1 for r in range(3)}
     assert series(text, "netcheck_node_findings") == {
-        (("check", "rdzv.join"), ("node", "gpu01"), ("severity", "fail")): 1,
-        (("check", "rdzv.join"), ("node", "gpu02"), ("severity", "fail")): 1}
+        (("check", "bw.pair"), ("node", "vm"), ("node_rank", str(r)), ("severity", "fail")): 1 for r in (1, 2)}
+    assert series(text, "netcheck_bw_pair_busbw_gbps") == {
+        (("node", "vm"), ("node_rank", str(p.a)), ("peer", "vm"), ("peer_node_rank", str(p.b))): p.busbw
+        for p in pairs}
 
 
 def test_label_values_from_peers_are_escaped():

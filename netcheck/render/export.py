@@ -16,7 +16,11 @@ The metrics are Prometheus' text format, for the node exporter's textfile collec
     netcheck_verdict{severity="warn"} 0
     netcheck_verdict{severity="fail"} 1
     ...
-    netcheck_node_faulty{node="node2"} 1
+    netcheck_node_faulty{node="node2",node_rank="2"} 1
+
+Every series about a node carries its node rank beside its hostname: nodes that share a
+hostname (every node of a one-machine run, clones of one image) stay distinct series, where a
+textfile collector would otherwise serve one of them and drop the rest.
 """
 
 from __future__ import annotations
@@ -50,10 +54,10 @@ def render_prom(report: Report) -> str:
          _one_of(report.verdict, {})),
         ("netcheck_check", "Each check's worst severity: 1 for it, 0 for the others.",
          _checks(report)),
-        ("netcheck_node_faulty", "1 for a node with a failing check (it is in the exclude "
-         "list), 0 for a healthy one.", _faulty(report)),
-        ("netcheck_node_findings", "Warnings and failures that name a node, by check and "
-         "severity.", _node_findings(report)),
+        ("netcheck_node_faulty", "1 for a node whose hostname is faulty (it is in the exclude "
+         "list), 0 for a healthy one; by hostname and node rank.", _faulty(report)),
+        ("netcheck_node_findings", "Warnings and failures that name a node, by check, "
+         "severity, hostname and node rank.", _node_findings(report)),
         ("netcheck_phase_seconds", "Seconds each phase took.",
          [({"phase": phase}, seconds) for phase, seconds in report.timings.items()]),
         ("netcheck_bw_busbw_gbps", "Average bus bandwidth of each sweep, GB/s (nccl-tests' "
@@ -69,7 +73,8 @@ def render_prom(report: Report) -> str:
         ("netcheck_bw_step_seconds", "Seconds of all_reduce a --model-params gradient costs per step in "
          "DDP's buckets (--bucket-mb), at the busbw measured at the bucket size, by stage.",
          _headline(report, lambda h: h.step_s)),
-        ("netcheck_bw_pair_busbw_gbps", "Bandwidth between two nodes, GB/s each way.", _pairs(report)),
+        ("netcheck_bw_pair_busbw_gbps", "Bandwidth between two nodes, GB/s each way, by each "
+         "one's hostname and node rank.", _pairs(report)),
     )
     return "".join(_family(name, text, samples) for name, text, samples in families)
 
@@ -88,7 +93,8 @@ def _pairs(report: Report) -> list[Sample]:
     if report.bandwidth is None:
         return []
     name = report.bandwidth.node_name
-    return [({"node": name(p.a), "peer": name(p.b)}, p.busbw) for p in report.bandwidth.pairs]
+    return [({"node": name(p.a), "node_rank": str(p.a), "peer": name(p.b), "peer_node_rank": str(p.b)}, p.busbw)
+            for p in report.bandwidth.pairs]
 
 
 def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:
@@ -104,15 +110,21 @@ def _checks(report: Report) -> list[Sample]:
 
 
 def _faulty(report: Report) -> list[Sample]:
+    """Each node rank whose hostname the report calls healthy or faulty; a hostname with no
+    known rank (a peer's, unranked) by its name alone."""
     state = {**{h: 0 for h in report.healthy_nodes}, **{h: 1 for h in report.faulty_nodes}}
-    return [({"node": h}, v) for h, v in state.items()]
+    by_rank = _hostnames_by_rank(report)
+    ranked: list[Sample] = [({"node": h, "node_rank": str(r)}, state[h]) for r, h in sorted(by_rank.items())
+                            if h in state]
+    known = set(by_rank.values())
+    return ranked + [({"node": h}, v) for h, v in state.items() if h not in known]
 
 
 def _node_findings(report: Report) -> list[Sample]:
     names = _hostnames_by_rank(report)
-    counts = Counter((f.check, names.get(r, f"rank {r}"), f.severity)
-                     for f in report.findings if f.severity != PASS for r in f.nodes)
-    return [({"check": c, "node": n, "severity": s}, k) for (c, n, s), k in counts.items()]
+    counts = Counter((f.check, r, f.severity) for f in report.findings if f.severity != PASS for r in f.nodes)
+    return [({"check": c, "node": names.get(r, f"rank {r}"), "node_rank": str(r), "severity": s}, k)
+            for (c, r, s), k in counts.items()]
 
 
 def _hostnames_by_rank(report: Report) -> dict[int, str]:
