@@ -73,7 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="netcheck", description="Preflight network check for multi-node PyTorch: "
+    p = _Parser(prog="netcheck", usage=USAGE, description="Preflight network check for multi-node PyTorch: "
                 "run the same command on every node.", epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"netcheck {__version__}")
@@ -109,16 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder whose content must be the same on every node (code, configs); repeatable")
     p.add_argument("--baseline", metavar="REPORT.json", help="a known-good earlier JSON report: "
                    "say what drifted since (versions, variables, hashes, interfaces, settings)")
-    p.add_argument("--json", metavar="PATH|-", help="write the JSON report there ('-': stdout, "
-                   "and the text report goes to stderr). '{rank}' in PATH becomes the node "
+    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP + ". '{rank}' in PATH becomes the node "
                    "rank; under torchrun, only rank 0 writes unless PATH has '{rank}'")
     p.add_argument("--exclude-file", metavar="PATH", help="write the faulty hostnames there, "
                    "comma-separated on one line (empty when none), as `sbatch --exclude` "
                    "takes them: sbatch --exclude=\"$(cat PATH)\" ...")
-    p.add_argument("--prom", metavar="PATH", help="write the verdicts, each check's severity, "
-                   "the faulty nodes and the phase timings there as Prometheus text-format "
-                   "metrics (netcheck_*), e.g. into the node exporter's textfile collector "
-                   "directory as netcheck.prom")
+    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
     flags.add_arguments(p)
     p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
                    "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
@@ -128,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+USAGE = ("netcheck [--rdzv HOST:PORT] [--nnodes N] [--node-rank K] [options]   (on every node)\n"
+         "       netcheck {local,probe,inspect,checks,report} ...                   (each with -h)")
+JSON_HELP = "write the JSON report there ('-': stdout, and the text report goes to stderr)"
+PROM_HELP = ("write the verdicts, each check's severity, the faulty nodes and the phase timings there as "
+             "Prometheus text-format metrics (netcheck_*), e.g. into the node exporter's textfile collector "
+             "directory as netcheck.prom")
 HTML_HELP = ("write the report there as one self-contained web page (nothing fetched when opened): findings "
              "by check, a node table that sorts and filters, the node-pair heatmap, busbw and latency curves, "
              "per-rank times, the environment differences, the export lines")
@@ -281,7 +283,7 @@ def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> None:
 def run_local(argv: list[str]) -> int:
     p = _Parser(prog="netcheck local", description="This node only: interfaces, names, "
                 "/dev/shm, launcher view. No network traffic.")
-    p.add_argument("--json", metavar="PATH|-")
+    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
                    "this report always shows the evidence of passing checks")
@@ -302,12 +304,15 @@ def run_probe(argv: list[str]) -> int:
     p.add_argument("endpoint", metavar="HOST:PORT")
     p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
                    help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")
-    p.add_argument("--json", metavar="PATH|-")
+    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
     outputs = Outputs(json=args.json, html=args.html)
     outputs.check()
-    endpoint = parse_endpoint(args.endpoint)
+    try:
+        endpoint = parse_endpoint(args.endpoint)
+    except UsageError as e:   # its words name --rdzv, the run's flag: here the endpoint is an argument
+        raise UsageError(f"netcheck probe {str(e).removeprefix('--rdzv ')}") from None
     timeout = check_look_timeout(args.timeout)
     from netcheck.phases.assemble import probe_only
 
@@ -339,8 +344,8 @@ def run_inspect(argv: list[str]) -> int:
                    "are counted, not read")
     p.add_argument("--preflight", metavar="REPORT.json", help="the job's preflight report (netcheck --json), "
                    "to name each rank of --traces by its host")
-    p.add_argument("--json", metavar="PATH|-")
-    p.add_argument("--prom", metavar="PATH")
+    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
+    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
     args = p.parse_args(argv)
     outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
@@ -386,7 +391,10 @@ def run_report(argv: list[str]) -> int:
     outputs = Outputs(html=args.html)
     outputs.check()
     rep = _baseline(args.report, "netcheck report")
-    emit(rep, outputs, quiet=bool(args.html) and not args.text, verbose=False)
+    text = args.text or not args.html
+    emit(rep, outputs, quiet=not text, verbose=False)
+    if not text:   # emit says where the page is only beside the text
+        say(f"the HTML report is in {args.html}")
     return EXIT_BY_VERDICT[rep.verdict]
 
 

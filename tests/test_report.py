@@ -99,7 +99,7 @@ def test_an_export_value_is_one_shell_word_and_a_hostname_cannot_end_its_comment
 
 def test_a_run_id_is_shown_once_escaped():
     text = render_text(dataclasses.replace(report("flags"), run_id="job\x1b[2J"))
-    assert text.startswith("netcheck ") and "run 'job\\x1b[2J'" in text
+    assert text.startswith("netcheck ") and "run id 'job\\x1b[2J'" in text
 
 
 # --- one node's report: its words ------------------------------------------------------------------

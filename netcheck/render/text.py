@@ -4,7 +4,7 @@ Renderers decide nothing: the verdict, the ranks at fault and the fixes are in t
 The text is rendered from a copy of the Report whose every string is printable (escape), so
 the renderer's newlines are the only ones and no control character reaches the terminal.
 
-    netcheck 0.1.0 - run 'netcheck' - host (node rank 0) - verdict FAIL
+    netcheck 0.1.0 - run id 'netcheck' - host (node rank 0) - verdict FAIL
 
     PASS  rdzv.listen  the host listens on port 29500
     FAIL  rdzv.join    node rank 2 (node2) never joined in 30 s; 2 of 3 nodes joined
@@ -168,10 +168,10 @@ def _seat(report: Report) -> str:
 
 
 def header_line(report: Report) -> str:
-    """The report's first line: version, run, role, verdict."""
+    """The report's first line: version, the run's id (--rdzv-id), role, verdict."""
     verdict = f"verdict {LABELS[report.verdict]}"
     if report.job is not None:
-        run = f"run '{report.job.run_id}'" if report.job.run_id else "every run"
+        run = f"run id '{report.job.run_id}'" if report.job.run_id else "every run"
         return f"netcheck {__version__} - inspect {report.job.endpoint} ({run}) - {verdict}"
     if report.role == PROBE:   # one probe from this node: no run, no rank
         return f"netcheck {__version__} - probe - {verdict}"
@@ -181,7 +181,7 @@ def header_line(report: Report) -> str:
         seat = "" if report.node_rank is None else f" ({_seat(report)} {report.node_rank})"
         return f"netcheck {__version__} - local: {', '.join(n.hostname for n in report.nodes)}{seat} - {verdict}"
     rank = "?" if report.node_rank is None else report.node_rank
-    return (f"netcheck {__version__} - run '{report.run_id}' - {report.role} ({_seat(report)} {rank}) "
+    return (f"netcheck {__version__} - run id '{report.run_id}' - {report.role} ({_seat(report)} {rank}) "
             f"- {verdict}")
 
 

@@ -140,7 +140,7 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
                f"no *_SOCKET_IFNAME is set on {'any node' if where == 'every node' else where}: each library "
                "picks its own interface")
     return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
-                    summary + ("; routes to peers below (-v)" if routes else ""), routes)]
+                    summary + ("; -v lists each node's route to its peers" if routes else ""), routes)]
 
 
 def shared_subnets(table) -> list[str]:
