@@ -181,3 +181,15 @@ def test_an_inspect_without_a_live_view_says_how_to_get_one_and_one_with_it_does
     assert "live collective view" not in render_text(seen)
     unreached = dataclasses.replace(looked, job=JobView("node0:29500", None, "now", 0.1, store_error="refused"))
     assert "live collective view" not in render_text(unreached)
+
+
+def test_a_joiner_points_at_the_hosts_bandwidth_tables_and_prints_them_with_v():
+    """Every joiner printing the cluster's tables buries its own findings (issue 53)."""
+    from html_reports import cluster_report
+    from netcheck.render.text import JOINER_TABLES
+
+    host = cluster_report(3)
+    joiner = dataclasses.replace(host, role="joiner", node_rank=1)
+    assert "# Avg bus bandwidth" in render_text(host) and JOINER_TABLES not in render_text(host)
+    assert JOINER_TABLES in render_text(joiner) and "# Avg bus bandwidth" not in render_text(joiner)
+    assert "# Avg bus bandwidth" in render_text(joiner, verbose=True)

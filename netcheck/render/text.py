@@ -25,7 +25,7 @@ from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.bwrecords import pair_resent
 from netcheck.core.bwtext import size_words
-from netcheck.core.model import HOST, INSPECT, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
+from netcheck.core.model import HOST, INSPECT, JOINER, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
 from netcheck.render.escape import printable_copy
 from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
@@ -38,6 +38,8 @@ TABLES_UP_TO = 16
 # Beyond TABLES_UP_TO nodes, without -v: this many evidence lines per finding, and the
 # passing checks on one line.
 SHOWN_AT_SCALE = 4
+# A joiner's bandwidth tables are the host's: every node printing them buries its own findings.
+JOINER_TABLES = "# bandwidth: the tables are in the host's report (node rank 0); -v prints them here too"
 
 
 def render_text(report: Report, verbose: bool = False) -> str:
@@ -52,7 +54,9 @@ def render_text(report: Report, verbose: bool = False) -> str:
         lines += ["", _nodes_table(report)] if full else ["", _nodes_count(report)] + _offenders(report)
     if report.env_table:
         lines += ["", _env_table(report)]
-    if report.bandwidth and report.bandwidth.sweeps:
+    if report.bandwidth and report.bandwidth.sweeps and report.role == JOINER and not verbose:
+        lines += ["", JOINER_TABLES]
+    elif report.bandwidth and report.bandwidth.sweeps:
         lines += ["", bwtables.render_text(report.bandwidth, pairs=full, resent=lossy_pairs(report))]
     if report.role == LOCAL:
         lines += [""] + [line for node in report.nodes for line in node_facts(node)]
