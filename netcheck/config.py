@@ -20,11 +20,12 @@ from netcheck.core.constants import (
     FOUNDATION_PHASES,
     MAX_BASELINE_BYTES,
     MAX_NODES,
+    MAX_RANKS,
     PHASES,
     REPORT_SCHEMA,
 )
 from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, MAX_SECONDS, is_run_id
-from netcheck.core.model import Endpoint, Launch, Report
+from netcheck.core.model import Endpoint, Launch, Report, is_torchrun_worker
 from netcheck.facts.probe import error_text
 
 
@@ -138,6 +139,40 @@ def _standing_on(phase: str) -> tuple[str, ...]:
     return FOUNDATION_PHASES
 
 
+def _check_node_size(launch: Launch) -> None:
+    """A netcheck a node: its rank and the node count within MAX_NODES, and their processes (the
+    job's ranks) within MAX_RANKS."""
+    nodes, nproc = launch.nnodes_max, launch.nproc_per_node
+    if launch.node_rank is not None and not 0 <= launch.node_rank < MAX_NODES:
+        raise UsageError(f"--node-rank {launch.node_rank}: must be 0 to {MAX_NODES - 1}")
+    if nodes is None:
+        return
+    if nodes > MAX_NODES:
+        raise UsageError(f"nnodes {nodes} (from {launch.source}): netcheck takes at most {MAX_NODES} nodes "
+                         f"(the node bound; ranks up to {MAX_RANKS})")
+    if nodes * nproc > MAX_RANKS:
+        raise UsageError(f"{nodes} nodes x {nproc} processes = {nodes * nproc} ranks (from {launch.source}): "
+                         f"netcheck takes at most {MAX_RANKS} ranks (the rank bound; nodes up to {MAX_NODES})")
+    if launch.node_rank is not None and launch.node_rank >= nodes:
+        raise UsageError(f"node rank {launch.node_rank} (from {launch.source}) is not below nnodes {nodes}")
+
+
+def _check_torchrun_size(launch: Launch) -> None:
+    """torchrun's workers, each a member seated by its RANK: WORLD_SIZE ranks within MAX_RANKS, on
+    WORLD_SIZE / LOCAL_WORLD_SIZE nodes within MAX_NODES."""
+    ranks, nproc, rank = launch.nnodes_max or 0, launch.nproc_per_node, launch.node_rank
+    nodes = -(-ranks // nproc)
+    shape = f"from torchrun: WORLD_SIZE {ranks} / LOCAL_WORLD_SIZE {nproc} = {nodes} nodes"
+    if ranks > MAX_RANKS:
+        raise UsageError(f"{ranks} ranks ({shape}): netcheck takes at most {MAX_RANKS} ranks "
+                         f"(the rank bound; nodes up to {MAX_NODES})")
+    if nodes > MAX_NODES:
+        raise UsageError(f"{nodes} nodes ({shape}): netcheck takes at most {MAX_NODES} nodes "
+                         f"(the node bound; ranks up to {MAX_RANKS})")
+    if rank is not None and not 0 <= rank < ranks:
+        raise UsageError(f"RANK {rank} (from torchrun) is not below WORLD_SIZE {ranks}")
+
+
 def check_config(config: Config) -> Config:
     launch = config.launch
     # NaN compares false with everything: a NaN deadline never expires (the "never hangs" promise).
@@ -150,16 +185,12 @@ def check_config(config: Config) -> Config:
     if not (config.join_window > 0 and math.isfinite(config.join_window)):
         raise UsageError(f"--join-window {config.join_window:g}: must be more than 0 seconds, "
                          "and finite")
-    if launch.node_rank is not None and not 0 <= launch.node_rank < MAX_NODES:
-        raise UsageError(f"--node-rank {launch.node_rank}: must be 0 to {MAX_NODES - 1}")
-    if (launch.nnodes_max or 0) > MAX_NODES:
-        raise UsageError(f"nnodes {launch.nnodes_max} (from {launch.source}): netcheck takes at most {MAX_NODES}")
-    if launch.node_rank is not None and launch.nnodes_max is not None \
-            and launch.node_rank >= launch.nnodes_max:
-        raise UsageError(f"node rank {launch.node_rank} (from {launch.source}) is not below "
-                         f"nnodes {launch.nnodes_max}")
     if not 1 <= launch.nproc_per_node <= MAX_PROCS_PER_NODE:
         raise UsageError(f"--nproc-per-node {launch.nproc_per_node}: must be 1 to {MAX_PROCS_PER_NODE}")
+    if is_torchrun_worker(launch):
+        _check_torchrun_size(launch)
+    else:
+        _check_node_size(launch)
     if config.mesh:
         try:
             parse_mode(config.mesh)

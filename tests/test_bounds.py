@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from netcheck.core import codec, fields
 from netcheck.core.bwrecords import NodeReport
-from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
+from netcheck.core.constants import MAX_FACTS_BYTES, MAX_MEMBERS
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.meshrecords import MeshDone, MeshResults, Offer
 from netcheck.core.model import ClusterVerdict, NodeFacts, NodeRanks, NodeResults, Report, Visitor
@@ -41,7 +41,7 @@ def unbounded(record: type) -> list[str]:
 def per_node_below_a_cluster(record: type) -> list[str]:
     """The fields under `record` holding node ranks or hostnames (a list of what a node has one
     of) whose bound is below the largest cluster netcheck accepts."""
-    return [where for where, most, item in lists_in(record) if item in NODES_OWN and (most or 0) < MAX_NODES]
+    return [where for where, most, item in lists_in(record) if item in NODES_OWN and (most or 0) < MAX_MEMBERS]
 
 
 def lists_in(record: type) -> list[tuple[str, int | None, object]]:
@@ -106,9 +106,9 @@ def test_a_per_node_list_left_to_the_generic_bound_is_caught():
 
 
 def test_a_per_node_list_decodes_at_every_cluster_size_accepted_and_the_generic_one_does_not():
-    everyone = codec.dumps(list(range(MAX_NODES)))
-    assert len(codec.loads(NodeRanks, everyone, MAX_FACTS_BYTES)) == MAX_NODES
-    with pytest.raises(codec.DecodeError, match=f"{MAX_NODES} items, expected at most {fields.MAX_ITEMS}"):
+    everyone = codec.dumps(list(range(MAX_MEMBERS)))
+    assert len(codec.loads(NodeRanks, everyone, MAX_FACTS_BYTES)) == MAX_MEMBERS
+    with pytest.raises(codec.DecodeError, match=f"{MAX_MEMBERS} items, expected at most {fields.MAX_ITEMS}"):
         codec.loads(tuple[int, ...], everyone, MAX_FACTS_BYTES)
 
 
@@ -118,8 +118,8 @@ def test_a_per_node_list_decodes_at_every_cluster_size_accepted_and_the_generic_
 # sees what a field declares; this sees what the decoder built for it holds to, through every
 # nesting (an optional list, a list of records of lists).
 
-HELD = MAX_NODES + 1          # items a test fills a list with where its bound is larger (a rank's, a pair's)
-REFUSED_UP_TO = fields.MAX_RANKS + 1   # a list of a pair per pair of nodes (50M) is past what a test allocates
+HELD = MAX_MEMBERS + 1          # items a test fills a list with where its bound is larger (a rank's, a pair's)
+REFUSED_UP_TO = fields.MAX_RANKS + 1   # a list of a pair per pair of members (8.6G) is past what a test allocates
 
 
 def containers(doc, record) -> list[tuple[tuple, object]]:
@@ -165,5 +165,5 @@ class OptionalRanks:
 
 def test_the_bound_of_an_optional_list_is_its_own():
     # It was the generic one: the union's options were decoded without what the field declared.
-    assert len(codec.from_plain(OptionalRanks, {"ranks": list(range(MAX_NODES))}).ranks) == MAX_NODES
+    assert len(codec.from_plain(OptionalRanks, {"ranks": list(range(MAX_MEMBERS))}).ranks) == MAX_MEMBERS
     assert codec.from_plain(OptionalRanks, {"ranks": None}).ranks is None

@@ -19,7 +19,7 @@ import pytest
 
 from netcheck import cli
 from netcheck.config import NO_RDZV_IN_ENV, RDZV_REQUIRED
-from netcheck.core.constants import EXIT_USAGE
+from netcheck.core.constants import EXIT_USAGE, MAX_NODES, MAX_RANKS
 from netcheck.core.model import Endpoint
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
 from netcheck.facts.listener import listen
@@ -55,6 +55,17 @@ def assert_one_usage_line(err: str, out: str, message: str | None = None) -> Non
         assert err == f"netcheck: error: {message}\n"
 
 
+def test_a_torchrun_job_past_the_rank_bound_is_refused_in_one_line_naming_ranks_and_nodes():
+    env = {**subprocess_env(), "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "200000",
+           "LOCAL_WORLD_SIZE": "8"}
+    res = subprocess.run([sys.executable, "-m", "netcheck", "--rdzv", "node0"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=20)
+    assert res.returncode == EXIT_USAGE
+    assert_one_usage_line(res.stderr, res.stdout, "200000 ranks (from torchrun: WORLD_SIZE 200000 / LOCAL_WORLD_SIZE 8 "
+                          f"= 25000 nodes): netcheck takes at most {MAX_RANKS} ranks (the rank bound; nodes up to "
+                          f"{MAX_NODES})")
+
+
 # --- bad command lines, in process ----------------------------------------------------------------
 
 
@@ -67,9 +78,10 @@ def assert_one_usage_line(err: str, out: str, message: str | None = None) -> Non
     (["--rdzv", "node0", "--nnodes", "0"], "--nnodes '0': need 1 <= MIN <= MAX"),
     (["--rdzv", "node0", "--nnodes", "²"], "--nnodes '²': expected N or MIN:MAX with whole numbers"),
     (["--rdzv", "node0", "--node-rank", "3", "--nnodes", "2"], "node rank 3 (from flags) is not below nnodes 2"),
-    (["--rdzv", "node0", "--node-rank", "-1"], "--node-rank -1: must be 0 to 9999"),
+    (["--rdzv", "node0", "--node-rank", "-1"], f"--node-rank -1: must be 0 to {MAX_NODES - 1}"),
     # Peers refuse a record outside the cluster's ranges: said here, before anything runs.
-    (["--rdzv", "node0", "--nnodes", "20000"], "nnodes 20000 (from flags): netcheck takes at most 10000"),
+    (["--rdzv", "node0", "--nnodes", "20000"],
+     f"nnodes 20000 (from flags): netcheck takes at most {MAX_NODES} nodes (the node bound; ranks up to {MAX_RANKS})"),
     (["--rdzv", "node0", "--nproc-per-node", "5000"], "--nproc-per-node 5000: must be 1 to 1024"),
     (["--rdzv", "node0", "--timeout", "-1"], "--timeout -1: must be more than 0 seconds, and finite"),
     (["--rdzv", "node0", "--timeout", "nan"], "--timeout nan: must be more than 0 seconds, and finite"),

@@ -22,7 +22,7 @@ from netcheck.config import (
 )
 from netcheck.core.budget import MIN_TIMEOUT
 from netcheck.core.bwrecords import SweepOptions
-from netcheck.core.constants import DEFAULT_PORT, PHASES
+from netcheck.core.constants import DEFAULT_PORT, MAX_NODES, MAX_RANKS, PHASES
 from netcheck.core.model import Endpoint, Launch
 
 # --- parse_endpoint ---------------------------------------------------------------------------
@@ -230,6 +230,16 @@ def test_a_good_config_is_returned_unchanged():
     assert check_config(dataclasses.replace(GOOD, run_id="x" * 128)).run_id == "x" * 128
 
 
+@pytest.mark.parametrize("launch", [
+    # torchrun's WORLD_SIZE is ranks, not nodes: 2,048 nodes of 8 (issue 51: refused as 16,384 nodes).
+    dict(source="torchrun", node_rank=16_383, nnodes_min=16_384, nnodes_max=16_384, nproc_per_node=8),
+    dict(source="torchrun", node_rank=0, nnodes_min=MAX_RANKS, nnodes_max=MAX_RANKS, nproc_per_node=8),
+    dict(node_rank=MAX_NODES - 1, nnodes_min=MAX_NODES, nnodes_max=MAX_NODES, nproc_per_node=MAX_RANKS // MAX_NODES),
+])
+def test_the_largest_jobs_within_both_bounds_are_taken(launch):
+    assert check_config(with_launch(**launch)).launch == dataclasses.replace(GOOD.launch, **launch)
+
+
 @pytest.mark.parametrize("config, message", [
     (dataclasses.replace(GOOD, timeout=-1.0), "--timeout -1: must be more than 0 seconds, and finite"),
     (dataclasses.replace(GOOD, timeout=0.0), "--timeout 0: must be more than 0 seconds, and finite"),
@@ -238,7 +248,22 @@ def test_a_good_config_is_returned_unchanged():
     (dataclasses.replace(GOOD, join_window=0.0), "--join-window 0: must be more than 0 seconds, and finite"),
     (dataclasses.replace(GOOD, join_window=float("nan")),
      "--join-window nan: must be more than 0 seconds, and finite"),
-    (with_launch(node_rank=-1), "--node-rank -1: must be 0 to 9999"),
+    (with_launch(node_rank=-1), f"--node-rank -1: must be 0 to {MAX_NODES - 1}"),
+    # Nodes and ranks apart: each bound named where it is met.
+    (with_launch(nnodes_min=MAX_NODES + 1, nnodes_max=MAX_NODES + 1),
+     f"nnodes {MAX_NODES + 1} (from flags): netcheck takes at most {MAX_NODES} nodes (the node bound; ranks up to "
+     f"{MAX_RANKS})"),
+    (with_launch(nnodes_min=MAX_NODES, nnodes_max=MAX_NODES, nproc_per_node=16),
+     f"{MAX_NODES} nodes x 16 processes = {MAX_NODES * 16} ranks (from flags): netcheck takes at most {MAX_RANKS} "
+     f"ranks (the rank bound; nodes up to {MAX_NODES})"),
+    (with_launch(source="torchrun", node_rank=0, nnodes_min=200_000, nnodes_max=200_000, nproc_per_node=8),
+     f"200000 ranks (from torchrun: WORLD_SIZE 200000 / LOCAL_WORLD_SIZE 8 = 25000 nodes): netcheck takes at most "
+     f"{MAX_RANKS} ranks (the rank bound; nodes up to {MAX_NODES})"),
+    (with_launch(source="torchrun", node_rank=0, nnodes_min=MAX_RANKS, nnodes_max=MAX_RANKS, nproc_per_node=4),
+     f"{MAX_RANKS // 4} nodes (from torchrun: WORLD_SIZE {MAX_RANKS} / LOCAL_WORLD_SIZE 4 = {MAX_RANKS // 4} nodes): "
+     f"netcheck takes at most {MAX_NODES} nodes (the node bound; ranks up to {MAX_RANKS})"),
+    (with_launch(source="torchrun", node_rank=16, nnodes_min=16, nnodes_max=16, nproc_per_node=8),
+     "RANK 16 (from torchrun) is not below WORLD_SIZE 16"),
     (with_launch(node_rank=2), "node rank 2 (from flags) is not below nnodes 2"),
     (with_launch(source="slurm", node_rank=5, nnodes_min=4, nnodes_max=4),
      "node rank 5 (from slurm) is not below nnodes 4"),

@@ -32,7 +32,14 @@ from netcheck.cluster.store import Exchange
 from netcheck.core import codec, compat
 from netcheck.core.codec import DecodeError
 from netcheck.core.compat import import_distributed
-from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES, MAX_PINGS_BYTES, MAX_STRANGERS, NEWEST_FIRST
+from netcheck.core.constants import (
+    MAX_FACTS_BYTES,
+    MAX_MEMBERS,
+    MAX_PINGS_BYTES,
+    MAX_STRANGERS,
+    NEWEST_FIRST,
+    PINGS_KEPT_BYTES,
+)
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import FlaggedPaths, MeshDone
 from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor, node_address
@@ -499,6 +506,23 @@ def test_a_store_stall_names_the_clients_that_are_no_node_and_only_them():
 
 
 @pytest.mark.compat
+def test_answered_pings_are_dropped_once_the_list_outgrows_what_is_kept_and_later_ones_answered():
+    """Every member pings CLOCK_PINGS times: kept whole, the list was read whole at every poll
+    (a MB at 16,384 members) and passed the store's 8 MiB value at 131,072 (issue 51)."""
+    _, ex = local_store()
+    state, pings = HostState({}, []), ex.key(PINGS, shared=True)
+    tickets = [f"{t:016x}" for t in range(PINGS_KEPT_BYTES // 19 + 1)]   # "TICKET/0," is 19 bytes
+    for t in tickets:
+        ping(ex, t, 0)
+    _answer_pings(ex, state, Deadline(10.0))
+    assert all(ex.has(ex.key("pong", t, 0, shared=True)) for t in tickets)
+    assert not ex.has(pings) and state.pings_answered == 0 and not ex.interfered
+    ping(ex, "ff", 1)
+    _answer_pings(ex, state, Deadline(10.0))
+    assert ex.has(ex.key("pong", "ff", 1, shared=True)) and ex.has(pings)   # under the bound: kept
+
+
+@pytest.mark.compat
 def test_a_pings_list_flooded_past_any_clusters_is_cleared_unread_and_named():
     """64 x 8 MiB appended to the pings list used to be re-read on every poll (1.8 GB RSS);
     past MAX_PINGS_BYTES it is cleared unread, and from then on every FLOODED_LIST_SWEEP
@@ -521,7 +545,7 @@ def test_a_pings_list_flooded_past_any_clusters_is_cleared_unread_and_named():
 
 
 @pytest.mark.compat
-@pytest.mark.parametrize("nodes", [1100, MAX_NODES])
+@pytest.mark.parametrize("nodes", [1100, MAX_MEMBERS])
 def test_the_hosts_list_of_who_is_still_here_reads_back_at_every_cluster_size_accepted(nodes):
     """Past 1,024 nodes the joiners refused it (the generic bound of an unannotated list) and
     fell back to every seated node, dead ones included: the regression behind issue 38."""
@@ -544,12 +568,12 @@ def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed
     """The host's MeshDone refused (a cut_off list past its bound): the joiner goes on with its
     own connects' paths, and says it refused the host's message, naming the key."""
     _, ex = local_store()
-    ex.put(ex.key(MESH_DONE), {"flagged": {"cut_off": list(range(MAX_NODES + 1))}})
+    ex.put(ex.key(MESH_DONE), {"flagged": {"cut_off": list(range(MAX_MEMBERS + 1))}})
     run = joiner([])
     assert _host_word(run, ex, Deadline(5.0)) is None
     [finding] = run.findings
     assert (finding.check, finding.kind) == ("rdzv.join", "malformed") and ex.key(MESH_DONE) in finding.summary
-    assert f"{MAX_NODES + 1} items, expected at most {MAX_NODES}" in finding.evidence[0]
+    assert f"{MAX_MEMBERS + 1} items, expected at most {MAX_MEMBERS}" in finding.evidence[0]
 
 
 def test_a_node_that_never_joined_during_a_stall_is_named_under_the_stall():

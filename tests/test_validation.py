@@ -27,7 +27,7 @@ from netcheck.bandwidth.worker import Event
 from netcheck.core import codec, fields
 from netcheck.core.bwrecords import Fault, InFlight, NodeReport, Pair, RankTime, Row, Sweep, SweepOptions
 from netcheck.core.codec import DecodeError
-from netcheck.core.constants import MAX_FACTS_BYTES, MAX_NODES
+from netcheck.core.constants import MAX_FACTS_BYTES, MAX_MEMBERS
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.meshrecords import Attempt, Candidate, MeshDone, MeshResults, Offer, Transfer, Trial
 from netcheck.core.model import (
@@ -95,15 +95,16 @@ def refusal(record, path: tuple, value) -> str:
     (CANDIDATE, ("ifname",), "é" * 8, "is not an interface name"),   # 16 bytes
     (CANDIDATE, ("ifname",), "..", "$.ifname: '..' is not an interface name"),
     (CANDIDATE, ("mtu",), 70000, "$.mtu: 70000 is not an MTU (0-65536)"),
-    (OFFER, ("rank",), -1, "$.rank: -1 is not a node rank (0-9999)"),
+    (OFFER, ("rank",), -1, f"$.rank: -1 is not a node rank (0-{MAX_MEMBERS - 1})"),
     (OFFER, ("candidates",), [codec.to_plain(CANDIDATE)] * 1025, "$.candidates: 1025 items, expected at most 1024"),
     (ATTEMPT, ("rtt_ms",), -1.0, "$.rtt_ms: -1.0 is not a duration in ms"),
     (ATTEMPT, ("transfer", "trials", 0, "frame"), 1 << 20, "$.transfer.trials[0].frame: 1048576 is not an MTU"),
-    (MeshResults(2, (ATTEMPT,)), ("rank",), MAX_NODES, "$.rank: 10000 is not a node rank (0-9999)"),
+    (MeshResults(2, (ATTEMPT,)), ("rank",), MAX_MEMBERS,
+     f"$.rank: {MAX_MEMBERS} is not a node rank (0-{MAX_MEMBERS - 1})"),
     # the rendezvous: seats, arrivals, names, ids
-    (FACTS, ("launch", "node_rank"), -1, "$.launch.node_rank: -1 is not a node rank (0-9999)"),
-    (FACTS, ("launch", "node_rank"), MAX_NODES, "$.launch.node_rank: 10000 is not a node rank"),
-    (FACTS, ("launch", "nnodes_max"), 0, "$.launch.nnodes_max: 0 is not a node count (1-10000)"),
+    (FACTS, ("launch", "node_rank"), -1, f"$.launch.node_rank: -1 is not a node rank (0-{MAX_MEMBERS - 1})"),
+    (FACTS, ("launch", "node_rank"), MAX_MEMBERS, f"$.launch.node_rank: {MAX_MEMBERS} is not a node rank"),
+    (FACTS, ("launch", "nnodes_max"), 0, f"$.launch.nnodes_max: 0 is not a node count (1-{MAX_MEMBERS})"),
     (FACTS, ("launch", "nproc_per_node"), 0, "$.launch.nproc_per_node: 0 is not a process count"),
     (FACTS, ("launch", "variables"), {"LOCAL_RANK": "²"}, "$.launch.variables: LOCAL_RANK='²' is not a whole number"),
     (FACTS, ("launch", "variables"), {"RANK": "9" * 5000}, "$.launch.variables: RANK='99999"),
@@ -141,7 +142,7 @@ def refusal(record, path: tuple, value) -> str:
     (RESULTS, ("resolutions", 0, "rank"), -3, "$.resolutions[0].rank: -3 is not a node rank"),
     (EnvFacts({"torch.version": "2.13.0"}), ("seconds",), -1, "$.seconds: -1.0 is not a duration in seconds"),
     # the bandwidth phase: ranks, stages, kinds, rates, options
-    (NodeReport(1, (FAULT,), "gloo", ""), ("node",), MAX_NODES, "$.node: 10000 is not a node rank"),
+    (NodeReport(1, (FAULT,), "gloo", ""), ("node",), MAX_MEMBERS, f"$.node: {MAX_MEMBERS} is not a node rank"),
     (FAULT, ("rank",), -2, "$.rank: -2 is not a rank or -1"),
     (FAULT, ("stage",), "nowhere", "$.stage: 'nowhere' is not one of start, control, data"),
     (FAULT, ("kind",), "exploded", "$.kind: 'exploded' is not one of died, stuck"),
@@ -152,7 +153,7 @@ def refusal(record, path: tuple, value) -> str:
     (SWEEP, ("rows", 0, "busbw"), 1e308, "$.rows[0].busbw: 1e+308 is not a bandwidth in GB/s"),
     (SWEEP, ("rows", 0, "time_us"), 1e30, "$.rows[0].time_us: 1e+30 is not a duration in us"),
     (SWEEP, ("rows", 0, "wrong"), 1 << 64, "$.rows[0].wrong: 18446744073709551616 does not fit in 64 bits"),
-    (SWEEP, ("rank_times", 0, "node"), MAX_NODES, "$.rank_times[0].node: 10000 is not a node rank"),
+    (SWEEP, ("rank_times", 0, "node"), MAX_MEMBERS, f"$.rank_times[0].node: {MAX_MEMBERS} is not a node rank"),
     (Pair(0, 1, 1 << 24, 9000.0, 1.86), ("b",), -1, "$.b: -1 is not a node rank"),
     (SweepOptions(), ("stepfactor",), 1, "$.stepfactor: 1 is not a step factor"),
     (SweepOptions(), ("iters",), 0, "$.iters: 0 is not an iteration count"),
@@ -183,7 +184,7 @@ def test_a_value_out_of_range_is_refused_naming_the_field_and_why(record, path, 
     (FACTS, ("fqdn",), "fd00::5"),                     # an address where a name may be
     (FACTS, ("fqdn",), "gpu02.cluster.example."),
     (FACTS, ("hostname",), "gpu_02"),
-    (FACTS, ("launch", "node_rank"), MAX_NODES - 1),
+    (FACTS, ("launch", "node_rank"), MAX_MEMBERS - 1),
     (FACTS, ("launch", "variables"), {"LOCAL_RANK": "0", "SLURM_LOCALID": "", "MASTER_ADDR": "gpu01"}),
     (FACTS, ("socket_env",), {"NCCL_DEBUG_SUBSYS": "INIT\tNET"}),  # free text: a tab is kept
     (FACTS, ("reach", "probes", 0, "detail"), "no answer\nin 3 s"),
@@ -259,7 +260,7 @@ HOSTILE_STRINGS = [
     "", "x", "\ud800", "gpu\udfff", "a\nb", "\t", "\x00", "\x1b[32mPASS", "\x7f", "\x85", "\u2028",
     "\u202e", "²", "9" * 5000, "x" * 300, "eth0$(touch /tmp/x)", "../..", "fe80::1%", "256.0.0.1",
 ]
-HOSTILE_NUMBERS = [-1, -2, 0, 65535, 65536, 70000, MAX_NODES, (1 << 63) - 1, 1 << 63, -(1 << 63) - 1,
+HOSTILE_NUMBERS = [-1, -2, 0, 65535, 65536, 70000, MAX_MEMBERS, (1 << 63) - 1, 1 << 63, -(1 << 63) - 1,
                    10 ** 400, 1e308, -1e308, -0.0, float("nan"), float("inf"), True]
 # Values that pass the name rules (each rule passes one at least: good_scalars checks).
 GOOD_STRINGS = ["gpu01", "gpu01.cluster.example", "10.0.0.1", "fd00::1", "fe80::1%eth0", "eth0", "eth0:1",

@@ -21,11 +21,12 @@ from netcheck.core.constants import (
     CLOCK_PINGS,
     FLOODED_LIST_SWEEP,
     IN_FLIGHT_GRACE,
-    MAX_NODES,
+    MAX_MEMBERS,
     MAX_PINGS_BYTES,
     MAX_STRANGERS,
     MAX_VISITOR_BYTES,
     NEWEST_FIRST,
+    PINGS_KEPT_BYTES,
     POLL_SLICE,
     STORE_POLL_INTERVAL,
 )
@@ -149,11 +150,11 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
     counted = _counted(ex, ex.key(ARRIVALS))
     state.arrivals_counted = max(state.arrivals_counted, counted)
     pending = _arrivals_to_read(ex, state, counted)
-    while not scan.expired() and len(state.read) < MAX_NODES:
+    while not scan.expired() and len(state.read) < MAX_MEMBERS:
         # A batch in two requests where all are written (4,096 arrivals read one by one were
         # 8,192 round trips, the roster seconds late behind them); each once (the listed
         # arrivals come again by the counter).
-        batch = list(dict.fromkeys(itertools.islice(pending, min(ARRIVALS_READ_BATCH, MAX_NODES - len(state.read)))))
+        batch = list(dict.fromkeys(itertools.islice(pending, min(ARRIVALS_READ_BATCH, MAX_MEMBERS - len(state.read)))))
         if not batch:
             break
         # One not written yet (counted, then written) is left for a later poll. Not a reason
@@ -298,7 +299,7 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     counted = _counted(ex, ex.key(VISITORS, shared=True))
     state.visitors_counted = max(state.visitors_counted, counted)
     for v in _visitors_to_read(ex, state, counted):
-        if scan.expired() or len(state.visitors) >= MAX_NODES:
+        if scan.expired() or len(state.visitors) >= MAX_MEMBERS:
             break
         key = ex.key(VISITOR, v, shared=True)
         if not ex.has(key):
@@ -355,6 +356,15 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     # One request for them all, stamped once: each ping was read before the stamp.
     now = Pong(time.time(), ex.nonce)
     ex.put_many(dict.fromkeys(pongs, now), nonce="")
+    if not ex.clearing(key) and state.pings_answered == len(asked) and _listed_bytes(asked) > PINGS_KEPT_BYTES:
+        # A ping appended since the read is lost with the rest: its node asks again after PING_RETRY.
+        ex.drop(key)
+        state.pings_answered = 0
+
+
+def _listed_bytes(entries: list[str]) -> int:
+    """What a list's entries took in the store: each with its comma."""
+    return sum(len(e) + 1 for e in entries)
 
 
 def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:

@@ -3,7 +3,7 @@ came was not seated. Facts in, decisions out; no store, no clock."""
 
 from __future__ import annotations
 
-from netcheck.core.constants import ARRIVAL_MIN_NODES, MAX_NODES
+from netcheck.core.constants import ARRIVAL_MIN_NODES, MAX_MEMBERS
 from netcheck.core.model import NodeFacts
 
 
@@ -41,7 +41,7 @@ def assign_ranks(arrivals: dict[int, NodeFacts], host_arrival: int | None, nnode
             if claimed not in taken:
                 ranks[a] = claimed
                 taken.add(claimed)
-    free = (r for r in range(MAX_NODES) if r not in taken)
+    free = (r for r in range(MAX_MEMBERS) if r not in taken)
     for a in order:
         if arrivals[a].launch.node_rank is None:
             rank = next(free)

@@ -19,7 +19,7 @@ from netcheck.core import codec, compat
 from netcheck.core.constants import (
     FLOODED_LIST_SWEEP,
     MAX_FACTS_BYTES,
-    MAX_NODES,
+    MAX_MEMBERS,
     STORE_LOOKS_PER_SECOND,
     STORE_POLL_INTERVAL,
     STORE_REPLY_TIMEOUT,
@@ -33,7 +33,7 @@ HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up 
 
 GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
 MAX_ID_DIGITS = 18     # an arrival number a node took at random (a counter it could not use) fits
-MAX_POSTED_BYTES = 16 * MAX_NODES  # ",ID," for every node, twice over
+MAX_POSTED_BYTES = 16 * MAX_MEMBERS  # ",ID," for every node, twice over
 STALL_READS = 4         # the host's bounded read, tried again while its store is stalled (StallWatch)
 
 

@@ -50,7 +50,16 @@ KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is de
 # Trust limits on what peers send.
 MAX_FACTS_BYTES = 1 << 20
 MAX_VISITOR_BYTES = 4 << 10  # a visitor record is a run id, a hostname and a rank
-MAX_NODES = 10_000
+# The largest job netcheck takes, its nodes and its ranks apart, each at the size it was run
+# (benchmarks/scale.py; benchmarks/RESULTS.md and docs/how-it-works.md, "Scale"). Nodes: hosts, one
+# netcheck each, run at 16,384 over sockets. Ranks: the job's processes, 16,384 nodes of 8; the
+# host's own work run at that size in one process (scale.py --in-process), the store on paper
+# (torch's libuv TCPStore, documented at 96K ranks; the host's descriptors are host.limits').
+MAX_NODES = 16_384
+MAX_RANKS = 131_072
+# Who takes a seat in netcheck's rendezvous: a node's netcheck, or, under torchrun, every worker
+# process, seated by its RANK. What the host keeps per member is bounded by the larger count.
+MAX_MEMBERS = max(MAX_NODES, MAX_RANKS)
 SEAT_BLOCK = 256             # arrivals a seat record covers: a joiner reads its block, not everyone's seats
 ARRIVALS_READ_BATCH = 8      # arrivals' facts the host reads in one request: a few kB each, but
                              # a value is read whole before its size is judged, and TCPStore takes
@@ -66,7 +75,11 @@ CLOCK_PINGS = 3
 PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
 NAMESERVER_TIMEOUT = 1.0     # a nameserver that does not answer a query this long is named (rdzv.resolve)
 CLOCK_WAIT = 5.0             # a joiner's clock pings, all of them: past it, it goes on without a sample
-MAX_PINGS_BYTES = 1 << 20    # the pings list of MAX_NODES nodes, each pinging CLOCK_PINGS times, twice over
+# The pings list (19 bytes a ping): past MAX_PINGS_BYTES between two of the host's polls it is a
+# flood; answered pings are dropped once it holds PINGS_KEPT_BYTES, as a list kept whole is read
+# whole at every poll (a MB at 16,384 members) and passes the store's 8 MiB value at 131,072.
+MAX_PINGS_BYTES = 1 << 20
+PINGS_KEPT_BYTES = 64 << 10
 FLOODED_LIST_SWEEP = 0.02    # a list found flooded is deleted this often from then on (Exchange.keep_clearing)
 
 # Mesh: every pair up to this many nodes, else ring neighbours plus a sample of peers.

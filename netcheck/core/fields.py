@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Protocol
 
-from netcheck.core.constants import BW_MAX_BYTES, MAX_NODES
+from netcheck.core.constants import BW_MAX_BYTES, MAX_MEMBERS, MAX_RANKS
 from netcheck.core.names import HOSTNAME_MAX_BYTES, IFNAME_MAX_BYTES, is_safe_hostname
 
 # --- limits -------------------------------------------------------------------------------
@@ -36,8 +36,7 @@ MAX_INT = (1 << 63) - 1      # every int received fits in 64 bits, as in C's int
 MIN_INT = -(1 << 63)
 MAX_ITEMS = 1024             # entries of a list or object, where the field says no more
 MAX_PROCS_PER_NODE = 1024    # --nproc-per-node: a process per core of the largest machines
-MAX_RANKS = MAX_NODES * MAX_PROCS_PER_NODE
-MAX_PAIRS = MAX_NODES * (MAX_NODES - 1) // 2
+MAX_PAIRS = MAX_MEMBERS * (MAX_MEMBERS - 1) // 2
 MAX_NICS = 4096              # a Kubernetes node's host side holds a veth per pod: hundreds
 MAX_MTU = 65536              # loopback's, the largest a link uses (an IP packet holds 65535 bytes)
 MAX_IFINDEX = (1 << 31) - 1  # the kernel's ifindex is a positive int
@@ -151,10 +150,10 @@ class FreeText:
 # sweep's sizes), at the generic cap on purpose.
 FEW = Items(MAX_ITEMS)
 PER_NIC = Items(MAX_NICS)
-PER_NODE = Items(MAX_NODES)
+PER_NODE = Items(MAX_MEMBERS)   # per member of the rendezvous: a node, or a torchrun rank
 PER_RANK = Items(MAX_RANKS)
 PER_PAIR = Items(MAX_PAIRS)
-PER_NODE_AND_ITEM = Items(MAX_NODES * MAX_ITEMS)   # e.g. a finding per node and interface
+PER_NODE_AND_ITEM = Items(MAX_MEMBERS * MAX_ITEMS)   # e.g. a finding per node and interface
 
 
 # --- names and addresses --------------------------------------------------------------------
@@ -225,11 +224,12 @@ LinkAddress = Annotated[str, Check(is_link_address, "a link-layer address")]
 RunId = Annotated[str, Check(is_run_id, f"a run id (1-{MAX_RUN_ID_CHARS} characters, no '/')")]
 
 Port = Annotated[int, Range(1, 65535, "a port")]
-NodeRank = Annotated[int, Range(0, MAX_NODES - 1, "a node rank")]
-NodeRankOrMinusOne = Annotated[int, Range(-1, MAX_NODES - 1, "a node rank or -1")]
-# A counter's value: anyone may push the store's counter, so honest nodes may come far past MAX_NODES.
+# A member's seat: a node rank, or under torchrun a worker's RANK (constants.MAX_MEMBERS).
+NodeRank = Annotated[int, Range(0, MAX_MEMBERS - 1, "a node rank")]
+NodeRankOrMinusOne = Annotated[int, Range(-1, MAX_MEMBERS - 1, "a node rank or -1")]
+# A counter's value: anyone may push the store's counter, so honest nodes may come far past MAX_MEMBERS.
 Arrival = Annotated[int, Range(0, MAX_INT, "an arrival number")]
-NodeCount = Annotated[int, Range(1, MAX_NODES, "a node count")]
+NodeCount = Annotated[int, Range(1, MAX_MEMBERS, "a node count")]
 Rank = Annotated[int, Range(0, MAX_RANKS - 1, "a rank")]
 RankOrMinusOne = Annotated[int, Range(-1, MAX_RANKS - 1, "a rank or -1")]
 LocalRankOrMinusOne = Annotated[int, Range(-1, MAX_PROCS_PER_NODE - 1, "a local rank or -1")]

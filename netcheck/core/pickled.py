@@ -40,7 +40,7 @@ from netcheck.core.deadline import Deadline
 T = TypeVar("T")
 
 # The limits, each checked before what it bounds is built. A c10d rendezvous state of
-# MAX_NODES (10,000) nodes takes, at protocol 2 (the most verbose), 322,000 opcodes, 80,000
+# 10,000 nodes takes, at protocol 2 (the most verbose), 322,000 opcodes, 80,000
 # memo entries and 40,000 containers, nesting 6 deep, 10,000 items in its largest dict; at
 # protocols 4 and 5, 262,000 opcodes and 60,000 memo entries. The limits leave about three
 # times that. At them the worst input (a million short strings) costs 70 MB and about 1.5 s

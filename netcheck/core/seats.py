@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Callable
 
 from netcheck.core.codec import DecodeError
-from netcheck.core.constants import MAX_NODES, SEAT_BLOCK
+from netcheck.core.constants import MAX_MEMBERS, SEAT_BLOCK
 from netcheck.core.fields import PER_NODE, Arrival, NamePart, NodeCount, NodeRank, NodeRankOrMinusOne, Range
 from netcheck.core.names import HOSTNAME_MAX_BYTES
 
@@ -44,7 +44,7 @@ class NameRun:
     number: Annotated[int, Range(0, 10**18, "a name's number")]
     width: Annotated[int, Range(0, HOSTNAME_MAX_BYTES, "a number's width")]
     suffix: NamePart
-    repeat: Annotated[int, Range(1, MAX_NODES, "ranks a name is held by")] = 1
+    repeat: Annotated[int, Range(1, MAX_MEMBERS, "ranks a name is held by")] = 1
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,9 @@ def expand(runs: tuple[NameRun, ...], valid: Callable[[str], bool]) -> dict[int,
     count millions), is refused as a value that does not decode is."""
     names: dict[int, str] = {}
     for run in runs:
-        if run.rank + run.count > MAX_NODES or len(names) + run.count > MAX_NODES or \
+        if run.rank + run.count > MAX_MEMBERS or len(names) + run.count > MAX_MEMBERS or \
                 (not run.width and run.repeat != run.count):
-            raise DecodeError(f"a run of {run.count} names from rank {run.rank}: past {MAX_NODES} nodes, or "
+            raise DecodeError(f"a run of {run.count} names from rank {run.rank}: past {MAX_MEMBERS} seats, or "
                               "unnumbered and not one name")
         for i in range(run.count):
             name = _name(run, i)
@@ -146,12 +146,12 @@ def rank_runs(ranks: tuple[int, ...]) -> RankRuns:
 
 
 def ranks_of(runs: RankRuns) -> tuple[int, ...]:
-    """The ranks, in order; runs past MAX_NODES (a few can count millions) refused as a value
+    """The ranks, in order; runs past MAX_MEMBERS (a few can count millions) refused as a value
     that does not decode is."""
     ranks: list[int] = []
     for run in runs.runs:
-        if run.rank + run.count > MAX_NODES or len(ranks) + run.count > MAX_NODES:
-            raise DecodeError(f"a run of {run.count} ranks from rank {run.rank}: past {MAX_NODES} nodes")
+        if run.rank + run.count > MAX_MEMBERS or len(ranks) + run.count > MAX_MEMBERS:
+            raise DecodeError(f"a run of {run.count} ranks from rank {run.rank}: past {MAX_MEMBERS} seats")
         ranks += range(run.rank, run.rank + run.count)
     return tuple(sorted(set(ranks)))
 

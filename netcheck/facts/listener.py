@@ -11,7 +11,7 @@ import threading
 import time
 from typing import cast
 
-from netcheck.core.constants import MAX_NODES, PROBE_TIMEOUT
+from netcheck.core.constants import MAX_MEMBERS, PROBE_TIMEOUT
 from netcheck.core.model import Holder
 from netcheck.core.storewireops import NOT_READY
 from netcheck.facts.probe import STORE_PROBE
@@ -154,10 +154,10 @@ def listen(port: int, ipv4_only: bool = False) -> Listener:
 
 def allow_a_connection_per_node() -> None:
     """The store holds a connection per node: lift the soft descriptor limit (1,024 on many
-    systems) toward two per node of MAX_NODES, within the hard limit, or a host of more
+    systems) toward two per member of MAX_MEMBERS, within the hard limit, or a host of more
     nodes fails at accept with EMFILE. Where the system refuses, the limit stays."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 2 * MAX_NODES if hard == resource.RLIM_INFINITY else min(hard, 2 * MAX_NODES)
+    wanted = 2 * MAX_MEMBERS if hard == resource.RLIM_INFINITY else min(hard, 2 * MAX_MEMBERS)
     if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
@@ -172,7 +172,7 @@ def _listening_socket(family: int, sockaddr: tuple) -> Listener:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(sockaddr)
-        sock.listen(MAX_NODES)  # the kernel caps it at net.core.somaxconn: a node per slot, or all it allows
+        sock.listen(MAX_MEMBERS)  # the kernel caps it at net.core.somaxconn: a member per slot, or all it allows
     except OSError:
         sock.close()
         raise

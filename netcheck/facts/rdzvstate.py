@@ -21,9 +21,9 @@ from collections.abc import Callable, Sized
 from typing import TypeVar
 
 from netcheck.core import pickled
-from netcheck.core.constants import MAX_NODES
+from netcheck.core.constants import MAX_NODES, MAX_RANKS
 from netcheck.core.deadline import Deadline
-from netcheck.core.fields import MAX_PID, MAX_PROCS_PER_NODE, MAX_RANKS, shown
+from netcheck.core.fields import MAX_PID, MAX_PROCS_PER_NODE, shown
 from netcheck.core.jobrecords import NodeDesc, RendezvousView
 
 _RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
