@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 DEMO_APT := iproute2 iptables util-linux procps
 TEST_APT := $(DEMO_APT) iperf3 shellcheck prometheus prometheus-node-exporter slurm-wlm munge chromium
 
-.PHONY: all install system demo-system test test-fast demo compat chaos clean
+.PHONY: all install system demo-system test test-fast demo demo-fault compat chaos clean
 
 all: install
 
@@ -77,6 +77,11 @@ chaos: install
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
 demo: demo-system $(STAMP)
 	$(BIN)/python scripts/demo.py
+
+# The same cluster with one planted fault (node2's firewall drops inbound connections): what a
+# failure looks like and what it tells you to do. Root only.
+demo-fault: demo-system $(STAMP)
+	$(BIN)/python scripts/demo.py --fault
 
 clean:
 	rm -rf $(VENV) *.egg-info   # $(COMPAT_DIR) is kept: rebuilding it downloads 25 GB

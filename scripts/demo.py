@@ -1,7 +1,8 @@
 """A simulated 3-node cluster on this machine, each node running `netcheck`.
 
-    $ make demo
+    $ make demo                 # scripts/demo.py
     netcheck demo: 3 nodes in network namespaces (node0 eth0, node1 ens5, node2 enp3s0f1)
+    node0$ netcheck --rdzv node0:29500 --nnodes 3 --node-rank 0 --timeout 60 --html ...
     ... node0's (the host's) full report ...
     node1: exit 0 - verdict PASS
     node2: exit 0 - verdict PASS
@@ -10,11 +11,17 @@
 As root it builds real network namespaces on a private bridge (198.18.0.0/24), with a
 different interface name per node as real clusters have. Without root it runs three
 netcheck processes on 127.0.0.1 and says so.
+
+`make demo-fault` (scripts/demo.py --fault) plants one fault first: node2's firewall drops
+every inbound connection (iptables), as a host firewall that lets only ssh in does; the
+host's report fails mesh.connect, names node2 and says what to open. It needs root.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -32,26 +39,42 @@ TIMEOUT = 60
 HTML = Path(tempfile.gettempdir()) / "netcheck-demo" / "report.html"
 
 
-def netcheck_argv(rdzv: str, rank: int) -> list[str]:
+FAULTY = 2          # --fault: the node whose firewall drops every inbound connection
+
+
+def netcheck_args(rdzv: str, rank: int) -> list[str]:
+    """What each node runs, as a person types it after `netcheck`."""
     page = ["--html", str(HTML)] if rank == 0 else []
-    return [sys.executable, "-m", "netcheck", "--rdzv", rdzv, "--nnodes", str(NODES),
-            "--node-rank", str(rank), "--timeout", str(TIMEOUT), *page]
+    return ["--rdzv", rdzv, "--nnodes", str(NODES), "--node-rank", str(rank), "--timeout", str(TIMEOUT), *page]
 
 
-def run_in_namespaces() -> list[subprocess.CompletedProcess]:
+def start(rdzv: str, rank: int, name: str, popen) -> subprocess.Popen:
+    args = netcheck_args(rdzv, rank)
+    print(f"{name}$ netcheck {shlex.join(args)}", flush=True)
+    return popen([sys.executable, "-m", "netcheck", *args])
+
+
+def run_in_namespaces(fault: bool) -> list[subprocess.CompletedProcess]:
     specs = [NodeSpec(ifname=name) for name in IFNAMES]
     with Cluster(specs) as c:
         names = ", ".join(f"{n.hostname} {n.ifname}" for n in c.nodes)
-        print(f"netcheck demo: {NODES} nodes in network namespaces ({names})\n", flush=True)
-        procs = [c.popen(i, netcheck_argv(f"node0:{PORT}", i), stderr=_stderr(i)) for i in range(NODES)]
+        print(f"netcheck demo: {NODES} nodes in network namespaces ({names})", flush=True)
+        if fault:
+            c.drop_inbound(FAULTY)
+            print(f"planted fault: node{FAULTY}'s firewall drops every inbound connection "
+                  f"(iptables -A INPUT -p tcp --syn -j DROP)", flush=True)
+        procs = [start(f"node0:{PORT}", i, f"node{i}", lambda argv, i=i: c.popen(i, argv, stderr=_stderr(i)))
+                 for i in range(NODES)]
+        print(flush=True)
         return [_finish(p) for p in procs]
 
 
 def run_on_loopback() -> list[subprocess.CompletedProcess]:
     print(f"netcheck demo: not root, so no network namespaces: {NODES} netcheck processes "
-          f"on 127.0.0.1 instead\n", flush=True)
-    procs = [subprocess.Popen(netcheck_argv(f"127.0.0.1:{PORT}", i), stdout=subprocess.PIPE,
-                              stderr=_stderr(i), text=True) for i in range(NODES)]
+          f"on 127.0.0.1 instead", flush=True)
+    procs = [start(f"127.0.0.1:{PORT}", i, f"node{i}", lambda argv, i=i: subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=_stderr(i), text=True)) for i in range(NODES)]
+    print(flush=True)
     return [_finish(p) for p in procs]
 
 
@@ -65,9 +88,17 @@ def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="a simulated 3-node cluster on this machine")
+    parser.add_argument("--fault", action="store_true", help=f"plant one fault: node{FAULTY}'s firewall "
+                        "drops every inbound connection (needs root)")
+    fault = parser.parse_args(argv).fault
+    namespaces = namespaces_supported()
+    if fault and not namespaces:
+        print("netcheck demo: --fault plants a firewall rule in a network namespace: it needs root", file=sys.stderr)
+        return 64
     HTML.parent.mkdir(exist_ok=True)
-    results = run_in_namespaces() if namespaces_supported() else run_on_loopback()
+    results = run_in_namespaces(fault) if namespaces else run_on_loopback()
     host = results[0]
     sys.stdout.write(host.stdout + host.stderr)
     for rank, joiner in enumerate(results[1:], start=1):
@@ -77,9 +108,12 @@ def main() -> int:
             sys.stdout.write(joiner.stdout + joiner.stderr)
     if HTML.exists():
         print(f"the host's report as a web page: {HTML}")
+    if fault:
+        print(f"\nthe planted fault was node{FAULTY}'s firewall: the host's FAIL lines above name the node "
+              "and their `fix:` says what to change; the exit code is the verdict (2: a failure)")
     return host.returncode
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
