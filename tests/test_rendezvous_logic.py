@@ -318,7 +318,7 @@ def test_a_node_whose_facts_never_came_is_told_from_one_whose_facts_came_by_host
     state.seating_visitors = frozenset(sorted(state.visitors)[:4])
     for a, name in enumerate(("node0", "node2")):
         state.arrived(a, facts(name))
-    assert [v.hostname for v in came_without_facts(ex, state, ())] == ["node1", "node2"]
+    assert [v.hostname for v in came_without_facts(ex.run_id, state, ())] == ["node1", "node2"]
 
 
 @pytest.mark.compat

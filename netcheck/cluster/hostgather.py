@@ -34,7 +34,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.fields import NodeRank
 from netcheck.core.model import Gathering, Member, NodeFacts, NodeResults, Visitor, node_address
 from netcheck.core.rdzvrecords import Hello, Pong, Roster, RosterEntry
-from netcheck.core.seats import Seated, compact, seat_blocks
+from netcheck.core.seats import SeatBlock, Seated, compact, seat_blocks
 from netcheck.core.storekeys import (
     ARRIVALS,
     HOST,
@@ -161,13 +161,16 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
         # to stop: a client that counts itself in and never writes must not hide the nodes after it.
         by_key = {ex.key(NODE, a): a for a in batch}
         for key, facts in ex.read_each(NodeFacts, list(by_key)):
-            _take_arrival(ex, state, by_key[key], facts, seating)
+            take_arrival(ex, state, by_key[key], facts, seating)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
 
 
-def _take_arrival(ex: Exchange, state: HostState, a: int, facts: NodeFacts | codec.DecodeError,
-                  seating: bool) -> None:
+def take_arrival(ex: Exchange, state: HostState, a: int, facts: NodeFacts | codec.DecodeError,
+                 seating: bool) -> None:
+    """Arrival a's facts (or why they were refused) into the host's state: refused, a copy, an
+    arrival (while seating) or a latecomer (after the roster), kept whole or set aside. The store
+    is touched only where facts are dropped from it or another client is named."""
     state.read.add(a)
     state.last_arrival = time.monotonic()
     if isinstance(facts, codec.DecodeError):
@@ -367,24 +370,40 @@ def _listed_bytes(entries: list[str]) -> int:
     return sum(len(e) + 1 for e in entries)
 
 
-def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
+@dataclass(frozen=True)
+class RosterRecords:
+    """What the host posts of the seating: the roster (read by no joiner), each block of seats,
+    and every seated node's names as runs (what a joiner reads)."""
+
+    roster: Roster
+    blocks: dict[int, SeatBlock]
+    seated: Seated
+
+
+def roster_records(arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> RosterRecords:
     entries = tuple(
         RosterEntry(a, r, arrivals[a].hostname, arrivals[a].fqdn, node_address(arrivals[a]))
         for a, r in sorted(ranks.items(), key=lambda item: item[1]))
-    seat.roster = Roster(entries)
-    seat.rank, seat.hostnames = ranks.get(seat.arrival), seat.roster.hostnames()
-    seat.fqdns = {e.rank: e.fqdn for e in entries}
-    ex = seat.exchange
+    roster = Roster(entries)
     blocks = seat_blocks(ranks)
-    for b, block in blocks.items():
+    fqdns = {e.rank: e.fqdn for e in entries}
+    return RosterRecords(roster, blocks, Seated(compact(roster.hostnames()), compact(fqdns), tuple(sorted(blocks))))
+
+
+def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
+    records = roster_records(arrivals, ranks)
+    seat.roster = records.roster
+    seat.rank, seat.hostnames = ranks.get(seat.arrival), seat.roster.hostnames()
+    seat.fqdns = {e.rank: e.fqdn for e in seat.roster.entries}
+    ex = seat.exchange
+    for b, block in records.blocks.items():
         _post_once(ex, ex.key(SEAT, b), block, guard=True)
     # After the blocks: a joiner that reads it finds its block there.
-    _post_once(ex, ex.key(SEATED), Seated(compact(seat.hostnames), compact(seat.fqdns), tuple(sorted(blocks))),
-               guard=True)
+    _post_once(ex, ex.key(SEATED), records.seated, guard=True)
     # Read by no joiner, so not guarded: the guard reads back what it keeps, 1.1 MB a second
     # at 10,000 nodes.
     _post_once(ex, ex.key(ROSTER), seat.roster, guard=False)
-    ex.pace(len(entries))
+    ex.pace(len(seat.roster.entries))
     return seat.roster
 
 
@@ -402,19 +421,28 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
     """What the rules need of the rendezvous; expected is (MIN, MAX) of --nnodes: ranks below
     MIN are owed, seats up to MAX may be taken. Visitors come from the host's poll, read on
     to the deadline (who came since)."""
+    read_visitors(ex, state, deadline)
+    deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
+               "visitor's (refused and deleted)",) if state.visitors_refused else ()
+    interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
+    poll_arrivals(ex, state)   # facts that came since the roster are a latecomer's, not lost
+    return gathering_of(roster, state, results, duplicates, extras, expected, expected_hostnames, waited,
+                        ex.run_id, interference)
+
+
+def gathering_of(roster: Roster, state: HostState, results: dict[int, NodeResults], duplicates,
+                 extras: list[int], expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
+                 waited: float, run_id: str, interference: tuple[str, ...] = ()) -> Gathering:
+    """The Gathering of what the host read (gathering's, once the store is read to the end): the
+    members by the roster, the ranks owed, who came unseated or without facts, of this run or another."""
     low, high = expected
     arrivals = state.arrivals
     members = tuple(Member(e.rank, arrivals[e.arrival], results.get(e.arrival)) for e in roster.entries)
     ranks = {e.rank for e in roster.entries}
     missing = tuple(r for r in range(low or 0) if r not in ranks)
     unseated = tuple(unseated_reason(arrivals[a], high) for a in extras) + tuple(state.set_aside)
-    read_visitors(ex, state, deadline)
-    foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != ex.run_id)
-    deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
-               "visitor's (refused and deleted)",) if state.visitors_refused else ()
-    interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
-    poll_arrivals(ex, state)   # facts that came since the roster are a latecomer's, not lost
-    came = came_without_facts(ex, state, missing)
+    foreign = tuple(v for _, v in sorted(state.visitors.items()) if v and v.run_id != run_id)
+    came = came_without_facts(run_id, state, missing)
     refused = refused_senders(state, {str(v.node_rank): v.hostname for v in came if v.node_rank is not None})
     return Gathering(members, low, missing, expected_hostnames, duplicates, unseated,
                      foreign, tuple(state.malformed), round(waited, 3), tuple(interference), refused,
@@ -422,7 +450,7 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
                      tuple(e.rank for e in roster.entries if e.arrival in state.copied))
 
 
-def came_without_facts(ex: Exchange, state: HostState, missing: tuple[int, ...]) -> tuple[Visitor, ...]:
+def came_without_facts(run_id: str, state: HostState, missing: tuple[int, ...]) -> tuple[Visitor, ...]:
     """The visitor records of this run, read while seating, that no arrival read answers (by
     hostname, each arrival answering one record) and that claim a missing rank or none (the
     one-shot form): those nodes reached the store, whatever became of their facts. A record
@@ -431,7 +459,7 @@ def came_without_facts(ex: Exchange, state: HostState, missing: tuple[int, ...])
     came: dict[tuple[str, NodeRank | None], Visitor] = {}
     for v_number in sorted(state.seating_visitors):
         v = state.visitors.get(v_number)
-        if not v or v.run_id != ex.run_id:
+        if not v or v.run_id != run_id:
             continue
         if answered[v.hostname] > 0:
             answered[v.hostname] -= 1

@@ -114,12 +114,16 @@ def sign_in(ex: Exchange, facts: NodeFacts) -> str:
     """Register as a visitor (any run id), so the host can name nodes of other runs; returns
     this node's ticket for clock pings, its own random one: no counter decides who is answered."""
     visitor = take_number(ex, ex.key(VISITORS, shared=True))
-    ex.put(ex.key(VISITOR, visitor, shared=True),
-           Visitor(facts.run_id, facts.hostname, facts.launch.node_rank, reached_from(facts)), signed=False)
+    ex.put(ex.key(VISITOR, visitor, shared=True), visitor_record(facts), signed=False)
     # Listed as well: a number taken at random, where another client spoilt the counter, is
     # found only by its listing (as an arrival's is).
     ex.enlist(ex.key(VISITOR, POSTED, shared=True), str(visitor))
     return secrets.token_hex(TICKET_BYTES)
+
+
+def visitor_record(facts: NodeFacts) -> Visitor:
+    """What a node signs in with: its run, name, claim and the address it left from."""
+    return Visitor(facts.run_id, facts.hostname, facts.launch.node_rank, reached_from(facts))
 
 
 def reached_from(facts: NodeFacts) -> str | None:

@@ -27,12 +27,17 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> None:
     if run.role != HOST:
         run.members = tuple(dataclasses.replace(m, env=mine) for m in run.members)
         return
-    envs = collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT))
+    judge_env(run, collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT)), names)
+
+
+def judge_env(run: Run, envs: dict[int, EnvFacts], names: dict[int, str]) -> None:
+    """The host's env rules over every node's env facts (envs, by rank); a node in names whose
+    facts never came is lost in the env phase."""
     run.members = tuple(dataclasses.replace(m, env=envs.get(m.rank)) for m in run.members)
     run.findings += (env_rules.env_findings(envs, names) + env_rules.hash_findings(envs, names)
                      + env_rules.shm_findings(envs, names) + build_findings(envs, names)
                      + flight_recorder_findings(envs, names) + rdma_findings(run.members))
     run.recommendation = ib_recommendation(run.members, run.recommendation)
     run.env_table = tuple(env_rules.env_differences(envs, names, run.config.verbose))
-    lost = [r for r in ranks if r not in envs]
+    lost = [r for r in sorted(names) if r not in envs]
     run.lose("env", names, lost)

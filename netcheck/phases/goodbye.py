@@ -29,6 +29,11 @@ def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""
     hostgather.poll_arrivals(ex, arrivals)
+    judge_launch(run, arrivals, roster)
+
+
+def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> None:
+    """launch.topology and the latecomers, over every process the host read (arrivals)."""
     ranks = {e.arrival: e.rank for e in roster.entries}
     run.findings += rdzv_rules.latecomer_findings(arrivals.latecomers, roster)
     devices = {m.rank: uuid for m in run.members

@@ -58,14 +58,26 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
         results = collect(ex, MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
-        # Trust nothing: a node speaks only for the connects it made itself.
-        attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
-        run.flagged = mesh_rules.flagged_paths(names, attempts)
-        run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated)
+        attempts = judge_attempts(run, names, results)
         ex.put(ex.key(MESH_DONE), MeshDone(run.flagged, run.causes))
-    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes)
-    run.lose("mesh", names, _unheard(ex, MESH_RESULT, ranks, results))
+    judge_mesh(run, names, attempts, _unheard(ex, MESH_RESULT, ranks, results))
     return attempts
+
+
+def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResults]) -> tuple[Attempt, ...]:
+    """Every node's connects, as the host takes them from their results; the failed paths and
+    what explains them (the host's word to every node, MeshDone) set on the run."""
+    # Trust nothing: a node speaks only for the connects it made itself.
+    attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+    run.flagged = mesh_rules.flagged_paths(names, attempts)
+    run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated)
+    return attempts
+
+
+def judge_mesh(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...], unheard: list[int]) -> None:
+    """The host's mesh.connect findings; the nodes whose results never came (unheard) lost in the mesh."""
+    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes)
+    run.lose("mesh", names, unheard)
 
 
 def _usable(ex: Exchange, offers: dict[int, Offer]) -> dict[int, Offer]:

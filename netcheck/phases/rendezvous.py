@@ -3,6 +3,8 @@ who is still here for the phases after it."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from netcheck.cluster import hostgather, rendezvous, seating
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
@@ -10,7 +12,7 @@ from netcheck.cluster.storeconnect import client_store, host_store
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.meshrecords import FrameTest, PathCauses
-from netcheck.core.model import FAIL, Finding, Member, NodeResults, Visitor
+from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor
 from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
@@ -54,24 +56,35 @@ def host(run: Run) -> rendezvous.Seat | None:
         run.members = gathered.members
         # Out before the rules below (half a second at 4,096 nodes): every joiner waits for it.
         run.alive = post_alive(run, seat)
-        holes = mesh_rules.lost_facts_blackhole(gathered.facts_lost, _frames_to(run, gathered.facts_lost),
-                                               len(gathered.members))
-        run.findings += holes
+        frames = _frames_to(run, gathered.facts_lost)
         # Read while every joiner waits on the store for the alive list: each one's connection is there.
-        run.causes = PathCauses(translation_rules.translations(
-            run.members, port_peers(cfg.rdzv.port), tuple(v for v in run.arrivals.visitors.values() if v)))
-        run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
-        run.findings += reach_rules.reach_summary(run.members)
-        stalled = run.stall_findings(ex)
-        run.findings += storetrouble_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
-        run.findings += endpoint_rules.reached_addresses(run.members)
-        run.findings += _endpoint_findings(run, gathered.missing_ranks)
-        run.findings += endpoint_rules.shared_variable_findings(run.members)
-        run.findings += reach_rules.resolve_consistency(run.members)
-        run.findings += rdzv_rules.fqdn_findings(run.members)
-        run.findings += rdzv_rules.clock_findings(run.members)
-        run.findings += limits_rules.limit_findings(run.members)
+        peers = port_peers(cfg.rdzv.port)
+        judge_rendezvous(run, gathered, frames, peers, lambda: run.stall_findings(ex),
+                         lambda: _endpoint_findings(run, gathered.missing_ranks))
     return seat
+
+
+def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...], peers: dict[str, int],
+                     stalls: Callable[[], list[Finding]], endpoint: Callable[[], list[Finding]]) -> None:
+    """The host's rendezvous rules over what it gathered, in the report's order. What only the
+    network tells comes in: the datagram tests of the paths to the nodes whose facts never came
+    (frames), the addresses connected to the store's port (peers), and, asked at their turn,
+    what held the store up (stalls) and where the missing nodes may have gone (endpoint)."""
+    holes = mesh_rules.lost_facts_blackhole(gathered.facts_lost, frames, len(gathered.members))
+    run.findings += holes
+    visitors = tuple(v for v in run.arrivals.visitors.values() if v) if run.arrivals else ()
+    run.causes = PathCauses(translation_rules.translations(run.members, peers, visitors))
+    run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
+    run.findings += reach_rules.reach_summary(run.members)
+    stalled = stalls()
+    run.findings += storetrouble_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
+    run.findings += endpoint_rules.reached_addresses(run.members)
+    run.findings += endpoint()
+    run.findings += endpoint_rules.shared_variable_findings(run.members)
+    run.findings += reach_rules.resolve_consistency(run.members)
+    run.findings += rdzv_rules.fqdn_findings(run.members)
+    run.findings += rdzv_rules.clock_findings(run.members)
+    run.findings += limits_rules.limit_findings(run.members)
 
 
 def joiner(run: Run) -> rendezvous.Seat | None:
@@ -119,9 +132,14 @@ def post_alive(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     """The seated nodes that reported back, as rank -> hostname: later phases wait only for
     them, so one node lost at the rendezvous does not eat every later phase's time (and get
     live nodes blamed for it). The host decides and publishes; joiners read it."""
-    alive = tuple(m.rank for m in run.members if m.results is not None)
+    alive = alive_ranks(run.members)
     seat.exchange.put(seat.exchange.key(ALIVE), seats.rank_runs(alive))
-    return _seated_of(seat, alive)
+    return seated_of(seat.hostnames, alive)
+
+
+def alive_ranks(members: tuple[Member, ...]) -> tuple[int, ...]:
+    """The seated nodes that reported back: the alive list the host posts."""
+    return tuple(m.rank for m in members if m.results is not None)
 
 
 def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
@@ -138,11 +156,12 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     except codec.DecodeError as e:
         run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
         alive = tuple(seat.hostnames)
-    return _seated_of(seat, alive)
+    return seated_of(seat.hostnames, alive)
 
 
-def _seated_of(seat: rendezvous.Seat, ranks: tuple[int, ...]) -> dict[int, str]:
-    return {r: seat.hostnames[r] for r in ranks if r in seat.hostnames}
+def seated_of(hostnames: dict[int, str], ranks: tuple[int, ...]) -> dict[int, str]:
+    """rank -> hostname of the seated nodes among ranks: the phases after the rendezvous wait for them."""
+    return {r: hostnames[r] for r in ranks if r in hostnames}
 
 
 def _frames_to(run: Run, lost: tuple[Visitor, ...]) -> tuple[FrameTest, ...]:
