@@ -569,12 +569,15 @@ class Cluster:
             match += ["--dport", str(port)]
         # Both families: the node's link-local IPv6 address is also a way in. A source
         # node is named by its IPv4 address, so only iptables can match it.
-        families = ("iptables", "ip6tables")
+        families, where = ("iptables", "ip6tables"), ["-A", "INPUT"]
         if source is not None:
             match += ["-s", self.nodes[source].addr]
-            families = ("iptables",)
+            # First in the chain, as a rule against one source is written before the general
+            # ones: a port let in to everyone (allow_only_inbound) would shadow it (chaos seed
+            # 71206, schedule 55: node1's path firewall let through, node1 joined).
+            families, where = ("iptables",), ["-I", "INPUT", "1"]
         for ipt in families:
-            self._ipt(i, ipt, "-A", "INPUT", *match, "-j", *target)
+            self._ipt(i, ipt, *where, *match, "-j", *target)
 
     def _ipt(self, i: int, ipt: str, *args: str) -> None:
         _run(_in_ns(self.nodes[i].ns, ipt, "-w", *args))

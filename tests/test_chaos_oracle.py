@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from chaos.catalog import (
     DecoyInterface,
     HostileClient,
@@ -11,6 +13,7 @@ from chaos.catalog import (
     MtuMismatch,
     PathFirewall,
     SharedSubnet,
+    Signal,
 )
 from chaos.generator import Schedule
 from chaos.oracle import Expect
@@ -69,3 +72,13 @@ def test_jumbo_nodes_left_alone_by_a_node_never_seated_agree_and_warrant_nothing
     for fault in faults:
         total = total.merge(fault.expect(sched, None))
     assert total.seers == {1} and not [b for b in total.blame if b.checks == ("nic.mtu",)]
+
+
+def test_a_node_stopped_in_its_rendezvous_may_be_named_for_facts_that_never_came():
+    """Seed 71206, schedule 48: SIGTERM 3.3 s into node2's rendezvous, after its visitor record
+    and before its facts; the host named it rdzv.join facts_lost, which the oracle refused."""
+    sig = Signal((2,), (("sig", "SIGTERM"), ("phase", "rendezvous"), ("delay", 2.44)))
+    run = SimpleNamespace(fault_state={sig: {"phase": "rendezvous"}})   # where the signal landed
+    e = sig.expect(Schedule(71206, 48, "ranked", 4, (sig,)), run)
+    (joined,) = [b for b in e.blame if b.checks == ("rdzv.join", "bw.stage")]
+    assert joined.node == 2 and {"missing", "facts_lost", "lost_in_rendezvous"} <= set(joined.kinds)
