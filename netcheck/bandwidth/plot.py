@@ -46,7 +46,7 @@ def write_plot(result: BandwidthResult, path: str) -> None:
 
 
 def _curves(ax, result: BandwidthResult, label: str, value, title: str, time_axis: bool = False) -> None:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     heads = {(h.stage, h.op): h for h in result.headlines}
     for s in result.sweeps:
@@ -65,6 +65,10 @@ def _curves(ax, result: BandwidthResult, label: str, value, title: str, time_axi
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: size_words(int(x)) if x >= 1 else ""))
     if time_axis:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: time_text(y)))
+    # The log axes' minor ticks are labelled bare ("4x10^3" beside "1 ms"): left unlabelled,
+    # every label on an axis carries its unit.
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="x", labelrotation=45)
     ax.set_xlabel("message size")
     ax.set_ylabel(label)
