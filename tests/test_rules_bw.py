@@ -374,3 +374,12 @@ def test_the_pairs_median_is_the_pairs():
     (ok,) = by_check(findings_of(result(pairs=pairs)), registry.BW_PAIR)
     assert ok.summary.startswith("3 node pairs, median 0.861 GB/s; every node's best pair within 50% of the median "
                                  "node's best (0.916 GB/s)")
+
+
+def test_nodes_sharing_a_hostname_are_named_with_their_rank_and_the_others_by_name_alone():
+    """Every node of a one-machine run is `vm`: "vm <-> vm" in a pair's evidence said nothing."""
+    shared = result(pairs=(Pair(0, 1, 1 << 20, 1.0, 0.1), Pair(0, 2, 1 << 20, 1.0, 0.1), Pair(1, 2, 1 << 20, 1.0, 1.0)),
+                    hostnames={"0": "vm", "1": "vm", "2": "gpu7"})
+    assert [shared.node_name(n) for n in range(4)] == ["vm (node 0)", "vm (node 1)", "gpu7", "node 3"]
+    (slow,) = [f for f in bandwidth_findings(shared, {}, None) if f.check == registry.BW_PAIR and f.severity != "pass"]
+    assert "vm (node 0)" in slow.summary and "vm (node 0) <-> vm (node 1)" in " ".join(slow.evidence), slow

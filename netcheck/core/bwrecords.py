@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Annotated, TypeVar
 
 from netcheck.core.constants import (
@@ -354,7 +356,20 @@ class BandwidthResult:
     links: Annotated[tuple[NodeLinks, ...], PER_NODE] = ()   # each node's link counters meanwhile (link.health)
 
     def node_name(self, node: int) -> str:
+        """The node's hostname; with its rank where another node has the same (nodes sharing one
+        machine, cloned images): "vm <-> vm" told a reader nothing."""
+        name = self.hostname(node)
+        return f"{name} (node {node})" if name in self._shared_names else name
+
+    def hostname(self, node: int) -> str:
+        """The node's hostname as it is, shared or not ("node N" where none came)."""
         return self.hostnames.get(str(node), f"node {node}")
+
+    @cached_property
+    def _shared_names(self) -> frozenset[str]:
+        """The hostnames two nodes or more hold (computed once: a report names nodes many times)."""
+        held = Counter(self.hostnames.values())
+        return frozenset(h for h, nodes in held.items() if nodes > 1)
 
 
 # Whom to blame, in order: a dead or hung rank (the others failed because of it), then a

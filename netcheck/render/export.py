@@ -92,7 +92,7 @@ def _headline(report: Report, figure: Callable[[Headline], float | None]) -> lis
 def _pairs(report: Report) -> list[Sample]:
     if report.bandwidth is None:
         return []
-    name = report.bandwidth.node_name
+    name = report.bandwidth.hostname   # the node_rank labels keep nodes that share one apart
     return [({"node": name(p.a), "node_rank": str(p.a), "peer": name(p.b), "peer_node_rank": str(p.b)}, p.busbw)
             for p in report.bandwidth.pairs]
 

@@ -18,7 +18,6 @@ per-rank times; the environment differences; the export lines, with a copy butto
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -192,8 +191,7 @@ def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
     ordered = sorted(result.pairs, key=lambda p: p.busbw)
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
     lost = lossy_pairs(report)
-    shown = sorted({*nodes, *slow, *(n for ends in lost for n in ends)})
-    name = dict(zip(shown, _distinct([result.node_name(n) for n in shown], shown))).__getitem__
+    name = result.node_name
     slowest = tuple((name(p.a), name(p.b), gbps_cell(p.busbw)) for p in ordered[:SLOWEST_PAIRS])
     named = ", ".join(name(n) for n in sorted(slow))
     resent = ", ".join(f"{name(a)} <-> {name(b)} {share:.1%}" for (a, b), share in
@@ -214,13 +212,6 @@ def pairs_view(report: Report, result: BandwidthResult) -> PairsView | None:
                         BW_PAIR_SLOW, f"bw.pair's bound: {100 * BW_PAIR_SLOW:.0f}% of the median node's best pair "
                         f"({rate_text(yardstick)})", {index[n] for n in slow if n in index})
     return PairsView(len(result.pairs), size_words(result.pairs[0].size), cells, None, slowest, named, resent)
-
-
-def _distinct(names: list[str], ranks: list[int]) -> list[str]:
-    """Hostnames as labels; where two nodes share one (every node of a one-machine run), each
-    with its node rank."""
-    repeated = {n for n, k in Counter(names).items() if k > 1}
-    return [f"{n} (node {r})" if n in repeated else n for n, r in zip(names, ranks)]
 
 
 def rank_times(report: Report, sweep: Sweep) -> RankTimes | None:

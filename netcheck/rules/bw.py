@@ -253,7 +253,8 @@ def _trust(h: Headline, result: BandwidthResult, names: _Names, troubled: list[i
     busy = sorted({p.node for p in result.busy})
     causes = []
     if busy:
-        causes.append(f"{', '.join(dict.fromkeys(names.node(n) for n in busy))} ran other work (host.busy)")
+        # By hostname: nodes on one machine see the same processes (busy_findings says them once).
+        causes.append(f"{', '.join(dict.fromkeys(result.hostname(n) for n in busy))} ran other work (host.busy)")
     if troubled:
         nodes = ", ".join(dict.fromkeys(names.node(n) for n in troubled))
         causes.append(f"the links of {nodes} lost segments, went down or counted errors (link.health)")
@@ -433,7 +434,7 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     # Nodes on one machine (several netcheck nodes on a host) see the same processes: said once.
     by_host: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for node, procs in sorted(by_node.items()):
-        by_host.setdefault((names.node(node), tuple(_busy_text(p) for p in procs)), []).append(node)
+        by_host.setdefault((result.hostname(node), tuple(_busy_text(p) for p in procs)), []).append(node)
     return [Finding(HOST_BUSY, WARN, tuple(nodes), f"{host}: {lines[0]}"
                     + (f" and {len(lines) - 1} more process(es)" if len(lines) > 1 else "")
                     + f"; {'they' if len(lines) > 1 else 'it'} {_what_they_used(by_node[nodes[0]])} while bandwidth "
