@@ -149,6 +149,18 @@ def test_one_shot_nodes_whose_facts_never_came_are_named_by_hostname_and_the_hos
     assert rdzv_rules.unranked_at_fault(lost, []) == ("node2", "node3")
 
 
+def test_a_torchrun_nodes_workers_whose_facts_never_came_are_one_line_with_their_ranks():
+    """Per node where a person thinks per node: 2,048 x 8 ranks, 400 nodes' facts lost, were 3,131
+    evidence lines, eight a node (issue 51)."""
+    lost = tuple(Visitor("netcheck", f"sim{r // 8:04d}", r, f"198.18.16.{r // 8}") for r in range(8, 24))
+    g = dataclasses.replace(gathering((member(0),), expected=24, waited=9.0), facts_lost=lost)
+    (found,) = [f for f in rdzv_rules.join_findings(g) if f.kind == "facts_lost"]
+    assert found.nodes == tuple(range(8, 24))
+    assert found.evidence == tuple(f"sim{n:04d} (node ranks {8 * n}-{8 * n + 7}) from 198.18.16.{n}: 8 visitor records "
+                                   "(under a hundred bytes each) came; their facts (larger than a frame) did not"
+                                   for n in (1, 2))
+
+
 def test_join_missing_node_named_by_the_launchers_hostname():
     g = gathering((member(0), member(1)), missing=(2,), hostnames=("gpu01", "gpu02", "gpu03"), waited=30.2)
     assert rdzv_rules.join_findings(g) == [Finding(

@@ -114,13 +114,28 @@ def _facts_lost(lost: tuple[Visitor, ...], waited: float) -> list[Finding]:
     return [Finding(RDZV_JOIN, FAIL, ranks, f"{which} reached the store, but "
                     f"{'its facts' if len(lost) == 1 else 'their facts'} never arrived in {waited:.0f} s, so "
                     f"{'it was' if len(lost) == 1 else 'they were'} not seated",
-                    tuple(f"{v.hostname}{'' if v.node_rank is None else f' (node rank {v.node_rank})'}"
-                          f"{f' from {v.address}' if v.address else ''}: its visitor record (under a hundred "
-                          "bytes) came; its facts (larger than a frame) did not" for v in lost),
+                    _facts_lost_lines(lost),
                     "read that node's own report: a path between it and the host that drops full-size frames "
                     "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
                     "its netcheck stopped right after arriving, or was too slow to publish them inside the host's "
                     "join window (a loaded machine, a --timeout near its least: give it more)", kind=JOIN_FACTS_LOST)]
+
+
+def _facts_lost_lines(lost: tuple[Visitor, ...]) -> tuple[str, ...]:
+    """A line per node (its hostname and address), its ranks in runs: a torchrun node's eight
+    workers were eight lines."""
+    by_node: dict[tuple[str, str | None], list[int | None]] = {}
+    for v in lost:
+        by_node.setdefault((v.hostname, v.address), []).append(v.node_rank)
+    lines = []
+    for (hostname, address), ranks in by_node.items():
+        seated = [r for r in ranks if r is not None]
+        which = f" (node rank{'s' if len(seated) > 1 else ''} {ranks_text(seated)})" if seated else ""
+        came = "its visitor record (under a hundred bytes) came; its facts (larger than a frame) did not" \
+            if len(ranks) == 1 else f"{len(ranks)} visitor records (under a hundred bytes each) came; their facts " \
+            "(larger than a frame) did not"
+        lines.append(f"{hostname}{which}{f' from {address}' if address else ''}: {came}")
+    return tuple(lines)
 
 
 def unranked_at_fault(lost: tuple[Visitor, ...], holes: list[Finding]) -> tuple[str, ...]:
