@@ -193,6 +193,7 @@ def test_a_torchrun_node_that_never_started_is_one_finding_for_its_workers():
     assert found.nodes == missing and found.kind == "missing"
     assert found.summary == ("ranks 8-807 (hostnames unknown: they never reached the store) never joined in 30 s; "
                              "8 of 808 ranks joined")
+    assert found.evidence == ("never joined: ranks 8-807", "joined: ranks 0-7 node0")   # a line a node, not 808
 
 
 def test_join_without_a_count_passes_with_one_joiner():

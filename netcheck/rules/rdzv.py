@@ -224,12 +224,40 @@ def _never_joined(g: Gathering, ranks: list[int]) -> list[Finding]:
     unit, noun = ("rank", "ranks") if workers else ("node rank", "nodes")
     names = {r: g.expected_hostnames[r] for r in ranks if r < len(g.expected_hostnames)}
     which = (f"{unit} {ranks[0]}" if len(ranks) == 1 else f"{unit}s {ranks_text(ranks)}") + f" ({_known(ranks, names)})"
-    listed = tuple(f"never joined: {unit} {r}" + (f" {names[r]}" if r in names else "") for r in ranks) \
-        if len(ranks) > 1 else ()
+    listed = _never_joined_lines(unit, ranks, names) if len(ranks) > 1 else ()
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{which} never joined in {g.waited:.0f} s; {len(g.members)} of "
                     f"{g.expected} {noun} joined",
-                    listed + tuple(f"joined: rank {m.rank} {m.facts.hostname}" for m in g.members),
-                    _never_joined_fix(workers, len(ranks)), kind=JOIN_MISSING)]
+                    listed + _joined_lines(g.members), _never_joined_fix(workers, len(ranks)), kind=JOIN_MISSING)]
+
+
+def _never_joined_lines(unit: str, ranks: list[int], names: dict[int, str]) -> tuple[str, ...]:
+    """A line per rank whose hostname the launcher gave, and one per run of ranks it did not:
+    800 ranks of 100 torchrun nodes that never started were 800 lines."""
+    lines: list[str] = []
+    unnamed: list[int] = []
+
+    def said() -> None:
+        if unnamed:
+            lines.append(f"never joined: {unit}{'s' if len(unnamed) > 1 else ''} {ranks_text(unnamed)}")
+            unnamed.clear()
+
+    for r in ranks:
+        if r in names or (unnamed and r != unnamed[-1] + 1):
+            said()
+        if r in names:
+            lines.append(f"never joined: {unit} {r} {names[r]}")
+        else:
+            unnamed.append(r)
+    said()
+    return tuple(lines)
+
+
+def _joined_lines(members: tuple[Member, ...]) -> tuple[str, ...]:
+    """A line per hostname that joined, its ranks in runs (a torchrun node's workers one line)."""
+    by_host: dict[str, list[int]] = {}
+    for m in members:
+        by_host.setdefault(m.facts.hostname, []).append(m.rank)
+    return tuple(f"joined: {'rank' if len(r) == 1 else 'ranks'} {ranks_text(r)} {host}" for host, r in by_host.items())
 
 
 def _never_joined_fix(workers: bool, count: int) -> str:
