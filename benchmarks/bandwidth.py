@@ -33,10 +33,10 @@ in the measurement. Other engineers' test clusters share this machine's CPUs: ea
 waits for 2 s of idle CPU first (at most 2 minutes), and part 3 prints how busy the CPU
 was before each run, during it, and during it less its own processes (others' load).
 
-Reproduce (root; needs ip netns, tc, iperf3; about 25 minutes on a quiet machine; 3a-3c, unshaped and
-shaped, about 9):
-    cd /work/main && .venv/bin/python benchmarks/bandwidth.py
-    cd /work/main && .venv/bin/python benchmarks/bandwidth.py --parts unshaped,shaped,overhead,traits
+Reproduce, from the repository's root (root; needs ip netns, tc, iperf3; about 25 minutes on a
+quiet machine; 3a-3c, unshaped and shaped, about 9):
+    .venv/bin/python benchmarks/bandwidth.py
+    .venv/bin/python benchmarks/bandwidth.py --parts unshaped,shaped,overhead,traits
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     1. 64 MiB: best of 20: netcheck 1.208 GB/s, reference 1.205 GB/s, ratio 1.002

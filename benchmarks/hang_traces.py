@@ -2,8 +2,8 @@
 2,000 entries each (NCCL-style entries, pickled at protocol 2 as torch's C++ pickler writes
 them; rank 517 stopped one collective early), read and judged by the same code the CLI runs.
 
-Reproduce (about 2 minutes, most of it writing the dumps):
-    cd /work/main && .venv/bin/python benchmarks/hang_traces.py --ranks 1024 --entries 2000
+Reproduce, from the repository's root (about 2 minutes, most of it writing the dumps):
+    .venv/bin/python benchmarks/hang_traces.py --ranks 1024 --entries 2000
 
 It prints the dumps' total size, the wall time of read_dumps + hang_findings, its peak
 resident memory and its children's, and the finding.

@@ -8,8 +8,8 @@ Per repeat, on a fresh 3-node namespace cluster:
   2. three `python -c 'import torch'` at once (one per node), then one alone.
 One untimed `import torch` first warms the page cache. Median and min over the repeats.
 
-Reproduce (root; needs ip netns, iptables, unshare; about 1 minute):
-    cd /work/main && .venv/bin/python benchmarks/healthy_cluster.py [--arrival] [--skip-bandwidth]
+Reproduce, from the repository's root (root; needs ip netns, iptables, unshare; about 1 minute):
+    .venv/bin/python benchmarks/healthy_cluster.py [--arrival] [--skip-bandwidth]
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     repeat 1:

@@ -4,8 +4,8 @@ node with its interfaces, a dozen passing checks naming every node, a bandwidth 
 PAGE` as a user runs it (Python's start-up and the JSON's decoding included), and the page
 opened in headless Chromium: the time to its load event, and the node table's filters.
 
-Reproduce (Debian's chromium installed; no root needed):
-    cd /work/main && .venv/bin/python benchmarks/html_report.py [--nodes 4096] [--rounds 3]
+Reproduce, from the repository's root (Debian's chromium installed; no root needed):
+    .venv/bin/python benchmarks/html_report.py [--nodes 4096] [--rounds 3]
 """
 
 from __future__ import annotations

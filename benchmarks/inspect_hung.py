@@ -6,8 +6,8 @@ the second node, never starts. Once the rendezvous state is in the store, node2 
 `netcheck inspect --rdzv node0:29400 --nnodes 2` --repeats times (each a fresh process, its
 wall time measured), while torchrun's own output on node0 is recorded for the same span.
 
-Reproduce (root; about a minute):
-    cd /work/main && .venv/bin/python benchmarks/inspect_hung.py --repeats 5
+Reproduce, from the repository's root (root; about a minute):
+    .venv/bin/python benchmarks/inspect_hung.py --repeats 5
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     inspect #1: rc=2 in 1.72 s: FAIL  job.rdzv       run 'job7': round 0 is not complete: 1 of 2 node(s) joined,

@@ -16,7 +16,7 @@ each the median of --repeats calls, next to the sweep's own time per run (--bw-b
 by default: the default budget). Part 3 of benchmarks/bandwidth.py (`--parts overhead`) is
 the side-by-side with a bare gloo loop, run before and after the counters were added.
 
-Reproduce (root; from the repository's root):
+Reproduce, from the repository's root (root):
     .venv/bin/python benchmarks/link_counters.py
 """
 

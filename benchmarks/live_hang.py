@@ -3,8 +3,8 @@ a flight recorder recorded from a real torch 2.13 job (tests/hangjob.py's shape:
 all_reduces, then rank 63 one short) and a Python stack, registered in a real TCPStore as
 torch's worker servers register themselves.
 
-Reproduce (seconds):
-    cd /work/main && .venv/bin/python benchmarks/live_hang.py --ranks 64
+Reproduce, from the repository's root (seconds):
+    .venv/bin/python benchmarks/live_hang.py --ranks 64
 
 It prints the wall time of what `inspect --rdzv` adds for the live view (finding the servers in
 the store, fetching every rank's recorder and stack, judging them) and the finding.

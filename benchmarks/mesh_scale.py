@@ -6,8 +6,8 @@ two candidates and connects to 15 x 2 of its peers'. The host's JSON gives the m
 phase's wall time (the issue's target: 2 s at most). Run with `--nodes N` for another
 size, `--mesh sample:K` to time the sampled mode.
 
-Reproduce (root; about a minute: 16 processes import torch on this machine's cores):
-    cd /work/main && .venv/bin/python benchmarks/mesh_scale.py [--nodes 16] [--mesh full]
+Reproduce, from the repository's root (root; about a minute: 16 processes import torch on this machine's cores):
+    .venv/bin/python benchmarks/mesh_scale.py [--nodes 16] [--mesh full]
 
 Sample output: see benchmarks/RESULTS.md, "Mesh at 16 nodes".
 """

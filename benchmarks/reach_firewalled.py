@@ -9,8 +9,8 @@ SYNs to 29500 from node1, node2 and node3. Each client starts fresh:
      --rdzv-endpoint node0:29500 hello.py` (hello.py prints 'hello').
 b and c run together (separate nodes, separate DROP rules), each stopped at 120 s.
 
-Reproduce (root; needs ip netns, iptables, unshare; about 2.5 minutes):
-    cd /work/main && .venv/bin/python benchmarks/reach_firewalled.py
+Reproduce, from the repository's root (root; needs ip netns, iptables, unshare; about 2.5 minutes):
+    .venv/bin/python benchmarks/reach_firewalled.py
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     a. netcheck (process wall time; 'filtered' must be in its output):

@@ -22,8 +22,16 @@ WORLD_SIZE would wait out its join share for one (the flag runs cover rdzv.join 
 The bandwidth phase is skipped: its collectives need a torch worker on every node, which
 no simulator can stand in for (RESULTS.md, "Scale", says what that leaves out).
 
-Reproduce (root; the suite runs --nodes 128):
-    cd /work/main && .venv/bin/python benchmarks/scale.py --nodes 1024 [--nproc 8] [--json out.json]
+With --in-process (no root, no sockets, no store) the host's own work alone, up to MAX_RANKS,
+past the descriptors one machine can connect: every member's records made as the simulators
+make them, then decoded and judged by the host's own functions in this one process
+(benchmarks/_scale_inprocess.py says what that leaves out). The same faults are planted but
+"missing" under --nproc (as above); `cpu_s` is the host's work, stage by stage.
+
+Reproduce, from the repository's root (root; the suite runs --nodes 128):
+    .venv/bin/python benchmarks/scale.py --nodes 1024 [--nproc 8] [--json out.json]
+and without root (the suite runs --nodes 1280 --nproc 8):
+    .venv/bin/python benchmarks/scale.py --nodes 12500 --nproc 8 --in-process [--json out.json]
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import time
 from pathlib import Path
 
 from _common import PORT, PY, REPO, Cluster, NodeSpec, clean_env, machine_facts
+from _scale_inprocess import run_in_process
 
 sys.path.insert(0, str(REPO))
 from netcheck.config import BaselineError, load_report  # noqa: E402
@@ -154,6 +163,13 @@ def host_launch(plan: dict) -> tuple[list[str], dict[str, str]]:
                 "GROUP_RANK": "0", "MASTER_ADDR": "node0", "MASTER_PORT": str(PORT), "TORCHELASTIC_RUN_ID": RUN_ID}
 
 
+def netcheck_args(plan: dict, mesh: str, report_path: Path, exclude: Path, prom: Path) -> list[str]:
+    """The host's netcheck arguments."""
+    flags, _ = host_launch(plan)
+    return ["--rdzv", f"node0:{PORT}", *flags, "--rdzv-id", RUN_ID, "--timeout", "300", "--mesh", mesh,
+            "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude), "--prom", str(prom)]
+
+
 def simulators(plan: dict, procs: int) -> list[tuple[int, int, int]]:
     """(namespace, first rank, last rank + 1) per simulator process: the host's node's other
     workers beside it, every other node's in node1."""
@@ -171,10 +187,8 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
         add_addresses(c, plan)
         # Profiled: the host's main thread under cProfile, the netcheck it runs the same.
         host_cmd = [str(REPO / "benchmarks" / "_profiled.py"), str(profile)] if profile else HOSTS[store]
-        flags, variables = host_launch(plan)
-        argv = [PY, *host_cmd, "--rdzv", f"node0:{PORT}", *flags, "--rdzv-id", RUN_ID, "--timeout", "300",
-                "--mesh", mesh, "--skip", "bandwidth", "--json", str(report_path), "--exclude-file", str(exclude),
-                "--prom", str(prom)]
+        _, variables = host_launch(plan)
+        argv = [PY, *host_cmd, *netcheck_args(plan, mesh, report_path, exclude, prom)]
         with log.open("w") as out:
             host = c.popen(0, argv, env={**clean_env(), **variables}, stdout=out, stderr=subprocess.STDOUT,
                            preexec_fn=typical_fd_limit)
@@ -223,6 +237,22 @@ def run(nodes: int, mesh: str, procs: int, store: str, folder: Path, profile: Pa
     }
 
 
+def in_process(nodes: int, mesh: str, nproc: int, folder: Path) -> dict:
+    """The host's own work on every member's records in this process (_scale_inprocess.py),
+    its outputs judged as a socket run's are."""
+    plan = plan_for(nodes, mesh, nproc)
+    report_path, exclude, prom = (folder / n for n in ("host.json", "exclude.txt", "host.prom"))
+    _, variables = host_launch(plan)
+    measured = run_in_process(plan, netcheck_args(plan, mesh, report_path, exclude, prom), variables,
+                              TYPICAL_FD_LIMIT, folder)
+    problems = judge(json.loads(report_path.read_text()), plan, exclude.read_text().strip(), prom.read_text(),
+                     report_path)
+    if not measured["joiners_see_the_seating"]:
+        problems.append("the seating or alive list a joiner decodes is not the host's")
+    return {"ok": not problems and measured["exit_code"] == 2, "ranks": nodes * nproc, "nodes": nodes,
+            "nproc": nproc, "mesh": mesh, "faults": sorted(plan["faults"]), **measured, "problems": problems}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1024, help="cluster size, the host included")
@@ -234,6 +264,9 @@ def main() -> None:
                         help="the host's TCPStore backend: netcheck's own (legacy, on its pre-bound socket) or libuv")
     parser.add_argument("--json", type=Path, help="write the measurements there as one JSON object")
     parser.add_argument("--profile", type=Path, help="profile the host (cProfile, legacy store) into this file")
+    parser.add_argument("--in-process", action="store_true",
+                        help="no sockets, no store, no root: every member's records made here and fed to the host's "
+                             "own functions in this process (up to MAX_RANKS)")
     parser.add_argument("--keep", type=Path, help="keep the host's reports and the simulators' logs in this folder")
     args = parser.parse_args()
     ranks = args.nodes * args.nproc
@@ -242,8 +275,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        result = run(args.nodes, mesh, args.procs, args.store, folder, args.profile and args.profile.resolve(),
-                     args.nproc)
+        if args.in_process:
+            result = in_process(args.nodes, mesh, args.nproc, folder)
+        else:
+            result = run(args.nodes, mesh, args.procs, args.store, folder, args.profile and args.profile.resolve(),
+                         args.nproc)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

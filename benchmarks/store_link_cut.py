@@ -7,8 +7,8 @@ a reply timeout on its socket, STORE_REPLY_TIMEOUT). Then node1's switch port go
 pulled cable: no packet and no reset either way) and each client calls `check()` once,
 timed, capped at --cap seconds.
 
-Reproduce (root; needs ip netns; about --cap seconds):
-    cd /work/main && .venv/bin/python benchmarks/store_link_cut.py
+Reproduce, from the repository's root (root; needs ip netns; about --cap seconds):
+    .venv/bin/python benchmarks/store_link_cut.py
 
 Sample output (2 vCPU AMD EPYC, torch 2.13.0+cpu; see benchmarks/RESULTS.md):
     bare TCPStore (timeout 3 s, set_timeout 2 s): no answer at the 120 s cap
