@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 from chaos.catalog import (
     DecoyInterface,
+    EphemeralBlocked,
+    ForeignRun,
     HostileClient,
     LatePastRoster,
     LoopbackHostname,
@@ -14,6 +16,7 @@ from chaos.catalog import (
     PathFirewall,
     SharedSubnet,
     Signal,
+    WrongPrefix,
 )
 from chaos.generator import Schedule
 from chaos.oracle import Expect
@@ -82,3 +85,24 @@ def test_a_node_stopped_in_its_rendezvous_may_be_named_for_facts_that_never_came
     e = sig.expect(Schedule(71206, 48, "ranked", 4, (sig,)), run)
     (joined,) = [b for b in e.blame if b.checks == ("rdzv.join", "bw.stage")]
     assert joined.node == 2 and {"missing", "facts_lost", "lost_in_rendezvous"} <= set(joined.kinds)
+
+
+def test_a_wrong_prefix_with_the_other_rack_kept_out_is_not_expected_to_show():
+    """Seed 8306, schedule 36: node2's /16 in the host's rack, node1 past the roster and node3 of
+    another run: no node of the other rack took part, node2 reached every peer it had."""
+    faults = (WrongPrefix((2,)), LatePastRoster((1,)), ForeignRun((3,)))
+    sched = Schedule(8306, 36, "ranked", 4, faults)
+    assert not [b for b in merged(sched).blame if b.node == 2]
+    seen = merged(Schedule(8306, 36, "ranked", 4, (WrongPrefix((2,)), LatePastRoster((1,)))))
+    assert [(b.node, b.checks) for b in seen.blame if b.node == 2] == [(2, ("mesh.connect",))]
+
+
+def test_a_decoy_that_no_witnessed_connect_can_tell_is_not_expected():
+    """Seed 8306, schedule 9: ephemeral firewalls both ways on node0 and node2 leave every node
+    reaching none; node1's decoy ib0 cannot be told from their connects."""
+    both = (("way", "both"),)
+    faults = (EphemeralBlocked((2,), both), DecoyInterface((1,)), EphemeralBlocked((0,), both))
+    assert not [b for b in merged(Schedule(8306, 9, "arrival", 3, faults)).blame if b.node == 1]
+    one = (EphemeralBlocked((2,), both), DecoyInterface((1,)))   # node0 reaches node1: it tells
+    assert [b.checks for b in merged(Schedule(8306, 9, "arrival", 3, one)).blame if b.node == 1] == \
+        [("nic.nccl_default",)]

@@ -116,6 +116,17 @@ def test_nccl_default_fails_where_the_pick_reaches_no_peer():
     assert "ib0 not reached by every peer that tried" in finding.evidence[0]
 
 
+def test_the_host_passes_a_choice_only_on_the_nodes_a_peers_connect_was_witnessed_to():
+    """Chaos seed 8306, schedule 9: every node's connects cut, none witnessed; nic.nccl_default
+    passed "looks usable on every node": a pass on no evidence, beside node1's decoy ib0."""
+    members = tuple(member(r, nic("eth0", f"198.18.0.1{r}")) for r in range(3))
+    assert nic_rules.nccl_findings(members, {}) == []
+    assert nic_rules.gloo_findings(members, {}) == []
+    (partly,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    assert (partly.severity, partly.nodes) == ("pass", (0, 1))
+    assert partly.summary.endswith("not tested on node2: no peer's connect there was witnessed (mesh.connect)")
+
+
 def test_gloo_default_fails_on_a_hostname_that_resolves_to_loopback():
     members = (member(0, nic("eth0", "198.18.0.10")),
                member(1, nic("eth0", "198.18.0.11"), hostname_addresses=("127.0.1.1",)))

@@ -169,7 +169,7 @@ def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
     return _library_finding(
         NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
-        "peer: a cluster run's export lines name one", "NCCL's interface choice",
+        "peer: a cluster run's export lines name one", "NCCL's interface choice", one_machine(members),
         per_node(((m.rank, c.reason) for m, c in choices), hostnames(members)))
 
 
@@ -204,7 +204,7 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         "gloo would use an address peers cannot reach", "set GLOO_SOCKET_IFNAME to an interface that "
         "reaches every peer (a cluster run's export lines name one per node), or fix /etc/hosts so the "
         "hostname resolves to the node's real address, not a loopback one (Debian-style images write "
-        "127.0.1.1)", "gloo's address")
+        "127.0.1.1)", "gloo's address", alone)
 
 
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
@@ -226,7 +226,7 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         NIC_TP_DEFAULT, WARN, members, proven, [(m, trouble(m)) for m in members],
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
-        "lines name one per node)", "TensorPipe's address")
+        "lines name one per node)", "TensorPipe's address", alone)
 
 
 def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ()) -> bool:
@@ -255,7 +255,7 @@ def _unreached(dead: list[str | None]) -> str:
 
 def _library_finding(check: str, severity: str, members: tuple[Member, ...], proven: dict[int, list[str]] | None,
                      troubles: list[tuple[Member, str | None]], summary: str, fix: str, subject: str,
-                     passed_evidence: tuple[str, ...] = ()) -> list[Finding]:
+                     alone: bool, passed_evidence: tuple[str, ...] = ()) -> list[Finding]:
     """One library's choice judged node by node: the nodes with trouble (a line per node), else
     a pass that says whether the mesh tested the choice or only this node's tables were read."""
     names = hostnames(members)
@@ -263,11 +263,21 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
     if bad:
         return [Finding(check, severity, tuple(r for r, _ in bad),
                         f"{summary} on {node_names((r for r, _ in bad), names)}", per_node(bad, names), fix)]
-    where = every_node(names, names)
-    tested = proven is not None and all(m.rank in proven for m in members)
-    passed = f"{subject} works on {where}" if tested else \
-        f"{subject} looks usable on {where} (not tested against peers here)"
-    return [Finding(check, PASS, tuple(m.rank for m in members), passed, passed_evidence)]
+    if proven is None or alone:   # a joiner's own tables; nodes on one machine, where no path leaves it
+        why = "one machine: no path leaves it" if alone else "not tested against peers here"
+        return [Finding(check, PASS, tuple(m.rank for m in members),
+                        f"{subject} looks usable on {every_node(names, names)} ({why})", passed_evidence)]
+    # The host passes the nodes some peer's connects were witnessed to, and no other: where the
+    # mesh proved nothing of a node (every node reaching none, chaos seed 8306, schedule 9),
+    # mesh.connect says why, and a pass would stand on no evidence.
+    judged = [m.rank for m in members if m.rank in proven]
+    if not judged:
+        return []
+    unjudged = [m.rank for m in members if m.rank not in proven]
+    passed = f"{subject} works on {every_node(judged, names) if not unjudged else node_names(judged, names)}" + (
+        f"; not tested on {node_names(unjudged, names)}: no peer's connect there was witnessed (mesh.connect)"
+        if unjudged else "")
+    return [Finding(check, PASS, tuple(judged), passed, passed_evidence)]
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
