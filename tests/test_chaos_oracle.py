@@ -12,8 +12,10 @@ from chaos.catalog import (
     LatePastRoster,
     LoopbackHostname,
     LossyLink,
+    MtuBlackhole,
     MtuMismatch,
     PathFirewall,
+    ShapedLink,
     SharedSubnet,
     Signal,
     WrongPrefix,
@@ -106,3 +108,11 @@ def test_a_decoy_that_no_witnessed_connect_can_tell_is_not_expected():
     one = (EphemeralBlocked((2,), both), DecoyInterface((1,)))   # node0 reaches node1: it tells
     assert [b.checks for b in merged(Schedule(8306, 9, "arrival", 3, one)).blame if b.node == 1] == \
         [("nic.nccl_default",)]
+
+
+def test_a_shaped_link_with_one_peer_left_in_the_phase_is_not_expected_on_bw_pair():
+    """Seed 8306, schedule 83: node2's facts lost on its blackhole left node0 and node1, one pair
+    as slow at both ends; bw.pair cannot tell which (link.health named the path)."""
+    faults = (ShapedLink((1,)), MtuBlackhole((2,)))
+    assert not [b for b in merged(Schedule(8306, 83, "arrival", 3, faults)).blame if b.checks == ("bw.pair",)]
+    assert [b.node for b in merged(Schedule(8306, 83, "arrival", 4, faults)).blame if b.checks == ("bw.pair",)] == [1]

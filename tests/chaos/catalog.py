@@ -414,6 +414,12 @@ class ShapedLink(Fault):
         c.shape(self.node, "20mbit")
 
     def expect(self, sched, run):
+        # bw.pair tells a node from its peers by its best pair: with one peer left in the phase
+        # (chaos seed 8306, schedule 83: node2's facts lost on its blackhole), both ends of the one
+        # pair are as slow, and nothing tells which.
+        left_out = {f.node for f in sched.faults if f.removes_node or f.kind == "mtu_blackhole"}
+        if len(set(range(sched.n)) - left_out) < 3:
+            return Expect()
         return broken(self.node, "bw.pair")
 
 
