@@ -608,11 +608,15 @@ class Cluster:
 
     def flap(self, i: int, down_s: float = 1.0) -> None:
         """Node i's link goes down for down_s seconds and comes back up, as a flapping port
-        does: its carrier drops (carrier_changes rises by two), its addresses stay."""
-        node = self.nodes[i]
-        self._ip(node.ns, "link", "set", node.ifname, "down")
+        does: its carrier drops (carrier_changes rises by two), its addresses and routes stay."""
+        # At the switch's end, as a flapping cable or port is: the node's interface loses its
+        # carrier and stays up, so its routes stay. Set down at the node's end, the kernel dropped
+        # its routes, and a routed node's default route never came back (chaos seed 8306,
+        # schedule 113: node3 cut off for good, where a flap is a second's outage).
+        port = self.nodes[i].port
+        self._ip(self.switch_ns, "link", "set", port, "down")
         time.sleep(down_s)   # the fault's own length, not a wait for something to happen
-        self._ip(node.ns, "link", "set", node.ifname, "up")
+        self._ip(self.switch_ns, "link", "set", port, "up")
 
     def segments_sent(self, i: int) -> int:
         """The TCP segments node i has sent so far (its namespace's Tcp OutSegs)."""
