@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,7 +39,7 @@ from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core import codec  # noqa: E402
 from netcheck.core import storekeys as keys
 from netcheck.core.compat import import_distributed  # noqa: E402
-from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, SEAT_BLOCK  # noqa: E402
+from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, PING_RETRY, SEAT_BLOCK  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
 from netcheck.core.meshrecords import Candidate, MeshResults, Offer
 from netcheck.core.model import JOB_VARS, ClockSample, Launch, NodeResults, Resolution  # noqa: E402
@@ -150,6 +151,30 @@ def go_ahead(ex: Exchange, phase: str):
     return ex.read(bool, ex.key(keys.GO, phase))
 
 
+@dataclasses.dataclass
+class Asked:
+    """A key waited for that is asked for again every PING_RETRY until it comes."""
+
+    key: str
+    again: Callable[[], None]
+    since: float = dataclasses.field(default_factory=time.monotonic)
+
+    def came(self, ex: Exchange) -> bool:
+        if ex.has(self.key):
+            return True
+        if time.monotonic() - self.since > PING_RETRY:
+            self.again()
+            self.since = time.monotonic()
+        return False
+
+
+def came(ex: Exchange, key) -> bool:
+    """Whether what a node waits for is there: a key, every key of a list, or an Asked one."""
+    if isinstance(key, Asked):
+        return key.came(ex)
+    return ex.has_all(key) if isinstance(key, list) else ex.has(key)
+
+
 def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: Greeters, stamps: dict, decoded: dict):
     """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
     faults = plan["faults"]
@@ -157,7 +182,9 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     yield ex.key("host", shared=True)
     for k in range(CLOCK_PINGS):
         rendezvous.ping(ex, visitor, k)
-        yield ex.key("pong", visitor, k, shared=True)
+        # Asked again after PING_RETRY, as measure_clock does: the host drops the pings list it
+        # has answered, and a ping appended meanwhile goes with it.
+        yield Asked(ex.key("pong", visitor, k, shared=True), lambda k=k: rendezvous.ping(ex, visitor, k))
         ex.read(Pong, ex.key("pong", visitor, k, shared=True), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
@@ -243,7 +270,7 @@ def main() -> None:
         started = time.monotonic()
         for name, (ex, gen, key) in list(waiting.items()):
             try:
-                if ex.has_all(key) if isinstance(key, list) else ex.has(key):
+                if came(ex, key):
                     waiting[name] = (ex, gen, gen.send(None))
             except StopIteration:
                 del waiting[name]
