@@ -309,10 +309,7 @@ def run_probe(argv: list[str]) -> int:
     args = p.parse_args(argv)
     outputs = Outputs(json=args.json, html=args.html)
     outputs.check()
-    try:
-        endpoint = parse_endpoint(args.endpoint)
-    except UsageError as e:   # its words name --rdzv, the run's flag: here the endpoint is an argument
-        raise UsageError(f"netcheck probe {str(e).removeprefix('--rdzv ')}") from None
+    endpoint = parse_endpoint(args.endpoint, "netcheck probe")   # an argument here, not --rdzv
     timeout = check_look_timeout(args.timeout)
     from netcheck.phases.assemble import probe_only
 

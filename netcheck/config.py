@@ -100,16 +100,17 @@ class Config:
     verbose: bool
 
 
-def parse_endpoint(text: str) -> Endpoint:
-    """HOST, HOST:PORT, [V6]:PORT or [V6]; the default port is torch's, 29500."""
+def parse_endpoint(text: str, named: str = "--rdzv") -> Endpoint:
+    """HOST, HOST:PORT, [V6]:PORT or [V6]; the default port is torch's, 29500. named: how a mistake names
+    the text (the flag, or `netcheck probe` for its argument)."""
     match = re.fullmatch(r"\[([^\[\]]+)\](?::([0-9]*))?|([^:\[\]]+)(?::([0-9]*))?", text.strip())
     if not match or (text.strip().endswith(":")):
-        raise UsageError(f"--rdzv {text!r}: expected HOST:PORT or [IPV6]:PORT")
+        raise UsageError(f"{named} {text!r}: expected HOST:PORT or [IPV6]:PORT")
     host = match.group(1) or match.group(3)
     port_text = match.group(2) if match.group(1) else match.group(4)
     # Over five significant digits is out of range (and int() refuses over 4300 digits).
     if port_text and (len(port_text.lstrip("0")) > 5 or not 1 <= int(port_text) <= 65535):
-        raise UsageError(f"--rdzv {text!r}: port {port_text} is outside 1-65535")
+        raise UsageError(f"{named} {text!r}: port {port_text} is outside 1-65535")
     return Endpoint(host, int(port_text) if port_text else DEFAULT_PORT)
 
 
