@@ -163,7 +163,7 @@ def test_the_slurm_job_id_is_the_default_run_id():
 
 @pytest.mark.parametrize("argv, message", [
     (["probe"], "the following arguments are required: HOST:PORT"),
-    (["probe", "127.0.0.1:0"], "--rdzv '127.0.0.1:0': port 0 is outside 1-65535"),
+    (["probe", "127.0.0.1:0"], "netcheck probe '127.0.0.1:0': port 0 is outside 1-65535"),   # its argument, not --rdzv
     (["probe", "127.0.0.1:1", "--timeout", "0"], "--timeout 0: must be more than 0 and below 3600 seconds"),
     (["probe", "127.0.0.1:1", "--bogus"], "unrecognized arguments: --bogus"),
     (["local", "--bogus"], "unrecognized arguments: --bogus"),
