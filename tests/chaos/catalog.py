@@ -417,8 +417,8 @@ class ShapedLink(Fault):
         # bw.pair tells a node from its peers by its best pair: with one peer left in the phase
         # (chaos seed 8306, schedule 83: node2's facts lost on its blackhole), both ends of the one
         # pair are as slow, and nothing tells which.
-        left_out = {f.node for f in sched.faults if f.removes_node or f.kind == "mtu_blackhole"}
-        if len(set(range(sched.n)) - left_out) < 3:
+        blackholed = {f.node for f in sched.faults if f.kind == "mtu_blackhole"}   # its facts never come
+        if len(taking_part(sched) - blackholed) < 3:
             return Expect()
         return broken(self.node, "bw.pair")
 
@@ -440,7 +440,7 @@ class MtuMismatch(Fault):
         # named (blamed once, by the first jumbo node's fault); a tie may be named either way.
         # Counted among the nodes that take part: one never seated is compared with nobody.
         jumbo = {f.node for f in sched.faults if f.kind == self.kind}
-        rest = set(range(sched.n)) - jumbo - {f.node for f in sched.faults if f.removes_node}
+        rest = taking_part(sched) - jumbo
         if not rest:   # every node that takes part is jumbo: they agree, nothing to warn of
             return Expect()
         if len(jumbo) < len(rest):
@@ -495,11 +495,16 @@ class DecoyInterface(Fault):
         return broken(self.node, "nic.nccl_default")
 
 
+def taking_part(sched) -> set[int]:
+    """The nodes a schedule's faults leave in the cluster (a node removed is never seated)."""
+    return set(range(sched.n)) - {f.node for f in sched.faults if f.removes_node}
+
+
 def witnesses(node: int, sched) -> set[int]:
     """The peers of `node` whose connects the host can take for evidence: taking part, and
     reaching some node (an ephemeral firewall both ways mutes a node's own connects; one either
     way closes it to the others')."""
-    present = set(range(sched.n)) - {f.node for f in sched.faults if f.removes_node}
+    present = taking_part(sched)
     ephemeral = [f for f in sched.faults if f.kind == "ephemeral"]
     closed = {f.node for f in ephemeral}
     mute = {f.node for f in ephemeral if f.param("way") == "both"}
@@ -776,8 +781,7 @@ class WrongPrefix(Fault):
             # Seen across the racks only: with every node of the other rack kept out of the
             # cluster, its peers are all on its own subnet, and it reaches them (chaos seed 8306,
             # schedule 36: node1 past the roster, node3 of another run).
-            kept_out = {f.node for f in sched.faults if f.removes_node}
-            if all(rack_of(k) == rack_of(0) for k in set(range(sched.n)) - kept_out):
+            if all(rack_of(k) == rack_of(0) for k in taking_part(sched)):
                 return Expect()
             return broken(self.node, "mesh.connect", kinds=("wrong_prefix",))
         e = missing(self.node, sched)
