@@ -373,11 +373,12 @@ def _listed_bytes(entries: list[str]) -> int:
 @dataclass(frozen=True)
 class RosterRecords:
     """What the host posts of the seating: the roster (read by no joiner), each block of seats,
-    and every seated node's names as runs (what a joiner reads)."""
+    and every seated node's names as runs (what a joiner reads); its FQDNs by rank, kept."""
 
     roster: Roster
     blocks: dict[int, SeatBlock]
     seated: Seated
+    fqdns: dict[int, str]
 
 
 def roster_records(arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> RosterRecords:
@@ -387,14 +388,15 @@ def roster_records(arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Ros
     roster = Roster(entries)
     blocks = seat_blocks(ranks)
     fqdns = {e.rank: e.fqdn for e in entries}
-    return RosterRecords(roster, blocks, Seated(compact(roster.hostnames()), compact(fqdns), tuple(sorted(blocks))))
+    return RosterRecords(roster, blocks, Seated(compact(roster.hostnames()), compact(fqdns), tuple(sorted(blocks))),
+                         fqdns)
 
 
 def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int]) -> Roster:
     records = roster_records(arrivals, ranks)
     seat.roster = records.roster
     seat.rank, seat.hostnames = ranks.get(seat.arrival), seat.roster.hostnames()
-    seat.fqdns = {e.rank: e.fqdn for e in seat.roster.entries}
+    seat.fqdns = records.fqdns
     ex = seat.exchange
     for b, block in records.blocks.items():
         _post_once(ex, ex.key(SEAT, b), block, guard=True)
