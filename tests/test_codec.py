@@ -395,3 +395,21 @@ def test_a_long_key_is_cut_short_in_the_path():
     with pytest.raises(DecodeError) as caught:
         codec.loads(NodeFacts, facts_with(("socket_env",), {"K" * 5000: 7}), MAX_FACTS_BYTES)
     assert len(str(caught.value)) < 200
+
+
+def test_a_shared_part_is_decoded_once_and_held_once_for_every_record_that_sent_it():
+    # A torchrun node's 8 workers send one interface table each: the host keeps one.
+    first = codec.loads(NodeFacts, codec.dumps(FACTS), MAX_FACTS_BYTES)
+    second = codec.loads(NodeFacts, codec.dumps(dataclasses.replace(FACTS, hostname="gpu03")), MAX_FACTS_BYTES)
+    assert first.nics == NICS and second.nics is first.nics
+    other = dataclasses.replace(NICS, default_route_ifname="ib0")
+    assert codec.loads(NodeFacts, codec.dumps(dataclasses.replace(FACTS, nics=other)), MAX_FACTS_BYTES).nics == other
+
+
+def test_a_malformed_shared_part_is_refused_with_its_path_after_a_good_one_was_kept():
+    codec.loads(NodeFacts, codec.dumps(FACTS), MAX_FACTS_BYTES)
+    with pytest.raises(DecodeError, match=r"\$\.nics\.nics\[0\]\.mtu: expected int, got str"):
+        codec.loads(NodeFacts, facts_with(("nics", "nics", 0, "mtu"), "1500"), MAX_FACTS_BYTES)
+    # true is not 1: a value sent with another type is another key, and refused.
+    with pytest.raises(DecodeError, match=r"\$\.nics\.nics\[0\]\.up: expected bool"):
+        codec.loads(NodeFacts, facts_with(("nics", "nics", 0, "up"), 1), MAX_FACTS_BYTES)

@@ -431,3 +431,16 @@ def test_one_finding_per_cause_and_node_set_with_a_hosts_ranks_folded():
                                  "HANDLING=0: no handling of a timed-out or failed collective")
     assert found[0].fix.startswith("export TORCH_NCCL_ASYNC_ERROR_HANDLING=3")
     assert found[1].evidence == ("node1 (ranks 2, 3): TORCH_NCCL_DUMP_ON_TIMEOUT=0",)
+
+
+def test_ranks_holding_one_values_record_are_judged_as_ranks_holding_equal_copies():
+    # A torchrun node's workers hand the host one decoded record (fields.SHARED); the odd rank
+    # between two of its holders is still named, and the groups list ranks in order.
+    shared = cluster(1)[0]
+    facts = {r: shared for r in (0, 1, 3, 4)} | cluster(5, torch__version={2: "2.13.0+cu124"})
+    facts = {r: facts[r] for r in range(5)}
+    [finding] = flagged(facts)
+    assert finding.nodes == (2,)
+    assert finding.evidence[1] == "torch.version: 2.14.1+cu124 on the other 4"
+    assert [s.groups for s in compare(facts) if s.key == "torch.version"] == \
+        [(("2.14.1+cu124", (0, 1, 3, 4)), ("2.13.0+cu124", (2,)))]

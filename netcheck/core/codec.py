@@ -19,6 +19,7 @@ import typing
 from typing import Any, Callable, TypeVar
 
 from netcheck.core import fields
+from netcheck.core.constants import MAX_NODES
 
 T = TypeVar("T")
 
@@ -157,7 +158,34 @@ def _decoder(tp: Any) -> Decoder:
     most = next((m.most for m in meta if isinstance(m, fields.Items)), fields.MAX_ITEMS)
     decode = _shaped(typing.get_args(tp)[0], most, any(isinstance(m, fields.FreeText) for m in meta))
     rules = tuple(m for m in meta if hasattr(m, "why_not"))
-    return _ruled(decode, rules) if rules else decode
+    decode = _ruled(decode, rules) if rules else decode
+    return _remembered(decode) if any(isinstance(m, fields.Shared) for m in meta) else decode
+
+
+def _remembered(decode: Decoder) -> Decoder:
+    """decode, once per distinct value: the host of 12,500 torchrun nodes of 8 reads each node's
+    interfaces 8 times, and its cluster's environment 100,000 times. The value's one-line JSON
+    (C-encoded, a fraction of decoding it) is the key; what decoding refused is never kept, so
+    its error still names its own path. At most SHARED_KEPT values: then it starts again."""
+    kept: dict[str, Any] = {}
+
+    def decode_once(data: Any, where: Where) -> Any:
+        try:
+            key = _one_line(data)
+        except (TypeError, ValueError):   # not JSON's (a caller's own value): decoding says why
+            return decode(data, where)
+        value = kept.get(key, _UNSEEN)
+        if value is _UNSEEN:
+            value = decode(data, where)
+            if len(kept) >= SHARED_KEPT:
+                kept.clear()
+            kept[key] = value
+        return value
+    return decode_once
+
+
+_UNSEEN = object()
+SHARED_KEPT = MAX_NODES   # one value per node at the largest cluster
 
 
 def _shaped(tp: Any, most: int, free_text: bool) -> Decoder:

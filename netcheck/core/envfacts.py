@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from netcheck.core.fields import FEW, Seconds, Text
+from netcheck.core.fields import FEW, SHARED, Seconds, Text
 
 NO_CUDA = "no CUDA"
 NOT_LOADED = "not loaded"
@@ -18,5 +18,5 @@ UNREADABLE = "unreadable: "   # a --hash path that could not be read: the value 
 class EnvFacts:
     """One node's environment: dotted key -> value, e.g. "torch.version" -> "2.13.0+cpu"."""
 
-    values: Annotated[dict[str, Text], FEW]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
+    values: Annotated[dict[str, Text], FEW, SHARED]    # a value may be a whole config file (envinfo.CONF_INLINE_BYTES)
     seconds: Seconds = 0.0     # how long gathering took

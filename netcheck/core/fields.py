@@ -145,6 +145,16 @@ class FreeText:
     it is still valid Unicode, and escaped wherever it is printed."""
 
 
+@dataclass(frozen=True)
+class Shared:
+    """A part that many members' records hold alike (a node's interfaces, read by each of its
+    torchrun workers; an environment the whole cluster shares): decoded once per distinct value
+    (core.codec), and that one value held for every record that sent it."""
+
+
+SHARED = Shared()
+
+
 # Every list or object a record holds declares one of these (tests/test_bounds.py): what it is
 # bounds it, never the generic default. FEW: a node's own few (its addresses, variables, a
 # sweep's sizes), at the generic cap on purpose.

@@ -49,6 +49,11 @@ def split(values: Mapping[K, V]) -> Split[K, V]:
     members: dict[V, list[K]] = {}
     for key in sorted(values):
         members.setdefault(values[key], []).append(key)
+    return split_grouped(members)
+
+
+def split_grouped(members: Mapping[V, list[K]]) -> Split[K, V]:
+    """split's result from the keys already grouped by value (each group's keys sorted)."""
     groups = tuple(sorted(((v, tuple(ks)) for v, ks in members.items()), key=lambda g: (-len(g[1]), g[1])))
     top = len(groups[0][1]) if groups else 0
     has_majority = bool(groups) and (len(groups) == 1 or top > len(groups[1][1]))

@@ -18,6 +18,7 @@ from netcheck.core.fields import (
     MAX_INT,
     PER_NODE,
     PER_NODE_AND_ITEM,
+    SHARED,
     Bytes,
     ClockOffset,
     Count,
@@ -77,7 +78,8 @@ class Launch:
     nnodes_min: NodeCount | None   # None: unknown (arrival numbering, join window decides)
     nnodes_max: NodeCount | None
     nproc_per_node: ProcCount
-    hostnames: Hostnames = ()      # expected hostnames by node rank, when the launcher lists them
+    # expected hostnames by node rank, when the launcher lists them (Slurm: every node's copy alike)
+    hostnames: Annotated[Hostnames, SHARED] = ()
     # the launcher variables seen
     variables: Annotated[dict[str, Text], FEW, WholeNumbersAt(NUMBER_VARIABLES)] = field(default_factory=dict)
 
@@ -186,13 +188,13 @@ class NodeFacts:
     launch: Launch
     shm_bytes: Bytes | None
     gpus: Count                           # NVIDIA GPUs the driver lists here (no torch needed)
-    nics: NicTable
+    nics: Annotated[NicTable, SHARED]     # a torchrun node's workers each read the same
     socket_env: Annotated[dict[str, Text], FEW]   # NCCL_*/GLOO_*/TP_* as the libraries see them here
     reach: Reach | None                   # None on the host, which does not probe itself
     version: str
     rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
     instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
-    limits: ProcessLimits | None = None   # None: not read (another version)
+    limits: Annotated[ProcessLimits | None, SHARED] = None   # None: not read (another version)
     # socket_env's keys that are not the environment's -> the file they came from (/etc/nccl.conf)
     socket_env_from: Annotated[dict[str, Text], FEW] = field(default_factory=dict)
 

@@ -174,26 +174,39 @@ def _missing(key: str) -> str:
 
 def compare(facts_by_rank: Mapping[int, EnvFacts]) -> list[Split]:
     """Every key any node recorded, with its value groups; ordered as the report shows them."""
-    keys = sorted({k for f in facts_by_rank.values() for k in f.values})
-    splits = [_split(key, facts_by_rank) for key in keys]
+    alike = _alike(facts_by_rank)
+    keys = sorted({k for values, _ in alike for k in values})
+    splits = [_split(key, alike) for key in keys]
     return sorted(splits, key=lambda s: (_SEVERITY_ORDER[s.severity],
                                          _first_match(s.key, SEVERITY)[0], s.key))
 
 
-def _split(key: str, facts_by_rank: Mapping[int, EnvFacts]) -> Split:
+def _alike(facts_by_rank: Mapping[int, EnvFacts]) -> list[tuple[Mapping[str, str], list[int]]]:
+    """Each distinct record of values with the ranks holding it, in rank order: a torchrun
+    node's ranks, and often a whole cluster, hold one (decoded once: fields.SHARED), so each
+    key is looked up once a record, not 100,000 times."""
+    held: dict[int, tuple[Mapping[str, str], list[int]]] = {}
+    for rank in sorted(facts_by_rank):
+        values = facts_by_rank[rank].values
+        held.setdefault(id(values), (values, []))[1].append(rank)
+    return list(held.values())
+
+
+def _split(key: str, alike: list[tuple[Mapping[str, str], list[int]]]) -> Split:
     """Versions that differ only in how they are written (2.13.0 vs 2.13.0.post0) group
     together, shown as the first node's spelling."""
     missing, versioned = _missing(key), _is_version_key(key)
     grouped_by: dict[str, object] = {}   # each value parsed once: 4,096 nodes hold a few values
     shown: dict[object, str] = {}
-    same_as: dict[int, object] = {}
-    for rank in sorted(facts_by_rank):
-        value = facts_by_rank[rank].values.get(key, missing)
+    members: dict[object, list[int]] = {}
+    for values, ranks in alike:   # by their first rank: the first seen is the first node's spelling
+        value = values.get(key, missing)
         if value not in grouped_by:
             grouped_by[value] = (version_key(value) if versioned else None) or value
-        same_as[rank] = grouped_by[value]
-        shown.setdefault(same_as[rank], value)
-    split = majority.split(same_as)
+        group = grouped_by[value]
+        shown.setdefault(group, value)
+        members.setdefault(group, []).extend(ranks)
+    split = majority.split_grouped({group: sorted(ranks) for group, ranks in members.items()})
     groups = tuple((shown[v], ranks) for v, ranks in split.groups)
     top = groups[0][0] if split.has_majority else None
     if len(groups) == 1:
