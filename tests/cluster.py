@@ -587,6 +587,11 @@ class Cluster:
         and no peer ever hears a reset; node i's interface loses carrier."""
         _run(_in_ns(self.switch_ns, "ip", "link", "set", self.nodes[i].port, "down"))
 
+    def mend_link(self, i: int) -> None:
+        """Node i's switch port up again after cut_link: its carrier returns, and with it the
+        routes it kept all along."""
+        _run(_in_ns(self.switch_ns, "ip", "link", "set", self.nodes[i].port, "up"))
+
     def lose_inbound(self, i: int, share: float, source: int | None = None) -> None:
         """A lossy link: node i drops this share of the long TCP packets it receives (from node
         `source`, or from anyone), as a bad cable, optic or port does. Everything
@@ -613,10 +618,9 @@ class Cluster:
         # carrier and stays up, so its routes stay. Set down at the node's end, the kernel dropped
         # its routes, and a routed node's default route never came back (chaos seed 8306,
         # schedule 113: node3 cut off for good, where a flap is a second's outage).
-        port = self.nodes[i].port
-        self._ip(self.switch_ns, "link", "set", port, "down")
+        self.cut_link(i)
         time.sleep(down_s)   # the fault's own length, not a wait for something to happen
-        self._ip(self.switch_ns, "link", "set", port, "up")
+        self.mend_link(i)
 
     def segments_sent(self, i: int) -> int:
         """The TCP segments node i has sent so far (its namespace's Tcp OutSegs)."""

@@ -852,8 +852,8 @@ class LinkFlap(Fault):
         if "down" in state:
             if time.monotonic() < state["down"] + self.DOWN_S:
                 return False
-            run.c._ip(node.ns, "link", "set", node.ifname, "up")
-            run.notes.append(f"node{self.node}'s {node.ifname} up again")
+            run.c.mend_link(self.node)
+            run.notes.append(f"node{self.node}'s switch port up again ({node.ifname}'s carrier back)")
             return True
         if victim.proc.poll() is not None:
             run.notes.append(f"{self.describe()}: node{self.node} ended before the flap")
@@ -864,9 +864,11 @@ class LinkFlap(Fault):
             state["base"] = run.c.segments_sent(self.node)
         if run.c.segments_sent(self.node) < state["base"] + self.MOVING:
             return False
-        run.c._ip(node.ns, "link", "set", node.ifname, "down")
+        # At the switch's end (Cluster.flap's reason): set down at the node's end, a routed
+        # node's default route went with it for good, a cut where a flap is a second's outage.
+        run.c.cut_link(self.node)
         state["down"] = time.monotonic()
-        run.notes.append(f"node{self.node}'s {node.ifname} down {state['down'] - victim.started:.1f} s after its start")
+        run.notes.append(f"node{self.node}'s switch port down {state['down'] - victim.started:.1f} s after its start")
         return False
 
     def expect(self, sched, run):
