@@ -41,7 +41,7 @@ from faults import (
     wait_until,
 )
 from netcheck.cluster import mesh
-from netcheck.core.constants import BW_STUCK_AFTER, PROBE_TIMEOUT, RESULTS_QUIET, STORE_REPLY_TIMEOUT
+from netcheck.core.constants import BW_STUCK_AFTER, CARRIER_WAIT, PROBE_TIMEOUT, RESULTS_QUIET, STORE_REPLY_TIMEOUT
 from nodes import CLUSTER_TIMEOUT, PORT, bind_mounted, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -474,11 +474,12 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     for report in (host, cut):
         assert bw_stage(report)["severity"] == "fail" and report["bandwidth"]["sweeps"][0]["rows"]
     # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT,
-    # 5 s) and its probe of the host's port then (PROBE_TIMEOUT, 3 s: a held-up store is
-    # waited out, a gone one is not), the host from the cut node's beat stopping
-    # (BW_STUCK_AFTER, 10 s): its own workers would wait in their collective until its
-    # deadline, about --timeout.
-    assert runs[1].seconds < cut_at + STORE_REPLY_TIMEOUT + PROBE_TIMEOUT + 8, (cut_at, runs[1].seconds)
+    # 5 s), sent once its carrier has been gone CARRIER_WAIT (5 s: a flap is ridden out), and
+    # its probe of the host's port then (PROBE_TIMEOUT, 3 s: a held-up store is waited out, a
+    # gone one is not), the host from the cut node's beat stopping (BW_STUCK_AFTER, 10 s): its
+    # own workers would wait in their collective until its deadline, about --timeout.
+    assert runs[1].seconds < cut_at + CARRIER_WAIT + STORE_REPLY_TIMEOUT + PROBE_TIMEOUT + 8, \
+        (cut_at, runs[1].seconds)
     assert runs[0].seconds < cut_at + BW_STUCK_AFTER + 8, (cut_at, runs[0].seconds)
 
 

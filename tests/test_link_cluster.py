@@ -95,3 +95,27 @@ def test_a_clean_cluster_passes_link_health_over_every_pair(cluster, tmp_path):
     (passed,) = host.findings("link.health")
     assert passed["severity"] == "pass" and passed["nodes"] == [0, 1, 2], nodes.explain(runs)
     assert "over 3 node pair(s) judged, none past 0.1%" in passed["summary"], passed
+
+
+
+def flap_once_data_flows(c, i: int, down_s: float = 1.0) -> None:
+    """Node i's link flapped for down_s once its sweep moves data."""
+    before, until = c.segments_sent(i), time.monotonic() + scaled(40)
+    while c.segments_sent(i) < before + 50_000:
+        assert time.monotonic() < until, f"node{i} never moved data"
+        time.sleep(0.1)
+    c.flap(i, down_s)
+
+
+@pytest.mark.parametrize("down_s", [1.0, 8.0])
+def test_a_link_flapped_across_routed_racks_is_ridden_out_and_named(cluster, tmp_path, down_s):
+    """node3 (the second rack, its default route through its router) loses its carrier for
+    down_s mid-sweep, its switch port down: no node is lost and every report names the flap on
+    node3 alone. 1 s is chaos seed 8306, schedule 113; 8 s outlasts a store request's reply
+    timeout (STORE_REPLY_TIMEOUT): each is ridden out, as a job's own store and sockets do."""
+    with cluster([NodeSpec(rack=i % 2) for i in range(4)], racks=2) as c:
+        runs = run_cluster(c, tmp_path, during=lambda: flap_once_data_flows(c, 3, down_s))
+    assert [r.rc for r in runs] == [1, 1, 1, 1], nodes.explain(runs)
+    for run in runs:
+        assert [(f["kind"], f["nodes"]) for f in link_findings(run)] == [("carrier_flap", [3])], nodes.explain(runs)
+        assert_nothing_else_blamed(run, runs)

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcheck.cluster import storewire
-from netcheck.cluster.storeconnect import client_try, not_listening
+from netcheck.cluster.storeconnect import client_try, not_listening, store_link
 from netcheck.core import codec, compat
 from netcheck.core.constants import (
+    CARRIER_POLL,
+    CARRIER_WAIT,
     FLOODED_LIST_SWEEP,
     MAX_FACTS_BYTES,
     MAX_MEMBERS,
@@ -27,6 +29,7 @@ from netcheck.core.constants import (
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
+from netcheck.facts.linkcounters import carrier_lost
 from netcheck.facts.storepeers import StallWatch
 
 HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
@@ -71,6 +74,8 @@ class Exchange:
         self.watch: StallWatch | None = None  # the host's: its store's stalls, and who was connected
         self.limit = limit  # a joiner's: how long a held-up store is waited out (the phases' end)
         self.held_up: list[float] = []  # a joiner's: seconds each request waited out a held-up store
+        # A joiner's interface toward the host: a request waits for its carrier (_await_carrier).
+        self.link = store_link(store.port) if limit is not None else None
         self._clearing: set[str] = set()  # keys a thread of their own keeps deleting (keep_clearing)
 
     def _call(self, method, *args):  # a store method's name, or a compat function of the store
@@ -82,10 +87,12 @@ class Exchange:
         self._started(getattr(method, "__name__", method), args)
         try:
             try:
+                self._await_carrier()
                 return self._request(method, args)
             except Exception as e:
                 if not self._held_up_client_replaced(e):
                     raise
+            self._await_carrier()
             return self._request(method, args)   # once, on the new connection: a second break is final
         except (RuntimeError, OSError) as e:   # torch's, translated here once (core.storeerrors)
             error = compat.store_error(e)
@@ -96,6 +103,20 @@ class Exchange:
             raise error from e
         finally:
             self._ended()
+
+    def _await_carrier(self) -> None:
+        """Wait, to CARRIER_WAIT and `limit`, while this node's link toward the host has no
+        carrier (its cable or switch port flapping). A request sent meanwhile is dropped at the
+        node itself and answered only once the carrier is back (TCP resends it then, measured:
+        a request sent into an N-second flap is answered N s later), so a flap past
+        STORE_REPLY_TIMEOUT lost the host, where a job's own store and sockets ride it out.
+        Sent once the carrier is back, it is answered at once. One sysfs read where the link
+        is up."""
+        if self.link is None or self.limit is None or not carrier_lost(self.link):
+            return
+        until = self.limit.within(CARRIER_WAIT)
+        while carrier_lost(self.link) and not until.expired():
+            time.sleep(CARRIER_POLL)
 
     def _request(self, method, args: tuple):
         if callable(method):

@@ -9,12 +9,14 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from netcheck.core import compat
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
+from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
 from netcheck.facts.nameservers import silent_nameservers
 from netcheck.facts.probe import call_with_timeout, reach
@@ -124,9 +126,31 @@ def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
     a lost host.
     """
     timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    for sock in _connected_to(fds, port):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        except OSError:
+            continue  # closed since it was listed
+
+
+def store_link(port: int) -> str | None:
+    """The interface this process's store connection (to PORT) leaves by; None where none is
+    connected, or its address is no interface's."""
+    for sock in _connected_to(socket_fds(), port):
+        try:
+            return interface_holding(sock.getsockname()[0])
+        except OSError:
+            continue  # closed since it was listed
+    return None
+
+
+def _connected_to(fds: set[int], port: int) -> Iterator[socket.socket]:
+    """Copies of the sockets among FDS connected to PORT, each closed once the next is asked
+    for: a socket's options and addresses are read and set through a copy."""
     for fd in fds:
         try:
-            copy = os.dup(fd)  # socket options are the socket's: set through a copy, closed after
+            copy = os.dup(fd)
         except OSError:
             continue  # closed since it was listed: not the store's
         try:
@@ -136,8 +160,8 @@ def _bound_replies(fds: set[int], port: int, seconds: float) -> None:
             continue
         with sock:
             try:
-                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+                connected = sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] == port
             except OSError:
                 continue  # not connected: not the store's
+            if connected:
+                yield sock

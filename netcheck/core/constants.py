@@ -40,6 +40,13 @@ POLL_SLICE = 0.5            # the host's store requests per scan of a counter an
 LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
 FRAME_WAIT = 1.0             # the host's wait for a node's kernel to answer one datagram (facts.frames)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
+# A joiner's store request waits this long at most for its link toward the host to get its carrier
+# back (Exchange._await_carrier): sent without one, it is dropped at the node and answered only once
+# the carrier is back, so a flap past STORE_REPLY_TIMEOUT lost the host. With the reply timeout after
+# it a flap of ~10 s is ridden out, the host's own bound on a silent node (BW_STUCK_AFTER); a link cut
+# for good is named this much later.
+CARRIER_WAIT = 5.0
+CARRIER_POLL = 0.05          # how often that wait reads the carrier (a sysfs file)
 
 # netcheck inspect: a running job's store, read only.
 INSPECT_TIMEOUT = 15.0       # the whole look, torch's import included (seconds of CPU on a loaded node)

@@ -153,6 +153,22 @@ def own_addresses() -> tuple[str, ...]:
     return tuple(sorted(a for a in found if not ipaddress.ip_address(a).is_loopback))
 
 
+def interface_holding(address: str) -> str | None:
+    """The interface that holds ADDRESS, a local one as getsockname gives it; None if none does."""
+    plain = address.removeprefix("::ffff:").split("%")[0]
+    return next((name for name, addrs in psutil.net_if_addrs().items()
+                 if any(a.address.split("%")[0] == plain for a in addrs)), None)
+
+
+def carrier_lost(ifname: str, sysfs: str = "/sys") -> bool:
+    """Whether IFNAME is up without a carrier now (a cable pulled, its switch port down): its
+    carrier file reads 0. False where it reads 1, or cannot be read (an interface set down, gone)."""
+    try:
+        return Path(sysfs, "class/net", ifname, "carrier").read_text().strip() == "0"
+    except OSError:
+        return False
+
+
 def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]:
     """The peers whose connections resent anything or moved LINK_REPORTED_SEGMENTS, most resent
     first (at most LINK_PEERS_KEPT): the host judges (a direction too small to judge alone still
