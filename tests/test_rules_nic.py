@@ -323,6 +323,19 @@ def test_under_torchrun_routes_are_a_line_per_node_pair():
                               "node1 eth0 -> node0 eth0 (ranks 2, 3 -> 0, 1)")
 
 
+def test_routes_are_a_line_per_node_and_route_naming_its_peers():
+    """800,000 lines of node pairs at 100,000 sampling ranks: a node's route is one line."""
+    healthy = full_mesh(range(3), NAMES.__getitem__)
+    (route,) = nic_rules.route_findings(THREE, healthy, nic_rules.proven_interfaces(THREE, healthy))
+    assert route.evidence[0] == "node0 eth0 -> node1 ens5"
+    assert route.evidence[1] == "node0 eth0 -> node2 enp3s0f1"
+    four = THREE + (member(3, nic("eth0", "198.18.0.13")),)
+    same = full_mesh(range(4), lambda r: "eth0")
+    (route,) = nic_rules.route_findings(four, same, nic_rules.proven_interfaces(four, same))
+    assert route.evidence == tuple(f"node{s} eth0 -> {', '.join(f'node{d}' for d in range(4) if d != s)} eth0"
+                                   for s in range(4))
+
+
 def test_a_node_with_no_proven_path_has_no_speed_to_warn_about():
     """The mesh fault is mesh.connect's; 'node1: unknown' is no warning about speed."""
     proven = nic_rules.proven_interfaces(WORKERS, filtered_node1())

@@ -11,18 +11,19 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.core.nictable import Nic
+from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
-from netcheck.rules.pernode import every_node, name_of, node_names, pairs_note, per_node, same_node
+from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, same_node
 from netcheck.rules.registry import (
     NIC_GLOO_DEFAULT,
     NIC_IB,
@@ -34,6 +35,7 @@ from netcheck.rules.registry import (
     ROUTE_UNSAFE_NAME,
 )
 
+T = TypeVar("T")
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 
 
@@ -155,17 +157,26 @@ def shared_subnets(table) -> list[str]:
 
 
 def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
-    """The interfaces the kernel used toward each peer node, a line per node pair and route."""
-    used: dict[tuple[str, str | None, str, str], set[tuple[int, int]]] = {}
+    """The interfaces the kernel used toward peer nodes, a line per node and route: its peers
+    named (past NAMES_SHOWN, counted), and the rank pairs where one peer node was reached
+    from several ranks. A line per node pair made 800,000 lines of 100,000 sampling ranks."""
+    used: dict[tuple[str, str | None, str], set[tuple[int, int]]] = {}
     for a in sorted(attempts, key=lambda a: (a.src, a.dst)):
         if a.connected and a.src in names and not same_node(names, a.src, a.dst):
-            used.setdefault((names[a.src], a.src_ifname, name_of(names, a.dst), a.ifname), set()).add((a.src, a.dst))
-    return tuple(f"{src} {si} -> {dst} {di}{pairs_note(pairs)}" for (src, si, dst, di), pairs in used.items())
+            used.setdefault((names[a.src], a.src_ifname, a.ifname), set()).add((a.src, a.dst))
+    return tuple(_route_line(names, src, si, di, pairs) for (src, si, di), pairs in used.items())
+
+
+def _route_line(names: dict[int, str], src: str, si: str | None, di: str, pairs: set[tuple[int, int]]) -> str:
+    peers = sorted({d for _, d in pairs})
+    note = pairs_note(pairs) if hosts(peers, names) == 1 else ""
+    return f"{src} {si} -> {node_names(peers, names)} {di}{note}"
 
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
-    choices = [(m, socketchoice.nccl_choice(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
+    choose = once_per_table(socketchoice.nccl_choice)
+    choices = [(m, choose(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
     return _library_finding(
         NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
@@ -190,10 +201,10 @@ def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven) -> str | N
 def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
                   attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
-    alone = one_machine(members, attempts)
+    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.gloo_device_addresses)
 
     def trouble(m: Member) -> str | None:
-        choice = socketchoice.gloo_device_addresses(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
         if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
@@ -211,10 +222,10 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
                 attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
-    alone = one_machine(members, attempts)
+    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.tp_interface)
 
     def trouble(m: Member) -> str | None:
-        choice = socketchoice.tp_interface(m.facts.nics, m.facts.socket_env, list(m.facts.hostname_addresses))
+        choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
         said = f"{choice.interface or '?'} ({choice.address}): {choice.reason}"
         # TensorPipe's silent fallback is loopback too.
         if choice.loopback and not alone:
@@ -227,6 +238,22 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
         "lines name one per node)", "TensorPipe's address", alone)
+
+
+Choose = Callable[[NicTable, Mapping[str, str], Any], T]
+
+
+def once_per_table(choose: Choose[T]) -> Choose[T]:
+    """choose(table, settings, extra), once per distinct interface table, settings and extra:
+    a torchrun node's ranks hold one table (fields.SHARED), and a library picks alike on each."""
+    chosen: dict[tuple, T] = {}
+
+    def once(table: NicTable, env: Mapping[str, str], extra: Any) -> T:
+        key = (id(table), tuple(env.items()), extra)   # the tables outlive the rule: an id is theirs alone
+        if key not in chosen:
+            chosen[key] = choose(table, env, extra)
+        return chosen[key]
+    return once
 
 
 def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ()) -> bool:
