@@ -125,7 +125,11 @@ SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 # --baseline: drift since a known-good report.
 BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the baseline's is drift
-MAX_BASELINE_BYTES = 64 << 20
+# A report of MAX_NODES nodes must read back as a baseline: a node's entry and its share of the
+# findings measured 4-6 KB at scale (benchmarks/scale.py, simulated facts; under torchrun a node's
+# account is written once, NodeEntry.facts_as); a real node's interfaces and probes take more.
+REPORT_BYTES_PER_NODE = 16 << 10
+MAX_BASELINE_BYTES = MAX_NODES * REPORT_BYTES_PER_NODE   # 256 MiB
 ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
 
 # Bandwidth phase (the bandwidth package / rules.bw).

@@ -7,7 +7,7 @@ dataclass so `codec` can write it and validate it on the way back in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from netcheck.core.bwrecords import BandwidthResult
@@ -335,8 +335,20 @@ class NodeEntry:
     rank: NodeRankOrMinusOne       # -1: this node, not seated
     hostname: Hostname
     address: NodeAddress
-    facts: NodeFacts | None
+    facts: NodeFacts | None        # None: never came, or held by the rank facts_as names
     env: EnvFacts | None = None
+    # Under torchrun, the lowest rank of this rank's node whose entry holds the facts and env this
+    # rank's are (but for its own launch, probe and reading times): a node's account once, not 8
+    # times (a report of 100,000 ranks was 388 MB). None: this entry holds its own.
+    facts_as: NodeRank | None = None
+
+
+def with_facts(nodes: tuple[NodeEntry, ...]) -> tuple[NodeEntry, ...]:
+    """nodes, each holding its facts and env: those written once a node filled in from the
+    entry that holds them."""
+    held = {n.rank: n for n in nodes if n.facts_as is None}
+    return tuple(n if n.facts_as is None or n.facts_as not in held else
+                 replace(n, facts=held[n.facts_as].facts, env=held[n.facts_as].env) for n in nodes)
 
 
 @dataclass(frozen=True)

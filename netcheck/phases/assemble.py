@@ -3,8 +3,24 @@ and `netcheck probe`."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from netcheck.core.codec import field_names
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import FAIL, LOCAL, PROBE, Member, NodeEntry, Report, hostnames, report_of
+from netcheck.core.model import (
+    FAIL,
+    LOCAL,
+    PROBE,
+    Member,
+    NodeEntry,
+    NodeFacts,
+    Reach,
+    Report,
+    hostnames,
+    is_torchrun_worker,
+    report_of,
+)
+from netcheck.core.rdmarecords import RdmaFacts
 from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.probe import reach
@@ -40,7 +56,40 @@ def _hosts(names) -> tuple[str, ...]:
 
 
 def entries(members: tuple[Member, ...]) -> tuple[NodeEntry, ...]:
-    return tuple(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts, m.env) for m in members)
+    """A report entry per member; a torchrun worker whose facts and env are its node's lowest
+    rank's (what each process reads for itself aside) points at that rank's entry instead."""
+    holders: dict[tuple[str, str], Member] = {}
+    out = []
+    for m in members:   # by rank: the first of a node holds its facts
+        holder = holders.setdefault((m.facts.hostname, m.address), m)
+        if holder is not m and is_torchrun_worker(m.facts.launch) and alike(holder, m):
+            out.append(NodeEntry(m.rank, m.facts.hostname, m.address, None, None, facts_as=holder.rank))
+        else:
+            out.append(NodeEntry(m.rank, m.facts.hostname, m.address, m.facts, m.env))
+    return tuple(out)
+
+
+# What each of a node's processes reads for itself: its launch (RANK, LOCAL_RANK), its instance,
+# its probe of the port, how long its readings took.
+_OWN = frozenset({"launch", "instance", "reach", "rdma"})
+_SHARED_FACTS = tuple(n for n in field_names(NodeFacts) or () if n not in _OWN)
+
+
+def alike(a: Member, b: Member) -> bool:
+    """Whether b's facts and env are a's but for what each process reads for itself (a probe
+    that ended otherwise, or other RDMA readings, are b's own to show)."""
+    fa, fb = a.facts, b.facts
+    return (all(getattr(fa, n) == getattr(fb, n) for n in _SHARED_FACTS)
+            and _probed(fa.reach) == _probed(fb.reach) and _rdma(fa) == _rdma(fb)
+            and (None if a.env is None else a.env.values) == (None if b.env is None else b.env.values))
+
+
+def _probed(reach: Reach | None) -> tuple | None:
+    return None if reach is None else (reach.host, reach.port, reach.outcome, reach.addresses, reach.named_in)
+
+
+def _rdma(facts: NodeFacts) -> RdmaFacts | None:
+    return None if facts.rdma is None else dataclasses.replace(facts.rdma, seconds=0.0)
 
 
 def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:

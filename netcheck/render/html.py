@@ -27,7 +27,7 @@ from netcheck import __version__
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
 from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, time_text
 from netcheck.core.constants import BW_PAIR_SLOW
-from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report
+from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report, with_facts
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
 from netcheck.render.text import export_lines, header_line, lossy_pairs
@@ -139,7 +139,7 @@ def node_rows(report: Report) -> list[NodeRow]:
             if f.severity != "pass":
                 named.setdefault(rank, []).append((f.check, f.severity))
     return [NodeRow(n, _role(report, n), _interfaces(n), worst.get(n.rank, ""),
-                    tuple(dict.fromkeys(named.get(n.rank, ())))) for n in report.nodes]
+                    tuple(dict.fromkeys(named.get(n.rank, ())))) for n in with_facts(report.nodes)]
 
 
 def _role(report: Report, node: NodeEntry) -> str:

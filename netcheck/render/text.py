@@ -25,7 +25,17 @@ from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.bwrecords import pair_resent
 from netcheck.core.bwtext import size_words
-from netcheck.core.model import HOST, INSPECT, JOINER, LOCAL, PROBE, NodeEntry, Report, is_torchrun_worker
+from netcheck.core.model import (
+    HOST,
+    INSPECT,
+    JOINER,
+    LOCAL,
+    PROBE,
+    NodeEntry,
+    Report,
+    is_torchrun_worker,
+    with_facts,
+)
 from netcheck.render.escape import printable_copy
 from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
@@ -84,6 +94,8 @@ def _one_per_host(nodes: tuple[NodeEntry, ...]) -> list[NodeEntry]:
     that share a name, and so differ in their interfaces, are both shown.)"""
     seen, shown = set(), []
     for node in nodes:
+        if node.facts_as is not None:   # its node's entry is shown
+            continue
         key = (node.hostname, node.facts.nics if node.facts else None)
         if key not in seen:
             seen.add(key)
@@ -253,7 +265,7 @@ def _offenders(report: Report) -> list[str]:
 
 
 def _nodes_table(report: Report) -> str:
-    rows = [(n.rank, n.hostname, n.address, n.facts.fqdn if n.facts else "") for n in report.nodes]
+    rows = [(n.rank, n.hostname, n.address, n.facts.fqdn if n.facts else "") for n in with_facts(report.nodes)]
     return tabulate(rows, headers=("rank", "hostname", "address", "fqdn"))
 
 

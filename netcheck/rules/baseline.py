@@ -10,16 +10,16 @@ from __future__ import annotations
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 from netcheck.core.bwtext import rate_text
 from netcheck.core.constants import BASELINE_BW_DROP
-from netcheck.core.model import PASS, WARN, Finding, NodeEntry, NodeFacts, Report
+from netcheck.core.model import PASS, WARN, Finding, NodeEntry, NodeFacts, Report, with_facts
 from netcheck.rules.pernode import per_node
 from netcheck.rules.registry import BASELINE_DRIFT
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],
                    bandwidth: BandwidthResult | None = None) -> list[Finding]:
-    before = {n.hostname: n for n in old.nodes}
+    before = {n.hostname: n for n in with_facts(old.nodes)}
     drifted: list[tuple[int, str]] = []
-    for node in nodes:
+    for node in with_facts(nodes):
         earlier = before.get(node.hostname)
         if earlier is None:
             drifted.append((node.rank, "not in the baseline"))
