@@ -76,8 +76,11 @@ class Range:
     high: float
     what: str            # "a port": the message says "70000 is not a port (1-65535)"
 
+    def accepts(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
     def why_not(self, value: float) -> str | None:
-        if self.low <= value <= self.high:
+        if self.accepts(value):
             return None
         return f"{shown(value)} is not {self.what} ({_span(self.low, self.high)})"
 
@@ -96,6 +99,9 @@ class Check:
 
     test: Callable[[Any], bool]
     what: str
+
+    def accepts(self, value: Any) -> bool:
+        return self.test(value)
 
     def why_not(self, value: Any) -> str | None:
         return None if self.test(value) else f"{shown(value)} is not {self.what}"
