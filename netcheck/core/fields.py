@@ -100,8 +100,9 @@ class Check:
     test: Callable[[Any], bool]
     what: str
 
-    def accepts(self, value: Any) -> bool:
-        return self.test(value)
+    @property
+    def accepts(self) -> Callable[[Any], bool]:
+        return self.test
 
     def why_not(self, value: Any) -> str | None:
         return None if self.test(value) else f"{shown(value)} is not {self.what}"

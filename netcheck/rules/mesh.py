@@ -69,7 +69,7 @@ def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
 
 
 def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses) -> list[Finding]:
-    broken, directions = _broken_directions(attempts), {(a.src, a.dst) for a in attempts}
+    broken, directions = _broken_directions(attempts), _directions(attempts)[0]
     named = (translation.translated_findings(names, causes.translated, broken)
              + prefix.wrong_prefix_findings(names, causes.wrong_prefix, broken))
     explained = _explained(causes, broken)
@@ -103,27 +103,51 @@ def _counted(names: dict[int, str], some: set[tuple[int, int]], tried: set[tuple
              every: bool = False) -> str:
     """`1 of 2 node-to-node directions`, counted between nodes (a path between two ranks of one
     host never leaves it), with the rank pairs where nodes run several ranks (torchrun)."""
-    def between(pairs):
-        return {(name_of(names, s), name_of(names, d)) for s, d in pairs if not same_node(names, s, d)}
+    def between(pairs) -> tuple[set[tuple[str, str]], int]:
+        """(the node pairs these rank pairs join, how many rank pairs leave their host): one
+        pass over up to 800,000 directions, same_node and name_of written out."""
+        nodes, leaving = set(), 0
+        for s, d in pairs:
+            a, b = names.get(s), names.get(d)
+            if s != d and a is not None and a == b:   # two ranks of one host
+                continue
+            leaving += 1
+            nodes.add((f"rank {s}" if a is None else a, f"rank {d}" if b is None else b))
+        return nodes, leaving
 
-    nodes, of = between(some), between(tried)
+    nodes, pairs = between(some)
+    of = nodes if some is tried else between(tried)[0]
     if not of:   # one host's ranks only: no path between nodes was tested
         return f"{len(some)} direction(s) between ranks on {node_names(sorted({r for p in tried for r in p}), names)}"
     counted = f"{len(nodes)} node-to-node directions" if every else \
         f"{len(nodes)} of {len(of)} node-to-node directions"
-    pairs = [p for p in some if not same_node(names, *p)]
-    return counted + (f" ({len(pairs)} rank pairs)" if len(pairs) > len(nodes) else "")
+    return counted + (f" ({pairs} rank pairs)" if pairs > len(nodes) else "")
 
 
 def _broken_directions(attempts: tuple[Attempt, ...]) -> dict[tuple[int, int], list[Attempt]]:
     """(src, dst) -> its attempts, for the directions that connect on no interface."""
-    # Grouped only where a direction did not connect: at 100,000 ranks nearly every one did.
-    connected = {(a.src, a.dst) for a in attempts if a.connected}
-    by_pair = defaultdict(list)
-    for a in attempts:
-        if (a.src, a.dst) not in connected:
-            by_pair[(a.src, a.dst)].append(a)
-    return dict(by_pair)
+    return _directions(attempts)[2]
+
+
+def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]],
+                                                        dict[tuple[int, int], list[Attempt]]]:
+    """(every direction tried, those that connected, the others' attempts by direction), made
+    once for the attempts the host's mesh, nic and bandwidth rules each ask about: at 100,000
+    ranks, 800,000 attempts walked three times a rule cost seconds. Kept for the last attempts
+    only (held, so their identity is theirs alone); a rule never changes what it is given."""
+    if _last[0] is not attempts:
+        tried = {(a.src, a.dst) for a in attempts}
+        connected = {(a.src, a.dst) for a in attempts if a.connected}
+        broken: dict[tuple[int, int], list[Attempt]] = defaultdict(list)
+        if len(connected) < len(tried):   # grouped only where a direction did not connect
+            for a in attempts:
+                if (a.src, a.dst) not in connected:
+                    broken[(a.src, a.dst)].append(a)
+        _last[:] = [attempts, (tried, connected, dict(broken))]
+    return _last[1]
+
+
+_last: list = [None, None]
 
 
 def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
@@ -134,8 +158,8 @@ def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
 
 def tried_and_broken(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     """(every direction tried, the directions that connected on no interface)."""
-    tried = {(a.src, a.dst) for a in attempts}
-    return tried, tried - {(a.src, a.dst) for a in attempts if a.connected}
+    tried, connected, _ = _directions(attempts)
+    return tried, tried - connected
 
 
 def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:

@@ -129,7 +129,8 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
         return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})), lines[0] + more, lines,
                         "set the variables to interface names that exist on every node; a "
                         f"cluster run's export lines name ones that work{where}")]
-    shared = [(m.rank, text) for m in members for text in shared_subnets(m.facts.nics)]
+    subnets = once_per_table(lambda table, _env, _extra: shared_subnets(table))
+    shared = [(m.rank, text) for m in members for text in subnets(m.facts.nics, {}, None)]
     if shared:
         return [Finding(NIC_ROUTE, WARN, tuple(sorted({r for r, _ in shared})),
                         "two interfaces on one subnet: the kernel may answer from either",

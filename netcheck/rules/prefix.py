@@ -25,7 +25,14 @@ def wrong_prefixes(members: tuple[Member, ...], broken: Iterable[tuple[int, int]
     """The nodes whose prefix explains directions that connect on no interface: of two nodes
     where one holds the other on its subnet and the other does not hold it, the one whose
     prefix length most nodes of the cluster do not have."""
-    own = {m.rank: _interfaces(m) for m in members}
+    broken = list(broken)
+    if not broken:   # nothing to explain (the usual case, and 100,000 ranks' interfaces to parse)
+        return ()
+    parsed: dict[int, list[Interface]] = {}   # a torchrun node's ranks hold one table (fields.SHARED)
+    for m in members:
+        if id(m.facts.nics) not in parsed:
+            parsed[id(m.facts.nics)] = _interfaces(m)
+    own = {m.rank: parsed[id(m.facts.nics)] for m in members}
     lengths = Counter(i.network.prefixlen for ifaces in own.values() for i, _ in ifaces)
     if not lengths:
         return ()
