@@ -11,6 +11,8 @@ from netcheck.core.bwrecords import Moved, PeerSegments
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_PEERS_KEPT
 from netcheck.facts.linkcounters import (
     StageCounters,
+    carrier_lost,
+    interface_holding,
     merged,
     peer_segments,
     read_counters,
@@ -108,3 +110,17 @@ def test_workers_peers_are_summed_and_only_those_judged_kept_most_resent_first()
     assert worth_reporting(peers) == (PeerSegments("198.18.0.12", big, 500), PeerSegments("198.18.0.11", 2 * big, 0))
     many = tuple(PeerSegments(f"198.18.{i // 250}.{i % 250}", big, 0) for i in range(LINK_PEERS_KEPT + 5))
     assert len(worth_reporting(many)) == LINK_PEERS_KEPT
+
+
+def test_only_an_interface_up_without_a_carrier_has_lost_it(tmp_path):
+    """carrier reads 0 (a cable pulled, its switch port down), 1, or cannot be read (an
+    interface set down: EINVAL; gone): only the first is a carrier to wait for."""
+    for ifname, carrier in (("eth0", "0\n"), ("eth1", "1\n")):
+        (tmp_path / "class/net" / ifname).mkdir(parents=True)
+        (tmp_path / "class/net" / ifname / "carrier").write_text(carrier)
+    assert [carrier_lost(n, sysfs=str(tmp_path)) for n in ("eth0", "eth1", "gone")] == [True, False, False]
+
+
+def test_a_local_address_is_held_by_its_interface_and_a_strangers_by_none():
+    assert interface_holding("127.0.0.1") == interface_holding("::ffff:127.0.0.1") == "lo"
+    assert interface_holding("192.0.2.1") is None   # TEST-NET-1: no interface's
