@@ -34,6 +34,7 @@ CI_SCHEDULES = {
     (1, 1041): "ranked n=3: lossy_link(node2 share=0.05)",
     (1206, 422): "ranked n=4: lossy_link(node2,node0 share=0.02 path)",
     (71206, 55): "arrival n=3: ephemeral(node0 way=both) + path_firewall(node1 target=REJECT)",
+    (8306, 113): "arrival n=4: link_flap(node3) + silent_clients(node2) + routed(node0)",
 }
 
 
