@@ -413,3 +413,38 @@ def test_a_malformed_shared_part_is_refused_with_its_path_after_a_good_one_was_k
     # true is not 1: a value sent with another type is another key, and refused.
     with pytest.raises(DecodeError, match=r"\$\.nics\.nics\[0\]\.up: expected bool"):
         codec.loads(NodeFacts, facts_with(("nics", "nics", 0, "up"), 1), MAX_FACTS_BYTES)
+
+
+def _record_fields(cls, seen):
+    """Every (record, field type) reachable from cls."""
+    import typing
+    if cls in seen or not dataclasses.is_dataclass(cls):
+        return
+    seen.add(cls)
+    for tp in typing.get_type_hints(cls, include_extras=True).values():
+        yield cls, tp
+        stack = [tp]
+        while stack:
+            t = stack.pop()
+            stack += typing.get_args(t)
+            if isinstance(t, type) and dataclasses.is_dataclass(t):
+                yield from _record_fields(t, seen)
+
+
+@pytest.mark.parametrize("value", ["", "eth0", "198.18.0.1", "gpu01.cluster", "ok", "a\tb", "a\nb", "\x1b[32m",
+                                   "\u00e9", "\u202e", "x" * 300, 0, 1, -1, 65535, 1 << 63, -(1 << 63) - 1, True,
+                                   False, 0.5, -0.5, 1e308, None, [], {}])
+def test_a_value_passed_as_it_is_is_one_its_decoder_returns_unchanged(value):
+    # The fast test beside each field's decoder (codec._kept_as_is) may only ever agree with it.
+    from netcheck.core.meshrecords import MeshDone, MeshResults
+    from netcheck.core.model import Visitor
+    seen: set = set()
+    kept = 0
+    for cls, tp in [f for root in (Report, NodeResults, MeshResults, MeshDone, Visitor)
+                    for f in _record_fields(root, seen)]:
+        if codec._kept_as_is(tp)(value):
+            kept += 1
+            decoded = codec._decoder(tp)(value, "$")
+            assert decoded == value and type(decoded) is type(value), (cls.__name__, tp, value)
+    if value in ("eth0", 1, 0.5, None):
+        assert kept, "the fast test keeps the common case"
