@@ -117,7 +117,6 @@ def test_a_link_flapped_across_routed_racks_is_ridden_out_and_named(cluster, tmp
         runs = run_cluster(c, tmp_path, during=lambda: flap_once_data_flows(c, 3, down_s))
     assert [r.rc for r in runs] == [1, 1, 1, 1], nodes.explain(runs)
     for run in runs:
-        # The flap's own resends may also read as a lossy path into node3: not asked here.
-        flaps = [f["nodes"] for f in link_findings(run) if f["kind"] == "carrier_flap"]
-        assert flaps == [[3]], nodes.explain(runs)
+        # The flap's own resends are its own, never a lossy path beside it (3 runs in 14 were).
+        assert [(f["kind"], f["nodes"]) for f in link_findings(run)] == [("carrier_flap", [3])], nodes.explain(runs)
         assert_nothing_else_blamed(run, runs)

@@ -99,6 +99,16 @@ def test_a_flap_and_errors_are_named_with_the_interface_and_drops_only_past_the_
     assert "mlx5_0/1 symbol_error +7, eth1 rx_dropped +500" in errors.summary, errors.summary
 
 
+def test_what_a_flapped_node_s_pairs_resent_is_the_flap_s_not_a_lossy_path():
+    # Chaos seed 8306, schedule 113: node3's link flapped for a second; its pairs' resends
+    # (0.38%) were named a lossy path beside the flap, a second cause that was not there.
+    stages = {2: (StageLinks("all", 3.0, SENT, 0, 0, (moved("eth0", "carrier_changes", 2),)),)}
+    found = judge(links({(0, 2): 0.004, (2, 0): 0.004}, stages=stages))
+    assert [(f.kind, f.nodes) for f in found] == [(registry.LINK_FLAP, (2,))]
+    found = judge(links({(0, 1): 0.02, (0, 2): 0.004}, stages=stages))   # loss elsewhere is still named
+    assert {(f.kind, f.nodes) for f in found} == {(registry.LINK_FLAP, (2,)), (registry.LINK_LOSSY_NODE, (0,))}
+
+
 def test_an_address_two_nodes_hold_names_neither():
     shared = tuple(replace(node, addresses=node.addresses + ("198.19.255.1",),
                            peers=node.peers + (PeerSegments("198.19.255.1", SENT, SENT // 10),)) for node in links({}))

@@ -57,8 +57,12 @@ def link_findings(result: BandwidthResult, names) -> list[Finding]:
         return []
     directions = link_directions(result.links)
     lossy_pairs, clean_pairs = _pairs(directions)
+    # What a node's pairs resent while its link went down and up is the flap's, which is named
+    # (carrier_flap): called a lossy path beside it, the symptom would pass for a second cause.
+    flapped = _flapped(result.links)
+    lossy_pairs = {p for p in lossy_pairs if not set(p) & flapped}
     nodes = _lossy_nodes(lossy_pairs, clean_pairs)
-    receivers = _lossy_receivers(directions)
+    receivers = [n for n in _lossy_receivers(directions) if n not in flapped]
     if len(receivers) < len(result.links):   # every node a lossy receiver tells nobody apart
         nodes += [n for n in receivers if n not in nodes]
     findings = [_node_finding(n, directions, lossy_pairs, clean_pairs, result.links, names) for n in nodes]
@@ -172,6 +176,11 @@ def _stage_lines(n: int, links: tuple[NodeLinks, ...], names) -> tuple[str, ...]
     return tuple(f"{names(n)} during the {STAGE_NAMES[s.stage]} ({s.seconds:g} s): "
                  f"{rate_text(s.segments, s.retransmitted)}, {s.timeouts} retransmission timeout(s)"
                  for s in mine.stages if s.stage in TIMED_STAGES and s.retransmitted)
+
+
+def _flapped(links: tuple[NodeLinks, ...]) -> set[int]:
+    """The nodes whose link went down and up while bandwidth was measured."""
+    return {node.node for node in links for s in node.stages for m in s.moved if m.counter in FLAP_COUNTERS}
 
 
 def _moved_findings(links: tuple[NodeLinks, ...], names) -> list[Finding]:
