@@ -178,7 +178,7 @@ def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
         for m in members:
             by_name.setdefault(name_of(m), []).append(m)
         for name, alike in sorted(by_name.items()):
-            if len({frozenset(_own_addresses(m)) for m in alike}) < 2:
+            if len({frozenset(address_owners(m.facts.nics)) for m in alike}) < 2:
                 continue  # one machine's processes (torchrun's workers, a loopback run)
             if what == "FQDN" and len({m.facts.hostname for m in alike}) == 1:
                 continue  # one FQDN under one hostname was said with the hostname
@@ -331,16 +331,22 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Every node must resolve every other node's FQDN to one of that node's own addresses."""
-    own = {m.rank: _own_addresses(m) for m in members}
-    # Parsed once a node, not once a lookup: 45,000 lookups at 4,096 nodes.
-    routable = {rank: {a for a in addresses if not is_loopback(a)} for rank, addresses in own.items()}
+    # Parsed once a node, not once a lookup: 45,000 lookups at 4,096 nodes; once an interface
+    # table, which a torchrun node's ranks share (fields.SHARED), not once a rank.
+    by_table: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+    for m in members:
+        if id(m.facts.nics) not in by_table:
+            addresses = frozenset(address_owners(m.facts.nics))
+            by_table[id(m.facts.nics)] = (addresses, frozenset(a for a in addresses if not is_loopback(a)))
+    own = {m.rank: by_table[id(m.facts.nics)][0] for m in members}
+    routable = {m.rank: by_table[id(m.facts.nics)][1] for m in members}
     hostname = hostnames(members)
     problems, evidence = set(), []
     for m in members:
         for r in (m.results.resolutions if m.results else ()):
             if own.get(r.rank) == own[m.rank]:
                 continue  # two nodes on one machine (a loopback run): loopback is right there
-            bad = _bad_resolution(r.addresses, r.error, routable.get(r.rank, set()))
+            bad = _bad_resolution(r.addresses, r.error, routable.get(r.rank, frozenset()))
             if bad:
                 problems.update({m.rank, r.rank})
                 evidence.append((m.rank, r.rank, r.name, bad))
@@ -372,11 +378,7 @@ def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, s
                  for (host, name, bad), (looked, wanted) in groups.items())
 
 
-def _own_addresses(m: Member) -> set[str]:
-    return set(address_owners(m.facts.nics))
-
-
-def _bad_resolution(addresses: tuple[str, ...], error: str | None, routable: set[str]) -> str | None:
+def _bad_resolution(addresses: tuple[str, ...], error: str | None, routable: frozenset[str]) -> str | None:
     """Why a lookup of a node's FQDN is wrong (None: it is not); routable, that node's own
     addresses other than loopback."""
     if error:
