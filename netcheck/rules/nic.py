@@ -58,16 +58,17 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
     names = hostnames(members)
     _, isolated = mesh_rules.cut_off_nodes(*mesh_rules.tried_and_broken(attempts), names)
     witnessed = [a for a in attempts if a.src not in isolated and not same_node(names, a.src, a.dst)]
-    tried, reached = defaultdict(set), defaultdict(set)
+    tried: dict[tuple[int, str], set[int]] = defaultdict(set)
+    reached: dict[tuple[int, str], set[int]] = defaultdict(set)
     for a in witnessed:
         tried[(a.dst, a.ifname)].add(a.src)
         # A path that loses full-size frames still leads to the peer: the interface is the
         # right one, its MTU is wrong, and mesh.connect names that.
         if a.connected:
             reached[(a.dst, a.ifname)].add(a.src)
+    proven = {key for key, srcs in tried.items() if srcs == reached.get(key)}
     targets = {a.dst for a in witnessed}
-    return {m.rank: [n.name for n in m.facts.nics.nics
-                     if tried[(m.rank, n.name)] and tried[(m.rank, n.name)] == reached[(m.rank, n.name)]]
+    return {m.rank: [n.name for n in m.facts.nics.nics if (m.rank, n.name) in proven]
             for m in members if m.rank in targets}
 
 
@@ -162,10 +163,11 @@ def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, 
     named (past NAMES_SHOWN, counted), and the rank pairs where one peer node was reached
     from several ranks. A line per node pair made 800,000 lines of 100,000 sampling ranks."""
     used: dict[tuple[str, str | None, str], set[tuple[int, int]]] = {}
-    for a in sorted(attempts, key=lambda a: (a.src, a.dst)):
+    for a in attempts:
         if a.connected and a.src in names and not same_node(names, a.src, a.dst):
             used.setdefault((names[a.src], a.src_ifname, a.ifname), set()).add((a.src, a.dst))
-    return tuple(_route_line(names, src, si, di, pairs) for (src, si, di), pairs in used.items())
+    in_order = sorted(used.items(), key=lambda route: min(route[1]))   # by the first rank pair of each
+    return tuple(_route_line(names, src, si, di, pairs) for (src, si, di), pairs in in_order)
 
 
 def _route_line(names: dict[int, str], src: str, si: str | None, di: str, pairs: set[tuple[int, int]]) -> str:
