@@ -23,7 +23,7 @@ from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
-from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, same_node
+from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, per_table, same_node
 from netcheck.rules.registry import (
     NIC_GLOO_DEFAULT,
     NIC_IB,
@@ -130,8 +130,8 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
         return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})), lines[0] + more, lines,
                         "set the variables to interface names that exist on every node; a "
                         f"cluster run's export lines name ones that work{where}")]
-    subnets = once_per_table(lambda table, _env, _extra: shared_subnets(table))
-    shared = [(m.rank, text) for m in members for text in subnets(m.facts.nics, {}, None)]
+    subnets = per_table(members, shared_subnets)
+    shared = [(m.rank, text) for m in members for text in subnets[m.rank]]
     if shared:
         return [Finding(NIC_ROUTE, WARN, tuple(sorted({r for r, _ in shared})),
                         "two interfaces on one subnet: the kernel may answer from either",

@@ -17,10 +17,13 @@ ranks. In the other modes a node is one member and nothing folds. Pure: text in,
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from netcheck.core.constants import NAMES_SHOWN
+from netcheck.core.nictable import NicTable
 from netcheck.core.seats import rank_runs
+
+T = TypeVar("T")
 
 
 def per_node(lines: Iterable[tuple[int, str]], names: Mapping[int, str]) -> tuple[str, ...]:
@@ -108,3 +111,15 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 def _listed(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
+
+
+def per_table(members, read: Callable[[NicTable], T]) -> dict[int, T]:
+    """rank -> read(its interface table), read once per distinct table: a torchrun node's ranks
+    hold one (fields.SHARED), and 100,000 ranks' tables parsed each cost seconds. A table's id
+    is its own while the members hold it."""
+    once: dict[int, T] = {}
+    for m in members:
+        if id(m.facts.nics) not in once:
+            once[id(m.facts.nics)] = read(m.facts.nics)
+    return {m.rank: once[id(m.facts.nics)] for m in members}
+

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 from netcheck.core.meshrecords import Attempt, WrongPrefix
 from netcheck.core.model import FAIL, Finding, Member
-from netcheck.rules.pernode import name_of, node_names
+from netcheck.core.nictable import NicTable
+from netcheck.rules.pernode import name_of, node_names, per_table
 from netcheck.rules.registry import MESH_CONNECT, MESH_WRONG_PREFIX
 
 Interface = tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, str]   # an address with its prefix, its NIC
@@ -28,11 +29,7 @@ def wrong_prefixes(members: tuple[Member, ...], broken: Iterable[tuple[int, int]
     broken = list(broken)
     if not broken:   # nothing to explain (the usual case, and 100,000 ranks' interfaces to parse)
         return ()
-    parsed: dict[int, list[Interface]] = {}   # a torchrun node's ranks hold one table (fields.SHARED)
-    for m in members:
-        if id(m.facts.nics) not in parsed:
-            parsed[id(m.facts.nics)] = _interfaces(m)
-    own = {m.rank: parsed[id(m.facts.nics)] for m in members}
+    own = per_table(members, _interfaces)
     lengths = Counter(i.network.prefixlen for ifaces in own.values() for i, _ in ifaces)
     if not lengths:
         return ()
@@ -49,10 +46,10 @@ def wrong_prefixes(members: tuple[Member, ...], broken: Iterable[tuple[int, int]
                  for (rank, (iface, name)), peers in sorted(found.items(), key=lambda item: item[0][0]))
 
 
-def _interfaces(m: Member) -> list[Interface]:
+def _interfaces(table: NicTable) -> list[Interface]:
     """The node's addresses with their prefixes, loopback and link-local aside."""
     found = []
-    for nic in m.facts.nics.nics:
+    for nic in table.nics:
         for a in nic.addresses:
             iface = ipaddress.ip_interface(f"{a.address.split('%')[0]}/{a.prefixlen}")
             if not (iface.ip.is_loopback or iface.ip.is_link_local):

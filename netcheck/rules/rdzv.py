@@ -20,7 +20,7 @@ from netcheck.core.model import (
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
 from netcheck.rules import storetrouble
-from netcheck.rules.pernode import node_count, node_names, ranks_note, ranks_text
+from netcheck.rules.pernode import node_count, node_names, per_table, ranks_note, ranks_text
 from netcheck.rules.registry import (
     HOST_CLOCK,
     JOIN_ALONE,
@@ -331,15 +331,9 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Every node must resolve every other node's FQDN to one of that node's own addresses."""
-    # Parsed once a node, not once a lookup: 45,000 lookups at 4,096 nodes; once an interface
-    # table, which a torchrun node's ranks share (fields.SHARED), not once a rank.
-    by_table: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
-    for m in members:
-        if id(m.facts.nics) not in by_table:
-            addresses = frozenset(address_owners(m.facts.nics))
-            by_table[id(m.facts.nics)] = (addresses, frozenset(a for a in addresses if not is_loopback(a)))
-    own = {m.rank: by_table[id(m.facts.nics)][0] for m in members}
-    routable = {m.rank: by_table[id(m.facts.nics)][1] for m in members}
+    # Parsed once an interface table, not once a lookup: 45,000 lookups at 4,096 nodes.
+    own = per_table(members, lambda table: frozenset(address_owners(table)))
+    routable = per_table(members, lambda table: frozenset(a for a in address_owners(table) if not is_loopback(a)))
     hostname = hostnames(members)
     problems, evidence = set(), []
     for m in members:
