@@ -183,6 +183,7 @@ def host_work(run: Run, records: Records, stages: Stages, folder: Path) -> tuple
     cfg, launch = run.config, run.config.launch
     ex = Exchange(None, cfg.run_id)   # no store: named only where another client interfered, which none does
     expected = (launch.nnodes_min, launch.nnodes_max)
+    hostgather.hold_records()
     with run.phase("rendezvous"):
         with stages.stage("seating"):
             state = run.arrivals = seat_everyone(run, records, ex)

@@ -5,6 +5,7 @@ of the protocol are cluster.rendezvous's; who gets which seat is cluster.seating
 
 from __future__ import annotations
 
+import gc
 import itertools
 import secrets
 import time
@@ -20,6 +21,7 @@ from netcheck.core.constants import (
     ARRIVALS_READ_BATCH,
     CLOCK_PINGS,
     FLOODED_LIST_SWEEP,
+    HOST_GC_THRESHOLDS,
     IN_FLIGHT_GRACE,
     MAX_MEMBERS,
     MAX_PINGS_BYTES,
@@ -51,6 +53,11 @@ from netcheck.core.storekeys import (
 )
 
 # --- host -------------------------------------------------------------------------------------
+
+def hold_records() -> None:
+    """Ready this process to hold a record per rank until its report (HOST_GC_THRESHOLDS)."""
+    gc.set_threshold(*HOST_GC_THRESHOLDS)
+
 
 @dataclass
 class HostState:

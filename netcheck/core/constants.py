@@ -129,6 +129,11 @@ BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the basel
 # findings measured 4-6 KB at scale (benchmarks/scale.py, simulated facts; under torchrun a node's
 # account is written once, NodeEntry.facts_as); a real node's interfaces and probes take more.
 REPORT_BYTES_PER_NODE = 16 << 10
+# Python's collector thresholds on the host, which holds every rank's records until its report,
+# none of them in a reference cycle: at the defaults (700, 10, 10) the collector walked them over
+# and over, a sixth of the host's CPU at 50,000 ranks (benchmarks/RESULTS.md); these left its
+# memory as it was.
+HOST_GC_THRESHOLDS = (100_000, 50, 100)
 MAX_BASELINE_BYTES = MAX_NODES * REPORT_BYTES_PER_NODE   # 256 MiB
 ENV_PHASE_LIMIT = HASH_MAX_SECONDS + 20.0   # hashing bounded, plus the torch/CUDA queries
 

@@ -31,6 +31,7 @@ from netcheck.rules import translation as translation_rules
 def host(run: Run) -> rendezvous.Seat | None:
     cfg, launch = run.config, run.config.launch
     seat = None
+    hostgather.hold_records()
     with run.phase("rendezvous"):
         try:
             store = host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
