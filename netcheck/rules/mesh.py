@@ -8,7 +8,7 @@ every mesh attempt. Pure: no I/O, no printing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
@@ -50,6 +50,8 @@ def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
 def judged_attempts(attempts: tuple[Attempt, ...], causes: PathCauses) -> tuple[Attempt, ...]:
     """The connects that speak of their target's interface: one that failed because of its
     source (a wrong prefix there) says nothing of a healthy target, which keeps its proof."""
+    if not causes.wrong_prefix and not causes.translated:   # the same attempts: each rule's directions made once
+        return attempts
     at_fault = {w.rank for w in causes.wrong_prefix} | {t.rank for t in causes.translated}
     explained = _explained(causes, {(a.src, a.dst) for a in attempts})
     return tuple(a for a in attempts if a.dst in at_fault or (a.src, a.dst) not in explained)
@@ -148,6 +150,15 @@ def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], se
 
 
 _last: list = [None, None]
+
+
+def leaving_host(names: dict[int, str], attempts: tuple[Attempt, ...]) -> Iterator[Attempt]:
+    """The attempts whose path leaves its host: not same_node's (two ranks of one host), its
+    test written out for the 800,000 attempts of 100,000 ranks."""
+    for a in attempts:
+        src, dst = a.src, a.dst
+        if src == dst or src not in names or names[src] != names.get(dst):
+            yield a
 
 
 def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:

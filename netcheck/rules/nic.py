@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from netcheck.core.majority import split
-from netcheck.core.meshrecords import BLACKHOLE, Attempt
+from netcheck.core.meshrecords import BLACKHOLE, CONNECTED, Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
-from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, per_table, same_node
+from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, per_table
 from netcheck.rules.registry import (
     NIC_GLOO_DEFAULT,
     NIC_IB,
@@ -57,17 +57,17 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
     # between two ranks of one host (torchrun's workers): it never leaves the host.
     names = hostnames(members)
     _, isolated = mesh_rules.cut_off_nodes(*mesh_rules.tried_and_broken(attempts), names)
-    witnessed = [a for a in attempts if a.src not in isolated and not same_node(names, a.src, a.dst)]
     tried: dict[tuple[int, str], set[int]] = defaultdict(set)
     reached: dict[tuple[int, str], set[int]] = defaultdict(set)
-    for a in witnessed:
-        tried[(a.dst, a.ifname)].add(a.src)
-        # A path that loses full-size frames still leads to the peer: the interface is the
-        # right one, its MTU is wrong, and mesh.connect names that.
-        if a.connected:
-            reached[(a.dst, a.ifname)].add(a.src)
+    for a in mesh_rules.leaving_host(names, attempts):
+        if a.src not in isolated:
+            tried[(a.dst, a.ifname)].add(a.src)
+            # A path that loses full-size frames still leads to the peer: the interface is the
+            # right one, its MTU is wrong, and mesh.connect names that.
+            if a.outcome in CONNECTED:
+                reached[(a.dst, a.ifname)].add(a.src)
     proven = {key for key, srcs in tried.items() if srcs == reached.get(key)}
-    targets = {a.dst for a in witnessed}
+    targets = {dst for dst, _ in tried}
     return {m.rank: [n.name for n in m.facts.nics.nics if (m.rank, n.name) in proven]
             for m in members if m.rank in targets}
 
@@ -163,8 +163,8 @@ def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, 
     named (past NAMES_SHOWN, counted), and the rank pairs where one peer node was reached
     from several ranks. A line per node pair made 800,000 lines of 100,000 sampling ranks."""
     used: dict[tuple[str, str | None, str], set[tuple[int, int]]] = {}
-    for a in attempts:
-        if a.connected and a.src in names and not same_node(names, a.src, a.dst):
+    for a in mesh_rules.leaving_host(names, attempts):
+        if a.outcome in CONNECTED and a.src in names:
             used.setdefault((names[a.src], a.src_ifname, a.ifname), set()).add((a.src, a.dst))
     in_order = sorted(used.items(), key=lambda route: min(route[1]))   # by the first rank pair of each
     return tuple(_route_line(names, src, si, di, pairs) for (src, si, di), pairs in in_order)
@@ -320,8 +320,10 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
     names = hostnames(members)
     pairs = set()
     for a in attempts:
+        if a.outcome not in CONNECTED:
+            continue
         src, dst = nic.get((a.src, a.src_ifname)), nic.get((a.dst, a.ifname))
-        if a.connected and src and dst and src.mtu != dst.mtu:
+        if src and dst and src.mtu != dst.mtu:
             pairs.add(tuple(sorted([(names[a.src], src.name, src.mtu), (names[a.dst], dst.name, dst.mtu)])))
     if not pairs:
         # A path between two nodes, however many of their ranks found it (torchrun).
