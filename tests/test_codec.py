@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
 import pytest
 
@@ -417,17 +416,18 @@ def test_a_malformed_shared_part_is_refused_with_its_path_after_a_good_one_was_k
 
 
 def _record_fields(cls, seen):
-    """Every (record, field type) reachable from cls."""
+    """Every (record, field type) reachable from cls, and the types its fields' lists hold."""
     import typing
     if cls in seen or not dataclasses.is_dataclass(cls):
         return
     seen.add(cls)
     for tp in typing.get_type_hints(cls, include_extras=True).values():
-        yield cls, tp
         stack = [tp]
         while stack:
             t = stack.pop()
-            stack += typing.get_args(t)
+            if t is not Ellipsis:
+                yield cls, t
+            stack += typing.get_args(t) if typing.get_origin(t) is not typing.Annotated else typing.get_args(t)[:1]
             if isinstance(t, type) and dataclasses.is_dataclass(t):
                 yield from _record_fields(t, seen)
 
@@ -436,8 +436,8 @@ def _kept(tp):
     test = codec._kept_test(tp)
     if test is None:
         return lambda value: False
-    return eval("lambda value: " + test.expression.format(v="value", check="check"),
-                {"check": test.check, "isfinite": math.isfinite})
+    return codec._compiled("kept", ["def kept(value):", f"return {test.expression.format(v='value', check='check')}"],
+                           {"check": test.check}, "<test>")
 
 
 @pytest.mark.parametrize("value", ["", "eth0", "198.18.0.1", "gpu01.cluster", "ok", "a\tb", "a\nb", "\x1b[32m",

@@ -234,12 +234,33 @@ def _ruled(decode: Decoder, rules: tuple[fields.Rule, ...]) -> Decoder:
 
 def _tuple_decoder(args: tuple, most: int) -> Decoder:
     if args[-1] is Ellipsis:
-        item = _decoder(args[0])
-        return lambda data, where: tuple(
-            item(v, (where, i)) for i, v in enumerate(_sized(list, data, where, 0, most)))
+        return _items_decoder(args[0], most)
     items = tuple(_decoder(a) for a in args)  # tuple[A, B]: one of each, in order
     return lambda data, where: tuple(
         d(v, (where, i)) for i, (d, v) in enumerate(zip(items, _sized(list, data, where, len(items), len(items)))))
+
+
+def _items_decoder(tp: Any, most: int) -> Decoder:
+    """tuple[tp, ...]'s decoder: the list kept whole where every item passes tp's fast test
+    (_kept_test: a node's addresses, its lookups' answers), each item decoded otherwise."""
+    item, kept = _decoder(tp), _kept_test(tp)
+    if kept is None:
+        return lambda data, where: tuple(item(v, (where, i)) for i, v in enumerate(_sized(list, data, where, 0, most)))
+    return _compiled("items", ["def items(data, where):",
+                               f"data = _sized(list, data, where, 0, {most!r})",
+                               "for v in data:",
+                               f"    if not ({kept.expression.format(v='v', check='check')}):",
+                               "        return tuple(item(v, (where, i)) for i, v in enumerate(data))",
+                               "return tuple(data)"],
+                     {"_sized": _sized, "item": item, "check": kept.check}, f"<decoder of {tp}>")
+
+
+def _compiled(name: str, lines: list[str], scope: dict[str, Any], filename: str) -> Any:
+    """The function `name` that these lines (its def, then its body's) define, with these names
+    in reach: a decoder written out for one type, as dataclasses writes an __init__."""
+    namespace = {**scope, "isfinite": math.isfinite}   # _kept_test's expressions call it
+    exec(compile("\n    ".join(lines), filename, "exec"), namespace)
+    return namespace[name]
 
 
 def _dict_decoder(key_type: Any, value_type: Any, most: int) -> Decoder:
@@ -329,7 +350,7 @@ def _dataclass_decoder(cls: type) -> Decoder:
     fast test passes (_kept_test, written in line), decoded otherwise; an absent one takes its
     default or is named missing."""
     scope: dict[str, Any] = {"cls": cls, "_expect": _expect, "_path": _path, "DecodeError": DecodeError,
-                             "_ABSENT": _ABSENT, "isfinite": math.isfinite}
+                             "_ABSENT": _ABSENT}
     hints = typing.get_type_hints(cls, include_extras=True)
     body = []
     for i, f in enumerate(dataclasses.fields(cls)):
@@ -348,11 +369,10 @@ def _dataclass_decoder(cls: type) -> Decoder:
                  f"elif not ({kept.expression.format(v=v, check=f'check{i}')}):" if kept else "else:",
                  f"    {v} = decode{i}({v}, (where, {'.' + f.name!r}))"]
     # Positional: every field is an __init__ argument (no record has init=False), in order.
-    source = "\n    ".join(["def decode(data, where):", "if type(data) is not dict:",
-                             "    data = _expect(dict, data, where)", "get = data.get", *body,
-                             f"return cls({', '.join(f'v{i}' for i in range(len(body) // 5))})"])
-    exec(compile(source, f"<decoder of {cls.__qualname__}>", "exec"), scope)
-    return scope["decode"]
+    return _compiled("decode", ["def decode(data, where):", "if type(data) is not dict:",
+                                "    data = _expect(dict, data, where)", "get = data.get", *body,
+                                f"return cls({', '.join(f'v{i}' for i in range(len(body) // 5))})"],
+                     scope, f"<decoder of {cls.__qualname__}>")
 
 
 _ABSENT = object()
