@@ -76,7 +76,22 @@ def dumps(value: Any, indent: int | None = None) -> str:
 # Python's indenting encoder is pure Python: a 4,096-node report took 0.65 s to write fully
 # indented, 0.32 s so (its one-line encoder is C).
 INDENTED_LEVELS = 4
-_one_line = json.JSONEncoder().encode
+
+
+def _one_line_encoder() -> Callable[[Any], str]:
+    """json.JSONEncoder().encode, its C encoder made once rather than per call: a report of
+    100,000 ranks encodes a few million values one at a time, each call half setup. The
+    arguments are json's own for a default encoder, check_circular aside (plain values
+    from to_plain hold no cycle); json without its C part falls back to encode."""
+    plain = json.JSONEncoder()
+    make = getattr(json.encoder, "c_make_encoder", None)   # not in its stubs: the C accelerator
+    if make is None:
+        return plain.encode
+    encode = make(None, plain.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_one_line = _one_line_encoder()
 
 
 def _indented(value: Any, indent: int, level: int) -> str:
