@@ -259,15 +259,31 @@ def _items_decoder(tp: Any, most: int) -> Decoder:
     """tuple[tp, ...]'s decoder: the list kept whole where every item passes tp's fast test
     (_kept_test: a node's addresses, its lookups' answers), each item decoded otherwise."""
     item, kept = _decoder(tp), _kept_test(tp)
+    scope, each = {"_sized": _sized, "item": item}, "tuple([item(v, (where, i)) for i, v in enumerate(data)])"
+    lines = ["def items(data, where):", f"data = _sized(list, data, where, 0, {most!r})"]
     if kept is None:
-        return lambda data, where: tuple(item(v, (where, i)) for i, v in enumerate(_sized(list, data, where, 0, most)))
-    return _compiled("items", ["def items(data, where):",
-                               f"data = _sized(list, data, where, 0, {most!r})",
-                               "for v in data:",
-                               f"    if not ({kept.expression.format(v='v', check='check')}):",
-                               "        return tuple(item(v, (where, i)) for i, v in enumerate(data))",
-                               "return tuple(data)"],
-                     {"_sized": _sized, "item": item, "check": kept.check}, f"<decoder of {tp}>")
+        return _compiled("items", lines + [f"return {each}"], scope, f"<decoder of {tp}>")
+    return _compiled("items", lines + ["for v in data:",
+                                       f"    if not ({kept.expression.format(v='v', check='check')}):",
+                                       f"        return {each}", "return tuple(data)"],
+                     {**scope, "check": kept.check}, f"<decoder of {tp}>")
+
+
+def _dict_decoder(key_type: Any, value_type: Any, most: int) -> Decoder:
+    """dict[key_type, value_type]'s decoder: a copy of the object where every key and value
+    passes its type's fast test (a launch's variables, a node's settings), each decoded otherwise."""
+    kept_key, kept_value = _kept_test(key_type), _kept_test(value_type)
+    scope = {"_sized": _sized, "key": _decoder(key_type), "value": _decoder(value_type)}
+    each = '{key(k, (where, "." + k)): value(v, (where, "." + k)) for k, v in data.items()}'
+    lines, name = ["def entries(data, where):", f"data = _sized(dict, data, where, 0, {most!r})"], \
+        f"<decoder of dict[{key_type}, {value_type}]>"
+    if kept_key is None or kept_value is None:
+        return _compiled("entries", lines + [f"return {each}"], scope, name)
+    return _compiled("entries", lines + ["for k, v in data.items():",
+                                         f"    if not ({kept_key.expression.format(v='k', check='check_key')}) or "
+                                         f"not ({kept_value.expression.format(v='v', check='check_value')}):",
+                                         f"        return {each}", "return dict(data)"],
+                     {**scope, "check_key": kept_key.check, "check_value": kept_value.check}, name)
 
 
 def _compiled(name: str, lines: list[str], scope: dict[str, Any], filename: str) -> Any:
@@ -276,12 +292,6 @@ def _compiled(name: str, lines: list[str], scope: dict[str, Any], filename: str)
     namespace = {**scope, "isfinite": math.isfinite}   # _kept_test's expressions call it
     exec(compile("\n    ".join(lines), filename, "exec"), namespace)
     return namespace[name]
-
-
-def _dict_decoder(key_type: Any, value_type: Any, most: int) -> Decoder:
-    key, value = _decoder(key_type), _decoder(value_type)
-    return lambda data, where: {key(k, (where, "." + k)): value(v, (where, "." + k))
-                                for k, v in _sized(dict, data, where, 0, most).items()}
 
 
 def _sized(tp: type, data: Any, where: Where, least: int, most: int) -> Any:
