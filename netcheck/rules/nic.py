@@ -316,13 +316,14 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """The two ends of each working path should agree on MTU (FAILURES row 13)."""
-    nic: dict[tuple[int, str | None], Nic] = {(m.rank, n.name): n for m in members for n in m.facts.nics.nics}
+    nics: dict[int, dict[str | None, Nic]] = per_table(members, lambda table: {n.name: n for n in table.nics})
     names = hostnames(members)
+    none: dict[str | None, Nic] = {}   # a rank whose facts never came
     pairs = set()
     for a in attempts:
         if a.outcome not in CONNECTED:
             continue
-        src, dst = nic.get((a.src, a.src_ifname)), nic.get((a.dst, a.ifname))
+        src, dst = nics.get(a.src, none).get(a.src_ifname), nics.get(a.dst, none).get(a.ifname)
         if src and dst and src.mtu != dst.mtu:
             pairs.add(tuple(sorted([(names[a.src], src.name, src.mtu), (names[a.dst], dst.name, dst.mtu)])))
     if not pairs:
