@@ -338,9 +338,8 @@ def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tu
     """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0), a
     line per node and interface (a rank's sibling on its host proves nothing)."""
     outcomes = defaultdict(set)
-    for a in attempts:
-        if not same_node(names, a.src, a.dst):
-            outcomes[(a.dst, a.ifname)].add(a.outcome)
+    for a in leaving_host(names, attempts):
+        outcomes[(a.dst, a.ifname)].add(a.outcome)
     lines: dict[tuple[str, str, str], list[int]] = {}
     for (d, ifname), seen in sorted(outcomes.items()):
         if not seen & set(CONNECTED):
