@@ -376,9 +376,8 @@ def _dataclass_decoder(cls: type) -> Decoder:
     default or is named missing."""
     scope: dict[str, Any] = {"cls": cls, "_expect": _expect, "_path": _path, "DecodeError": DecodeError,
                              "_ABSENT": _ABSENT}
-    hints = typing.get_type_hints(cls, include_extras=True)
-    body = []
-    for i, f in enumerate(dataclasses.fields(cls)):
+    hints, body, fields_ = typing.get_type_hints(cls, include_extras=True), [], dataclasses.fields(cls)
+    for i, f in enumerate(fields_):
         v = f"v{i}"
         scope[f"decode{i}"] = _decoder(hints[f.name])
         if f.default is not dataclasses.MISSING:
@@ -396,7 +395,7 @@ def _dataclass_decoder(cls: type) -> Decoder:
     # Positional: every field is an __init__ argument (no record has init=False), in order.
     return _compiled("decode", ["def decode(data, where):", "if type(data) is not dict:",
                                 "    data = _expect(dict, data, where)", "get = data.get", *body,
-                                f"return cls({', '.join(f'v{i}' for i in range(len(body) // 5))})"],
+                                f"return cls({', '.join(f'v{i}' for i in range(len(fields_)))})"],
                      scope, f"<decoder of {cls.__qualname__}>")
 
 
