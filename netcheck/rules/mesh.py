@@ -128,31 +128,32 @@ def _counted(names: dict[int, str], some: set[tuple[int, int]], tried: set[tuple
 
 def _broken_directions(attempts: tuple[Attempt, ...]) -> dict[tuple[int, int], list[Attempt]]:
     """(src, dst) -> its attempts, for the directions that connect on no interface."""
-    return _directions(attempts)[2]
+    return _directions(attempts)[1]
 
 
-def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]],
-                                                        dict[tuple[int, int], list[Attempt]]]:
-    """(every direction tried, those that connected, the others' attempts by direction), made
-    once for the attempts the host's mesh, nic and bandwidth rules each ask about: at 100,000
-    ranks, 800,000 attempts walked three times a rule cost seconds. Kept for the last attempts
-    only (held, so their identity is theirs alone); a rule never changes what it is given."""
+def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], dict[tuple[int, int], list[Attempt]]]:
+    """(every direction tried, the attempts of those that connected on no interface, by
+    direction), made once for the attempts the host's mesh, nic and bandwidth rules each ask
+    about: at 100,000 ranks, 800,000 attempts walked three times a rule cost seconds. Kept for
+    the last attempts only (held, so their identity is theirs alone); a rule never changes what
+    it is given."""
     if _last[0] is not attempts:
         tried = {(a.src, a.dst) for a in attempts}
-        connected = {(a.src, a.dst) for a in attempts if a.connected}
+        # Looked at again only where a try failed: most directions connect on their first.
+        failed = {(a.src, a.dst) for a in attempts if a.outcome not in CONNECTED}
+        connected = {(a.src, a.dst) for a in attempts if a.outcome in CONNECTED and (a.src, a.dst) in failed}
         broken: dict[tuple[int, int], list[Attempt]] = defaultdict(list)
-        if len(connected) < len(tried):   # grouped only where a direction did not connect
-            for a in attempts:
-                if (a.src, a.dst) not in connected:
-                    broken[(a.src, a.dst)].append(a)
-        _last[:] = [attempts, (tried, connected, dict(broken))]
+        for a in attempts if failed - connected else ():
+            if (a.src, a.dst) in failed and (a.src, a.dst) not in connected:
+                broken[(a.src, a.dst)].append(a)
+        _last[:] = [attempts, (tried, dict(broken))]
     return _last[1]
 
 
 _last: list = [None, None]
 
 
-def leaving_host(names: dict[int, str], attempts: tuple[Attempt, ...]) -> Iterator[Attempt]:
+def leaving_host(names: dict[int, str], attempts: Iterable[Attempt]) -> Iterator[Attempt]:
     """The attempts whose path leaves its host: not same_node's (two ranks of one host), its
     test written out for the 800,000 attempts of 100,000 ranks."""
     for a in attempts:
@@ -169,8 +170,8 @@ def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
 
 def tried_and_broken(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     """(every direction tried, the directions that connected on no interface)."""
-    tried, connected, _ = _directions(attempts)
-    return tried, tried - connected
+    tried, broken = _directions(attempts)
+    return tried, set(broken)
 
 
 def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -337,8 +338,11 @@ def _names(names: dict[int, str], ranks: set[int]) -> str:
 def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
     """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0), a
     line per node and interface (a rank's sibling on its host proves nothing)."""
+    # The interfaces a try failed on, then those of them some try connected to: most connect.
+    failed = {(a.dst, a.ifname) for a in attempts if a.outcome not in CONNECTED}
+    failed_at = {dst for dst, _ in failed}
     outcomes = defaultdict(set)
-    for a in leaving_host(names, attempts):
+    for a in leaving_host(names, (a for a in attempts if a.dst in failed_at)):
         outcomes[(a.dst, a.ifname)].add(a.outcome)
     lines: dict[tuple[str, str, str], list[int]] = {}
     for (d, ifname), seen in sorted(outcomes.items()):
