@@ -337,14 +337,10 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     hostname = hostnames(members)
     problems, evidence = set(), []
     for m in members:
-        mine = own[m.rank]
         for r in (m.results.resolutions if m.results else ()):
-            theirs, routes = own.get(r.rank), routable.get(r.rank, frozenset())
-            if theirs is mine or theirs == mine:
+            if own.get(r.rank) == own[m.rank]:
                 continue  # two nodes on one machine (a loopback run): loopback is right there
-            if not r.error and not routes.isdisjoint(r.addresses):
-                continue  # the most of a million lookups at 100,000 ranks, answered right: one C call
-            bad = _bad_resolution(r.addresses, r.error, routes)
+            bad = _bad_resolution(r.addresses, r.error, routable.get(r.rank, frozenset()))
             if bad:
                 problems.update({m.rank, r.rank})
                 evidence.append((m.rank, r.rank, r.name, bad))
@@ -381,7 +377,7 @@ def _bad_resolution(addresses: tuple[str, ...], error: str | None, routable: fro
     addresses other than loopback."""
     if error:
         return f"does not resolve ({error})"
-    if not any(a in routable for a in addresses):
+    if routable.isdisjoint(addresses):   # at C speed: a million lookups at 100,000 ranks
         return f"resolves to {', '.join(addresses)}, none of them that node's own address"
     return None
 
