@@ -140,8 +140,8 @@ def _directions(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], di
     if _last[0] is not attempts:
         tried = {(a.src, a.dst) for a in attempts}
         # Looked at again only where a try failed: most directions connect on their first.
-        failed = {(a.src, a.dst) for a in attempts if a.outcome not in CONNECTED}
-        connected = {(a.src, a.dst) for a in attempts if a.outcome in CONNECTED and (a.src, a.dst) in failed}
+        failed = {(a.src, a.dst) for a in attempts if not a.connected}
+        connected = {(a.src, a.dst) for a in attempts if a.connected and (a.src, a.dst) in failed}
         broken: dict[tuple[int, int], list[Attempt]] = defaultdict(list)
         for a in attempts if failed - connected else ():
             if (a.src, a.dst) in failed and (a.src, a.dst) not in connected:
@@ -339,7 +339,7 @@ def _idle_interfaces(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tu
     """Interfaces that carried nothing between nodes (a docker0 on every host, a dead ib0), a
     line per node and interface (a rank's sibling on its host proves nothing)."""
     # The interfaces a try failed on, then those of them some try connected to: most connect.
-    failed = {(a.dst, a.ifname) for a in attempts if a.outcome not in CONNECTED}
+    failed = {(a.dst, a.ifname) for a in attempts if not a.connected}
     failed_at = {dst for dst, _ in failed}
     outcomes = defaultdict(set)
     for a in leaving_host(names, (a for a in attempts if a.dst in failed_at)):

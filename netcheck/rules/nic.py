@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from netcheck.core.majority import split
-from netcheck.core.meshrecords import BLACKHOLE, CONNECTED, Attempt
+from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
 from netcheck.core.nictable import Nic, NicTable
@@ -63,12 +63,12 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
             tried.add((a.dst, a.ifname))
             # A path that loses full-size frames still leads to the peer: the interface is the
             # right one, its MTU is wrong, and mesh.connect names that.
-            if a.outcome not in CONNECTED:
+            if not a.connected:
                 failed.add((a.dst, a.ifname, a.src))
     # Proven: every peer that tried reached it once. Looked at again only where a try failed
     # (two sets a target walked 800,000 attempts at 100,000 ranks for the few that do).
     failed_at = {dst for dst, _, _ in failed}
-    reached = {(a.dst, a.ifname, a.src) for a in attempts if a.dst in failed_at and a.outcome in CONNECTED}
+    reached = {(a.dst, a.ifname, a.src) for a in attempts if a.dst in failed_at and a.connected}
     proven = tried - {(dst, ifname) for dst, ifname, src in failed - reached}
     targets = {dst for dst, _ in tried}
     return {m.rank: [n.name for n in m.facts.nics.nics if (m.rank, n.name) in proven]
@@ -167,7 +167,7 @@ def _routes(names: dict[int, str], attempts: tuple[Attempt, ...]) -> tuple[str, 
     from several ranks. A line per node pair made 800,000 lines of 100,000 sampling ranks."""
     used: dict[tuple[str, str | None, str], set[tuple[int, int]]] = {}
     for a in mesh_rules.leaving_host(names, attempts):
-        if a.outcome in CONNECTED and a.src in names:
+        if a.connected and a.src in names:
             used.setdefault((names[a.src], a.src_ifname, a.ifname), set()).add((a.src, a.dst))
     in_order = sorted(used.items(), key=lambda route: min(route[1]))   # by the first rank pair of each
     return tuple(_route_line(names, src, si, di, pairs) for (src, si, di), pairs in in_order)
@@ -324,7 +324,7 @@ def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> 
     none: dict[str | None, Nic] = {}   # a rank whose facts never came
     pairs = set()
     for a in attempts:
-        if a.outcome not in CONNECTED:
+        if not a.connected:
             continue
         src, dst = nics.get(a.src, none).get(a.src_ifname), nics.get(a.dst, none).get(a.ifname)
         if src and dst and src.mtu != dst.mtu:
