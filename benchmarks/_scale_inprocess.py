@@ -181,7 +181,8 @@ def joiners_view(posted: hostgather.RosterRecords, alive: bytes) -> tuple[dict[i
 def host_work(run: Run, records: Records, stages: Stages, folder: Path) -> tuple[dict, str]:
     """Every host step from the arrivals to the written outputs; the JSON report's path and the text report."""
     cfg, launch = run.config, run.config.launch
-    ex = Exchange(None, cfg.run_id)   # no store: named only where another client interfered, which none does
+    # No store: named only where another client interfered, which none does.
+    ex = Exchange(None, cfg.run_id, end=run.deadline)
     expected = (launch.nnodes_min, launch.nnodes_max)
     hostgather.hold_records()
     with run.phase("rendezvous"):

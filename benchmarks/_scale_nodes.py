@@ -38,8 +38,10 @@ from netcheck.cluster import mesh, rendezvous  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core import codec  # noqa: E402
 from netcheck.core import storekeys as keys
+from netcheck.core.bounded import Caller  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, PING_RETRY, SEAT_BLOCK  # noqa: E402
+from netcheck.core.deadline import Deadline  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402
 from netcheck.core.meshrecords import Candidate, MeshResults, Offer
 from netcheck.core.model import JOB_VARS, ClockSample, Launch, NodeResults, Resolution  # noqa: E402
@@ -259,11 +261,12 @@ def main() -> None:
     errors: list[str] = []
     decoded: dict = {}
     waiting = {}
+    caller, end = Caller("simulated-nodes"), Deadline(plan["timeout"])
     for (rank, hostname, address), store in zip(nodes, stores):
-        ex = Exchange(Requests(store), plan["run_id"])
+        ex = Exchange(Requests(store), plan["run_id"], end=end, caller=caller)
         gen = script(rank, ex, node_facts(base, plan, rank, hostname, address), env, plan, greeters, stamps, decoded)
         waiting[rank, hostname] = (ex, gen, next(gen))  # torchrun's workers share a hostname
-    probe = Exchange(None, plan["run_id"])
+    probe = Exchange(None, plan["run_id"], end=end)
     probe.pace(plan["nodes"])
     pause = probe.pause  # a real node's pause between looks, in a cluster this large
     while waiting:  # a round: every waiting node looks once, as each real node would per poll

@@ -322,9 +322,10 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     signed by that run's host under that run's nonce, made here with the token in
     $NETCHECK_TOKEN) written over this host's hello before the next node comes."""
     from netcheck.cluster.store import Exchange
+    from netcheck.core.deadline import Deadline
 
     store.wait([key(keys.HOST, shared=True)])   # over it, not before it
-    earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"])
+    earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"], end=Deadline(60))
     earlier.nonce = "0" * 32
     earlier.put(key(keys.HOST, shared=True), Hello(key.run_id, "node0", "earlier", earlier.nonce))
     return f"a hello signed under nonce {earlier.nonce}"
@@ -498,7 +499,7 @@ def stall(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
     from netcheck.facts.local import gather_facts
 
     facts = gather_facts(run_id, Launch("flags", node_rank, nnodes, nnodes, 1))
-    seat, _ = join(_store(endpoint), facts, Deadline(60))
+    seat, _ = join(_store(endpoint), facts, Deadline(60), Deadline(60))
     _say("seated", seat.rank)
     while True:
         time.sleep(1)
@@ -518,7 +519,7 @@ def bad_facts(endpoint: str, run_id: str, node_rank: int, nnodes: int) -> None:
 
     facts = gather_facts(run_id, Launch("flags", node_rank, nnodes, nnodes, 1))
     store, key = _store(endpoint), _Keys(run_id)
-    ex = Exchange(store, run_id)
+    ex = Exchange(store, run_id, end=Deadline(60))
     rendezvous.sign_in(ex, facts)
     rendezvous.check_run_id(ex, Deadline(60))
     spoilt = json.loads(codec.dumps(facts))

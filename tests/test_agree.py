@@ -11,6 +11,7 @@ from netcheck.cli import build_parser, config_from_args
 from netcheck.cluster.rendezvous import Seat
 from netcheck.cluster.store import Exchange
 from netcheck.core import compat
+from netcheck.core.deadline import Deadline
 from netcheck.core.storekeys import GO
 from netcheck.phases.agree import agreed
 from netcheck.phases.state import Run
@@ -29,7 +30,7 @@ def joiner_on(ex: Exchange, seconds_left: float) -> Run:
 def test_a_joiner_follows_the_hosts_word_and_skips_a_phase_its_own_time_ran_out_for():
     server = compat.import_distributed().TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
                                                   wait_for_workers=False)
-    ex = Exchange(server, "netcheck")
+    ex = Exchange(server, "netcheck", end=Deadline(60))
     ex.put(ex.key(GO, "mesh"), True)
     run = joiner_on(ex, 5.0)
     assert agreed(run, Seat(ex, 1), "mesh", lambda: False) and not run.findings

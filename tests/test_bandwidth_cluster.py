@@ -213,7 +213,7 @@ def main() -> int:
                                            wait_for_workers=False) if args.node == 0 else None
     if server is None:  # as a joiner does: the store answers before the client connects
         reach("node0", PORT, Deadline(DEADLINE))
-    ex = Exchange(client_store("node0", PORT, Deadline(DEADLINE)), args.run_id)
+    ex = Exchange(client_store("node0", PORT, Deadline(DEADLINE)), args.run_id, end=Deadline(DEADLINE))
     result = run_bandwidth(ex, "node0", PORT, args.node, args.nnodes, args.nproc, options_from_args(args),
                            DEADLINE, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(codec.dumps(result), flush=True)

@@ -158,7 +158,7 @@ def test_a_clamped_connection_echoes_frames_of_that_size(listener):
 def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused_and_named():
     """A mesh offer of 1,500 candidates that never greet used to cost 48 s of a 20 s run (64
     connects at a time x 2 s); it is refused, its sender named, and not waited for as lost."""
-    ex = Exchange(None, "netcheck")
+    ex = Exchange(None, "netcheck", end=Deadline(60))
     one = (Candidate("eth0", "198.18.0.11", 4242),)
     offers = {1: Offer(1, "t", one), 2: Offer(1, "t", one),
               3: Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}

@@ -182,7 +182,7 @@ def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_c
     polls once anyway, and the roster has the host and the node already in the store."""
     server, ex = local_store()
     early = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
-                                                   timedelta(seconds=10)), "netcheck")
+                                                   timedelta(seconds=10)), "netcheck", end=Deadline(60))
     early.put(early.key("node", early.add_to(early.key("arrivals"), 1) - 1), facts("early", 1))
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
     assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
@@ -196,7 +196,8 @@ def test_the_host_hears_out_a_claimant_still_in_its_handshake_when_the_seats_fil
     are named (it used to close at once and leave the second talking to a closed host)."""
     server, ex = local_store()
     first, second = (Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
-                                                            timedelta(seconds=10)), "netcheck") for _ in range(2))
+                                                            timedelta(seconds=10)), "netcheck", end=Deadline(60))
+                     for _ in range(2))
     sign_in(first, facts("first", 1))
     publish_facts(first, facts("first", 1))
     pinger = sign_in(second, facts("second", 1))
@@ -214,7 +215,7 @@ def local_store():
     """A real TCPStore server on loopback, and an Exchange over it."""
     server = import_distributed().TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
                                            wait_for_workers=False)
-    return server, Exchange(server, "netcheck")
+    return server, Exchange(server, "netcheck", end=Deadline(60))
 
 
 @pytest.mark.compat
@@ -256,7 +257,7 @@ def test_collect_with_a_quiet_window_waits_as_long_as_a_few_ids_keep_coming():
     cut off at it (the host named lost a node that had reported back)."""
     server, ex = local_store()
     writer = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
-                                                    timedelta(seconds=10)), "netcheck")
+                                                    timedelta(seconds=10)), "netcheck", end=Deadline(60))
     quiet, ids = scaled(1.0), [0, 1, 2, 3]
 
     def trickle():
@@ -361,7 +362,7 @@ def test_a_signed_value_copied_under_another_key_or_run_is_refused():
     """--token: a seated node's signed facts copied, MAC and all, under a new arrival (the
     ghost seat), or read under another run's nonce, do not decode; the original does."""
     server, _ = local_store()
-    ex = Exchange(server, "netcheck", token="s3cret")
+    ex = Exchange(server, "netcheck", token="s3cret", end=Deadline(60))
     ex.nonce = "a" * 32
     ex.put(ex.key("node", 0), facts("real", 1))
     for suffix in ("", "#mac"):
@@ -369,11 +370,11 @@ def test_a_signed_value_copied_under_another_key_or_run_is_refused():
     assert ex.read(NodeFacts, ex.key("node", 0)).hostname == "real"
     with pytest.raises(DecodeError, match="copied from another key or run"):
         ex.read(NodeFacts, ex.key("node", 5))
-    later = Exchange(server, "netcheck", token="s3cret")
+    later = Exchange(server, "netcheck", token="s3cret", end=Deadline(60))
     later.nonce = "b" * 32       # the same run id, started again: another host, another nonce
     with pytest.raises(DecodeError):
         later.read(NodeFacts, ex.key("node", 0))
-    other_run = Exchange(server, "other", token="s3cret")
+    other_run = Exchange(server, "other", token="s3cret", end=Deadline(60))
     other_run.nonce = ex.nonce
     with pytest.raises(DecodeError):
         other_run.read(NodeFacts, ex.key("node", 0))

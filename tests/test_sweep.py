@@ -654,10 +654,19 @@ def test_a_dead_rank_is_blamed_before_the_peers_it_broke():
 def test_nodes_that_never_report_are_named_and_speak_only_for_themselves():
     lie = Fault(0, 0, 0, "all", "died", "node 1 says node 0 died")
     reports = {1: NodeReport(1, (lie, Fault(1, 1, 0, "data", "failed", "nccl")), "gloo", "")}
-    merged = merge_faults([], reports, me=0, nnodes=3, stage="inter", silence="it ended early")
+    merged = merge_faults([], reports, me=0, nnodes=3, stage="inter", store_lost=None)
     assert [(f.node, f.kind) for f in merged] == [(1, "failed"), (2, "silent")]
     assert merged[1].stage == "inter", "where this node's own workers were when node 2 went quiet"
-    assert merged[1].detail == "node 2 sent no account of its workers: it ended early"
+    assert merged[1].detail.startswith("node 2 sent no account of its workers")
+
+
+def test_a_node_that_lost_the_store_names_the_host_alone_for_the_silence():
+    """The others' accounts never came because this node lost the host's store: nothing is
+    known of them, so none is named; the store's node is, with why."""
+    for me in (0, 2):
+        merged = merge_faults([], {}, me=me, nnodes=3, stage="control", store_lost="no answer to add k")
+        assert [(f.node, f.kind) for f in merged] == [(0, "silent")]
+        assert "no answer to add k" in merged[0].detail
 
 
 # A worker that could not notice on its own (it never writes, as one wedged in a call

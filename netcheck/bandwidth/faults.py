@@ -83,19 +83,23 @@ def nccl_warning(stderr: list[str]) -> str:
 
 
 def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nnodes: int,
-                 stage: str, silence: str) -> list[Fault]:
+                 stage: str, store_lost: str | None) -> list[Fault]:
     """Every node's faults; a node that never posted its account is named as silent, in
-    `stage`, the furthest this node's own workers got (the collectives tie the nodes), with
-    `silence` as the likely reason."""
+    `stage`, the furthest this node's own workers got (the collectives tie the nodes). Where
+    this node lost the host's store (store_lost, why), the others' silence says nothing of
+    them: the store's node (node 0, the host) alone is named, for it."""
     faults = list(mine)
     for node in range(nnodes):
         if node == me:
             continue
         if node in reports:
             faults += [f for f in reports[node].faults if f.node == node]  # a node speaks for itself only
-        else:
-            faults.append(Fault(node, -1, -1, stage, "silent",
-                                f"node {node} sent no account of its workers: {silence}"))
+        elif store_lost is None:
+            faults.append(Fault(node, -1, -1, stage, "silent", f"node {node} sent no account of its workers: its "
+                                "netcheck ended early or hung, or its link to the host broke"))
+    if store_lost is not None:
+        faults.append(Fault(0, -1, -1, stage, "silent", f"the host's store (node 0) stopped answering this node "
+                            f"(node {me}): {store_lost}; what the other nodes' workers did is not known"))
     return sorted(faults, key=lambda f: (f.node, f.rank))
 
 

@@ -119,9 +119,7 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     # a node whose account is not in within a few seconds is not coming.
     reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy, links),
                         [n for n in range(nnodes) if n not in watch.quiet], deadline.within(BW_REPORT_WAIT))
-    silence = (f"this node lost the host's store ({ex.lost}), so it cannot know more" if ex.lost
-               else "its netcheck ended early or hung, or its link to the host broke")
-    everyone = merge_faults(faults, reports, node_rank, nnodes, watch.furthest_stage(), silence)
+    everyone = merge_faults(faults, reports, node_rank, nnodes, watch.furthest_stage(), ex.lost)
     return _result(nnodes, nproc_per_node, options, watch, everyone, started, reports)
 
 

@@ -233,11 +233,12 @@ def report_back(seat: Seat, rank: int, clock: ClockSample | None) -> NodeResults
 
 # --- joiner ---------------------------------------------------------------------------------
 
-def join(store, facts: NodeFacts, deadline: Deadline, token: str | None = None
+def join(store, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str | None = None
          ) -> tuple[Seat, NodeResults | None]:
     """Take a seat at the host's store; returns once the roster is known (or raises). A
-    request the store holds up past its reply timeout is waited out to `deadline`."""
-    ex = Exchange(store, facts.run_id, token, limit=deadline)
+    request the store holds up past its reply timeout is waited out to `deadline`; none is
+    waited for past `end` (the run's)."""
+    ex = Exchange(store, facts.run_id, token, limit=deadline, end=end)
     ex.pace(facts.launch.nnodes_max or facts.launch.nnodes_min or 0)
     late = False
     try:

@@ -16,6 +16,7 @@ from typing import Any
 from netcheck.cluster import storewire
 from netcheck.cluster.storeconnect import client_try, not_listening, store_link
 from netcheck.core import codec, compat
+from netcheck.core.bounded import Caller, Overran
 from netcheck.core.constants import (
     CARRIER_POLL,
     CARRIER_WAIT,
@@ -30,7 +31,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
 from netcheck.facts.linkcounters import carrier_lost
-from netcheck.facts.storepeers import StallWatch
+from netcheck.facts.storepeers import StallWatch, request_text
 
 HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
 
@@ -58,8 +59,12 @@ class Exchange:
     again where it was written over.
     """
 
-    def __init__(self, store, run_id: str, token: str | None = None, limit: Deadline | None = None):
+    def __init__(self, store, run_id: str, token: str | None = None, limit: Deadline | None = None, *,
+                 end: Deadline, caller: Caller | None = None):
         self._store = store
+        self.end = end  # the run's: no request is waited for past it, whatever torch does (_request)
+        # A thread of its own, unless given one to share (one process simulating thousands of nodes).
+        self._caller = caller or Caller("netcheck-store")
         self._server = store  # the host's serves the port: kept when a broken client is replaced
         self.run_id = run_id
         self.token = token
@@ -119,9 +124,17 @@ class Exchange:
             time.sleep(CARRIER_POLL)
 
     def _request(self, method, args: tuple):
-        if callable(method):
-            return method(self._store, *args)
-        return getattr(self._store, method)(*args)
+        """One request, waited for to the run's end and no longer: torch's own timeouts do not
+        bound a reply (the host's own client has none; over a port closed since the rendezvous
+        it sat in recv for minutes), so the request runs on this Exchange's Caller thread. One
+        past the end loses the store: the thread is left in it, and the stream is out of step."""
+        fn, call_args = (method, (self._store, *args)) if callable(method) else (getattr(self._store, method), args)
+        try:
+            return self._caller.call(fn, call_args, self.end.remaining())
+        except Overran as e:
+            name = getattr(method, "__name__", method)
+            self.lost = f"no answer to {request_text(name, args[0] if args else '')} by the run's end ({e})"
+            raise StoreLost(self.lost) from None
 
     def _held_up_client_replaced(self, error: BaseException) -> bool:
         """A joiner's request unanswered in time while the host's port still takes connections:
@@ -324,7 +337,7 @@ class Exchange:
         assert self._wire is not None, "made by _bounded"
         self._started("get", (key,))
         try:
-            return self._wire.get(key, max_bytes, Deadline(STORE_REPLY_TIMEOUT))
+            return self._wire.get(key, max_bytes, self.end.within(STORE_REPLY_TIMEOUT))
         finally:
             self._ended()
 

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from netcheck.core import compat
+from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
 from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
 from netcheck.facts.nameservers import silent_nameservers
-from netcheck.facts.probe import call_with_timeout, reach
+from netcheck.facts.probe import reach
 from netcheck.facts.procfds import socket_fds
 
 CONNECT_TRY = 2.0
@@ -32,13 +33,19 @@ def _timedelta(seconds: float) -> datetime.timedelta:
 def host_store(listener: Listener, port: int, deadline: Deadline):
     """The TCPStore server, on the socket the host has listened on since it started.
 
-    The store takes the descriptor over and closes it itself, so Python lets go of it.
+    The store takes the descriptor over and closes it itself, so Python lets go of it. Made
+    on a thread waited for to the deadline: its own client's connect has no bound of its own
+    where the port has been closed since reach (a firewall rule that drops).
     """
     dist = compat.import_distributed(deadline)
-    try:
-        return compat.server_store(dist, port, _timedelta(deadline.remaining()), listener.hand_over())
-    except RuntimeError as e:  # its own client's connect: a firewall rule for the port since reach
-        raise RendezvousError(f"the host's store on port {port} could not start: {first_line(e)}") from None
+    fd = listener.hand_over()
+    store, error = call_with_timeout(
+        lambda: compat.server_store(dist, port, _timedelta(deadline.remaining()), fd), deadline.remaining())
+    if isinstance(error, (RuntimeError, TimeoutError)):  # its own client's connect: a firewall rule since reach
+        raise RendezvousError(f"the host's store on port {port} could not start: {first_line(error)}") from None
+    if error is not None:
+        raise error
+    return store
 
 
 def client_store(host: str, port: int, deadline: Deadline):

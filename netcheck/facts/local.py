@@ -8,12 +8,13 @@ import socket
 from typing import Mapping
 
 from netcheck import __version__
+from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
-from netcheck.facts.probe import call_with_timeout, resolve_addresses
+from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.rdma import read_rdma
 
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")

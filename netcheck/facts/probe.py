@@ -40,6 +40,7 @@ import subprocess
 import threading
 import time
 
+from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Probe, Reach, Route
@@ -64,27 +65,6 @@ FULL_FRAME = 8900
 _HALF_KEY = _PROBE_KEY + b"/" + b"f" * (FULL_FRAME // 2 - 16 - len(_PROBE_KEY) - 1)
 FULL_STORE_PROBE = (struct.pack("<BI", VALIDATE, STORE_MAGIC) + struct.pack("<BQ", CHECK, 2)
                     + 2 * (struct.pack("<Q", len(_HALF_KEY)) + _HALF_KEY))
-
-
-def call_with_timeout(fn, timeout: float):
-    """Run a blocking call (getaddrinfo) in a daemon thread; (result, error) or a timeout error.
-
-    getaddrinfo has no timeout of its own and a daemon thread never holds up exit.
-    """
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except Exception as e:  # noqa: BLE001 - reported as the lookup's error text
-            box["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        return None, TimeoutError(f"no answer in {timeout:g} s")
-    return box.get("result"), box.get("error")
 
 
 def resolve(host: str, port: int, timeout: float) -> tuple[list[tuple[int, tuple]], str | None]:

@@ -42,7 +42,7 @@ class StallWatch:
             since, request = self.since, self.request
             if since is None or time.monotonic() - since < STALL_SECONDS:
                 continue
-            self._note(since, _request_text(*request), port_peers(self.port))
+            self._note(since, request_text(*request), port_peers(self.port))
 
     def _note(self, since: float, request: str, peers: dict[str, int]) -> None:
         seconds = round(time.monotonic() - since, 1)
@@ -56,7 +56,7 @@ class StallWatch:
         self.stalls.append(StoreStall(request, seconds, peers))
 
 
-def _request_text(method: str, keys: object) -> str:
+def request_text(method: str, keys: object) -> str:
     """A store request as a stall names it: its method and key (the first of a list, counted)."""
     if isinstance(keys, (list, tuple)):
         keys = f"{keys[0]} and {len(keys) - 1} more keys" if len(keys) > 1 else (keys[0] if keys else "")

@@ -54,7 +54,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
                            launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
                            run.progress)
     if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
-        run.lose_host("bandwidth")
+        run.lose_store("bandwidth", seat.exchange.lost)
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
     seat_names, rates = seat.hostnames, _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
@@ -63,7 +63,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
                                          {n: _fabric(run, s[0]) for n, s in seats_of.items()})
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
-    if run.role == HOST:  # a node whose account never came is gone, as in any other phase
+    if run.role == HOST and not run.host_lost:  # a node whose account never came is gone, as in any other phase
         gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
         run.lose("bandwidth", seat_names, gone)
 

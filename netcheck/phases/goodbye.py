@@ -52,6 +52,8 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
                 _hear_verdict(run, seat)
         seat.goodbye()
         return
+    if run.host_lost:   # its own store stopped answering it: no joiner can hear its verdict
+        return
     with run.phase("goodbye"):
         roster = seat.roster
         # The host is seated (runner: no goodbye for a node without a rank) by post_roster,

@@ -39,7 +39,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
-        ex = Exchange(store, cfg.run_id, cfg.token)
+        ex = Exchange(store, cfg.run_id, cfg.token, end=run.deadline)
         ex.watch = StallWatch(cfg.rdzv.port)   # who held the store up, where something did
         hostgather.announce(ex, run.local_facts)
         seat, run.arrivals, waited = hostgather.host_gather(
@@ -94,7 +94,7 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         store = None
         try:
             store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
-            seat, results = rendezvous.join(store, run.local_facts, run.phase_deadline(), cfg.token)
+            seat, results = rendezvous.join(store, run.local_facts, run.phase_deadline(), run.deadline, cfg.token)
         except rendezvous.CameTooLate:
             run.findings.append(rdzv_rules.seat_finding(None, 0, run.local_facts.hostname))
             return None

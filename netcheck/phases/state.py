@@ -24,6 +24,7 @@ from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules import storetrouble as storetrouble_rules
+from netcheck.rules.registry import RUN_TIMEOUT
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
     stopped_by: signal.Signals | None = None  # the signal that ended the run early
-    host_lost: bool = False
+    host_lost: bool = False   # the host, or on the host its own store, stopped answering: named once
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
     stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
 
@@ -122,15 +123,16 @@ class Run:
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
-            if self.role == HOST or not compat.store_lost(e):   # a store error named by torch's, as it was
+            if not compat.store_lost(e):   # a store error named by torch's, as it was
                 self.findings.append(run_rules.internal_finding(name, e.original if isinstance(e, StoreError) else e))
             else:
-                self.lose_host(name, first_line(e))
+                self.lose_store(name, first_line(e))
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
         if self.seat is not None:
             self.findings += self.stall_findings(self.seat.exchange)
-        if self.deadline.expired():
+        if self.deadline.expired() and not any(f.check == RUN_TIMEOUT for f in self.findings):
+            # The first phase past the end is named; the goodbye after it only ran out of time too.
             self.findings.append(run_rules.timeout_finding(name, self.config.timeout))
 
     def stop(self, signalled: KeyboardInterrupt) -> None:
@@ -179,6 +181,16 @@ class Run:
             self.host_lost = True
             blackhole = self.ask_host_path(self)
             self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole)
+
+    def lose_store(self, phase: str, seen: str) -> None:
+        """This node's connection to the host's store broke, or a request went unanswered to
+        the run's end (Exchange): on a joiner the host is lost; on the host its own store stopped
+        answering it, and the joiners lost it too. Named once, in the phase it happened."""
+        if self.role != HOST:
+            self.lose_host(phase, seen)
+        elif not self.host_lost:
+            self.host_lost = True
+            self.findings.append(rdzv_rules.own_store_lost(phase, self.my_ranks(), self.config.rdzv.port, seen))
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)

@@ -35,6 +35,7 @@ from netcheck.rules.registry import (
     JOIN_NOT_SEATED,
     JOIN_SAME_NAME,
     JOIN_UNSEATED,
+    LOST_PHASES,
     RDZV_FQDN,
     RDZV_JOIN,
     lost_in,
@@ -327,6 +328,19 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
                         "and its link")
     return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{node_names(ranks, names)} stopped answering during the {phase} "
                     f"phase{why}", (f"this node's store client: {seen}",) if seen else (), fix, kind=lost_in(phase))]
+
+
+def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> Finding:
+    """The host's own requests to its store went unanswered mid-run: its port was closed since
+    the rendezvous (a firewall rule pushed, a security agent) or its store hung; every joiner
+    lost it too. Named under the phase the joiners name it in (the host's nic phase asks the
+    env phase's go: the env phase's kind)."""
+    kind = lost_in(phase if phase in LOST_PHASES else "env")
+    return Finding(RDZV_JOIN, FAIL, ranks, f"this node's own store on port {port} stopped answering it during the "
+                   f"{phase} phase: the joiners lost it too", (f"this node's store client: {seen}",),
+                   f"look at this node's firewall for port {port} (a rule added since netcheck started, INPUT or "
+                   "OUTPUT, loopback included) and at what else holds this machine up; run netcheck again",
+                   kind=kind)
 
 
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:

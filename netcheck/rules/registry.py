@@ -249,7 +249,7 @@ CHECKS: tuple[Check, ...] = (
     Check(RDZV_JOIN, "rendezvous", ALL,
           "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
           ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
-           "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.seat_finding",
+           "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.own_store_lost", "rdzv.seat_finding",
            "rdzv.hosts_message_refused", "storetrouble.rejected_findings", "rdzv.endpoint_name_taken",
            "rdzv.gone_before_sign_in", "storetrouble.interference_findings", "storetrouble.store_stall_findings",
            "storetrouble.stall_explained", "storetrouble.held_up_findings", "storetrouble.foreign_findings",
