@@ -9,6 +9,7 @@ import time
 
 from netcheck.cluster.jobstore import debug_servers
 from netcheck.cluster.storewire import WireError
+from netcheck.core.bounded import call_with_timeout
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
 from netcheck.core.model import INSPECT, Endpoint, Finding, Report, report_of, verdict_of
@@ -44,10 +45,13 @@ def inspect_live(report: Report, endpoint: Endpoint, deadline: Deadline) -> Repo
     """The ranks' recorders and stacks from the job's debug servers, where the store names
     any, within what is left of the look's deadline; the report as it was where it names none."""
     start = time.monotonic()
-    try:
-        servers = debug_servers(endpoint.host, endpoint.port, report.job.keys if report.job else None, deadline)
-    except (RendezvousError, WireError):
-        servers = {}
+    # On a thread: the workers' store it may connect to is a torch client, which a hung
+    # process holds past every socket timeout torch sets.
+    servers, error = call_with_timeout(
+        lambda: debug_servers(endpoint.host, endpoint.port, report.job.keys if report.job else None, deadline),
+        deadline.remaining())
+    if error is not None and not isinstance(error, (RendezvousError, WireError, TimeoutError)):
+        raise error
     if not servers:
         return report
     view = live_view(servers, deadline)
