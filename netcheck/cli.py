@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from netcheck import __version__
 from netcheck.bandwidth import flags, plot
@@ -38,6 +38,7 @@ from netcheck.core.constants import (
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
     EXIT_BY_VERDICT,
+    EXIT_INTERNAL,
     EXIT_PASS,
     EXIT_USAGE,
     INSPECT_TIMEOUT,
@@ -50,6 +51,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
 from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
 from netcheck.facts.local import usable_gpus
+from netcheck.facts.probe import error_text
 from netcheck.render import export
 from netcheck.render import text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
@@ -57,7 +59,9 @@ from netcheck.render.escape import printable
 
 EPILOG = """\
 exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
-a phase (internal error), 64 unusable command line, 130 interrupted, 143 terminated.
+a phase (internal error) or write a report file asked for (the text report is still printed),
+64 unusable command line (an output path that cannot be written included), 130 interrupted,
+143 terminated.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
 `netcheck checks [--json]` (every check id, its phase, meaning and kinds),
@@ -138,14 +142,14 @@ HTML_HELP = ("write the report there as one self-contained web page (nothing fet
 def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:
     """The validated Config. Every other mistake is found before a missing endpoint: a typo in
     --nnodes is named as such, not as 'no --rdzv' (check_config asks for the endpoint last)."""
-    rdzv = args.rdzv or rdzv_from_env(env)
+    rdzv = args.rdzv if args.rdzv is not None else rdzv_from_env(env)   # --rdzv "" is refused as empty
     try:
         launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node,
                                local_gpus=usable_gpus())
     except LaunchError as e:
         raise UsageError(str(e)) from None
     return check_config(Config(
-        rdzv=parse_endpoint(rdzv) if rdzv else NO_ENDPOINT, launch=launch,
+        rdzv=parse_endpoint(rdzv) if rdzv is not None else NO_ENDPOINT, launch=launch,
         run_id=args.rdzv_id or default_run_id(env),
         timeout=args.timeout, join_window=args.join_window,
         phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
@@ -245,39 +249,67 @@ def run_and_render(config: Config) -> int:
     worker = is_torchrun_worker(config.launch) and rep.role != HOST
     quiet = config.quiet or (worker and rep.verdict != "fail")
     outputs = config.outputs.for_node(rep.node_rank, socket.gethostname(), worker)
-    emit(rep, outputs, quiet, config.verbose)
-    if outputs.plot and rep.bandwidth and rep.bandwidth.sweeps:
-        plot.write_plot(rep.bandwidth, outputs.plot)
-        if not quiet:
-            say(f"the bandwidth plot is in {outputs.plot}")
+    failed = emit(rep, outputs, quiet, config.verbose)
     outcome.report_out()
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
         say(f"{how}; the report above holds what was learnt, and its verdict is fail")
-        return outcome.exit_code
-    return outcome.exit_code
+    return delivered(outcome.exit_code, failed)
 
 
-def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> None:
-    """The report: its files (all but the plot, which needs the bandwidth phase's own data) and,
-    unless quiet, the text on the terminal."""
+def delivered(code: int, failed: list[str]) -> int:
+    """The exit code once the files are written: a report file asked for and not written is
+    netcheck's own failure (3) whatever the verdict, so no gate takes a pass, or a stale file
+    left there by an earlier run, for this run's word; a signal's code stays the signal's."""
+    return EXIT_INTERNAL if failed and code < EXIT_INTERNAL else code
+
+
+def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
+    """The report: its files and, unless quiet, the text on the terminal. A file that cannot be
+    written (its place became unwritable during the run) loses nothing: the text is printed,
+    quiet or not, and one line per file says which was not written. Returns those lines."""
     text_out = sys.stderr if outputs.json == "-" else sys.stdout
     if outputs.json == "-":
         sys.stdout.write(report.render_json(rep))
-    elif outputs.json:
-        report.write_file(outputs.json, report.render_json(rep))
-    for path, render in ((outputs.exclude, export.render_exclude), (outputs.prom, export.render_prom)):
-        if path:
-            report.write_file(path, render(rep))
-    if outputs.html:
-        from netcheck.render.html import render_html  # Jinja2's import only where a page is asked for
-
-        report.write_file(outputs.html, render_html(rep))
-    if not quiet:
+    written, failed = [], []
+    for flag, path, render in _report_files(rep, outputs):
+        try:
+            report.write_file(path, render())
+            written.append(flag)
+        except OSError as e:
+            failed.append(f"{flag} {path}: not written ({error_text(e)}); the report is the text above")
+    if not quiet or failed:
         write_text(text_out, report.render_text(rep, verbose))
-    if outputs.html and not quiet:
-        say(f"the HTML report is in {outputs.html}")
+        text_out.flush()
+    if not quiet:
+        if "--html" in written:
+            say(f"the HTML report is in {outputs.html}")
+        if "--plot" in written:
+            say(f"the bandwidth plot is in {outputs.plot}")
+    for line in failed:
+        say(f"error: {line}")
     text_out.flush()
+    return failed
+
+
+def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], str | bytes]]]:
+    """(flag, path, renderer) of each file asked for; the plot where the bandwidth phase swept."""
+    files: list[tuple[str, str, Callable[[], str | bytes]]] = []
+    if outputs.json and outputs.json != "-":
+        files.append(("--json", outputs.json, lambda: report.render_json(rep)))
+    if outputs.exclude:
+        files.append(("--exclude-file", outputs.exclude, lambda: export.render_exclude(rep)))
+    if outputs.prom:
+        files.append(("--prom", outputs.prom, lambda: export.render_prom(rep)))
+    if outputs.plot and rep.bandwidth and rep.bandwidth.sweeps:
+        files.append(("--plot", outputs.plot, lambda: plot.render_png(rep.bandwidth)))
+    if outputs.html:
+        def page() -> str:
+            from netcheck.render.html import render_html  # Jinja2's import only where a page is asked for
+
+            return render_html(rep)
+        files.append(("--html", outputs.html, page))
+    return files
 
 
 def run_local(argv: list[str]) -> int:
@@ -294,8 +326,7 @@ def run_local(argv: list[str]) -> int:
     from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
-    emit(rep, outputs, args.quiet, True)
-    return EXIT_BY_VERDICT[rep.verdict]
+    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, args.quiet, True))
 
 
 def run_probe(argv: list[str]) -> int:
@@ -314,8 +345,7 @@ def run_probe(argv: list[str]) -> int:
     from netcheck.phases.assemble import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, timeout)
-    emit(rep, outputs, False, True)
-    return EXIT_BY_VERDICT[rep.verdict]
+    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
 
 
 def run_inspect(argv: list[str]) -> int:
@@ -348,7 +378,9 @@ def run_inspect(argv: list[str]) -> int:
     outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
     outputs.check()
     env = os.environ
-    rdzv = args.rdzv or (None if args.traces else rdzv_from_env(env))
+    rdzv = args.rdzv if args.rdzv is not None else None if args.traces else rdzv_from_env(env)
+    if rdzv is not None:
+        parse_endpoint(rdzv)   # an empty or malformed --rdzv is named before anything is read
     preflight = _baseline(args.preflight, "--preflight")
     timeout = check_look_timeout(args.timeout)
     try:
@@ -359,7 +391,9 @@ def run_inspect(argv: list[str]) -> int:
         raise UsageError(str(e)) from None
     if world is not None and world < 1:
         raise UsageError(f"--world-size {world}: must be 1 or more")
-    if not rdzv and not args.traces:   # last: any other mistake is the one to name
+    if args.traces is not None:
+        _check_traces(args.traces)
+    if rdzv is None and not args.traces:   # last: any other mistake is the one to name
         raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
     from netcheck.inspect.job import inspect_job
     from netcheck.inspect.traces import inspect_live, inspect_traces
@@ -373,8 +407,15 @@ def run_inspect(argv: list[str]) -> int:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
     assert rep is not None, "neither --rdzv nor --traces: refused above"
-    emit(rep, outputs, False, True)
-    return EXIT_BY_VERDICT[rep.verdict]
+    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
+
+
+def _check_traces(path: str) -> None:
+    """--traces names a folder that is there: a typo is a usage error, not a finding."""
+    if not os.path.exists(path):
+        raise UsageError(f"--traces {path!r}: no such folder")
+    if not os.path.isdir(path):
+        raise UsageError(f"--traces {path!r}: not a folder: give the folder the ranks' dumps are in")
 
 
 def run_report(argv: list[str]) -> int:
@@ -389,10 +430,10 @@ def run_report(argv: list[str]) -> int:
     outputs.check()
     rep = _baseline(args.report, "netcheck report")
     text = args.text or not args.html
-    emit(rep, outputs, quiet=not text, verbose=False)
-    if not text:   # emit says where the page is only beside the text
+    failed = emit(rep, outputs, quiet=not text, verbose=False)
+    if not text and not failed:   # emit says where the page is only beside the text
         say(f"the HTML report is in {args.html}")
-    return EXIT_BY_VERDICT[rep.verdict]
+    return delivered(EXIT_BY_VERDICT[rep.verdict], failed)
 
 
 def run_checks(argv: list[str]) -> int:

@@ -6,7 +6,6 @@ Messages carry the offending values, so a user-caused error reads as one clear l
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from netcheck.core.constants import (
 from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, MAX_SECONDS, is_run_id
 from netcheck.core.model import Endpoint, Launch, Report, is_torchrun_worker
 from netcheck.facts.probe import error_text
+from netcheck.render import outfile
 
 
 class UsageError(ValueError):
@@ -103,6 +103,8 @@ class Config:
 def parse_endpoint(text: str, named: str = "--rdzv") -> Endpoint:
     """HOST, HOST:PORT, [V6]:PORT or [V6]; the default port is torch's, 29500. named: how a mistake names
     the text (the flag, or `netcheck probe` for its argument)."""
+    if not text.strip():
+        raise UsageError(f"{named} {text!r}: the endpoint is empty: expected HOST:PORT or [IPV6]:PORT")
     match = re.fullmatch(r"\[([^\[\]]+)\](?::([0-9]*))?|([^:\[\]]+)(?::([0-9]*))?", text.strip())
     if not match or (text.strip().endswith(":")):
         raise UsageError(f"{named} {text!r}: expected HOST:PORT or [IPV6]:PORT")
@@ -242,16 +244,16 @@ def check_look_timeout(seconds: float) -> float:
 
 
 def check_writable(flag: str, path: str | None) -> None:
-    """Fail before the run, not after it, when a report could not be written."""
-    if path is None or path == "-" and flag != "--html":
+    """Fail before the run, not after it, when a report could not be written: every output
+    flag of every sub-command comes here (Outputs.check), and render.outfile says why."""
+    if path is None or path == "-" and flag == "--json":
         return
     if path == "-":   # a page is opened from a file; stdout holds the text report
-        raise UsageError("--html -: the page is written to a file: give its path")
-    folder = os.path.dirname(os.path.abspath(path.replace("{rank}", "0")))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"{flag} {path}: the folder {folder} is not writable")
+        raise UsageError(f"{flag} -: the page is written to a file: give its path" if flag == "--html" else
+                         f"{flag} -: only --json writes to stdout: give a file's path")
+    trouble = outfile.problem(path.replace("{rank}", "0"))
+    if trouble is not None:
+        raise UsageError(f"{flag} {path}: {trouble}" if path else f"{flag} '': {trouble}")
 
 
 class BaselineError(ValueError):

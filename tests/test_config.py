@@ -60,8 +60,8 @@ def test_the_default_port_is_torchs():
     ("[::1", "--rdzv '[::1': expected HOST:PORT or [IPV6]:PORT"),
     ("::1", "--rdzv '::1': expected HOST:PORT or [IPV6]:PORT"),   # v6 needs brackets
     ("a:b:c", "--rdzv 'a:b:c': expected HOST:PORT or [IPV6]:PORT"),
-    ("", "--rdzv '': expected HOST:PORT or [IPV6]:PORT"),
-    ("   ", "--rdzv '   ': expected HOST:PORT or [IPV6]:PORT"),
+    ("", "--rdzv '': the endpoint is empty: expected HOST:PORT or [IPV6]:PORT"),
+    ("   ", "--rdzv '   ': the endpoint is empty: expected HOST:PORT or [IPV6]:PORT"),
     (":29500", "--rdzv ':29500': expected HOST:PORT or [IPV6]:PORT"),
     ("[]:80", "--rdzv '[]:80': expected HOST:PORT or [IPV6]:PORT"),
     ("node0:http", "--rdzv 'node0:http': expected HOST:PORT or [IPV6]:PORT"),

@@ -4,6 +4,8 @@ node-pair matrix as a heatmap. matplotlib is an optional extra (`pip install net
 
 from __future__ import annotations
 
+import io
+
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult
 from netcheck.core.bwtext import gbps_cell, size_words, time_text
 
@@ -30,9 +32,10 @@ def check_available() -> None:
     _pyplot()
 
 
-def write_plot(result: BandwidthResult, path: str) -> None:
+def render_png(result: BandwidthResult) -> bytes:
     """busbw and time per op against size (log axes labelled in bytes, the plateau's sizes
-    shaded, the bucket size marked), and the node pairs as a heatmap with their values."""
+    shaded, the bucket size marked), and the node pairs as a heatmap with their values: the
+    PNG's bytes, which the CLI writes as it writes every report file (render.outfile)."""
     plt = _pyplot()
     panels = 3 if result.pairs else 2
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.8), squeeze=False)
@@ -41,8 +44,10 @@ def write_plot(result: BandwidthResult, path: str) -> None:
     if result.pairs:
         _pair_heatmap(fig, axes[0][2], result)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    return png.getvalue()
 
 
 def _curves(ax, result: BandwidthResult, label: str, value, title: str, time_axis: bool = False) -> None:

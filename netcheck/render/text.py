@@ -13,9 +13,7 @@ the renderer's newlines are the only ones and no control character reaches the t
 
 from __future__ import annotations
 
-import os
 import shlex
-import tempfile
 from collections import Counter
 
 from tabulate import tabulate
@@ -37,6 +35,7 @@ from netcheck.core.model import (
     with_facts,
 )
 from netcheck.render.escape import printable_copy
+from netcheck.render.outfile import write_file as write_file  # the report's files: render/outfile
 from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -280,24 +279,6 @@ def _footer(report: Report) -> str:
 
 def render_json(report: Report) -> str:
     return codec.dumps(report, indent=2) + "\n"
-
-
-def write_file(path: str, text: str) -> None:
-    """Write all or nothing: a half-written report is worse than none."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".netcheck-", suffix=".tmp")
-    # mkstemp makes the file private; a report is read by others (the node exporter).
-    mask = os.umask(0)
-    os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)
-    try:
-        # JSON and Prometheus' text format are UTF-8 whatever the locale says.
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def lossy_pairs(report: Report) -> dict[tuple[int, int], float]:
