@@ -184,7 +184,7 @@ sys.stdin.read()
 # What each method of Exchange that asks the store is called with here; the others ask nothing.
 # torch sends a set or an append and waits for no answer: the kernel takes it, and it returns.
 SENT_UNANSWERED = {"put", "put_many", "post", "enlist"}
-NO_REQUEST = {"key", "interference", "pace", "stalled_seconds", "clearing", "keep_clearing"}
+NO_REQUEST = {"key", "interference", "pace", "stalled_seconds", "clearing", "keep_clearing", "within"}
 
 
 def _calls(ex: Exchange, deadline: Deadline) -> dict:

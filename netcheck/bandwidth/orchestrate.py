@@ -99,7 +99,8 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
                                         nproc_per_node, local, options, workers_deadline))
-        watch.run()
+        with ex.within(workers_deadline):   # a store held up or closed: the accounts' time is kept
+            watch.run()
     except OSError as e:  # could not start a worker (no memory, no processes left)
         watch.spawn_error = f"could not start a worker: {e}"
         watch.post_abort()

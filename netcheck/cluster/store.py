@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from netcheck.cluster import storewire
@@ -33,6 +34,9 @@ from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
 from netcheck.facts.linkcounters import carrier_lost
 from netcheck.facts.storepeers import StallWatch, request_text
 
+# A request made at or past its bound still gets this long: a store that answers takes
+# microseconds, and one given none would be lost for asking late (the sweep's last abort).
+REQUEST_FLOOR = 0.1
 HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
 
 GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
@@ -123,17 +127,33 @@ class Exchange:
         while carrier_lost(self.link) and not until.expired():
             time.sleep(CARRIER_POLL)
 
+    @contextmanager
+    def within(self, deadline: Deadline) -> Iterator[None]:
+        """Inside the block, no request is waited for, and no held-up store waited out, past
+        `deadline` where it comes before the run's end: a part of a phase that must leave the
+        phase time for what follows it (the sweep's workers, before the nodes' accounts)."""
+        saved = self.end, self.limit
+        if deadline.at < self.end.at:
+            self.end = deadline
+        if self.limit is not None and deadline.at < self.limit.at:
+            self.limit = deadline
+        try:
+            yield
+        finally:
+            self.end, self.limit = saved
+
     def _request(self, method, args: tuple):
-        """One request, waited for to the run's end and no longer: torch's own timeouts do not
-        bound a reply (the host's own client has none; over a port closed since the rendezvous
-        it sat in recv for minutes), so the request runs on this Exchange's Caller thread. One
-        past the end loses the store: the thread is left in it, and the stream is out of step."""
+        """One request, waited for to the run's end (or `within`'s) and no longer: torch's own
+        timeouts do not bound a reply (the host's own client has none; over a port closed since
+        the rendezvous it sat in recv for minutes), so the request runs on this Exchange's Caller
+        thread. One past its bound loses the store: the thread is left in it, and the stream is
+        out of step."""
         fn, call_args = (method, (self._store, *args)) if callable(method) else (getattr(self._store, method), args)
         try:
-            return self._caller.call(fn, call_args, self.end.remaining())
+            return self._caller.call(fn, call_args, max(REQUEST_FLOOR, self.end.remaining()))
         except Overran as e:
             name = getattr(method, "__name__", method)
-            self.lost = f"no answer to {request_text(name, args[0] if args else '')} by the run's end ({e})"
+            self.lost = f"{request_text(name, args[0] if args else '')}: {e}, its deadline"
             raise StoreLost(self.lost) from None
 
     def _held_up_client_replaced(self, error: BaseException) -> bool:
