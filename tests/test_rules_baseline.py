@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import builders
 from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
 from netcheck.core.envfacts import EnvFacts
@@ -67,3 +69,29 @@ def test_under_torchrun_a_hosts_ranks_drift_in_one_line():
     (finding,) = drift_findings(old, twice, {"NCCL_SOCKET_IFNAME": "eth0"})
     assert (finding.severity, finding.nodes) == ("warn", (0, 1))
     assert finding.evidence == ("node0 (ranks 0, 1): torch.version: 2.13.0 -> 2.14.1",)
+
+
+def test_a_joiners_own_view_holds_only_itself():
+    """A joiner given --baseline (srun and torchrun hand every node one command line) compares
+    its own node: the others and the cluster's recommendation are not in its view, so their
+    absence is no drift."""
+    (same,) = drift_findings(baseline(), NODES[1:], {}, whole=False)
+    assert (same.severity, same.nodes) == ("pass", (1,)), same
+    now = (entry(1, {**ENV, "var.NCCL_DEBUG": "INFO"}),)
+    (drift,) = drift_findings(baseline(), now, {}, whole=False)
+    assert (drift.severity, drift.nodes, drift.evidence) == ("warn", (1,), ("node1: var.NCCL_DEBUG: (none) -> INFO",))
+
+
+def test_the_port_torchrun_picks_for_every_run_is_no_drift():
+    """torchrun's c10d rendezvous gives its workers a free port of its own as MASTER_PORT, a
+    new one each run: not a change since the baseline. Set by flags, it is one."""
+    def under(source: str, port: str) -> NodeEntry:
+        node = entry(0, {**ENV, "var.MASTER_PORT": port})
+        assert node.facts is not None
+        return dataclasses.replace(node, facts=dataclasses.replace(node.facts, launch=builders.launch(0, 2, source)))
+    old = baseline(nodes=(under("torchrun", "40295"), entry(1, ENV)))
+    (same,) = drift_findings(old, (under("torchrun", "43567"), entry(1, ENV)), {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert same.severity == "pass", same
+    old = baseline(nodes=(under("flags", "29500"), entry(1, ENV)))
+    (moved,) = drift_findings(old, (under("flags", "29501"), entry(1, ENV)), {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert moved.evidence == ("node0: var.MASTER_PORT: 29500 -> 29501",), moved

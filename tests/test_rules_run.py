@@ -66,3 +66,20 @@ def test_a_joiner_keeps_the_hosts_findings_about_itself_once():
 def test_a_verdict_not_heard_is_no_pass():
     unheard = run_rules.verdict_unheard(8.2)
     assert (unheard.check, unheard.severity) == ("run.cluster", "warn") and "8 s" in unheard.summary
+
+
+def test_a_joiners_own_drift_stands_for_the_hosts_where_they_agree():
+    """--baseline on a joiner too: its own baseline.drift (every line about itself) stands for
+    the host's of the same severity; one the joiner judged otherwise is taken as well, so a
+    node the host warns about never passes."""
+    hosts = Finding("baseline.drift", "warn", (0, 1, 2), "3 change(s) since the baseline (run 'a')", ("node1: x",))
+    told = run_rules.cluster_verdict([hosts])
+    own = Finding("baseline.drift", "warn", (1,), "2 change(s) since the baseline (run 'a')", ("node1: x", "node1: y"))
+    kept, findings = run_rules.with_host_verdict(told, (1,), [own])
+    assert findings == [own] and kept.findings == ()
+    calm = Finding("baseline.drift", "pass", (1,), "nothing drifted since the baseline (run 'a')")
+    kept, findings = run_rules.with_host_verdict(told, (1,), [calm])
+    assert findings == [calm, hosts] and kept.findings == (hosts,)
+    kept, findings = run_rules.with_host_verdict(told, (2,), [])
+    assert findings == [hosts] and kept.verdict == "warn", "a joiner without --baseline takes the host's"
+

@@ -17,7 +17,9 @@ from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
+from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Run
+from netcheck.rules import baseline
 from netcheck.rules import launch as launch_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
@@ -42,10 +44,23 @@ def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> No
         [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)
 
 
+def judge_baseline(run: Run) -> None:
+    """--baseline, once: on the host before it tells its verdict, so that the joiners it names
+    hear the drift (and a joiner's own comparison is there to meet the host's); where no
+    goodbye is said (a node never seated), at the end of the run."""
+    if run.config.baseline is None or run.baseline_judged:
+        return
+    run.baseline_judged = True
+    draft = build_report(run)
+    run.findings += baseline.drift_findings(run.config.baseline, draft.nodes, draft.recommend, draft.bandwidth,
+                                            whole=run.role == HOST)
+
+
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
     run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
+    judge_baseline(run)
     if run.role != HOST:
         if not run.host_lost and run.stopped_by is None:
             with run.phase("goodbye"):

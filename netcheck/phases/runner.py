@@ -21,7 +21,6 @@ from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach,
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
-from netcheck.rules import baseline
 from netcheck.rules import launch as launch_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
@@ -34,9 +33,7 @@ def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
         _run_phases(run)
     except KeyboardInterrupt as e:
         run.stop(e)
-    if config.baseline is not None:
-        draft = build_report(run)
-        run.findings += baseline.drift_findings(config.baseline, draft.nodes, draft.recommend, draft.bandwidth)
+    goodbye.judge_baseline(run)   # where no goodbye judged it
     code = exit_code(run)
     return Outcome(build_report(run), code, run.stopped_by, goodbye.report_out(run, code))
 

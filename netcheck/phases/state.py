@@ -76,6 +76,7 @@ class Run:
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
     stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
 
+    baseline_judged: bool = False   # --baseline compared (goodbye.judge_baseline): once, before the verdict is told
     def __post_init__(self):
         self.budget = TimeBudget.starting_now(self.config.timeout)
         self.rank = self.config.launch.node_rank

@@ -16,7 +16,9 @@ from netcheck.rules.registry import BASELINE_DRIFT
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],
-                   bandwidth: BandwidthResult | None = None) -> list[Finding]:
+                   bandwidth: BandwidthResult | None = None, whole: bool = True) -> list[Finding]:
+    """`whole`: `nodes` are the cluster (the host's report); else one joiner's own view, which
+    holds only itself and no recommendation of the cluster's: what it does not hold is no drift."""
     before = {n.hostname: n for n in with_facts(old.nodes)}
     drifted: list[tuple[int, str]] = []
     for node in with_facts(nodes):
@@ -28,8 +30,9 @@ def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[st
     # A line per node and change: under torchrun a host's ranks drift alike.
     changes = list(per_node(drifted, {n.rank: n.hostname for n in nodes}))
     now = {n.hostname for n in nodes}
-    changes += [f"{host}: in the baseline, not in this run" for host in sorted(set(before) - now)]
-    changes += [f"recommended {text}" for text in _dict_changes(old.recommend, recommend)]
+    if whole:
+        changes += [f"{host}: in the baseline, not in this run" for host in sorted(set(before) - now)]
+        changes += [f"recommended {text}" for text in _dict_changes(old.recommend, recommend)]
     changes += _bandwidth_drops(old.bandwidth, bandwidth)
     if not changes:
         return [Finding(BASELINE_DRIFT, PASS, tuple(n.rank for n in nodes),
@@ -41,9 +44,15 @@ def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[st
                     "report as the new baseline")]
 
 
+# What a launcher picks afresh for every run, so it differs from any baseline by design:
+# torchrun's c10d rendezvous gives its workers a free port of its own as MASTER_PORT.
+PER_RUN = {"torchrun": ("var.MASTER_PORT",)}
+
+
 def _node_changes(old: NodeEntry, new: NodeEntry) -> list[str]:
-    old_env = old.env.values if old.env else {}
-    new_env = new.env.values if new.env else {}
+    fresh = PER_RUN.get(new.facts.launch.source, ()) if new.facts else ()
+    old_env = {k: v for k, v in (old.env.values if old.env else {}).items() if k not in fresh}
+    new_env = {k: v for k, v in (new.env.values if new.env else {}).items() if k not in fresh}
     changes = _dict_changes(old_env, new_env) if old.env and new.env else []
     if old.facts and new.facts:
         changes += _dict_changes(_interfaces(old.facts), _interfaces(new.facts))

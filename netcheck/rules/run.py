@@ -9,6 +9,7 @@ from dataclasses import replace
 from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
+    BASELINE_DRIFT,
     MESH_CONNECT,
     RUN_CLUSTER,
     RUN_INTERNAL,
@@ -121,7 +122,9 @@ def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
     and the joiner's findings with it: its own, less the attributions the host made better."""
     kept = [f for f in mine if f.check not in HOST_ATTRIBUTES]
     own = {(f.check, f.kind, f.summary) for f in kept}
-    about = tuple(f for f in told.findings if set(f.nodes) & set(ranks) and (f.check, f.kind, f.summary) not in own)
+    both = {(f.check, f.severity) for f in kept if f.check in JUDGED_ON_BOTH}
+    about = tuple(f for f in told.findings if set(f.nodes) & set(ranks) and (f.check, f.kind, f.summary) not in own
+                  and (f.check, f.severity) not in both)
     return replace(told, findings=about), kept + list(about)
 
 
@@ -131,3 +134,7 @@ def verdict_unheard(seconds: float) -> Finding:
                    "this report is only this node's own view", (),
                    "read the host's report: it may name this node; raise --timeout if the host "
                    "was still busy")
+# Checks a joiner may judge for itself as well as the host over every node (--baseline given to
+# a joiner too): its own finding, of the same severity, stands for the host's (it has every line
+# about this node; the host's was cut to TOLD_EVIDENCE).
+JUDGED_ON_BOTH = (BASELINE_DRIFT,)
