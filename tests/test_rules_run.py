@@ -83,3 +83,30 @@ def test_a_joiners_own_drift_stands_for_the_hosts_where_they_agree():
     kept, findings = run_rules.with_host_verdict(told, (2,), [])
     assert findings == [hosts] and kept.verdict == "warn", "a joiner without --baseline takes the host's"
 
+
+def test_a_stopped_host_says_so_first_and_its_joiners_warn_naming_nobody():
+    """A host stopped by a signal tells it (ClusterVerdict.stopped); a joiner that hears it warns
+    under run.stopped, naming no node: the run did not finish, and nobody is at fault for it."""
+    findings = [run_rules.stopped_finding("SIGINT", "mesh", (0,)),
+                Finding("nic.mtu", "warn", (2,), "odd MTU")]
+    told = run_rules.cluster_verdict(findings, "SIGINT", "mesh")
+    assert (told.verdict, told.stopped, told.stopped_in) == ("fail", "SIGINT", "mesh")
+    assert told.headline == ("the host's run was interrupted (SIGINT, Ctrl-C) during the mesh phase: "
+                             "the run did not finish (and 1 more)")
+    heard = run_rules.host_stopped_finding(told)
+    assert (heard.check, heard.severity, heard.kind, heard.nodes) == ("run.stopped", "warn", "host_stopped", ())
+    assert "interrupted (SIGINT, Ctrl-C) during the mesh phase" in heard.summary
+    term = run_rules.host_stopped_finding(run_rules.cluster_verdict(findings, "SIGTERM", "bandwidth"))
+    assert "terminated by SIGTERM during the bandwidth phase" in term.summary
+    assert run_rules.cluster_verdict(findings).stopped == "", "a host that finished says no stop"
+
+
+def test_the_stopped_host_says_whom_it_told():
+    findings = [run_rules.stopped_finding("SIGTERM", "env", (0,)), Finding("rdzv.join", "pass", (0, 1), "joined")]
+    (told, joined) = run_rules.told_stop(findings, "node1, node2", "node3")
+    assert told.evidence == ("told the other nodes on its way out; heard by node1, node2",
+                             "node3 did not say goodbye before it left: each heard of the stop later, or reports "
+                             "the host lost")
+    assert joined == findings[1]
+    (alone,) = run_rules.told_stop(findings[:1], "", "")
+    assert alone.evidence == ()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import REPORT_SCHEMA
+from netcheck.core.constants import PHASES, REPORT_SCHEMA, STOP_SIGNALS
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
     FEW,
@@ -317,6 +317,10 @@ class ClusterVerdict:
     headline: Text                 # one line: the first failure or warning, and how many more
     findings: Annotated[tuple[Finding, ...], FEW]  # in the message, every failure and warning (bounded); in a
                                    # joiner's report, those that name its own ranks
+    # A host stopped by a signal tells it on its way out: the run did not finish, and no node is at
+    # fault for that. The signal ("" when the host finished) and the phase it came in.
+    stopped: Annotated[str, one_of("", *STOP_SIGNALS)] = ""
+    stopped_in: Annotated[str, one_of("", *PHASES, "goodbye")] = ""
 
 
 @dataclass(frozen=True)

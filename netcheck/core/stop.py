@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import signal
 
+from netcheck.core.model import ClusterVerdict
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread by `on_sigterm`."""
@@ -20,3 +22,13 @@ def on_sigterm(signum, frame):
 
 def signal_of(stop: KeyboardInterrupt) -> signal.Signals:
     return signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+
+
+class HostStopped(Exception):
+    """A joiner heard the host say that a signal stopped it (its verdict, told on its way out):
+    raised out of the joiner's wait for the host's word, it ends the joiner's phases at once,
+    before the host's store goes, so the host is not named lost for it."""
+
+    def __init__(self, told: ClusterVerdict):
+        super().__init__(f"the host was stopped by {told.stopped}")
+        self.told = told   # the host's ClusterVerdict

@@ -9,13 +9,60 @@ clock. The host decides, posts its decision under storekeys.GO, and every joiner
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from netcheck.cluster.rendezvous import Seat
-from netcheck.core.model import HOST
-from netcheck.core.storekeys import GO
+from netcheck.cluster.store import Exchange
+from netcheck.core import codec
+from netcheck.core.constants import HOST_WORD_LOOK, HOST_WORD_PACES
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import HOST, ClusterVerdict
+from netcheck.core.stop import HostStopped
+from netcheck.core.storekeys import GO, VERDICT
 from netcheck.phases.state import Run
 from netcheck.rules import run as run_rules
+
+T = TypeVar("T")
+
+
+def host_word(ex: Exchange, cls: type[T], key: str, deadline: Deadline) -> T:
+    """A joiner's wait for the host's word under `key`, which also hears the host say that a
+    signal stopped it (its verdict, told on its way out): HostStopped then, within a look,
+    instead of a wait that ends only when the host's store goes and the host is named lost.
+    The stop is looked for every HOST_WORD_LOOK s, or every HOST_WORD_PACES paced looks."""
+    look = max(HOST_WORD_LOOK, HOST_WORD_PACES * ex.pause)
+    while True:
+        try:
+            return ex.wait_read(cls, key, deadline.within(look))
+        except TimeoutError:
+            if deadline.expired():
+                raise
+        if (told := stopped_word(ex)) is not None:
+            raise HostStopped(told)
+
+
+def wait_stopped_word(ex: Exchange, deadline: Deadline) -> ClusterVerdict | None:
+    """The host's verdict, waited for until the deadline, where it says a signal stopped the
+    host: for a joiner that saw the host's part of a phase end for a stop (the bandwidth phase's
+    own word) and now waits for the host's verdict that says so."""
+    try:
+        told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
+    except (TimeoutError, codec.DecodeError):
+        return None
+    return told if told.stopped else None
+
+
+def stopped_word(ex: Exchange) -> ClusterVerdict | None:
+    """The host's verdict where it says a signal stopped the host; None otherwise (none told,
+    one that does not decode: the host's own word is waited for as before)."""
+    key = ex.key(VERDICT)
+    if not ex.has(key):
+        return None
+    try:
+        told = ex.read(ClusterVerdict, key)
+    except codec.DecodeError:
+        return None
+    return told if told.stopped else None
 
 
 def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool:
@@ -26,7 +73,7 @@ def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool
         ex.put(ex.key(GO, phase), go)
         return go
     try:
-        if ex.wait_read(bool, ex.key(GO, phase), run.phase_deadline()):
+        if host_word(ex, bool, ex.key(GO, phase), run.phase_deadline()):
             return True
         why = "the host had too little of --timeout left for it"
     except TimeoutError:   # this node started first, and its time ran out before the host's word

@@ -6,10 +6,11 @@ import dataclasses
 
 from netcheck.bandwidth.orchestrate import run_bandwidth
 from netcheck.cluster import rendezvous
-from netcheck.core.bwrecords import NODE_GONE
-from netcheck.core.constants import BW_STARTUP_SECONDS
+from netcheck.core.bwrecords import NODE_GONE, BandwidthResult
+from netcheck.core.constants import BW_STARTUP_SECONDS, HOST_WORD_LOOK, HOST_WORD_PACES
 from netcheck.core.model import HOST, is_torchrun_worker
-from netcheck.phases.agree import agreed
+from netcheck.core.stop import HostStopped
+from netcheck.phases.agree import agreed, wait_stopped_word
 from netcheck.phases.state import Run, seated_rank
 from netcheck.rules import bw as bw_rules
 from netcheck.rules import nic as nic_rules
@@ -53,6 +54,13 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
                            launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
                            run.progress)
+    if run.role != HOST and _host_node_stopped(result):
+        # The host's own account says a signal stopped it: its verdict says so next. Heard, it
+        # ends this node's phases (HostStopped) without blaming the host's node for the stop.
+        ex = seat.exchange
+        told = wait_stopped_word(ex, run.phase_deadline().within(2 * max(HOST_WORD_LOOK, HOST_WORD_PACES * ex.pause)))
+        if told is not None:
+            raise HostStopped(told)
     if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
         run.lose_store("bandwidth", seat.exchange.lost)
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
@@ -66,6 +74,12 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if run.role == HOST and not run.host_lost:  # a node whose account never came is gone, as in any other phase
         gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
         run.lose("bandwidth", seat_names, gone)
+
+
+def _host_node_stopped(result: BandwidthResult) -> bool:
+    """Whether the host's node (bandwidth node 0, whose phase the host runs) told the others
+    that it was stopped (orchestrate: a node's account on its way out)."""
+    return any(f.node == 0 and f.rank == -1 and f.kind == "stopped" for f in result.faults)
 
 
 def _time_for_sweep(run: Run) -> bool:

@@ -11,7 +11,7 @@ from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
-from netcheck.core.constants import GOODBYE_WAIT
+from netcheck.core.constants import GOODBYE_WAIT, HOST_WORD_LOOK, HOST_WORD_PACES, STOPPED_GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.core.rdzvrecords import Roster
@@ -62,7 +62,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
     run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
     judge_baseline(run)
     if run.role != HOST:
-        if not run.host_lost and run.stopped_by is None:
+        if not run.host_lost and run.stopped_by is None and run.cluster is None:
             with run.phase("goodbye"):
                 _hear_verdict(run, seat)
         seat.goodbye()
@@ -74,10 +74,13 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         # The host is seated (runner: no goodbye for a node without a rank) by post_roster,
         # after host_gather: both the roster and what came are there.
         assert roster is not None and run.arrivals is not None, "the host said goodbye before its roster"
-        _judge_launch(run, seat.exchange, run.arrivals, roster)
-        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
         arrivals = [e.arrival for e in roster.entries
                     if e.arrival != seat.arrival and e.rank in run.alive]
+        if run.stopped_by is not None:
+            _tell_stopped(run, seat, roster, arrivals)
+            return
+        _judge_launch(run, seat.exchange, run.arrivals, roster)
+        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
         deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
         # Joiners started their --timeout a little after the host: with the host's time
         # all but spent, a goodbye not yet in says nothing about the node.
@@ -87,6 +90,30 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         silent = {e.rank: e.hostname for e in roster.entries if e.arrival in unheard}
         run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
                          else run_rules.unheard_goodbyes(silent))
+
+
+def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: list[int]) -> None:
+    """A host a signal stopped tells the joiners so on its way out (its verdict, saying the
+    stop), and keeps its store up, briefly, until they have said goodbye: each ends its phases
+    at its next look (agree.host_word), names nobody for the stop, and is not named lost here.
+    One that does not say goodbye in time loses the host, and says so, as before."""
+    assert run.stopped_by is not None
+    ex = seat.exchange
+    ex.put(ex.key(VERDICT), run_rules.cluster_verdict(run.findings, run.stopped_by.name, run.stopped_in or ""))
+    wait = max(STOPPED_GOODBYE_WAIT, 2 * max(HOST_WORD_LOOK, HOST_WORD_PACES * ex.pause))
+    gone = set(collect(ex, int, BYE, arrivals, run.goodbye_deadline().within(wait)))
+    names = {e.arrival: e.hostname for e in roster.entries}
+    heard = [names[a] for a in arrivals if a in gone]
+    unheard = [names[a] for a in arrivals if a not in gone]
+    run.findings = run_rules.told_stop(run.findings, _listed(heard), _listed(unheard))
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN_NAMES])
+    return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+
+
+SHOWN_NAMES = 8   # nodes named in a line about whom a stopped host told (the rest counted)
 
 
 def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
@@ -109,6 +136,9 @@ def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
         told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
         run.findings.append(run_rules.verdict_unheard(time.monotonic() - since))
+        return
+    if told.stopped:   # the phases ended here without word of it (the bandwidth phase's own abort)
+        run.hear_host_stopped(told)
         return
     run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
 

@@ -17,6 +17,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults, Offer, PathCauses
 from netcheck.core.model import HOST
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
+from netcheck.phases.agree import host_word
 from netcheck.phases.state import Run, seated_rank
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import rdzv as rdzv_rules
@@ -106,7 +107,7 @@ def _host_word(run: Run, ex: Exchange, deadline: Deadline) -> MeshDone | None:
     then goes on with are its own connects', not the cluster's."""
     key = ex.key(MESH_DONE)
     try:
-        return ex.wait_read(MeshDone, key, deadline)
+        return host_word(ex, MeshDone, key, deadline)
     except TimeoutError:
         return None
     except codec.DecodeError as e:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core import compat
+from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
 from netcheck.core.model import HOST, verdict_of
@@ -60,6 +60,8 @@ def _run_phases(run: Run) -> None:
     except KeyboardInterrupt as e:
         run.stop(e)  # before the goodbye, which tells (or hears) the verdict
         raise
+    except stop.HostStopped:
+        pass   # heard in the phase it came in (Run.phase); this node says goodbye and ends
     finally:
         goodbye.leave(run, seat)
 

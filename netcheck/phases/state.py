@@ -72,11 +72,12 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     unfinished: str | None = None
     stopped_by: signal.Signals | None = None  # the signal that ended the run early
+    stopped_in: str | None = None             # ... and the phase it came in
     host_lost: bool = False   # the host, or on the host its own store, stopped answering: named once
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict about it, once heard
     stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
-
     baseline_judged: bool = False   # --baseline compared (goodbye.judge_baseline): once, before the verdict is told
+
     def __post_init__(self):
         self.budget = TimeBudget.starting_now(self.config.timeout)
         self.rank = self.config.launch.node_rank
@@ -119,6 +120,9 @@ class Run:
         except KeyboardInterrupt as e:
             self.stop(e)
             raise
+        except stop.HostStopped as e:   # the host's word that a signal stopped it: this node's phases end
+            self.hear_host_stopped(e.told)
+            raise
         except compat.TorchSlow as e:
             self.findings.append(run_rules.torch_slow_finding(name, str(e), self.my_ranks()))
         except compat.TorchUnusable as e:
@@ -141,8 +145,15 @@ class Run:
         its verdict on the way out (a stopped host's joiners must not hear a pass)."""
         if self.stopped_by is None:
             self.stopped_by = stop.signal_of(signalled)
-            phase = self.unfinished or next(reversed(self.timings), None)
+            phase = self.stopped_in = self.unfinished or next(reversed(self.timings), None)
             self.findings.append(run_rules.stopped_finding(self.stopped_by.name, phase, self.my_ranks()))
+
+    def hear_host_stopped(self, told: ClusterVerdict) -> None:
+        """A joiner heard the host say a signal stopped it: its verdict is kept (its findings about
+        this node are this node's own), and the stop said once, naming no node."""
+        if self.cluster is None:
+            self.cluster, self.findings = run_rules.with_host_verdict(told, self.my_ranks(), self.findings)
+            self.findings.append(run_rules.host_stopped_finding(told))
 
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
         """Nodes that stopped answering in `phase`: named there, and not waited for again;

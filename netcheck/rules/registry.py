@@ -170,6 +170,7 @@ HANG_NO_DATA = "no_trace"
 # run.stopped's exact findings.
 STOPPED_SIGINT = "sigint"
 STOPPED_SIGTERM = "sigterm"
+STOPPED_HOST = "host_stopped"
 
 # run.skipped's exact findings.
 SKIPPED_PHASE = "phase_skipped"
@@ -525,11 +526,15 @@ CHECKS: tuple[Check, ...] = (
     Check(RUN_TIMEOUT, "run", (FAIL,),
           "a phase did not finish within --timeout",
           ("run.timeout_finding",), "the run's deadline", ("test_rules_run.py", "test_hostile_cluster.py")),
-    Check(RUN_STOPPED, "run", (FAIL,),
-          "a signal ended the node's run before it finished (exit 130 or 143): never a pass",
-          ("run.stopped_finding",), "the signal", ("test_rules_run.py", "test_faults_cluster.py"),
+    Check(RUN_STOPPED, "run", (WARN, FAIL),
+          "a signal ended the node's run before it finished (exit 130 or 143), or ended the host's and the "
+          "joiner heard it: never a pass",
+          ("run.stopped_finding", "run.host_stopped_finding", "run.told_stop"), "the signal; the host's ClusterVerdict",
+          ("test_rules_run.py", "test_faults_cluster.py", "test_verdict_cluster.py"),
           {STOPPED_SIGINT: Kind(ONLY_FAIL, "interrupted: SIGINT (Ctrl-C)"),
-           STOPPED_SIGTERM: Kind(ONLY_FAIL, "terminated: SIGTERM (scancel, a pod deleted)")}),
+           STOPPED_SIGTERM: Kind(ONLY_FAIL, "terminated: SIGTERM (scancel, a pod deleted)"),
+           STOPPED_HOST: Kind(ONLY_WARN, "a joiner heard the host say a signal stopped it: the run did not finish, "
+                                         "and no node is at fault for that (exit 1 unless the host named this node)")}),
     Check(RUN_CLUSTER, "run", (WARN,),
           "a joiner left without the host's verdict on the cluster (the host's findings about a "
           "node become that node's own when heard)",

@@ -20,6 +20,7 @@ from netcheck.rules.registry import (
     SKIPPED_GOODBYE,
     SKIPPED_NO_PEER,
     SKIPPED_PHASE,
+    STOPPED_HOST,
     STOPPED_SIGINT,
     STOPPED_SIGTERM,
     TORCH_SLOW,
@@ -86,34 +87,64 @@ def internal_finding(phase: str, error: BaseException) -> Finding:
                    "with the JSON report")
 
 
+def _stopped_how(signal_name: str, phase: str | None) -> str:
+    how = "terminated by SIGTERM" if signal_name == "SIGTERM" else "interrupted (SIGINT, Ctrl-C)"
+    return f"{how} {f'during the {phase} phase' if phase else 'before its first phase'}"
+
+
+STOPPED_FIX = ("run netcheck again and let it finish (scancel, a deleted pod or Ctrl-C stop it early); no check of "
+               "an unfinished run is a pass")
+
+
 def stopped_finding(signal_name: str, phase: str | None, ranks: tuple[int, ...]) -> Finding:
     """A run ended by a signal proved nothing about what it did not finish: never a pass."""
-    where = f"during the {phase} phase" if phase else "before its first phase"
-    terminated = signal_name == "SIGTERM"
-    how = "terminated by SIGTERM" if terminated else "interrupted (SIGINT, Ctrl-C)"
-    return Finding(RUN_STOPPED, FAIL, ranks, f"this node's run was {how} {where}: what it had learnt "
-                   "is above; nothing after it was checked", (),
-                   "run netcheck again and let it finish (scancel, a deleted pod or Ctrl-C stop it "
-                   "early); no check of an unfinished run is a pass", STOPPED_SIGTERM if terminated else STOPPED_SIGINT)
+    return Finding(RUN_STOPPED, FAIL, ranks, f"this node's run was {_stopped_how(signal_name, phase)}: what it "
+                   "had learnt is above; nothing after it was checked", (), STOPPED_FIX,
+                   STOPPED_SIGTERM if signal_name == "SIGTERM" else STOPPED_SIGINT)
 
 
-def cluster_verdict(findings: list[Finding]) -> ClusterVerdict:
+def host_stopped_finding(told: ClusterVerdict) -> Finding:
+    """A joiner that heard the host say a signal stopped it: the run did not finish, so not a
+    pass; but nothing was found wrong with any node for it, so a warning that names none (a
+    launcher's gate drains no healthy node for a person's Ctrl-C on the host)."""
+    return Finding(RUN_STOPPED, WARN, (), f"the host's run was {_stopped_how(told.stopped, told.stopped_in or None)}, "
+                   "and this node's ended with it: what it had checked is above; nothing after it was checked, "
+                   "and no node is at fault for the stop", (), STOPPED_FIX, STOPPED_HOST)
+
+
+def told_stop(findings: list[Finding], heard: str, unheard: str) -> list[Finding]:
+    """The host's own run.stopped, with whom it told of the stop before it left (node names)."""
+    lines = ((f"told the other nodes on its way out; heard by {heard}",) if heard else ()) + \
+        ((f"{unheard} did not say goodbye before it left: each heard of the stop later, or reports the host "
+          "lost",) if unheard else ())
+    return [replace(f, evidence=f.evidence + lines) if f.check == RUN_STOPPED and f.kind != STOPPED_HOST else f
+            for f in findings]
+
+
+def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str = "") -> ClusterVerdict:
     """What the host tells every joiner before they leave: its verdict in one line, and its
-    failures and warnings, worst first."""
+    failures and warnings, worst first. A host stopped by a signal (`stopped`, in the phase
+    `stopped_in`) says that first: its own run.stopped names only itself."""
     bad = sorted((f for f in findings if f.severity != PASS), key=lambda f: -SEVERITIES.index(f.severity))
     verdict = verdict_of(findings)
-    if not bad:
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    if stopped:
+        headline = f"the host's run was {_stopped_how(stopped, stopped_in or None)}: the run did not finish{more}"
+    elif not bad:
         headline = "every check passed on every node"
     else:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         headline = f"{bad[0].summary}{more}"
     told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in bad[:TOLD_FINDINGS])
-    return ClusterVerdict(verdict, headline, told)
+    return ClusterVerdict(verdict, headline, told, stopped, stopped_in)
 
 
 # Checks only the host can attribute: a joiner sees its own connects fail, not whose fault
 # that is; once the host's verdict is heard, its attribution replaces the joiner's guess.
 HOST_ATTRIBUTES = (MESH_CONNECT,)
+# Checks a joiner may judge for itself as well as the host over every node (--baseline given to
+# a joiner too): its own finding, of the same severity, stands for the host's (it has every line
+# about this node; the host's was cut to TOLD_EVIDENCE).
+JUDGED_ON_BOTH = (BASELINE_DRIFT,)
 
 
 def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
@@ -134,7 +165,3 @@ def verdict_unheard(seconds: float) -> Finding:
                    "this report is only this node's own view", (),
                    "read the host's report: it may name this node; raise --timeout if the host "
                    "was still busy")
-# Checks a joiner may judge for itself as well as the host over every node (--baseline given to
-# a joiner too): its own finding, of the same severity, stands for the host's (it has every line
-# about this node; the host's was cut to TOLD_EVIDENCE).
-JUDGED_ON_BOTH = (BASELINE_DRIFT,)
