@@ -7,6 +7,7 @@ The mistakes are the launch line's, not the network's: every path here works.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -41,11 +42,54 @@ def test_an_endpoint_on_the_wrong_node_is_named_by_the_node_that_owns_it(cluster
     # It waited for a host on its own machine only, not for its share of --timeout.
     assert owner.report["timings"]["reach"] < timeout / 2, owner.report["timings"]
     host = runs[0]
-    (elsewhere,) = host.findings("launch.endpoint")
-    assert (elsewhere["severity"], elsewhere["kind"]) == ("warn", "rank0_elsewhere"), elsewhere
+    # Rank 0 says it too, at once: its own connect to node1's address (where torch's store on
+    # rank 0 would connect its own client) is refused.
+    (unreached,) = host.findings("launch.endpoint")
+    assert (unreached["severity"], unreached["kind"], unreached["nodes"]) == ("fail", "rank0_unreached", [0])
+    assert unreached["evidence"][0].startswith("198.18.0.11: refused"), unreached
+    assert "--rdzv 198.18.0.10:29500" in unreached["fix"], unreached
     assert [f["nodes"] for f in host.findings("rdzv.join", "fail") if f["kind"] == "missing"] == [[1, 2]]
     assert not runs[2].findings("launch.endpoint"), "node2 cannot see the mistake: it is refused"
     assert runs[2].findings("rdzv.reach", "fail")
+
+
+def test_rank0_says_at_once_that_its_endpoint_does_not_resolve(cluster, tmp_path):
+    """The README's shape, --rdzv NAME --nnodes 2 --node-rank 0, with a NAME this cluster does
+    not know: torch's store on rank 0 connects its own client by that name, so the job fails at
+    rank 0 itself. The host says so in its reach phase: stopped (Ctrl-C) while it waits for
+    node1, its report already holds it, before any "node rank 1 never joined"."""
+    timeout = scaled(30)
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        host = start(c, 0, ["--rdzv", f"head-node:{PORT}"] + ranked(0, 2, timeout), tmp_path, terminal=True)
+        host.wait_for_progress("netcheck: rendezvous...", timeout)
+        c.kill(host.proc, signal.SIGINT)
+        finish_all([host], scaled(10))
+    assert host.rc == 130, explain([host])
+    (unresolved,) = host.findings("rdzv.resolve", "fail")
+    assert (unresolved["kind"], unresolved["nodes"]) == ("unresolved_on_rank0", [0]), unresolved
+    assert unresolved["evidence"][0].startswith("getaddrinfo('head-node'): "), unresolved
+    assert "make head-node resolve to this node (node0, 198.18.0.10)" in unresolved["fix"], unresolved
+    assert "--rdzv 198.18.0.10:29500" in unresolved["fix"], unresolved
+    assert not host.findings("rdzv.join", "fail"), "said before any node could be missing"
+    assert host.report["timings"]["reach"] < scaled(5), host.report["timings"]
+
+
+def test_an_endpoint_that_forwards_to_rank0_is_no_mistake(cluster, tmp_path):
+    """--rdzv names an address no node holds, which every node's netfilter forwards to node0's
+    port (a Kubernetes Service, a load balancer): rank 0 connects to it as its own store client
+    would and reaches itself, so nothing is said at once, and with every node in, nothing after."""
+    timeout = scaled(30)
+    vip = "198.19.9.9"
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        for i in range(2):
+            c.run(i, ["ip", "route", "add", f"{vip}/32", "via", c.nodes[0].addr] if i else
+                  ["ip", "route", "add", f"{vip}/32", "dev", c.nodes[0].ifname], 10)
+            c.run(i, ["iptables", "-w", "-t", "nat", "-A", "OUTPUT", "-d", vip, "-p", "tcp", "--dport", str(PORT),
+                      "-j", "DNAT", "--to-destination", f"{c.nodes[0].addr}:{PORT}"], 10)
+        args = ["--rdzv", f"{vip}:{PORT}", "--only", "reach,rendezvous"]
+        runs = finish_all([start(c, i, args + ranked(i, 2, timeout), tmp_path) for i in range(2)], timeout + GRACE)
+    assert [r.rc for r in runs] == [0, 0], explain(runs)
+    assert not runs[0].findings("launch.endpoint") and runs[0].findings("rdzv.join", "pass"), explain(runs)
 
 
 def test_a_loopback_endpoint_on_a_two_node_launch_fails_the_joiner_at_once(cluster, tmp_path):

@@ -8,11 +8,12 @@ import dataclasses
 import pytest
 
 import builders
-from netcheck.core.model import Endpoint, Member, NodeFacts, Probe, Reach
+from netcheck.core.model import Endpoint, Member, NodeFacts, Probe, Reach, SilentNameserver
 from netcheck.rules.endpoint import (
     endpoint_findings,
     flags_findings,
     host_endpoint_findings,
+    own_endpoint_findings,
     points_at_itself,
     reached_addresses,
     shared_variable_findings,
@@ -62,6 +63,48 @@ def test_rank0_elsewhere_with_every_node_in_is_an_address_that_forwards_here():
 
 def test_rank0_owning_the_endpoint_is_right():
     assert host_endpoint_findings(ENDPOINT, ("198.18.0.11",), facts(0), missing=(2,)) == []
+
+
+# --- rank 0's own endpoint, at once ------------------------------------------------------------
+
+
+def test_rank0_whose_endpoint_does_not_resolve_says_so_with_its_own_address():
+    """The README's shape (--rdzv node0 --nnodes 2 --node-rank 0) where node0 is no name here:
+    torch's store on rank 0 connects its own client by that name, so the job fails at rank 0."""
+    me = facts(0, address="198.18.0.10", hostname="node0")
+    (f,) = own_endpoint_findings(Endpoint("node0", 29500), (), "[Errno -2] Name or service not known", me, ())
+    assert kinds([f]) == [("rdzv.resolve", "fail", "unresolved_on_rank0", (0,))]
+    assert f.evidence == ("getaddrinfo('node0'): [Errno -2] Name or service not known",)
+    assert "node0 does not resolve on this node, rank 0" in f.summary and "its own client" in f.summary
+    assert "make node0 resolve to this node (node0, 198.18.0.10)" in f.fix
+    assert "--rdzv 198.18.0.10:29500 (MASTER_ADDR=198.18.0.10)" in f.fix
+
+
+def test_rank0_whose_endpoint_does_not_resolve_for_a_silent_nameserver_names_it():
+    silent = (SilentNameserver("10.9.9.9", "/etc/resolv.conf", 2.0, 10.0),)
+    (f,) = own_endpoint_findings(Endpoint("node0", 29500), (), "timed out", facts(0), (), silent)
+    assert kinds([f]) == [("rdzv.resolve", "fail", "resolver_silent", (0,))]
+    assert "nameserver 10.9.9.9 did not answer" in f.summary
+
+
+def test_rank0_whose_endpoint_leads_nowhere_from_itself_fails_at_once():
+    """Addresses none of which rank 0 holds, where nothing answers on the port from rank 0: its
+    own store client cannot reach the store, whoever else comes."""
+    me = facts(0, address="198.18.0.10", hostname="node0")
+    refused = Probe("198.18.0.11", "ipv4", "refused", "connection refused", 0.0)
+    (f,) = own_endpoint_findings(ENDPOINT, ("198.18.0.11",), None, me, (refused,))
+    assert kinds([f]) == [("launch.endpoint", "fail", "rank0_unreached", (0,))]
+    assert f.evidence == ("198.18.0.11: refused, connection refused", "this node: 198.18.0.10 on eth0")
+    assert "--node-rank 0 to the node that holds 198.18.0.11" in f.fix
+
+
+def test_rank0_whose_endpoint_answers_elsewhere_waits_for_the_rendezvous():
+    """An address rank 0 does not hold that answers may forward here (a Service, a load
+    balancer): that works, and rank0_elsewhere speaks only once nodes are missing."""
+    me = facts(0, address="198.18.0.10", hostname="node0")
+    opened = Probe("10.96.0.7", "ipv4", "open", "connected", 0.0)
+    assert own_endpoint_findings(ENDPOINT, ("10.96.0.7",), None, me, (opened,)) == []
+    assert own_endpoint_findings(ENDPOINT, ("198.18.0.10",), None, me, ()) == [], "its own address: not probed"
 
 
 @pytest.mark.parametrize("rank", [None, 2])

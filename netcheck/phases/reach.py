@@ -9,7 +9,8 @@ import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, JOINER, Finding, Probe, is_torchrun_worker
+from netcheck.core.model import HOST, JOINER, Finding, Probe, SilentNameserver, is_torchrun_worker
+from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
 from netcheck.facts.listener import PortTaken, listen, port_holders
 from netcheck.facts.nameservers import silent_nameservers
@@ -89,7 +90,11 @@ def take_role(run: Run) -> bool:
                 run.findings.append(reach_rules.firewalled_finding(run.config.rdzv.port, own))
                 return False
             run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
-            run.findings += reach_rules.resolver_findings(silent_nameservers(), run.my_ranks())
+            silent = silent_nameservers()
+            own_endpoint = _own_endpoint_findings(run, resolved, silent)
+            if resolved[0] or not silent:   # where it is, the lookup's failure names the nameserver
+                run.findings += reach_rules.resolver_findings(silent, run.my_ranks())
+            run.findings += own_endpoint
             run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
             return True
         except PortTaken as taken:
@@ -98,6 +103,19 @@ def take_role(run: Run) -> bool:
                 return True
             run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, str(taken.strerror)))
     return False
+
+
+def _own_endpoint_findings(run: Run, resolved: tuple[list[tuple[int, tuple]], str | None],
+                           silent: tuple[SilentNameserver, ...]) -> list[Finding]:
+    """The endpoint as the job's rank 0 will use it, judged at once: torch's store there connects
+    its own client to it. A name that does not resolve here is said; addresses none of which
+    this node holds are connected to, as that client would (loopback aside: it reaches here)."""
+    entries, error = resolved
+    owned = address_owners(run.local_facts.nics)
+    elsewhere = [(f, sa) for f, sa in entries if sa[0] not in owned and not is_loopback(sa[0])]
+    probes = probe_all(elsewhere, PROBE_TIMEOUT, handshake=False) if entries and len(elsewhere) == len(entries) else ()
+    return endpoint_rules.own_endpoint_findings(run.config.rdzv, tuple(sa[0] for _, sa in entries), error,
+                                                run.local_facts, probes, silent)
 
 
 def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ...]:

@@ -26,6 +26,7 @@ from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules import translation as translation_rules
+from netcheck.rules.registry import ENDPOINT_UNREACHED
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -174,8 +175,9 @@ def _frames_to(run: Run, lost: tuple[Visitor, ...]) -> tuple[FrameTest, ...]:
 
 
 def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:
-    """Where the missing nodes may have gone: looked up only when some are missing."""
-    if not missing:
+    """Where the missing nodes may have gone: looked up only when some are missing, and not
+    where the reach phase said it already (rank 0 cannot reach its own endpoint)."""
+    if not missing or any(f.kind == ENDPOINT_UNREACHED for f in run.findings):
         return []
     addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
     return endpoint_rules.host_endpoint_findings(run.config.rdzv, addresses, run.local_facts, missing)

@@ -2,7 +2,8 @@
 
 Each mistake is named by the node that can see it from its own facts: a node that owns the
 endpoint's address but is not rank 0, a loopback endpoint on a multi-node launch, a rank 0
-that owns none of the endpoint's addresses. What only the cluster can see (nodes reaching
+that owns none of the endpoint's addresses, or whose endpoint does not resolve or leads
+nowhere from rank 0 itself. What only the cluster can see (nodes reaching
 different addresses, launcher variables that differ between nodes) the host names once the
 nodes have met.
 """
@@ -18,6 +19,8 @@ from netcheck.core.model import (
     Finding,
     Member,
     NodeFacts,
+    Probe,
+    SilentNameserver,
     hostnames,
     is_torchrun_worker,
 )
@@ -29,10 +32,14 @@ from netcheck.rules.registry import (
     ENDPOINT_LOOPBACK,
     ENDPOINT_NOT_RANK0,
     ENDPOINT_SEVERAL,
+    ENDPOINT_UNREACHED,
     ENV_DISAGREE,
     ENV_FLAGS,
     LAUNCH_ENDPOINT,
     LAUNCH_ENV,
+    RDZV_RESOLVE,
+    RESOLVE_ON_HOST,
+    RESOLVE_SILENT,
 )
 
 FIX = "set --rdzv (MASTER_ADDR) to node rank 0's own address or hostname, the same on every node"
@@ -92,6 +99,52 @@ def host_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts
                         "joined looked for rank 0 there", tuple(f"{a} on {i}" for a, i in sorted(own.items())),
                         f"{FIX}; or give --node-rank 0 to the node that holds it", ENDPOINT_ELSEWHERE)]
     return []
+
+
+OWN_CLIENT = ("torch's store on rank 0 connects its own client to the endpoint (TCPStore, and torchrun's c10d "
+              "rendezvous on the node that hosts it), so the job fails at rank 0 itself")
+
+
+def own_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], resolve_error: str | None,
+                          facts: NodeFacts, probes: tuple[Probe, ...],
+                          silent: tuple[SilentNameserver, ...] = ()) -> list[Finding]:
+    """Rank 0's own endpoint, judged at once (the reach phase), as the job's rank 0 will use it:
+    a name that does not resolve here, or addresses none of which this node holds where nothing
+    answers on the port from here (`probes`: this node's connects to them). An address that
+    answers is left to the rendezvous: it may forward here (a Service, a load balancer), which
+    works, and is named (rank0_elsewhere) only once nodes are missing."""
+    mine = _own_address(facts)
+    instead = f"give every node --rdzv {Endpoint(mine, endpoint.port)} (MASTER_ADDR={mine})" if mine else FIX
+    if not addresses:
+        why = f"getaddrinfo({endpoint.host!r}): {resolve_error or 'no address'}"
+        if silent:
+            return [Finding(RDZV_RESOLVE, FAIL, (0,), f"{endpoint.host} does not resolve on this node, rank 0: its "
+                            f"nameserver {', '.join(s.address for s in silent)} did not answer; {OWN_CLIENT}, and the "
+                            "other nodes look the name up too", (why,),
+                            f"repair the nameserver, or list {endpoint.host} in /etc/hosts on every node; or {instead}",
+                            RESOLVE_SILENT)]
+        return [Finding(RDZV_RESOLVE, FAIL, (0,), f"{endpoint.host} does not resolve on this node, rank 0, which "
+                        f"hosts the rendezvous: {OWN_CLIENT}, and the other nodes cannot find it by that name either",
+                        (why,), f"make {endpoint.host} resolve to this node ({facts.hostname}"
+                        f"{', ' + mine if mine else ''}) on every node (DNS, or /etc/hosts), or {instead}",
+                        RESOLVE_ON_HOST)]
+    if not probes or any(p.outcome == "open" for p in probes):
+        return []
+    own = address_owners(facts.nics)
+    return [Finding(LAUNCH_ENDPOINT, FAIL, (0,), f"this node is rank 0 and hosts the rendezvous, but {endpoint.host} "
+                    f"resolves to {', '.join(addresses)}, which no interface of {facts.hostname} holds, and nothing "
+                    f"answers on port {endpoint.port} there from this node: {OWN_CLIENT}, and the other nodes look "
+                    "for rank 0 there", tuple(f"{p.address}: {p.outcome}, {p.detail}" for p in probes)
+                    + tuple(f"this node: {a} on {i}" for a, i in sorted(own.items()) if not is_loopback(a)),
+                    f"{instead}; or give --node-rank 0 to the node that holds {', '.join(addresses)}",
+                    ENDPOINT_UNREACHED)]
+
+
+def _own_address(facts: NodeFacts) -> str:
+    """The address to offer in a fix: the default route's interface's first, else any but loopback."""
+    own = [(i, a) for a, i in address_owners(facts.nics).items() if not is_loopback(a)]
+    ranked = sorted(own, key=lambda ia: (ia[0] != facts.nics.default_route_ifname, ":" in ia[1]))
+    return ranked[0][1] if ranked else ""
 
 
 def reached_addresses(members: tuple[Member, ...]) -> list[Finding]:

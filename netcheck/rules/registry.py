@@ -88,6 +88,7 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
 RESOLVE_SILENT = "resolver_silent"
+RESOLVE_ON_HOST = "unresolved_on_rank0"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
 REACH_WRONG_PREFIX = "prefix_too_wide"
@@ -140,6 +141,7 @@ LAUNCH_TORCHRUN = "torchrun_layout"
 ENDPOINT_LOOPBACK = "loopback"
 ENDPOINT_NOT_RANK0 = "not_rank0"
 ENDPOINT_ELSEWHERE = "rank0_elsewhere"
+ENDPOINT_UNREACHED = "rank0_unreached"
 ENDPOINT_SEVERAL = "several_addresses"
 ENV_FLAGS = "flags_vs_env"
 ENV_DISAGREE = "variables_disagree"
@@ -216,12 +218,17 @@ CHECKS: tuple[Check, ...] = (
     Check(RDZV_RESOLVE, "reach", ALL,
           "the endpoint's name does not resolve on a node, or to different address families on different nodes, "
           "or a node's nameserver does not answer",
-          ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings"),
-          "Reach (each joiner's lookup of HOST), SilentNameserver (each node's query to its nameservers)",
-          ("test_rules_reach.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py"),
+          ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings",
+           "endpoint.own_endpoint_findings"),
+          "Reach (each joiner's lookup of HOST), rank 0's own lookup of HOST, SilentNameserver (each node's query "
+          "to its nameservers)",
+          ("test_rules_reach.py", "test_rules_endpoint.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py",
+           "test_launch_cluster.py"),
           {RESOLVE_SILENT: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf does not answer: every lookup "
                                            "/etc/hosts cannot answer waits for it (fail where the endpoint's name "
-                                           "was one)")}),
+                                           "was one)"),
+           RESOLVE_ON_HOST: Kind(ONLY_FAIL, "the endpoint's name does not resolve on rank 0 itself, which hosts the "
+                                            "rendezvous: torch's store there connects its own client by that name")}),
     Check(RDZV_REACH, "reach", (PASS, FAIL),
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
           "refused, filtered or unreachable",
@@ -397,14 +404,20 @@ CHECKS: tuple[Check, ...] = (
                                             "LOCAL_WORLD_SIZE)")}),
     Check(LAUNCH_ENDPOINT, "reach", (WARN, FAIL),
           "the launch line points nodes at the wrong place: the endpoint is not rank 0's",
-          ("endpoint.endpoint_findings", "endpoint.host_endpoint_findings", "endpoint.reached_addresses"),
-          "the endpoint's addresses, NicTable, Launch (node rank, nnodes), the reach probe",
+          ("endpoint.endpoint_findings", "endpoint.host_endpoint_findings", "endpoint.own_endpoint_findings",
+           "endpoint.reached_addresses"),
+          "the endpoint's addresses, NicTable, Launch (node rank, nnodes), the reach probe, rank 0's connect to the "
+          "endpoint's addresses it does not hold",
           ("test_rules_endpoint.py", "test_launch_cluster.py"),
           {ENDPOINT_LOOPBACK: Kind(WARN_FAIL, "the endpoint resolves to loopback while more than one node is expected "
                                               "(fail on a joiner it left alone; warn on rank 0, whose missing nodes "
                                               "it would explain)"),
            ENDPOINT_NOT_RANK0: Kind(ONLY_FAIL, "the endpoint is this node's own address, but this node is not rank 0"),
-           ENDPOINT_ELSEWHERE: Kind(ONLY_WARN, "this node is rank 0, but owns none of the endpoint's addresses"),
+           ENDPOINT_ELSEWHERE: Kind(ONLY_WARN, "this node is rank 0, but owns none of the endpoint's addresses, "
+                                               "and nodes are missing (with every node in, it forwards here)"),
+           ENDPOINT_UNREACHED: Kind(ONLY_FAIL, "this node is rank 0, owns none of the endpoint's addresses, and "
+                                               "nothing answers on the port there from it: its own store client "
+                                               "cannot reach the store (said at once)"),
            ENDPOINT_SEVERAL: Kind(ONLY_WARN, "the endpoint resolves to several addresses and nodes reached "
                                              "different ones")}),
     Check(LAUNCH_ENV, "reach", (WARN, FAIL),
