@@ -35,11 +35,17 @@ def test_a_healthy_routed_fabric_passes(cluster, tmp_path):
 
 def test_routed_path_mtu_discovery_is_no_blackhole_and_filtered_icmp_is_one(cluster, tmp_path):
     """Jumbo frames in both racks, a 1500-byte core link: the router says 'fragmentation
-    needed' and TCP sends smaller segments (a pass); with that ICMP dropped, full-size
-    frames vanish between the racks (a blackhole)."""
+    needed' and TCP sends smaller segments: no blackhole, but the paths between the racks
+    carry 1500 where the nodes send 9000, named from the path MTU the kernel learnt (a
+    warning: the job runs); with that ICMP dropped, full-size frames vanish between the racks
+    (a blackhole)."""
     with cluster(racked(0, 0, 1, 1, mtu=9000), racks=2, core_mtu=1500) as c:
         runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
-    assert [r.rc for r in runs] == [0, 0, 0, 0], explain(runs)
+    assert [r.rc for r in runs] == [1, 1, 1, 1], explain(runs)
+    (narrow,) = runs[0].findings("nic.mtu", "warn")
+    assert (narrow["kind"], narrow["nodes"]) == ("path_mtu", [0, 1, 2, 3]), explain(runs)
+    assert "router or link" in narrow["summary"] and "1500" in narrow["fix"], explain(runs)
+    assert not runs[0].findings("mesh.connect", "fail"), explain(runs)
     with cluster(racked(0, 0, 1, 1, mtu=9000), racks=2, core_mtu=1500) as c:
         c.filter_frag_needed()
         runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")

@@ -9,7 +9,7 @@ import pytest
 
 import builders
 from netcheck.cluster import mesh
-from netcheck.core.meshrecords import Attempt
+from netcheck.core.meshrecords import ECHOED, Attempt, Transfer, Trial
 from netcheck.core.model import Member
 from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import IbPort, Nic
@@ -194,6 +194,31 @@ def test_mtu_mismatch_between_two_nodes_names_both():
     members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.0.11", mtu=9000)))
     (finding,) = nic_rules.mtu_findings(members, full_mesh(range(2), lambda r: "eth0"))
     assert (finding.severity, finding.nodes) == ("warn", (0, 1)), "either side could be the wrong one"
+
+
+def _carrying(attempts: tuple[Attempt, ...], path_mtu: int) -> tuple[Attempt, ...]:
+    """The attempts with full-size frames that crossed, on a path the kernel learnt at path_mtu."""
+    return tuple(dataclasses.replace(a, transfer=Transfer(1500, 1500, (Trial(1500, ECHOED),), path_mtu))
+                 for a in attempts)
+
+
+def test_an_overlay_left_at_its_underlay_s_mtu_is_named_with_the_overlay_s_fix():
+    members = tuple(member(r, nic("vx0", f"198.19.0.{r + 1}")) for r in range(3))
+    findings = nic_rules.mtu_findings(members, _carrying(full_mesh(range(3), lambda r: "vx0"), 1450))
+    (narrow,) = findings   # the ends agree: no pass beside the warning
+    assert (narrow.severity, narrow.kind, narrow.nodes) == ("warn", "path_mtu", (0, 1, 2))
+    assert "VXLAN over IPv4" in narrow.summary and "mtu 1450" in narrow.fix
+    assert "node0 vx0 -> node1 vx0: interfaces 1500, the path 1450" in narrow.evidence
+
+
+def test_a_narrow_router_link_is_named_and_a_path_that_carries_its_ends_mtu_is_not():
+    members = (member(0, nic("eth0", "198.18.0.10")), member(1, nic("eth0", "198.18.1.11")))
+    (narrow,) = nic_rules.mtu_findings(members, _carrying(full_mesh(range(2), lambda r: "eth0"), 1400))
+    assert narrow.kind == "path_mtu" and "router or link" in narrow.summary
+    (ok_,) = nic_rules.mtu_findings(members, _carrying(full_mesh(range(2), lambda r: "eth0"), 1500))
+    assert ok_.severity == "pass"
+    (unknown,) = nic_rules.mtu_findings(members, _carrying(full_mesh(range(2), lambda r: "eth0"), 0))
+    assert unknown.severity == "pass", "a path MTU not read says nothing"
 
 
 def test_speed_warns_on_the_slow_node_and_passes_when_nothing_is_known():

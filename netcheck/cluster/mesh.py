@@ -70,6 +70,8 @@ from netcheck.facts.probe import IP_COMMAND_TIMEOUT, error_text, failed_connect,
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128
+# Linux's values (linux/in.h, linux/in6.h): Python's socket module lacks them on some builds.
+IP_MTU, IPV6_MTU = getattr(socket, "IP_MTU", 14), getattr(socket, "IPV6_MTU", 24)
 HEADERS = {socket.AF_INET: 40, socket.AF_INET6: 60}  # IP + TCP header bytes: a frame is its MSS plus these
 MAX_ECHO = MESH_TRANSFER_SEGMENTS << 16  # a listener echoes at most this much per connection (MTU <= 64 KiB)
 LINGER = MESH_CONNECT_TIMEOUT + MESH_TRANSFER_TIMEOUT  # the peer has given up on a connection by then
@@ -383,7 +385,18 @@ def _prove_frames(sock: socket.socket, offer: Offer, c: Candidate, src_mtu: int,
         if trials[-1].result != LOST:
             break
         trials.append(Trial(frame, _trial(functools.partial(_echo_fresh, offer, c, frame), deadline)))
-    return Transfer(src_mtu, c.mtu, tuple(trials))
+    return Transfer(src_mtu, c.mtu, tuple(trials), _path_mtu(sock))
+
+
+def _path_mtu(sock: socket.socket) -> int:
+    """The path MTU the kernel keeps for the connection's peer (IP_MTU, IPV6_MTU), learnt from
+    the routers' "fragmentation needed" while the full-size frames crossed (an overlay that
+    takes its header out of the frame says so too); 0 where it cannot be read."""
+    level, option = (socket.IPPROTO_IPV6, IPV6_MTU) if sock.family == socket.AF_INET6 else (socket.IPPROTO_IP, IP_MTU)
+    try:
+        return sock.getsockopt(level, option)
+    except OSError:
+        return 0
 
 
 def _trial(send: Callable[[Deadline], TrialResult], deadline: Deadline) -> TrialResult:

@@ -53,6 +53,7 @@ class Transfer:
     src_mtu: Mtu           # the sending interface's MTU (0: not known)
     dst_mtu: Mtu           # the peer interface's, from its offer (0: not known)
     trials: Annotated[tuple[Trial, ...], FEW]   # full-size first
+    path_mtu: Mtu = 0      # what the kernel learnt of the path's MTU by the frames' end (IP_MTU; 0: not known)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
 from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, per_table
 from netcheck.rules.registry import (
+    MTU_PATH,
     NIC_GLOO_DEFAULT,
     NIC_IB,
     NIC_MTU,
@@ -36,6 +37,10 @@ from netcheck.rules.registry import (
 )
 
 T = TypeVar("T")
+MTU_PATHS_SHOWN = 8   # narrow paths a nic.mtu finding lists; the rest counted
+# Bytes an encapsulation takes of each frame -> its name: a path that many bytes below its
+# interfaces runs through that tunnel (the overlays Kubernetes' CNIs set up).
+TUNNEL_HEADERS = {50: "VXLAN over IPv4", 70: "VXLAN over IPv6", 20: "IP-in-IP", 24: "GRE"}
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 
 
@@ -318,7 +323,54 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    """The two ends of each working path should agree on MTU (FAILURES row 13)."""
+    """The two ends of each working path should agree on MTU (FAILURES row 13), and the path
+    between them carry what they send."""
+    ends = _mtu_ends(members, attempts)
+    narrow = _narrow_paths(members, attempts)
+    return ends + narrow if not narrow or ends[0].severity != PASS else narrow
+
+
+def _narrow_paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """Connected paths on which the kernel learnt a smaller MTU than both ends' interfaces
+    (path-MTU discovery, during the mesh's full-size frames): an overlay left at its
+    underlay's MTU (VXLAN takes 50 bytes of each frame), a tunnel, or a router's narrower
+    link. TCP learns it and resends, so the job runs; every full-size frame it sends to a new
+    peer is dropped first, and what does no path-MTU discovery (RoCE) does not adapt."""
+    names = hostnames(members)
+    paths: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+    ranks: set[int] = set()
+    for a in attempts:
+        t = a.transfer
+        if not a.connected or t is None or not t.path_mtu or a.src_ifname is None:
+            continue
+        sent = min((m for m in (t.src_mtu, t.dst_mtu) if m), default=0)
+        if t.path_mtu < sent:
+            paths[(names[a.src], a.src_ifname, names[a.dst], a.ifname)] = (sent, t.path_mtu)
+            ranks |= {a.src, a.dst}
+    if not paths:
+        return []
+    learnt = sorted({p for _, p in paths.values()})
+    tunnels = sorted({TUNNEL_HEADERS[s - p] for s, p in paths.values() if s - p in TUNNEL_HEADERS})
+    lines = [f"{h} {i} -> {dh} {di}: interfaces {sent}, the path {path}"
+             for (h, i, dh, di), (sent, path) in sorted(paths.items())]
+    shown = lines[:MTU_PATHS_SHOWN] + ([f"and {len(lines) - MTU_PATHS_SHOWN} more path(s)"]
+                                       if len(lines) > MTU_PATHS_SHOWN else [])
+    if tunnels:
+        where = (f"what each frame lost is the header of {' or '.join(tunnels)}: an overlay or tunnel left at "
+                 "its underlay's MTU")
+        fix = (f"set the overlay interface's MTU to the path's ({learnt[0]}) on every node: ip link set dev IF mtu "
+               f"{learnt[0]}, or the CNI's MTU setting (flannel, Calico), so no frame is sent too large")
+    else:
+        where = "a router or link between them carries less than the nodes' interfaces"
+        fix = (f"raise the MTU of the links between them to the interfaces', or set the interfaces to the path's "
+               f"({learnt[0]}): ip link set dev IF mtu {learnt[0]}")
+    return [Finding(NIC_MTU, WARN, tuple(sorted(ranks)), f"{len(paths)} path(s) carry smaller frames than their "
+                    f"interfaces send ({', '.join(map(str, learnt))} bytes, learnt from the network): {where}; TCP "
+                    "resends each full-size frame smaller, RoCE does not adapt", tuple(shown), fix, kind=MTU_PATH)]
+
+
+def _mtu_ends(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """The two ends of each working path agree on MTU."""
     nics: dict[int, dict[str | None, Nic]] = per_table(members, lambda table: {n.name: n for n in table.nics})
     names = hostnames(members)
     none: dict[str | None, Nic] = {}   # a rank whose facts never came

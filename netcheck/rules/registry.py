@@ -88,11 +88,13 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
 RESOLVE_SILENT = "resolver_silent"
+RESOLVE_SLOW = "resolver_slow"
 RESOLVE_ON_HOST = "unresolved_on_rank0"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
 REACH_WRONG_PREFIX = "prefix_too_wide"
 REACH_SHARED_SUBNET = "shared_subnet"
+MTU_PATH = "path_mtu"   # nic.mtu's: a path narrower than its ends
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -339,8 +341,12 @@ CHECKS: tuple[Check, ...] = (
           ("nic.tp_findings",), "NodeFacts.hostname_addresses, NicTable",
           ("test_mesh_cluster.py", "test_rules_nic.py")),
     Check(NIC_MTU, "nic", (PASS, WARN),
-          "the two ends of a working path have different MTUs",
-          ("nic.mtu_findings",), "NicTable, Attempt", ("test_mesh_cluster.py",)),
+          "the two ends of a working path have different MTUs, or the path between them carries less",
+          ("nic.mtu_findings",), "NicTable, Attempt (Transfer.path_mtu)",
+          ("test_mesh_cluster.py", "test_routed_cluster.py", "test_rules_nic.py"),
+          {MTU_PATH: Kind(ONLY_WARN, "the kernel learnt a smaller path MTU than both ends' interfaces while the "
+                                     "mesh's full-size frames crossed: an overlay left at its underlay's MTU, a "
+                                     "tunnel, a router's narrower link")}),
     Check(NIC_SPEED, "nic", (PASS, WARN),
           "a node's link is slower than its peers', or its speed unknown where theirs is known",
           ("nic.speed_findings",), "NicTable (speed)", ("test_rules_nic.py",)),
