@@ -88,6 +88,19 @@ def test_every_finding_is_well_formed():
 
 # --- bw.stage ----------------------------------------------------------------------------------
 
+def test_a_sweep_a_fault_stopped_passes_no_busbw_whatever_its_small_sizes_measured():
+    """The rows before the fault are small sizes: no plateau, so bw.busbw warns (never a pass on
+    what was not measured) and bw.stage names the fault."""
+    stopped = result(faults=(Fault(1, 1, 0, "all", "failed", "Connection reset by peer"),), failed="all")
+    (busbw,) = by_check(findings_of(stopped, {0: 1.0}, 0.5), registry.BW_BUSBW)
+    assert busbw.severity == "warn" and busbw.nodes == ()
+    assert "stopped at 1 MiB" in busbw.summary and "bw.stage" in busbw.summary
+    assert by_check(findings_of(stopped), registry.BW_STAGE)[0].severity == "fail"
+    finished_later = result(faults=(Fault(1, 1, 0, "pairs", "failed", "x"),), failed="pairs")
+    assert by_check(findings_of(finished_later), registry.BW_BUSBW)[0].severity == "pass", \
+        "a sweep that finished before a later stage failed keeps its figure"
+
+
 def test_a_dead_worker_is_named_with_its_node_and_the_rows_kept():
     faults = (Fault(0, 0, 0, "all", "failed", "RuntimeError: Connection closed by peer"),
               Fault(1, 3, 1, "all", "died", "killed by SIGKILL in stage all"))

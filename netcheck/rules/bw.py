@@ -235,6 +235,8 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
     heads = [h for h in result.headlines if h.stage == "all"]
     if not heads:
         return []
+    if result.failed_stage == "all":
+        return [_unfinished(result, heads)]
     findings = [_expect_finding(result, h, expect_busbw) for h in heads] if expect_busbw else []
     line = _line_rate_finding(result, names, line_rate_gbps)
     findings += [line] if line else []
@@ -244,6 +246,15 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
                             _headline_text(best, result.backend) + _trust(best, result, names, troubled),
                             _cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
     return findings
+
+
+def _unfinished(result: BandwidthResult, heads: list[Headline]) -> Finding:
+    """A sweep that a fault stopped measured its small sizes only: what it reached is no
+    plateau, and no figure passes from it (a 16 KB/s "plateau" at 64 bytes once did)."""
+    sweep = _sweep_of(result, heads[0])
+    return Finding(BW_BUSBW, WARN, (), f"no plateau to judge: the sweep across all ranks stopped at "
+                   f"{size_words(max(r.size for r in sweep.rows))} (bw.stage says why)", _largest_rows(sweep),
+                   "mend what bw.stage names and run again: the busbw a job gets is measured at its large sizes")
 
 
 def _trust(h: Headline, result: BandwidthResult, names: _Names, troubled: list[int] | None) -> str:
