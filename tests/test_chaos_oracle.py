@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from chaos.catalog import (
+    MIDRUN,
+    MIDRUN_COMPANIONS,
     DecoyInterface,
     EphemeralBlocked,
     ForeignRun,
@@ -12,6 +22,9 @@ from chaos.catalog import (
     LatePastRoster,
     LoopbackHostname,
     LossyLink,
+    MidRun,
+    MidRunFirewall,
+    MidRunStop,
     MtuBlackhole,
     MtuMismatch,
     PathFirewall,
@@ -20,8 +33,10 @@ from chaos.catalog import (
     Signal,
     WrongPrefix,
 )
-from chaos.generator import Schedule
+from chaos.generator import Schedule, draw_schedule
+from chaos.midrun import LINE_LAG, TimedLines
 from chaos.oracle import Expect
+from nodes import NodeRun
 
 
 def merged(sched: Schedule) -> Expect:
@@ -116,3 +131,152 @@ def test_a_shaped_link_with_one_peer_left_in_the_phase_is_not_expected_on_bw_pai
     faults = (ShapedLink((1,)), MtuBlackhole((2,)))
     assert not [b for b in merged(Schedule(8306, 83, "arrival", 3, faults)).blame if b.checks == ("bw.pair",)]
     assert [b.node for b in merged(Schedule(8306, 83, "arrival", 4, faults)).blame if b.checks == ("bw.pair",)] == [1]
+
+
+# --- faults that land mid-run (issue 62): the rules of catalog.MidRun, from the moments seen ---
+
+GOODBYE = "netcheck: goodbye..."
+ROW = "netcheck: bandwidth all all_reduce 1024 B: busbw 0.1 GB/s"
+
+
+def timed(lines: dict[str, float]) -> TimedLines:
+    """Progress lines, each seen at the given time."""
+    out = TimedLines()
+    for line, at in sorted(lines.items(), key=lambda kv: kv[1]):
+        out += [line]
+        out.times[-1] = at
+    return out
+
+
+def landed(fault, at: float, lines: dict[int, dict[str, float]], timeout: float = 40.0,
+           resumed: dict[int, float] | None = None):
+    """A run in which `fault` landed at `at`, each node having shown `lines`."""
+    runs = {i: NodeRun(i, None, Path("unused"), 0.0, progress=timed(seen)) for i, seen in lines.items()}
+    return SimpleNamespace(fault_state={fault: {"landed": at, "phase": "bandwidth"}}, runs=runs,
+                           resumed_at=resumed or {}, sched=SimpleNamespace(timeout=timeout))
+
+
+def firewall(node: int, ports: str, way: str, phase: str = "workers") -> MidRunFirewall:
+    return MidRunFirewall((node,), (("phase", phase), ("delay", 0.5), ("target", "DROP"), ("ports", ports),
+                                    ("way", way)))
+
+
+def stop(node: int, then: str = "SIGCONT") -> MidRunStop:
+    return MidRunStop((node,), (("phase", "workers"), ("delay", 0.5), ("what", "node"), ("then", then)))
+
+
+def named(e: Expect) -> set[tuple[int, int | None]]:
+    """(node named, whose report) for every blame, each naming its node alone."""
+    assert all(b.alone for b in e.blame)
+    return {(b.node, b.reporter) for b in e.blame}
+
+
+SCHED = Schedule(62, 0, "ranked", 3, ())
+SWEPT = {ROW: 9.0}   # a row measured before the fault: the sweep is not what binds
+
+
+def test_the_hosts_endpoint_cut_before_any_goodbye_binds_every_node_and_names_the_host():
+    """The issue's case: a DROP on the host's endpoint port mid-sweep. No joiner can hear the
+    verdict, the host cannot read its own store: nobody exits 0, every joiner names the host, and
+    the host (which still writes its report) names itself."""
+    fault = firewall(0, "endpoint", "in")
+    e = fault.expect(SCHED, landed(fault, 10.0, {0: SWEPT, 1: SWEPT, 2: SWEPT}))
+    assert e.breaks and e.seers == {0, 1, 2}
+    assert named(e) == {(0, 1), (0, 2), (0, None)}
+
+
+def test_a_joiners_rule_after_both_goodbye_lines_binds_nobody():
+    """Landed once the host and the joiner were both in their goodbye: the joiner may have heard
+    the verdict, the host its goodbye. Only the promises of every schedule hold."""
+    fault = firewall(1, "all", "both", "goodbye")
+    e = fault.expect(SCHED, landed(fault, 20.0, {0: {**SWEPT, GOODBYE: 18.0}, 1: {**SWEPT, GOODBYE: 18.5},
+                                                 2: {**SWEPT, GOODBYE: 18.4}}))
+    assert e.breaks and not e.seers and not e.blame
+
+
+def test_a_joiner_cut_before_its_own_goodbye_line_never_passes_and_the_host_only_where_its_goodbye_is_cut():
+    """Between the host's goodbye line and the joiner's: the joiner has not asked for the verdict,
+    so cannot hear it. An INPUT rule lets its goodbye out (the host may have all it needs); an
+    OUTPUT rule does not, and the host must then name it. The margin (LINE_LAG) is given away: a
+    rule in place 0.3 s before the line binds nobody."""
+    lines = {0: {**SWEPT, GOODBYE: 18.0}, 1: {**SWEPT, GOODBYE: 19.0}, 2: {**SWEPT, GOODBYE: 18.1}}
+    for way, seers, blamed in (("in", {1}, set()), ("out", {0, 1}, {(1, None)}), ("both", {0, 1}, {(1, None)})):
+        fault = firewall(1, "endpoint", way, "goodbye")
+        e = fault.expect(SCHED, landed(fault, 18.2, lines))
+        assert (e.seers, named(e)) == (seers, blamed), way
+    fault = firewall(1, "endpoint", "out", "goodbye")
+    e = fault.expect(SCHED, landed(fault, 19.0 - LINE_LAG + 0.2, lines))
+    assert not e.seers and not e.blame
+
+
+def test_the_sweeps_ports_cut_binds_the_host_and_the_victim_only_before_the_first_row():
+    fault = firewall(2, "ephemeral", "in", "env")
+    e = fault.expect(SCHED, landed(fault, 5.0, {0: {ROW: 9.0}, 1: {ROW: 9.1}, 2: {}}))
+    assert e.seers == {0, 2} and named(e) == {(2, None)}
+    e = fault.expect(SCHED, landed(fault, 10.0, {0: {ROW: 9.0}, 1: {ROW: 9.1}, 2: {}}))
+    assert not e.seers and not e.blame   # the sweep may be done with those ports: nothing binds
+
+
+def test_a_joiner_stopped_while_it_polls_for_the_verdict_binds_the_host_alone():
+    """Stopped after its goodbye line: the host's answer may wait in its socket buffer and be read
+    once it is resumed, so it may pass; the host never gets its goodbye, and names it."""
+    fault = stop(1)
+    e = fault.expect(SCHED, landed(fault, 17.5, {0: {**SWEPT, GOODBYE: 19.0}, 1: {**SWEPT, GOODBYE: 17.0},
+                                                 2: {**SWEPT, GOODBYE: 17.1}}))
+    assert e.seers == {0} and named(e) == {(1, None)} and e.resumed == {1}
+
+
+def test_a_host_stopped_mid_sweep_binds_itself_only_when_resumed_past_its_timeout():
+    fault = stop(0)
+    lines = {0: SWEPT, 1: SWEPT, 2: SWEPT}
+    late = fault.expect(SCHED, landed(fault, 12.0, lines, timeout=40.0, resumed={0: 41.0}))
+    assert late.seers == {0, 1, 2} and named(late) == {(0, 1), (0, 2)}   # it cannot see its own stop
+    early = fault.expect(SCHED, landed(fault, 12.0, lines, timeout=40.0, resumed={0: 30.0}))
+    assert early.seers == {1, 2}
+    killed = stop(0, "SIGKILL")
+    e = killed.expect(SCHED, landed(killed, 12.0, lines))
+    assert e.exit_codes == {0: {-signal.SIGKILL}} and e.no_report == {0} and e.resumed == {0}
+
+
+def test_a_fault_that_never_landed_expects_a_healthy_run_but_for_speed_verdicts():
+    fault = firewall(1, "all", "both")
+    e = fault.expect(SCHED, SimpleNamespace(fault_state={}, runs={}))
+    assert not e.breaks and not e.seers and e.speed_ok
+
+
+def test_the_midrun_campaign_draws_a_midrun_fault_in_most_schedules_and_only_companions_beside_it():
+    schedules = [draw_schedule(62, i, midrun=True) for i in range(300)]
+    with_midrun = [s for s in schedules if any(isinstance(f, MidRun) for f in s.faults)]
+    assert len(with_midrun) > 0.7 * len(schedules)
+    for s in with_midrun:
+        kinds = [f.kind for f in s.faults]
+        assert sum(isinstance(f, MidRun) for f in s.faults) == 1, s.what()
+        assert set(kinds) - {k.kind for k in MIDRUN} <= set(MIDRUN_COMPANIONS), s.what()
+        assert s.mode != "torchrun" and s.n <= 4 and s.bandwidth, s.what()
+        assert s.replay().endswith("--midrun")
+
+
+LINE_PRINTER = ("import sys, time\nfor i in range(200):\n"
+                "    sys.stderr.write(f'at {time.monotonic()!r}\\n'); sys.stderr.flush(); time.sleep(0.01)\n")
+
+
+def test_a_line_is_seen_well_within_LINE_LAG():
+    """The oracle's margin: a line printed on a pty (as netcheck's progress is, to a terminal) is
+    seen by the runner's reader thread, timed, while the runner works beside it under the GIL.
+    CLOCK_MONOTONIC is the machine's: the printer's stamp and the reader's compare. Measured at
+    most 0.017 s alone and 0.032 s under two busy loops (200 lines)."""
+    reader, writer = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", LINE_PRINTER], stderr=writer, stdin=subprocess.DEVNULL)
+    os.close(writer)
+    run = NodeRun(0, proc, Path("unused"), time.monotonic(), progress=TimedLines())
+    thread = threading.Thread(target=run.read_terminal, args=(reader,), daemon=True)
+    thread.start()
+    while proc.poll() is None:
+        busy_until = time.monotonic() + 0.015   # the runner's own work between its polls
+        while time.monotonic() < busy_until:
+            pass
+        time.sleep(0.02)
+    thread.join(5)
+    lags = [seen - float(line.split()[1]) for line, seen in zip(run.progress, run.progress.times)
+            if line.startswith("at ")]
+    assert len(lags) == 200 and max(lags) < LINE_LAG / 2, max(lags)

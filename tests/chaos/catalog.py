@@ -4,6 +4,8 @@ namespace cluster, each saying what it does to a real job (`Fault.expect`, the o
 
 from __future__ import annotations
 
+import math
+import os
 import random
 import signal
 import subprocess
@@ -12,10 +14,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+import psutil
+
 from cluster import NETNS_ETC, Cluster, NodeSpec, _write_in_place
 from faults import Agent
 from nodes import PORT, NodeRun, scaled
 
+from .midrun import CHAINS, GOODBYE, LINE_LAG, first_row_at, land_rules, seen_at, workers_up
 from .oracle import Blame, Expect, broken, missing
 
 if TYPE_CHECKING:
@@ -880,6 +885,269 @@ class LinkFlap(Fault):
                       blame=[Blame(self.node, ("link.health",), ("carrier_flap",), severity=WARN_OR_FAIL)])
 
 
+# ---------------------------------------------------------------------------------------------
+# faults that land mid-run (issue 62): a firewall rule, a link that goes down, a process stopped
+
+MIDRUN_PHASES = ("mesh", "nic", "env", "bandwidth", "workers", "goodbye")
+# The random delay after the victim's line for the phase (scaled when applied): the mesh, nic and
+# env take a fraction of a second on 3-4 nodes; after the bandwidth line the workers import torch
+# for a second or two; once they are up ("workers": on the store) the small sweep is done within
+# about 2 s (its 4 s budget is the phase's, imports included); a goodbye takes milliseconds.
+MIDRUN_DELAYS = {"mesh": 0.3, "nic": 0.05, "env": 0.2, "bandwidth": 1.5, "workers": 1.5, "goodbye": 0.2}
+# What may be drawn beside a mid-run fault: faults that break nothing, or whose evidence the host
+# has before the mesh (the host's own limits). A fault named in the mesh, nic, env or bandwidth
+# phase would lose its evidence to one that lands there, and one that keeps a node out skips the
+# sweep the mid-run fault is judged by. One mid-run fault a schedule.
+MIDRUN_COMPANIONS = ("docker0", "silent_clients", "late_within", "routed", "unroutable_nameserver", "low_nofile")
+WORKERS_POLL = 0.1   # seconds between two looks at the victim's workers (psutil, /proc)
+
+
+class MidRun(Fault):
+    """A fault that lands at a random moment of a random phase of a run under way, on any node,
+    the host included: `phase` is the victim's progress line it waits for ("workers": its sweep's
+    workers connected to the store, after the bandwidth line), `delay` the random time after it.
+    The sweep is always on (the small one), so every schedule holds a phase that needs every path.
+
+    The oracle's rules (`expect`), from the moment the fault was in place (`landed`) and the
+    moments the harness saw each node's lines, less LINE_LAG (t = landed + LINE_LAG):
+      R1 store: a joiner cut off from the host's store (the victim; every joiner where the host
+         is the victim) must not exit 0 if t < the later of the host's and its own "goodbye..."
+         line: it cannot have heard the host's verdict, which the host puts after its line and
+         the joiner reads after its own. The host victim is then named (rank 0 alone, a fail
+         finding) in that joiner's report.
+      R2 goodbye: the host must not exit 0 where R1 holds for a joiner whose goodbye the fault
+         keeps from the host's store (its own store cut, loopback included; the victim's requests
+         cut by an OUTPUT rule, its link, or it stopped): it lacks that joiner's goodbye.
+      R3 sweep: if t < the first measured row any node printed, the sweep still needs every path
+         of the victim: the host and the victim must not exit 0.
+      Where R2 or R3 binds the host, its report names the victim (its rank alone, a fail finding;
+      a host victim names itself, but for a stop, which it cannot see). Nobody else is bound: a
+      bystander joiner (neither the victim nor cut off) may pass (docs/SPEC.md: the exit code
+      says whose fault it is), and a fault that lands where no rule binds is held only to the
+      promises every schedule keeps (in time, no exit 3, no trace, a valid report)."""
+
+    modes = ("ranked", "arrival")
+    targets = "any"
+    bandwidth = True
+    max_nodes = 4
+    removes_node = True   # it may take the node out before the sweep: no bandwidth fault beside it
+    midrun: ClassVar[bool] = True
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        phase = rng.choice(MIDRUN_PHASES)
+        return (("phase", phase), ("delay", round(rng.uniform(0, MIDRUN_DELAYS[phase]), 2)), *cls.draw_own(rng))
+
+    @classmethod
+    def draw_own(cls, rng) -> tuple[tuple[str, object], ...]:
+        return ()
+
+    # what the fault cuts, for the rules above
+    @property
+    def cuts_store(self) -> bool:
+        return True
+
+    @property
+    def goodbye_lost(self) -> bool:
+        """Whether a joiner cut off by it cannot get its goodbye into the host's store."""
+        return True
+
+    @property
+    def names_itself(self) -> bool:
+        """Whether a host victim that sees it must name itself (a stop it cannot see)."""
+        return True
+
+    def heard_by(self, j: int, host_bye: float, own_bye: float) -> float:
+        """The earliest a joiner j cut off by the fault can have heard the host's verdict."""
+        return max(host_bye, own_bye)
+
+    def host_also_bound(self, run, t: float, host_bye: float) -> bool:
+        return False
+
+    def land(self, run) -> None:
+        raise NotImplementedError
+
+    def act(self, run):
+        victim, state = run.runs.get(self.node), run.fault_state.setdefault(self, {})
+        if victim is None:
+            return False   # held back (late_within): not started yet
+        now = time.monotonic()
+        if victim.proc.poll() is not None:
+            run.notes.append(f"{self.describe()}: node{self.node} ended before the fault")
+            return True
+        if "due" not in state:
+            if not self._reached(victim, state, now):
+                return False
+            state["due"] = now + scaled(self.param("delay"))
+        if now < state["due"]:
+            return False
+        if victim.json_path.exists():   # written (atomically) at its very end: nothing left to change
+            run.notes.append(f"{self.describe()}: node{self.node} had written its report before the fault")
+            return True
+        state["phase"], state["workers"] = _last_phase(victim), workers_up(victim.proc.pid, PORT)
+        self.land(run)
+        state["landed"] = time.monotonic()
+        run.notes.append(f"{self.describe()} landed in node{self.node}'s {state['phase']} phase"
+                         f"{' (its workers up)' if state['workers'] else ''}, "
+                         f"{state['landed'] - victim.started:.1f} s after its start")
+        return True
+
+    def _reached(self, victim: NodeRun, state: dict, now: float) -> bool:
+        phase = self.param("phase")
+        if f"netcheck: {'bandwidth' if phase == 'workers' else phase}..." not in victim.progress:
+            return False
+        if phase != "workers":
+            return True
+        if now < state.get("polled", 0.0) + WORKERS_POLL:
+            return False
+        state["polled"] = now
+        return workers_up(victim.proc.pid, PORT)
+
+    def landed_in(self, run) -> str | None:
+        return run.fault_state.get(self, {}).get("phase")
+
+    def expect(self, sched, run):
+        state = run.fault_state.get(self, {})
+        if "landed" not in state:   # the victim ended first, or never reached the phase: nothing happened
+            return Expect(speed_ok=True)
+        t, v = state["landed"] + LINE_LAG, self.node
+        e = Expect(breaks=True, speed_ok=True)
+        bye = {i: seen_at(r, GOODBYE) for i, r in run.runs.items()}
+        host_bye = bye.get(0, math.inf)
+        cut = sorted(i for i in run.runs if i != 0) if v == 0 else [v]
+        host_sees = False
+        if self.cuts_store:
+            for j in cut:
+                if t < self.heard_by(j, host_bye, bye[j]):       # R1
+                    e.seers.add(j)
+                    if v == 0:
+                        e.blame.append(Blame(0, (), reporter=j, rank=0, alone=True))
+                # R2: j had not heard the verdict, so had not said goodbye either
+                host_sees |= self.goodbye_lost and t < max(host_bye, bye[j])
+        if t < first_row_at(run.runs.values()):                  # R3
+            e.seers.add(v)
+            host_sees = True
+        if host_sees or self.host_also_bound(run, t, host_bye):
+            e.seers.add(0)
+            if v != 0 or self.names_itself:
+                e.blame.append(Blame(v, (), alone=True))
+        return e
+
+
+class MidRunFirewall(MidRun):
+    """A firewall rule lands on the victim's namespace (a configuration push, a security agent):
+    DROP or REJECT (TCP reset), on the endpoint port (either end: --dport and --sport, the store's
+    connections), on every other port (the mesh's and the sweep's: TCP but the endpoint, and UDP)
+    or on everything; in INPUT, OUTPUT or both. No interface match: loopback is included, where
+    the host's own store client talks to its store."""
+
+    kind = "midrun_firewall"
+    weight = 1.5
+
+    @classmethod
+    def draw_own(cls, rng):
+        return (("target", rng.choice(["DROP", "REJECT"])), ("ports", rng.choice(["endpoint", "ephemeral", "all"])),
+                ("way", rng.choice(["in", "out", "both"])))
+
+    @property
+    def cuts_store(self) -> bool:
+        return self.param("ports") != "ephemeral"
+
+    @property
+    def goodbye_lost(self) -> bool:
+        # The host's rule cuts its own store client (loopback crosses both chains); a joiner's
+        # INPUT rule lets its requests out, and a goodbye may still reach the store.
+        return self.node == 0 or self.param("way") != "in"
+
+    def land(self, run):
+        land_rules(run.c, self.node, CHAINS[self.param("way")], self.param("ports"), self.param("target"), PORT)
+
+
+class MidRunLinkDown(MidRun):
+    """The victim's link goes down and stays down: its own interface set down (`side=node`: the
+    kernel drops its routes) or its switch port (`side=switch`: the node keeps its routes and
+    loses carrier, a pulled cable)."""
+
+    kind = "midrun_link"
+    weight = 0.7
+
+    @classmethod
+    def draw_own(cls, rng):
+        return (("side", rng.choice(["node", "switch"])),)
+
+    def land(self, run):
+        c, node = run.c, run.c.nodes[self.node]
+        if self.param("side") == "switch":
+            c.cut_link(self.node)
+        else:
+            subprocess.run(["ip", "netns", "exec", node.ns, "ip", "link", "set", node.ifname, "down"],
+                           check=True, capture_output=True, timeout=10)
+
+
+class MidRunStop(MidRun):
+    """The victim's netcheck is stopped (SIGSTOP), `what=netcheck` alone (its workers, each in a
+    process group of its own, run on) or `what=node` with its workers (a frozen machine), and not
+    resumed until every other node has ended: then `then=SIGCONT` (it must end by its deadline,
+    or at once past it, within the grace, and not as a pass where a rule binds it) or
+    `then=SIGKILL` (nothing is asked of it)."""
+
+    kind = "midrun_stop"
+    weight = 0.8
+
+    @classmethod
+    def draw_own(cls, rng):
+        return (("what", rng.choice(["netcheck", "node"])), ("then", rng.choice(["SIGCONT", "SIGKILL"])))
+
+    @property
+    def goodbye_lost(self) -> bool:
+        # A stopped joiner posts nothing. A stopped host's store takes its joiners' goodbyes into
+        # its socket buffers, and reads them once resumed: its own bound is host_also_bound.
+        return self.node != 0
+
+    @property
+    def names_itself(self) -> bool:
+        return False
+
+    def heard_by(self, j, host_bye, own_bye):
+        # A stopped joiner already polling for the verdict may find the host's answer in its
+        # socket buffer when resumed: bound only before it asked.
+        return own_bye if j == self.node else max(host_bye, own_bye)
+
+    def host_also_bound(self, run, t, host_bye):
+        # A host stopped before its goodbye and resumed past its --timeout cannot have finished
+        # its phases in time: never a pass (docs/SPEC.md), whatever its store had buffered.
+        resumed = run.resumed_at.get(0)
+        return (self.node == 0 and self.param("then") == "SIGCONT" and resumed is not None and t < host_bye
+                and resumed - run.runs[0].started >= run.sched.timeout)
+
+    def land(self, run):
+        victim = run.runs[self.node]
+        pids = [victim.proc.pid]
+        if self.param("what") == "node":
+            try:
+                pids += [p.pid for p in psutil.Process(victim.proc.pid).children(recursive=True)]
+            except psutil.Error:
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        run.stopped[self.node] = victim
+        run.stopped_pids[self.node] = pids
+        if self.param("then") == "SIGKILL":
+            run.killed_at_end.add(self.node)
+
+    def expect(self, sched, run):
+        e = super().expect(sched, run)
+        if "landed" not in run.fault_state.get(self, {}):
+            return e
+        e.resumed.add(self.node)    # exempt while stopped; timed from its SIGCONT by the runner
+        if self.param("then") == "SIGKILL":
+            e.exit_codes[self.node], e.no_report = {-signal.SIGKILL}, {self.node}
+        return e
+
+
 def rack_of(i: int) -> int:
     """The rack of node i on the routed layout: the odd nodes in the second."""
     return i % 2
@@ -890,5 +1158,8 @@ CATALOG: tuple[type[Fault], ...] = (
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
     SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit, LossyLink,
-    LinkFlap)
+    LinkFlap, MidRunFirewall, MidRunLinkDown, MidRunStop)
+MIDRUN: tuple[type[MidRun], ...] = tuple(k for k in CATALOG if issubclass(k, MidRun))
+for _kind in MIDRUN:   # one mid-run fault a schedule, and only beside its companions
+    _kind.conflicts = tuple(k.kind for k in CATALOG if k.kind not in MIDRUN_COMPANIONS)
 

@@ -10,12 +10,15 @@ from dataclasses import dataclass
 
 from nodes import scaled
 
-from .catalog import CATALOG, MODES, Fault
+from .catalog import CATALOG, MIDRUN, MODES, Fault
 
 JOIN_WINDOW = 6                 # one-shot mode: the quiet that closes the rendezvous
 MODE_WEIGHTS = (4, 3, 1)        # torchrun costs two torch imports a node: drawn less often
 FAULT_COUNTS = (0, 1, 2, 3)
 COUNT_WEIGHTS = (1, 5, 3, 2)    # a control schedule (no fault) now and then
+# --midrun (issue 62's campaign): this share of the schedules in a mode the mid-run faults run in
+# (not torchrun) is drawn around one of them, its companions drawn after it as usual.
+MIDRUN_SHARE = 0.9
 
 
 # --timeout: the host waits half of it for joiners, and every node imports torch on the same
@@ -36,6 +39,7 @@ class Schedule:
     mode: str
     n: int
     faults: tuple[Fault, ...]
+    midrun: bool = False    # drawn by --midrun: the replay says so too
 
     @property
     def run_id(self) -> str:
@@ -59,31 +63,35 @@ class Schedule:
         return f"#{self.index} {mode} timeout={self.timeout:g}: {faults}"
 
     def replay(self) -> str:
-        return f"python tests/chaos --seed {self.seed} --schedule {self.index}"
+        return f"python tests/chaos --seed {self.seed} --schedule {self.index}" + (" --midrun" if self.midrun else "")
 
 
-def draw_schedule(seed: int, index: int) -> Schedule:
-    rng = random.Random(f"netcheck-chaos/{seed}/{index}")
+def draw_schedule(seed: int, index: int, midrun: bool = False) -> Schedule:
+    rng = random.Random(f"netcheck-chaos/{seed}/{index}" + ("/midrun" if midrun else ""))
     mode = rng.choices(MODES, MODE_WEIGHTS)[0]
     n = 3 if mode == "torchrun" else rng.randint(3, 6)
     wanted = rng.choices(FAULT_COUNTS, COUNT_WEIGHTS)[0]
+    first = MIDRUN if midrun and any(mode in k.modes for k in MIDRUN) and rng.random() < MIDRUN_SHARE else None
+    wanted = max(wanted, 1) if first else wanted
     faults: list[Fault] = []
     for _ in range(20 * wanted):
         if len(faults) == wanted:
             break
-        fault = _draw_fault(rng, mode, n, faults)
+        fault = _draw_fault(rng, mode, n, faults, first if not faults else None)
         if fault is not None:
             faults.append(fault)
             if fault.alone:
                 break
     if any(f.bandwidth for f in faults):
         n = min(n, min(f.max_nodes for f in faults))
-    return Schedule(seed, index, mode, n, tuple(faults))
+    return Schedule(seed, index, mode, n, tuple(faults), midrun)
 
 
-def _draw_fault(rng: random.Random, mode: str, n: int, chosen: list[Fault]) -> Fault | None:
-    """One more fault compatible with those chosen, or None when this draw is not."""
-    kinds = [k for k in CATALOG if mode in k.modes]
+def _draw_fault(rng: random.Random, mode: str, n: int, chosen: list[Fault],
+                among: tuple[type[Fault], ...] | None = None) -> Fault | None:
+    """One more fault compatible with those chosen (of the kinds `among`, or any), or None when
+    this draw is not."""
+    kinds = [k for k in (among or CATALOG) if mode in k.modes]
     cls = rng.choices(kinds, [k.weight for k in kinds])[0]
     taken = {i for f in chosen for i in f.nodes}
     free = [i for i in range(n) if i not in taken]

@@ -10,16 +10,20 @@ import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodes import GRACE, NodeRun, read_report
+from nodes import SPEED_VERDICTS, NodeRun, read_report, scaled
 
 if TYPE_CHECKING:
     from .generator import Schedule
     from .runner import ScheduleRun
 
-# What any netcheck process may take beyond its --timeout, and what a signalled or resumed
-# one may take to end: nodes.GRACE, Python's start-up before the deadline starts and its
-# shutdown on a busy 2-core machine. The oracle's only allowance.
-CHAOS_GRACE = GRACE
+# What any netcheck process may take beyond its --timeout, counted from its start, and what a
+# resumed one may take to end once its deadline has passed: the oracle's only allowance, one
+# figure for every schedule (issue 62). It holds Python's start-up before the deadline starts
+# (the budget's clock starts at netcheck's first line: 0.5-1.4 s measured for a new interpreter on
+# this 2-core machine, under two busy loops too) and the exit after the report; netcheck keeps
+# 2 s of --timeout for its report (core/budget.py REPORT_RESERVE), and no node of the mid-run
+# campaigns ended past its --timeout (benchmarks/CHAOS.md, campaigns 45-46, the figures).
+CHAOS_GRACE = scaled(3.0)
 TRACES = re.compile(r"Traceback \(most recent call last\)|frame #\d|c10::Error|\[c10d\]")
 
 
@@ -38,6 +42,7 @@ class Blame:
     severity: str | tuple[str, ...] = "fail"   # one of these
     reporter: int | None = None     # None: the host's report; else that node's own
     rank: int | None = None         # the rank to find named, when it is not the node's own
+    alone: bool = False             # the finding names the node's ranks and no other (checks () : any check)
 
 
 @dataclass
@@ -57,13 +62,17 @@ class Expect:
     # fault whose warning depends on when it lands. Unlike exit_codes it leaves a node's
     # code to the other faults where they break the job.
     may_warn: set[int] = field(default_factory=set)
+    # The sweep ran on this machine's two busy cores (a mid-run fault's schedule, which may leave the
+    # job whole): a node whose only findings are speed verdicts (nodes.SPEED_VERDICTS) may fail.
+    speed_ok: bool = False
 
     def merge(self, other: "Expect") -> "Expect":
         return Expect(self.breaks or other.breaks, self.warns or other.warns, self.blame + other.blame,
                       self.seers | other.seers, self.one_of_seers + other.one_of_seers,
                       {**self.exit_codes, **other.exit_codes}, {**self.verdicts, **other.verdicts},
                       self.absent | other.absent, self.no_report | other.no_report,
-                      self.resumed | other.resumed, self.may_warn | other.may_warn)
+                      self.resumed | other.resumed, self.may_warn | other.may_warn,
+                      self.speed_ok or other.speed_ok)
 
 
 def broken(node: int, *checks: str, kinds: tuple[str, ...] | None = None) -> Expect:
@@ -233,28 +242,41 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
             say(f"node0 (host): exit {rcs.get(0)}, the fault warrants a warning (exit 1)")
     else:
         for i, rc in sorted(rcs.items()):
-            if rc != 0 and i not in e.exit_codes and i not in e.resumed and not (rc == 1 and i in e.may_warn):
+            if rc != 0 and i not in e.exit_codes and i not in e.resumed and not (rc == 1 and i in e.may_warn) \
+                    and not (rc in (1, 2) and e.speed_ok and _only_speed(o, i)):
                 say(f"node{i}: exit {rc}; nothing in this schedule breaks the job (expected 0)")
     for b in e.blame:
         _judge_blame(o, b)
+
+
+def _only_speed(o: Outcome, i: int) -> bool:
+    """Whether node i's report (and the host's, which a joiner repeats) raises nothing but speed verdicts."""
+    reports = [r for r in (o.reports.get(i), o.host_report) if r is not None]
+    return bool(reports) and all(f["check"] in SPEED_VERDICTS for r in reports for f in r["findings"]
+                                 if f["severity"] != "pass")
 
 
 def _judge_blame(o: Outcome, b: Blame) -> None:
     reporter = 0 if b.reporter is None else b.reporter
     report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
     severities = (b.severity,) if isinstance(b.severity, str) else b.severity
-    want = (f"{'/'.join(severities)} {'/'.join(b.checks)}" + (f" kind {'/'.join(b.kinds)}" if b.kinds else "")
-            + f" naming node{b.node}")
+    kinds = f" kind {'/'.join(b.kinds)}" if b.kinds else ""
+    want = f"{'/'.join(severities)} {'/'.join(b.checks) or 'finding'}{kinds} naming node{b.node}" + (
+        " alone" if b.alone else "")
     if report is None:
         if not (b.reporter is None and o.run.runs[0].rc == -signal.SIGKILL):
             o.violations.append(f"node{reporter}: no report to hold {want}")
         return
-    ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None else None
+    ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None or b.alone else None
     hostname = o.run.c.nodes[b.node].hostname
     for f in report["findings"]:
-        if f["check"] not in b.checks or f["severity"] not in severities:
+        if (b.checks and f["check"] not in b.checks) or f["severity"] not in severities:
             continue
         if b.kinds and f.get("kind") not in b.kinds:
+            continue
+        if b.alone:
+            if ranks and f["nodes"] and set(f["nodes"]) <= ranks:
+                return
             continue
         if b.reporter is not None or (ranks and ranks & set(f["nodes"])) or \
                 (not ranks and hostname in " ".join([f["summary"], *f["evidence"]])):
@@ -263,4 +285,3 @@ def _judge_blame(o: Outcome, b: Blame) -> None:
                   for f in report["findings"] if f["severity"] != "pass"})
     o.violations.append(f"node{reporter}'s report: expected {want} (rank {sorted(ranks) if ranks else '?'}); "
                         f"it has {got}")
-

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import shutil
 import signal
 import subprocess
@@ -20,10 +22,11 @@ from pathlib import Path
 import chaos
 from cluster import NETNS_ETC, NETNS_RUN, Cluster, NodeSpec, netns_pids
 from faults import arrival_args, ranked_args
-from nodes import NodeRun, finish, scaled, start
+from nodes import NodeRun, finish, scaled
 
 from .catalog import MODES, Fault, rack_of
 from .generator import JOIN_WINDOW, Schedule, draw_schedule
+from .midrun import seen_at, start_timed
 from .oracle import CHAOS_GRACE, Outcome, judge
 
 TORCHRUN_PORT = 29400
@@ -46,7 +49,10 @@ class ScheduleRun:
     helpers: list[subprocess.Popen] = field(default_factory=list)
     fault_state: dict[Fault, dict] = field(default_factory=dict)   # a fault's own progress
     stopped: dict[int, NodeRun] = field(default_factory=dict)   # SIGSTOPped, resumed at the end
+    stopped_pids: dict[int, list[int]] = field(default_factory=dict)   # beside its group (its workers)
+    killed_at_end: set[int] = field(default_factory=set)   # stopped nodes SIGKILLed, not resumed
     resumed_at: dict[int, float] = field(default_factory=dict)
+    ended: dict[int, float] = field(default_factory=dict)   # when the runner first saw each node gone
     notes: list[str] = field(default_factory=list)
     hung: set[int] = field(default_factory=set)
     leftovers: list[str] = field(default_factory=list)
@@ -66,9 +72,9 @@ class ScheduleRun:
             self.runs[i] = self._start_torchrun(i)
         else:
             # A new interpreter each, as a user's: a fault's random moment may land in torch's import.
+            # Its progress lines timed (midrun.TimedLines): the oracle reads when each was seen.
             wrapper = tuple(w for f in self.sched.faults for w in f.wrapper(i))
-            self.runs[i] = start(self.c, i, self.args(i), self.tmp, bandwidth=self.sched.bandwidth, terminal=True,
-                                 fresh=True, wrapper=wrapper)
+            self.runs[i] = start_timed(self.c, i, self.args(i), self.tmp, self.sched.bandwidth, wrapper)
 
     def _start_torchrun(self, i: int) -> NodeRun:
         s = self.sched
@@ -118,6 +124,10 @@ def _drive(run: ScheduleRun) -> None:
     hard_end = time.monotonic() + run.sched.timeout + CHAOS_GRACE + TORCHRUN_START + scaled(30)
     while time.monotonic() < hard_end:
         pending = [f for f in pending if not f.act(run)]
+        now = time.monotonic()
+        for i, r in run.runs.items():
+            if i not in run.ended and r.proc.poll() is not None:
+                run.ended[i] = now
         live = [r for i, r in run.runs.items() if r.proc.poll() is None and i not in run.stopped]
         for r in live:
             if time.monotonic() - r.started > run.limit(r.node):
@@ -132,20 +142,31 @@ def _drive(run: ScheduleRun) -> None:
             run.hung.add(r.node)
             run.c.kill(r.proc)
         finish(r, 10)
+        # Timed to when it ended, not to when the runner got round to it (after every other node
+        # and the stopped ones' resumption).
+        r.seconds = run.ended.setdefault(r.node, time.monotonic()) - r.started
 
 
 def _resume_stopped(run: ScheduleRun) -> None:
     """SIGCONT the stopped nodes once the others are done: a hung process that wakes must
-    still end, by its own deadline or at once if that has passed (CHAOS_GRACE either way)."""
+    still end, by its own deadline or at once if that has passed (CHAOS_GRACE either way).
+    Those whose fault says so (midrun_stop then=SIGKILL) are SIGKILLed instead."""
     for i, r in run.stopped.items():
-        run.c.kill(r.proc, signal.SIGCONT)
+        sig = signal.SIGKILL if i in run.killed_at_end else signal.SIGCONT
+        run.c.kill(r.proc, sig)
+        for pid in run.stopped_pids.get(i, ()):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         run.resumed_at[i] = time.monotonic()
     for i, r in run.stopped.items():
         try:
-            r.proc.wait(timeout=max(0.1, run.resumed_limit(i) - time.monotonic()))
+            r.proc.wait(timeout=10 if i in run.killed_at_end else max(0.1, run.resumed_limit(i) - time.monotonic()))
         except subprocess.TimeoutExpired:
             run.hung.add(i)
             run.c.kill(r.proc)
+        run.ended[i] = time.monotonic()
 
 
 def _stop_helpers(run: ScheduleRun) -> None:
@@ -223,9 +244,15 @@ def summary(outcomes: list[Outcome], seed: int) -> str:
     return "\n".join(lines)
 
 
-def print_outcome(o: Outcome) -> None:
+def print_outcome(o: Outcome, verbose: bool = False) -> None:
     status = "ok" if not o.violations else f"{len(o.violations)} VIOLATION(S)"
     print(f"{o.sched.describe()} -> {status} ({o.seconds:.1f} s)", flush=True)
+    if verbose and not o.violations:
+        record = outcome_record(o)
+        for note in o.run.notes:
+            print(f"    note: {note}")
+        for node, (rc, seconds) in record["exits"].items():
+            print(f"    {node} exit {rc} at {seconds} s: {'; '.join(record['findings'].get(node, ())) or '-'}")
     if o.violations:
         rcs = " ".join(f"node{i}={r.rc}/{r.seconds:.1f}s" for i, r in sorted(o.run.runs.items()))
         print(f"    exits: {rcs}")
@@ -243,17 +270,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--schedule", type=int, action="append", help="run only this index (repeatable)")
     p.add_argument("--list", action="store_true", help="print the schedules, run nothing")
+    p.add_argument("--midrun", action="store_true",
+                   help="draw most schedules around a fault that lands mid-run (issue 62's campaign)")
     p.add_argument("--json", type=Path, help="write every outcome there (for the notes)")
+    p.add_argument("-v", "--verbose", action="store_true", help="each node's exit and findings, passing or not")
     a = p.parse_args(argv)
     indexes = a.schedule if a.schedule else range(a.n)
-    schedules = [draw_schedule(a.seed, i) for i in indexes]
+    schedules = [draw_schedule(a.seed, i, midrun=a.midrun) for i in indexes]
     if a.list:
         print("\n".join(s.describe() for s in schedules))
         return 0
     outcomes = []
     for s in schedules:
         outcomes.append(run_and_judge(s))
-        print_outcome(outcomes[-1])
+        print_outcome(outcomes[-1], a.verbose)
     print(summary(outcomes, a.seed))
     if a.json:
         a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
@@ -263,6 +293,14 @@ def main(argv: list[str] | None = None) -> int:
 def outcome_record(o: Outcome) -> dict:
     return {"schedule": o.sched.describe(), "replay": o.sched.replay(), "seconds": round(o.seconds, 1),
             "violations": o.violations, "notes": o.run.notes,
+            # Past --timeout (s) each node ended, and how long its Python took to its first line (its
+            # deadline starts then): the grace's measurements. Stopped nodes are timed from SIGCONT.
+            "overrun": {f"node{i}": round(r.seconds - o.sched.timeout, 2) for i, r in sorted(o.run.runs.items())
+                        if i not in o.run.stopped},
+            "startup": {f"node{i}": round(seen_at(r, "netcheck: local...") - r.started, 2)
+                        for i, r in sorted(o.run.runs.items()) if seen_at(r, "netcheck: local...") < math.inf},
+            "after_sigcont": {f"node{i}": round(o.run.ended[i] - at, 2) for i, at in sorted(o.run.resumed_at.items())
+                              if i in o.run.ended and i not in o.run.killed_at_end},
             "exits": {f"node{i}": [r.rc, round(r.seconds, 1)] for i, r in sorted(o.run.runs.items())},
             "findings": {f"node{i}": sorted({f"{f['severity']} {f['check']} {f.get('kind', '')} {f['nodes']}"
                                              for f in rep["findings"] if f["severity"] != "pass"})
