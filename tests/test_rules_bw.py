@@ -14,6 +14,7 @@ from netcheck.core.bwrecords import (
     BusyProcess,
     Fault,
     InFlight,
+    NodeLinks,
     Pair,
     RankTime,
     Sweep,
@@ -87,6 +88,25 @@ def test_every_finding_is_well_formed():
 
 
 # --- bw.stage ----------------------------------------------------------------------------------
+
+RESET = ("RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [198.18.0.12]:21713: Connection reset by "
+         "peer. This is typically caused by a remote worker hanging")
+CLOSED = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [198.18.0.11]:37013."
+ADDRESSES = tuple(NodeLinks(n, (), (), (f"198.18.0.1{n}",)) for n in range(3))
+
+
+def test_a_reset_from_a_live_peer_names_the_pair_as_a_path_that_cuts_long_flows():
+    faults = (Fault(0, 0, 0, "all", "failed", CLOSED), Fault(1, 1, 0, "all", "failed", RESET))
+    (stage,) = by_check(findings_of(result(faults=faults, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert (stage.severity, stage.kind, stage.nodes) == ("fail", "cut_flow", (1, 2))
+    assert "node1 and node2" in stage.summary and "cuts long flows" in stage.summary
+
+
+def test_a_reset_from_a_peer_whose_worker_died_is_the_death_not_the_path():
+    faults = (Fault(1, 1, 0, "all", "failed", RESET), Fault(2, 2, 0, "all", "died", "killed by SIGKILL"))
+    (stage,) = by_check(findings_of(result(faults=faults, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert stage.kind == "" and stage.nodes == (2,)
+
 
 def test_a_sweep_a_fault_stopped_passes_no_busbw_whatever_its_small_sizes_measured():
     """The rows before the fault are small sizes: no plateau, so bw.busbw warns (never a pass on

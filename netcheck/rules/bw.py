@@ -15,6 +15,7 @@ Rules never print and never touch the network.
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from netcheck.core.bwrecords import (
@@ -37,9 +38,14 @@ from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
 from netcheck.rules.link import link_findings, raised
 from netcheck.rules.pernode import ranks_text
-from netcheck.rules.registry import BW_BUSBW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
+from netcheck.rules.registry import BW_BUSBW, BW_CUT_FLOW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
+# gloo's words for a connection its peer's address reset (tcp/pair.cc): "Read error [ADDR]:PORT:
+# Connection reset by peer"; the address in brackets, IPv6 as well.
+RESET_BY = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+: Connection reset by peer")
+# A node's workers that ended on their own: their connections closing says nothing of the path.
+NODE_ENDED = ("died", "stuck", "silent", "stopped")
 FIXES = {
     "died": "the worker process died: look at that node's kernel log (dmesg: the OOM killer?) "
             "and its GPU; the rows measured before it are kept",
@@ -147,6 +153,7 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
                         f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
     blamed, first = culprits(result.faults), first_culprit(result.faults)
     assert first is not None, "failed_stage is its first culprit's stage (bandwidth.faults.root_cause)"
+    cut = cut_flow(result)
     measured = sum(len(s.rows) for s in result.sweeps)
     evidence = tuple(f"{names.rank(f)}, stage {f.stage}: {f.kind}: {f.detail}"
                      + (f"; in flight: {_in_flight_text(f.in_flight)}" if f.in_flight else "")
@@ -155,9 +162,33 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
     evidence += tuple(f"flagged by the mesh: {p}" for p in flagged)
     if result.backend:
         evidence += (f"backend {result.backend}: {result.backend_reason}",)
+    if cut is not None:
+        a, b = sorted(cut)
+        pair = f"{result.node_name(a)} and {result.node_name(b)}"
+        return [Finding(BW_STAGE, FAIL, (a, b), f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
+                        f"the connection between {pair} was reset mid-transfer while the workers at both ends ran: "
+                        "a path that cuts long flows", evidence,
+                        f"look at what sits between {pair}: a firewall, NAT or load balancer with a limit on a "
+                        "connection's bytes, age or idle time, or a full conntrack table; the mesh's short "
+                        "connections pass it, a job's long ones do not", kind=BW_CUT_FLOW)]
     return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
                     f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
                     f"{names.rank(first)} {_what(first)}", evidence, _fix(first, flagged))]
+
+
+def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:
+    """(node, peer) where a worker's connection was reset by the peer's address while no
+    worker of the peer's node died, hung or went silent: a process that ends closes its
+    connections (gloo: "closed by peer"); a reset from a live peer's address was made on the
+    way (a middlebox's REJECT, a conntrack entry dropped). None where no fault says so."""
+    owners = {address: links.node for links in result.links for address in links.addresses}
+    gone = {f.node for f in result.faults if f.kind in NODE_ENDED}
+    for f in result.faults:
+        said = RESET_BY.search(f.detail) if f.kind == "failed" else None
+        peer = owners.get(said.group(1)) if said else None
+        if peer is not None and peer != f.node and peer not in gone:
+            return f.node, peer
+    return None
 
 
 def _what(f: Fault) -> str:

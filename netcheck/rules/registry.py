@@ -95,6 +95,7 @@ REACH_NO_MACHINE = "no_machine"
 REACH_WRONG_PREFIX = "prefix_too_wide"
 REACH_SHARED_SUBNET = "shared_subnet"
 MTU_PATH = "path_mtu"   # nic.mtu's: a path narrower than its ends
+BW_CUT_FLOW = "cut_flow"   # bw.stage's: a connection reset on the way between two live nodes
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -435,8 +436,11 @@ CHECKS: tuple[Check, ...] = (
            ENV_DISAGREE: Kind(ONLY_FAIL, "nodes disagree about MASTER_ADDR, MASTER_PORT or WORLD_SIZE")}),
     Check(BW_STAGE, "bandwidth", (PASS, FAIL),
           "a stage of the bandwidth phase failed; names the stage, node and rank",
-          ("bw.stage_findings",), "BandwidthResult (faults, failed stage)",
-          ("test_rules_bw.py", "test_bandwidth_cluster.py", "test_faults_cluster.py")),
+          ("bw.stage_findings",), "BandwidthResult (faults, failed stage, each node's addresses)",
+          ("test_rules_bw.py", "test_bandwidth_cluster.py", "test_faults_cluster.py"),
+          {BW_CUT_FLOW: Kind(ONLY_FAIL, "a worker's connection was reset by a peer's address while that peer's "
+                                        "workers ran: a path that cuts long flows (a middlebox's byte, age or "
+                                        "idle limit, a full conntrack table); the pair is named")}),
     Check(BW_WRONG, "bandwidth", (PASS, FAIL),
           "corrupted elements in a collective's result",
           ("bw.wrong_findings",), "BandwidthResult (rows' wrong counts)",
