@@ -12,6 +12,7 @@ from netcheck.config import UsageError, check_config, select_phases
 from netcheck.core.budget import (
     GOODBYE_RESERVE,
     JOIN_SHARE,
+    LOOKUPS_BEFORE_SIGN_IN,
     MIN_TIMEOUT,
     PHASE_SECONDS,
     REPORT_RESERVE,
@@ -51,6 +52,19 @@ def test_the_least_timeout_is_each_waiting_phase_asked_and_the_report(only, leas
     if least:
         with pytest.raises(UsageError, match=f"--timeout {least - 0.5:g}: at least {least:g} seconds for the phases"):
             check_config(dataclasses.replace(config, timeout=least - 0.5))
+
+
+def test_slow_lookups_lengthen_the_join_by_a_joiners_lookups_within_the_later_phases_least():
+    """Behind a resolver answering in 4 s a joiner signs in four lookups later (issue 63): the
+    join is that much longer, but never eats the least the later phases asked need."""
+    budget = TimeBudget(100.0, start=100.0)
+    phases = select_phases(None, None)
+    slow = budget.slow_lookups(4.0, phases)
+    assert slow.join.at == budget.join.at + LOOKUPS_BEFORE_SIGN_IN * 4.0 and slow.slow_lookup == 4.0
+    assert (slow.run.at, slow.phases.at, slow.goodbye.at) == (budget.run.at, budget.phases.at, budget.goodbye.at)
+    tight = TimeBudget(40.0, start=100.0).slow_lookups(4.0, phases)
+    assert tight.join.at == 100.0 + 40.0 - minimum_timeout(phases)
+    assert TimeBudget(MIN_TIMEOUT, start=100.0).slow_lookups(4.0, phases).join_extra == 0.0
 
 
 def test_the_help_quotes_the_shares_from_the_budget():

@@ -279,6 +279,22 @@ def test_fqdn_unresolvable():
         "/etc/hosts on every node, with its real address")]
 
 
+def test_fqdn_lookup_netcheck_stopped_waiting_for_is_not_said_to_not_resolve():
+    """A lookup cut short at netcheck's bound (a slow or silent resolver) is no answer about the name."""
+    members = (member(0), member(1, lookups={0: resolving(0, error="no answer to the lookup in 2 s")}), member(2))
+    (finding,) = rdzv_rules.fqdn_findings(members)
+    assert finding.evidence == ("node1 -> node0.example (rank 0): not answered in time (no answer to the lookup in "
+                                "2 s), not an answer that the name does not exist",)
+
+
+def test_a_joiner_past_the_join_behind_a_slow_resolver_names_it():
+    slow = rdzv_rules.gone_before_sign_in(31.0, 26.5, 40.0, (2,), "", lookup_seconds=4.0)
+    assert "its lookups take 4.0 s each (a slow resolver: rdzv.resolve resolver_slow)" in slow.summary
+    assert slow.fix.startswith("repair this node's resolver")
+    prompt = rdzv_rules.gone_before_sign_in(31.0, 20.0, 40.0, (2,), "")
+    assert "resolver" not in prompt.summary and prompt.kind == slow.kind == "late"
+
+
 def test_fqdn_resolving_to_127_0_1_1_is_wrong():
     # Debian's /etc/hosts maps the hostname to 127.0.1.1: the peer then talks to itself.
     members = (member(0, lookups={2: resolving(2, ("127.0.1.1",))}), member(1), member(2))

@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from netcheck.core.model import Finding, Holder, Member, Probe
+from builders import launch
+from netcheck.core.model import Finding, Holder, Member, Probe, Reach, SilentNameserver, SlowNameserver
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import run as run_rules
@@ -210,3 +211,93 @@ def test_under_torchrun_the_rendezvous_counts_and_names_nodes_once():
     assert lost.summary == "node1 stopped answering during the mesh phase" and lost.nodes == (2, 3)
     (goodbye,) = run_rules.unheard_goodbyes({2: "node1", 3: "node1"})
     assert goodbye.summary.startswith("--timeout was spent before node1 said goodbye")
+
+
+# --- slow lookups (issue 63) ----------------------------------------------------------------------
+
+LATE_NAMESERVER = SlowNameserver("10.9.9.53", "/etc/resolv.conf", 4.0)
+OPEN = (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),)
+
+
+def _looked_up(seconds: float, outcome: str = "open", error: str | None = None) -> Reach:
+    found = reach(outcome, OPEN if outcome == "open" else (), addresses=() if error else ("10.0.0.4",), error=error)
+    return dataclasses.replace(found, resolve_seconds=seconds, named_in="DNS")
+
+
+def test_a_lookup_that_answers_late_is_slow_with_its_seconds_and_cost_never_unresolved():
+    """A name answered in 4 s resolves: a warning with the seconds and what torch's store pays per
+    rank (the name's AAAA and A, then the address: three lookups), and the reach probe judged."""
+    resolved, reached_ = reach_rules.reach_findings(_looked_up(4.0), (1,), slow=(LATE_NAMESERVER,),
+                                                    launch=launch(1, 2, nproc=2))
+    assert (resolved.check, resolved.severity, resolved.kind, resolved.nodes) == \
+        ("rdzv.resolve", "warn", "resolver_slow", (1,))
+    assert "only after 4.0 s" in resolved.summary and "10.9.9.53 answers 4.0 s late" in resolved.summary
+    assert "each of this node's 2 rank(s) waits about 12 s" in resolved.summary
+    assert "does not resolve" not in resolved.summary
+    assert resolved.evidence == ("getaddrinfo('node0'): answered in 4.00 s, from DNS",
+                                 "10.9.9.53 (from /etc/resolv.conf): answered a DNS query in 4.00 s")
+    assert reached_.check == "rdzv.reach" and reached_.severity == "pass"
+
+
+def test_a_prompt_lookup_passes_and_an_address_costs_one_lookup_a_connect():
+    (resolved, _) = reach_rules.reach_findings(_looked_up(0.9), (1,))
+    assert resolved == Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4")
+    assert "waits about 4 s" in reach_rules.lookup_cost("10.0.0.4", 4.0, None)
+    assert "waits about 12 s" in reach_rules.lookup_cost("node0", 4.0, None)
+
+
+def test_rank0_says_what_its_store_pays_for_the_jobs_ranks_one_after_another():
+    """torch's store looks up each connection it takes on its one thread: 16 ranks x 4 s."""
+    (own,) = reach_rules.slow_lookup("node0", 4.0, "DNS", (LATE_NAMESERVER,), (0,), launch(0, 2, nproc=8),
+                                     on_rank0=True)
+    assert "rank 0's store looks up each rank that connects, on its one thread: the job's 16 ranks in about 64 s" \
+        in own.summary
+
+
+def test_a_lookup_cut_short_by_the_run_behind_a_late_nameserver_is_not_a_name_that_does_not_exist():
+    """netcheck stopped waiting at its deadline: the name may resolve, later; a failure (the node
+    was not tested) under resolver_slow, with a longer --timeout in the fix."""
+    cut = _looked_up(3.0, "dns", error="no answer to the lookup in 3 s")
+    (failed,) = reach_rules.reach_findings(cut, (2,), slow=(LATE_NAMESERVER,))
+    assert (failed.severity, failed.kind) == ("fail", "resolver_slow")
+    assert "not an answer that the name does not exist" in failed.summary and "--timeout" in failed.fix
+    # A late answer that the name does not exist is just that.
+    gone = _looked_up(4.0, "dns", error="Name or service not known")
+    (failed,) = reach_rules.reach_findings(gone, (2,), slow=(LATE_NAMESERVER,))
+    assert failed.summary == "node0 does not resolve on this node" and failed.kind == ""
+
+
+def test_a_late_nameserver_is_named_slow_and_a_silent_one_silent():
+    silent = SilentNameserver("10.9.9.54", "/etc/resolv.conf", 5.0, 10.0)
+    quiet, late = reach_rules.resolver_findings((silent,), (0,), (LATE_NAMESERVER,), "node0", launch(0, 3),
+                                                on_rank0=True)
+    assert (quiet.kind, quiet.severity) == ("resolver_silent", "warn") and "10.9.9.54 does not answer" in quiet.summary
+    assert (late.kind, late.severity) == ("resolver_slow", "warn") and "10.9.9.53 answers 4.0 s late" in late.summary
+    assert "the job's 3 ranks in about 12 s" in late.summary
+    assert reach_rules.resolver_findings((), (0,)) == []
+
+
+def test_the_host_names_the_joiners_whose_lookup_was_slow_with_each_ones_seconds():
+    members = (member(0), member(1, reach=_looked_up(4.2)), member(2, reach=_looked_up(0.01)))
+    (late,) = reach_rules.slow_lookups(members)
+    assert (late.kind, late.severity, late.nodes) == ("resolver_slow", "warn", (1,))
+    assert late.evidence == ("node1: node0 answered in 4.20 s, from DNS",)
+    assert reach_rules.slow_lookups((member(0), member(2, reach=_looked_up(0.01)))) == []
+
+
+def test_nodes_missing_behind_the_hosts_slow_resolver_are_named_with_it():
+    """Never "missing" with no cause where the host's own lookups were slow."""
+    findings = rdzv_rules.join_findings(gathering((member(0), member(1)), missing=(2,)))
+    (missing,) = reach_rules.slow_join_explained(findings, 4.0, 26.5)
+    assert (missing.kind, missing.nodes) == ("missing", (2,))
+    assert "lookups take 4.0 s each (a slow resolver)" in missing.summary and "about 16 s" in missing.summary
+    assert "resolver_slow" in missing.fix
+    assert reach_rules.slow_join_explained(findings, 0.01, 20.0) == findings
+
+
+def test_a_joiner_keeps_its_own_slow_lookup_for_the_hosts():
+    """Its own names the nameserver; the host's, over every node, only its seconds."""
+    mine = reach_rules.slow_lookup("node0", 4.0, "DNS", (LATE_NAMESERVER,), (1,), None)
+    told = run_rules.cluster_verdict(reach_rules.slow_lookups((member(0), member(1, reach=_looked_up(4.0)))))
+    _, kept = run_rules.with_host_verdict(told, (1,), mine)
+    assert kept == mine

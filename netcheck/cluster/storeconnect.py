@@ -16,11 +16,12 @@ from netcheck.core import compat
 from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
+from netcheck.core.names import lookups_per_connect
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
 from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
-from netcheck.facts.nameservers import silent_nameservers
-from netcheck.facts.probe import reach
+from netcheck.facts.nameservers import lookup_bound, nameserver_look
+from netcheck.facts.probe import Lookup, reach
 from netcheck.facts.procfds import socket_fds
 
 CONNECT_TRY = 2.0
@@ -48,7 +49,7 @@ def host_store(listener: Listener, port: int, deadline: Deadline):
     return store
 
 
-def client_store(host: str, port: int, deadline: Deadline):
+def client_store(host: str, port: int, deadline: Deadline, addresses: tuple[str, ...] = ()):
     """A client of a store the reach probe found listening; raises RendezvousError (HostLost
     once it no longer listens) rather than wait past the deadline.
 
@@ -60,10 +61,12 @@ def client_store(host: str, port: int, deadline: Deadline):
     GIL there), and before each try a plain connect asks whether the store still listens: a
     host lost before this client connected is said at once, not retried to the deadline.
     Once connected, every request is bounded by _bound_replies; Exchange waits by polling.
+    `addresses`: host's, where the caller has looked it up (the reach probe): that plain
+    connect goes there, without a lookup of its own (seconds each, behind a slow resolver).
     """
     dist = compat.import_distributed(deadline)
     while True:
-        gone = not_listening(host, port, deadline)
+        gone = not_listening(host, port, deadline, addresses)
         if gone:
             raise HostLost(f"the host's store at {host}:{port} is gone", gone)
         store, error = client_try(dist, host, port, deadline)
@@ -76,9 +79,12 @@ def client_store(host: str, port: int, deadline: Deadline):
         time.sleep(min(PROBE_RETRY_INTERVAL, deadline.remaining()))
 
 
-def not_listening(host: str, port: int, deadline: Deadline) -> str | None:
-    """Why nothing listens at host:port any more (refused, filtered...), or None."""
-    found = reach(host, port, deadline.within(PROBE_TIMEOUT), wait_while_refused=False, handshake=False)
+def not_listening(host: str, port: int, deadline: Deadline, addresses: tuple[str, ...] = ()) -> str | None:
+    """Why nothing listens at host:port any more (refused, filtered...), or None: at `addresses`
+    where given, else where the name is looked up again (given the time the resolver takes)."""
+    resolved: Lookup = ([(socket.AF_INET6 if ":" in a else socket.AF_INET, (a, port)) for a in addresses], None, 0.0)
+    found = reach(host, port, deadline.within(PROBE_TIMEOUT + (0.0 if addresses else lookup_bound())),
+                  wait_while_refused=False, resolved=resolved if addresses else None, handshake=False)
     if found.outcome == "open":
         return None
     return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
@@ -88,14 +94,19 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
     """(store, None) or (None, the error as netcheck's: ConnectTimedOut past its bound): one
     TCPStore constructor, given a short timeout (torch retries a refused connect within it),
     abandoned in its thread past twice that: a
-    peer that accepts and never answers holds it forever. Plus a lookup's wait for each
-    nameserver that does not answer: torch's client looks up the name of the address it
-    connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never answers)."""
+    peer that accepts and never answers holds it forever. Plus the lookups the client makes
+    before it connects, inside that timeout (torch 2.13's c10d/socket.cpp, SocketConnectOp):
+    getaddrinfo of the host (IPv6 first, IPv4 mapped: its AAAA, then its A), then getnameinfo
+    of the address it connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never
+    answers): a lookup's wait for each nameserver that does not answer, and for one that
+    answers late its answer time, per lookup (lookups_per_connect)."""
+    silent, slow = nameserver_look(deadline)
+    lookups = lookups_per_connect(host) * (sum(s.lookup_wait for s in silent) + max((s.seconds for s in slow),
+                                                                                    default=0.0))
     seconds = min(CONNECT_TRY, deadline.remaining() / 3)
-    timeout = compat.connect_timeout(_timedelta(seconds))
-    silent = silent_nameservers()
-    waits = sum(s.lookup_wait for s in silent)
-    bound = min(2 * timeout.total_seconds() + 1.0 + waits, max(0.1, deadline.remaining()))
+    timeout = compat.connect_timeout(_timedelta(min(seconds + lookups, deadline.remaining())))
+    bound = min(2 * compat.connect_timeout(_timedelta(seconds)).total_seconds() + 1.0 + lookups,
+                max(0.1, deadline.remaining()))
 
     def construct():
         before = socket_fds()
@@ -108,10 +119,12 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
         return store
 
     store, error = call_with_timeout(construct, bound)
-    if isinstance(error, TimeoutError) and silent:
+    if isinstance(error, TimeoutError) and (silent or slow):
+        how = "does not answer" if silent else f"answers {max(s.seconds for s in slow):.1f} s late"
+        named = silent or slow
         error = ConnectTimedOut(f"no TCPStore client was made in {bound:.0f} s: torch's client looks up the "
                                 "address it connects to, and this node's nameserver "
-                                f"{', '.join(s.address for s in silent)} ({silent[0].source}) does not answer", error)
+                                f"{', '.join(s.address for s in named)} ({named[0].source}) {how}", error)
     elif isinstance(error, TimeoutError):
         error = ConnectTimedOut(f"it accepts the connection but no TCPStore answered in {bound:.0f} s (a "
                                 "store held up by other clients answers late, a hung process never: the host's "

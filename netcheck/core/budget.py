@@ -10,13 +10,15 @@ same point in time however late it asks. A phase after the rendezvous starts onl
 MIN_PHASE_SECONDS left before the phases' end, and says so when it cannot. torch's import,
 seconds of CPU on a loaded node, starts once the reach probe has answered and is waited for only up to
 the deadline of the phase that needs it (core.compat.import_distributed), so --timeout
-bounds the whole run at every value the command line accepts (MIN_TIMEOUT and up).
+bounds the whole run at every value the command line accepts (MIN_TIMEOUT and up). One share
+moves, once, in the reach phase: where this node's lookups are slow, the join lasts longer
+(slow_lookups), as the joiners behind a slow resolver come later.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_RESULTS_MARGIN, MESH_TRANSFER_TIMEOUT
 from netcheck.core.deadline import Deadline
@@ -35,6 +37,11 @@ PHASE_SECONDS = {"rendezvous": MIN_PHASE_SECONDS,
                  "env": MIN_PHASE_SECONDS, "bandwidth": MIN_PHASE_SECONDS}
 WAITING_PHASES = tuple(PHASE_SECONDS)
 MIN_TIMEOUT = REPORT_RESERVE + sum(PHASE_SECONDS.values())   # every phase, the default
+# A joiner's lookups of the endpoint before it can sign in: the reach probe's, then its store
+# client's three (the name's AAAA and A, one after the other, and the address it connects to:
+# core.names.lookups_per_connect). Where a lookup is slow, the host takes nodes in for that many
+# lookups longer than its share.
+LOOKUPS_BEFORE_SIGN_IN = 4
 # Of a joiner's phases' time left once it lost the host: the blackhole probe's share (a resolve
 # and two probes of two waits each: five waits).
 BLACKHOLE_PROBE_WAITS = 5
@@ -64,6 +71,8 @@ class TimeBudget:
 
     timeout: float
     start: float          # time.monotonic() at the run's start
+    join_extra: float = 0.0   # past the join's share, where lookups are slow (slow_lookups)
+    slow_lookup: float = 0.0  # ... and one lookup's seconds here, then
 
     @classmethod
     def starting_now(cls, timeout: float) -> "TimeBudget":
@@ -76,7 +85,7 @@ class TimeBudget:
     @property
     def join_seconds(self) -> float:
         """How long after its start the host takes nodes in, at most."""
-        return self.timeout * JOIN_SHARE
+        return self.timeout * JOIN_SHARE + self.join_extra
 
     @property
     def join(self) -> Deadline:
@@ -92,6 +101,14 @@ class TimeBudget:
         """The goodbye's: past the phases' end, since the host tells its verdict only once its
         phases are done, which may be at their deadline; the report takes milliseconds."""
         return Deadline(max(0.0, self.timeout - GOODBYE_RESERVE), start=self.start)
+
+    def slow_lookups(self, lookup_seconds: float, phases: tuple[str, ...]) -> "TimeBudget":
+        """This budget with a join longer than its share where one lookup takes `lookup_seconds`:
+        a joiner behind that resolver comes LOOKUPS_BEFORE_SIGN_IN lookups later, and is waited
+        for, but never past what leaves the phases asked after the rendezvous their least time."""
+        room = self.timeout - minimum_timeout(phases) - self.timeout * JOIN_SHARE
+        return replace(self, join_extra=max(0.0, min(LOOKUPS_BEFORE_SIGN_IN * lookup_seconds, room)),
+                       slow_lookup=lookup_seconds)
 
     def blackhole_probe_seconds(self) -> float:
         """Each wait of the probe a joiner makes once it lost the host (full_frames_lost)."""

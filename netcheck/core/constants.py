@@ -43,7 +43,8 @@ STORE_POLL_INTERVAL = 0.05
 STORE_LOOKS_PER_SECOND = 20_000   # all nodes' looks for a key together: beyond 1,000 nodes each looks
                                   # less often than every STORE_POLL_INTERVAL (benchmarks/scale.py)
 POLL_SLICE = 0.5            # the host's store requests per scan of a counter anyone can push
-LOOKUP_TIMEOUT = 2.0         # one name lookup (getaddrinfo in a thread: a hung resolver cannot hold us)
+LOOKUP_TIMEOUT = 2.0         # one name lookup, at least (getaddrinfo in a thread: a hung resolver cannot hold us);
+                             # where the hosts database asks DNS, as long as glibc's resolver waits (facts.nameservers)
 FRAME_WAIT = 1.0             # the host's wait for a node's kernel to answer one datagram (facts.frames)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 # A joiner's store request waits this long at most for its link toward the host to get its carrier
@@ -86,7 +87,7 @@ CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few second
 INSTANCE_BYTES = 8           # a node's facts carry this many random bytes, its process's own (NodeFacts.instance)
 CLOCK_PINGS = 3
 PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
-NAMESERVER_TIMEOUT = 1.0     # a nameserver that does not answer a query this long is named (rdzv.resolve)
+SLOW_LOOKUP = 1.0            # a lookup, or a nameserver's answer, this late is slow (rdzv.resolve resolver_slow)
 CLOCK_WAIT = 5.0             # a joiner's clock pings, all of them: past it, it goes on without a sample
 # The pings list (19 bytes a ping): past MAX_PINGS_BYTES between two of the host's polls it is a
 # flood; answered pings are dropped once it holds PINGS_KEPT_BYTES, as a list kept whole is read

@@ -57,6 +57,7 @@ PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
 REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
 UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why
 UNANSWERED_HANDSHAKE = "no answer to the TCPStore handshake"   # a not_store probe's detail: silent, not garbage
+UNANSWERED_LOOKUP = "no answer to the lookup"   # a lookup netcheck stopped waiting for: no word on the name
 Family = Annotated[str, one_of(*FAMILIES)]
 Hostnames = Annotated[tuple[Hostname, ...], PER_NODE]
 NodeRanks = Annotated[tuple[NodeRank, ...], PER_NODE]   # e.g. the nodes no peer reaches
@@ -137,6 +138,7 @@ class Reach:
     attempts: Count
     seconds: Seconds
     named_in: Text = ""   # where HOST's address came from: "/etc/hosts line N", "DNS", "" for an address
+    resolve_seconds: Seconds = 0.0   # how long the lookup of HOST took (to its answer, or to its bound)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,17 @@ class SilentNameserver:
     source: Text             # the file that names it
     waited: Seconds          # how long netcheck's query waited
     lookup_wait: Seconds     # what one lookup waits for it: the resolver's timeout x attempts
+
+
+@dataclass(frozen=True)
+class SlowNameserver:
+    """A nameserver this node's resolver asks that answered netcheck's query, but SLOW_LOOKUP or
+    later: every lookup /etc/hosts cannot answer waits about this long for it, torch's store's
+    lookup of each connection's address included."""
+
+    address: IpAddress
+    source: Text             # the file that names it
+    seconds: Seconds         # how long its answer took
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,39 @@ class ProcessLimits:
 
 
 @dataclass(frozen=True)
+class PortSpan:
+    """The ports low..high, both included."""
+
+    low: Port
+    high: Port
+
+
+@dataclass(frozen=True)
+class EphemeralPorts:
+    """The ports this node's kernel gives a socket that asks for none (a connect() before any
+    bind, a bind to port 0), as this node's network namespace has them, read before netcheck
+    opened a socket. IPv6 sockets take theirs from the same net.ipv4 settings."""
+
+    low: Port                  # net.ipv4.ip_local_port_range
+    high: Port
+    # ip_local_reserved_ports inside the range (never given out), as spans
+    reserved: Annotated[tuple[PortSpan, ...], FEW] = ()
+    # ports of the range a connection closed but not yet released holds (/proc/net/tcp and
+    # tcp6: TIME-WAIT, 60 s in the kernel; FIN-WAIT-2, up to net.ipv4.tcp_fin_timeout)
+    closing: Count = 0
+    fin_timeout: Seconds | None = None   # net.ipv4.tcp_fin_timeout (None: unreadable)
+
+    @property
+    def size(self) -> int:
+        return max(0, self.high - self.low + 1)
+
+    @property
+    def usable(self) -> int:
+        """The ports of the range the kernel gives out: the range less its reserved ports."""
+        return max(0, self.size - sum(max(0, s.high - s.low + 1) for s in self.reserved))
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """What one node knows about itself, published at rendezvous."""
 
@@ -195,6 +241,7 @@ class NodeFacts:
     rdma: RdmaFacts | None = None         # RDMA ports, GPU-NIC placement, libnccl; None: not read
     instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
     limits: Annotated[ProcessLimits | None, SHARED] = None   # None: not read (another version)
+    ports: Annotated[EphemeralPorts | None, SHARED] = None   # None: not read (another version, no /proc)
     # socket_env's keys that are not the environment's -> the file they came from (/etc/nccl.conf)
     socket_env_from: Annotated[dict[str, Text], FEW] = field(default_factory=dict)
 

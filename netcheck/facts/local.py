@@ -14,6 +14,7 @@ from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
+from netcheck.facts.ports import read_ports
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.rdma import read_rdma
 
@@ -110,9 +111,10 @@ def _cuda_visible(value: str | None, listed: int) -> int:
 
 def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
     """This node's facts; `reach` is filled in by the reach phase, which runs after."""
+    sysfs, proc = rdma_roots(os.environ)
+    ports = read_ports(proc)   # first: before this process opens a socket (a lookup's included)
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
-    sysfs, proc = rdma_roots(os.environ)
     settings, sources = socket_env(os.environ)
     return NodeFacts(
         run_id=run_id,
@@ -130,6 +132,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         rdma=read_rdma(sysfs, proc),
         instance=secrets.token_hex(INSTANCE_BYTES),
         limits=read_limits(proc),   # before the reach phase lifts this process's descriptor limit
+        ports=ports,
     )
 
 

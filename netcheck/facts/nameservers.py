@@ -1,53 +1,154 @@
-"""The nameservers this node's resolver asks (resolv.conf, nsswitch.conf), and which of them
-do not answer: every lookup /etc/hosts cannot answer waits for each silent one."""
+"""The nameservers this node's resolver asks (resolv.conf, nsswitch.conf), how long glibc's
+resolver waits for them, and which of them answer late or not at all: every lookup /etc/hosts
+cannot answer waits for them, torch's store's lookups of each connection's address included.
+
+How long glibc waits (resolv/res_send.c, send_dg): each round (`options attempts:N`, default 2,
+at most 5) asks every nameserver in turn (at most 3; `rotate` changes the order, not the sum),
+the first for `options timeout:N` seconds (default 5, at most 30), the one at index i > 0 for
+(timeout << i) / count, at least 1. A lookup no nameserver answers ends after the sum over the
+rounds: a lookup is given that much here, bounded by the phase's deadline, never a shorter guess.
+"""
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 
-from netcheck.core.constants import NAMESERVER_TIMEOUT
-from netcheck.core.model import SilentNameserver
+from netcheck.core.constants import LOOKUP_TIMEOUT, SLOW_LOOKUP
+from netcheck.core.deadline import Deadline
+from netcheck.core.model import SilentNameserver, SlowNameserver
 
 RESOLV_CONF = "/etc/resolv.conf"
 NSSWITCH_CONF = "/etc/nsswitch.conf"
 # A DNS query any nameserver answers (even with an error): id, recursion desired, one
 # question: the root's NS records.
 _DNS_QUERY = struct.pack(">HHHHHH", 0x6e63, 0x0100, 1, 0, 0, 0) + b"\x00" + struct.pack(">HH", 2, 1)
+# glibc's bounds (resolv/resolv.h): RES_MAXNS, RES_MAXRETRANS, RES_MAXRETRY; its defaults.
+MAX_SERVERS, MAX_TIMEOUT, MAX_ATTEMPTS = 3, 30, 5
+DEFAULT_TIMEOUT, DEFAULT_ATTEMPTS = 5, 2
+ANSWER_MARGIN = 1.0   # past the resolver's own wait, so that its answer (or its error) is what is seen
 
 
-@functools.lru_cache(maxsize=1)
-def silent_nameservers() -> tuple[SilentNameserver, ...]:
-    """The nameservers of /etc/resolv.conf that do not answer a query in NAMESERVER_TIMEOUT
-    (asked at once, each on a thread), where the hosts database asks DNS at all. Asked once
-    per process: the store client's bound (cluster.storeconnect) reads the answer again."""
-    if not hosts_ask_dns():
-        return ()
-    servers, per_query, attempts = _resolver_settings()
-    answered: dict[str, float | None] = {}
-    threads = [threading.Thread(target=_ask_nameserver, args=(s, answered), daemon=True) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(NAMESERVER_TIMEOUT + 0.5)
-    return tuple(SilentNameserver(s, RESOLV_CONF, NAMESERVER_TIMEOUT, per_query * attempts)
-                 for s in servers if answered.get(s) is None)
+@dataclass(frozen=True)
+class Resolver:
+    """The resolver's settings as glibc reads them (resolv.conf, then RES_OPTIONS)."""
+
+    servers: tuple[str, ...]
+    timeout: int      # seconds for the first nameserver of a round
+    attempts: int     # rounds
+
+    def server_wait(self, index: int) -> float:
+        """How long one round waits for the nameserver at `index` (send_dg)."""
+        seconds = self.timeout << index
+        if index > 0:
+            seconds //= len(self.servers)
+        return float(max(1, seconds))
+
+    @property
+    def round_wait(self) -> float:
+        return sum(self.server_wait(i) for i in range(len(self.servers)))
+
+    @property
+    def lookup_wait(self) -> float:
+        """What a lookup waits where no nameserver answers: every round, every server."""
+        return self.attempts * self.round_wait
 
 
-def _ask_nameserver(server: str, answered: dict[str, float | None]) -> None:
+def resolver() -> Resolver:
+    """This node's resolver: /etc/resolv.conf, then $RES_OPTIONS."""
+    try:
+        text = open(RESOLV_CONF).read()
+    except OSError:
+        text = ""
+    return parse_resolver(text, os.environ.get("RES_OPTIONS", ""))
+
+
+def parse_resolver(text: str, res_options: str = "") -> Resolver:
+    """(nameservers, seconds a query, attempts) as glibc reads resolv.conf's text and then
+    RES_OPTIONS (127.0.0.1 where no nameserver is named; the last value of an option wins)."""
+    servers = re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)[:MAX_SERVERS] or ["127.0.0.1"]
+    options = " ".join(re.findall(r"^\s*options\s+(.*)$", text, re.MULTILINE) + [res_options])
+    per_query = re.findall(r"\btimeout:(\d+)", options)
+    attempts = re.findall(r"\battempts:(\d+)", options)
+    return Resolver(tuple(servers), min(MAX_TIMEOUT, int(per_query[-1])) if per_query else DEFAULT_TIMEOUT,
+                    max(1, min(MAX_ATTEMPTS, int(attempts[-1]))) if attempts else DEFAULT_ATTEMPTS)
+
+
+def lookup_bound(deadline: Deadline | None = None) -> float:
+    """The seconds one name lookup is given: as long as glibc's resolver can take over it (where
+    the hosts database asks DNS), and a margin, never past `deadline`; LOOKUP_TIMEOUT at least
+    (the files alone answer in microseconds, but a loaded machine's thread may start late)."""
+    seconds = max(LOOKUP_TIMEOUT, resolver().lookup_wait + ANSWER_MARGIN) if hosts_ask_dns() else LOOKUP_TIMEOUT
+    return max(0.1, min(seconds, deadline.remaining())) if deadline is not None else seconds
+
+
+class _Asking:
+    """This process's one look at its nameservers: a query to each, asked at once on threads,
+    each waited for as long as the resolver waits for that server in a round (a later answer
+    is one the resolver never takes)."""
+
+    def __init__(self) -> None:
+        self.resolver = resolver()
+        self.start = time.monotonic()
+        self.answered: dict[str, float | None] = {}
+        self.threads = [threading.Thread(target=_ask_nameserver, args=(s, self.resolver.server_wait(i), self.answered),
+                                         daemon=True) for i, s in enumerate(self.resolver.servers)]
+        for t in self.threads:
+            t.start()
+
+    def look(self, deadline: Deadline | None) -> "Look":
+        r = self.resolver
+        until = self.start + max(r.server_wait(i) for i in range(len(r.servers))) + ANSWER_MARGIN
+        for t in self.threads:
+            left = until - time.monotonic()
+            t.join(max(0.0, min(left, deadline.remaining()) if deadline is not None else left))
+        waited = round(time.monotonic() - self.start, 1)
+        silent = tuple(SilentNameserver(s, RESOLV_CONF, min(waited, r.server_wait(i)), r.attempts * r.server_wait(i))
+                       for i, s in enumerate(r.servers) if self.answered.get(s) is None)
+        slow = tuple(SlowNameserver(s, RESOLV_CONF, round(took, 2)) for s in r.servers
+                     if (took := self.answered.get(s)) is not None and took >= SLOW_LOOKUP)
+        return silent, slow
+
+
+_asking: _Asking | None = None
+_asking_lock = threading.Lock()
+
+
+def ask_nameservers() -> None:
+    """Start this process's look at its nameservers (once), so that its answers come in while
+    the phase goes on; nameserver_look collects them."""
+    global _asking
+    with _asking_lock:
+        if _asking is None and hosts_ask_dns():
+            _asking = _Asking()
+
+
+Look = tuple[tuple[SilentNameserver, ...], tuple[SlowNameserver, ...]]   # (silent, slow)
+
+
+def nameserver_look(deadline: Deadline | None = None) -> Look:
+    """The nameservers of /etc/resolv.conf that did not answer a query in the time the resolver
+    gives them (silent), and those that answered, SLOW_LOOKUP or later (slow, with the seconds),
+    where the hosts database asks DNS at all. Asked once per process (ask_nameservers), waited
+    for here up to `deadline`: a server not answered by then counts as silent."""
+    ask_nameservers()
+    return _asking.look(deadline) if _asking is not None else ((), ())
+
+
+def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None]) -> None:
     """answered[server]: seconds to its answer, or to the error that ended the query (a
     refusal, no route to it: the resolver moves on at once, and a lookup /etc/hosts answers
-    never waits for it), or None where nothing came in NAMESERVER_TIMEOUT (a silent server,
-    or an address on the link no machine answers ARP for: every lookup waits)."""
+    never waits for it), or None where nothing came in `wait` (a silent server, or an address
+    on the link no machine answers ARP for: every lookup waits)."""
     start = time.monotonic()
     family = socket.AF_INET6 if ":" in server else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(NAMESERVER_TIMEOUT)
+        sock.settimeout(wait)
         try:
             sock.connect((server, 53))
             sock.send(_DNS_QUERY)
@@ -69,17 +170,3 @@ def hosts_ask_dns() -> bool:
         return True
     line = re.search(r"^\s*hosts\s*:(.*)$", text, re.MULTILINE)
     return line is None or "dns" in line[1].split()
-
-
-def _resolver_settings() -> tuple[list[str], float, int]:
-    """(nameservers, seconds a query, attempts) as glibc reads resolv.conf and RES_OPTIONS
-    (its defaults: 5 s, 2 attempts; 127.0.0.1 where no nameserver is named)."""
-    try:
-        text = open(RESOLV_CONF).read()
-    except OSError:
-        text = ""
-    servers = re.findall(r"^\s*nameserver\s+(\S+)", text, re.MULTILINE)[:3] or ["127.0.0.1"]
-    options = " ".join(re.findall(r"^\s*options\s+(.*)$", text, re.MULTILINE) + [os.environ.get("RES_OPTIONS", "")])
-    per_query = re.findall(r"\btimeout:(\d+)", options)
-    attempts = re.findall(r"\battempts:(\d+)", options)
-    return servers, float(per_query[-1]) if per_query else 5.0, int(attempts[-1]) if attempts else 2

@@ -41,11 +41,11 @@ import threading
 import time
 
 from netcheck.core.bounded import call_with_timeout
-from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT
+from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, Probe, Reach, Route
+from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, UNANSWERED_LOOKUP, Probe, Reach, Route
 from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
-from netcheck.facts.nameservers import hosts_ask_dns
+from netcheck.facts.nameservers import hosts_ask_dns, lookup_bound
 
 FAMILY_NAMES: dict[int, str] = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}   # by family number
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -71,6 +71,8 @@ def resolve(host: str, port: int, timeout: float) -> tuple[list[tuple[int, tuple
     """Every (family, sockaddr) HOST resolves to, in getaddrinfo order, or the error text."""
     infos, error = call_with_timeout(
         lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
+    if isinstance(error, TimeoutError):
+        return [], f"{UNANSWERED_LOOKUP} in {timeout:.3g} s"
     if error is not None:
         return [], error_text(error)
     seen, out = set(), []
@@ -79,6 +81,16 @@ def resolve(host: str, port: int, timeout: float) -> tuple[list[tuple[int, tuple
             seen.add(sockaddr[0])
             out.append((family, sockaddr))
     return out, None if out else f"{host} has no IPv4 or IPv6 address"
+
+
+Lookup = tuple[list[tuple[int, tuple]], "str | None", float]   # resolve's answer, and the seconds it took
+
+
+def lookup(host: str, port: int, timeout: float) -> Lookup:
+    """resolve's answer, timed: (addresses, error, seconds to the answer or to `timeout`)."""
+    start = time.monotonic()
+    addresses, error = resolve(host, port, timeout)
+    return addresses, error, round(time.monotonic() - start, 4)
 
 
 def resolve_addresses(name: str, timeout: float) -> tuple[tuple[str, ...], str | None]:
@@ -112,7 +124,7 @@ def resolve_many(names: list[str], timeout: float) -> dict[str, tuple[tuple[str,
     until = time.monotonic() + rounds * (timeout + 0.5)
     for t in threads:
         t.join(max(0.0, until - time.monotonic()))
-    return {n: found.get(n, ((), f"no answer in {timeout:g} s")) for n in names}
+    return {n: found.get(n, ((), f"{UNANSWERED_LOOKUP} in {timeout:.3g} s")) for n in names}
 
 
 def error_text(error: BaseException) -> str:
@@ -341,17 +353,20 @@ def overall_outcome(probes: tuple[Probe, ...]) -> str:
 
 
 def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE_TIMEOUT,
-          wait_while_refused: bool = True, resolved: tuple[list, str | None] | None = None,
+          wait_while_refused: bool = True, resolved: Lookup | None = None,
           handshake: bool = True, answer_by: Deadline | None = None) -> Reach:
-    """Resolve HOST (unless the caller has: `resolve`'s answer) and probe it; keep probing
-    while refused (host not up yet), to the deadline, unless told that a refusal is the
-    answer (a job's store that is not up will not come). Without `handshake`, a connect
-    alone is open: whether anything still listens there. With `answer_by`, what accepts and
-    stays silent is waited on until then: a store held up answers late (store_answer)."""
+    """Look HOST up (unless the caller has: `lookup`'s answer), given the time the resolver
+    takes within the deadline, and probe it; keep probing while refused (host not up yet), to
+    the deadline, unless told that a refusal is the answer (a job's store that is not up will
+    not come). Without `handshake`, a connect alone is open: whether anything still listens
+    there. With `answer_by`, what accepts and stays silent is waited on until then: a store
+    held up answers late (store_answer)."""
     start = time.monotonic()
-    addresses, error = resolved or resolve(host, port, max(0.1, min(probe_timeout, deadline.remaining())))
+    addresses, error, took = resolved or lookup(host, port, lookup_bound(deadline))
+    slow = took >= SLOW_LOOKUP
     if error:
-        return Reach(host, port, "dns", (), error, (), 0, round(time.monotonic() - start, 4))
+        return Reach(host, port, "dns", (), error, (), 0, round(time.monotonic() - start, 4),
+                     named_in(host) if slow else "", took)
     attempts = 0
     while True:
         attempts += 1
@@ -360,5 +375,5 @@ def reach(host: str, port: int, deadline: Deadline, probe_timeout: float = PROBE
         if outcome != "refused" or not wait_while_refused or deadline.remaining() <= PROBE_RETRY_INTERVAL:
             break
         time.sleep(PROBE_RETRY_INTERVAL)
-    return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes,
-                 attempts, round(time.monotonic() - start, 4), named_in(host) if outcome in UNANSWERED else "")
+    return Reach(host, port, outcome, tuple(s[0] for _, s in addresses), None, probes, attempts,
+                 round(time.monotonic() - start, 4), named_in(host) if outcome in UNANSWERED or slow else "", took)

@@ -23,7 +23,8 @@ from netcheck.core.model import (
 from netcheck.core.rdmarecords import RdmaFacts
 from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
-from netcheck.facts.probe import reach
+from netcheck.facts.nameservers import lookup_bound
+from netcheck.facts.probe import lookup, reach
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdma as rdma_rules
@@ -112,6 +113,6 @@ def local_only(env) -> Report:
 
 def probe_only(host: str, port: int, timeout: float) -> Report:
     """`netcheck probe HOST:PORT`: one round of the reach probe."""
-    found = reach(host, port, Deadline(timeout), probe_timeout=timeout)
+    found = reach(host, port, Deadline(timeout), probe_timeout=timeout, resolved=lookup(host, port, lookup_bound()))
     findings = tuple(reach_rules.reach_findings(found, ()))
     return report_of(PROBE, PROBE, None, findings, {"reach": found.seconds})

@@ -7,19 +7,19 @@ import dataclasses
 import ipaddress
 import socket
 
-from netcheck.core.constants import LOCAL_HOST_GRACE, LOOKUP_TIMEOUT, PROBE_TIMEOUT
+from netcheck.core.constants import LOCAL_HOST_GRACE, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, JOINER, Finding, Probe, SilentNameserver, is_torchrun_worker
+from netcheck.core.model import HOST, JOINER, Finding, Probe, SilentNameserver, SlowNameserver, is_torchrun_worker
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
 from netcheck.facts.listener import PortTaken, listen, port_holders
-from netcheck.facts.nameservers import silent_nameservers
-from netcheck.facts.probe import probe_all, reach, resolve, resolve_addresses
+from netcheck.facts.nameservers import ask_nameservers, lookup_bound, nameserver_look
+from netcheck.facts.probe import Lookup, lookup, named_in, probe_all, reach, resolve_addresses
 from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
-from netcheck.rules.registry import RDZV_REACH
+from netcheck.rules.registry import RDZV_REACH, RESOLVE_SILENT, RESOLVE_SLOW
 
 
 def reached(run: Run) -> bool:
@@ -28,24 +28,43 @@ def reached(run: Run) -> bool:
     to start listening: past that, the launch line is wrong, and waiting cannot fix it."""
     rdzv = run.config.rdzv
     with run.phase("reach"):
-        silent = silent_nameservers()
-        resolved = resolve(rdzv.host, rdzv.port, max(0.1, min(PROBE_TIMEOUT, run.join_deadline.remaining())))
+        ask_nameservers()   # answered while the endpoint is looked up and probed
+        resolved = lookup(rdzv.host, rdzv.port, lookup_bound(run.join_deadline))
         itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.local_facts)
         found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
                       resolved=resolved, answer_by=_answer_by(run))
         run.facts = dataclasses.replace(run.local_facts, reach=found)
+        silent, slow = nameserver_look(run.join_deadline)
+        _slow_lookups(run, found.resolve_seconds, slow)
         mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.local_facts, found.outcome)
         # What squats on a port of this very machine can be named here.
         mine = set(found.addresses) & set(address_owners(run.local_facts.nics))
         holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
-        run.findings += [f for f in reach_rules.reach_findings(found, run.my_ranks(), holders, silent)
-                         if not (mistakes and f.check == RDZV_REACH)] + mistakes
-        if found.outcome != "dns":  # where it is, the lookup's failure names the nameserver
-            run.findings += reach_rules.resolver_findings(silent, run.my_ranks())
+        own = reach_rules.reach_findings(found, run.my_ranks(), holders, silent, slow, run.config.launch)
+        run.findings += [f for f in own if not (mistakes and f.check == RDZV_REACH)] + mistakes
+        run.findings += _nameserver_findings(run, own, silent, slow)
         run.findings += _variables_findings(run, found.addresses)
     found_now = run.local_facts.reach   # None where the phase failed before the probe
     return found_now is not None and found_now.outcome == "open" and not mistakes
+
+
+def _nameserver_findings(run: Run, endpoint: list[Finding], silent: tuple[SilentNameserver, ...],
+                         slow: tuple[SlowNameserver, ...]) -> list[Finding]:
+    """This node's silent and slow nameservers, where the endpoint's own findings (its lookup's
+    failure, or its late answer) do not name them already."""
+    named = {f.kind for f in endpoint}
+    return reach_rules.resolver_findings(() if RESOLVE_SILENT in named else silent, run.my_ranks(),
+                                         () if RESOLVE_SLOW in named else slow, run.config.rdzv.host,
+                                         run.config.launch, on_rank0=run.role == HOST)
+
+
+def _slow_lookups(run: Run, lookup_seconds: float, slow: tuple[SlowNameserver, ...]) -> None:
+    """Where this node's lookups are slow (the endpoint's, or its nameserver's answer), the
+    join lasts longer: the joiners behind that resolver come later (TimeBudget.slow_lookups)."""
+    seconds = max([lookup_seconds, *(s.seconds for s in slow)])
+    if seconds >= SLOW_LOOKUP:
+        run.budget = run.budget.slow_lookups(seconds, run.config.phases)
 
 
 def _answer_by(run: Run) -> Deadline:
@@ -81,7 +100,8 @@ def take_role(run: Run) -> bool:
         return True
     with run.phase("reach"):
         try:
-            resolved = resolve(run.config.rdzv.host, run.config.rdzv.port, LOOKUP_TIMEOUT)
+            ask_nameservers()   # answered while the endpoint is looked up and listened on
+            resolved = lookup(run.config.rdzv.host, run.config.rdzv.port, lookup_bound(run.join_deadline))
             run.listener = listen(run.config.rdzv.port, ipv4_only={f for f, _ in resolved[0]} == {socket.AF_INET})
             own = _own_connect(run, resolved[0])
             if any(p.outcome != "open" for p in own):
@@ -90,11 +110,12 @@ def take_role(run: Run) -> bool:
                 run.findings.append(reach_rules.firewalled_finding(run.config.rdzv.port, own))
                 return False
             run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
-            silent = silent_nameservers()
-            own_endpoint = _own_endpoint_findings(run, resolved, silent)
-            if resolved[0] or not silent:   # where it is, the lookup's failure names the nameserver
-                run.findings += reach_rules.resolver_findings(silent, run.my_ranks())
-            run.findings += own_endpoint
+            silent, slow = nameserver_look(run.join_deadline)
+            _slow_lookups(run, resolved[2], slow)
+            own_endpoint = _own_endpoint_findings(run, resolved, silent, slow)
+            late = reach_rules.slow_lookup(run.config.rdzv.host, resolved[2], named_in(run.config.rdzv.host), slow,
+                                           run.my_ranks(), run.config.launch, on_rank0=True) if resolved[0] else []
+            run.findings += _nameserver_findings(run, late + own_endpoint, silent, slow) + late + own_endpoint
             run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
             return True
         except PortTaken as taken:
@@ -105,17 +126,17 @@ def take_role(run: Run) -> bool:
     return False
 
 
-def _own_endpoint_findings(run: Run, resolved: tuple[list[tuple[int, tuple]], str | None],
-                           silent: tuple[SilentNameserver, ...]) -> list[Finding]:
+def _own_endpoint_findings(run: Run, resolved: Lookup, silent: tuple[SilentNameserver, ...],
+                           slow: tuple[SlowNameserver, ...]) -> list[Finding]:
     """The endpoint as the job's rank 0 will use it, judged at once: torch's store there connects
     its own client to it. A name that does not resolve here is said; addresses none of which
     this node holds are connected to, as that client would (loopback aside: it reaches here)."""
-    entries, error = resolved
+    entries, error, _ = resolved
     owned = address_owners(run.local_facts.nics)
     elsewhere = [(f, sa) for f, sa in entries if sa[0] not in owned and not is_loopback(sa[0])]
     probes = probe_all(elsewhere, PROBE_TIMEOUT, handshake=False) if entries and len(elsewhere) == len(entries) else ()
     return endpoint_rules.own_endpoint_findings(run.config.rdzv, tuple(sa[0] for _, sa in entries), error,
-                                                run.local_facts, probes, silent)
+                                                run.local_facts, probes, silent, slow)
 
 
 def _own_connect(run: Run, resolved: list[tuple[int, tuple]]) -> tuple[Probe, ...]:
@@ -139,7 +160,7 @@ def _called_like_the_endpoint(run: Run) -> bool:
 
 
 def _rdzv_addresses(run: Run) -> tuple[str, ...]:
-    return tuple(resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)[0])
+    return tuple(resolve_addresses(run.config.rdzv.host, lookup_bound(run.join_deadline))[0])
 
 
 def _owned(run: Run, addresses: tuple[str, ...]) -> bool:
@@ -155,5 +176,5 @@ def _variables_findings(run: Run, endpoint_addresses: tuple[str, ...]) -> list[F
     """launch.env on this node: MASTER_ADDR looked up only when it is spelt differently."""
     master = run.local_facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
     same = not master or master == run.config.rdzv.host
-    master_addresses = endpoint_addresses if same else resolve_addresses(master, LOOKUP_TIMEOUT)[0]
+    master_addresses = endpoint_addresses if same else resolve_addresses(master, lookup_bound(run.join_deadline))[0]
     return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, run.local_facts)

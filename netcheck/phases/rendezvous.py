@@ -10,12 +10,13 @@ from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
 from netcheck.cluster.storeconnect import client_store, host_store
 from netcheck.core import codec, seats
-from netcheck.core.constants import FRAME_WAIT, LOOKUP_TIMEOUT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
+from netcheck.core.constants import FRAME_WAIT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.meshrecords import FrameTest, PathCauses
 from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor
 from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
+from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.phases.state import Run
@@ -78,8 +79,11 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
     run.causes = PathCauses(translation_rules.translations(run.members, peers, visitors))
     run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
     run.findings += reach_rules.reach_summary(run.members)
+    run.findings += reach_rules.slow_lookups(run.members)
     stalled = stalls()
-    run.findings += storetrouble_rules.stall_explained(rdzv_rules.join_findings(gathered), stalled) + stalled
+    joined = reach_rules.slow_join_explained(rdzv_rules.join_findings(gathered), run.budget.slow_lookup,
+                                             run.join_seconds)
+    run.findings += storetrouble_rules.stall_explained(joined, stalled) + stalled
     run.findings += endpoint_rules.reached_addresses(run.members)
     run.findings += endpoint()
     run.findings += endpoint_rules.shared_variable_findings(run.members)
@@ -94,7 +98,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
     with run.phase("rendezvous"):
         store = None
         try:
-            store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
+            reached = run.local_facts.reach   # its addresses: looked up (and timed) in the reach phase
+            store = client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline(),
+                                 reached.addresses if reached else ())
             seat, results = rendezvous.join(store, run.local_facts, run.phase_deadline(), run.deadline, cfg.token)
         except rendezvous.CameTooLate:
             run.findings.append(rdzv_rules.seat_finding(None, 0, run.local_facts.hostname))
@@ -105,7 +111,8 @@ def joiner(run: Run) -> rendezvous.Seat | None:
                 # closed without it (and, with nobody else come, ended), whatever became of
                 # it after. "The host stopped answering" would send the user to a sound host.
                 run.findings.append(rdzv_rules.gone_before_sign_in(
-                    run.deadline.elapsed(), run.join_seconds, cfg.timeout, run.my_ranks(), e.seen))
+                    run.deadline.elapsed(), run.join_seconds, cfg.timeout, run.my_ranks(), e.seen,
+                    run.budget.slow_lookup))
             else:  # it answered the reach probe: named lost, as in every later phase
                 run.lose_host("rendezvous", e.seen)
             return None
@@ -179,5 +186,5 @@ def _endpoint_findings(run: Run, missing: tuple[int, ...]) -> list[Finding]:
     where the reach phase said it already (rank 0 cannot reach its own endpoint)."""
     if not missing or any(f.kind == ENDPOINT_UNREACHED for f in run.findings):
         return []
-    addresses, _ = resolve_addresses(run.config.rdzv.host, LOOKUP_TIMEOUT)
+    addresses, _ = resolve_addresses(run.config.rdzv.host, lookup_bound(run.phase_deadline()))
     return endpoint_rules.host_endpoint_findings(run.config.rdzv, addresses, run.local_facts, missing)

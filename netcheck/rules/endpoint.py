@@ -21,12 +21,14 @@ from netcheck.core.model import (
     NodeFacts,
     Probe,
     SilentNameserver,
+    SlowNameserver,
     hostnames,
     is_torchrun_worker,
 )
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
 from netcheck.rules.pernode import node_names, per_node
+from netcheck.rules.reach import cut_short
 from netcheck.rules.registry import (
     ENDPOINT_ELSEWHERE,
     ENDPOINT_LOOPBACK,
@@ -107,7 +109,8 @@ OWN_CLIENT = ("torch's store on rank 0 connects its own client to the endpoint (
 
 def own_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], resolve_error: str | None,
                           facts: NodeFacts, probes: tuple[Probe, ...],
-                          silent: tuple[SilentNameserver, ...] = ()) -> list[Finding]:
+                          silent: tuple[SilentNameserver, ...] = (),
+                          slow: tuple[SlowNameserver, ...] = ()) -> list[Finding]:
     """Rank 0's own endpoint, judged at once (the reach phase), as the job's rank 0 will use it:
     a name that does not resolve here, or addresses none of which this node holds where nothing
     answers on the port from here (`probes`: this node's connects to them). An address that
@@ -123,6 +126,8 @@ def own_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], resolv
                             "other nodes look the name up too", (why,),
                             f"repair the nameserver, or list {endpoint.host} in /etc/hosts on every node; or {instead}",
                             RESOLVE_SILENT)]
+        if cut := cut_short(endpoint.host, resolve_error, slow, (0,), on_rank0=True):
+            return cut
         return [Finding(RDZV_RESOLVE, FAIL, (0,), f"{endpoint.host} does not resolve on this node, rank 0, which "
                         f"hosts the rendezvous: {OWN_CLIENT}, and the other nodes cannot find it by that name either",
                         (why,), f"make {endpoint.host} resolve to this node ({facts.hostname}"

@@ -4,10 +4,11 @@ rules.reach's. Facts in, findings out."""
 
 from __future__ import annotations
 
-from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS
+from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS, SLOW_LOOKUP
 from netcheck.core.model import (
     FAIL,
     PASS,
+    UNANSWERED_LOOKUP,
     WARN,
     ClockSample,
     Finding,
@@ -301,14 +302,19 @@ def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Findi
 
 
 def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks: tuple[int, ...],
-                        seen: str) -> Finding:
-    """A joiner that came to sign in past the host's join deadline and found its store gone."""
+                        seen: str, lookup_seconds: float = 0.0) -> Finding:
+    """A joiner that came to sign in past the host's join deadline and found its store gone;
+    `lookup_seconds`, its own lookup of the endpoint, where that was slow: the likely cause."""
+    slow = lookup_seconds >= SLOW_LOOKUP
     return Finding(RDZV_JOIN, FAIL, ranks,
                    f"this node came to sign in {took:.1f} s after it started, past the host's join "
                    f"deadline ({join_seconds:g} s after its start with --timeout {timeout:g}), and the "
-                   "host's store was gone: the host had closed the rendezvous without it",
+                   "host's store was gone: the host had closed the rendezvous without it"
+                   + (f"; its lookups take {lookup_seconds:.1f} s each (a slow resolver: rdzv.resolve "
+                      "resolver_slow), and its store client makes three before it connects" if slow else ""),
                    (f"this node's store client: {seen}",) if seen else (),
-                   "start every node within the host's join deadline; a node this slow to start (torch's "
+                   ("repair this node's resolver (rdzv.resolve resolver_slow says how), or " if slow else "")
+                   + "start every node within the host's join deadline; a node this slow to start (torch's "
                    "import on a loaded machine) needs a larger --timeout on every node. The host's "
                    "report says whether it ran without this node or died", kind=JOIN_LATE)
 
@@ -389,6 +395,8 @@ def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, s
 def _bad_resolution(addresses: tuple[str, ...], error: str | None, routable: frozenset[str]) -> str | None:
     """Why a lookup of a node's FQDN is wrong (None: it is not); routable, that node's own
     addresses other than loopback."""
+    if error and error.startswith(UNANSWERED_LOOKUP):   # cut short: a slow or silent resolver, not the name
+        return f"not answered in time ({error}), not an answer that the name does not exist"
     if error:
         return f"does not resolve ({error})"
     if routable.isdisjoint(addresses):   # at C speed: a million lookups at 100,000 ranks

@@ -6,28 +6,36 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
+from netcheck.core.budget import LOOKUPS_BEFORE_SIGN_IN
+from netcheck.core.constants import SLOW_LOOKUP
 from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL,
     PASS,
     UNANSWERED,
     UNANSWERED_HANDSHAKE,
+    UNANSWERED_LOOKUP,
     WARN,
     Endpoint,
     Finding,
     Holder,
+    Launch,
     Member,
     Probe,
     Reach,
     Route,
     SilentNameserver,
+    SlowNameserver,
     hostnames,
 )
-from netcheck.rules.pernode import per_node
+from netcheck.core.names import lookups_per_connect
+from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.rdzv import members_count
 from netcheck.rules.registry import (
+    JOIN_MISSING,
     LISTEN_FIREWALLED,
     LISTEN_TWO_HOSTS,
+    RDZV_JOIN,
     RDZV_LISTEN,
     RDZV_REACH,
     RDZV_RESOLVE,
@@ -36,6 +44,7 @@ from netcheck.rules.registry import (
     REACH_SHARED_SUBNET,
     REACH_WRONG_PREFIX,
     RESOLVE_SILENT,
+    RESOLVE_SLOW,
 )
 
 REACH_FIXES = {
@@ -53,22 +62,26 @@ REACH_FIXES = {
 
 
 def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, ...] = (),
-                   silent: tuple[SilentNameserver, ...] = ()) -> list[Finding]:
+                   silent: tuple[SilentNameserver, ...] = (), slow: tuple[SlowNameserver, ...] = (),
+                   launch: Launch | None = None) -> list[Finding]:
     """A joiner's own view of HOST:PORT: one rdzv.resolve and one rdzv.reach finding.
     `holders`: the processes listening on the port, where the endpoint is this node's own;
-    `silent`: this node's nameservers that did not answer (a name they never answered for
-    is not a name that does not exist)."""
+    `silent` and `slow`: this node's nameservers that did not answer, or answered late (a
+    name they never answered for is not a name that does not exist); `launch`: the job's
+    layout, which a slow lookup costs per rank."""
     endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
+    lookup = f"getaddrinfo({reach.host!r}): {reach.resolve_error}"
     if reach.outcome == "dns" and silent:
         return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node: its nameserver "
                         f"{_servers(silent)} did not answer (not an answer that the name does not exist)",
-                        (f"getaddrinfo({reach.host!r}): {reach.resolve_error}", *_silent_lines(silent)),
-                        RESOLVER_FIX, RESOLVE_SILENT)]
+                        (lookup, *_silent_lines(silent)), RESOLVER_FIX, RESOLVE_SILENT)]
+    if reach.outcome == "dns" and (cut := cut_short(reach.host, reach.resolve_error, slow, ranks)):
+        return cut
     if reach.outcome == "dns":
-        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node",
-                        (f"getaddrinfo({reach.host!r}): {reach.resolve_error}",), REACH_FIXES["dns"])]
-    resolved = Finding(RDZV_RESOLVE, PASS, ranks,
-                       f"{reach.host} resolves to {', '.join(reach.addresses)}")
+        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node", (lookup,),
+                        REACH_FIXES["dns"])]
+    (resolved,) = slow_lookup(reach.host, reach.resolve_seconds, reach.named_in, slow, ranks, launch) or \
+        [Finding(RDZV_RESOLVE, PASS, ranks, f"{reach.host} resolves to {', '.join(reach.addresses)}")]
     evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
                      for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",) + \
         tuple(_route_line(p.address, p.route) for p in reach.probes if p.route)
@@ -87,24 +100,128 @@ RESOLVER_FIX = ("repair the nameserver, or name one that answers in /etc/resolv.
                 "/etc/resolv.conf): torch's store looks up the address of every connection, client and server side")
 
 
-def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ...]) -> list[Finding]:
-    """This node's nameservers that do not answer: a warning naming each (where it is named,
-    how long a lookup waits for it), not a fault of the hosts it slows down."""
-    if not silent:
+def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ...],
+                      slow: tuple[SlowNameserver, ...] = (), host: str = "", launch: Launch | None = None,
+                      on_rank0: bool = False) -> list[Finding]:
+    """This node's nameservers that do not answer, or answer late: a warning naming each
+    (where it is named, how long a lookup waits for it, what that costs the job's store, whose
+    clients connect to `host`), not a fault of the hosts it slows down. `on_rank0`: this node
+    serves the job's store."""
+    findings = []
+    if silent:
+        wait = sum(s.lookup_wait for s in silent)
+        findings.append(Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(silent)} does not "
+                                f"answer: every lookup /etc/hosts cannot answer waits up to {wait:g} s for it, torch's "
+                                "store connections included", _silent_lines(silent), RESOLVER_FIX, RESOLVE_SILENT))
+    if slow:
+        late = max(s.seconds for s in slow)
+        findings.append(Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(slow)} answers "
+                                f"{late:.1f} s late: every lookup /etc/hosts cannot answer waits that long, and "
+                                f"{lookup_cost(host, late, launch, on_rank0)}", _slow_lines(slow), SLOW_FIX,
+                                RESOLVE_SLOW))
+    return findings
+
+
+SLOW_FIX = ("repair the nameserver, or name one that answers at once in /etc/resolv.conf (torch's store looks up the "
+            "address of every connection it makes and takes, as ::ffff:a.b.c.d, which /etc/hosts does not answer); "
+            "list the endpoint and every node in /etc/hosts on every node; do not shorten options timeout below its "
+            "answer time: its lookups would fail instead of waiting")
+
+
+def slow_lookup(host: str, seconds: float, named_in: str, slow: tuple[SlowNameserver, ...],
+                ranks: tuple[int, ...], launch: Launch | None, on_rank0: bool = False) -> list[Finding]:
+    """A lookup of the endpoint's name that answered, SLOW_LOOKUP or later: a warning with its
+    seconds and what they cost the job (never "does not resolve"); none where it was prompt."""
+    if seconds < SLOW_LOOKUP:
         return []
-    wait = sum(s.lookup_wait for s in silent)
-    return [Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(silent)} does not answer: every "
-                    f"lookup /etc/hosts cannot answer waits up to {wait:g} s for it, torch's store connections "
-                    "included", _silent_lines(silent), RESOLVER_FIX, RESOLVE_SILENT)]
+    where = f", from {named_in}" if named_in else ""
+    return [Finding(RDZV_RESOLVE, WARN, ranks, f"{host} resolves on this node, but only after {seconds:.1f} s (a slow "
+                   f"resolver{_answers_late(slow)}): {lookup_cost(host, seconds, launch, on_rank0)}",
+                   (f"getaddrinfo({host!r}): answered in {seconds:.2f} s{where}", *_slow_lines(slow)),
+                   SLOW_FIX, RESOLVE_SLOW)]
 
 
-def _servers(silent: tuple[SilentNameserver, ...]) -> str:
-    return ", ".join(s.address for s in silent)
+def cut_short(host: str, error: str | None, slow: tuple[SlowNameserver, ...],
+              ranks: tuple[int, ...], on_rank0: bool = False) -> list[Finding]:
+    """A lookup netcheck stopped waiting for at its phase's deadline, behind a nameserver that
+    answers late: the name may well resolve, later than this run could wait (not "does not
+    resolve"). A failure still: the node was not tested. None otherwise."""
+    if not slow or not (error or "").startswith(UNANSWERED_LOOKUP):
+        return []
+    late = max(s.seconds for s in slow)
+    whose = "this node, rank 0" if on_rank0 else "this node"
+    return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{host} was not resolved on {whose} in the time this run had for it: "
+                   f"its nameserver {_servers(slow)} answers {late:.1f} s late (not an answer that the name does not "
+                   "exist)", (f"getaddrinfo({host!r}): {error}", *_slow_lines(slow)),
+                   f"{SLOW_FIX}; or give netcheck a longer --timeout, so that the lookup is waited for", RESOLVE_SLOW)]
+
+
+def lookup_cost(host: str, seconds: float, launch: Launch | None, on_rank0: bool = False) -> str:
+    """What lookups of `seconds` cost the job (torch 2.13's c10d/socket.cpp): a store client looks
+    up the endpoint's name (AAAA, then A) and the address it connects to, each rank at every
+    connect (lookups_per_connect); rank 0's store looks up each connection it takes, on its
+    one thread, so the job's ranks come in one after another, `seconds` apart."""
+    ranks = f"each of this node's {launch.nproc_per_node} rank(s)" if launch else "each rank"
+    lookups = lookups_per_connect(host)
+    what = "the endpoint's AAAA and A, then the address it connects to" if lookups > 1 else \
+        "the address it connects to"
+    cost = f"{ranks} waits about {lookups * seconds:.0f} s on its store client's lookups ({what}) at every connect"
+    if not on_rank0:
+        return cost
+    job = launch.nnodes_max * launch.nproc_per_node if launch and launch.nnodes_max else None
+    served = f"the job's {job} ranks in about {job * seconds:.0f} s" if job else f"about {seconds:.1f} s a rank"
+    return f"{cost}; rank 0's store looks up each rank that connects, on its one thread: {served} before the job starts"
+
+
+def slow_lookups(members: tuple[Member, ...]) -> list[Finding]:
+    """The host's view of its joiners' lookups of the endpoint: those that answered late, with
+    each node's seconds (its own report names its nameserver)."""
+    late = [(m, reach) for m in members if (reach := m.facts.reach) is not None and reach.outcome != "dns"
+            and reach.resolve_seconds >= SLOW_LOOKUP]
+    if not late:
+        return []
+    names, worst = hostnames(members), max(reach.resolve_seconds for _, reach in late)
+    host, ranks = late[0][1].host, tuple(m.rank for m, _ in late)
+    cost = lookup_cost(host, worst, None)
+    return [Finding(RDZV_RESOLVE, WARN, ranks, f"{host} resolves only after up to {worst:.1f} s on "
+                    f"{node_names(ranks, names)} (a slow resolver): {cost}",
+                    per_node([(m.rank, f"{reach.host} answered in {reach.resolve_seconds:.2f} s"
+                               + (f", from {reach.named_in}" if reach.named_in else "")) for m, reach in late], names),
+                    f"{SLOW_FIX} (each node's own report names its nameserver and its answer time)", RESOLVE_SLOW)]
+
+
+def slow_join_explained(findings: list[Finding], lookup_seconds: float, join_seconds: float) -> list[Finding]:
+    """Nodes that never joined while the host's own lookups took `lookup_seconds` each: named with
+    that likely cause, not as missing alone. A joiner behind the same resolver makes
+    LOOKUPS_BEFORE_SIGN_IN lookups before it can sign in, and the join, longer for them
+    (`join_seconds`), may still have closed first; its own report says (rdzv.resolve resolver_slow,
+    or rdzv.join late). Still a failure: the node was not tested."""
+    if lookup_seconds < SLOW_LOOKUP:
+        return findings
+    cost = LOOKUPS_BEFORE_SIGN_IN * lookup_seconds
+    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; this node's lookups take {lookup_seconds:.1f} s each (a "
+                    f"slow resolver), so a node behind it spends about {cost:.0f} s on lookups before it can sign in, "
+                    f"and the host waited {join_seconds:.0f} s", f.evidence,
+                    f"read each such node's own report (rdzv.resolve resolver_slow); {SLOW_FIX}; or give netcheck a "
+                    "longer --timeout (the host takes nodes in for half of it, and longer where lookups are slow)",
+                    JOIN_MISSING) if f.kind == JOIN_MISSING else f for f in findings]
+
+
+def _answers_late(slow: tuple[SlowNameserver, ...]) -> str:
+    return f": its nameserver {_servers(slow)} answers {max(s.seconds for s in slow):.1f} s late" if slow else ""
+
+
+def _servers(servers: tuple[SilentNameserver, ...] | tuple[SlowNameserver, ...]) -> str:
+    return ", ".join(s.address for s in servers)
 
 
 def _silent_lines(silent: tuple[SilentNameserver, ...]) -> tuple[str, ...]:
     return tuple(f"{s.address} (from {s.source}): no answer to a DNS query in {s.waited:g} s; a lookup waits up "
                  f"to {s.lookup_wait:g} s for it (timeout x attempts)" for s in silent)
+
+
+def _slow_lines(slow: tuple[SlowNameserver, ...]) -> tuple[str, ...]:
+    return tuple(f"{s.address} (from {s.source}): answered a DNS query in {s.seconds:.2f} s" for s in slow)
 
 
 def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tuple[str, ...],

@@ -89,6 +89,7 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
 RESOLVE_SILENT = "resolver_silent"
 RESOLVE_SLOW = "resolver_slow"
+RESOLVE_SLOW = "resolver_slow"
 RESOLVE_ON_HOST = "unresolved_on_rank0"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
@@ -220,18 +221,22 @@ ONLY_WARN, ONLY_FAIL, WARN_FAIL = (WARN,), (FAIL,), (WARN, FAIL)
 CHECKS: tuple[Check, ...] = (
     Check(RDZV_RESOLVE, "reach", ALL,
           "the endpoint's name does not resolve on a node, or to different address families on different nodes, "
-          "or a node's nameserver does not answer",
-          ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings",
-           "endpoint.own_endpoint_findings"),
-          "Reach (each joiner's lookup of HOST), rank 0's own lookup of HOST, SilentNameserver (each node's query "
-          "to its nameservers)",
+          "or only after seconds, or a node's nameserver does not answer or answers late",
+          ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings", "reach.slow_lookup",
+           "reach.cut_short", "reach.slow_lookups", "endpoint.own_endpoint_findings"),
+          "Reach (each joiner's lookup of HOST, timed), rank 0's own lookup of HOST, SilentNameserver and "
+          "SlowNameserver (each node's query to its nameservers, given the resolver's own wait)",
           ("test_rules_reach.py", "test_rules_endpoint.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py",
            "test_launch_cluster.py"),
           {RESOLVE_SILENT: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf does not answer: every lookup "
                                            "/etc/hosts cannot answer waits for it (fail where the endpoint's name "
                                            "was one)"),
            RESOLVE_ON_HOST: Kind(ONLY_FAIL, "the endpoint's name does not resolve on rank 0 itself, which hosts the "
-                                            "rendezvous: torch's store there connects its own client by that name")}),
+                                            "rendezvous: torch's store there connects its own client by that name"),
+           RESOLVE_SLOW: Kind(WARN_FAIL, "a lookup answers, but seconds late (the endpoint's name, or a nameserver "
+                                         "of the node's resolv.conf): torch's store looks up every connection's "
+                                         "address, so the job starts that much slower per rank (fail where netcheck "
+                                         "could not wait for the endpoint's name in the run's time)")}),
     Check(RDZV_REACH, "reach", (PASS, FAIL),
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
           "refused, filtered or unreachable",
@@ -264,7 +269,7 @@ CHECKS: tuple[Check, ...] = (
            "rdzv.hosts_message_refused", "storetrouble.rejected_findings", "rdzv.endpoint_name_taken",
            "rdzv.gone_before_sign_in", "storetrouble.interference_findings", "storetrouble.store_stall_findings",
            "storetrouble.stall_explained", "storetrouble.held_up_findings", "storetrouble.foreign_findings",
-           "storetrouble.malformed_findings"),
+           "storetrouble.malformed_findings", "reach.slow_join_explained"),
           "Gathering (the host's), a joiner's seat and the seated names (core.seats), the values a seated "
           "node sent, the endpoint's addresses",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py", "test_faults_cluster.py",

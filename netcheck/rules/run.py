@@ -11,6 +11,8 @@ from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     BASELINE_DRIFT,
     MESH_CONNECT,
+    RDZV_RESOLVE,
+    RESOLVE_SLOW,
     RUN_CLUSTER,
     RUN_INTERNAL,
     RUN_SKIPPED,
@@ -145,6 +147,9 @@ HOST_ATTRIBUTES = (MESH_CONNECT,)
 # a joiner too): its own finding, of the same severity, stands for the host's (it has every line
 # about this node; the host's was cut to TOLD_EVIDENCE).
 JUDGED_ON_BOTH = (BASELINE_DRIFT,)
+# ... and exact cases of a check a joiner judges for itself as the host does over every node: its
+# own slow lookup names its nameserver, the host's gives the seconds it was told.
+KINDS_JUDGED_ON_BOTH = ((RDZV_RESOLVE, RESOLVE_SLOW),)
 
 
 def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
@@ -154,8 +159,9 @@ def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
     kept = [f for f in mine if f.check not in HOST_ATTRIBUTES]
     own = {(f.check, f.kind, f.summary) for f in kept}
     both = {(f.check, f.severity) for f in kept if f.check in JUDGED_ON_BOTH}
+    kinds = {(f.check, f.kind) for f in kept if (f.check, f.kind) in KINDS_JUDGED_ON_BOTH}
     about = tuple(f for f in told.findings if set(f.nodes) & set(ranks) and (f.check, f.kind, f.summary) not in own
-                  and (f.check, f.severity) not in both)
+                  and (f.check, f.severity) not in both and (f.check, f.kind) not in kinds)
     return replace(told, findings=about), kept + list(about)
 
 
