@@ -83,9 +83,8 @@ def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool
     try:
         if host_word(ex, bool, ex.key(GO, phase), run.phase_deadline()):
             return True
-        why = "the host had too little of --timeout left for it"
+        why, fix = "the host decided against it", "the host's report says why (its time left, a node's ports)"
     except TimeoutError:   # this node started first, and its time ran out before the host's word
-        why = "this node's --timeout ran out before the host's word on it"
-    run.findings.append(run_rules.skipped_finding(phase, why, "the host's report says how much time was left; "
-                                                 "raise --timeout on every node"))
+        why, fix = "this node's --timeout ran out before the host's word on it", "raise --timeout on every node"
+    run.findings.append(run_rules.skipped_finding(phase, why, fix))
     return False

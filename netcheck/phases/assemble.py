@@ -27,6 +27,7 @@ from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import lookup, reach
 from netcheck.phases.state import Run
 from netcheck.rules import nic as nic_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules.registry import JOIN_KEPT_OUT
@@ -107,7 +108,8 @@ def local_only(env) -> Report:
     me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
     findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
-                     + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me))
+                     + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me)
+                     + ports_rules.range_findings(me, None, ports_rules.own_size(launch)))
     return report_of(LOCAL, LOCAL, launch.node_rank, findings, {}, nodes=entries(me))
 
 

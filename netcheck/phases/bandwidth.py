@@ -14,6 +14,7 @@ from netcheck.phases.agree import agreed, wait_stopped_word
 from netcheck.phases.state import Run, seated_rank
 from netcheck.rules import bw as bw_rules
 from netcheck.rules import nic as nic_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import run as run_rules
 
@@ -36,7 +37,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
         run.findings.append(skipped)
         return
-    if not agreed(run, seat, "bandwidth", lambda: _time_for_sweep(run)):
+    if not agreed(run, seat, "bandwidth", lambda: _ports_for_sweep(run) and _time_for_sweep(run)):
         return
     # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
     # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
@@ -80,6 +81,18 @@ def _host_node_stopped(result: BandwidthResult) -> bool:
     """Whether the host's node (bandwidth node 0, whose phase the host runs) told the others
     that it was stopped (orchestrate: a node's account on its way out)."""
     return any(f.node == 0 and f.rank == -1 and f.kind == "stopped" for f in result.faults)
+
+
+def _ports_for_sweep(run: Run) -> bool:
+    """The host's answer, every node's (agreed): whether every node's ephemeral ports hold the
+    sweep's workers and, after them, the job's own. Run regardless, a sweep short of ports fails
+    in its gloo stage naming the healthy nodes, and leaves the job short for a minute."""
+    why = ports_rules.sweep_short(run.members)
+    if why:
+        run.findings.append(run_rules.skipped_finding(
+            "bandwidth", why, "widen that node's ephemeral port range (host.ports says how), then run again to "
+            "measure bandwidth"))
+    return not why
 
 
 def _time_for_sweep(run: Run) -> bool:

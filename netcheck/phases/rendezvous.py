@@ -23,11 +23,12 @@ from netcheck.phases.state import Run
 from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import limits as limits_rules
 from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules import translation as translation_rules
-from netcheck.rules.registry import ENDPOINT_UNREACHED
+from netcheck.rules.registry import ENDPOINT_UNREACHED, HOST_PORTS
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -91,6 +92,10 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
     run.findings += rdzv_rules.fqdn_findings(run.members)
     run.findings += rdzv_rules.clock_findings(run.members)
     run.findings += limits_rules.limit_findings(run.members)
+    # Every node's range, and the endpoint's port in the host's, in place of the host's own view
+    # of its own range (said in the local phase): before the mesh and the sweep open their sockets.
+    run.findings = [f for f in run.findings if f.check != HOST_PORTS] + \
+        ports_rules.range_findings(run.members, run.config.rdzv.port)
 
 
 def joiner(run: Run) -> rendezvous.Seat | None:

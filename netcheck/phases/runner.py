@@ -15,13 +15,14 @@ from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
-from netcheck.core.model import HOST, verdict_of
+from netcheck.core.model import HOST, Member, verdict_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
 from netcheck.rules import launch as launch_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules.registry import RUN_INTERNAL
@@ -43,6 +44,10 @@ def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch)
         run.findings += launch_rules.task_findings(run.facts)
+        # Said before any phase opens a socket: a node too short of ports for the job is named
+        # by itself, whatever becomes of the phases after (the host judges every node's again).
+        me = (Member(-1 if run.rank is None else run.rank, run.facts),)
+        run.findings += ports_rules.range_findings(me, None, ports_rules.own_size(run.facts.launch))
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):

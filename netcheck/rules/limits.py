@@ -43,7 +43,7 @@ def limit_findings(members: tuple[Member, ...]) -> list[Finding]:
     locked memory (where NCCL would use RDMA) and stack (where it has GPUs)."""
     read = tuple((m, m.facts.limits) for m in members if m.facts.limits is not None)
     host = next((r for r in read if r[0].rank == 0), None)
-    ranks, nodes = _layout(members)
+    ranks, nodes = layout(members)
     findings = (_descriptor_findings(host, ranks, nodes) + _backlog_findings(host, ranks, nodes)) if host else []
     names = hostnames(members)
     return findings + _peer_socket_findings(read, ranks, names) + _memlock_findings(read, names) + \
@@ -79,7 +79,7 @@ def _whole(text: str | None) -> int:
     return int(text) if text and text.isdigit() and 0 < int(text) <= 64 else 1
 
 
-def _layout(members: tuple[Member, ...]) -> tuple[int, int]:
+def layout(members: tuple[Member, ...]) -> tuple[int, int]:
     """(ranks, nodes) of the job: under torchrun each member is a rank; else each is a node
     that starts --nproc-per-node processes."""
     nodes = len(set(hostnames(members).values())) or 1

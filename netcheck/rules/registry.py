@@ -35,6 +35,7 @@ NIC_SPEED = "nic.speed"
 NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
 HOST_LIMITS = "host.limits"
+HOST_PORTS = "host.ports"
 GPU_BUILD = "gpu.build"
 HOST_SHM = "host.shm"
 ENV_FLIGHT_RECORDER = "env.flight_recorder"
@@ -121,6 +122,10 @@ ENV_HASH_UNREADABLE = "hash_unreadable"
 LIMIT_BACKLOG = "backlog"
 LIMIT_MEMLOCK = "memlock"
 LIMIT_STACK = "stack"
+# host.ports's exact findings.
+PORTS_TOO_FEW = "range_too_small"
+PORTS_HELD = "time_wait"
+PORTS_ENDPOINT = "endpoint_in_range"
 MESH_TRANSLATED = "translated"
 MESH_WRONG_PREFIX = "wrong_prefix"
 
@@ -379,6 +384,22 @@ CHECKS: tuple[Check, ...] = (
                                           "come at once at start-up"),
            LIMIT_MEMLOCK: Kind(WARN_FAIL, "locked memory limited on a node whose NCCL would use RDMA"),
            LIMIT_STACK: Kind(WARN_FAIL, "an unlimited stack on a GPU node whose NCCL is older than 2.28")}),
+    Check(HOST_PORTS, "local", ALL,
+          "a node's ephemeral port range against the ports the job's processes there hold at once (their "
+          "listeners, and their connections to one address: the store, an NCCL peer); the endpoint's port where "
+          "the host's kernel may give it to any connection",
+          ("ports.range_findings",), "EphemeralPorts (read before netcheck opens a socket), the layout, "
+          "NodeFacts.socket_env (NCCL's sockets per connection), RdmaFacts",
+          ("test_rules_ports.py", "test_ports_cluster.py"),
+          {PORTS_TOO_FEW: Kind(ONLY_FAIL, "the range, less its reserved ports, cannot hold the job's sockets on "
+                                          "that node: its store clients fail with EADDRNOTAVAIL (errno 99), its "
+                                          "listeners with EADDRINUSE"),
+           PORTS_HELD: Kind(ONLY_WARN, "the range holds the job, but not beside the ports closed connections hold "
+                                       "for a minute (TIME-WAIT: others' now, netcheck's own once it ends): a job "
+                                       "started within that minute may be short"),
+           PORTS_ENDPOINT: Kind(ONLY_WARN, "the endpoint's port lies in the rendezvous host's range and is not "
+                                           "reserved: any connection may take it first, and the job's store then "
+                                           "fails to listen (Address already in use)")}),
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),
