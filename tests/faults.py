@@ -547,6 +547,31 @@ def nameserver(slow_address: str, delay: float) -> None:
         threading.Timer(late, sock.sendto, (_nxdomain(query, end), asker)).start()
 
 
+def late_nameserver(records: str, delay: float) -> None:
+    """A nameserver on UDP 53 that answers every query, each `delay` s late (under the
+    resolver's timeout, so every lookup succeeds, slowly): an A record for each NAME=ADDRESS of
+    `records` (comma-separated), no record of another type for those names, "no such name"
+    for any other (reverse zones included). Says `serving`, then `query NAME` per query."""
+    known = dict(pair.split("=", 1) for pair in records.split(",") if pair)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 53))
+    _say("serving")
+    while True:
+        query, asker = sock.recvfrom(512)
+        name, end = _question(query)
+        _say("query", name)
+        qtype = int.from_bytes(query[end - 4:end - 2], "big")
+        address = known.get(name.lower())
+        if address is None:
+            answer = _nxdomain(query, end)
+        elif qtype == 1:   # A
+            answer = (query[:2] + b"\x81\x80" + b"\x00\x01\x00\x01\x00\x00\x00\x00" + query[12:end]
+                      + b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(address))
+        else:              # the name exists, with no record of that type
+            answer = query[:2] + b"\x81\x80" + b"\x00\x01\x00\x00\x00\x00\x00\x00" + query[12:end]
+        threading.Timer(delay, sock.sendto, (answer, asker)).start()
+
+
 def _question(query: bytes) -> tuple[str, int]:
     """The name a DNS query asks about, and where its question ends."""
     at, labels = 12, []
@@ -599,6 +624,8 @@ def _main(argv: list[str]) -> None:
         bad_facts(endpoint, run_id, int(rest[0]), int(rest[1]))
     elif command == "nameserver":
         nameserver(rest[0], float(rest[1]))
+    elif command == "late-nameserver":
+        late_nameserver(rest[0], float(rest[1]))
     elif command == "connects":
         connects(endpoint, int(rest[0]))
     else:

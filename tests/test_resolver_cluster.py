@@ -1,4 +1,5 @@
-"""A nameserver that never answers (issue 35 item 1, issue 39 case 5), on real namespaces.
+"""A nameserver that never answers (issue 35 item 1, issue 39 case 5), or answers late (issue
+63), on real namespaces.
 
 Every node's /etc/nsswitch.conf asks /etc/hosts, then DNS, as a stock machine does, and its
 /etc/resolv.conf names an address in the test subnet that no machine holds: every query to
@@ -13,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from cluster import NETNS_ETC, _write_in_place
-from faults import assert_survivor, finish_each, nodes, ranked_args
+from faults import Agent, assert_survivor, finish_each, nodes, ranked_args
 from nodes import CLUSTER_TIMEOUT, PORT, start
 
 pytestmark = pytest.mark.root_required
@@ -78,3 +79,58 @@ def test_a_healthy_cluster_behind_an_unroutable_nameserver_passes_without_a_word
     for run in runs:
         report = assert_survivor(run, timeout, codes=(0,))
         assert not _silent_resolver(report), report["findings"]
+
+
+LATE = 4.0   # how late the nameserver answers every query: under the resolver's 5 s, so each lookup succeeds
+
+
+def _late_nameserver(c, timeout: float, late: float) -> None:
+    """Every node asks /etc/hosts, then DNS, and its nameserver (node3) answers every query
+    `late` s late. /etc/hosts knows each node by its hostname, but the endpoint's name
+    (node0.cluster) only DNS knows: every node looks it up there (issue 63)."""
+    for node in c.nodes[:3]:
+        _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+        _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {c.nodes[3].addr}\n")
+        c.write_hosts(node.index, [*c.hosts_lines(node.index, omit=[0]), f"{c.nodes[0].addr} node0"])
+    Agent.start(c, 3, "late-nameserver", "0.0.0.0:53", f"node0.cluster={c.nodes[0].addr}",
+                str(late)).wait_for("^serving$", timeout)
+
+
+def _slow_resolver(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if (f["check"], f["kind"]) == ("rdzv.resolve", "resolver_slow")]
+
+
+@pytest.mark.parametrize("late", [LATE, 0.0], ids=["late", "prompt"])
+def test_a_nameserver_that_answers_late_is_named_slow_and_every_node_joins(cluster, tmp_path, late):
+    """A nameserver that answers every lookup, 4 s late (issue 63): the joiners said
+    "node0.cluster does not resolve" after 3 s and left, and the host named them missing. The
+    name resolves, slowly, and torch's store joins by it (its client looks up the name's AAAA
+    and A and the address it connects to). Every node joins and is seated; each names the slow
+    nameserver with its seconds and what it costs the job's startup (a warning, exit 1), and no
+    node is "missing" or said not to resolve. Its control, a prompt nameserver, passes."""
+    timeout = CLUSTER_TIMEOUT
+    with cluster(nodes(4)) as c:
+        _late_nameserver(c, timeout, late)
+        runs = [start(c, i, ["--rdzv", f"node0.cluster:{PORT}", "--nnodes", "3", "--node-rank", str(i),
+                             "--timeout", str(timeout)], tmp_path) for i in range(3)]
+        finish_each(runs, timeout + 10)
+    reports = [assert_survivor(run, timeout, codes=(1,) if late else (0,)) for run in runs]
+    host = reports[0]
+    assert [n["hostname"] for n in host["nodes"]] == ["node0", "node1", "node2"]
+    for report in reports:
+        rank = report["node_rank"]
+        assert not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
+        if not late:
+            assert not _slow_resolver(report), report["findings"]
+            continue
+        assert not [f for f in report["findings"] if f["severity"] != "pass"
+                    and (f["check"], f["kind"]) != ("rdzv.resolve", "resolver_slow")], report["findings"]
+        own = [f for f in _slow_resolver(report) if f["nodes"] == [rank]]
+        assert len(own) == 1 and own[0]["severity"] == "warn", report["findings"]
+        assert c.nodes[3].addr in own[0]["summary"] and "node0.cluster" in own[0]["summary"], own
+        assert any(line.startswith("getaddrinfo('node0.cluster'): answered in 4.") for line in own[0]["evidence"]), own
+        if rank:   # each joiner's lookup, timed, in the facts the host holds
+            assert host["nodes"][rank]["facts"]["reach"]["resolve_seconds"] >= LATE - 0.5, host["nodes"][rank]
+    if late:   # the host's word over its joiners: their seconds, each
+        (joiners,) = [f for f in _slow_resolver(host) if f["nodes"] == [1, 2]]
+        assert all("node0.cluster answered in 4." in line for line in joiners["evidence"]), joiners
