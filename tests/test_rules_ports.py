@@ -51,7 +51,8 @@ def test_a_short_range_names_its_node_the_job_it_judged_and_the_fix():
     assert f"{3 * 5} ranks, 3 node(s) x 5 process(es)" in found.summary and "node2" in found.summary
     assert "8 usable ports, 10 held at once" in found.summary and "EADDRNOTAVAIL" in found.summary
     assert "sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\"" in found.fix and "at least 10" in found.fix
-    (line,) = [e for e in found.evidence if e.startswith("node2")]
+    (line,) = found.evidence   # the node named, alone
+    assert line.startswith("node2: ip_local_port_range 40000-40007: 8 ports")
     assert "5 x 14 connections of gloo's full mesh" in line and "5 listener(s)" in line and "= 10 port(s)" in line
 
 

@@ -148,8 +148,11 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
     if not every:
         return []
     names = hostnames(members)
-    evidence = tuple(f"{names.get(j.first.rank, j.first.facts.hostname)}{ranks_note(j.ranks)}: "
-                     f"{_shown(j, ranks, nodes)}" for j in every)
+
+    def evidence(group: list[Judged]) -> tuple[str, ...]:
+        return tuple(f"{names.get(j.first.rank, j.first.facts.hostname)}{ranks_note(j.ranks)}: "
+                     f"{_shown(j, ranks, nodes)}" for j in group)
+
     short, held = [j for j in every if j.short], [j for j in every if j.held]
     findings: list[Finding] = []
     if short:
@@ -158,7 +161,7 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
             HOST_PORTS, FAIL, at, f"the ephemeral port range of {node_names(at, names)} cannot hold the job's "
             f"sockets there ({_job(ranks, nodes, short[0].first.facts)}): {short[0].usable} usable ports, "
             f"{short[0].need.ports} held at once; the job's store clients there fail with EADDRNOTAVAIL (errno 99, "
-            "retried until their timeout) and its listeners with EADDRINUSE", evidence,
+            "retried until their timeout) and its listeners with EADDRINUSE", evidence(short),
             RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
                              need=max(j.need.ports for j in short)), PORTS_TOO_FEW))
     if held:
@@ -168,7 +171,7 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
             f"({first.need.ports} at once of {first.usable} ports; {_job(ranks, nodes, first.first.facts)}) "
             f"only without the ports closed connections hold for a minute: {first.ports.closing} now, and about "
             f"{OWN_PORTS} of netcheck's own once it ends; a job started within that minute may be short of ports "
-            "(EADDRNOTAVAIL, errno 99; gloo falls back to the loopback address)", evidence,
+            "(EADDRNOTAVAIL, errno 99; gloo falls back to the loopback address)", evidence(held),
             f"start the job a minute after netcheck (TIME-WAIT holds a closed connection's port {TIME_WAIT_SECONDS} "
             "s, FIN-WAIT-2 up to net.ipv4.tcp_fin_timeout), or widen the range: " +
             RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
@@ -176,7 +179,7 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
     if not findings:
         findings.append(Finding(HOST_PORTS, PASS, tuple(r for j in every for r in j.ranks),
                                 f"the ephemeral port ranges hold the job's sockets "
-                                f"({_job(ranks, nodes, every[0].first.facts)})", evidence))
+                                f"({_job(ranks, nodes, every[0].first.facts)})", evidence(every)))
     host = next((j for j in every if 0 in j.ranks), None)
     return findings + (_endpoint_findings(host.ports, endpoint_port, names) if host and endpoint_port else [])
 
