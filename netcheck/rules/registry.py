@@ -90,7 +90,6 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 # rdzv.resolve's, rdzv.reach's and rdzv.listen's exact findings.
 RESOLVE_SILENT = "resolver_silent"
 RESOLVE_SLOW = "resolver_slow"
-RESOLVE_SLOW = "resolver_slow"
 RESOLVE_ON_HOST = "unresolved_on_rank0"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
