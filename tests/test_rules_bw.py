@@ -96,10 +96,26 @@ ADDRESSES = tuple(NodeLinks(n, (), (), (f"198.18.0.1{n}",)) for n in range(3))
 
 
 def test_a_reset_from_a_live_peer_names_the_pair_as_a_path_that_cuts_long_flows():
-    faults = (Fault(0, 0, 0, "all", "failed", CLOSED), Fault(1, 1, 0, "all", "failed", RESET))
+    """node1's connection to node2 reset on the way; node1's worker failed and ended, closing
+    (or resetting, data unread) its connection to node0: that one is the failure's echo."""
+    cut_by_closing = CLOSED.replace("198.18.0.11", "198.18.0.12")
+    for echo, cut in ((CLOSED, RESET), (RESET.replace("198.18.0.12", "198.18.0.11"), RESET), (CLOSED, cut_by_closing)):
+        faults = (Fault(0, 0, 0, "all", "failed", echo), Fault(1, 1, 0, "all", "failed", cut))
+        (stage,) = by_check(findings_of(result(faults=faults, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+        assert (stage.severity, stage.kind, stage.nodes) == ("fail", "cut_flow", (1, 2))
+        assert "node1 and node2" in stage.summary and "cuts long flows" in stage.summary
+
+
+def test_where_every_worker_failed_the_one_reset_among_closes_is_the_cut():
+    """node1's connection reset on the way, node1's worker ended (closing node0's), node0's
+    ended (closing node2's): every node has a fault, the cut is the reset."""
+    faults = (Fault(0, 0, 0, "all", "failed", CLOSED), Fault(1, 1, 0, "all", "failed", RESET),
+              Fault(2, 2, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.10")))
     (stage,) = by_check(findings_of(result(faults=faults, failed="all", links=ADDRESSES)), registry.BW_STAGE)
-    assert (stage.severity, stage.kind, stage.nodes) == ("fail", "cut_flow", (1, 2))
-    assert "node1 and node2" in stage.summary and "cuts long flows" in stage.summary
+    assert (stage.kind, stage.nodes) == ("cut_flow", (1, 2))
+    closes_only = (faults[0], faults[2], Fault(1, 1, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.12")))
+    (stage,) = by_check(findings_of(result(faults=closes_only, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert stage.kind == "", "a ring of closes has no first: nothing is claimed"
 
 
 def test_a_reset_from_a_peer_whose_worker_died_is_the_death_not_the_path():

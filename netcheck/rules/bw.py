@@ -41,11 +41,11 @@ from netcheck.rules.pernode import ranks_text
 from netcheck.rules.registry import BW_BUSBW, BW_CUT_FLOW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
-# gloo's words for a connection its peer's address reset (tcp/pair.cc): "Read error [ADDR]:PORT:
-# Connection reset by peer"; the address in brackets, IPv6 as well.
-RESET_BY = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+: Connection reset by peer")
-# A node's workers that ended on their own: their connections closing says nothing of the path.
-NODE_ENDED = ("died", "stuck", "silent", "stopped")
+# gloo's words for a connection ended from its peer's address (tcp/pair.cc): "Connection closed by
+# peer [ADDR]:PORT" (a FIN) or "Read error [ADDR]:PORT: Connection reset by peer" (a reset); a
+# middlebox's REJECT gives either, as seen on the namespace tests. IPv6 addresses as well.
+ENDED_BY = re.compile(r"Connection closed by peer \[([0-9A-Fa-f.:]+)\]"
+                      r"|\[([0-9A-Fa-f.:]+)\]:\d+: Connection reset by peer")
 FIXES = {
     "died": "the worker process died: look at that node's kernel log (dmesg: the OOM killer?) "
             "and its GPU; the rows measured before it are kept",
@@ -166,8 +166,9 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
         a, b = sorted(cut)
         pair = f"{result.node_name(a)} and {result.node_name(b)}"
         return [Finding(BW_STAGE, FAIL, (a, b), f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
-                        f"the connection between {pair} was reset mid-transfer while the workers at both ends ran: "
-                        "a path that cuts long flows", evidence,
+                        f"the connection between {pair} was cut mid-transfer (closed or reset from "
+                        f"{result.node_name(cut[1])}'s address while its workers ran): a path that cuts long flows",
+                        evidence,
                         f"look at what sits between {pair}: a firewall, NAT or load balancer with a limit on a "
                         "connection's bytes, age or idle time, or a full conntrack table; the mesh's short "
                         "connections pass it, a job's long ones do not", kind=BW_CUT_FLOW)]
@@ -177,18 +178,24 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
 
 
 def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:
-    """(node, peer) where a worker's connection was reset by the peer's address while no
-    worker of the peer's node died, hung or went silent: a process that ends closes its
-    connections (gloo: "closed by peer"); a reset from a live peer's address was made on the
-    way (a middlebox's REJECT, a conntrack entry dropped). None where no fault says so."""
+    """(node, peer) of the connection a path cut, where every fault is a worker's connection
+    ended from a peer's address (no worker died, hung or failed otherwise). A worker that
+    fails ends its process, whose other connections close in turn (reset where data was
+    unread), so the cut is the one ended from a node whose workers all ran on; where each
+    node's worker failed (the echoes came round), the one connection reset among closes. A
+    middlebox's REJECT resets; a worker that ends closes. None where no fault says so."""
     owners = {address: links.node for links in result.links for address in links.addresses}
-    gone = {f.node for f in result.faults if f.kind in NODE_ENDED}
+    ended: list[tuple[int, int, bool]] = []   # (node, the peer it names, whether reset)
     for f in result.faults:
-        said = RESET_BY.search(f.detail) if f.kind == "failed" else None
-        peer = owners.get(said.group(1)) if said else None
-        if peer is not None and peer != f.node and peer not in gone:
-            return f.node, peer
-    return None
+        said = ENDED_BY.search(f.detail) if f.kind == "failed" else None
+        peer = owners.get(said.group(1) or said.group(2)) if said else None
+        if said is None or peer is None or peer == f.node:
+            return None   # something else explains it
+        ended.append((f.node, peer, said.group(2) is not None))
+    faulted = {node for node, _, _ in ended}
+    unfaulted = [(node, peer) for node, peer, _ in ended if peer not in faulted]
+    resets = [(node, peer) for node, peer, reset in ended if reset]
+    return unfaulted[0] if unfaulted else resets[0] if len(resets) == 1 else None
 
 
 def _what(f: Fault) -> str:
