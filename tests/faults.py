@@ -536,13 +536,7 @@ def nameserver(slow_address: str, delay: float) -> None:
     number) and torch's store never stops asking. Says `serving`, then one `query NAME`
     per query, until killed."""
     zone = ".".join(reversed(slow_address.split("."))) + ".in-addr.arpa"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", 53))
-    _say("serving")
-    while True:
-        query, asker = sock.recvfrom(512)
-        name, end = _question(query)
-        _say("query", name)
+    for sock, query, asker, name, end in _queries():
         late = delay if name.lower() == zone else 0.0
         threading.Timer(late, sock.sendto, (_nxdomain(query, end), asker)).start()
 
@@ -553,13 +547,7 @@ def late_nameserver(records: str, delay: float) -> None:
     `records` (comma-separated), no record of another type for those names, "no such name"
     for any other (reverse zones included). Says `serving`, then `query NAME` per query."""
     known = dict(pair.split("=", 1) for pair in records.split(",") if pair)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", 53))
-    _say("serving")
-    while True:
-        query, asker = sock.recvfrom(512)
-        name, end = _question(query)
-        _say("query", name)
+    for sock, query, asker, name, end in _queries():
         qtype = int.from_bytes(query[end - 4:end - 2], "big")
         address = known.get(name.lower())
         if address is None:
@@ -570,6 +558,19 @@ def late_nameserver(records: str, delay: float) -> None:
         else:              # the name exists, with no record of that type
             answer = query[:2] + b"\x81\x80" + b"\x00\x01\x00\x00\x00\x00\x00\x00" + query[12:end]
         threading.Timer(delay, sock.sendto, (answer, asker)).start()
+
+
+def _queries():
+    """(socket, query, asker, name, where its question ends) of each query to a nameserver on
+    UDP 53, said as `query NAME` once `serving` was."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 53))
+    _say("serving")
+    while True:
+        query, asker = sock.recvfrom(512)
+        name, end = _question(query)
+        _say("query", name)
+        yield sock, query, asker, name, end
 
 
 def _question(query: bytes) -> tuple[str, int]:
