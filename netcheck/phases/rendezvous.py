@@ -12,7 +12,7 @@ from netcheck.cluster.storeconnect import client_store, host_store
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.meshrecords import FrameTest, PathCauses
-from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor
+from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor, is_torchrun_worker
 from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
@@ -94,8 +94,10 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
     run.findings += limits_rules.limit_findings(run.members)
     # Every node's range, and the endpoint's port in the host's, in place of the host's own view
     # of its own range (said in the local phase): before the mesh and the sweep open their sockets.
+    # Under torchrun the endpoint is the workers' store, listening already: no connection takes it.
+    store_port = None if is_torchrun_worker(run.config.launch) else run.config.rdzv.port
     run.findings = [f for f in run.findings if f.check != HOST_PORTS] + \
-        ports_rules.range_findings(run.members, run.config.rdzv.port)
+        ports_rules.range_findings(run.members, store_port)
 
 
 def joiner(run: Run) -> rendezvous.Seat | None:
