@@ -60,3 +60,22 @@ def test_a_drop_rule_once_the_workers_are_up_ends_every_node_in_time(cluster, tm
         for j in range(1, N):
             assert named_alone(reports[j], 0), (j, failures(reports[j]))
     assert named_alone(reports[0], victim), failures(reports[0])
+
+
+def test_the_host_s_own_link_down_mid_sweep_names_the_host_not_its_joiners(cluster, tmp_path):
+    """The host's cable pulled once its workers are up: every joiner goes quiet for the host at
+    once. Its report names its own link (node 0), not the joiners as lost; the joiners name the
+    host; every node ends in time and none exits 0."""
+    with cluster(nodes(N)) as c:
+        runs = [start(c, i, ranked_args(i, N, TIMEOUT), tmp_path, bandwidth=True, terminal=True) for i in range(N)]
+        wait_until(lambda: workers_up(runs[0].proc.pid, PORT) or runs[0].proc.poll() is not None,
+                   TIMEOUT, "node0's workers on the store")
+        c.cut_link(0)
+        finish_each(runs, TIMEOUT + scaled(60))
+    late = [r for r in runs if r.seconds > TIMEOUT + CHAOS_GRACE]
+    assert not late and not [r for r in runs if r.rc in (0, 3, 64)], ends(runs)
+    reports = {r.node: r.report for r in runs}
+    lost = [f for f in reports[0]["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
+    assert [f["nodes"] for f in lost] == [[0]] and "link" in lost[0]["summary"], failures(reports[0])
+    for j in range(1, N):
+        assert named_alone(reports[j], 0), (j, failures(reports[j]))

@@ -169,6 +169,15 @@ def carrier_lost(ifname: str, sysfs: str = "/sys") -> bool:
         return False
 
 
+def link_down(ifname: str, sysfs: str = "/sys") -> bool:
+    """Whether IFNAME carries nothing now: set down, or up without a carrier (its operstate
+    says down, or lowerlayerdown under a bond or VLAN). False where it cannot be read."""
+    try:
+        return Path(sysfs, "class/net", ifname, "operstate").read_text().strip() in ("down", "lowerlayerdown")
+    except OSError:
+        return False
+
+
 def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]:
     """The peers whose connections resent anything or moved LINK_REPORTED_SEGMENTS, most resent
     first (at most LINK_PEERS_KEPT): the host judges (a direction too small to judge alone still

@@ -18,6 +18,7 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
 from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
 from netcheck.core.storeerrors import StoreError, first_line
+from netcheck.facts.linkcounters import link_down
 from netcheck.facts.listener import Listener
 from netcheck.facts.local import hosts_file_names
 from netcheck.rules import nic as nic_rules
@@ -159,6 +160,12 @@ class Run:
         """Nodes that stopped answering in `phase`: named there, and not waited for again;
         under the stall, their likely cause, where another client held the host's store up
         during the phase (storetrouble.stall_explained)."""
+        down = self.own_links_down() if self.role == HOST and ranks else ()
+        if down:   # the host's own link, not its joiners: they all went quiet at once for it
+            self.findings.append(rdzv_rules.own_link_down(phase, self.my_ranks(), down, len(ranks)))
+            for rank in ranks:
+                self.alive.pop(rank, None)
+            return
         lost = rdzv_rules.lost_findings(phase, names, ranks)
         if self.seat is not None:
             stalled = self.stall_findings(self.seat.exchange)
@@ -166,6 +173,16 @@ class Run:
         self.findings += lost
         for rank in ranks:
             self.alive.pop(rank, None)
+
+    def own_links_down(self) -> tuple[str, ...]:
+        """This node's interfaces toward its peers (those its mesh connects left by, else every
+        one with an address but loopback) where every one of them is down now; () otherwise."""
+        mine = set(self.my_ranks())
+        used = {a.src_ifname for a in self.attempts if a.src in mine and a.connected and a.src_ifname}
+        if not used and self.facts is not None:
+            used = {n.name for n in self.facts.nics.nics if n.addresses and n.kind != "loopback"}
+        down = tuple(sorted(i for i in used if link_down(i)))
+        return down if down and len(down) == len(used) else ()
 
     def stall_findings(self, ex: Exchange) -> list[Finding]:
         """What held the host's store up since the phase began, named once: the host's own

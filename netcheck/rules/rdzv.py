@@ -349,6 +349,18 @@ def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> 
                    kind=kind)
 
 
+def own_link_down(phase: str, ranks: tuple[int, ...], ifnames: tuple[str, ...], joiners: int) -> Finding:
+    """The host's own interfaces toward its peers went down mid-run: its joiners all went quiet
+    for it, not for anything of theirs."""
+    links = ", ".join(ifnames)
+    kind = lost_in(phase if phase in LOST_PHASES else "env")
+    return Finding(RDZV_JOIN, FAIL, ranks, f"this node's link ({links}) went down during the {phase} phase: its "
+                   f"{joiners} joiner(s) went quiet for it, not for anything of theirs",
+                   (f"this node: {links} down (operstate) when the joiners stopped answering",),
+                   f"look at this node's cable, switch port and NIC ({links}: `ip link show`, the switch's port "
+                   "log); run netcheck again once it is up", kind=kind)
+
+
 def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     """Every node must resolve every other node's FQDN to one of that node's own addresses."""
     # Parsed once an interface table, not once a lookup: 45,000 lookups at 4,096 nodes.
