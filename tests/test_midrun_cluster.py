@@ -77,5 +77,7 @@ def test_the_host_s_own_link_down_mid_sweep_names_the_host_not_its_joiners(clust
     reports = {r.node: r.report for r in runs}
     lost = [f for f in reports[0]["findings"] if f["check"] == "rdzv.join" and f["severity"] == "fail"]
     assert [f["nodes"] for f in lost] == [[0]] and "link" in lost[0]["summary"], failures(reports[0])
+    blamed = {n for f in reports[0]["findings"] if f["severity"] == "fail" for n in f["nodes"]}
+    assert blamed == {0}, failures(reports[0])   # bw.stage too: the joiners' silence was its link's
     for j in range(1, N):
         assert named_alone(reports[j], 0), (j, failures(reports[j]))

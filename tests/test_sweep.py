@@ -17,7 +17,7 @@ import psutil
 import pytest
 import torch
 
-from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause
+from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause, silenced_by
 from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
 from netcheck.bandwidth.orchestrate import Lines, worker_env
 from netcheck.bandwidth.sweep import (
@@ -658,6 +658,15 @@ def test_nodes_that_never_report_are_named_and_speak_only_for_themselves():
     assert [(f.node, f.kind) for f in merged] == [(1, "failed"), (2, "silent")]
     assert merged[1].stage == "inter", "where this node's own workers were when node 2 went quiet"
     assert merged[1].detail.startswith("node 2 sent no account of its workers")
+
+
+def test_a_host_whose_link_went_down_names_itself_for_its_joiners_silence():
+    faults = (Fault(1, -1, -1, "all", "silent", "node 1 sent no account"),
+              Fault(2, -1, -1, "all", "silent", "node 2 sent no account"), Fault(0, 0, 0, "all", "timeout", "t"))
+    kept = silenced_by(faults, 0, "this node's link (eth0) went down")
+    assert [(f.node, f.kind) for f in kept] == [(0, "timeout"), (0, "silent")]
+    assert kept[1].stage == "all" and kept[1].detail.startswith("this node's link (eth0) went down")
+    assert silenced_by(faults[2:], 0, "x") == faults[2:]
 
 
 def test_a_node_that_lost_the_store_names_the_host_alone_for_the_silence():

@@ -103,6 +103,18 @@ def merge_faults(mine: list[Fault], reports: dict[int, NodeReport], me: int, nno
     return sorted(faults, key=lambda f: (f.node, f.rank))
 
 
+def silenced_by(faults: tuple[Fault, ...], me: int, why: str) -> tuple[Fault, ...]:
+    """The faults, where this node heard no account from the others for a reason of its own
+    (`why`: its link went down): their silence says nothing of them, so they are not named;
+    this node is, in the stage they went quiet in."""
+    quiet = [f for f in faults if f.kind == "silent" and f.node != me]
+    if not quiet:
+        return faults
+    kept = tuple(f for f in faults if f not in quiet)
+    return kept + (Fault(me, -1, -1, quiet[0].stage, "silent", f"{why}: what the other nodes' workers did is "
+                         "not known"),)
+
+
 def root_cause(faults: list[Fault]) -> tuple[str | None, str]:
     """The stage that failed and why, from the first culprit."""
     first = first_culprit(faults)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from netcheck.bandwidth.faults import silenced_by
 from netcheck.bandwidth.orchestrate import run_bandwidth
 from netcheck.cluster import rendezvous
 from netcheck.core.bwrecords import NODE_GONE, BandwidthResult
@@ -65,6 +66,10 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     if seat.exchange.lost:  # the phase carries on without the store, so nothing raised
         run.lose_store("bandwidth", seat.exchange.lost)
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
+    gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
+    if run.role == HOST and gone and (down := run.own_links_down()):   # their silence is the host's link's
+        result = dataclasses.replace(result, faults=silenced_by(result.faults, node, f"this node's link "
+                                                                 f"({', '.join(down)}) went down"))
     seat_names, rates = seat.hostnames, _line_rates(run)
     run.bandwidth = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
     findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
@@ -73,7 +78,6 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
                      for f in findings]
     if run.role == HOST and not run.host_lost:  # a node whose account never came is gone, as in any other phase
-        gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
         run.lose("bandwidth", seat_names, gone)
 
 
