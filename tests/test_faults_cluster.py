@@ -101,7 +101,8 @@ def test_joiners_lost_during_rendezvous_and_a_latecomer(cluster, tmp_path):
     assert_stopped(runs[2].report, "sigterm")
     assert took < scaled(3)
     interrupted = assert_interrupted(runs[3], "rendezvous")
-    assert [f["check"] for f in interrupted["findings"]] == ["rdzv.resolve", "rdzv.reach", "run.stopped"]
+    assert [f["check"] for f in interrupted["findings"]] == ["host.ports", "rdzv.resolve", "rdzv.reach",
+                                                               "run.stopped"]
 
     # node4 is healthy and never blamed; waiting out the lost nodes may leave it too little
     # of --timeout for the later phases, which it then says (run.skipped), not fails.
