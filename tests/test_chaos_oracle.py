@@ -215,6 +215,9 @@ def test_the_sweeps_ports_cut_binds_the_host_and_the_victim_only_before_the_firs
     assert e.seers == {0, 2} and named(e) == {(2, None)}
     e = fault.expect(SCHED, landed(fault, 10.0, {0: {ROW: 9.0}, 1: {ROW: 9.1}, 2: {}}))
     assert not e.seers and not e.blame   # the sweep may be done with those ports: nothing binds
+    # No row at all (the phase skipped, or cut short): once a node is in its goodbye, no sweep is ahead.
+    e = fault.expect(SCHED, landed(fault, 10.0, {0: {GOODBYE: 9.0}, 1: {GOODBYE: 9.1}, 2: {GOODBYE: 9.2}}))
+    assert not e.seers and not e.blame
 
 
 def test_a_joiner_stopped_while_it_polls_for_the_verdict_binds_the_host_alone():

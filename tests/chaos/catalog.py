@@ -918,8 +918,9 @@ class MidRun(Fault):
       R2 goodbye: the host must not exit 0 where R1 holds for a joiner whose goodbye the fault
          keeps from the host's store (its own store cut, loopback included; the victim's requests
          cut by an OUTPUT rule, its link, or it stopped): it lacks that joiner's goodbye.
-      R3 sweep: if t < the first measured row any node printed, the sweep still needs every path
-         of the victim: the host and the victim must not exit 0.
+      R3 sweep: if t < the first measured row any node printed (and no node's "goodbye..." line
+         came first), the sweep still needs every path of the victim: the host and the victim
+         must not exit 0.
       Where R2 or R3 binds the host, its report names the victim (its rank alone, a fail finding;
       a host victim names itself, but for a stop, which it cannot see). Nobody else is bound: a
       bystander joiner (neither the victim nor cut off) may pass (docs/SPEC.md: the exit code
@@ -1024,7 +1025,9 @@ class MidRun(Fault):
                         e.blame.append(Blame(0, (), reporter=j, rank=0, alone=True))
                 # R2: j had not heard the verdict, so had not said goodbye either
                 host_sees |= self.goodbye_lost and t < max(host_bye, bye[j])
-        if t < first_row_at(run.runs.values()):                  # R3
+        # R3: before the sweep's first row, and before any node was past its bandwidth phase (a
+        # sweep that never printed a row, skipped or cut short, is not ahead once one is)
+        if t < min(first_row_at(run.runs.values()), *bye.values()):
             e.seers.add(v)
             host_sees = True
         if host_sees or self.host_also_bound(run, t, host_bye):
