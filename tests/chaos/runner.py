@@ -284,9 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     for s in schedules:
         outcomes.append(run_and_judge(s))
         print_outcome(outcomes[-1], a.verbose)
+        if a.json:   # after each schedule: a campaign stopped halfway keeps what it ran
+            a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
     print(summary(outcomes, a.seed))
-    if a.json:
-        a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
     return 1 if any(o.violations for o in outcomes) else 0
 
 
