@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from faults import nodes, ranked_args
-from nodes import GRACE, explain, finish_all, scaled, start
+from nodes import GRACE, SPEED_VERDICTS, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
@@ -28,7 +28,11 @@ def test_a_path_that_cuts_long_flows_is_named_by_its_pair(cluster, tmp_path, cut
         runs = finish_all([start(c, i, ranked_args(i, 3, timeout), tmp_path, bandwidth=True) for i in range(3)],
                           timeout + GRACE)
     if not cut:
-        assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
+        # Without the box: nothing fails. A busy 2-core machine may still warn its speed, or
+        # resends its own load makes (link.health: issue 63's bound under load, not this test's).
+        for r in runs:
+            judged = {f["check"] for f in r.report["findings"] if f["severity"] != "pass"}
+            assert r.rc in (0, 1) and judged <= SPEED_VERDICTS | {"link.health"}, explain(runs)
         return
     host = runs[0]
     assert host.rc == 2, explain(runs)
