@@ -87,13 +87,20 @@ def test_this_processs_connections_are_read_by_peer_address():
         client.sendall(b"x" * (1 << 20))
         reader.join()
         try:
-            peers = {p.address: p for p in peer_segments()}
+            peers = {p.address: p for p in peer_segments(store_port=0)}
+            kept = {p.address: p for p in peer_segments(store_port=server.getsockname()[1])}
         finally:
             client.close()
             accepted.close()
     assert len(got) == 1 << 20
     mine = peers["127.0.0.1"]   # both ends, summed: the client's data and the server's acks
     assert mine.segments > 0 and mine.retransmitted == 0, mine
+    # Each end received what the other sent: one connection's two ends, summed, balance, but for
+    # one segment of the handshake that only one end counts.
+    assert 0 <= mine.received - mine.segments <= 1, mine
+    # The connection to the store's port is left out (the client's end, which sent the data;
+    # the server's end is to the client's ephemeral port and stays).
+    assert kept["127.0.0.1"].segments < mine.segments // 2 and kept["127.0.0.1"].received > mine.received // 2, kept
 
 
 def _read_all(sock: socket.socket, size: int) -> bytes:

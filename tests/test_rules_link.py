@@ -109,6 +109,34 @@ def test_what_a_flapped_node_s_pairs_resent_is_the_flap_s_not_a_lossy_path():
     assert {(f.kind, f.nodes) for f in found} == {(registry.LINK_FLAP, (2,)), (registry.LINK_LOSSY_NODE, (0,))}
 
 
+def received(all_links, missed: dict[tuple[int, int], float]):
+    """The counters with each node's connections saying what they received from each peer: all
+    the peer sent, less the share `missed` of the directions in it."""
+    def node_of(peer: PeerSegments) -> int:
+        return int(peer.address.rsplit(".", 1)[1]) - 10
+
+    sent = {(node.node, node_of(p)): p.segments for node in all_links for p in node.peers}
+    return tuple(replace(node, peers=tuple(
+        replace(p, received=round(sent[(node_of(p), node.node)] * (1 - missed.get((node_of(p), node.node), 0))))
+        for p in node.peers)) for node in all_links)
+
+
+def test_resends_a_receiver_had_received_are_no_loss_and_what_it_missed_is():
+    # A path that reorders: every direction resent 0.3% more than the D-SACKs told, all of which
+    # arrived (the receivers received all that was sent): no loss.
+    reordered = links({(a, b): 0.003 for a in range(3) for b in range(3) if a != b})
+    (f,) = judge(received(reordered, {}))
+    assert f.severity == "pass", f
+    # One of them lost 2% on the way as well: the receiver missed that, and only that is lost.
+    lossy = links({(a, b): 0.003 if (a, b) != (1, 2) else 0.023 for a in range(3) for b in range(3) if a != b})
+    (f,) = judge(received(lossy, {(1, 2): 0.02}))
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (1, 2)), f
+    assert "node1 -> node2: 4,000 of 200,000 segments resent (2.00%)" in f.evidence, f.evidence
+    # A receiver whose connections were not read leaves the sender's resends as they are.
+    (f,) = judge(reordered)
+    assert (f.kind, f.nodes) == (registry.LINK_LOSSY_PATH, (0, 1, 2)), f
+
+
 def test_an_address_two_nodes_hold_names_neither():
     shared = tuple(replace(node, addresses=node.addresses + ("198.19.255.1",),
                            peers=node.peers + (PeerSegments("198.19.255.1", SENT, SENT // 10),)) for node in links({}))

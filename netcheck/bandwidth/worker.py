@@ -285,8 +285,11 @@ class Harness:
                 # Read while every connection is open: a rank that finished first and left would
                 # have reset its end, and its socket here no longer names its peer (chaos seed
                 # 1206, schedule 422: two nodes reported one peer of three). No rank leaves
-                # before every rank has read: the gather after it.
-                self.peers = peer_segments()
+                # before every rank has read: the gather after it. No rank reads before every
+                # rank's pairs are done (the first gather): what one end counts as sent, the
+                # other has received by then, ACKs and all.
+                self.gather([0.0])
+                self.peers = peer_segments(self.me.master_port)
                 self.gather([0.0])
 
     def group_for(self, name: str) -> tuple[Any, list[list[int]]]:

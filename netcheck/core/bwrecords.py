@@ -249,11 +249,13 @@ class StageLinks:
 
 @dataclass(frozen=True)
 class PeerSegments:
-    """The TCP segments a node's bandwidth workers sent on their connections to one address."""
+    """The TCP segments a node's bandwidth workers sent on their connections to one address,
+    and received on them."""
 
     address: IpAddress
     segments: Count                  # tcpi_segs_out, summed over the connections
     retransmitted: Count             # tcpi_total_retrans less tcpi_dsack_dups, summed
+    received: Count | None = None    # tcpi_segs_in, summed; None: not read
 
 
 @dataclass(frozen=True)
@@ -274,16 +276,43 @@ def timed(links: NodeLinks) -> tuple[int, int, int]:
 
 
 def link_directions(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(sender, receiver) -> (segments sent, resent), from each node's connections, the peer
-    known by the address it holds. An address two nodes hold (the same docker0 everywhere,
-    nodes sharing a machine's namespace) names neither."""
+    """(sender, receiver) -> (segments sent, lost), from each node's connections, the peer known
+    by the address it holds. An address two nodes hold (the same docker0 everywhere, nodes
+    sharing a machine's namespace) names neither.
+
+    Lost is what the sender resent (less what the peer said it already had), and never more
+    than the receiver's own connections from the sender missed (sent less received): a path
+    that reorders makes resends the peer had, more than its D-SACKs tell (a healthy 2-CPU
+    namespace cluster: 45 to 225 a direction, 0.05-0.14%, each of which arrived)."""
+    owners = _owners(links)
+    sent = summed(((node.node, to), peer.segments, peer.retransmitted) for node in links for peer in node.peers
+                  if (to := owners.get(peer.address)) is not None and to != node.node)
+    received = _received(links, owners)
+    return {d: (s, min(r, max(0, s - received[d])) if d in received else r) for d, (s, r) in sent.items()}
+
+
+def _owners(links: tuple[NodeLinks, ...]) -> dict[str, int]:
+    """address -> the one node that holds it."""
     held: dict[str, set[int]] = {}
     for node in links:
         for address in node.addresses:
             held.setdefault(address, set()).add(node.node)
-    owners = {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
-    return summed(((node.node, to), peer.segments, peer.retransmitted) for node in links for peer in node.peers
-                  if (to := owners.get(peer.address)) is not None and to != node.node)
+    return {a: next(iter(nodes)) for a, nodes in held.items() if len(nodes) == 1}
+
+
+def _received(links: tuple[NodeLinks, ...], owners: dict[str, int]) -> dict[tuple[int, int], int]:
+    """(sender, receiver) -> the segments the receiver's connections from the sender received,
+    where the receiver read every one of them."""
+    received: dict[tuple[int, int], int] = {}
+    unread: set[tuple[int, int]] = set()
+    for node in links:
+        for peer in node.peers:
+            if (frm := owners.get(peer.address)) is None or frm == node.node:
+                continue
+            if peer.received is None:
+                unread.add((frm, node.node))
+            received[(frm, node.node)] = received.get((frm, node.node), 0) + (peer.received or 0)
+    return {d: n for d, n in received.items() if d not in unread}
 
 
 def summed(counts: Iterable[tuple[K, int, int]]) -> dict[K, tuple[int, int]]:

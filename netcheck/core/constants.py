@@ -220,8 +220,10 @@ BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than 
 BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
 BW_STARTUP_SECONDS = 8.0    # workers start, import torch and join before the first sweep
 # link.health: the link counters around the bandwidth phase (facts/linkcounters.py). A clean link
-# resends nothing once the resends the peer had already received (D-SACKs) are taken off: the
-# namespace clusters' clean directions read 0 of 2.5 million segments, run after run. A cable,
+# loses nothing: a direction's loss is its resends less the D-SACKs, never more than the segments
+# its receiver did not receive, and a healthy namespace cluster's directions read 0 or 1 lost of
+# up to 1.3 million segments, quiet or loaded (benchmarks/link_under_load.py; resends alone read
+# 0.05-0.14% there: a loaded machine reorders what it forwards). A cable,
 # optic or port that loses 0.1% of what crosses it already holds TCP back, and gets worse; at 5%
 # a small message's loss waits out a retransmission timeout, and a gloo sweep of 4 s moves only
 # ~300 segments a node (issue 50): ten resent and more are the evidence there is.

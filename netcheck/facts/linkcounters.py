@@ -50,14 +50,15 @@ PORT_ERRORS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_e
                "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
                "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
                "excessive_buffer_overrun_errors", "VL15_dropped")
-# struct tcp_info (linux/tcp.h): tcpi_total_retrans is the u32 at 100, tcpi_segs_out the u32 at
-# 136 (Linux 4.2 on), tcpi_dsack_dups the u32 at 216 (5.0 on): the retransmissions the peer
-# said it had already received (a D-SACK), sent because an ACK came late, not because a segment
-# was lost. A stalled receiver on a busy machine makes a retransmission timeout fire and resend
-# a window it holds: lost is what was resent less those.
+# struct tcp_info (linux/tcp.h): tcpi_total_retrans is the u32 at 100, tcpi_segs_out and
+# tcpi_segs_in the u32s at 136 and 140 (Linux 4.2 on), tcpi_dsack_dups the u32 at 216 (5.0 on):
+# the retransmissions the peer said it had already received (a D-SACK), sent because an ACK
+# came late, not because a segment was lost. A stalled receiver on a busy machine makes a
+# retransmission timeout fire and resend a window it holds: lost is what was resent less
+# those. segs_in, read at the other end of the same connections, says what arrived at all.
 TCP_INFO_BYTES = 220
-TOTAL_RETRANS_AT, SEGS_OUT_AT, DSACK_DUPS_AT = 100, 136, 216
-TCP_INFO_MIN_BYTES = SEGS_OUT_AT + 4
+TOTAL_RETRANS_AT, SEGS_OUT_AT, SEGS_IN_AT, DSACK_DUPS_AT = 100, 136, 140, 216
+TCP_INFO_MIN_BYTES = SEGS_IN_AT + 4
 
 
 @dataclass(frozen=True)
@@ -140,10 +141,13 @@ class StageCounters:
         self.current = (stage, now) if stage is not None else None
 
 
-def peer_segments() -> tuple[PeerSegments, ...]:
-    """This process's TCP connections, summed by the peer's address: what they sent and sent
-    again (TCP_INFO, read on each connected socket this process holds)."""
-    return merged(PeerSegments(*found) for fd in sorted(socket_fds()) if (found := _segments(fd)) is not None)
+def peer_segments(store_port: int) -> tuple[PeerSegments, ...]:
+    """This process's TCP connections, summed by the peer's address: what they sent, sent again
+    and received (TCP_INFO, read on each connected socket this process holds). Its connection
+    to the store (STORE_PORT) stays out: its other end is no worker's, so what it sent would
+    count as lost."""
+    return merged(PeerSegments(*found) for fd in sorted(socket_fds())
+                  if (found := _segments(fd, store_port)) is not None)
 
 
 def own_addresses() -> tuple[str, ...]:
@@ -182,19 +186,23 @@ def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]
     """The peers whose connections resent anything or moved LINK_REPORTED_SEGMENTS, most resent
     first (at most LINK_PEERS_KEPT): the host judges (a direction too small to judge alone still
     tells which way a pair lost), and a full mesh's idle connections stay out."""
-    kept = sorted((p for p in peers if p.retransmitted or p.segments >= LINK_REPORTED_SEGMENTS),
+    kept = sorted((p for p in peers if p.retransmitted or max(p.segments, p.received or 0) >= LINK_REPORTED_SEGMENTS),
                   key=lambda p: (-p.retransmitted, -p.segments, p.address))
     return tuple(kept[:LINK_PEERS_KEPT])
 
 
 def merged(peers) -> tuple[PeerSegments, ...]:
-    """Several workers' peers, summed by address."""
+    """Several workers' peers, summed by address (received: None where any of them was not read)."""
+    peers = list(peers)
     sums = summed((p.address, p.segments, p.retransmitted) for p in peers)
-    return tuple(PeerSegments(a, s, r) for a, (s, r) in sorted(sums.items()))
+    unread = {p.address for p in peers if p.received is None}
+    received = summed((p.address, p.received or 0, 0) for p in peers)
+    return tuple(PeerSegments(a, s, r, None if a in unread else received[a][0]) for a, (s, r) in sorted(sums.items()))
 
 
-def _segments(fd: int) -> tuple[str, int, int] | None:
-    """(peer address, segments sent, retransmitted) of a connected TCP socket; None otherwise."""
+def _segments(fd: int, store_port: int) -> tuple[str, int, int, int] | None:
+    """(peer address, segments sent, retransmitted, received) of a connected TCP socket that is
+    not to the store; None otherwise."""
     try:
         sock = socket.socket(fileno=os.dup(fd))   # a copy: closing it leaves the worker's own
     except OSError:
@@ -203,17 +211,17 @@ def _segments(fd: int) -> tuple[str, int, int] | None:
         if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
             return None
         try:
-            peer = sock.getpeername()[0]
+            peer, port = sock.getpeername()[:2]
             info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
         except OSError:   # not connected: a listener
             return None
-    if len(info) < TCP_INFO_MIN_BYTES:
+    if len(info) < TCP_INFO_MIN_BYTES or port == store_port:
         return None
     (retrans,) = struct.unpack_from("I", info, TOTAL_RETRANS_AT)
-    (segs,) = struct.unpack_from("I", info, SEGS_OUT_AT)
+    segs, received = struct.unpack_from("II", info, SEGS_OUT_AT)
     (dups,) = struct.unpack_from("I", info, DSACK_DUPS_AT) if len(info) >= TCP_INFO_BYTES else (0,)
     # As own_addresses writes them: no IPv4-mapped prefix, no link-local scope.
-    return peer.removeprefix("::ffff:").split("%")[0], segs, max(0, retrans - dups)
+    return peer.removeprefix("::ffff:").split("%")[0], segs, max(0, retrans - dups), received
 
 
 def _tcp(proc: str) -> dict[str, int]:
