@@ -7,7 +7,7 @@ import socket
 import threading
 from pathlib import Path
 
-from netcheck.core.bwrecords import Moved, PeerSegments
+from netcheck.core.bwrecords import Moved, PeerSegments, Unanswered
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_PEERS_KEPT
 from netcheck.facts.linkcounters import (
     StageCounters,
@@ -17,6 +17,7 @@ from netcheck.facts.linkcounters import (
     peer_segments,
     read_counters,
     stage_links,
+    unanswered,
     worth_reporting,
 )
 
@@ -131,3 +132,27 @@ def test_only_an_interface_up_without_a_carrier_has_lost_it(tmp_path):
 def test_a_local_address_is_held_by_its_interface_and_a_strangers_by_none():
     assert interface_holding("127.0.0.1") == interface_holding("::ffff:127.0.0.1") == "lo"
     assert interface_holding("192.0.2.1") is None   # TEST-NET-1: no interface's
+
+
+def tcp_row(local: str, remote: str, state: str, timer: str, timeouts: int) -> str:
+    """One /proc/net/tcp row as the kernel writes it (get_tcp4_sock)."""
+    return (f"   0: {local} {remote} {state} 00000400:00000000 {timer}:00000123 {timeouts:08X}     0        0 "
+            "4242 1 0000000000000000 20 4 30 10 -1")
+
+
+def test_unanswered_connections_are_those_resent_on_timeout_again_and_again_by_peer(tmp_path):
+    me, node2, node0 = "0B0012C6", "0C0012C6", "0A0012C6"   # 198.18.0.11, .12, .10 as the kernel writes them
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode"
+    rows = [tcp_row(f"{me}:9C40", f"{node2}:A000", "01", "01", 4),    # established, 4 timeouts in a row
+            tcp_row(f"{me}:9C41", f"{node2}:A001", "02", "01", 2),    # a connect, unanswered twice
+            tcp_row(f"{me}:9C42", f"{node0}:A002", "01", "01", 1),    # one timeout: a lost segment, not a wall
+            tcp_row(f"{me}:9C43", f"{node0}:A003", "01", "04", 6),    # a zero-window probe: a peer not reading
+            tcp_row(f"{me}:9C44", f"{node0}:A004", "0A", "01", 5),    # a listener
+            tcp_row("0100007F:9C45", "0100007F:A005", "01", "01", 5)]  # loopback
+    mapped = "0000000000000000FFFF0000" + node0   # ::ffff:198.18.0.10, the words as the kernel writes them
+    rows6 = [tcp_row("0" * 32 + ":9C46", f"{mapped}:A006", "04", "01", 3)]   # an orphan closing, unanswered
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "tcp").write_text("\n".join([header, *rows]) + "\n")
+    (tmp_path / "net" / "tcp6").write_text("\n".join([header, *rows6]) + "\n")
+    assert unanswered(str(tmp_path)) == (Unanswered("198.18.0.10", 1, 0, 3), Unanswered("198.18.0.12", 2, 1, 4))
+    assert unanswered(str(tmp_path / "missing")) == ()

@@ -81,3 +81,25 @@ def test_the_host_s_own_link_down_mid_sweep_names_the_host_not_its_joiners(clust
     assert blamed == {0}, failures(reports[0])   # bw.stage too: the joiners' silence was its link's
     for j in range(1, N):
         assert named_alone(reports[j], 0), (j, failures(reports[j]))
+
+
+@pytest.mark.parametrize("chains", [("INPUT",), ("OUTPUT",)], ids=["in", "out"])
+def test_a_joiner_s_data_ports_going_dark_mid_sweep_names_that_joiner(cluster, tmp_path, chains):
+    """A joiner's every TCP port but the endpoint's (and UDP) dropped once its workers are up,
+    in or out: the mesh had passed, the store still answers, and every rank's collective waits
+    to the deadline on a timeout that names no one. The connections left unanswered do: the
+    host names the joiner alone (bw.stage unanswered), not every node (chaos seed 7162, #14)."""
+    victim = 2
+    with cluster(nodes(N)) as c:
+        runs = [start(c, i, ranked_args(i, N, TIMEOUT), tmp_path, bandwidth=True, terminal=True) for i in range(N)]
+        wait_until(lambda: workers_up(runs[victim].proc.pid, PORT) or runs[victim].proc.poll() is not None,
+                   TIMEOUT, f"node{victim}'s workers on the store")
+        assert runs[victim].proc.poll() is None, f"node{victim} ended before its workers were up"
+        land_rules(c, victim, chains, "ephemeral", "DROP", PORT)
+        finish_each(runs, TIMEOUT + scaled(60))
+    late = [r for r in runs if r.seconds > TIMEOUT + CHAOS_GRACE]
+    assert not late and not [r for r in runs if r.rc in (0, 3, 64)], ends(runs)
+    host = runs[0].report
+    stage = [(f["kind"], f["nodes"]) for f in host["findings"] if f["check"] == "bw.stage" and f["severity"] == "fail"]
+    assert stage == [("unanswered", [victim])], failures(host)
+    assert host["faulty_nodes"] == [f"node{victim}"], (host["faulty_nodes"], failures(host))

@@ -19,6 +19,7 @@ from netcheck.core.bwrecords import (
     RankTime,
     Sweep,
     SweepOptions,
+    Unanswered,
     headline,
 )
 from netcheck.core.meshrecords import FlaggedPaths
@@ -116,6 +117,43 @@ def test_where_every_worker_failed_the_one_reset_among_closes_is_the_cut():
     closes_only = (faults[0], faults[2], Fault(1, 1, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.12")))
     (stage,) = by_check(findings_of(result(faults=closes_only, failed="all", links=ADDRESSES)), registry.BW_STAGE)
     assert stage.kind == "", "a ring of closes has no first: nothing is claimed"
+
+
+def dark(node: int, unanswered=(), unreached=()) -> NodeLinks:
+    """Node n's links (its address 198.18.0.1n) with the connections it saw unanswered, to
+    the nodes given, and the Doors it knocked on in vain."""
+    return replace(ADDRESSES[node], unanswered=tuple(Unanswered(f"198.18.0.1{p}", 1, 0, 4) for p in unanswered),
+                   unreached=tuple(unreached))
+
+
+TIMED_OUT = tuple(Fault(n, n, 0, "all", "timeout", "still in stage all at the phase's deadline") for n in range(3))
+
+
+def test_a_node_at_an_end_of_every_unanswered_connection_is_named_alone():
+    """node2's ports went dark after the mesh: every rank timed out; node1's connection to it
+    and its to node0 went unanswered, and the knocks on its Door: it alone is named."""
+    for links in ((dark(0), dark(1, unanswered=[2]), dark(2, unanswered=[0])),
+                  (dark(0, unreached=[2]), dark(1, unreached=[2]), dark(2, unreached=[0, 1])),
+                  (dark(0), dark(1), dark(2, unreached=[0, 1]))):
+        (stage,) = by_check(findings_of(result(faults=TIMED_OUT, failed="all", links=links)), registry.BW_STAGE)
+        assert (stage.severity, stage.kind, stage.nodes) == ("fail", "unanswered", (2,)), links
+        assert "node2 stopped answering" in stage.summary and "firewall rule" in stage.fix
+        assert stage.evidence[0].startswith("node") and " -> " in stage.evidence[0]
+
+
+def test_unanswered_connections_that_name_no_one_node_leave_the_timeouts_as_they_are():
+    # One pair's connections only: either end may be the one gone dark.
+    two = (dark(0, unanswered=[2]), dark(1), dark(2, unreached=[0]))
+    # Every node at an end of some, none of all: a ring of them (the whole fabric, a switch).
+    apart = (dark(0, unanswered=[1]), dark(1, unanswered=[2]), dark(2, unanswered=[0]))
+    for links in (two, apart, ADDRESSES):
+        (stage,) = by_check(findings_of(result(faults=TIMED_OUT, failed="all", links=links)), registry.BW_STAGE)
+        assert (stage.kind, stage.nodes) == ("", (0, 1, 2)), links
+    # A worker that died names itself: the connections to it go unanswered because it died.
+    died = (TIMED_OUT[0], TIMED_OUT[1], Fault(2, 2, 0, "all", "died", "killed by SIGKILL"))
+    links = (dark(0, unanswered=[2]), dark(1, unanswered=[2]), dark(2))
+    (stage,) = by_check(findings_of(result(faults=died, failed="all", links=links)), registry.BW_STAGE)
+    assert (stage.kind, stage.nodes) == ("", (2,))
 
 
 def test_a_reset_from_a_peer_whose_worker_died_is_the_death_not_the_path():

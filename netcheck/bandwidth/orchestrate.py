@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Callable
 
+from netcheck.bandwidth.doors import door_of, knock_targets, open_door, unreached
 from netcheck.bandwidth.faults import classify, in_flight, merge_faults, root_cause
 from netcheck.bandwidth.sweep import DTYPES
 from netcheck.bandwidth.tables import progress_bar
@@ -46,6 +48,7 @@ from netcheck.core.budget import bandwidth_report_reserve
 from netcheck.core.bwrecords import (
     STAGES,
     BandwidthResult,
+    Door,
     Fault,
     InFlight,
     NodeLinks,
@@ -54,6 +57,7 @@ from netcheck.core.bwrecords import (
     PeerSegments,
     Sweep,
     SweepOptions,
+    Unanswered,
     headline,
 )
 from netcheck.core.constants import (
@@ -66,9 +70,9 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
-from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_NODE, POSTED
+from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_DOOR, BW_NODE, POSTED
 from netcheck.facts.busy import busy_processes, cpu_snapshot
-from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, worth_reporting
+from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, unanswered, worth_reporting
 from netcheck.facts.local import rdma_roots
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
@@ -93,13 +97,38 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     reserve = bandwidth_report_reserve(deadline_s)
     workers_deadline = Deadline(max(0.0, deadline.remaining() - reserve))
     watch = Watch(node_rank, nnodes, [], ex, workers_deadline, progress, options, nproc_per_node)
+    door = _posted_door(ex, node_rank)
+    try:
+        return _measured(ex, store_host, store_port, node_rank, nnodes, nproc_per_node, options, watch,
+                         door, started, deadline)
+    finally:
+        if door is not None:
+            door.close()
+
+
+def _posted_door(ex: Exchange, node_rank: int) -> socket.socket | None:
+    """This node's Door, posted for its peers (bandwidth.doors); None where it could not be."""
+    door = open_door()
+    if door is None:
+        return None
+    try:
+        ex.post(BW_DOOR, node_rank, door_of(node_rank, door))
+    except StoreError:
+        door.close()
+        return None
+    return door
+
+
+def _measured(ex: Exchange, store_host: str, store_port: int, node_rank: int, nnodes: int, nproc_per_node: int,
+              options: SweepOptions, watch: "Watch", door: socket.socket | None, started: float,
+              deadline: Deadline) -> BandwidthResult:
     interrupted, before = False, cpu_snapshot()
     watch.counters.enter("start")
     try:
         for local in range(nproc_per_node):
             watch.workers.append(_spawn(store_host, store_port, ex.run_id, node_rank, nnodes,
-                                        nproc_per_node, local, options, workers_deadline))
-        with ex.within(workers_deadline):   # a store held up or closed: the accounts' time is kept
+                                        nproc_per_node, local, options, watch.deadline))
+        with ex.within(watch.deadline):   # a store held up or closed: the accounts' time is kept
             watch.run()
     except OSError as e:  # could not start a worker (no memory, no processes left)
         watch.spawn_error = f"could not start a worker: {e}"
@@ -114,8 +143,10 @@ def run_bandwidth(ex: Exchange, store_host: str, store_port: int, node_rank: int
     faults = watch.faults()
     watch.counters.enter(None)
     busy = busy_processes(node_rank, nproc_per_node, before, cpu_snapshot())
+    short = door is not None and (bool(faults) or watch.abort_at is not None)
+    knocked = _unreached(ex, node_rank, nnodes, deadline) if short else ()
     links = NodeLinks(node_rank, tuple(watch.counters.stages), worth_reporting(merged(watch.peers)),
-                      own_addresses())
+                      own_addresses(), tuple(watch.unanswered.values()), knocked)
     # The nodes' workers end together (the collectives tie them, or the abort does), so
     # a node whose account is not in within a few seconds is not coming.
     reports = _exchange(ex, NodeReport(node_rank, tuple(faults), *watch.backend, busy, links),
@@ -133,6 +164,17 @@ def _say_stopped(ex: Exchange, node_rank: int, watch: "Watch") -> None:
         ex.post(BW_NODE, node_rank, NodeReport(node_rank, (stopped,), *watch.backend))
     except StoreError:
         pass  # the host's store is gone too: nobody is waiting
+
+
+def _unreached(ex: Exchange, node_rank: int, nnodes: int, deadline: Deadline) -> tuple[int, ...]:
+    """The peers whose Door this node's knocks found dark, once its sweep stopped short."""
+    peers = knock_targets(node_rank, nnodes, ex.run_id)
+    try:
+        found = ex.read_many(Door, [ex.key(BW_DOOR, n) for n in peers])
+    except StoreError:
+        return ()
+    doors = {d.node: d for d in found.values() if isinstance(d, Door) and d.node in peers}
+    return unreached(doors, deadline)
 
 
 def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadline) -> dict[int, NodeReport]:
@@ -262,6 +304,9 @@ class Watch:
         default_factory=lambda: StageCounters(ib_sysfs=rdma_roots(os.environ)[0]))
     peers: list[PeerSegments] = field(default_factory=list)   # every worker's connections, as they reported them
     quiet: list[int] = field(default_factory=list)  # host: nodes whose beat stopped
+    # The connections this node's peers left unanswered where its workers stopped short, by
+    # address (the most of its two looks: at the first trouble, and before the kill).
+    unanswered: dict[str, Unanswered] = field(default_factory=dict)
 
     def run(self) -> None:
         with selectors.DefaultSelector() as sel:
@@ -287,6 +332,7 @@ class Watch:
         # sweep is over (the workers' peers see them go).
         if self.abort_at is None and (self.local_trouble() or self.others_aborted(now) or self.ex.lost):
             self.abort_at = now + BW_ABORT_GRACE
+            self.note_unanswered()
         if self.deadline.expired():
             self.stop("timeout")
             return True
@@ -352,6 +398,8 @@ class Watch:
         if self.stopped:
             return
         self.stopped = True
+        if any(w.running() or w.proc.returncode for w in self.workers):   # stopped short: who went quiet
+            self.note_unanswered()
         for w in self.workers:
             if w.running():
                 w.fate = w.fate or fate
@@ -362,6 +410,14 @@ class Watch:
                 w.proc.wait(timeout=max(0.0, until - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+
+    def note_unanswered(self) -> None:
+        """Read which peers left this node's connections unanswered, while the workers' sockets
+        (or the orphans of those that exited) still wait on them: a port or link that went dark
+        after the mesh passed shows here, where the workers' own errors say only "timeout"."""
+        for u in unanswered():
+            if u.address not in self.unanswered or u.connections > self.unanswered[u.address].connections:
+                self.unanswered[u.address] = u
 
     def read(self, sel: selectors.BaseSelector, timeout: float) -> None:
         for key, _ in sel.select(timeout):

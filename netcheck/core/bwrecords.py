@@ -48,6 +48,7 @@ from netcheck.core.fields import (
     NodeCount,
     NodeRank,
     Pid,
+    Port,
     ProcCount,
     Range,
     Rank,
@@ -259,6 +260,28 @@ class PeerSegments:
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """A node's TCP connections to one address that went unanswered when its workers stopped
+    short: a connect or data resent on timeout, again and again, with nothing back."""
+
+    address: IpAddress
+    connections: Count               # of them
+    connecting: Count                # of those, still connecting (SYN-SENT)
+    timeouts: Count                  # the most retransmission timeouts in a row on one of them
+
+
+@dataclass(frozen=True)
+class Door:
+    """A port a node listens on through the bandwidth phase, never answered but by its kernel:
+    where a sweep stops short, its peers knock (connect) to learn whether it can still be
+    reached on a port other than the endpoint's."""
+
+    node: NodeRank
+    addresses: Annotated[tuple[IpAddress, ...], PER_NIC]
+    port: Port
+
+
+@dataclass(frozen=True)
 class NodeLinks:
     """What one node's kernel counted while its bandwidth workers ran."""
 
@@ -266,6 +289,8 @@ class NodeLinks:
     stages: Annotated[tuple[StageLinks, ...], FEW]
     peers: Annotated[tuple[PeerSegments, ...], PER_NODE] = ()
     addresses: Annotated[tuple[IpAddress, ...], PER_NIC] = ()   # the node's own, loopback aside: whose peers are whose
+    unanswered: Annotated[tuple[Unanswered, ...], PER_NODE] = ()   # read where its workers stopped short
+    unreached: Annotated[tuple[NodeRank, ...], PER_NODE] = ()   # peers whose Door it knocked on then, unanswered
 
 
 def timed(links: NodeLinks) -> tuple[int, int, int]:
@@ -289,6 +314,23 @@ def link_directions(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], tuple
                   if (to := owners.get(peer.address)) is not None and to != node.node)
     received = _received(links, owners)
     return {d: (s, min(r, max(0, s - received[d])) if d in received else r) for d, (s, r) in sent.items()}
+
+
+def unanswered_directions(links: tuple[NodeLinks, ...]) -> dict[tuple[int, int], Unanswered | None]:
+    """(node, peer) -> the node's connections to the peer's addresses that went unanswered,
+    summed (the most timeouts in a row of any); None where only a knock on the peer's Door
+    went unanswered."""
+    owners = _owners(links)
+    found: dict[tuple[int, int], Unanswered | None] = {(node.node, peer): None for node in links
+                                                       for peer in node.unreached if peer != node.node}
+    for node in links:
+        for u in node.unanswered:
+            if (to := owners.get(u.address)) is None or to == node.node:
+                continue
+            old = found.get((node.node, to)) or Unanswered(u.address, 0, 0, 0)
+            found[(node.node, to)] = Unanswered(old.address, old.connections + u.connections,
+                                                old.connecting + u.connecting, max(old.timeouts, u.timeouts))
+    return found
 
 
 def _owners(links: tuple[NodeLinks, ...]) -> dict[str, int]:

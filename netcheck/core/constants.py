@@ -237,3 +237,8 @@ LINK_REPORTED_SEGMENTS = LINK_JUDGED_SEGMENTS // 10   # a peer's connections rep
                              # segments (or any resent): the connect's and the control plane's few stay out
 LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a ring neighbour and a
                              # pair partner or two at scale, every peer at the sizes tests run
+# bw.stage: a connection counts as unanswered once this many retransmission timeouts in a row
+# went unacknowledged (TCP's minimum RTO doubles from 0.2 s: 0.6 s of data unanswered; a
+# connect's from 1 s: 3 s). A lossy link repeats a timeout on one segment rarely; a port that
+# went dark does on every connection to it.
+UNANSWERED_TIMEOUTS = 2

@@ -40,6 +40,7 @@ ENV = "env"                   # ENV/R: rank R's EnvFacts, read by the host
 BW_NODE = "bw/node"           # BW_NODE/N: bandwidth node N's account of its workers, read by every node
 BW_ABORT = "bw/abort"         # a node's notice that the phase is aborted, polled by every node
 BW_ALIVE = "bw/alive"         # BW_ALIVE/N: node N's heartbeat count; BW_ALIVE/posted lists who beat
+BW_DOOR = "bw/door"           # BW_DOOR/N: node N's Door, knocked on by its peers where a sweep stopped short
 VERDICT = "verdict"           # the host's ClusterVerdict, read by every joiner before it leaves
 GO = "go"                     # GO/PHASE: the host's word whether every node runs PHASE (phases.agree)
 BYE = "bye"                   # BYE/A: arrival A's goodbye, read by the host

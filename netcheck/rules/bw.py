@@ -27,9 +27,11 @@ from netcheck.core.bwrecords import (
     Headline,
     InFlight,
     Sweep,
+    Unanswered,
     culprits,
     first_culprit,
     peak_busbw,
+    unanswered_directions,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
 from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
@@ -38,7 +40,16 @@ from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
 from netcheck.rules.link import link_findings, raised
 from netcheck.rules.pernode import ranks_text
-from netcheck.rules.registry import BW_BUSBW, BW_CUT_FLOW, BW_PAIR, BW_STAGE, BW_STRAGGLER, BW_WRONG, HOST_BUSY
+from netcheck.rules.registry import (
+    BW_BUSBW,
+    BW_CUT_FLOW,
+    BW_PAIR,
+    BW_STAGE,
+    BW_STRAGGLER,
+    BW_UNANSWERED,
+    BW_WRONG,
+    HOST_BUSY,
+)
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
 # gloo's words for a connection ended from its peer's address (tcp/pair.cc): "Connection closed by
@@ -162,6 +173,9 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
     evidence += tuple(f"flagged by the mesh: {p}" for p in flagged)
     if result.backend:
         evidence += (f"backend {result.backend}: {result.backend_reason}",)
+    dark = unanswered_node(result)
+    if dark is not None:
+        return [_unanswered_finding(result, dark, evidence)]
     if cut is not None:
         a, b = sorted(cut)
         pair = f"{result.node_name(a)} and {result.node_name(b)}"
@@ -175,6 +189,46 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
     return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
                     f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
                     f"{names.rank(first)} {_what(first)}", evidence, _fix(first, flagged))]
+
+
+def unanswered_node(result: BandwidthResult) -> int | None:
+    """The node at one end of every connection left unanswered when the workers stopped short,
+    where that tells it apart (two peers or more at the other ends) and every culprit only
+    waited or failed (none died, hung or went silent: those name themselves). A firewall rule
+    or a link that went dark after the mesh passed leaves each rank in a collective that never
+    ends, its error a timeout that names no one; the kernel's connections name the node."""
+    if any(f.kind not in ("timeout", "failed") for f in culprits(result.faults)):
+        return None
+    directions = unanswered_directions(result.links)
+    if not directions:
+        return None
+    common = set.intersection(*({a, b} for a, b in directions))
+    others = {n for d in directions for n in d} - common
+    return common.pop() if len(common) == 1 and len(others) >= 2 else None
+
+
+def _unanswered_finding(result: BandwidthResult, node: int, evidence: tuple[str, ...]) -> Finding:
+    directions = unanswered_directions(result.links)
+    name = result.node_name(node)
+    into = sorted(a for a, b in directions if b == node)
+    lines = tuple(f"{result.node_name(a)} -> {result.node_name(b)}: {_unanswered_text(u)}"
+                  for (a, b), u in sorted(directions.items()))
+    summary = (f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: {name} stopped answering: "
+               f"every connection left unanswered runs to or from it ({len(into)} peer(s) waited on it"
+               f"{', and it on its peers' if any(a == node for a, _ in directions) else ''}), after the mesh "
+               "had passed")
+    fix = (f"something on {name} changed after the mesh passed: a firewall rule (iptables -S, nft list ruleset: "
+           "a security agent or a configuration push), its link or its routes; the job's connections to it "
+           "would hang the same way. Fix it, or exclude the node")
+    return Finding(BW_STAGE, FAIL, (node,), summary, lines + evidence, fix, kind=BW_UNANSWERED)
+
+
+def _unanswered_text(u: Unanswered | None) -> str:
+    if u is None:
+        return "a new connection to its listening port, once the sweep stopped, was not answered"
+    return (f"{u.connections} connection(s) unanswered"
+            + (f" ({u.connecting} still connecting)" if u.connecting else "")
+            + f", {u.timeouts} retransmission timeouts in a row")
 
 
 def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:

@@ -97,6 +97,7 @@ REACH_WRONG_PREFIX = "prefix_too_wide"
 REACH_SHARED_SUBNET = "shared_subnet"
 MTU_PATH = "path_mtu"   # nic.mtu's: a path narrower than its ends
 BW_CUT_FLOW = "cut_flow"   # bw.stage's: a connection reset on the way between two live nodes
+BW_UNANSWERED = "unanswered"   # bw.stage's: one node at an end of every connection left unanswered
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -466,7 +467,11 @@ CHECKS: tuple[Check, ...] = (
           ("test_rules_bw.py", "test_bandwidth_cluster.py", "test_faults_cluster.py"),
           {BW_CUT_FLOW: Kind(ONLY_FAIL, "a worker's connection was reset by a peer's address while that peer's "
                                         "workers ran: a path that cuts long flows (a middlebox's byte, age or "
-                                        "idle limit, a full conntrack table); the pair is named")}),
+                                        "idle limit, a full conntrack table); the pair is named"),
+           BW_UNANSWERED: Kind(ONLY_FAIL, "the sweep stopped short with one node at an end of every connection "
+                                          "left unanswered (resent on timeout, nothing back), two peers or more at "
+                                          "the other ends: its ports or link went dark after the mesh passed; "
+                                          "that node alone is named")}),
     Check(BW_WRONG, "bandwidth", (PASS, FAIL),
           "corrupted elements in a collective's result",
           ("bw.wrong_findings",), "BandwidthResult (rows' wrong counts)",
