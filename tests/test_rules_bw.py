@@ -337,9 +337,26 @@ def test_two_nodes_cannot_tell_which_is_slow():
 
 
 def test_noise_within_the_threshold_passes():
-    pairs = (Pair(0, 1, 8, 1.0, 1.0), Pair(0, 2, 8, 1.0, 0.7), Pair(1, 2, 8, 1.0, 0.6))
+    pairs = (Pair(0, 1, 1 << 20, 1.0, 1.0), Pair(0, 2, 1 << 20, 1.0, 0.7), Pair(1, 2, 1 << 20, 1.0, 0.6))
     (pair,) = by_check(findings_of(result(pairs=pairs)), registry.BW_PAIR)
     assert pair.severity == "pass"
+
+
+def test_pairs_measured_at_a_latency_size_judge_no_node_and_say_so():
+    """A sweep slowed by a lossy link left the pairs 512 bytes: node2's pairs ran at a third of
+    the others', which is latency, not bandwidth (issue 63: bw.pair FAILed node2 from them while
+    the job's 64 MiB busbw was above the healthy control's)."""
+    pairs = (Pair(0, 1, 512, 1.0, 0.03), Pair(0, 2, 512, 1.0, 0.01), Pair(1, 2, 512, 1.0, 0.01))
+    small = tuple(make_row(ALL_REDUCE, size // 4, "float32", 3, [0.07] * 3, [0] * 3, True, [0, 1, 2])
+                  for size in (8, 64, 512, 4096))
+    crawled = (Sweep("all", "all_reduce", 3, 1, small),)
+    (pair,) = by_check(findings_of(result(pairs=pairs, sweeps=crawled)), registry.BW_PAIR)
+    assert (pair.severity, pair.kind, pair.nodes) == ("warn", registry.BW_PAIR_TOO_SMALL, (0, 1, 2))
+    assert "512 bytes only" in pair.summary and "stopped at 4 KiB" in pair.summary, pair.summary
+    assert any(line.startswith("slowest at that size: node2") for line in pair.evidence), pair.evidence
+    # A slow link's sweep reaches its large sizes: its small pairs are paced by the link, and judged.
+    (pair,) = by_check(findings_of(result(pairs=pairs)), registry.BW_PAIR)
+    assert (pair.severity, pair.nodes) == ("fail", (2,)), pair
 
 
 # --- bw.straggler ----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from netcheck.core.bwrecords import (
     unanswered_directions,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
-from netcheck.core.constants import BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
+from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules import run as run_rules
@@ -44,6 +44,7 @@ from netcheck.rules.registry import (
     BW_BUSBW,
     BW_CUT_FLOW,
     BW_PAIR,
+    BW_PAIR_TOO_SMALL,
     BW_STAGE,
     BW_STRAGGLER,
     BW_UNANSWERED,
@@ -471,6 +472,20 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     best = best_pairs(result)
     median = statistics.median(best.values())
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
+    size = max(p.size for p in result.pairs)
+    swept = max((r.size for s in result.sweeps for r in s.rows), default=0)
+    if size < BW_LATENCY_MAXBYTES and swept < BW_LATENCY_MAXBYTES:
+        # The pairs are sized from the sweep's pace: a sweep slowed to a crawl at small sizes (a
+        # lossy link's retransmission waits, a loaded CPU) leaves them a few hundred bytes, whose
+        # times are latency; a node slow there is not slow in bandwidth. A slow link's sweep
+        # reaches its large sizes, and its pairs, however small, are paced by the link.
+        behind = "; ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in slow)
+        return [Finding(BW_PAIR, WARN, everyone, f"{len(result.pairs)} node pairs measured at {size_words(size)} only, "
+                        f"sized from a sweep that stopped at {size_words(swept)} (the budget left no more): a size "
+                        "that times latency, not bandwidth; no node is judged slow from them",
+                        evidence + ((f"slowest at that size: {behind}",) if behind else ()),
+                        "give the sweep more time (--bw-budget) once what slowed it is fixed (link.health, "
+                        "host.busy name a lossy link or a busy CPU)", kind=BW_PAIR_TOO_SMALL)]
     if not slow:
         pairs_median = statistics.median(p.busbw for p in result.pairs)
         return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs, median {rate_text(pairs_median)}; "

@@ -98,6 +98,7 @@ REACH_SHARED_SUBNET = "shared_subnet"
 MTU_PATH = "path_mtu"   # nic.mtu's: a path narrower than its ends
 BW_CUT_FLOW = "cut_flow"   # bw.stage's: a connection reset on the way between two live nodes
 BW_UNANSWERED = "unanswered"   # bw.stage's: one node at an end of every connection left unanswered
+BW_PAIR_TOO_SMALL = "too_small"   # bw.pair's: pairs measured at a size that times latency, not bandwidth
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -481,9 +482,12 @@ CHECKS: tuple[Check, ...] = (
           "of the whole cluster: no node named), or far below the line rate with nccl (warn)",
           ("bw.busbw_findings",), "BandwidthResult (sweeps), NIC line rates",
           ("test_rules_bw.py", "test_bandwidth_cluster.py")),
-    Check(BW_PAIR, "bandwidth", (PASS, FAIL),
+    Check(BW_PAIR, "bandwidth", ALL,
           "a node whose node-pair bandwidth is well below the median",
-          ("bw.pair_findings",), "BandwidthResult (pairs)", ("test_rules_bw.py", "test_bandwidth_cluster.py")),
+          ("bw.pair_findings",), "BandwidthResult (pairs)", ("test_rules_bw.py", "test_bandwidth_cluster.py"),
+          {BW_PAIR_TOO_SMALL: Kind(ONLY_WARN, "the pairs were measured at a size that times latency, not "
+                                              "bandwidth (the budget left no more): no node is judged slow from "
+                                              "them")}),
     Check(BW_STRAGGLER, "bandwidth", (PASS, WARN),
           "a rank much slower than the median at the largest size",
           ("bw.straggler_findings",), "BandwidthResult (rank times)", ("test_rules_bw.py",)),
