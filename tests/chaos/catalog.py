@@ -839,6 +839,34 @@ class LossyLink(Fault):
                       blame=[Blame(self.node, ("link.health",), ("lossy_node", "lossy_path"), severity=WARN_OR_FAIL)])
 
 
+class LongFlowCut(Fault):
+    """A box between two nodes resets their connections once one has carried `after` bytes
+    (iptables connbytes, REJECT with a TCP reset, on the first node's INPUT from the second):
+    a firewall, NAT or load balancer with a per-connection byte limit. The mesh's short
+    connections pass it; the sweep's and the job's do not: the pair is named (bw.stage
+    cut_flow), a worker's crash is not."""
+
+    kind = "long_flow_cut"
+    targets = "peer"   # the node whose INPUT holds the rule, and the peer whose flows it cuts
+    bandwidth = True
+    max_nodes = 4
+    weight = 1.0
+    conflicts = LINK_FAULTS   # its resets beside a lossy or shaped link: two causes for one sweep
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        return (("after", rng.choice([200_000, 2_000_000])),)
+
+    def setup(self, c, run):
+        c._ipt(self.node, "iptables", "-A", "INPUT", "-p", "tcp", "-s", c.nodes[self.nodes[1]].addr, "-m",
+               "connbytes", "--connbytes", f"{self.param('after')}:", "--connbytes-dir", "both",
+               "--connbytes-mode", "bytes", "-j", "REJECT", "--reject-with", "tcp-reset")
+
+    def expect(self, sched, run):
+        pair = sorted(self.nodes[:2])
+        return Expect(breaks=True, seers={0, *pair}, blame=[Blame(n, ("bw.stage",), ("cut_flow",)) for n in pair])
+
+
 class LinkFlap(Fault):
     """The node's link goes down for a second and comes back while its bandwidth workers move
     data (its TCP segments sent rising past a mark after the phase's progress line): a
@@ -1161,7 +1189,7 @@ CATALOG: tuple[type[Fault], ...] = (
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
     SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit, LossyLink,
-    LinkFlap, MidRunFirewall, MidRunLinkDown, MidRunStop)
+    LinkFlap, LongFlowCut, MidRunFirewall, MidRunLinkDown, MidRunStop)
 MIDRUN: tuple[type[MidRun], ...] = tuple(k for k in CATALOG if issubclass(k, MidRun))
 for _kind in MIDRUN:   # one mid-run fault a schedule, and only beside its companions
     _kind.conflicts = tuple(k.kind for k in CATALOG if k.kind not in MIDRUN_COMPANIONS)
