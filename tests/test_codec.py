@@ -29,6 +29,8 @@ from netcheck.core.model import (
     Reach,
     Report,
     Resolution,
+    SocketBuffers,
+    TcpMem,
     Visitor,
 )
 from netcheck.core.nictable import Address, IbPort, Nic, NicTable
@@ -62,7 +64,9 @@ FACTS = NodeFacts(
     launch=SLURM, shm_bytes=68719476736, gpus=8, nics=NICS,
     socket_env={"NCCL_SOCKET_IFNAME": "=eno1", "NCCL_IB_HCA": "mlx5_0"}, reach=REACH, version="0.1.0")
 HOST_FACTS = dataclasses.replace(FACTS, hostname="gpu01", launch=ARRIVAL, shm_bytes=None, reach=None,
-                                 socket_env={}, ports=EphemeralPorts(20000, 60999, (PortSpan(29500, 29500),), 3, 60.0))
+                                 socket_env={}, ports=EphemeralPorts(20000, 60999, (PortSpan(29500, 29500),), 3, 60.0),
+                                 buffers=SocketBuffers(TcpMem(4096, 131072, 6291456), TcpMem(4096, 16384, 4194304),
+                                                       212992, None, True, False))
 RESOLUTION = Resolution(0, "gpu01.cluster.example", ("10.0.0.4",), None)
 RESULTS = NodeResults(ClockSample(-0.25, 0.0004),
                       (RESOLUTION, Resolution(2, "gpu03.cluster.example", (), "Name or service not known")))

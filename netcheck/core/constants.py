@@ -218,6 +218,8 @@ BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is droppe
 BW_PAIR_SLOW = 0.5           # bw.pair: a node whose best pair runs below this share of the median
 BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
 BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
+BUFFER_PATH_SHARE = 0.5      # host.buffers: a node whose TCP buffers let one connection carry less
+                             # than this share of its path (rate x the mesh's least round trip)
 BW_STARTUP_SECONDS = 8.0    # workers start, import torch and join before the first sweep
 # link.health: the link counters around the bandwidth phase (facts/linkcounters.py). A clean link
 # loses nothing: a direction's loss is its resends less the D-SACKs, never more than the segments

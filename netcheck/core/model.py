@@ -224,6 +224,31 @@ class EphemeralPorts:
 
 
 @dataclass(frozen=True)
+class TcpMem:
+    """net.ipv4.tcp_rmem or tcp_wmem: a TCP socket's buffer, bytes, at its least, when it opens,
+    and the most the kernel's autotuning grows it to (a socket that sets SO_RCVBUF / SO_SNDBUF
+    is no longer tuned: net.core.rmem_max / wmem_max bound it instead)."""
+
+    min: Bytes
+    default: Bytes
+    max: Bytes
+
+
+@dataclass(frozen=True)
+class SocketBuffers:
+    """The bounds on a TCP connection's buffers in this node's network namespace, as the job's
+    sockets meet them (netcheck sets no sysctl): they bound the bytes one connection has in
+    flight, so what it carries in a round trip."""
+
+    rmem: TcpMem                 # net.ipv4.tcp_rmem
+    wmem: TcpMem                 # net.ipv4.tcp_wmem
+    rmem_max: Bytes | None       # net.core.rmem_max: the most SO_RCVBUF gets (None: unreadable)
+    wmem_max: Bytes | None       # net.core.wmem_max: the most SO_SNDBUF gets
+    window_scaling: bool         # net.ipv4.tcp_window_scaling: off, a window is at most 64 KiB
+    moderate_rcvbuf: bool        # net.ipv4.tcp_moderate_rcvbuf: off, a receive buffer stays at rmem.default
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """What one node knows about itself, published at rendezvous."""
 
@@ -244,6 +269,7 @@ class NodeFacts:
     ports: Annotated[EphemeralPorts | None, SHARED] = None   # None: not read (another version, no /proc)
     # socket_env's keys that are not the environment's -> the file they came from (/etc/nccl.conf)
     socket_env_from: Annotated[dict[str, Text], FEW] = field(default_factory=dict)
+    buffers: Annotated[SocketBuffers | None, SHARED] = None   # None: not read (another version, no /proc)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
+from netcheck.facts.buffers import read_buffers
 from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
 from netcheck.facts.ports import read_ports
@@ -133,6 +134,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         instance=secrets.token_hex(INSTANCE_BYTES),
         limits=read_limits(proc),   # before the reach phase lifts this process's descriptor limit
         ports=ports,
+        buffers=read_buffers(),
     )
 
 

@@ -1,5 +1,5 @@
 """After the phases: joiners say goodbye, the host waits for them and judges the launch over
-every process that came."""
+every process that came, and what needs every phase's measurements (host.buffers)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Run
 from netcheck.rules import baseline
+from netcheck.rules import buffers as buffers_rules
+from netcheck.rules import bw as bw_rules
 from netcheck.rules import launch as launch_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
@@ -56,11 +58,22 @@ def judge_baseline(run: Run) -> None:
                                             whole=run.role == HOST)
 
 
+def judge_buffers(run: Run) -> None:
+    """host.buffers, on the host before it tells its verdict: every node's buffers against its
+    paths need what every phase measured (the mesh's round trips, the interfaces' rates, the pair
+    test and the figures that fell short), and the joiners it names hear it."""
+    result = run.bandwidth
+    measured = bw_rules.pair_yardstick(result) if result is not None and result.pairs else None
+    run.findings += buffers_rules.buffer_findings(run.members, run.attempts, run.findings, measured)
+
+
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
     run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
     judge_baseline(run)
+    if run.role == HOST:
+        judge_buffers(run)
     if run.role != HOST:
         if not run.host_lost and run.stopped_by is None and run.cluster is None:
             with run.phase("goodbye"):

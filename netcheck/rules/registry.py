@@ -36,6 +36,7 @@ NIC_IB = "nic.ib"
 ENV_MISMATCH = "env.mismatch"
 HOST_LIMITS = "host.limits"
 HOST_PORTS = "host.ports"
+HOST_BUFFERS = "host.buffers"
 GPU_BUILD = "gpu.build"
 HOST_SHM = "host.shm"
 ENV_FLIGHT_RECORDER = "env.flight_recorder"
@@ -127,6 +128,10 @@ LIMIT_STACK = "stack"
 PORTS_TOO_FEW = "range_too_small"
 PORTS_HELD = "time_wait"
 PORTS_ENDPOINT = "endpoint_in_range"
+# host.buffers's exact findings.
+BUFFERS_SHORT = "buffer_short"
+BUFFERS_SOCKOPT = "sockopt_capped"
+BUFFERS_UNSCALED = "window_unscaled"
 MESH_TRANSLATED = "translated"
 MESH_WRONG_PREFIX = "wrong_prefix"
 
@@ -402,6 +407,20 @@ CHECKS: tuple[Check, ...] = (
            PORTS_ENDPOINT: Kind(ONLY_WARN, "the endpoint's port lies in the rendezvous host's range and is not "
                                            "reserved: any connection may take it first, and the job's store then "
                                            "fails to listen (Address already in use)")}),
+    Check(HOST_BUFFERS, "nic", ALL,
+          "a node whose TCP buffer bounds let one connection carry far less than its paths (their rate times "
+          "the mesh's least round trip: the bandwidth-delay product); warn, fail where bw.pair, bw.straggler or "
+          "the plateau measured that node short",
+          ("buffers.buffer_findings",), "SocketBuffers (read as the job's sockets meet them), Attempt (round "
+          "trips, interfaces), NicTable (speed), the pair test's median, NodeFacts.socket_env (NCCL's socket "
+          "buffers and sockets per peer), RdmaFacts",
+          ("test_rules_buffers.py", "test_buffers_cluster.py"),
+          {BUFFERS_SHORT: Kind(WARN_FAIL, "tcp_wmem's or tcp_rmem's max (or tcp_rmem's default, receive autotuning "
+                                          "off) holds less in flight than the path needs"),
+           BUFFERS_SOCKOPT: Kind(WARN_FAIL, "NCCL_SOCKET_SNDBUF / NCCL_SOCKET_RCVBUF ask a socket buffer (capped by "
+                                            "net.core.wmem_max / rmem_max) that holds less than the path needs"),
+           BUFFERS_UNSCALED: Kind(WARN_FAIL, "tcp_window_scaling off: 64 KiB in flight at most, less than the path "
+                                             "needs")}),
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",)),
