@@ -867,6 +867,32 @@ class LongFlowCut(Fault):
         return Expect(breaks=True, seers={0, *pair}, blame=[Blame(n, ("bw.stage",), ("cut_flow",)) for n in pair])
 
 
+class SmallBuffers(Fault):
+    """The node's tcp_rmem and tcp_wmem cap every socket at 4 KiB (a hardening guide's, an old
+    image's): each connection holds 2 KiB in flight, and the job crawls on that node's paths.
+    host.buffers names it (a warning; a failure where bw.pair or bw.straggler measured it short);
+    it is judged from the mesh's round trips and the links' rates, so the mesh must reach it."""
+
+    kind = "small_buffers"
+    targets = "any"
+    bandwidth = True   # not beside a fault that keeps it out of the mesh or the data path
+    max_nodes = 4
+    # A slow pair beside it (which is why?); a blackhole that keeps a node's facts or the mesh's
+    # round trips from the host (nothing to judge with).
+    conflicts = LINK_FAULTS + ("long_flow_cut", "mtu_blackhole")
+
+    def setup(self, c, run):
+        for name in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
+            subprocess.run(["ip", "netns", "exec", c.nodes[self.node].ns, "sysctl", "-qw", f"{name}=4096 4096 4096"],
+                           check=True, timeout=10)
+
+    def expect(self, sched, run):
+        # The job crawls on that node's paths, as on a shaped link: never a pass, and a failure
+        # where the pair test measured the node short (the buffers are why).
+        return Expect(breaks=True, seers={0, self.node},
+                      blame=[Blame(self.node, ("host.buffers",), ("buffer_short",), severity=WARN_OR_FAIL)])
+
+
 class LinkFlap(Fault):
     """The node's link goes down for a second and comes back while its bandwidth workers move
     data (its TCP segments sent rising past a mark after the phase's progress line): a
@@ -1189,7 +1215,7 @@ CATALOG: tuple[type[Fault], ...] = (
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
     SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit, LossyLink,
-    LinkFlap, LongFlowCut, MidRunFirewall, MidRunLinkDown, MidRunStop)
+    LinkFlap, LongFlowCut, SmallBuffers, MidRunFirewall, MidRunLinkDown, MidRunStop)
 MIDRUN: tuple[type[MidRun], ...] = tuple(k for k in CATALOG if issubclass(k, MidRun))
 for _kind in MIDRUN:   # one mid-run fault a schedule, and only beside its companions
     _kind.conflicts = tuple(k.kind for k in CATALOG if k.kind not in MIDRUN_COMPANIONS)
