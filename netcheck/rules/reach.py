@@ -93,18 +93,22 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
         return [resolved, _no_machine(reach, route, endpoint, ranks, evidence)]
     summary = _reach_summary(reach, endpoint)
     if reach.outcome == "unreachable" and (routed := _routed(reach)):
+        probe, gateway = routed
         return [resolved, Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} is unreachable from this node: its route "
-                                  f"leads via {routed.route.gateway}, and a router on the way could not deliver to "
-                                  f"{routed.address} ({routed.detail})", evidence, _routed_fix(reach, routed.address))]
+                                  f"leads via {gateway}, and a router on the way could not deliver to "
+                                  f"{probe.address} ({probe.detail})", evidence, _routed_fix(reach, probe.address))]
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
 
 
-def _routed(reach: Reach) -> Probe | None:
-    """The first unreachable probe, where the kernel routed it via a gateway that answered ARP /
-    NDP: the refusal came from a router on the way, not from this node's own table."""
+def _routed(reach: Reach) -> tuple[Probe, str] | None:
+    """(the first unreachable probe, its gateway), where the kernel routed it via a gateway that
+    answered ARP / NDP: the refusal came from a router on the way, not from this node's own
+    table."""
     probe = next((p for p in reach.probes if p.outcome == "unreachable"), None)
     route = probe.route if probe else None
-    return probe if route and route.gateway and not route.nobody_answered else None
+    if probe is None or route is None or route.gateway is None or route.nobody_answered:
+        return None
+    return probe, route.gateway
 
 
 def _routed_fix(reach: Reach, address: str) -> str:
@@ -327,7 +331,7 @@ def wider_than_link(route: Route, address: str) -> tuple[ipaddress.IPv4Network |
             subnet = ipaddress.ip_interface(lp.network).network
         except ValueError:
             continue
-        if subnet.version != mine.version or subnet.prefixlen <= mine.prefixlen or not subnet.subnet_of(mine):
+        if subnet.version != mine.version or subnet.prefixlen <= mine.prefixlen or subnet.network_address not in mine:
             continue
         if target not in subnet and (source is None or source in subnet):
             return subnet, lp.source
