@@ -1,7 +1,8 @@
 """A simulated cluster made of Linux network namespaces, for netcheck's tests.
 
 Every node is a network namespace with one veth toward a "switch" namespace that holds a
-bridge, so the nodes talk over a real kernel TCP/IP path and every fault (firewall
+bridge, and a default route via a gateway namespace on that bridge (as every real node has
+one), so the nodes talk over a real kernel TCP/IP path and every fault (firewall
 rules, bandwidth limits, MTU mismatches, decoy interfaces, broken /etc/hosts) is a real
 one, not a mock. Nothing here touches the root namespace's interfaces, routes or
 firewall: the bridge lives in its own namespace and all veth pairs are created with both
@@ -24,6 +25,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -294,7 +296,11 @@ def _install_handlers() -> None:
 class Cluster:
     """N nodes on one switch. Use as a context manager; `down()` is idempotent.
 
-    Node i gets 198.18.0.(10+i)/24 on `spec.ifname`; its hostname is set per process
+    Node i gets 198.18.0.(10+i)/24 on `spec.ifname` and a default route via the subnet's
+    gateway (198.18.0.1, a router namespace on the switch that routes nowhere: real nodes have
+    one, and it changes what an address off the subnet, or one on it nobody holds, looks like;
+    `gateway=False` leaves it out; with racks=2 each rack's router is its nodes' gateway);
+    its hostname is set per process
     (a private UTS namespace for each command, see `popen`) and /etc/hosts,
     /etc/nsswitch.conf and /etc/resolv.conf are private to the node through
     /etc/netns/<ns>/. Name lookups use files only and DNS fails at once, so "cannot
@@ -302,7 +308,7 @@ class Cluster:
     """
 
     def __init__(self, specs: Sequence[NodeSpec], subnet: str = "198.18.0.0/24", racks: int = 1,
-                 core_mtu: int = 1500):
+                 core_mtu: int = 1500, gateway: bool = True):
         net = ipaddress.ip_network(subnet)
         if not net.subnet_of(ipaddress.ip_network("198.18.0.0/15")):
             raise ValueError(f"{subnet}: only 198.18.0.0/15 may be used")
@@ -313,8 +319,10 @@ class Cluster:
         for s in specs:
             _check_ifname(s.ifname)
         self.specs = list(specs)
-        self.racks, self.core_mtu = racks, core_mtu
+        self.racks, self.core_mtu, self.subnet = racks, core_mtu, net
         nets = [net] if racks == 1 else [ipaddress.ip_network(f"198.18.{r}.0/24") for r in range(racks)]
+        # Each rack's router (racks=2), or the one subnet's gateway: the subnet's first address.
+        self.gateways = [str(n.network_address + 1) for n in nets] if gateway or racks == 2 else []
         self.prefix = _new_prefix()
         self.switch_ns = self.prefix + "sw"
         self.nodes = [
@@ -361,6 +369,8 @@ class Cluster:
                 self._add_node(node, spec)
             if self.racks == 2:
                 self._add_routers()
+            elif self.gateways:
+                self._add_gateway()
         except BaseException:
             self.down()
             raise
@@ -404,11 +414,43 @@ class Cluster:
         self._ip(node.ns, "link", "set", node.ifname, "up")
         self._ip(self.switch_ns, "link", "set", node.port, "master", f"br{spec.rack}")
         self._ip(self.switch_ns, "link", "set", node.port, "up")
-        if self.racks == 2:
-            self._ip(node.ns, "route", "add", "default", "via", f"198.18.{spec.rack}.1")
+        gateway = self.gateways[spec.rack] if self.gateways else None
+        if gateway and ipaddress.ip_address(gateway) in ipaddress.ip_interface(f"{node.addr}/{node.prefixlen}").network:
+            self._ip(node.ns, "route", "add", "default", "via", gateway)
 
     def router_ns(self, rack: int) -> str:
         return f"{self.prefix}r{rack}"
+
+    @property
+    def gateway_ns(self) -> str | None:
+        """The namespace of the one subnet's gateway (racks=1); None without one."""
+        return f"{self.prefix}gw" if self.racks == 1 and self.gateways else None
+
+    def _router(self, ns: str, address: str, mtu: int, port: str, bridge: str) -> None:
+        """A router's namespace with a leg on `bridge` holding `address` (answering ARP for it),
+        forwarding on, and every ICMP error sent at once (no rate limit: a refused or unrouted
+        packet is said so each time, as the tests' short timeouts need). Its settings are its
+        namespace's own, none of the machine's."""
+        self._add_ns(ns)
+        _run(_in_ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.icmp_ratemask=0",
+                    "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"))
+        self._ip(ns, "link", "add", "leg", "mtu", str(mtu), "type", "veth", "peer", "name", port, "mtu", str(mtu),
+                 "netns", self.switch_ns)
+        self._ip(ns, "addr", "add", address, "dev", "leg")
+        self._ip(self.switch_ns, "link", "set", port, "master", bridge)
+        for where, dev in ((ns, "leg"), (self.switch_ns, port)):
+            self._ip(where, "link", "set", dev, "up")
+
+    def _add_gateway(self) -> None:
+        """The subnet's default gateway, as every real node has one: a router on the switch at the
+        subnet's first address, the nodes' default route. It routes nowhere: it has no link but
+        its leg, so what it is sent for another network it answers "network unreachable" (ICMP),
+        as a router without a route there does, and what it is sent for the subnet itself it
+        sends back onto the switch (with a redirect), as a router does. Nothing leaves the
+        machine."""
+        net = self.subnet
+        mtu = max([s.mtu for s in self.specs] or [1500])
+        self._router(self.gateway_ns, f"{self.gateways[0]}/{net.prefixlen}", mtu, "gw0", "br0")
 
     def _add_routers(self) -> None:
         """Leaf-spine in small: each rack's router has a leg on its rack's bridge (198.18.R.1/24,
@@ -416,16 +458,8 @@ class Cluster:
         and routes the other rack's subnet over it; each node's default route is its rack's
         router. A core link narrower than the nodes' MTU is routed path-MTU discovery."""
         for r in range(2):
-            ns, leg = self.router_ns(r), f"rt{r}"
             mtu = max([s.mtu for s in self.specs if s.rack == r] or [1500])
-            self._add_ns(ns)
-            _run(_in_ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
-            self._ip(ns, "link", "add", "leg", "mtu", str(mtu), "type", "veth", "peer", "name", leg, "mtu", str(mtu),
-                     "netns", self.switch_ns)
-            self._ip(ns, "addr", "add", f"198.18.{r}.1/24", "dev", "leg")
-            self._ip(self.switch_ns, "link", "set", leg, "master", f"br{r}")
-            for where, dev in ((ns, "leg"), (self.switch_ns, leg)):
-                self._ip(where, "link", "set", dev, "up")
+            self._router(self.router_ns(r), f"{self.gateways[r]}/24", mtu, f"rt{r}", f"br{r}")
         a, b = self.router_ns(0), self.router_ns(1)
         self._ip(a, "link", "add", "core", "mtu", str(self.core_mtu), "type", "veth", "peer", "name", "core",
                  "mtu", str(self.core_mtu), "netns", b)
@@ -433,6 +467,31 @@ class Cluster:
             self._ip(ns, "addr", "add", f"198.18.254.{r + 1}/24", "dev", "core")
             self._ip(ns, "link", "set", "core", "up")
             self._ip(ns, "route", "add", f"198.18.{1 - r}.0/24", "via", f"198.18.254.{2 - r}")
+
+    def advertise_prefix(self, prefix: str, wait_s: float = 10.0) -> None:
+        """The subnet's gateway advertises PREFIX (IPv6) on the switch, as a router's radvd does:
+        a router advertisement with PREFIX on-link (not for autoconfiguration) and itself as a
+        default router, holding PREFIX's first address. Each node's kernel learns PREFIX as an
+        on-link route that expires with the advertisement, and the gateway's link-local address
+        as its IPv6 default route; returns once every node has both. The gateway forwards IPv6
+        from then on and, as for IPv4, routes nowhere."""
+        ns = self.gateway_ns
+        if ns is None:
+            raise ClusterError("advertise_prefix needs the one subnet's gateway (racks=1, gateway=True)")
+        _run(_in_ns(ns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", "net.ipv6.icmp.ratelimit=0"))
+        net = ipaddress.ip_network(prefix)
+        self._ip(ns, "-6", "addr", "add", f"{net.network_address + 1}/{net.prefixlen}", "dev", "leg", "nodad")
+        _run(_in_ns(ns, sys.executable, "-c", _SEND_RA, "leg", prefix))
+        end = time.monotonic() + wait_s
+        for node in self.nodes:
+            while True:
+                routes = _run(_in_ns(node.ns, "ip", "-6", "route", "show", "dev", node.ifname)).stdout
+                if {prefix, "default"} <= {line.split()[0] for line in routes.splitlines() if line.strip()}:
+                    break
+                if time.monotonic() > end:
+                    raise ClusterError(f"{node.hostname} did not learn {prefix} from the gateway: {routes!r}")
+                _run(_in_ns(ns, sys.executable, "-c", _SEND_RA, "leg", prefix))
+                time.sleep(0.2)
 
     def filter_frag_needed(self) -> None:
         """The routers send no 'fragmentation needed' (a firewall that drops all ICMP): routed
@@ -698,6 +757,22 @@ class Cluster:
 
     def _ip(self, ns: str, *args: str) -> None:
         _run(_in_ns(ns, "ip", *args))
+
+
+# A router advertisement (RFC 4861 4.2) from the gateway's leg to all nodes: hop limit 255 as
+# NDP requires, router lifetime 1800 s, one Prefix Information option (L set, A clear: the
+# prefix is on-link, nobody configures an address from it). The kernel sums ICMPv6 itself.
+_SEND_RA = """
+import ipaddress, socket, struct, sys
+dev, net = sys.argv[1], ipaddress.ip_network(sys.argv[2])
+index = socket.if_nametoindex(dev)
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
+ra = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 1800, 0, 0)
+info = struct.pack("!BBBBIII16s", 3, 4, net.prefixlen, 0x80, 86400, 14400, 0, net.network_address.packed)
+s.sendto(ra + info, ("ff02::1", 0, 0, index))
+"""
 
 
 def _check_ifname(name: str) -> None:

@@ -156,6 +156,24 @@ def test_nodes_reach_each_other_over_the_switch(cluster):
         assert "scope link" in v6 and "tentative" not in v6  # bindable at once
 
 
+def test_every_node_has_a_default_gateway_that_routes_nowhere_unless_left_out(cluster):
+    """As real nodes have: a default route via the subnet's first address, a router that answers
+    ARP and says "network unreachable" at once for what it cannot route (nothing leaves the
+    machine); the subnet's own addresses stay on the switch."""
+    with cluster(TWO) as c:
+        assert c.gateways == ["198.18.0.1"]
+        routes = c.run(0, ["ip", "-4", "route"], timeout=5).stdout
+        assert "default via 198.18.0.1 dev eth0" in routes, routes
+        assert connect(c, 0, "198.19.7.7", 29500, timeout=2) == "error [Errno 101] Network is unreachable"
+        assert connect(c, 0, "198.18.0.11", 29500) == "refused"
+        neighbours = c.run(0, ["ip", "neigh", "show", "198.18.0.1"], timeout=5).stdout
+        assert "REACHABLE" in neighbours or "STALE" in neighbours or "DELAY" in neighbours, neighbours
+    with cluster(TWO, gateway=False) as c:
+        assert c.gateways == [] and c.gateway_ns is None
+        assert "default" not in c.run(0, ["ip", "-4", "route"], timeout=5).stdout
+        assert connect(c, 0, "198.19.7.7", 29500) == "error [Errno 101] Network is unreachable"
+
+
 def test_each_node_has_its_own_hostname_and_fqdn(cluster):
     before = socket.gethostname()
     with cluster([NodeSpec(), NodeSpec(hostname="gpu-b")]) as c:
@@ -288,7 +306,7 @@ def harness_process() -> subprocess.Popen:
 def test_sigterm_tears_down():
     proc = harness_process()
     prefix = readline(proc)
-    assert len(our_namespaces(prefix)) == 2
+    assert len(our_namespaces(prefix)) == 3   # the node, the switch, the gateway
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == -signal.SIGTERM, proc.stderr.read()
     proc.stderr.close(), proc.stdout.close()
@@ -300,7 +318,7 @@ def test_cleanup_stale_removes_leftovers_of_a_killed_run():
     proc = harness_process()
     prefix = readline(proc)
     pids = netns_pids(prefix + "n0")
-    assert len(our_namespaces(prefix)) == 2 and len(pids) == 1
+    assert len(our_namespaces(prefix)) == 3 and len(pids) == 1
     proc.kill()  # no chance to clean up
     proc.wait(timeout=5)
     proc.stderr.close(), proc.stdout.close()

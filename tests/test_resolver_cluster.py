@@ -62,12 +62,13 @@ def test_a_name_only_dns_knows_behind_a_dead_nameserver_is_said_unanswered(clust
     assert any(DEAD_NAMESERVER in line for line in failed["evidence"]), failed
 
 
-UNROUTED_NAMESERVER = "198.19.250.53"   # on no network these nodes have a route to
+UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the nodes' gateway has a route to
 
 
 def test_a_healthy_cluster_behind_an_unroutable_nameserver_passes_without_a_word_of_waiting(cluster, tmp_path):
     """resolv.conf names an address no route leads to (an image built elsewhere, an air-gapped
-    site): every lookup /etc/hosts cannot answer fails at once, none waits for it, so a healthy
+    site; the nodes' gateway answers "network unreachable" for it): every lookup /etc/hosts
+    cannot answer fails at once, none waits for it, so a healthy
     cluster whose names are all in /etc/hosts exits 0 (issue 49 item 5), unlike a silent one."""
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(3)) as c:

@@ -2,16 +2,21 @@
 most datacenters route), built for real: healthy, it passes; a core link narrower than the
 nodes' jumbo frames is routed path-MTU discovery, no blackhole, until the routers' ICMP is
 filtered; a node configured /16 where the racks are /24 is named alone as the cause, with its
-prefix and the on-link routes its kernel took, and a DROP firewall is still a firewall."""
+prefix and the on-link routes its kernel took (by its peers' prefixes; where it cannot reach the
+host, by its DHCP lease's, its router being no evidence), and a DROP firewall is still a firewall."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from cluster import NodeSpec
-from nodes import GRACE, PORT, explain, finish_all, scaled, start
+from nodes import GRACE, PORT, bind_mounted, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
+
+NETWORKD_LEASES = Path("/run/systemd/netif/leases")   # systemd-networkd's, one file per interface index
 
 
 def args(i: int, n: int, timeout: float, *extra: str) -> list[str]:
@@ -73,18 +78,43 @@ def test_a_node_with_a_wider_prefix_than_its_rack_is_named_alone_with_its_prefix
     assert [r.rc for r in (runs[1], runs[3], runs[4])] == [0, 0, 0], explain(runs)
 
 
-def test_a_node_whose_prefix_hides_the_host_behind_its_router_says_so(cluster, tmp_path):
-    """The host in the other rack: the /16 node asks ARP for the host's address on its own
-    link, unanswered, while it has a router; its report names its prefix, not a stale name."""
+def test_a_node_whose_prefix_hides_the_host_behind_its_router_says_so_where_its_lease_says_the_subnet(
+        cluster, tmp_path):
+    """The host in the other rack: the /16 node asks ARP for the host's address on its own link,
+    unanswered. Its router alone is no evidence of its prefix (every node has one; a stale name
+    looks the same): the address comes first, the prefix next. With its DHCP lease saying
+    /24 (the network's own word; the /16 configured by hand), the prefix is named, with the lease
+    and the /24 to give it."""
     specs = racked(1, 0, 0, 1)
     specs[2] = NodeSpec(rack=0, prefixlen=16)
     with cluster(specs, racks=2) as c:
-        runs = run_all(c, 4, tmp_path, "--skip", "bandwidth")
-    node2 = runs[2]
-    assert node2.rc == 2, explain(runs)
-    (reach,) = node2.findings("rdzv.reach", "fail")
-    assert reach["kind"] == "prefix_too_wide" and "198.18.0.0/16" in reach["summary"], reach
-    assert "198.18.0.1" in reach["summary"] and "firewall" not in reach["fix"], reach
+        timeout = scaled(14)
+        alone = finish(start(c, 2, args(2, 4, timeout), tmp_path), timeout + GRACE)
+        index = c.run(2, ["cat", "/sys/class/net/eth0/ifindex"], 10).stdout.strip()
+        leases, leased = tmp_path / "leases", None
+        leases.mkdir()
+        (leases / index).write_text("# This is private data. Do not parse.\nADDRESS=198.18.0.12\n"
+                                    "NETMASK=255.255.255.0\nROUTER=198.18.0.1\nLIFETIME=86400\n")
+        if NETWORKD_LEASES.is_dir():   # the place to show it at: a machine without networkd lacks it
+            leased = finish(start(c, 2, args(2, 4, timeout), tmp_path,
+                                  wrapper=bind_mounted(leases, NETWORKD_LEASES)), timeout + GRACE)
+
+    assert alone.rc == 2, explain([alone])
+    (reach,) = alone.findings("rdzv.reach", "fail")
+    assert reach["kind"] == "no_machine" and "prefix" not in reach["summary"], reach
+    fix = reach["fix"]
+    assert fix.startswith("node0's entry in /etc/hosts on this node is stale"), reach
+    assert fix.index("stale") < fix.index("its prefix (198.18.0.0/16)") and "198.18.0.1" in fix, reach
+    if leased is None:
+        pytest.skip(f"{NETWORKD_LEASES} is not on this machine: no place to show the node its lease at")
+    assert leased.rc == 2, explain([leased])
+    (wide,) = leased.findings("rdzv.reach", "fail")
+    assert wide["kind"] == "prefix_too_wide" and "this node's prefix (198.18.0.0/16)" in wide["summary"], wide
+    assert "the link's subnet is 198.18.0.0/24 (its DHCP lease)" in wide["summary"], wide
+    assert "behind its router (198.18.0.1)" in wide["summary"], wide
+    assert wide["fix"].startswith("give eth0 the subnet's prefix (198.18.0.12/24)") and "firewall" not in wide["fix"]
+    assert f"eth0's link: 198.18.0.12/24, from its DHCP lease ({NETWORKD_LEASES}/{index}: address 198.18.0.12, " \
+           "subnet mask 255.255.255.0)" in wide["evidence"], wide
 
 
 def test_a_drop_firewall_on_a_routed_fabric_is_still_called_filtered(cluster, tmp_path):

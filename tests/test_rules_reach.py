@@ -9,7 +9,17 @@ import dataclasses
 import pytest
 
 from builders import launch
-from netcheck.core.model import Finding, Holder, Member, Probe, Reach, SilentNameserver, SlowNameserver
+from netcheck.core.model import (
+    Finding,
+    Holder,
+    LinkPrefix,
+    Member,
+    Probe,
+    Reach,
+    Route,
+    SilentNameserver,
+    SlowNameserver,
+)
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import run as run_rules
@@ -301,3 +311,95 @@ def test_a_joiner_keeps_its_own_slow_lookup_for_the_hosts():
     told = run_rules.cluster_verdict(reach_rules.slow_lookups((member(0), member(1, reach=_looked_up(4.0)))))
     _, kept = run_rules.with_host_verdict(told, (1,), mine)
     assert kept == mine
+
+
+# --- an address on the node's own subnet nobody answers: stale first, a wide prefix on evidence -----
+
+
+def on_link(state="FAILED", address="10.0.0.4", subnet="10.0.0.0/24", router="10.0.0.1", link=(),
+            source="10.0.0.7", family="ipv4") -> Reach:
+    route = Route("eth0", source, None, state, (), subnet, router, link)
+    probe = Probe(address, family, "filtered", "no answer in 3 s", 3.0, route)
+    return dataclasses.replace(reach("filtered", (probe,), addresses=(address,)),
+                               named_in="/etc/hosts line 4: 10.0.0.4 node0")
+
+
+def test_a_stale_hosts_entry_on_a_node_with_a_router_is_a_stale_entry_first():
+    """Every real node has a default gateway: its presence alone says nothing of the prefix
+    (issue 63). The address is named first, the prefix after, as the next thing to compare."""
+    (_, nobody) = reach_rules.reach_findings(on_link(), (1,))
+    assert (nobody.kind, nobody.nodes) == ("no_machine", (1,))
+    assert "no machine answered at 10.0.0.4 on eth0 (ARP got no reply: FAILED)" in nobody.summary
+    assert "prefix" not in nobody.summary and "/etc/hosts line 4" in nobody.summary
+    assert nobody.fix.startswith("node0's entry in /etc/hosts on this node is stale (/etc/hosts line 4)")
+    stale, then = nobody.fix.index("is stale"), nobody.fix.index("where the address is right")
+    assert stale < then and "its prefix (10.0.0.0/24)" in nobody.fix[then:] and "10.0.0.1" in nobody.fix[then:]
+    assert "firewall" not in nobody.fix
+
+
+def test_without_a_router_the_fix_says_nothing_of_the_prefix():
+    (_, nobody) = reach_rules.reach_findings(on_link(router=None), (1,))
+    assert nobody.kind == "no_machine" and "prefix" not in nobody.fix
+
+
+LEASE = LinkPrefix("10.0.0.7/24", "its DHCP lease",
+                   "/run/systemd/netif/leases/2: address 10.0.0.7, subnet mask 255.255.255.0")
+
+
+def test_a_prefix_wider_than_the_leased_subnet_is_named_with_its_lease():
+    """The node is configured /16, its DHCP lease says /24, and the address is in the /16 only:
+    the prefix is the cause, named with the lease, its fix first and the address's after."""
+    found = on_link(address="10.0.1.10", subnet="10.0.0.0/16", link=(LEASE,))
+    (_, wide) = reach_rules.reach_findings(found, (1,))
+    assert (wide.kind, wide.nodes) == ("prefix_too_wide", (1,))
+    assert "only by this node's prefix (10.0.0.0/16)" in wide.summary and "10.0.0.0/24" in wide.summary
+    assert "the link's subnet is 10.0.0.0/24 (its DHCP lease)" in wide.summary
+    assert "behind its router (10.0.0.1)" in wide.summary
+    assert wide.fix.startswith("give eth0 the subnet's prefix (10.0.0.7/24)")
+    assert wide.fix.index("10.0.0.7/24") < wide.fix.index("/etc/hosts") and "firewall" not in wide.fix
+    assert f"eth0's link: 10.0.0.7/24, from its DHCP lease ({LEASE.detail})" in wide.evidence
+
+
+@pytest.mark.parametrize("address, subnet, link", [
+    ("10.0.0.99", "10.0.0.0/16", (LEASE,)),                     # the lease's subnet holds it: a stale address
+    ("10.0.1.10", "10.0.0.0/24", (LinkPrefix("10.0.0.7/24", "lease"),)),   # the same prefix: nothing wider
+    ("10.0.1.10", "10.0.0.0/16", (LinkPrefix("10.0.0.7/8", "lease"),)),    # the lease is wider still
+    ("10.0.1.10", "10.0.0.0/16", (LinkPrefix("10.0.9.7/24", "lease"),)),   # a lease of another subnet
+    ("10.0.1.10", "10.0.0.0/16", (LinkPrefix("fd00::/64", "ra"),)),        # of the other family
+    ("10.0.1.10", "10.0.0.0/16", (LinkPrefix("garbage", "ra"),)),          # unreadable: no evidence
+])
+def test_no_evidence_of_a_narrower_link_leaves_the_address_first(address, subnet, link):
+    (_, nobody) = reach_rules.reach_findings(on_link(address=address, subnet=subnet, link=link), (1,))
+    assert nobody.kind == "no_machine", nobody
+    assert nobody.fix.startswith("node0's entry in /etc/hosts on this node is stale")
+
+
+def test_a_prefix_wider_than_the_routers_advertised_one_is_named_without_a_name():
+    """IPv6: the router advertises 2001:db8::/64, the node is configured /48; probed by address."""
+    ra = LinkPrefix("2001:db8::/64", "its router's advertisement", "ip -6 route: 2001:db8::/64 dev eth0 proto ra")
+    found = dataclasses.replace(on_link(address="2001:db8:0:1::10", subnet="2001:db8::/48", router="fe80::1",
+                                        link=(ra,), source="2001:db8::7", family="ipv6"), named_in="")
+    (_, wide) = reach_rules.reach_findings(found, ())
+    assert wide.kind == "prefix_too_wide" and "NDP" in wide.summary
+    assert "the link's subnet is 2001:db8::/64 (its router's advertisement)" in wide.summary
+    assert wide.fix.startswith("give eth0 the subnet's prefix (2001:db8::7/64)") and "check the address" in wide.fix
+
+
+def test_evidence_without_a_router_says_the_address_is_of_another_link():
+    (_, wide) = reach_rules.reach_findings(on_link(address="10.0.1.10", subnet="10.0.0.0/16", router=None,
+                                                   link=(LEASE,)), (1,))
+    assert wide.kind == "prefix_too_wide" and "on another link" in wide.summary
+
+
+def test_an_address_a_router_could_not_deliver_to_is_not_this_nodes_missing_route():
+    """Every node has a default gateway: an address of no network it routes is sent there, and
+    the router answers "network unreachable"; the summary says so, not "no route"."""
+    route = Route("eth0", "10.0.0.7", "10.0.0.1", "REACHABLE")
+    probe = Probe("10.9.0.4", "ipv4", "unreachable", "Network is unreachable", 0.001, route)
+    found = dataclasses.replace(reach("unreachable", (probe,), addresses=("10.9.0.4",)),
+                                named_in="/etc/hosts line 4: 10.9.0.4 node0")
+    (_, routed) = reach_rules.reach_findings(found, (1,))
+    assert routed.summary == ("node0:29500 is unreachable from this node: its route leads via 10.0.0.1, and a router "
+                              "on the way could not deliver to 10.9.0.4 (Network is unreachable)")
+    assert routed.fix.startswith("check the address (node0 comes from /etc/hosts line 4)")
+    assert "traceroute 10.9.0.4" in routed.fix

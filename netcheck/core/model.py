@@ -56,6 +56,7 @@ Severity = Annotated[str, one_of(*SEVERITIES)]
 PROBE_OUTCOMES = ("open", "not_store", "refused", "filtered", "unreachable")
 REACH_OUTCOMES = PROBE_OUTCOMES + ("dns",)
 UNANSWERED = ("filtered", "unreachable")   # a connect nothing answered: the route and neighbour tell why
+NOBODY_ANSWERED = ("FAILED", "INCOMPLETE")   # the neighbour table's states where ARP / NDP got no reply
 UNANSWERED_HANDSHAKE = "no answer to the TCPStore handshake"   # a not_store probe's detail: silent, not garbage
 UNANSWERED_LOOKUP = "no answer to the lookup"   # a lookup netcheck stopped waiting for: no word on the name
 Family = Annotated[str, one_of(*FAMILIES)]
@@ -90,6 +91,19 @@ def is_torchrun_worker(launch: Launch) -> bool:
 
 
 @dataclass(frozen=True)
+class LinkPrefix:
+    """What the link itself says its subnet is, besides the prefix the node is configured with:
+    a prefix its router advertises (IPv6, the kernel's `proto ra` route), the address and mask
+    of its DHCP lease (IPv4). Read where an address on-link by the node's own prefix went
+    unanswered: a narrower subnet that holds the node and not that address is the evidence of a
+    prefix wider than the subnet's."""
+
+    network: Text   # the subnet, e.g. "2001:2::/64", or the lease's address with its mask, "10.1.2.7/24"
+    source: Text    # what says so: "its router's advertisement", "its DHCP lease"
+    detail: Text = ""   # where it was read: the kernel's route, the lease file and its fields
+
+
+@dataclass(frozen=True)
 class Route:
     """The kernel's way to an address that did not answer a connect (ip route get, ip neigh):
     what tells "no machine there" (ARP / NDP unanswered) from "a machine that drops the port"."""
@@ -104,12 +118,15 @@ class Route:
     # and this node's default gateway, if it has one (a router the address could be behind).
     subnet: Text | None = None
     router: IpAddress | None = None
+    # Where the route is on-link and no machine answered: what the link says its subnet is
+    # (a router's advertised prefix, a DHCP lease), each with where it was read.
+    link: Annotated[tuple[LinkPrefix, ...], FEW] = ()
 
     @property
     def nobody_answered(self) -> bool:
         """ARP / NDP asked for the next hop and nothing answered (INCOMPLETE: still asking after
         the whole probe timeout)."""
-        return self.neighbour_state in ("FAILED", "INCOMPLETE")
+        return self.neighbour_state in NOBODY_ANSWERED
 
 
 @dataclass(frozen=True)

@@ -141,15 +141,17 @@ def nameserver_look(deadline: Deadline | None = None) -> Look:
 
 
 def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None]) -> None:
-    """answered[server]: seconds to its answer, or to the error that ended the query (a
-    refusal, no route to it: the resolver moves on at once, and a lookup /etc/hosts answers
-    never waits for it), or None where nothing came in `wait` (a silent server, or an address
-    on the link no machine answers ARP for: every lookup waits)."""
+    """answered[server]: seconds to its answer, or to the error that ended the query at once (a
+    refusal, no route to it, a router's "network unreachable": the resolver moves on at once,
+    and a lookup /etc/hosts answers never waits for it), or None where nothing came in `wait`
+    (a silent server), or the error came only after the kernel waited on ARP / NDP for it (an
+    address on the link no machine holds: every lookup waits)."""
     start = time.monotonic()
     family = socket.AF_INET6 if ":" in server else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.settimeout(wait)
         try:
+            _full_errors(sock, family)
             sock.connect((server, 53))
             sock.send(_DNS_QUERY)
             sock.recv(512)
@@ -157,8 +159,25 @@ def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None])
             answered[server] = None
             return
         except OSError:   # refused, no route, network unreachable: at once
-            pass
+            if time.monotonic() - start >= SLOW_LOOKUP:   # the kernel gave up on ARP / NDP: nobody there
+                answered[server] = None
+                return
     answered[server] = time.monotonic() - start
+
+
+# Linux's <linux/in.h> and <linux/in6.h> (Python's socket module names neither).
+IP_RECVERR, IPV6_RECVERR = 11, 25
+
+
+def _full_errors(sock: socket.socket, family: int) -> None:
+    """Every ICMP error for this socket's queries reported to it, as glibc's resolver asks
+    (res_send.c sets IP_RECVERR / IPV6_RECVERR): without it, Linux keeps a router's "network" or
+    "host unreachable" from a UDP socket, and a nameserver glibc leaves at once would be waited
+    out here as silent."""
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
+    else:
+        sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
 
 
 def hosts_ask_dns() -> bool:

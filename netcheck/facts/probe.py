@@ -17,6 +17,9 @@ unreachable (no route), dns (the name does not resolve). Only refused is worth w
 the host may simply not be up yet. A connect that goes unanswered (filtered, unreachable)
 also reads the kernel's route to the address and the neighbour table's state for the next
 hop (route_to): a DROP rule's machine answers ARP / NDP, an address nobody holds does not.
+Where the address was on-link by the node's own prefix and nobody answered, it also reads what
+the link says its subnet is (link_prefixes: a router's advertised prefix, a DHCP lease), the
+only evidence of a prefix wider than the subnet's that a node has alone: its router is none.
 
 What accepts is asked in TCPStore's own protocol (torch/csrc/distributed/c10d/
 TCPStoreBackend.hpp, the same for the legacy and the libuv backend): a VALIDATE (query 0 and
@@ -43,8 +46,18 @@ import time
 from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import UNANSWERED, UNANSWERED_HANDSHAKE, UNANSWERED_LOOKUP, Probe, Reach, Route
+from netcheck.core.model import (
+    NOBODY_ANSWERED,
+    UNANSWERED,
+    UNANSWERED_HANDSHAKE,
+    UNANSWERED_LOOKUP,
+    LinkPrefix,
+    Probe,
+    Reach,
+    Route,
+)
 from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
+from netcheck.facts.leases import lease_prefixes
 from netcheck.facts.nameservers import hosts_ask_dns, lookup_bound
 
 FAMILY_NAMES: dict[int, str] = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}   # by family number
@@ -265,8 +278,28 @@ def route_to(address: str) -> Route | None:
     routes = [line.split() for line in _ip_lines(family, "route", "show", "table", "main", "match", address)]
     mine = [r[0] for r in routes if _after(r, "dev") == interface and r[0] != "default" and "via" not in r]
     router = next((_after(r, "via") for r in routes if r[0] == "default" and "via" in r), None)
+    link = link_prefixes(interface, family) if state in NOBODY_ANSWERED else ()
     return Route(interface, _after(chosen, "src"), None, state, _shared(routes, set(mine), interface),
-                 mine[0] if mine else None, router)
+                 mine[0] if mine else None, router, link)
+
+
+def link_prefixes(interface: str, family: str) -> tuple[LinkPrefix, ...]:
+    """What INTERFACE's link says its subnet is, besides the node's own prefix: for IPv6 the
+    prefixes its routers advertise (the kernel keeps each as an on-link route that expires with
+    the advertisement; NetworkManager's own are `proto ra`), for IPv4 its DHCP lease
+    (facts.leases)."""
+    if family == "-4":
+        return lease_prefixes(interface)
+    return tuple(LinkPrefix(words[0], "its router's advertisement",
+                            f"ip -6 route: {words[0]} dev {interface} {' '.join(words[1:])}")
+                 for line in _ip_lines("-6", "route", "show", "table", "main", "dev", interface)
+                 if (words := line.split()) and _advertised(words))
+
+
+def _advertised(words: list[str]) -> bool:
+    """An on-link prefix route a router's advertisement made: the kernel's expire with it."""
+    return words[0] not in ("default", "fe80::/64") and "via" not in words and \
+        ("expires" in words or _after(words, "proto") == "ra")
 
 
 def _shared(routes: list[list[str]], subnets: set[str], interface: str) -> tuple[str, ...]:

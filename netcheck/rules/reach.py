@@ -92,7 +92,30 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     if (route := _nobody_there(reach)) is not None:
         return [resolved, _no_machine(reach, route, endpoint, ranks, evidence)]
     summary = _reach_summary(reach, endpoint)
+    if reach.outcome == "unreachable" and (routed := _routed(reach)):
+        probe, gateway = routed
+        return [resolved, Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} is unreachable from this node: its route "
+                                  f"leads via {gateway}, and a router on the way could not deliver to "
+                                  f"{probe.address} ({probe.detail})", evidence, _routed_fix(reach, probe.address))]
     return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+
+
+def _routed(reach: Reach) -> tuple[Probe, str] | None:
+    """(the first unreachable probe, its gateway), where the kernel routed it via a gateway that
+    answered ARP / NDP: the refusal came from a router on the way, not from this node's own
+    table."""
+    probe = next((p for p in reach.probes if p.outcome == "unreachable"), None)
+    route = probe.route if probe else None
+    if probe is None or route is None or route.gateway is None or route.nobody_answered:
+        return None
+    return probe, route.gateway
+
+
+def _routed_fix(reach: Reach, address: str) -> str:
+    where = f" ({reach.host} comes from {_source(reach)})" if reach.named_in else ""
+    return (f"check the address{where}: a router on the way cannot deliver to {address} (a typo, a stale name, an "
+            "address of another network, or a machine down behind that router); else the routes past this node "
+            f"(ip route get {address}, traceroute {address})")
 
 
 RESOLVER_FIX = ("repair the nameserver, or name one that answers in /etc/resolv.conf; meanwhile list every node and "
@@ -256,13 +279,18 @@ def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...
                 evidence: tuple[str, ...]) -> Finding:
     """No machine answered at the endpoint's address (or its gateway) on the interface the
     kernel's route takes (`route`, the first address's); where another interface shares the
-    subnet, the route's pick is the cause."""
+    subnet, the route's pick is the cause. An address on the node's own subnet that nobody
+    answers is a stale or wrong address first; a prefix wider than the subnet's only where the
+    link says its subnet is narrower and does not hold the address (wider_than_link), never
+    for the node's router alone: every node has one."""
     probe = reach.probes[0]
     asked = "NDP" if probe.family == "ipv6" else "ARP"
     at = f"{route.gateway} (the gateway)" if route.gateway else probe.address
     where = (f"no machine answered at {at} on {route.interface} ({asked} got no reply: {route.neighbour_state}), "
              "so nothing there can listen or filter")
-    lines = evidence + ((f"{reach.host}: {reach.named_in}",) if reach.named_in else ())
+    lines = evidence + ((f"{reach.host}: {reach.named_in}",) if reach.named_in else ()) + \
+        tuple(f"{route.interface}'s link: {lp.network}, from {lp.source}" + (f" ({lp.detail})" if lp.detail else "")
+              for lp in route.link)
     if route.shared:
         both = ", ".join((route.interface,) + route.shared)
         return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on the subnet of several "
@@ -270,17 +298,56 @@ def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...
                        f"{route.source}), where {where}", lines, _shared_fix(route.interface, probe.address),
                        REACH_SHARED_SUBNET)
     named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
-    if route.gateway is None and route.router and route.subnet:
+    if (link := wider_than_link(route, probe.address)) is not None:
+        subnet, said = link
+        beyond = f"behind its router ({route.router})" if route.router else "on another link"
+        own = f"{route.source}/{subnet.prefixlen}" if route.source else f"its address with /{subnet.prefixlen}"
         return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on {route.interface}'s own link "
                        f"only by this node's prefix ({route.subnet}) and no machine answered {asked} for it there, "
-                       f"while this node has a router ({route.router}): a prefix wider than the subnet's takes an "
-                       f"address behind that router for the local link{named}", lines,
-                       f"compare {route.interface}'s prefix (ip -br addr on this node, {route.source}) with a "
-                       "neighbour's on the same switch: where theirs is longer, give this node the same in its network "
-                       f"configuration (netplan, ifcfg, DHCP); where it is the same, {_no_machine_fix(reach)}",
+                       f"while the link's subnet is {subnet} ({said}), which does not hold it: a prefix wider than the "
+                       f"subnet's takes an address {beyond} for the local link{named}", lines,
+                       f"give {route.interface} the subnet's prefix ({own}) in this node's network configuration "
+                       "(netplan, ifcfg, NetworkManager; where DHCP gives the address, drop the static one), so that "
+                       f"the address goes to the router; if it still does not answer, {_no_machine_fix(reach)}",
                        REACH_WRONG_PREFIX)
-    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {where}{named}", lines, _no_machine_fix(reach),
-                   REACH_NO_MACHINE)
+    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {where}{named}", lines,
+                   _no_machine_fix(reach) + _prefix_next(route), REACH_NO_MACHINE)
+
+
+def wider_than_link(route: Route, address: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str] | None:
+    """(the link's subnet, where it was read) where ROUTE put ADDRESS on-link by the node's
+    prefix, and what the link says its subnet is (a router's advertised prefix, a DHCP lease)
+    is narrower, holds the node's own address, and not ADDRESS: the node's prefix is wider than
+    the subnet's. None without such evidence (the router's mere presence is none)."""
+    if route.gateway is not None or not route.subnet:
+        return None
+    try:
+        mine, target = ipaddress.ip_network(route.subnet, strict=False), ipaddress.ip_address(address.split("%")[0])
+        source = ipaddress.ip_address(route.source) if route.source else None
+    except ValueError:
+        return None
+    for lp in route.link:
+        try:
+            subnet = ipaddress.ip_interface(lp.network).network
+        except ValueError:
+            continue
+        if subnet.version != mine.version or subnet.prefixlen <= mine.prefixlen or subnet.network_address not in mine:
+            continue
+        if target not in subnet and (source is None or source in subnet):
+            return subnet, lp.source
+    return None
+
+
+def _prefix_next(route: Route) -> str:
+    """Where the address is on-link by the node's own prefix and the node has a router: the
+    prefix is the next thing to compare, once the address is known right (no evidence read
+    here said the prefix was wrong, or it would be named first)."""
+    if route.gateway is not None or not route.router or not route.subnet:
+        return ""
+    return (f"; where the address is right (the host node holds it), this node takes it for {route.interface}'s own "
+            f"link by its prefix ({route.subnet}) rather than sending it to its router ({route.router}): compare "
+            "that prefix with a neighbour's on the same switch (ip -br addr), and where theirs is longer give this "
+            "node the same (netplan, ifcfg, DHCP)")
 
 
 def _shared_fix(interface: str, address: str) -> str:

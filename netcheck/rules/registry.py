@@ -258,10 +258,12 @@ CHECKS: tuple[Check, ...] = (
                                             "(a hung or stopped process, another program)"),
            REACH_NO_MACHINE: Kind(ONLY_FAIL, "no machine answered ARP / NDP for the address (or its gateway) on "
                                              "the interface the kernel's route takes: a stale name, a wrong or "
-                                             "dead address, not a firewall"),
+                                             "dead address, not a firewall (where the address is right and the "
+                                             "node has a router, its prefix is the next to compare)"),
            REACH_WRONG_PREFIX: Kind(ONLY_FAIL, "no machine answered ARP / NDP for an address on the link only by "
-                                               "this node's prefix, while it has a router: a prefix wider than the "
-                                               "subnet's, or a stale address"),
+                                               "this node's prefix, and the link's own subnet (its router's "
+                                               "advertised prefix, its DHCP lease) is narrower and does not hold it: "
+                                               "a prefix wider than the subnet's (a router alone is no evidence)"),
            REACH_SHARED_SUBNET: Kind(ONLY_FAIL, "two interfaces share the address's subnet and the route takes the "
                                                 "one where no machine answered (a second NIC on the subnet)")}),
     Check(RDZV_LISTEN, "reach", (PASS, FAIL),

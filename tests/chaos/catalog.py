@@ -261,12 +261,13 @@ class DeadNameserver(Fault):
         return Expect(warns=True, blame=[Blame(0, ("rdzv.resolve",), ("resolver_silent",), severity="warn")])
 
 
-UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the nodes route to: a query fails at once
+UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the routers know: a query is refused at once
 
 
 class UnroutableNameserver(Fault):
     """Every node asks /etc/hosts, then DNS, and its nameserver is an address no route leads to
-    (an image built elsewhere, an air-gapped site): a query fails at once, none waits, and
+    (an image built elsewhere, an air-gapped site; the node's gateway answers "network
+    unreachable"): a query fails at once, none waits, and
     /etc/hosts knows every node: the cluster passes without a word of waiting (issue 49)."""
 
     kind = "unroutable_nameserver"
@@ -772,8 +773,10 @@ class RoutedFabric(Fault):
 class WrongPrefix(Fault):
     """On the routed fabric, the node configured /16 where the racks are /24: it takes the other
     rack's addresses for its own link and asks ARP for them, unanswered. In the host's rack it
-    reaches the host and is named by it; in the other, the host is one of those addresses, and
-    its own report says its prefix may be too wide."""
+    reaches the host and is named by it, by its peers' prefixes; in the other, the host is one of
+    those addresses, and its own report says no machine answered there: its router is no
+    evidence of its prefix (every node has one), so the address comes first and the prefix
+    next (no DHCP lease or router advertisement says the subnet here)."""
 
     kind = "wrong_prefix"
     routed = True
@@ -792,7 +795,7 @@ class WrongPrefix(Fault):
                 return Expect()
             return broken(self.node, "mesh.connect", kinds=("wrong_prefix",))
         e = missing(self.node, sched)
-        e.blame.append(Blame(self.node, ("rdzv.reach",), ("prefix_too_wide",), reporter=self.node))
+        e.blame.append(Blame(self.node, ("rdzv.reach",), ("no_machine",), reporter=self.node))
         return e
 
 
