@@ -217,9 +217,9 @@ def _paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
             rate, rated = measured_gbps * 1e9, f"{_gbits(measured_gbps * 1e9)} (the pair test's, on the median node)"
         else:
             continue
-        a, b = pair
-        paths.setdefault(a, []).append(PathNeed(b, rate, rated, rtt_ms / 1e3))
-        paths.setdefault(b, []).append(PathNeed(a, rate, rated, rtt_ms / 1e3))
+        one, other = pair
+        paths.setdefault(one, []).append(PathNeed(other, rate, rated, rtt_ms / 1e3))
+        paths.setdefault(other, []).append(PathNeed(one, rate, rated, rtt_ms / 1e3))
     return paths
 
 

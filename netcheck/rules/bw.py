@@ -176,7 +176,7 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
         evidence += (f"backend {result.backend}: {result.backend_reason}",)
     dark = unanswered_node(result)
     if dark is not None:
-        return [_unanswered_finding(result, dark, evidence)]
+        return [_unanswered_finding(result, result.failed_stage, dark, evidence)]
     if cut is not None:
         a, b = sorted(cut)
         pair = f"{result.node_name(a)} and {result.node_name(b)}"
@@ -208,13 +208,13 @@ def unanswered_node(result: BandwidthResult) -> int | None:
     return common.pop() if len(common) == 1 and len(others) >= 2 else None
 
 
-def _unanswered_finding(result: BandwidthResult, node: int, evidence: tuple[str, ...]) -> Finding:
+def _unanswered_finding(result: BandwidthResult, stage: str, node: int, evidence: tuple[str, ...]) -> Finding:
     directions = unanswered_directions(result.links)
     name = result.node_name(node)
     into = sorted(a for a, b in directions if b == node)
     lines = tuple(f"{result.node_name(a)} -> {result.node_name(b)}: {_unanswered_text(u)}"
                   for (a, b), u in sorted(directions.items()))
-    summary = (f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: {name} stopped answering: "
+    summary = (f"bandwidth stopped in the {STAGE_NAMES[stage]} stage: {name} stopped answering: "
                f"every connection left unanswered runs to or from it ({len(into)} peer(s) waited on it"
                f"{', and it on its peers' if any(a == node for a, _ in directions) else ''}), after the mesh "
                "had passed")
