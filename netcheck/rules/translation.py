@@ -13,6 +13,7 @@ from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, Translation
 from netcheck.core.model import FAIL, Finding, Member, Visitor
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.rules import gloodial
 from netcheck.rules.pernode import name_of, per_pair
 from netcheck.rules.registry import MESH_CONNECT, MESH_TRANSLATED
 
@@ -71,8 +72,11 @@ def explained(translated: tuple[Translation, ...], broken: Iterable[tuple[int, i
 
 
 def translated_findings(names: dict[int, str], translated: tuple[Translation, ...],
-                        broken: dict[tuple[int, int], list[Attempt]]) -> list[Finding]:
-    """A finding per translated node that some peer could not connect to."""
+                        broken: dict[tuple[int, int], list[Attempt]], ends: gloodial.Ends,
+                        attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """A finding per translated node that some peer could not connect to: NCCL's alone where
+    gloo dials out of it to every such peer (its address the larger), through the translation
+    as the rendezvous does (`ends`, `attempts`: gloodial.nccl_only)."""
     findings = []
     for t in translated:
         into = sorted(d for d in explained((t,), broken))
@@ -80,7 +84,7 @@ def translated_findings(names: dict[int, str], translated: tuple[Translation, ..
             findings.append(Finding(MESH_CONNECT, FAIL, (t.rank,), _summary(names, t, len(into)),
                                     per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})"
                                                                for a in broken[(s, d)])) for s, d in into), names),
-                                    FIX, MESH_TRANSLATED))
+                                    FIX, MESH_TRANSLATED, gloodial.nccl_only(names, ends, into, attempts)))
     return findings
 
 
