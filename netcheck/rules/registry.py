@@ -232,7 +232,7 @@ LIB_VERSIONS = "versions_differ"
 # Whom a finding stops (model.PARTS), in the words a report and `netcheck checks` use, and
 # what each part and effect means (README, "What a verdict promises about the job").
 PART_WORDS = {LAUNCH: "torchrun's rendezvous", STORE: "the store", GLOO: "gloo", NCCL_SOCKET: "NCCL over sockets",
-              NCCL_RDMA: "NCCL over RDMA", SPEED: "the job's speed"}
+              NCCL_RDMA: "NCCL over RDMA", SPEED: "the job"}
 PART_MEANINGS = {
     LAUNCH: "torchrun's agents and their c10d rendezvous: the endpoint's store, their heartbeats, and the "
             "MASTER_ADDR they hand their workers (rank 0's FQDN): a job torchrun launches",
@@ -254,6 +254,32 @@ LIBRARIES = (GLOO, NCCL_SOCKET, NCCL_RDMA)
 NCCL = (NCCL_SOCKET, NCCL_RDMA)
 TCP = (GLOO, NCCL_SOCKET)      # the libraries' data over TCP connections
 NO_IMPACT = Impact((), NOTHING)
+
+
+def parts_words(parts: Iterable[str]) -> str:
+    """The parts in words, in the table's order, NCCL's two as one where both are named:
+    "gloo, NCCL", "torchrun's rendezvous, the store", "NCCL over RDMA"."""
+    named = [p for p in PART_WORDS if p in set(parts)]
+    both = all(p in named for p in NCCL)
+    return ", ".join("NCCL" if both and p == NCCL_SOCKET else PART_WORDS[p] for p in named
+                     if not (both and p == NCCL_RDMA))
+
+
+def impact_words(impact: Impact) -> str:
+    """"stops gloo, NCCL", "slows the job", "nothing of the job's parts"."""
+    return f"{impact.effect} {parts_words(impact.on)}" if impact.on else "nothing of the job's parts"
+
+
+def scope_words(impact: Impact | None) -> str:
+    """Whom a finding stops where that is not every job, as a reader of a report scans for it:
+    "NCCL only", "gloo only", "torchrun's rendezvous" (a job torchrun launches); "" where every job
+    meets it (the store, every library), where it slows or says nothing, or is not said."""
+    if impact is None or STORE in impact.on:
+        return ""
+    libraries = [p for p in LIBRARIES if p in impact.on]
+    if len(libraries) == len(LIBRARIES) or not libraries and LAUNCH not in impact.on:
+        return ""
+    return parts_words(impact.on) + (" only" if libraries else "")
 
 
 @dataclass(frozen=True)
