@@ -34,6 +34,7 @@ from netcheck.core.model import (
     Finding,
     Impact,
 )
+from netcheck.render.checks import render_checks_json, render_checks_text, whom
 from netcheck.rules.registry import (
     BY_ID,
     CHECKS,
@@ -125,11 +126,32 @@ def test_nccl_default_speaks_for_nccl_alone():
     assert set(BY_ID[NIC_NCCL_DEFAULT].impact.on) == {NCCL_SOCKET, NCCL_RDMA}
 
 
-def test_the_readme_check_table_lists_exactly_the_registry():
+def test_netcheck_checks_says_whom_each_check_and_kind_stops():
+    lines = render_checks_text(CHECKS).splitlines()
+    assert "whom it stops" in lines[0]
+    assert re.match(r"nic\.nccl_default +nic +pass/warn/fail +stops NCCL +the interfaces NCCL", next(
+        line for line in lines if line.startswith("nic.nccl_default")))
+    assert re.match(r"kind store_stalled +warn +slows torchrun's rendezvous, the store +", next(
+        line for line in lines if line.startswith("kind store_stalled")))
+    plain = json.loads(render_checks_json(CHECKS))
+    assert plain[0]["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+
+
+def readme_table(header: str) -> str:
     text = (REPO / "README.md").read_text()
-    table = text[text.index("| check | what it catches | fix |"):]
-    table = table[:table.index("\n\n")]
+    table = text[text.index(header):]
+    return table[:table.index("\n\n")]
+
+
+def test_the_readme_check_table_lists_exactly_the_registry_and_whom_each_stops():
+    table = readme_table("| check | whom it stops | what it catches | fix |")
     assert re.findall(r"^\| `([a-z0-9_.]+)` \|", table, re.M) == [c.id for c in CHECKS]
+    assert re.findall(r"^\| `[a-z0-9_.]+` \| ([^|]+) \|", table, re.M) == [whom(c) for c in CHECKS]
+
+
+def test_the_readme_names_every_part_a_finding_can_stop():
+    table = readme_table("| part (`on`) | what it is | a job that meets it |")
+    assert re.findall(r"^\| `([a-z_]+)` \|", table, re.M) == list(PARTS)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.id)
