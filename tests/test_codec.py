@@ -145,6 +145,21 @@ def test_a_member_omitting_fields_with_defaults_takes_the_defaults():
     assert codec.loads(Member, json.dumps(plain), MAX_FACTS_BYTES) == Member(1, FACTS)
 
 
+def test_a_finding_says_whom_it_stops_and_one_written_before_reads_back_without():
+    plain = json.loads(codec.dumps(FINDING))
+    assert plain["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+    del plain["impact"]
+    assert codec.loads(Finding, json.dumps(plain), MAX_FACTS_BYTES).impact is None
+
+
+@pytest.mark.parametrize("field, value", [("on", ["launch", "rpc"]), ("effect", "breaks"), ("on", "gloo")])
+def test_an_impact_names_only_the_parts_and_effects_of_the_fixed_set(field, value):
+    plain = json.loads(codec.dumps(FINDING))
+    plain["impact"][field] = value
+    with pytest.raises(DecodeError, match=r"\$\.impact\.(on|effect)"):
+        codec.loads(Finding, json.dumps(plain), MAX_FACTS_BYTES)
+
+
 # --- malformed input: DecodeError naming the field --------------------------------------------
 
 def facts_with(path: tuple, value) -> str:
