@@ -27,15 +27,17 @@ Ends = dict[int, tuple[socketchoice.GlooDevice, ...]]   # rank -> gloo's devices
 
 
 def gloo_ends(members: tuple[Member, ...]) -> Ends:
-    """Each node's gloo devices (one per GLOO_SOCKET_IFNAME entry, else the hostname's), where
-    every one binds an address peers can reach; a node whose gloo fails or binds loopback is
-    left out (nic.gloo_default names it): nothing is told of its dialling."""
-    ends = {}
-    for m in members:
-        choice = socketchoice.gloo_device_addresses(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
-        if all(d.address and d.interface and not (d.error or d.loopback) for d in choice.devices):
-            ends[m.rank] = choice.devices
-    return ends
+    """Each node's gloo devices (one per GLOO_SOCKET_IFNAME entry, else the hostname's)."""
+    choose = socketchoice.once_per_table(socketchoice.gloo_device_addresses)
+    return ends_of({m.rank: choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses) for m in members})
+
+
+def ends_of(choices: dict[int, socketchoice.GlooChoice]) -> Ends:
+    """The nodes' gloo devices, where every one binds an address peers can reach; a node whose
+    gloo fails or binds loopback is left out (nic.gloo_default names it): nothing is told of
+    its dialling."""
+    return {rank: c.devices for rank, c in choices.items()
+            if all(d.address and d.interface and not (d.error or d.loopback) for d in c.devices)}
 
 
 def _larger(a: str, b: str) -> bool:

@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, RISKS, WARN, Finding, Impact, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.core.nictable import Nic, NicTable
+from netcheck.core.nictable import Nic
 from netcheck.rules import gloodial, socketchoice, socketsettings
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.hcachoice import nccl_version
@@ -37,7 +36,6 @@ from netcheck.rules.registry import (
     ROUTE_UNSAFE_NAME,
 )
 
-T = TypeVar("T")
 MTU_PATHS_SHOWN = 8   # narrow paths a nic.mtu finding lists; the rest counted
 # Bytes an encapsulation takes of each frame -> its name: a path that many bytes below its
 # interfaces runs through that tunnel (the overlays Kubernetes' CNIs set up).
@@ -193,7 +191,7 @@ def _route_line(names: dict[int, str], src: str, si: str | None, di: str, pairs:
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
     """What NCCL's socket bootstrap would pick on each node, checked against the mesh. NCCL runs
     on GPUs only: where no node has one, a job there runs gloo, and the trouble warns."""
-    choose = once_per_table(socketchoice.nccl_choice)
+    choose = socketchoice.once_per_table(socketchoice.nccl_choice)
     choices = [(m, choose(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
     gpus = any(m.facts.gpus for m in members)
     found = _library_finding(
@@ -224,13 +222,14 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
     """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME;
     proven as gloo dials, a peer's failed connect counting only where gloo would dial it
     (gloodial: the larger address dials each pair)."""
-    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.gloo_device_addresses)
-    ends = gloodial.gloo_ends(members) if proven is not None and attempts else {}
+    alone, choose = one_machine(members, attempts), socketchoice.once_per_table(socketchoice.gloo_device_addresses)
+    choices = {m.rank: choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses) for m in members}
+    ends = gloodial.ends_of(choices) if proven is not None and attempts else {}
     if ends:
         proven = proven_interfaces(members, attempts, lambda src, dst: not gloodial.never_dials(ends, src, dst))
 
     def trouble(m: Member) -> str | None:
-        choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
+        choice = choices[m.rank]
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
         if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
@@ -258,7 +257,7 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
                 attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
-    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.tp_interface)
+    alone, choose = one_machine(members, attempts), socketchoice.once_per_table(socketchoice.tp_interface)
 
     def trouble(m: Member) -> str | None:
         choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
@@ -274,22 +273,6 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
         "lines name one per node)", "TensorPipe's address", alone)
-
-
-Choose = Callable[[NicTable, Mapping[str, str], Any], T]
-
-
-def once_per_table(choose: Choose[T]) -> Choose[T]:
-    """choose(table, settings, extra), once per distinct interface table, settings and extra:
-    a torchrun node's ranks hold one table (fields.SHARED), and a library picks alike on each."""
-    chosen: dict[tuple, T] = {}
-
-    def once(table: NicTable, env: Mapping[str, str], extra: Any) -> T:
-        key = (id(table), tuple(env.items()), extra)   # the tables outlive the rule: an id is theirs alone
-        if key not in chosen:
-            chosen[key] = choose(table, env, extra)
-        return chosen[key]
-    return once
 
 
 def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ()) -> bool:
