@@ -1,7 +1,8 @@
 """Addresses translated between what a node owns and what its peers see (NAT): a container on
 Docker's default bridge (its connections masqueraded to the machine's address), or a host whose
 port is published (`docker run -p`: a DNAT on the machine). The rendezvous works through either;
-NCCL and gloo do not, since each rank connects to the addresses the others own and advertise.
+NCCL does not, since each rank connects to the addresses the others own and advertise, and
+gloo only where it dials out of the translated node (its address the larger: rules.gloodial).
 A node's failed connects are explained by its translation before any firewall is named.
 """
 
@@ -18,8 +19,8 @@ from netcheck.rules.pernode import name_of, per_pair
 from netcheck.rules.registry import MESH_CONNECT, MESH_TRANSLATED
 
 FIX = ("run the job on the machines' own network: `docker run --network host` (Kubernetes: `hostNetwork: true`); "
-       "NCCL and gloo connect to each rank's own address and cannot work through NAT: publishing more ports "
-       "does not fix it")
+       "NCCL connects to each rank's own address, both ways, and cannot work through NAT, nor can gloo wherever a "
+       "peer dials the translated node: publishing more ports does not fix it")
 
 
 def translations(members: tuple[Member, ...], seen: dict[str, int],
@@ -96,4 +97,5 @@ def _summary(names: dict[int, str], t: Translation, into: int) -> str:
     else:
         how = (f"{name}'s connections are translated (NAT): the host saw none from its own addresses ({owns}), "
                f"and connections from {seen}, which no node owns")
-    return f"{how}; {into} direction(s) into it connect on no interface, as NCCL's and gloo's would not"
+    return f"{how}; {into} direction(s) into it connect on no interface, as NCCL's would not (and gloo's, where " \
+           "gloo dials into it)"
