@@ -399,7 +399,7 @@ CHECKS: tuple[Check, ...] = (
           "a node cannot resolve another node's FQDN, or resolves it to an address that node lacks: torchrun's "
           "c10d rendezvous hands its workers rank 0's FQDN as MASTER_ADDR (fail where that is the name, the "
           "first in order; warn for another's)",
-          ("rdzv.fqdn_findings",), "NodeResults.resolutions, NicTable",
+          ("rdzv.fqdn_findings",), "NodeResults.resolutions, NicTable, every node's FQDN (c10d's rank 0's sorts first)",
           ("test_rules_rdzv.py", "test_rendezvous_cluster.py"),
           impact=Impact((LAUNCH,), STOPS)),
     Check(HOST_CLOCK, "rendezvous", (PASS, WARN),
@@ -414,8 +414,10 @@ CHECKS: tuple[Check, ...] = (
            "mesh.lost_facts_blackhole", "translation.translated_findings", "prefix.wrong_prefix_findings"),
           "Attempt (every connect the mesh made, with its full-size frames echoed or lost); a joiner "
           "that lost the host: the host's store asked a small request and the same in one full frame; "
-          "the host, of a node whose facts never came: FrameTest (small and full-size datagrams answered or not)",
-          ("test_rules_mesh.py", "test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py"),
+          "the host, of a node whose facts never came: FrameTest (small and full-size datagrams answered or not); "
+          "each node's gloo address (rules.gloodial: which way gloo dials each pair)",
+          ("test_rules_mesh.py", "test_mesh_cluster.py", "test_faults_cluster.py", "test_mtu_cluster.py",
+           "test_rules_gloodial.py", "test_nat_cluster.py"),
           {MESH_BLACKHOLE: Kind(ONLY_FAIL, "a path-MTU blackhole: the path connects and carries small messages, but "
                                            "frames of the interfaces' MTU vanish (a switch port or tunnel with a "
                                            "smaller MTU between two ends that agree)"),
@@ -436,13 +438,14 @@ CHECKS: tuple[Check, ...] = (
     Check(NIC_NCCL_DEFAULT, "nic", ALL,
           "the interfaces NCCL would pick reach no peer, or there are none (warn where no node has a GPU: a job "
           "there runs gloo)",
-          ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.socketchoice: NCCL's rules)",
+          ("nic.nccl_findings",), "NicTable, NodeFacts.socket_env (rules.socketchoice: NCCL's rules), NodeFacts.gpus",
           ("test_mesh_cluster.py", "test_rules_nic.py"),
           impact=Impact(NCCL, STOPS)),
     Check(NIC_GLOO_DEFAULT, "nic", (PASS, FAIL),
-          "the address gloo would bind is loopback or reaches no peer",
-          ("nic.gloo_findings",), "NodeFacts.hostname_addresses, NicTable",
-          ("test_mesh_cluster.py",),
+          "the address gloo would bind is loopback or reaches no peer that gloo dials it from (the larger address "
+          "of each pair dials)",
+          ("nic.gloo_findings",), "NodeFacts.hostname_addresses, NicTable, Attempt (as gloo dials: rules.gloodial)",
+          ("test_mesh_cluster.py", "test_rules_gloodial.py"),
           impact=Impact((GLOO,), STOPS)),
     Check(NIC_TP_DEFAULT, "nic", (PASS, WARN),
           "the same for TensorPipe (torch.distributed.rpc only, so it warns)",
