@@ -438,7 +438,8 @@ def run_report(argv: list[str]) -> int:
 
 def run_checks(argv: list[str]) -> int:
     p = _Parser(prog="netcheck checks", description="Every check netcheck can report: its id, "
-                "phase, severities, meaning and kinds (the exact cases, in a finding's `kind`).")
+                "phase, severities, whom its findings stop, meaning and kinds (the exact cases, in a finding's "
+                "`kind`).")
     p.add_argument("--json", action="store_true", help="as JSON, with the rule, facts and tests of each")
     args = p.parse_args(argv)
     from netcheck.rules.registry import CHECKS

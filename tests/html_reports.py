@@ -1,6 +1,7 @@
 """A host's report of an n-node cluster, built as the phases would leave it, for the HTML tests
 and benchmarks/html_report.py: nodes with their interfaces, a failure, a warning and a dozen
-passing checks naming every node, environment differences, settings to paste, and a bandwidth
+passing checks naming every node (each saying whom it stops, the failure narrowed to NCCL as
+gloo dials out of the cut node), environment differences, settings to paste, and a bandwidth
 result (a sweep across all ranks with its plateau and bucket, each rank's time, node pairs)
 whose findings the bandwidth rules themselves make from it: one slow node's pairs (bw.pair)
 and one slow rank (bw.straggler). A `healthy=True` cluster's bandwidth has neither: its pairs
@@ -14,9 +15,10 @@ from __future__ import annotations
 import ipaddress
 
 from netcheck.core.bwrecords import BandwidthResult, Pair, RankTime, Row, Sweep, SweepOptions, headline
-from netcheck.core.model import EnvRow, Finding, Launch, NodeEntry, NodeFacts, report_of
+from netcheck.core.model import EnvRow, Finding, Impact, Launch, NodeEntry, NodeFacts, report_of
 from netcheck.core.nictable import Address, Nic, NicTable
 from netcheck.rules.bw import bandwidth_findings
+from netcheck.rules.registry import NCCL, impacted
 
 BASE = ipaddress.ip_address("198.18.16.0")
 SIZES = tuple(8 << (2 * k) for k in range(13))            # 8 B to 128 MiB, by 4
@@ -75,7 +77,9 @@ def cluster_report(n: int, names: dict[int, str] | None = None, healthy: bool = 
     findings = (
         Finding("mesh.connect", "fail", mesh_cut, f"{names[n - 1]} cannot be reached from {n - 1} others",
                 tuple(f"{names[r]} -> {names[n - 1]} eth0: filtered" for r in range(n - 1)),
-                "open the ephemeral ports between the nodes in the firewall"),
+                "open the ephemeral ports between the nodes in the firewall",
+                impact=Impact(NCCL, "stops", f"gloo dials each pair from the larger address: {names[n - 1]}'s, "
+                              "the largest, dials every peer, and those directions connect")),
         Finding("host.clock", "warn", clock_off, f"{names[n // 2]}'s clock is 30.2 s off the host's",
                 (f"{names[n // 2]}: +30.2 s (within 0.4 ms)",), "run chrony or ntpd on that node"),
         Finding("rdzv.join", "pass", everyone, f"{n} of {n} nodes joined",
@@ -85,7 +89,8 @@ def cluster_report(n: int, names: dict[int, str] | None = None, healthy: bool = 
     )
     faulty = tuple(dict.fromkeys(names[r] for f in findings if f.severity == "fail" for r in f.nodes))
     return report_of(
-        "host", "big", 0, findings, {"local": 0.02, "reach": 0.4, "rendezvous": 9.1, "mesh": 3.2, "bandwidth": 14.0},
+        "host", "big", 0, impacted(findings),
+        {"local": 0.02, "reach": 0.4, "rendezvous": 9.1, "mesh": 3.2, "bandwidth": 14.0},
         nodes=tuple(NodeEntry(r, names[r], str(BASE + r), facts(r, names[r], n)) for r in everyone),
         recommend={"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"},
         env_table=(EnvRow("torch.version", "2.13.0+cpu", everyone[:-1], f"the other {n - 1}", "fail"),

@@ -19,6 +19,7 @@ from netcheck.core.model import (
     Finding,
     Gathering,
     Holder,
+    Impact,
     Launch,
     Member,
     NodeEntry,
@@ -73,7 +74,8 @@ RESULTS = NodeResults(ClockSample(-0.25, 0.0004),
 MEMBER = Member(1, FACTS, RESULTS)
 LOST = Member(2, HOST_FACTS)
 FINDING = Finding("rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3 s",
-                  ("fd00::1 (ipv6): filtered, no answer in 3 s, 3.00 s",), "open the port")
+                  ("fd00::1 (ipv6): filtered, no answer in 3 s, 3.00 s",), "open the port",
+                  impact=Impact(("launch", "store"), "stops"))
 GATHERING = Gathering(
     members=(MEMBER, LOST), expected=3, missing_ranks=(0,), expected_hostnames=("gpu01", "gpu02", "gpu03"),
     duplicates={"1": ("gpu02", "gpu09")}, unseated=("gpu11 claims node rank 7, but nnodes is 3: not seated",),
@@ -82,7 +84,7 @@ GATHERING = Gathering(
 REPORT = Report(
     run_id="job-7", node_rank=0, role="host", verdict="fail",
     nodes=(NodeEntry(0, "gpu01", "10.0.0.4", HOST_FACTS), NodeEntry(2, "gpu03", "", None)),
-    findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree")),
+    findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree", impact=Impact(("launch",), "risks"))),
     recommend={"NCCL_SOCKET_IFNAME": "=eno1", "TP_SOCKET_IFNAME": "eno1"},
     recommend_per_node={"gpu01": {"GLOO_SOCKET_IFNAME": "eno1"}, "gpu03": {"GLOO_SOCKET_IFNAME": "ens5"}},
     env_table=(EnvRow("torch.version", "2.13.0", (2,), "gpu03", "fail"),),
@@ -141,6 +143,21 @@ def test_a_member_omitting_fields_with_defaults_takes_the_defaults():
     plain = json.loads(codec.dumps(MEMBER))
     del plain["results"]
     assert codec.loads(Member, json.dumps(plain), MAX_FACTS_BYTES) == Member(1, FACTS)
+
+
+def test_a_finding_says_whom_it_stops_and_one_written_before_reads_back_without():
+    plain = json.loads(codec.dumps(FINDING))
+    assert plain["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+    del plain["impact"]
+    assert codec.loads(Finding, json.dumps(plain), MAX_FACTS_BYTES).impact is None
+
+
+@pytest.mark.parametrize("field, value", [("on", ["launch", "rpc"]), ("effect", "breaks"), ("on", "gloo")])
+def test_an_impact_names_only_the_parts_and_effects_of_the_fixed_set(field, value):
+    plain = json.loads(codec.dumps(FINDING))
+    plain["impact"][field] = value
+    with pytest.raises(DecodeError, match=r"\$\.impact\.(on|effect)"):
+        codec.loads(Finding, json.dumps(plain), MAX_FACTS_BYTES)
 
 
 # --- malformed input: DecodeError naming the field --------------------------------------------

@@ -54,6 +54,9 @@ SNAPSHOT = """(() => {
     marked: all("#rank-times rect.bar.marked").length,
     stragglers: all("#rank-times .stragglers li").map(text),
     scripts: document.scripts.length,
+    whom: all("div.finding").filter((f) => f.querySelector(".scope")).map((f) => [
+      f.closest("article").dataset.check, f.querySelector(".scope").textContent, f.dataset.on,
+      (f.querySelector(".why") || {textContent: ""}).textContent]),
     shown: all("#node-table tbody tr").filter((r) => !r.hidden).map((r) => r.cells[1].textContent),
   };
 })()"""
@@ -152,6 +155,21 @@ def test_a_3_node_page_holds_what_its_json_holds_and_loads_clean(browser, artefa
     (straggler,) = [f for f in report.findings if f.check == "bw.straggler"]
     assert snapshot["stragglers"] == list(straggler.evidence) and snapshot["marked"] == 1
     assert snapshot["scripts"] == 1
+    (mesh,) = [f for f in report.findings if f.check == "mesh.connect"]
+    assert snapshot["whom"] == [
+        ["mesh.connect", "NCCL only:", "nccl_socket nccl_rdma", f"why NCCL only: {mesh.impact.why}"],
+        ["host.clock", "torchrun's rendezvous:", "launch", ""]], "the rest stop every job, or pass"
+
+
+def test_a_finding_that_stops_only_some_jobs_is_labelled_with_its_why_and_the_rest_are_not():
+    """Issue 64, without a browser: the page says whom a finding stops where that is not every
+    job, as the text does, and its rule's why; received text in a why is shown as text."""
+    report = cluster_report(3, {2: "<b>c</b>"})
+    text = render_html(report)
+    assert '<span class="scope">NCCL only:</span> &lt;b&gt;c&lt;/b&gt; cannot be reached from 2 others' in text
+    why = "<b>why NCCL only:</b> gloo dials each pair from the larger address: &lt;b&gt;c&lt;/b&gt;'s, the largest"
+    assert f'<p class="why">{why}' in text.replace("&#39;", "'")
+    assert 'data-effect="risks" data-on="launch"' in text and text.count('class="scope"') == 2
 
 
 # Each picture's axes as drawn (x, y, and a heatmap's colour scale c): the tick labels along

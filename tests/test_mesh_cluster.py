@@ -46,14 +46,17 @@ def recommended_env(report: dict, hostname: str) -> dict:
     return {**report["recommend"], **report["recommend_per_node"].get(hostname, {})}
 
 
-def test_decoy_ib0_on_one_node_fails_nccl_default_and_recommends_eth0(cluster, tmp_path):
+def test_decoy_ib0_on_one_node_warns_nccl_default_on_gpuless_nodes_and_recommends_eth0(cluster, tmp_path):
+    """NCCL would pick ib0 on node1 and reach no peer there; the namespace nodes have no GPU,
+    so a job there runs gloo and the finding warns, for NCCL only, saying why (issue 64)."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.add_decoy(1, "ib0", "198.19.1.1/24")
         runs = run_cluster(c, tmp_path)
     host = runs[0]
-    assert host.rc == 2, explain(runs)
-    (nccl,) = host.findings("nic.nccl_default", "fail")
+    assert host.rc == 1, explain(runs)
+    (nccl,) = host.findings("nic.nccl_default", "warn")
     assert nccl["nodes"] == [1] and "ib0" in nccl["evidence"][0]
+    assert nccl["impact"]["on"] == ["nccl_socket", "nccl_rdma"] and "runs gloo" in nccl["impact"]["why"]
     assert host.report["recommend"]["NCCL_SOCKET_IFNAME"] == "eth0"
     assert host.findings("mesh.connect", "pass")
 
@@ -136,6 +139,35 @@ def test_a_joiner_the_host_names_faulty_never_exits_0(firewalled):
     assert healthy.rc == 0 and healthy.report["cluster"]["findings"] == [], explain(firewalled)
     assert "cluster: FAIL - " in healthy.stdout and "node1" in healthy.report["cluster"]["headline"]
     assert host.report.get("cluster") is None
+
+
+@pytest.mark.parametrize("src, dst", [(1, 2), (2, 1)], ids=["a-way-gloo-never-dials", "a-way-gloo-dials"])
+def test_a_one_way_firewall_stops_nccl_and_stops_gloo_only_where_gloo_dials_it(src, dst, cluster, tmp_path):
+    """Issue 64: node dst drops node src's connects on every port. gloo dials each pair once, from
+    the larger address (gloo's Device::isInitiator): node2 (198.18.0.12) dials node1. node2
+    dropping node1's connects stops NCCL alone, said with why, and a real gloo all_reduce runs;
+    node1 dropping node2's stops gloo too."""
+    timeout = scaled(30)
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.drop_inbound(dst, source=src)
+        runs = finish_all([start(c, i, ["--rdzv", f"node0:{PORT}", "--nnodes", "3", "--node-rank", str(i),
+                                        "--timeout", str(timeout), "--skip", "bandwidth"], tmp_path)
+                           for i in range(3)], timeout + 30)
+        host = runs[0]
+        assert host.rc == 2, explain(runs)
+        (mesh,) = host.findings("mesh.connect", "fail")
+        assert [e.split(":")[0] for e in mesh["evidence"]] == [f"node{src} -> node{dst}"], mesh
+        (gloo,) = host.findings("nic.gloo_default")
+        if src == 2:
+            assert "gloo" in mesh["impact"]["on"] and not mesh["impact"]["why"], mesh["impact"]
+            assert (gloo["severity"], gloo["nodes"]) == ("fail", [1]), gloo
+            return
+        assert mesh["impact"]["on"] == ["nccl_socket", "nccl_rdma"], mesh["impact"]
+        assert "here node2 (198.18.0.12) -> node1 (198.18.0.11), which connects" in mesh["impact"]["why"]
+        assert "NCCL only: 1 of 6 node-to-node directions" in host.stdout and "why NCCL only: gloo dials" in host.stdout
+        assert gloo["severity"] == "pass" and "a direction gloo never dials" in gloo["evidence"][0], gloo
+        results = gloo_allreduce(c, [None] * 3)
+    assert [rc for _, _, rc in results] == [0, 0, 0], results
 
 
 def test_mtu_mismatch_is_named(cluster, tmp_path):

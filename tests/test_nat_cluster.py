@@ -2,7 +2,9 @@
 Docker's default bridge (its own namespace behind a veth on the machine, masqueraded), and a
 host in such a container with only the rendezvous port published (a DNAT). The rendezvous
 works through both; NCCL and gloo would hang. Each is named as the translation it is, with
-host networking as the fix, and no firewall is blamed."""
+host networking as the fix, and no firewall is blamed. The container's own address (198.19.200.2)
+sorts above its peers': gloo, which dials each pair from the larger address, dials out of it
+through the translation, so the finding stops NCCL alone, and says why (issue 64)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def translated(run) -> dict:
     (found,) = [f for f in run.findings("mesh.connect", "fail")]
     assert found["kind"] == "translated" and "--network host" in found["fix"], found
     assert "firewall" not in found["fix"] and "firewall" not in found["summary"], found
+    assert found["impact"]["on"] == ["nccl_socket", "nccl_rdma"] and "Device::isInitiator" in found["impact"]["why"]
     return found
 
 

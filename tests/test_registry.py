@@ -18,8 +18,41 @@ from pathlib import Path
 import pytest
 
 from netcheck.core.constants import PHASES
-from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN
-from netcheck.rules.registry import BY_ID, CHECKS, JOIN_FOREIGN, JOIN_LATE, KINDS, RDZV_JOIN, Check, Kind
+from netcheck.core.model import (
+    EFFECTS,
+    FAIL,
+    NCCL_RDMA,
+    NCCL_SOCKET,
+    NOTHING,
+    PARTS,
+    PASS,
+    RISKS,
+    SEVERITIES,
+    SLOWS,
+    STOPS,
+    WARN,
+    Finding,
+    Impact,
+)
+from netcheck.render.checks import render_checks_json, render_checks_text, whom
+from netcheck.rules.registry import (
+    BY_ID,
+    CHECKS,
+    JOIN_FOREIGN,
+    JOIN_LATE,
+    KINDS,
+    NIC_NCCL_DEFAULT,
+    NO_IMPACT,
+    PART_MEANINGS,
+    PART_WORDS,
+    RDZV_JOIN,
+    RDZV_REACH,
+    Check,
+    Kind,
+    declared_impact,
+    impact_of,
+    impacted,
+)
 
 REPO = Path(__file__).parents[1]
 PACKAGE = REPO / "netcheck"
@@ -42,11 +75,83 @@ def test_the_schema_lists_exactly_the_registry():
     assert FINDING["kind"]["enum"] == [""] + list(KINDS)
 
 
-def test_the_readme_check_table_lists_exactly_the_registry():
+def test_the_schema_lists_exactly_the_parts_and_effects_an_impact_names():
+    impact = SCHEMA["$defs"]["Impact"]["properties"]
+    assert impact["on"]["items"]["enum"] == list(PARTS) and impact["effect"]["enum"] == list(EFFECTS)
+
+
+# --- whom each check's findings stop ------------------------------------------------------------
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.id)
+def test_every_check_and_kind_says_whom_it_stops(check):
+    """Each check declares an impact (the dataclass will not build without one), each kind its
+    own or its check's; each names parts of the job and an effect from the fixed set, parts
+    exactly where it has an effect on them, none twice; a kind declares its own only where it
+    differs from its check's."""
+    for kind in ("", *check.kinds):
+        impact = declared_impact(check, kind)
+        assert isinstance(impact, Impact) and impact.effect in EFFECTS and set(impact.on) <= set(PARTS), (kind, impact)
+        assert (impact.effect == NOTHING) == (not impact.on) and len(set(impact.on)) == len(impact.on), (kind, impact)
+        assert not impact.why, "the table's word needs no why: a rule narrowing one finding's says why"
+    assert all(k.impact != check.impact for k in check.kinds.values() if k.impact), check.id
+
+
+def test_every_part_and_effect_has_its_words():
+    assert set(PART_WORDS) == set(PART_MEANINGS) == set(PARTS)
+
+
+def test_a_finding_says_its_checks_impact_its_kinds_or_its_rules():
+    fail = Finding(RDZV_REACH, FAIL, (1,), "filtered")
+    assert impact_of(fail) == BY_ID[RDZV_REACH].impact
+    limits = Finding("host.limits", WARN, (1,), "few descriptors", kind="nofile_peers")
+    assert impact_of(limits) == BY_ID["host.limits"].kinds["nofile_peers"].impact
+    narrowed = Impact((NCCL_SOCKET, NCCL_RDMA), STOPS, "gloo dials the other way")
+    assert impact_of(Finding("mesh.connect", FAIL, (1,), "x", impact=narrowed)) == narrowed
+    assert impacted([fail])[0].impact == BY_ID[RDZV_REACH].impact
+
+
+def test_a_warning_of_a_check_that_stops_risks_and_one_that_slows_slows():
+    """A warning promises no stop (docs/SPEC.md: a FAIL is that promise)."""
+    warned = impact_of(Finding("rdzv.join", WARN, (), "a node of another run", kind="foreign_run"))
+    assert (warned.on, warned.effect) == (BY_ID["rdzv.join"].impact.on, RISKS)
+    assert impact_of(Finding("nic.speed", WARN, (1,), "slower link")).effect == SLOWS
+
+
+def test_a_finding_of_a_check_this_version_does_not_know_says_nothing_of_whom():
+    assert impact_of(Finding("future.check", FAIL, (1,), "x")) is None
+    assert impacted([Finding("future.check", FAIL, (1,), "x")])[0].impact is None
+
+
+def test_nccl_default_speaks_for_nccl_alone():
+    assert set(BY_ID[NIC_NCCL_DEFAULT].impact.on) == {NCCL_SOCKET, NCCL_RDMA}
+
+
+def test_netcheck_checks_says_whom_each_check_and_kind_stops():
+    lines = render_checks_text(CHECKS).splitlines()
+    assert "whom it stops" in lines[0]
+    assert re.match(r"nic\.nccl_default +nic +pass/warn/fail +stops NCCL +the interfaces NCCL", next(
+        line for line in lines if line.startswith("nic.nccl_default")))
+    assert re.match(r"kind store_stalled +warn +slows torchrun's rendezvous, the store +", next(
+        line for line in lines if line.startswith("kind store_stalled")))
+    plain = json.loads(render_checks_json(CHECKS))
+    assert plain[0]["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+
+
+def readme_table(header: str) -> str:
     text = (REPO / "README.md").read_text()
-    table = text[text.index("| check | what it catches | fix |"):]
-    table = table[:table.index("\n\n")]
+    table = text[text.index(header):]
+    return table[:table.index("\n\n")]
+
+
+def test_the_readme_check_table_lists_exactly_the_registry_and_whom_each_stops():
+    table = readme_table("| check | whom it stops | what it catches | fix |")
     assert re.findall(r"^\| `([a-z0-9_.]+)` \|", table, re.M) == [c.id for c in CHECKS]
+    assert re.findall(r"^\| `[a-z0-9_.]+` \| ([^|]+) \|", table, re.M) == [whom(c) for c in CHECKS]
+
+
+def test_the_readme_names_every_part_a_finding_can_stop():
+    table = readme_table("| part (`on`) | what it is | a job that meets it |")
+    assert re.findall(r"^\| `([a-z_]+)` \|", table, re.M) == list(PARTS)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.id)
@@ -305,7 +410,7 @@ def test_a_kind_or_severity_the_registry_does_not_declare_is_caught(tmp_path):
         "def _told(severity, kind):\n"
         "    return Finding(RDZV_JOIN, severity, (), 'x', (), '', kind)\n")
     join = Check(RDZV_JOIN, "rendezvous", (PASS, WARN), "", ("planted.rule",), "", (),
-                 {JOIN_FOREIGN: Kind((WARN,), ""), JOIN_LATE: Kind((WARN,), "")})
+                 {JOIN_FOREIGN: Kind((WARN,), ""), JOIN_LATE: Kind((WARN,), "")}, impact=NO_IMPACT)
     assert rule_problems("planted.rule", tmp_path, (join,)) == [
         "planted.rule names kind 'blackhole'",
         "planted.rule:6: a mesh.connect finding, and mesh.connect does not list planted.rule",

@@ -26,7 +26,7 @@ from netcheck.cluster.hostgather import (
     read_visitors,
     unread,
 )
-from netcheck.cluster.rendezvous import ping, publish_facts, sign_in
+from netcheck.cluster.rendezvous import lookup_targets, ping, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec, compat
@@ -632,3 +632,12 @@ def test_a_store_that_answers_late_is_told_from_one_that_never_answers():
     outcome, detail = probed(None, 1.0)
     assert outcome == "not_store" and "no answer to the TCPStore handshake in 1" in detail, detail
     assert "join deadline" in detail, detail
+
+
+def test_at_scale_every_node_looks_up_the_name_torchruns_c10d_hands_its_workers():
+    """Beyond the full mesh each node looks up a sample of FQDNs, and always the one that sorts
+    first: torchrun's c10d makes that node rank 0 and hands its FQDN out as MASTER_ADDR."""
+    fqdns = {r: f"gpu{1000 - r:04d}.example" for r in range(200)}   # rank 199's sorts first
+    for me in (0, 57, 198):
+        assert {0, 199} - {me} <= set(lookup_targets(fqdns, me, "run")), "the host's, and the first name's"
+    assert len(lookup_targets(fqdns, 57, "run")) < 20

@@ -6,8 +6,9 @@ import dataclasses
 import shlex
 
 import builders
-from netcheck.core.model import Finding, NodeEntry, Report
+from netcheck.core.model import Finding, Impact, NodeEntry, Report
 from netcheck.render.text import render_text
+from netcheck.rules.registry import impacted
 
 SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")
 
@@ -193,3 +194,41 @@ def test_a_joiner_points_at_the_hosts_bandwidth_tables_and_prints_them_with_v():
     assert "# Avg bus bandwidth" in render_text(host) and JOINER_TABLES not in render_text(host)
     assert JOINER_TABLES in render_text(joiner) and "# Avg bus bandwidth" not in render_text(joiner)
     assert "# Avg bus bandwidth" in render_text(joiner, verbose=True)
+
+
+# --- whom a finding stops (issue 64) ---------------------------------------------------------------
+
+ONE_WAY = Finding("mesh.connect", "fail", (1, 2), "1 of 6 node-to-node directions connect on no interface",
+                  ("node1 -> node2: eth0 198.18.0.12: filtered (no answer in 2 s)",), "open the firewalls",
+                  impact=Impact(("nccl_socket", "nccl_rdma"), "stops", "gloo dials node2 -> node1, which connects"))
+FILTERED = Finding("rdzv.reach", "fail", (1,), "node0:29500 is filtered", (), "open the port")
+
+
+def with_findings(*findings: Finding) -> Report:
+    return dataclasses.replace(report("flags"), findings=impacted(findings), verdict="fail")
+
+
+def test_a_finding_that_stops_only_nccl_says_so_first_and_why_before_its_fix():
+    lines = render_text(with_findings(ONE_WAY)).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAIL"))
+    assert lines[at].startswith("FAIL  mesh.connect  NCCL only: 1 of 6 node-to-node directions")
+    assert lines[at + 2:at + 4] == ["      why NCCL only: gloo dials node2 -> node1, which connects",
+                                    "      fix: open the firewalls"]
+
+
+def test_a_finding_every_job_meets_and_a_pass_carry_no_label():
+    text = render_text(with_findings(FILTERED, dataclasses.replace(ONE_WAY, severity="pass")))
+    assert "FAIL  rdzv.reach    node0:29500 is filtered" in text
+    assert "PASS  mesh.connect  1 of 6" in text and "only" not in text and "why" not in text
+
+
+def test_a_stale_peer_name_is_torchruns_rendezvous_and_gpu_checks_are_nccls():
+    text = render_text(with_findings(Finding("rdzv.fqdn", "warn", (1, 2), "1 FQDN lookup(s) fail"),
+                                     Finding("host.shm", "fail", (1,), "/dev/shm is 64 MiB")))
+    assert "WARN  rdzv.fqdn  torchrun's rendezvous: 1 FQDN lookup(s) fail" in text
+    assert "FAIL  host.shm   NCCL only: /dev/shm is 64 MiB" in text
+
+
+def test_a_report_written_before_findings_said_whom_renders_as_it_did():
+    old = dataclasses.replace(report("flags"), findings=(dataclasses.replace(ONE_WAY, impact=None),))
+    assert "FAIL  mesh.connect  1 of 6 node-to-node directions" in render_text(old)

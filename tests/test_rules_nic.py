@@ -15,6 +15,7 @@ from netcheck.core.names import is_safe_ifname
 from netcheck.core.nictable import IbPort, Nic
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import nic as nic_rules
+from netcheck.rules.registry import impacted
 
 
 def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | None = 10000,
@@ -23,10 +24,10 @@ def nic(name: str, address: str | None = None, mtu: int = 1500, speed: int | Non
 
 
 def member(rank: int, *nics: Nic, env: dict | None = None, ib: tuple[IbPort, ...] = (),
-           hostname_addresses: tuple[str, ...] | None = None) -> Member:
+           hostname_addresses: tuple[str, ...] | None = None, gpus: int = 0) -> Member:
     first = next((n.addresses[0].address for n in nics if n.addresses), "127.0.1.1")
     return builders.member(rank, fqdn=f"node{rank}.c", nnodes=3, nics=(builders.LOOPBACK,) + nics, ib=ib,
-                           env=env, addresses=hostname_addresses or (first,))
+                           env=env, addresses=hostname_addresses or (first,), gpus=gpus)
 
 
 def ok(src: int, dst: int, ifname: str, src_ifname: str = "eth0") -> Attempt:
@@ -109,11 +110,25 @@ def test_a_sampled_draw_near_the_ring_size_takes_its_neighbours_and_distinct_oth
 
 
 def test_nccl_default_fails_where_the_pick_reaches_no_peer():
+    members = (member(0, nic("eth0", "198.18.0.10"), gpus=8),
+               member(1, nic("ib0", "198.19.1.1", kind="infiniband"), nic("eth0", "198.18.0.11"), gpus=8))
+    (finding,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
+    assert (finding.severity, finding.nodes, finding.impact) == ("fail", (1,), None), "the registry's: NCCL"
+    assert "ib0 not reached by every peer that tried" in finding.evidence[0]
+    assert set(impacted([finding])[0].impact.on) == {"nccl_socket", "nccl_rdma"}
+
+
+def test_a_decoy_ib0_on_nodes_without_a_gpu_warns_for_nccl_and_says_a_job_there_runs_gloo():
+    """Issue 64: an ib0 decoy failed nic.nccl_default on nodes with no CUDA, and the gloo job ran.
+    NCCL needs a GPU: where no node has one, the trouble is NCCL's on other nodes, not this job's."""
     members = (member(0, nic("eth0", "198.18.0.10")),
                member(1, nic("ib0", "198.19.1.1", kind="infiniband"), nic("eth0", "198.18.0.11")))
     (finding,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["eth0"]})
-    assert (finding.severity, finding.nodes) == ("fail", (1,))
-    assert "ib0 not reached by every peer that tried" in finding.evidence[0]
+    assert (finding.severity, finding.nodes) == ("warn", (1,))
+    assert finding.impact.on == ("nccl_socket", "nccl_rdma") and finding.impact.effect == "risks"
+    assert finding.impact.why.startswith("no node has an NVIDIA GPU, so a job here runs gloo, which this does not stop")
+    (passed,) = nic_rules.nccl_findings(members, {0: ["eth0"], 1: ["ib0", "eth0"]})
+    assert passed.severity == "pass" and passed.impact is None, "a pass speaks for NCCL, as the registry says"
 
 
 def test_the_host_passes_a_choice_only_on_the_nodes_a_peers_connect_was_witnessed_to():
@@ -285,9 +300,9 @@ def test_no_recommendation_when_a_nodes_only_proven_name_fails_the_rule_says_so(
 
 # --- per node under torchrun: a host's ranks share its interfaces ---------------------------------
 
-def worker(rank: int, host: str, *nics: Nic) -> Member:
+def worker(rank: int, host: str, *nics: Nic, gpus: int = 0) -> Member:
     """A torchrun worker process: a member per rank, the host's facts."""
-    m = member(rank, *nics)
+    m = member(rank, *nics, gpus=gpus)
     return Member(rank, dataclasses.replace(m.facts, hostname=host, fqdn=f"{host}.c"))
 
 
@@ -324,7 +339,8 @@ def test_under_torchrun_a_ranks_sibling_neither_clears_nor_blames_its_node():
 def test_under_torchrun_the_libraries_choices_are_said_once_per_node():
     proven = nic_rules.proven_interfaces(WORKERS, filtered_node1())
     assert proven == {0: ["eth0"], 1: ["eth0"], 2: [], 3: []}
-    (nccl,) = nic_rules.nccl_findings(WORKERS, proven)
+    gpu_workers = tuple(worker(r, f"node{r // 2}", nic("eth0", f"198.18.0.{10 + r // 2}"), gpus=2) for r in range(4))
+    (nccl,) = nic_rules.nccl_findings(gpu_workers, proven)
     assert said(nccl) == ("nic.nccl_default", "fail", "", (2, 3))
     assert len(nccl.evidence) == 1 and nccl.evidence[0].startswith(
         "node1 (ranks 2, 3): NCCL would use eth0; eth0 not reached by every peer that tried "

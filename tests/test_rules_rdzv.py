@@ -14,6 +14,7 @@ from netcheck.core.model import (
     ClockSample,
     Finding,
     Gathering,
+    Impact,
     Launch,
     Member,
     NodeFacts,
@@ -276,7 +277,30 @@ def test_fqdn_unresolvable():
         "rdzv.fqdn", "fail", (0, 1), "1 FQDN lookup(s) between nodes fail or point elsewhere",
         ("node1 -> node0.example (rank 0): does not resolve (Name or service not known)",),
         "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
-        "/etc/hosts on every node, with its real address")]
+        "/etc/hosts on every node, with its real address",
+        impact=Impact(("launch",), "stops", "torchrun's c10d rendezvous hands every worker rank 0's FQDN as "
+                      "MASTER_ADDR, rank 0 being the node whose FQDN sorts first, node0.example, which a lookup here "
+                      "gets wrong: its workers fail in init_process_group; a job given the master's address (a "
+                      "static rendezvous, MASTER_ADDR an address) never looks these up"))]
+
+
+def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendezvous():
+    """Issue 64: a stale peer name failed rdzv.fqdn, and a job given the master's address ran.
+    torchrun's c10d hands out rank 0's FQDN alone, rank 0 the node whose FQDN sorts first: a
+    wrong answer for another node's name stops that job only where that node comes first."""
+    members = (member(0), member(1, lookups={2: resolving(2, error="Name or service not known")}), member(2))
+    (finding,) = rdzv_rules.fqdn_findings(members)
+    assert (finding.severity, finding.nodes) == ("warn", (1, 2))
+    assert (finding.impact.on, finding.impact.effect) == (("launch",), "risks")
+    assert "rank 0 being the node whose FQDN sorts first, node0.example, which resolves right where looked up: " \
+           "it stops that job only where a node named here sorts first" in finding.impact.why
+
+
+def test_c10d_makes_rank_0_the_node_whose_fqdn_sorts_first_not_netchecks_host():
+    host, peer = member(0), member(1)
+    host = dataclasses.replace(host, facts=dataclasses.replace(host.facts, fqdn="gpu-b.example"))
+    peer = dataclasses.replace(peer, facts=dataclasses.replace(peer.facts, fqdn="gpu-a.example"))
+    assert rdzv_rules.c10d_rank0((host, peer)) == "gpu-a.example"
 
 
 def test_fqdn_lookup_netcheck_stopped_waiting_for_is_not_said_to_not_resolve():
@@ -299,7 +323,7 @@ def test_fqdn_resolving_to_127_0_1_1_is_wrong():
     # Debian's /etc/hosts maps the hostname to 127.0.1.1: the peer then talks to itself.
     members = (member(0, lookups={2: resolving(2, ("127.0.1.1",))}), member(1), member(2))
     found = rdzv_rules.fqdn_findings(members)
-    assert [(f.check, f.severity, f.nodes) for f in found] == [("rdzv.fqdn", "fail", (0, 2))]
+    assert [(f.check, f.severity, f.nodes) for f in found] == [("rdzv.fqdn", "warn", (0, 2))]
     assert found[0].evidence == (
         "node0 -> node2.example (rank 2): resolves to 127.0.1.1, none of them that node's own address",)
 

@@ -3,8 +3,9 @@ verdict a joiner hears) over hand-built findings."""
 
 from __future__ import annotations
 
-from netcheck.core.model import Finding
+from netcheck.core.model import Finding, Impact
 from netcheck.rules import run as run_rules
+from netcheck.rules.registry import impacted
 
 
 def test_timeout_and_internal_findings():
@@ -74,6 +75,7 @@ def test_a_joiners_own_drift_stands_for_the_hosts_where_they_agree():
     node the host warns about never passes."""
     hosts = Finding("baseline.drift", "warn", (0, 1, 2), "3 change(s) since the baseline (run 'a')", ("node1: x",))
     told = run_rules.cluster_verdict([hosts])
+    hosts = impacted([hosts])[0]   # as told: saying whom it stops
     own = Finding("baseline.drift", "warn", (1,), "2 change(s) since the baseline (run 'a')", ("node1: x", "node1: y"))
     kept, findings = run_rules.with_host_verdict(told, (1,), [own])
     assert findings == [own] and kept.findings == ()
@@ -110,3 +112,13 @@ def test_the_stopped_host_says_whom_it_told():
     assert joined == findings[1]
     (alone,) = run_rules.told_stop(findings[:1], "", "")
     assert alone.evidence == ()
+
+
+def test_the_verdict_a_host_tells_says_whom_each_finding_stops():
+    """A joiner takes the host's findings about it as its own: they come saying whom they stop,
+    the host's rule's word included (a joiner cannot tell which way gloo dials)."""
+    narrowed = Impact(("nccl_socket", "nccl_rdma"), "stops", "gloo dials the other way")
+    cut = Finding("mesh.connect", "fail", (1, 2), "1 of 6 directions connect on no interface", impact=narrowed)
+    late = Finding("host.clock", "warn", (1,), "node1's clock is 3 s off")
+    told = run_rules.cluster_verdict([cut, late])
+    assert [f.impact for f in told.findings] == [narrowed, Impact(("launch",), "risks")]

@@ -88,8 +88,12 @@ def test_a_mesh_fault_under_torchrun_reads_per_node(cluster, tmp_path):
     mesh = by_check["mesh.connect"]
     assert (mesh["severity"], mesh["nodes"]) == ("fail", [0, 1, 2, 3]), mesh
     assert mesh["evidence"] == ["node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)"]
+    # gloo dials node1 (198.18.0.11, the larger) -> node0, which connects: NCCL's alone (issue 64).
+    assert mesh["impact"]["on"] == ["nccl_socket", "nccl_rdma"], mesh["impact"]
+    assert "here node1 (198.18.0.11) -> node0 (198.18.0.10), which connects" in mesh["impact"]["why"]
+    assert by_check["nic.gloo_default"]["severity"] == "pass", by_check["nic.gloo_default"]
     nccl = by_check["nic.nccl_default"]
-    assert (nccl["severity"], nccl["nodes"]) == ("fail", [2, 3]), nccl
+    assert (nccl["severity"], nccl["nodes"]) == ("warn", [2, 3]), nccl   # no GPU: a job here runs gloo
     assert len(nccl["evidence"]) == 1 and nccl["evidence"][0].startswith("node1 (ranks 2, 3): NCCL would use eth0")
     assert by_check["nic.speed"]["severity"] == "pass", by_check["nic.speed"]
     assert host["faulty_nodes"] == ["node0", "node1"] and host["healthy_nodes"] == [], host["faulty_nodes"]

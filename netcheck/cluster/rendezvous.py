@@ -207,13 +207,14 @@ def publish_facts(ex: Exchange, facts: NodeFacts) -> int:
 
 def lookup_targets(fqdns: dict[int, str], me: int, seed: str) -> dict[int, str]:
     """The peers (rank -> FQDN) whose FQDN rank `me` looks up: every other node in a cluster
-    the mesh tests in full by default; beyond that the host (its FQDN is the workers'
-    MASTER_ADDR) and a sample drawn as the mesh draws its peers (ring neighbours and
-    MESH_SAMPLE_PEERS more), so no node's lookups, and no resolver's load, grow with the cluster."""
+    the mesh tests in full by default; beyond that the host, the node whose FQDN sorts first
+    (torchrun's c10d makes it rank 0 and hands its FQDN to every worker as MASTER_ADDR: rules.rdzv)
+    and a sample drawn as the mesh draws its peers (ring neighbours and MESH_SAMPLE_PEERS more),
+    so no node's lookups, and no resolver's load, grow with the cluster."""
     if len(fqdns) <= MESH_FULL_UP_TO:
         chosen = set(fqdns)
     else:
-        chosen = set(targets(me, sorted(fqdns), MESH_SAMPLE_PEERS, seed)) | {0}
+        chosen = set(targets(me, sorted(fqdns), MESH_SAMPLE_PEERS, seed)) | {0, min(fqdns, key=fqdns.__getitem__)}
     return {r: fqdns[r] for r in sorted(chosen) if r != me and r in fqdns}
 
 

@@ -67,6 +67,12 @@ NUMBER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GRO
                     "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PET_NODE_RANK")
 # What every node of one job must agree on, recorded whatever the launcher (launch.env).
 JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
+# Whom a finding stops in the job (docs/SPEC.md, "Promises"): the parts of a job a finding can
+# speak for, and how. Like the severities, the registry declares each check's (rules.registry,
+# with what each means); a rule may narrow one finding's to what this run shows.
+PARTS = LAUNCH, STORE, GLOO, NCCL_SOCKET, NCCL_RDMA, SPEED = (
+    "launch", "store", "gloo", "nccl_socket", "nccl_rdma", "speed")
+EFFECTS = STOPS, SLOWS, RISKS, NOTHING = ("stops", "slows", "risks", "nothing")
 
 
 @dataclass(frozen=True)
@@ -385,6 +391,16 @@ class Gathering:
 
 
 @dataclass(frozen=True)
+class Impact:
+    """What a finding does to the job: the parts it stops, slows or risks (on), and how
+    (effect); `why`, where a rule narrowed its check's to this run, says why in its words."""
+
+    on: Annotated[tuple[Annotated[str, one_of(*PARTS)], ...], FEW]   # () with effect nothing
+    effect: Annotated[str, one_of(*EFFECTS)]
+    why: Text = ""
+
+
+@dataclass(frozen=True)
 class Finding:
     check: str
     severity: Severity
@@ -396,6 +412,9 @@ class Finding:
     evidence: Annotated[tuple[Text, ...], PER_NODE_AND_ITEM] = ()
     fix: Text = ""
     kind: str = ""                 # which exact case of the check (rules.registry); "" when the id says it
+    # whom it stops: the registry's for its check and kind (registry.impacted, as a report is
+    # made), unless its rule narrowed it; None only in a report written before it was said
+    impact: Impact | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from netcheck.facts.ras import query_ras, ras_address
 from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state
 from netcheck.rules import job as job_rules
 from netcheck.rules import run as run_rules
+from netcheck.rules.registry import impacted
 
 RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
 DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that took all of --timeout
@@ -65,7 +66,7 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
     view = dataclasses.replace(view, ras=ras, seconds=round(time.monotonic() - start, 3))
     if not findings:
         findings = job_rules.job_findings(view)
-    return report_of(INSPECT, run_id or "inspect", None, tuple(findings), {"inspect": view.seconds}, job=view)
+    return report_of(INSPECT, run_id or "inspect", None, impacted(findings), {"inspect": view.seconds}, job=view)
 
 
 def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline):

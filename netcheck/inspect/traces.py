@@ -18,6 +18,7 @@ from netcheck.facts.debugserver import live_view
 from netcheck.facts.frformat import NotADump
 from netcheck.facts.frtrace import read_dumps
 from netcheck.rules import hang as hang_rules
+from netcheck.rules.registry import impacted
 
 
 def inspect_traces(folder: str, world_size: int | None, deadline: Deadline, report: Report | None = None,
@@ -32,7 +33,7 @@ def inspect_traces(folder: str, world_size: int | None, deadline: Deadline, repo
         view, findings = None, (hang_rules.unread_finding(str(e)),)
     seconds = round(time.monotonic() - start, 3)
     if report is None:
-        return report_of(INSPECT, "inspect", None, findings, {"traces": seconds}, hang=view)
+        return report_of(INSPECT, "inspect", None, impacted(findings), {"traces": seconds}, hang=view)
     return _joined(report, view, findings, "traces", seconds)
 
 
@@ -60,6 +61,6 @@ def inspect_live(report: Report, endpoint: Endpoint, deadline: Deadline) -> Repo
 
 def _joined(report: Report, view: HangView | None, findings: tuple[Finding, ...], step: str,
             seconds: float) -> Report:
-    merged = report.findings + findings
+    merged = report.findings + impacted(findings)
     return dataclasses.replace(report, findings=merged, verdict=verdict_of(merged), hang=view,
                                timings={**report.timings, step: seconds})

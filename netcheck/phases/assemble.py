@@ -30,11 +30,11 @@ from netcheck.rules import nic as nic_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import reach as reach_rules
-from netcheck.rules.registry import JOIN_KEPT_OUT
+from netcheck.rules.registry import JOIN_KEPT_OUT, impacted
 
 
 def build_report(run: Run) -> Report:
-    findings = tuple(run.findings)
+    findings = impacted(run.findings)
     members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
                               if run.facts else ())
     # A node the store's stall kept out was not tested: not faulty, and not excluded for it.
@@ -106,7 +106,7 @@ def local_only(env) -> Report:
     launch = detect_launch(env, None, None, None, local_gpus=usable_gpus())
     facts = gather_facts(default_run_id(env), launch)
     me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
-    findings = tuple(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
+    findings = impacted(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
                      + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me)
                      + ports_rules.range_findings(me, None, ports_rules.own_size(launch)))
@@ -116,5 +116,5 @@ def local_only(env) -> Report:
 def probe_only(host: str, port: int, timeout: float) -> Report:
     """`netcheck probe HOST:PORT`: one round of the reach probe."""
     found = reach(host, port, Deadline(timeout), probe_timeout=timeout, resolved=lookup(host, port, lookup_bound()))
-    findings = tuple(reach_rules.reach_findings(found, ()))
+    findings = impacted(reach_rules.reach_findings(found, ()))
     return report_of(PROBE, PROBE, None, findings, {"reach": found.seconds})

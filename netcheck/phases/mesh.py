@@ -50,7 +50,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
             done = _host_word(run, ex, deadline)
             run.flagged = done.flagged if done else mesh_rules.flagged_paths(names, mine)
             run.causes = done.causes if done else PathCauses()
-            run.findings += mesh_rules.mesh_findings(names, mine, run.causes)
+            run.findings += mesh_rules.mesh_findings(names, mine, run.causes, run.members)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
             return mine
         # A node that never offered will not report: waiting for its results would make the
@@ -77,7 +77,7 @@ def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResul
 
 def judge_mesh(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...], unheard: list[int]) -> None:
     """The host's mesh.connect findings; the nodes whose results never came (unheard) lost in the mesh."""
-    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes)
+    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes, run.members)
     run.lose("mesh", names, unheard)
 
 

@@ -10,7 +10,8 @@ name cannot reorder what the page shows either.
 
 Like the text renderer it decides nothing: the verdict, the findings, who is a straggler and
 which pair is slow are the report's; this module only lays them out (grouped, sorted, placed
-on axes). The page, top to bottom: the verdict and the findings grouped by check; the nodes
+on axes). A finding that stops only some jobs is labelled as in the text ("NCCL only"), with
+its rule's why. The page, top to bottom: the verdict and the findings grouped by check; the nodes
 (sortable, filtered by text and by severity); the node pairs (a heatmap with values up to
 HEATMAP_UP_TO nodes, else their spread and the slowest); busbw and latency against size;
 per-rank times; the environment differences; the export lines, with a copy button.
@@ -32,7 +33,7 @@ from netcheck.render import svg
 from netcheck.render.escape import printable_copy
 from netcheck.render.text import export_lines, header_line, lossy_pairs
 from netcheck.rules.bw import pair_yardstick
-from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER
+from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER, scope_words
 
 # Up to this many nodes the pairs are a matrix with a value in every cell; beyond, a matrix is
 # too small to read, and the page shows the pairs' spread and the SLOWEST_PAIRS slowest.
@@ -50,6 +51,7 @@ WORST_FIRST = {s: -k for k, s in enumerate(SEVERITIES)}   # fail, warn, pass
 class FindingView:
     finding: Finding
     nodes: str               # "2 (node2), 5 (node5)"
+    scope: str = ""          # whom it stops where not every job: "NCCL only" (registry.scope_words)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,8 @@ def check_groups(report: Report) -> list[CheckGroup]:
     for f in report.findings:
         by_check.setdefault(f.check, []).append(f)
     groups = [CheckGroup(check, max((f.severity for f in fs), key=SEVERITIES.index),
-                         tuple(FindingView(f, ", ".join(names(r) for r in f.nodes)) for f in fs))
+                         tuple(FindingView(f, ", ".join(names(r) for r in f.nodes),
+                                           scope_words(f.impact) if f.severity != "pass" else "") for f in fs))
               for check, fs in by_check.items()]
     return sorted(groups, key=lambda g: WORST_FIRST[g.severity])
 

@@ -9,6 +9,9 @@ the renderer's newlines are the only ones and no control character reaches the t
     PASS  rdzv.listen  the host listens on port 29500
     FAIL  rdzv.join    node rank 2 (node2) never joined in 30 s; 2 of 3 nodes joined
           fix: start netcheck on that node; ...
+
+A finding that stops only some jobs says whose first ("NCCL only: ...", "torchrun's rendezvous:
+..."), and why where its rule narrowed it to this run (registry.scope_words, Finding.impact).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from netcheck.core.model import (
 )
 from netcheck.render.escape import printable_copy
 from netcheck.render.outfile import write_file as write_file  # the report's files: render/outfile
-from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
+from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH, scope_words
 
 LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 # A report of a thousand nodes stays one screen: without -v, a finding shows this many of its
@@ -209,12 +212,15 @@ def _findings(report: Report, verbose: bool, full: bool) -> list[str]:
     alone = report.role in (LOCAL, PROBE)   # one node's report: it points at that node
     for f in listed:
         at = _at(f.nodes, hostnames, word, verbose) if f.severity != "pass" and not alone else ""
-        lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {f.summary}{at}")
+        scope = scope_words(f.impact) if f.severity != "pass" else ""
+        lines.append(f"{LABELS[f.severity]}  {f.check:<{width}}  {scope + ': ' if scope else ''}{f.summary}{at}")
         if f.severity != "pass" or verbose:
             shown = f.evidence if verbose else f.evidence[:SHOWN if full else SHOWN_AT_SCALE]
             lines += [f"      {e}" for e in shown]
             if len(shown) < len(f.evidence):
                 lines.append(f"      ... {len(f.evidence) - len(shown)} more (-v, or the JSON)")
+            if f.impact and f.impact.why:
+                lines.append(f"      why{' ' + scope if scope else ''}: {f.impact.why}")
         if f.fix and f.severity != "pass":
             lines.append(f"      fix: {f.fix}")
     passed = list(dict.fromkeys(f.check for f in report.findings if f.severity == "pass" and not full))

@@ -27,7 +27,7 @@ from netcheck.core.meshrecords import (
 )
 from netcheck.core.model import FAIL, PASS, Finding, Member, Visitor
 from netcheck.core.names import is_safe_ifname
-from netcheck.rules import prefix, translation
+from netcheck.rules import gloodial, prefix, translation
 from netcheck.rules.pernode import hosts, name_of, node_names, per_pair, ranks_note, same_node
 from netcheck.rules.registry import MESH_BLACKHOLE, MESH_CONNECT
 
@@ -38,13 +38,15 @@ MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and
 
 
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
-                  causes: PathCauses = NO_CAUSES) -> list[Finding]:
+                  causes: PathCauses = NO_CAUSES, members: tuple[Member, ...] = ()) -> list[Finding]:
     """Node pairs (per direction) that connect on no interface at all fail the mesh, those a
     cause explains (a translated address, a wrong prefix) named under it; so do paths that
-    connect but lose full-size frames."""
+    connect but lose full-size frames. `members`: the nodes whose facts are known, for the
+    address gloo binds on each: a failure only in directions gloo never dials stops NCCL alone."""
     holes = blackhole_findings(names, attempts)
     # "Every direction connects" is no pass where the connected paths lose large frames.
-    return [f for f in _connect_findings(names, attempts, causes) if not (holes and f.severity == PASS)] + holes
+    return [f for f in _connect_findings(names, attempts, causes, members)
+            if not (holes and f.severity == PASS)] + holes
 
 
 def judged_attempts(attempts: tuple[Attempt, ...], causes: PathCauses) -> tuple[Attempt, ...]:
@@ -70,9 +72,11 @@ def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
     return PathCauses(translated, prefix.wrong_prefixes(members, _broken_directions(attempts)))
 
 
-def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses) -> list[Finding]:
+def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses,
+                      members: tuple[Member, ...]) -> list[Finding]:
     broken, directions = _broken_directions(attempts), _directions(attempts)[0]
-    named = (translation.translated_findings(names, causes.translated, broken)
+    ends = gloodial.gloo_ends(members) if broken else {}   # read only where some direction failed
+    named = (translation.translated_findings(names, causes.translated, broken, ends, attempts)
              + prefix.wrong_prefix_findings(names, causes.wrong_prefix, broken))
     explained = _explained(causes, broken)
     if explained:   # the rest is judged without them: a node they explain is no node nobody reaches
@@ -90,7 +94,8 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
             summary += f"; {node_names(sorted(isolated), names)} reach(es) no peer"
         evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
                              for (s, d), tries in sorted(broken.items())), names)
-        return named + [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX)]
+        return named + [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX,
+                                impact=gloodial.nccl_only(names, ends, broken, attempts))]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
     summary = f"all {_counted(names, directions, directions, every=True)} connect"

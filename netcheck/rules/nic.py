@@ -11,21 +11,21 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
-from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
+from netcheck.core.model import FAIL, PASS, RISKS, WARN, Finding, Impact, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.core.nictable import Nic, NicTable
+from netcheck.core.nictable import Nic
+from netcheck.rules import gloodial, socketchoice, socketsettings
 from netcheck.rules import mesh as mesh_rules
-from netcheck.rules import socketchoice, socketsettings
 from netcheck.rules.hcachoice import nccl_version
-from netcheck.rules.pernode import every_node, hosts, node_names, pairs_note, per_node, per_table
+from netcheck.rules.pernode import every_node, hosts, name_of, node_names, pairs_note, per_node, per_table
 from netcheck.rules.registry import (
     MTU_PATH,
+    NCCL,
     NIC_GLOO_DEFAULT,
     NIC_IB,
     NIC_MTU,
@@ -36,12 +36,14 @@ from netcheck.rules.registry import (
     ROUTE_UNSAFE_NAME,
 )
 
-T = TypeVar("T")
 MTU_PATHS_SHOWN = 8   # narrow paths a nic.mtu finding lists; the rest counted
 # Bytes an encapsulation takes of each frame -> its name: a path that many bytes below its
 # interfaces runs through that tunnel (the overlays Kubernetes' CNIs set up).
 TUNNEL_HEADERS = {50: "VXLAN over IPv4", 70: "VXLAN over IPv6", 20: "IP-in-IP", 24: "GRE"}
 SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+# nic.nccl_default's word where no node has a GPU: what it stops, no job here meets.
+NO_GPU = Impact(NCCL, RISKS, "no node has an NVIDIA GPU, so a job here runs gloo, which this does not stop; it "
+                             "stops NCCL, on GPU nodes with these interfaces and settings")
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,14 @@ class Recommendation:
     reason: str                            # why there is none, when there is none
 
 
-def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> dict[int, list[str]]:
+def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
+                      dials: Callable[[int, int], bool] | None = None) -> dict[int, list[str]]:
     """Per node, its interfaces that every peer which tried could reach (right greeting).
 
     In the node's getifaddrs order, the order NCCL walks them. A node no peer tried (its
     peers died first) is left out: there is no evidence either way, and the rules that
-    need proof skip it rather than fail it.
+    need proof skip it rather than fail it. `dials(src, dst)`, for a library that dials only
+    some directions (gloo): a failed connect counts against its target only where it does.
     """
     # A node that reaches no peer proves nothing about the peers it tried; nor does a path
     # between two ranks of one host (torchrun's workers): it never leaves the host.
@@ -68,7 +72,7 @@ def proven_interfaces(members: tuple[Member, ...], attempts: tuple[Attempt, ...]
             tried.add((a.dst, a.ifname))
             # A path that loses full-size frames still leads to the peer: the interface is the
             # right one, its MTU is wrong, and mesh.connect names that.
-            if not a.connected:
+            if not a.connected and (dials is None or dials(a.src, a.dst)):
                 failed.add((a.dst, a.ifname, a.src))
     # Proven: every peer that tried reached it once. Looked at again only where a try failed
     # (two sets a target walked 800,000 attempts at 100,000 ranks for the few that do).
@@ -185,14 +189,18 @@ def _route_line(names: dict[int, str], src: str, si: str | None, di: str, pairs:
 
 
 def nccl_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None) -> list[Finding]:
-    """What NCCL's socket bootstrap would pick on each node, checked against the mesh."""
-    choose = once_per_table(socketchoice.nccl_choice)
+    """What NCCL's socket bootstrap would pick on each node, checked against the mesh. NCCL runs
+    on GPUs only: where no node has one, a job there runs gloo, and the trouble warns."""
+    choose = socketchoice.once_per_table(socketchoice.nccl_choice)
     choices = [(m, choose(m.facts.nics, m.facts.socket_env, _nccl_version(m))) for m in members]
-    return _library_finding(
-        NIC_NCCL_DEFAULT, FAIL, members, proven, [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
+    gpus = any(m.facts.gpus for m in members)
+    found = _library_finding(
+        NIC_NCCL_DEFAULT, FAIL if gpus else WARN, members, proven,
+        [(m, _nccl_trouble(m, c, proven)) for m, c in choices],
         "NCCL's interface choice fails", "set NCCL_SOCKET_IFNAME to an interface that reaches every "
         "peer: a cluster run's export lines name one", "NCCL's interface choice", one_machine(members),
         per_node(((m.rank, c.reason) for m, c in choices), hostnames(members)))
+    return found if gpus else [dataclasses.replace(f, impact=NO_GPU) if f.severity == WARN else f for f in found]
 
 
 def _nccl_version(m: Member) -> tuple[int, ...]:
@@ -211,11 +219,17 @@ def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven) -> str | N
 
 def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
                   attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
-    """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME."""
-    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.gloo_device_addresses)
+    """The address gloo would bind on each node: the hostname's, unless GLOO_SOCKET_IFNAME;
+    proven as gloo dials, a peer's failed connect counting only where gloo would dial it
+    (gloodial: the larger address dials each pair)."""
+    alone, choose = one_machine(members, attempts), socketchoice.once_per_table(socketchoice.gloo_device_addresses)
+    choices = {m.rank: choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses) for m in members}
+    ends = gloodial.ends_of(choices) if proven is not None and attempts else {}
+    if ends:
+        proven = proven_interfaces(members, attempts, lambda src, dst: not gloodial.never_dials(ends, src, dst))
 
     def trouble(m: Member) -> str | None:
-        choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
+        choice = choices[m.rank]
         dead = _unproven(proven, m.rank, [d.interface for d in choice.devices if not (d.error or d.loopback)])
         if any(d.error or (d.loopback and not alone) for d in choice.devices):
             return choice.reason
@@ -226,14 +240,24 @@ def gloo_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | No
         "gloo would use an address peers cannot reach", "set GLOO_SOCKET_IFNAME to an interface that "
         "reaches every peer (a cluster run's export lines name one per node), or fix /etc/hosts so the "
         "hostname resolves to the node's real address, not a loopback one (Debian-style images write "
-        "127.0.1.1)", "gloo's address", alone)
+        "127.0.1.1)", "gloo's address", alone, _undialled(hostnames(members), ends, attempts))
+
+
+def _undialled(names: dict[int, str], ends: gloodial.Ends, attempts: tuple[Attempt, ...]) -> tuple[str, ...]:
+    """A line per node pair whose failed connects to a gloo interface are in the direction gloo
+    never dials: what a pass of gloo's address stands beside (mesh.connect names them)."""
+    pairs = dict.fromkeys((name_of(names, a.src), name_of(names, a.dst)) for a in attempts
+                          if not a.connected and a.dst in ends and gloodial.never_dials(ends, a.src, a.dst)
+                          and a.ifname in {d.interface for d in ends[a.dst]})
+    return tuple(f"{src} -> {dst} connects on no gloo interface, a direction gloo never dials: {dst} dials {src} "
+                 f"({gloodial.SOURCE}: the larger address dials)" for src, dst in pairs)
 
 
 def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None,
                 attempts: tuple[Attempt, ...] = ()) -> list[Finding]:
     """The address TensorPipe (torch.distributed.rpc) would use on each node. Only RPC
     uses it, not DDP or FSDP, so a bad one warns."""
-    alone, choose = one_machine(members, attempts), once_per_table(socketchoice.tp_interface)
+    alone, choose = one_machine(members, attempts), socketchoice.once_per_table(socketchoice.tp_interface)
 
     def trouble(m: Member) -> str | None:
         choice = choose(m.facts.nics, m.facts.socket_env, m.facts.hostname_addresses)
@@ -249,22 +273,6 @@ def tp_findings(members: tuple[Member, ...], proven: dict[int, list[str]] | None
         "TensorPipe (torch.distributed.rpc) would use an address peers cannot reach", "only RPC-based "
         "jobs care: set TP_SOCKET_IFNAME to an interface that reaches every peer (a cluster run's export "
         "lines name one per node)", "TensorPipe's address", alone)
-
-
-Choose = Callable[[NicTable, Mapping[str, str], Any], T]
-
-
-def once_per_table(choose: Choose[T]) -> Choose[T]:
-    """choose(table, settings, extra), once per distinct interface table, settings and extra:
-    a torchrun node's ranks hold one table (fields.SHARED), and a library picks alike on each."""
-    chosen: dict[tuple, T] = {}
-
-    def once(table: NicTable, env: Mapping[str, str], extra: Any) -> T:
-        key = (id(table), tuple(env.items()), extra)   # the tables outlive the rule: an id is theirs alone
-        if key not in chosen:
-            chosen[key] = choose(table, env, extra)
-        return chosen[key]
-    return once
 
 
 def one_machine(members: tuple[Member, ...], attempts: tuple[Attempt, ...] = ()) -> bool:

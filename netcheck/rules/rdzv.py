@@ -7,12 +7,16 @@ from __future__ import annotations
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS, SLOW_LOOKUP
 from netcheck.core.model import (
     FAIL,
+    LAUNCH,
     PASS,
+    RISKS,
+    STOPS,
     UNANSWERED_LOOKUP,
     WARN,
     ClockSample,
     Finding,
     Gathering,
+    Impact,
     Member,
     Visitor,
     hostnames,
@@ -385,10 +389,34 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
         return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), f"every node resolves the FQDNs it looked up "
                         f"({looked_up}: the host's and a sample of peers', in a cluster this large)")]
     lines = _lookup_lines(evidence, hostname)
-    return [Finding(RDZV_FQDN, FAIL, tuple(sorted(problems)),
+    first = c10d_rank0(members)
+    stops = any(name == first for _, _, name, _ in evidence)
+    return [Finding(RDZV_FQDN, FAIL if stops else WARN, tuple(sorted(problems)),
                     f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
                     lines, "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
-                    "node's FQDN to DNS or /etc/hosts on every node, with its real address")]
+                    "node's FQDN to DNS or /etc/hosts on every node, with its real address",
+                    impact=_c10d_impact(first, stops))]
+
+
+def c10d_rank0(members: tuple[Member, ...]) -> str:
+    """The FQDN torchrun's c10d rendezvous hands every worker as MASTER_ADDR: its rank 0's, the
+    agent whose FQDN sorts first (dynamic_rendezvous.py numbers the participants in the order
+    of their (FQDN, pid, id) descriptors; RendezvousStoreInfo.build publishes rank 0's
+    socket.getfqdn(), or its --local-addr)."""
+    return min(m.facts.fqdn for m in members)
+
+
+def _c10d_impact(first: str, stops: bool) -> Impact:
+    """rdzv.fqdn's word: torchrun's c10d rendezvous alone looks a peer's name up, and only rank 0's."""
+    static = "a job given the master's address (a static rendezvous, MASTER_ADDR an address) never looks these up"
+    if stops:
+        return Impact((LAUNCH,), STOPS, f"torchrun's c10d rendezvous hands every worker rank 0's FQDN as MASTER_ADDR, "
+                                        f"rank 0 being the node whose FQDN sorts first, {first}, which a lookup "
+                                        f"here gets wrong: its workers fail in init_process_group; {static}")
+    return Impact((LAUNCH,), RISKS, f"torchrun's c10d rendezvous hands its workers rank 0's FQDN alone as MASTER_ADDR, "
+                                    f"rank 0 being the node whose FQDN sorts first, {first}, which resolves right "
+                                    "where looked up: it stops that job only where a node named here sorts first "
+                                    f"(with other nodes, or without {first}); {static}")
 
 
 def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, str]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from netcheck.rules.registry import (
     STOPPED_SIGINT,
     STOPPED_SIGTERM,
     TORCH_SLOW,
+    impacted,
 )
 
 # The host's verdict as joiners hear it stays small at any scale: its worst findings, each with
@@ -137,7 +138,7 @@ def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str 
         headline = "every check passed on every node"
     else:
         headline = f"{bad[0].summary}{more}"
-    told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in bad[:TOLD_FINDINGS])
+    told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in impacted(bad[:TOLD_FINDINGS]))
     return ClusterVerdict(verdict, headline, told, stopped, stopped_in)
 
 

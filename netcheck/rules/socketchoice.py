@@ -26,10 +26,13 @@ getaddrinfo answer. On a node with lo, eno1 and a down ib0, whose hostname resol
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from netcheck.core.nictable import Address, Nic, NicTable
+
+T = TypeVar("T")
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
@@ -410,3 +413,19 @@ def _is_loopback(text: str) -> bool:
 
 def interface_names(table: NicTable) -> str:
     return ", ".join(n.name for n in table.nics) or "no interfaces"
+
+
+Choose = Callable[[NicTable, Mapping[str, str], Any], T]
+
+
+def once_per_table(choose: Choose[T]) -> Choose[T]:
+    """choose(table, settings, extra), once per distinct interface table, settings and extra:
+    a torchrun node's ranks hold one table (fields.SHARED), and a library picks alike on each."""
+    chosen: dict[tuple, T] = {}
+
+    def once(table: NicTable, env: Mapping[str, str], extra: Any) -> T:
+        key = (id(table), tuple(env.items()), extra)   # the tables outlive the rule: an id is theirs alone
+        if key not in chosen:
+            chosen[key] = choose(table, env, extra)
+        return chosen[key]
+    return once

@@ -1,7 +1,8 @@
 """Addresses translated between what a node owns and what its peers see (NAT): a container on
 Docker's default bridge (its connections masqueraded to the machine's address), or a host whose
 port is published (`docker run -p`: a DNAT on the machine). The rendezvous works through either;
-NCCL and gloo do not, since each rank connects to the addresses the others own and advertise.
+NCCL does not, since each rank connects to the addresses the others own and advertise, and
+gloo only where it dials out of the translated node (its address the larger: rules.gloodial).
 A node's failed connects are explained by its translation before any firewall is named.
 """
 
@@ -13,12 +14,13 @@ from netcheck.core.meshrecords import INBOUND, OUTBOUND, Attempt, Translation
 from netcheck.core.model import FAIL, Finding, Member, Visitor
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.rules import gloodial
 from netcheck.rules.pernode import name_of, per_pair
 from netcheck.rules.registry import MESH_CONNECT, MESH_TRANSLATED
 
 FIX = ("run the job on the machines' own network: `docker run --network host` (Kubernetes: `hostNetwork: true`); "
-       "NCCL and gloo connect to each rank's own address and cannot work through NAT: publishing more ports "
-       "does not fix it")
+       "NCCL connects to each rank's own address, both ways, and cannot work through NAT, nor can gloo wherever a "
+       "peer dials the translated node: publishing more ports does not fix it")
 
 
 def translations(members: tuple[Member, ...], seen: dict[str, int],
@@ -71,8 +73,11 @@ def explained(translated: tuple[Translation, ...], broken: Iterable[tuple[int, i
 
 
 def translated_findings(names: dict[int, str], translated: tuple[Translation, ...],
-                        broken: dict[tuple[int, int], list[Attempt]]) -> list[Finding]:
-    """A finding per translated node that some peer could not connect to."""
+                        broken: dict[tuple[int, int], list[Attempt]], ends: gloodial.Ends,
+                        attempts: tuple[Attempt, ...]) -> list[Finding]:
+    """A finding per translated node that some peer could not connect to: NCCL's alone where
+    gloo dials out of it to every such peer (its address the larger), through the translation
+    as the rendezvous does (`ends`, `attempts`: gloodial.nccl_only)."""
     findings = []
     for t in translated:
         into = sorted(d for d in explained((t,), broken))
@@ -80,7 +85,7 @@ def translated_findings(names: dict[int, str], translated: tuple[Translation, ..
             findings.append(Finding(MESH_CONNECT, FAIL, (t.rank,), _summary(names, t, len(into)),
                                     per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})"
                                                                for a in broken[(s, d)])) for s, d in into), names),
-                                    FIX, MESH_TRANSLATED))
+                                    FIX, MESH_TRANSLATED, gloodial.nccl_only(names, ends, into, attempts)))
     return findings
 
 
@@ -92,4 +97,5 @@ def _summary(names: dict[int, str], t: Translation, into: int) -> str:
     else:
         how = (f"{name}'s connections are translated (NAT): the host saw none from its own addresses ({owns}), "
                f"and connections from {seen}, which no node owns")
-    return f"{how}; {into} direction(s) into it connect on no interface, as NCCL's and gloo's would not"
+    return f"{how}; {into} direction(s) into it connect on no interface, as NCCL's would not (and gloo's, where " \
+           "gloo dials into it)"

@@ -18,6 +18,7 @@ import psutil
 
 from cluster import NETNS_ETC, Cluster, NodeSpec, _write_in_place
 from faults import Agent
+from netcheck.facts.local import usable_gpus
 from nodes import PORT, NodeRun, scaled
 
 from .midrun import CHAINS, GOODBYE, LINE_LAG, first_row_at, land_rules, seen_at, workers_up
@@ -486,7 +487,9 @@ class MtuBlackhole(Fault):
 
 
 class DecoyInterface(Fault):
-    """An `ib0` that is up with an address and leads nowhere: NCCL's default picks it first."""
+    """An `ib0` that is up with an address and leads nowhere: NCCL's default picks it first.
+    NCCL runs on GPUs only: on nodes without one (the namespace nodes, unless the machine has
+    GPUs) a job runs gloo, and nic.nccl_default warns (issue 64)."""
 
     kind = "decoy_ib0"
     targets = "any"
@@ -500,7 +503,10 @@ class DecoyInterface(Fault):
         # firewalls leave every peer reaching none, nothing tells it (chaos seed 8306, schedule 9).
         if not witnesses(self.node, sched):
             return Expect()
-        return broken(self.node, "nic.nccl_default")
+        if usable_gpus():
+            return broken(self.node, "nic.nccl_default")
+        return Expect(warns=True, blame=[Blame(self.node, ("nic.nccl_default",), severity="warn")],
+                      seers={0, self.node})
 
 
 def taking_part(sched) -> set[int]:
@@ -560,10 +566,14 @@ class StaleHosts(Fault):
             e = missing(j, sched)
             e.blame.append(Blame(j, ("rdzv.reach",), ("no_machine",), reporter=j))
             return e
-        e = broken(j, "rdzv.fqdn")
-        e.blame.append(Blame(k, ("rdzv.fqdn",)))
-        e.seers.add(k)
-        return e
+        if k == min(taking_part(sched)):   # node<k>.cluster sorts first: torchrun's c10d hands it out
+            e = broken(j, "rdzv.fqdn")
+            e.blame.append(Blame(k, ("rdzv.fqdn",)))
+            e.seers.add(k)
+            return e
+        # c10d hands its workers rank 0's FQDN alone (the first in order): another's risks (issue 64).
+        return Expect(warns=True, blame=[Blame(n, ("rdzv.fqdn",), severity="warn") for n in (j, k)],
+                      seers={0, j, k})
 
 
 class SharedSubnet(Fault):
