@@ -24,7 +24,7 @@ from netcheck.core import codec
 from netcheck.core.bounded import Caller, Overran
 from netcheck.core.compat import import_distributed
 from netcheck.core.deadline import Deadline
-from netcheck.core.storeerrors import StoreError, StoreLost
+from netcheck.core.storeerrors import StoreError
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "netcheck"
 
@@ -246,7 +246,9 @@ def test_every_exchange_request_ends_by_the_run_s_end_when_the_store_s_process_i
             t.join(max(0.0, end.at + 1.0 - time.monotonic()))
         late = sorted(n for n, t in zip(clients, threads) if t.is_alive())
         assert late == [], f"past the run's end: {late}"
-        assert all(isinstance(outcomes[n], (StoreLost, TimeoutError)) or (n in SENT_UNANSWERED and outcomes[n] is None)
+        # A store error of any kind (torch's own wait may time out first on a loaded machine,
+        # a store error that is not a loss) or a timeout: each ended by the run's end.
+        assert all(isinstance(outcomes[n], (StoreError, TimeoutError)) or (n in SENT_UNANSWERED and outcomes[n] is None)
                    for n in clients), outcomes
     finally:
         server.kill()
