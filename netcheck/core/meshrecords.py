@@ -10,6 +10,7 @@ from typing import Annotated
 from netcheck.core.fields import (
     FEW,
     PER_NODE_AND_ITEM,
+    Count,
     Hostname,
     IfName,
     IpAddress,
@@ -21,7 +22,7 @@ from netcheck.core.fields import (
     Text,
     one_of,
 )
-from netcheck.core.model import NodeRanks, Route
+from netcheck.core.model import ConntrackTable, NodeRanks, Route
 
 # What became of one connect (Attempt.outcome), spelt as the wire carries it: "ok" (greeted,
 # full-size frames echoed), "blackhole" (greeted, full-size frames lost), "refused",
@@ -142,12 +143,25 @@ class WrongPrefix:
 
 
 @dataclass(frozen=True)
+class FullTable:
+    """A node whose connection-tracking table was full around the mesh (at its limit when read,
+    or its kernel dropping packets for want of an entry meanwhile): every new connection into or
+    out of it is dropped unanswered, as a firewall's DROP looks from its peers."""
+
+    rank: NodeRank
+    count: Count           # the most entries read (before the mesh or after)
+    limit: Count           # net.netfilter.nf_conntrack_max
+    dropped: Count = 0     # packets its kernel dropped for want of an entry during netcheck's run
+
+
+@dataclass(frozen=True)
 class PathCauses:
     """What the host found that explains failed connects before any firewall does: told to
     every joiner with the mesh's go-ahead, so each names the same cause."""
 
     translated: Annotated[tuple[Translation, ...], FEW] = ()
     wrong_prefix: Annotated[tuple[WrongPrefix, ...], FEW] = ()
+    full_tables: Annotated[tuple[FullTable, ...], FEW] = ()
 
 
 # --- what travels through the host's store (storekeys MESH_OFFER, MESH_RESULT, MESH_DONE) ---------
@@ -173,6 +187,7 @@ class Offer:
 class MeshResults:
     rank: NodeRank
     attempts: Annotated[tuple[Attempt, ...], PER_NODE_AND_ITEM]   # a peer's candidates, per peer
+    conntrack: ConntrackTable | None = None   # its table once its connects were made (None: none to read)
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,27 @@ class SocketBuffers:
 
 
 @dataclass(frozen=True)
+class ConntrackTable:
+    """This node's connection-tracking table (netfilter's nf_conntrack), as its network namespace
+    has it: where a stateful firewall or NAT runs, every connection in or out takes an entry, and
+    a new connection that finds the table at its limit (and no unanswered entry to evict) is
+    dropped unanswered. The count is the namespace's own; the limit is the machine's, set in its
+    initial namespace and read-only in the others."""
+
+    count: Count                      # net.netfilter.nf_conntrack_count: entries now
+    limit: Count                      # net.netfilter.nf_conntrack_max (0: no limit)
+    # /proc/net/stat/nf_conntrack, summed over the CPUs (None: unreadable): packets dropped as no
+    # entry could be made for them, entries evicted to make room, entries that failed to go in
+    drop: Count | None = None
+    early_drop: Count | None = None
+    insert_failed: Count | None = None
+
+    @property
+    def full(self) -> bool:
+        return 0 < self.limit <= self.count
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """What one node knows about itself, published at rendezvous."""
 
@@ -290,6 +311,8 @@ class NodeFacts:
     instance: Text = ""                   # drawn at random by this process: facts sharing one are a copy
     limits: Annotated[ProcessLimits | None, SHARED] = None   # None: not read (another version)
     ports: Annotated[EphemeralPorts | None, SHARED] = None   # None: not read (another version, no /proc)
+    # None: no table to read (nf_conntrack not loaded: nothing tracked), or another version
+    conntrack: Annotated[ConntrackTable | None, SHARED] = None
     # socket_env's keys that are not the environment's -> the file they came from (/etc/nccl.conf)
     socket_env_from: Annotated[dict[str, Text], FEW] = field(default_factory=dict)
     buffers: Annotated[SocketBuffers | None, SHARED] = None   # None: not read (another version, no /proc)

@@ -13,6 +13,7 @@ from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BY
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.buffers import read_buffers
+from netcheck.facts.conntrack import read_conntrack
 from netcheck.facts.limits import read_limits
 from netcheck.facts.nics import read_nic_table
 from netcheck.facts.ports import read_ports
@@ -114,6 +115,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
     """This node's facts; `reach` is filled in by the reach phase, which runs after."""
     sysfs, proc = rdma_roots(os.environ)
     ports = read_ports(proc)   # first: before this process opens a socket (a lookup's included)
+    conntrack = read_conntrack()   # this namespace's table, before netcheck's connections take entries
     hostname = socket.gethostname()
     addresses, _ = resolve_addresses(hostname, LOOKUP_TIMEOUT)
     settings, sources = socket_env(os.environ)
@@ -135,6 +137,7 @@ def gather_facts(run_id: str, launch: Launch) -> NodeFacts:
         limits=read_limits(proc),   # before the reach phase lifts this process's descriptor limit
         ports=ports,
         buffers=read_buffers(),
+        conntrack=conntrack,
     )
 
 
