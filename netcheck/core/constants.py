@@ -244,3 +244,7 @@ LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a rin
 # connect's from 1 s: 3 s). A lossy link repeats a timeout on one segment rarely; a port that
 # went dark does on every connection to it.
 UNANSWERED_TIMEOUTS = 2
+# host.conntrack: a node's connection-tracking table that holds the job's connections beside its
+# count only above this share of its limit warns (monitoring's usual line: netdata warns at 90%,
+# a burst of other connections or NCCL's sockets beside those counted fills the rest).
+CONNTRACK_WARN_SHARE = 0.9

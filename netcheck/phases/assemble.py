@@ -26,6 +26,7 @@ from netcheck.facts.local import gather_facts, usable_gpus
 from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import lookup, reach
 from netcheck.phases.state import Run
+from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdma as rdma_rules
@@ -109,7 +110,8 @@ def local_only(env) -> Report:
     findings = impacted(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
                      + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
                      + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me)
-                     + ports_rules.range_findings(me, None, ports_rules.own_size(launch)))
+                     + ports_rules.range_findings(me, None, ports_rules.own_size(launch))
+                     + conntrack_rules.table_findings(me, None, ports_rules.own_size(launch)))
     return report_of(LOCAL, LOCAL, launch.node_rank, findings, {}, nodes=entries(me))
 
 

@@ -15,12 +15,16 @@ from netcheck.core.constants import (
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults, Offer, PathCauses
-from netcheck.core.model import HOST
+from netcheck.core.model import HOST, ConntrackTable, Member
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
+from netcheck.facts.conntrack import read_conntrack
 from netcheck.phases.agree import host_word
 from netcheck.phases.state import Run, seated_rank
+from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import mesh as mesh_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
+from netcheck.rules.registry import HOST_CONNTRACK
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
@@ -45,11 +49,14 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         offers = _usable(ex, collect(ex, Offer, MESH_OFFER, peers, offers_deadline))
         mine = mesh.probe_peers(me, offers, peers, run.local_facts.nics,
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
-        ex.post(MESH_RESULT, me, MeshResults(me, mine))
+        # The table once this node's connects were made: one they filled, or found full, is seen.
+        table = read_conntrack()
+        ex.post(MESH_RESULT, me, MeshResults(me, mine, table))
         if run.role != HOST:
             done = _host_word(run, ex, deadline)
             run.flagged = done.flagged if done else mesh_rules.flagged_paths(names, mine)
             run.causes = done.causes if done else PathCauses()
+            _own_table(run, names, me, mine, table)
             run.findings += mesh_rules.mesh_findings(names, mine, run.causes, run.members)
             run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
             return mine
@@ -71,14 +78,32 @@ def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResul
     # Trust nothing: a node speaks only for the connects it made itself.
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
     run.flagged = mesh_rules.flagged_paths(names, attempts)
-    run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated)
+    run.tables_after = {r: res.conntrack for r, res in results.items()}
+    run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated,
+                                        conntrack_rules.full_tables(run.members, run.tables_after))
     return attempts
 
 
 def judge_mesh(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...], unheard: list[int]) -> None:
-    """The host's mesh.connect findings; the nodes whose results never came (unheard) lost in the mesh."""
+    """The host's mesh.connect findings, and every node's connection-tracking table judged again
+    with its reading after the mesh (in place of the rendezvous's), the connects a full one left
+    unanswered quoted; the nodes whose results never came (unheard) lost in the mesh."""
+    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK] + \
+        conntrack_rules.table_findings(run.members, run.tables_after, attempts=attempts)
     run.findings += mesh_rules.mesh_findings(names, attempts, run.causes, run.members)
     run.lose("mesh", names, unheard)
+
+
+def _own_table(run: Run, names: dict[int, str], me: int, mine: tuple[Attempt, ...],
+               table: ConntrackTable | None) -> None:
+    """A joiner's table after its connects, judged for itself (in place of its local phase's
+    view) with the connects it left unanswered; and the full tables the host told of, where
+    they explain this node's own connects."""
+    told = tuple(f for f in run.causes.full_tables if f.rank != me)
+    own = conntrack_rules.table_findings((Member(me, run.local_facts),), {me: table},
+                                         ports_rules.own_size(run.local_facts.launch), attempts=mine)
+    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK] + own + \
+        conntrack_rules.told_findings(names, told, mine, run.local_facts)
 
 
 def _usable(ex: Exchange, offers: dict[int, Offer]) -> dict[int, Offer]:

@@ -9,17 +9,29 @@ import socket
 
 from netcheck.core.constants import LOCAL_HOST_GRACE, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, JOINER, Finding, Probe, SilentNameserver, SlowNameserver, is_torchrun_worker
+from netcheck.core.model import (
+    HOST,
+    JOINER,
+    Finding,
+    Member,
+    Probe,
+    SilentNameserver,
+    SlowNameserver,
+    is_torchrun_worker,
+)
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.facts.conntrack import read_conntrack
 from netcheck.facts.listener import PortTaken, listen, port_holders
 from netcheck.facts.nameservers import ask_nameservers, lookup_bound, nameserver_look
 from netcheck.facts.probe import Lookup, lookup, named_in, probe_all, reach, resolve_addresses
 from netcheck.phases.state import Run
+from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import endpoint as endpoint_rules
+from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
-from netcheck.rules.registry import RDZV_REACH, RESOLVE_SILENT, RESOLVE_SLOW
+from netcheck.rules.registry import CONNTRACK_FULL, HOST_CONNTRACK, RDZV_REACH, RESOLVE_SILENT, RESOLVE_SLOW
 
 
 def reached(run: Run) -> bool:
@@ -42,6 +54,8 @@ def reached(run: Run) -> bool:
         holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
         # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
         own = reach_rules.reach_findings(found, run.my_ranks(), holders, silent, slow, run.config.launch)
+        if found.outcome == "filtered" and (table := _table_explains(run, found.probes)):
+            own = [f for f in own if f.check != RDZV_REACH] + table   # its own table dropped them
         run.findings += [f for f in own if not (mistakes and f.check == RDZV_REACH)] + mistakes
         run.findings += _nameserver_findings(run, own, silent, slow)
         run.findings += _variables_findings(run, found.addresses)
@@ -107,7 +121,9 @@ def take_role(run: Run) -> bool:
             if any(p.outcome != "open" for p in own):
                 run.listener.close()
                 run.listener = None
-                run.findings.append(reach_rules.firewalled_finding(run.config.rdzv.port, own))
+                # Its own full table, where that is why, in place of the local phase's word on it.
+                said = _table_explains(run, own) or [reach_rules.firewalled_finding(run.config.rdzv.port, own)]
+                run.findings += said
                 return False
             run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
             silent, slow = nameserver_look(run.join_deadline)
@@ -124,6 +140,21 @@ def take_role(run: Run) -> bool:
                 return True
             run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, str(taken.strerror)))
     return False
+
+
+def _table_explains(run: Run, probes: tuple[Probe, ...]) -> list[Finding]:
+    """This node's own connects went unanswered: where its connection-tracking table is full
+    (read now, or before netcheck's first socket) and nothing but silence came, the table is the
+    cause, named with them in place of the local phase's view of it; [] where it is not."""
+    if not conntrack_rules.unanswered_probes(probes):
+        return []
+    me = (Member(-1 if run.rank is None else run.rank, run.local_facts),)
+    found = conntrack_rules.table_findings(me, {me[0].rank: read_conntrack()}, ports_rules.own_size(run.config.launch),
+                                           probes=probes, read=conntrack_rules.READ_AT_REACH)
+    if not any(f.kind == CONNTRACK_FULL for f in found):
+        return []
+    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK]
+    return found
 
 
 def _own_endpoint_findings(run: Run, resolved: Lookup, silent: tuple[SilentNameserver, ...],

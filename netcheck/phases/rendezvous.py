@@ -20,6 +20,7 @@ from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.storepeers import StallWatch, port_peers
 from netcheck.phases.state import Run
+from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import limits as limits_rules
 from netcheck.rules import mesh as mesh_rules
@@ -28,7 +29,7 @@ from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules import translation as translation_rules
-from netcheck.rules.registry import ENDPOINT_UNREACHED, HOST_PORTS
+from netcheck.rules.registry import ENDPOINT_UNREACHED, HOST_CONNTRACK, HOST_PORTS
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -92,12 +93,13 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
     run.findings += rdzv_rules.fqdn_findings(run.members)
     run.findings += rdzv_rules.clock_findings(run.members)
     run.findings += limits_rules.limit_findings(run.members)
-    # Every node's range, and the endpoint's port in the host's, in place of the host's own view
-    # of its own range (said in the local phase): before the mesh and the sweep open their sockets.
+    # Every node's range and connection-tracking table, and the endpoint's port in the host's, in
+    # place of the host's own view of its own (said in the local phase): before the mesh and the
+    # sweep open their sockets.
     # Under torchrun the endpoint is the workers' store, listening already: no connection takes it.
     store_port = None if is_torchrun_worker(run.config.launch) else run.config.rdzv.port
-    run.findings = [f for f in run.findings if f.check != HOST_PORTS] + \
-        ports_rules.range_findings(run.members, store_port)
+    run.findings = [f for f in run.findings if f.check not in (HOST_PORTS, HOST_CONNTRACK)] + \
+        ports_rules.range_findings(run.members, store_port) + conntrack_rules.table_findings(run.members)
 
 
 def joiner(run: Run) -> rendezvous.Seat | None:

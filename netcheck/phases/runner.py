@@ -21,6 +21,7 @@ from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach,
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run
+from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import launch as launch_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
@@ -48,6 +49,7 @@ def _run_phases(run: Run) -> None:
         # by itself, whatever becomes of the phases after (the host judges every node's again).
         me = (Member(-1 if run.rank is None else run.rank, run.facts),)
         run.findings += ports_rules.range_findings(me, None, ports_rules.own_size(run.facts.launch))
+        run.findings += conntrack_rules.table_findings(me, None, ports_rules.own_size(run.facts.launch))
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):

@@ -16,7 +16,17 @@ from netcheck.core.budget import TimeBudget
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, PathCauses
-from netcheck.core.model import HOST, JOINER, ClusterVerdict, EnvRow, Finding, Member, NodeFacts, Report
+from netcheck.core.model import (
+    HOST,
+    JOINER,
+    ClusterVerdict,
+    ConntrackTable,
+    EnvRow,
+    Finding,
+    Member,
+    NodeFacts,
+    Report,
+)
 from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.linkcounters import link_down
 from netcheck.facts.listener import Listener
@@ -62,6 +72,8 @@ class Run:
     flagged: FlaggedPaths = FlaggedPaths()  # mesh.connect's failed paths (host's word)
     causes: PathCauses = PathCauses()         # what explains failed connects (the host's word): its
                                               # translations from the rendezvous, its wrong prefixes from the mesh
+    tables_after: dict[int, ConntrackTable | None] = field(default_factory=dict)   # the host's: each node's
+                                              # connection-tracking table after its mesh connects (MeshResults)
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] = ()
     bandwidth: BandwidthResult | None = None

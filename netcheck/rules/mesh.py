@@ -1,6 +1,7 @@
 """mesh.connect: which node-to-node directions connect, on which interfaces, and why the others
 do not: a path that loses full-size frames (a blackhole), a path cause the kernel shows
-(a translated address, a wrong prefix: rules.translation and rules.prefix), or a firewall;
+(a translated address, a wrong prefix, a full connection-tracking table: rules.translation,
+rules.prefix and rules.conntrack), or a firewall;
 the paths the later phases must not run into (FlaggedPaths). Input: every node's facts and
 every mesh attempt. Pure: no I/O, no printing.
 """
@@ -15,11 +16,14 @@ from netcheck.core.constants import MESH_FLAGGED_TOLD
 from netcheck.core.meshrecords import (
     BLACKHOLE,
     CONNECTED,
+    FILTERED,
     LOCAL,
     OK,
+    UNTRIED,
     Attempt,
     FlaggedPaths,
     FrameTest,
+    FullTable,
     PathCauses,
     Transfer,
     Translation,
@@ -40,9 +44,11 @@ MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
                   causes: PathCauses = NO_CAUSES, members: tuple[Member, ...] = ()) -> list[Finding]:
     """Node pairs (per direction) that connect on no interface at all fail the mesh, those a
-    cause explains (a translated address, a wrong prefix) named under it; so do paths that
-    connect but lose full-size frames. `members`: the nodes whose facts are known, for the
-    address gloo binds on each: a failure only in directions gloo never dials stops NCCL alone."""
+    cause explains (a translated address, a wrong prefix) named under it, and those a full
+    connection-tracking table left unanswered left to host.conntrack, which names the table
+    with them as its evidence; paths that connect but lose full-size frames fail it too.
+    `members`: the nodes whose facts are known, for the address gloo binds on each: a failure
+    only in directions gloo never dials stops NCCL alone."""
     holes = blackhole_findings(names, attempts)
     # "Every direction connects" is no pass where the connected paths lose large frames.
     return [f for f in _connect_findings(names, attempts, causes, members)
@@ -51,25 +57,48 @@ def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
 
 def judged_attempts(attempts: tuple[Attempt, ...], causes: PathCauses) -> tuple[Attempt, ...]:
     """The connects that speak of their target's interface: one that failed because of its
-    source (a wrong prefix there) says nothing of a healthy target, which keeps its proof."""
-    if not causes.wrong_prefix and not causes.translated:   # the same attempts: each rule's directions made once
-        return attempts
+    source (a wrong prefix there) says nothing of a healthy target, which keeps its proof. One
+    a full connection-tracking table left unanswered says nothing of either end's interface (the
+    table dropped it, whichever the interface): left out both ways."""
+    if not causes.wrong_prefix and not causes.translated and not causes.full_tables:
+        return attempts   # the same attempts: each rule's directions made once
     at_fault = {w.rank for w in causes.wrong_prefix} | {t.rank for t in causes.translated}
-    explained = _explained(causes, {(a.src, a.dst) for a in attempts})
-    return tuple(a for a in attempts if a.dst in at_fault or (a.src, a.dst) not in explained)
+    explained = _explained(causes, {(a.src, a.dst) for a in attempts}, _broken_directions(attempts))
+    dropped = full_table_explained(causes.full_tables, _broken_directions(attempts))
+    return tuple(a for a in attempts if (a.dst in at_fault and (a.src, a.dst) not in dropped)
+                 or (a.src, a.dst) not in explained)
 
 
-def _explained(causes: PathCauses, directions: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
-    """The directions a translation or a wrong prefix explains, of those given."""
+def _explained(causes: PathCauses, directions: Iterable[tuple[int, int]],
+               broken: dict[tuple[int, int], list[Attempt]]) -> set[tuple[int, int]]:
+    """The directions a translation or a wrong prefix explains, of those given, and those of
+    the broken ones a full table left unanswered."""
     directions = set(directions)
-    return translation.explained(causes.translated, directions) | prefix.explained(causes.wrong_prefix, directions)
+    return translation.explained(causes.translated, directions) | prefix.explained(causes.wrong_prefix, directions) \
+        | full_table_explained(causes.full_tables, broken)
+
+
+def full_table_explained(full: tuple[FullTable, ...],
+                         broken: dict[tuple[int, int], list[Attempt]]) -> set[tuple[int, int]]:
+    """The directions that connect on no interface with a full connection-tracking table at an
+    end (rules.conntrack) and nothing but silence on any: the table drops their SYNs as a
+    firewall's DROP would (a refusal, or a missing route, is another cause's)."""
+    at = {f.rank for f in full}
+    return {d for d, tries in broken.items() if (d[0] in at or d[1] in at) and unanswered(tries)} if at else set()
+
+
+def unanswered(tries: Iterable[Attempt]) -> bool:
+    """Connects that got no answer at all: one filtered at least, the rest filtered or untried."""
+    outcomes = {a.outcome for a in tries}
+    return FILTERED in outcomes and outcomes <= {FILTERED, UNTRIED}
 
 
 def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
-                translated: tuple[Translation, ...]) -> PathCauses:
-    """The host's: the translations the rendezvous saw, and the wrong prefixes its members'
-    interfaces show between the directions that connect on no interface."""
-    return PathCauses(translated, prefix.wrong_prefixes(members, _broken_directions(attempts)))
+                translated: tuple[Translation, ...], full: tuple[FullTable, ...] = ()) -> PathCauses:
+    """The host's: the translations the rendezvous saw, the wrong prefixes its members'
+    interfaces show between the directions that connect on no interface, and the nodes whose
+    connection-tracking table was full around the mesh (rules.conntrack.full_tables)."""
+    return PathCauses(translated, prefix.wrong_prefixes(members, _broken_directions(attempts)), full)
 
 
 def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses,
@@ -78,7 +107,7 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
     ends = gloodial.gloo_ends(members) if broken else {}   # read only where some direction failed
     named = (translation.translated_findings(names, causes.translated, broken, ends, attempts)
              + prefix.wrong_prefix_findings(names, causes.wrong_prefix, broken))
-    explained = _explained(causes, broken)
+    explained = _explained(causes, broken, broken)
     if explained:   # the rest is judged without them: a node they explain is no node nobody reaches
         attempts = tuple(a for a in attempts if (a.src, a.dst) not in explained)
         broken = _broken_directions(attempts)

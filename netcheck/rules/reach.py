@@ -51,7 +51,9 @@ REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "
                "number, and remove any REJECT rule for the port on the host",
     "filtered": "open the port in the host's firewall (iptables/nftables, a cloud security "
-                "group) for traffic from this node",
+                "group) for traffic from this node; where the host's own report names its "
+                "connection-tracking table full (host.conntrack), make room there instead: a full "
+                "table drops new connections unanswered, as a firewall does",
     "unreachable": "this node has no route to the host: check the address, the subnet and "
                    "the routes (ip route get ADDRESS)",
     "dns": "use an address, or add the name to DNS or /etc/hosts on this node",

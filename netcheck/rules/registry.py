@@ -57,6 +57,7 @@ ENV_MISMATCH = "env.mismatch"
 HOST_LIMITS = "host.limits"
 HOST_PORTS = "host.ports"
 HOST_BUFFERS = "host.buffers"
+HOST_CONNTRACK = "host.conntrack"
 GPU_BUILD = "gpu.build"
 HOST_SHM = "host.shm"
 ENV_FLIGHT_RECORDER = "env.flight_recorder"
@@ -152,6 +153,10 @@ PORTS_ENDPOINT = "endpoint_in_range"
 BUFFERS_SHORT = "buffer_short"
 BUFFERS_SOCKOPT = "sockopt_capped"
 BUFFERS_UNSCALED = "window_unscaled"
+# host.conntrack's exact findings.
+CONNTRACK_FULL = "table_full"
+CONNTRACK_NO_ROOM = "no_room"
+CONNTRACK_NEARLY_FULL = "nearly_full"
 MESH_TRANSLATED = "translated"
 MESH_WRONG_PREFIX = "wrong_prefix"
 
@@ -528,6 +533,23 @@ CHECKS: tuple[Check, ...] = (
            BUFFERS_UNSCALED: Kind(WARN_FAIL, "tcp_window_scaling off: 64 KiB in flight at most, less than the path "
                                              "needs")},
           impact=Impact(TCP, SLOWS)),
+    Check(HOST_CONNTRACK, "local", ALL,
+          "a node's connection-tracking table (a stateful firewall's or NAT's, nf_conntrack) full, or without "
+          "room for the entries the job's connections take there beside its count: the kernel drops a new "
+          "connection it has no entry for unanswered, in and out, which peers see as a firewall's DROP",
+          ("conntrack.table_findings", "conntrack.told_findings"),
+          "ConntrackTable (nf_conntrack_count, nf_conntrack_max, /proc/net/stat/nf_conntrack's drop counters: read "
+          "before netcheck opens a socket, where a connect went unanswered, and after the mesh), the layout, "
+          "Attempt and Probe (the connects a full table left unanswered), NodeFacts.socket_env",
+          ("test_rules_conntrack.py",),
+          {CONNTRACK_FULL: Kind(ONLY_FAIL, "the table is at its limit, or its kernel dropped packets for want of an "
+                                           "entry during the run: every new connection into and out of the node "
+                                           "goes unanswered; the failed connects are its evidence, no firewall's"),
+           CONNTRACK_NO_ROOM: Kind(ONLY_FAIL, "the table's room (its limit less its count) is below the entries the "
+                                              "job's connections take on that node: those past it are dropped"),
+           CONNTRACK_NEARLY_FULL: Kind(ONLY_WARN, "the table holds the job's connections only within 90% of its "
+                                                  "limit: a burst of other connections fills it")},
+          impact=Impact(RENDEZVOUS + LIBRARIES, STOPS)),
     Check(HOST_SHM, "env", ALL,
           "/dev/shm too small for the node's GPUs",
           ("env.shm_findings",), "EnvFacts (shm.*, gpu.count)", ("test_rules_env.py",),

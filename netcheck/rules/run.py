@@ -10,6 +10,7 @@ from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Fi
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     BASELINE_DRIFT,
+    HOST_CONNTRACK,
     HOST_PORTS,
     MESH_CONNECT,
     RDZV_RESOLVE,
@@ -144,8 +145,9 @@ def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str 
 
 # Checks only the host can attribute: a joiner sees its own connects fail, not whose fault
 # that is; once the host's verdict is heard, its attribution replaces the joiner's guess. A
-# joiner's own view of its ports, said before its seat, gives way to the host's over the job.
-HOST_ATTRIBUTES = (MESH_CONNECT, HOST_PORTS)
+# joiner's own view of its ports and its connection-tracking table, said before its seat, gives
+# way to the host's over the job.
+HOST_ATTRIBUTES = (MESH_CONNECT, HOST_PORTS, HOST_CONNTRACK)
 # Checks a joiner may judge for itself as well as the host over every node (--baseline given to
 # a joiner too): its own finding, of the same severity, stands for the host's (it has every line
 # about this node; the host's was cut to TOLD_EVIDENCE).
