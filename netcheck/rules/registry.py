@@ -541,7 +541,7 @@ CHECKS: tuple[Check, ...] = (
           "ConntrackTable (nf_conntrack_count, nf_conntrack_max, /proc/net/stat/nf_conntrack's drop counters: read "
           "before netcheck opens a socket, where a connect went unanswered, and after the mesh), the layout, "
           "Attempt and Probe (the connects a full table left unanswered), NodeFacts.socket_env",
-          ("test_rules_conntrack.py",),
+          ("test_rules_conntrack.py", "test_conntrack_cluster.py"),
           {CONNTRACK_FULL: Kind(ONLY_FAIL, "the table is at its limit, or its kernel dropped packets for want of an "
                                            "entry during the run: every new connection into and out of the node "
                                            "goes unanswered; the failed connects are its evidence, no firewall's"),
