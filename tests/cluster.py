@@ -616,6 +616,14 @@ class Cluster:
         # depending on the conntrack module.
         self._syn_rule(i, None, ["DROP"])
 
+    def stateful_firewall(self, i: int) -> None:
+        """A stateful firewall on node i that lets everything in (replies to what the node
+        opened, and every new connection), as a host firewall's accept rules do: what it adds is
+        that the kernel tracks every connection into and out of the node (nf_conntrack), in its
+        table of the node's namespace, which a new connection that finds it full never passes."""
+        for state in ("ESTABLISHED,RELATED", "NEW"):
+            self._ipt(i, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", state, "-j", "ACCEPT")
+
     def clear_firewall(self, i: int) -> None:
         """Remove every rule added by the injectors above."""
         for ipt in ("iptables", "ip6tables"):

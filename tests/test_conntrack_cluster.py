@@ -31,13 +31,6 @@ def args(i: int, nproc: int = 1) -> list[str]:
             "--nproc-per-node", str(nproc)]
 
 
-def stateful_firewall(c, i: int) -> None:
-    """A stateful firewall that lets everything in: replies to what the node opened, and every new
-    connection; what it adds is that the kernel tracks each connection, in and out."""
-    for state in ("ESTABLISHED,RELATED", "NEW"):
-        c._ipt(i, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", state, "-j", "ACCEPT")
-
-
 def limit() -> int:
     if not LIMIT_FILE.exists():
         pytest.skip("no nf_conntrack in this kernel")
@@ -71,7 +64,7 @@ def test_a_full_table_on_the_host_is_named_there_with_its_count_not_its_firewall
     joiners, which cannot see its table, say so beside the firewall."""
     size = limit()
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        stateful_firewall(c, 0)
+        c.stateful_firewall(0)
         fill(c, 0, 0)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host = runs[0]
@@ -93,7 +86,7 @@ def test_a_joiner_whose_table_is_full_names_its_own_table_not_the_hosts_firewall
     SYN). It names its table, with that probe as evidence, not the host's firewall; the host
     names it missing, and healthy node1 passes."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        stateful_firewall(c, 2)
+        c.stateful_firewall(2)
         fill(c, 2, 0)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host, node2 = runs[0], runs[2]
@@ -113,7 +106,7 @@ def test_a_table_that_fills_once_a_node_joined_explains_its_mesh_not_a_firewall(
     evidence, and no mesh.connect failure asks to open a firewall; node0 and node1 are healthy."""
     size = limit()
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        stateful_firewall(c, 2)
+        c.stateful_firewall(2)
         filler = c.popen(2, [sys.executable, FILL, "64", "--joined", str(PORT), "--wait", str(scaled(30))])
         line_of(filler, "ready", scaled(60))
         early = [start(c, i, args(i), tmp_path) for i in (0, 2)]
@@ -141,7 +134,7 @@ def test_a_table_with_room_for_netcheck_but_not_the_job_is_named_before_the_job_
     the job judged (3 nodes x 8 processes) takes at least 164 there (its 8 store clients, gloo's
     connection from each of its 8 ranks to the 16 elsewhere, 28 between its own)."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        stateful_firewall(c, 2)
+        c.stateful_firewall(2)
         fill(c, 2, 150)
         runs = finish_all([start(c, i, args(i, 8), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host = runs[0]
@@ -157,7 +150,7 @@ def test_the_same_firewall_with_room_in_its_tables_stays_quiet(cluster, tmp_path
     another service's: the tables hold the job's connections, and nothing is said but that."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         for i in (0, 2):
-            stateful_firewall(c, i)
+            c.stateful_firewall(i)
         fill(c, 2, limit() - 1000)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
