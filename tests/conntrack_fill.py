@@ -13,6 +13,10 @@ freed with the namespace.
     python conntrack_fill.py LEAVE --joined PORT  # the same, then (printing "ready") wait for this
                                                   # namespace's connection to PORT to stay up 2 s,
                                                   # fill the rest, and print "full"
+        [--hold S]                                # ... and keep it full S seconds, as another
+                                                  # service's connections keep a full table full: an
+                                                  # entry that expires (a closed connection's, 10 s
+                                                  # after a reset) is taken again within a poll
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ PROC = Path("/proc/sys/net/netfilter")
 # Seconds a connection to PORT stays up: the store client's (up for the whole run), not a probe's
 # (answered at once by the host's listener; under a loaded machine's load, within a second or so).
 HELD = 2.0
+HOLD_POLL = 0.005                            # seconds between looks at the count while holding it full
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -121,6 +126,7 @@ def main() -> int:
     parser.add_argument("leave", type=int)
     parser.add_argument("--joined", type=int, metavar="PORT")
     parser.add_argument("--wait", type=float, default=60.0)
+    parser.add_argument("--hold", type=float, default=0.0)
     args = parser.parse_args()
     began = time.monotonic()
     made = fill(args.leave)
@@ -130,8 +136,13 @@ def main() -> int:
     if not wait_joined(args.joined, args.wait):
         print("never joined", flush=True)
         return 1
-    fill(0, made)
+    made = fill(0, made)
     print(f"full {count()} of {limit()}", flush=True)
+    end = time.monotonic() + args.hold
+    while time.monotonic() < end:
+        if count() < limit():
+            made = fill(0, made)
+        time.sleep(HOLD_POLL)
     return 0
 
 

@@ -101,18 +101,20 @@ def test_a_joiner_whose_table_is_full_names_its_own_table_not_the_hosts_firewall
 
 def test_a_table_that_fills_once_a_node_joined_explains_its_mesh_not_a_firewall(cluster, tmp_path):
     """node2 joins with 64 entries of room left; then its table fills (another service's
-    connections), before the mesh: every direction into and out of it goes unanswered. The
+    connections, which keep it full: an entry that expires is taken again at once), before the
+    mesh: every direction into and out of it goes unanswered. The
     host names node2's table, with the packets its kernel dropped and those directions as
     evidence, and no mesh.connect failure asks to open a firewall; node0 and node1 are healthy."""
     size = limit()
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.stateful_firewall(2)
-        filler = c.popen(2, [sys.executable, FILL, "64", "--joined", str(PORT), "--wait", str(scaled(30))])
+        filler = c.popen(2, [sys.executable, FILL, "64", "--joined", str(PORT), "--wait", str(scaled(30)),
+                             "--hold", str(CLUSTER_TIMEOUT + GRACE)])
         line_of(filler, "ready", scaled(60))
         early = [start(c, i, args(i), tmp_path) for i in (0, 2)]
         line_of(filler, "full", scaled(35))   # node2's store connection up, its table full: node1 may come
         runs = finish_all([early[0], start(c, 1, args(1), tmp_path), early[1]], CLUSTER_TIMEOUT + GRACE)
-        filler.communicate(timeout=scaled(5))
+        c.kill(filler)
     host, node2 = runs[0], runs[2]
     assert host.rc == 2 and host.report["faulty_nodes"] == ["node2"], explain(runs)
     (found,) = host.findings("host.conntrack", "fail")
