@@ -78,9 +78,14 @@ def test_a_tree_without_the_files_reads_as_nothing_counted(tmp_path):
     assert stage_links("all", reading, reading).segments == 0
 
 
+# An address of loopback's /8 no other test connects from or to: the test's two ends are the
+# only connections of this process under it (the suite's other tests leave theirs to 127.0.0.1).
+OWN_LOOPBACK = "127.0.0.91"
+
+
 def test_this_processs_connections_are_read_by_peer_address():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
+    with socket.create_server((OWN_LOOPBACK, 0)) as server:
+        client = socket.create_connection(server.getsockname(), source_address=(OWN_LOOPBACK, 0))
         accepted, _ = server.accept()
         got = bytearray()
         reader = threading.Thread(target=lambda: got.extend(_read_all(accepted, 1 << 20)))
@@ -94,14 +99,14 @@ def test_this_processs_connections_are_read_by_peer_address():
             client.close()
             accepted.close()
     assert len(got) == 1 << 20
-    mine = peers["127.0.0.1"]   # both ends, summed: the client's data and the server's acks
+    mine = peers[OWN_LOOPBACK]   # both ends, summed: the client's data and the server's acks
     assert mine.segments > 0 and mine.retransmitted == 0, mine
     # Each end received what the other sent: one connection's two ends, summed, balance, but for
     # one segment of the handshake that only one end counts.
     assert 0 <= mine.received - mine.segments <= 1, mine
     # The connection to the store's port is left out (the client's end, which sent the data;
     # the server's end is to the client's ephemeral port and stays).
-    assert kept["127.0.0.1"].segments < mine.segments // 2 and kept["127.0.0.1"].received > mine.received // 2, kept
+    assert kept[OWN_LOOPBACK].segments < mine.segments // 2 and kept[OWN_LOOPBACK].received > mine.received // 2, kept
 
 
 def _read_all(sock: socket.socket, size: int) -> bytes:
