@@ -28,11 +28,14 @@ def test_a_path_that_cuts_long_flows_is_named_by_its_pair(cluster, tmp_path, cut
         runs = finish_all([start(c, i, ranked_args(i, 3, timeout), tmp_path, bandwidth=True) for i in range(3)],
                           timeout + GRACE)
     if not cut:
-        # Without the box: nothing fails. A busy 2-core machine may still warn its speed, or
-        # resends its own load makes (link.health: issue 63's bound under load, not this test's).
+        # Without the box: no stage fails and no cut is named. A busy 2-core machine may still
+        # measure a node's pairs short (bw.pair fails it: its CPU, not its path; seen in CI beside
+        # a campaign), or warn its speed: not this test's.
         for r in runs:
             judged = {f["check"] for f in r.report["findings"] if f["severity"] != "pass"}
-            assert r.rc in (0, 1) and judged <= SPEED_VERDICTS | {"link.health"}, explain(runs)
+            failed = {f["check"] for f in r.report["findings"] if f["severity"] == "fail"}
+            assert judged <= SPEED_VERDICTS | {"link.health"} and failed <= SPEED_VERDICTS, explain(runs)
+            assert r.rc in (0, 1) or failed, explain(runs)
         return
     host = runs[0]
     assert host.rc == 2, explain(runs)

@@ -114,6 +114,12 @@ def test_where_every_worker_failed_the_one_reset_among_closes_is_the_cut():
               Fault(2, 2, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.10")))
     (stage,) = by_check(findings_of(result(faults=faults, failed="all", links=ADDRESSES)), registry.BW_STAGE)
     assert (stage.kind, stage.nodes) == ("cut_flow", (1, 2))
+    # node1, reset by node2 on the way, ended with node0's data unread and reset it in turn:
+    # node1's reset is the echo (node1 was itself reset), node2's the cut (CI, test_longflow_cluster).
+    echoed = (Fault(0, 0, 0, "all", "failed", RESET.replace("198.18.0.12", "198.18.0.11")), Fault(1, 1, 0, "all",
+              "failed", RESET), Fault(2, 2, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.10")))
+    (stage,) = by_check(findings_of(result(faults=echoed, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert (stage.kind, stage.nodes) == ("cut_flow", (1, 2))
     closes_only = (faults[0], faults[2], Fault(1, 1, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.12")))
     (stage,) = by_check(findings_of(result(faults=closes_only, failed="all", links=ADDRESSES)), registry.BW_STAGE)
     assert stage.kind == "", "a ring of closes has no first: nothing is claimed"

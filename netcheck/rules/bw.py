@@ -250,7 +250,12 @@ def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:
     faulted = {node for node, _, _ in ended}
     unfaulted = [(node, peer) for node, peer, _ in ended if peer not in faulted]
     resets = [(node, peer) for node, peer, reset in ended if reset]
-    return unfaulted[0] if unfaulted else resets[0] if len(resets) == 1 else None
+    # A worker reset on the way fails and ends, resetting in turn a peer whose data it had not
+    # read: that reset is an echo, from a node that was itself reset. The cut's came from a node
+    # nobody reset.
+    reset = {node for node, _ in resets}
+    first = [(node, peer) for node, peer in resets if peer not in reset]
+    return unfaulted[0] if unfaulted else resets[0] if len(resets) == 1 else first[0] if len(first) == 1 else None
 
 
 def _what(f: Fault) -> str:
