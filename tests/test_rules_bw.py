@@ -120,6 +120,15 @@ def test_where_every_worker_failed_the_one_reset_among_closes_is_the_cut():
               "failed", RESET), Fault(2, 2, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.10")))
     (stage,) = by_check(findings_of(result(faults=echoed, failed="all", links=ADDRESSES)), registry.BW_STAGE)
     assert (stage.kind, stage.nodes) == ("cut_flow", (1, 2))
+    # A ring of resets (0 by 1, 1 by 2, 2 by 0: CI, test_longflow_cluster): the first one heard
+    # is the cut, the others its echoes; without the times nothing is claimed.
+    ring = tuple(Fault(n, n, 0, "all", "failed", RESET.replace("198.18.0.12", f"198.18.0.1{(n + 1) % 3}"), at=at)
+                 for n, at in ((0, 100.02), (1, 100.0), (2, 100.05)))
+    (stage,) = by_check(findings_of(result(faults=ring, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert (stage.kind, stage.nodes) == ("cut_flow", (1, 2))
+    untimed = tuple(replace(f, at=None) for f in ring)
+    (stage,) = by_check(findings_of(result(faults=untimed, failed="all", links=ADDRESSES)), registry.BW_STAGE)
+    assert stage.kind == ""
     closes_only = (faults[0], faults[2], Fault(1, 1, 0, "all", "failed", CLOSED.replace("198.18.0.11", "198.18.0.12")))
     (stage,) = by_check(findings_of(result(faults=closes_only, failed="all", links=ADDRESSES)), registry.BW_STAGE)
     assert stage.kind == "", "a ring of closes has no first: nothing is claimed"

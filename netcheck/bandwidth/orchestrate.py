@@ -249,6 +249,7 @@ class Worker:
     heard: float                          # when its last event came
     stage: str = "start"
     failure: str = ""                     # what it said when a stage failed
+    failed_at: float | None = None        # when this node heard it (time.time(): compared across nodes)
     done: bool = False
     fate: str = ""                        # what the node did to it: "stuck" | "timeout" | "stopped"
     starting_cuda: bool = False           # between its "cuda" event and the next: may be silent longer
@@ -453,7 +454,7 @@ class Watch:
             w.stage = event.stage
             self.counters.enter(event.stage)   # the first worker in: the nodes' workers move together
         elif event.kind == "failed":
-            w.stage, w.failure = event.stage, event.detail
+            w.stage, w.failure, w.failed_at = event.stage, event.detail, time.time()
         elif event.kind == "done":
             w.done = True
         elif event.kind == "backend":
@@ -492,7 +493,8 @@ class Watch:
                 verdict = ("stuck", f"pid {w.proc.pid} survived SIGKILL in stage {w.stage}: stuck in "
                                     "the kernel (the GPU driver?) and left behind")
             if verdict:
-                found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict, self.in_flight(w)))
+                found.append(Fault(self.node, w.rank, w.local_rank, w.stage, *verdict, self.in_flight(w),
+                                   w.failed_at if verdict[0] == "failed" else None))
         return found
 
     def in_flight(self, w: Worker) -> InFlight | None:

@@ -171,6 +171,7 @@ class Fault:
     kind: Annotated[str, one_of(*FAULT_KINDS)]
     detail: Text
     in_flight: InFlight | None = None   # None: not in a sweep's collective, or not known
+    at: float | None = None         # failed: when its node heard it (wall clock, seconds); None: not known
 
 
 @dataclass(frozen=True)

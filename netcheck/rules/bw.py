@@ -240,22 +240,29 @@ def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:
     node's worker failed (the echoes came round), the one connection reset among closes. A
     middlebox's REJECT resets; a worker that ends closes. None where no fault says so."""
     owners = {address: links.node for links in result.links for address in links.addresses}
-    ended: list[tuple[int, int, bool]] = []   # (node, the peer it names, whether reset)
+    ended: list[tuple[int, int, bool, float | None]] = []   # (node, the peer it names, whether reset, when)
     for f in result.faults:
         said = ENDED_BY.search(f.detail) if f.kind == "failed" else None
         peer = owners.get(said.group(1) or said.group(2)) if said else None
         if said is None or peer is None or peer == f.node:
             return None   # something else explains it
-        ended.append((f.node, peer, said.group(2) is not None))
-    faulted = {node for node, _, _ in ended}
-    unfaulted = [(node, peer) for node, peer, _ in ended if peer not in faulted]
-    resets = [(node, peer) for node, peer, reset in ended if reset]
+        ended.append((f.node, peer, said.group(2) is not None, f.at))
+    faulted = {node for node, _, _, _ in ended}
+    unfaulted = [(node, peer) for node, peer, _, _ in ended if peer not in faulted]
+    resets = [(node, peer, at) for node, peer, reset, at in ended if reset]
     # A worker reset on the way fails and ends, resetting in turn a peer whose data it had not
     # read: that reset is an echo, from a node that was itself reset. The cut's came from a node
-    # nobody reset.
-    reset = {node for node, _ in resets}
-    first = [(node, peer) for node, peer in resets if peer not in reset]
-    return unfaulted[0] if unfaulted else resets[0] if len(resets) == 1 else first[0] if len(first) == 1 else None
+    # nobody reset; where the echoes came round to it too (a ring of resets), it came first.
+    reset = {node for node, _, _ in resets}
+    first = [(node, peer) for node, peer, _ in resets if peer not in reset]
+    timed = sorted((at, node, peer) for node, peer, at in resets if at is not None)
+    if unfaulted:
+        return unfaulted[0]
+    if len(resets) == 1:
+        return resets[0][:2]
+    if len(first) == 1:
+        return first[0]
+    return timed[0][1:] if resets and len(timed) == len(resets) else None
 
 
 def _what(f: Fault) -> str:
