@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from netcheck.facts.tcptable import tcp_rows
+
 NETLINK_NETFILTER = 12
 CT_NEW = (1 << 8) | 0                        # NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW
 FLAGS = 0x1 | 0x400 | 0x200                  # NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL
@@ -95,17 +97,7 @@ def _drain(s: socket.socket) -> None:
 
 def _connected_to(port: int) -> set[str]:
     """This namespace's established TCP connections to `port` (IPv4 and IPv6), by local address."""
-    found = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path("/proc/net", table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 3 and fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
-                found.add(fields[1])
-    return found
+    return {f"{row.local}:{row.local_port}" for row in tcp_rows() if row.state == "01" and row.remote_port == port}
 
 
 def wait_joined(port: int, timeout: float) -> bool:

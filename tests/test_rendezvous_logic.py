@@ -47,7 +47,7 @@ from netcheck.core.nictable import Nic
 from netcheck.core.seats import RankRuns, rank_runs, ranks_of
 from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
 from netcheck.facts.probe import probe_address
-from netcheck.facts.storepeers import _hex_address
+from netcheck.facts.tcptable import hex_address
 from netcheck.phases.mesh import _host_word
 from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, lost_findings
@@ -491,7 +491,7 @@ def test_a_store_stall_names_the_clients_that_are_no_node_and_only_them():
     """/proc/net/tcp's addresses (words in host order, IPv4 mapped into IPv6 as IPv4), and the
     stall finding (issue 39, case 5): the nodes' own addresses and loopback are not named, and
     a stall with only them connected is the machine's load, not raised."""
-    assert [_hex_address(h) for h in ("0100007F", "0000000000000000FFFF00000C0012C6")] == ["127.0.0.1", "198.18.0.12"]
+    assert [hex_address(h) for h in ("0100007F", "0000000000000000FFFF00000C0012C6")] == ["127.0.0.1", "198.18.0.12"]
     members = (Member(0, facts("node0", 0, (nic("eth0", "198.18.0.10"),))),
                Member(1, facts("node1", 1, (nic("eth0", "198.18.0.11"),))))
     ours = StoreStall("get netcheck/host", 5.0, {"198.18.0.11": 1, "127.0.0.1": 2})

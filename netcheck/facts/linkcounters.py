@@ -26,6 +26,7 @@ import psutil
 from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, Unanswered, summed
 from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS, UNANSWERED_TIMEOUTS
 from netcheck.facts.procfds import listed, socket_fds
+from netcheck.facts.tcptable import RETRANSMIT_TIMER, SYN_SENT, tcp_rows
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
@@ -152,56 +153,22 @@ def peer_segments(store_port: int) -> tuple[PeerSegments, ...]:
 
 # /proc/net/tcp's states (include/net/tcp_states.h) in which a connection waits for its peer's
 # answer: connected, connecting, or closing with data or a FIN not yet acknowledged.
-WAITING_STATES = {"01": "established", "02": "syn_sent", "04": "fin_wait1", "08": "close_wait",
-                  "09": "last_ack", "0B": "closing"}
-RETRANSMIT_TIMER = "01"   # its "tr" column: the retransmission timer is running
+WAITING_STATES = ("01", SYN_SENT, "04", "08", "09", "0B")
 
 
 def unanswered(proc: str = "/proc") -> tuple[Unanswered, ...]:
     """The node's TCP connections (its network namespace's, any process's, orphans of a worker
     that exited included) that resent UNANSWERED_TIMEOUTS times in a row without an answer,
-    by peer address: /proc/net/tcp and tcp6, one read each."""
+    by peer address."""
     found: dict[str, Unanswered] = {}
-    for name, width in (("tcp", 4), ("tcp6", 16)):
-        try:
-            lines = Path(proc, "net", name).read_text().splitlines()[1:]
-        except OSError:
+    for row in tcp_rows(proc):
+        if (row.state not in WAITING_STATES or row.timer != RETRANSMIT_TIMER or row.timeouts < UNANSWERED_TIMEOUTS
+                or ipaddress.ip_address(row.remote).is_loopback):
             continue
-        for line in lines:
-            row = _waiting(line.split(), width)
-            if row is None:
-                continue
-            address, connecting, timeouts = row
-            old = found.get(address, Unanswered(address, 0, 0, 0))
-            found[address] = Unanswered(address, old.connections + 1, old.connecting + connecting,
-                                        max(old.timeouts, timeouts))
+        old = found.get(row.remote, Unanswered(row.remote, 0, 0, 0))
+        found[row.remote] = Unanswered(row.remote, old.connections + 1, old.connecting + (row.state == SYN_SENT),
+                                       max(old.timeouts, row.timeouts))
     return tuple(found[a] for a in sorted(found))
-
-
-def _waiting(fields: list[str], width: int) -> tuple[str, int, int] | None:
-    """(peer address, 1 if connecting, timeouts in a row) of one /proc/net/tcp row that waits
-    on an unanswered peer; None for any other (or a row not in the layout this reads)."""
-    if len(fields) < 7 or fields[3] not in WAITING_STATES or not fields[5].startswith(RETRANSMIT_TIMER + ":"):
-        return None
-    try:
-        timeouts = int(fields[6], 16)
-        peer = _address(fields[2].partition(":")[0], width)
-    except ValueError:
-        return None
-    if timeouts < UNANSWERED_TIMEOUTS or ipaddress.ip_address(peer).is_loopback:
-        return None
-    return peer, int(fields[3] == "02"), timeouts
-
-
-def _address(hexed: str, width: int) -> str:
-    """/proc/net/tcp's address: 32-bit words in the host's byte order, in hex; IPv4-mapped IPv6
-    written as IPv4, as own_addresses writes addresses."""
-    if len(hexed) != 2 * width:
-        raise ValueError(hexed)
-    raw = b"".join(struct.pack("=I", int(hexed[i:i + 8], 16)) for i in range(0, len(hexed), 8))
-    found = ipaddress.ip_address(raw)
-    mapped = getattr(found, "ipv4_mapped", None)
-    return str(mapped or found)
 
 
 def own_addresses() -> tuple[str, ...]:

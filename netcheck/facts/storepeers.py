@@ -3,12 +3,11 @@ and the StallWatch that reads it while one of the host's own store requests stal
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from pathlib import Path
 
 from netcheck.core.model import StoreStall
+from netcheck.facts.tcptable import LISTEN, tcp_rows
 
 # The host's own request to its store, unanswered this long, is a stall: the store answers in
 # milliseconds, but serves every client on one thread, and torch 2.13's looks up the name of
@@ -18,7 +17,6 @@ from netcheck.core.model import StoreStall
 STALL_SECONDS = 2.0
 STALL_LOOK = 0.5        # how often the watch looks at the request in flight
 MAX_STALLS = 16         # stalls recorded; the rest are counted in the last one's seconds
-TCP_LISTEN = "0A"       # /proc/net/tcp's state of a listening socket
 
 
 class StallWatch:
@@ -67,31 +65,7 @@ def port_peers(port: int) -> dict[str, int]:
     """address -> connections to this machine's `port` (its network namespace's view), from
     /proc/net/tcp and tcp6: those the store serves and those still waiting to be accepted."""
     peers: dict[str, int] = {}
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path("/proc/net", table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 4 or fields[3] == TCP_LISTEN or _hex_port(fields[1]) != port:
-                continue
-            address = _hex_address(fields[2].rsplit(":", 1)[0])
-            peers[address] = peers.get(address, 0) + 1
+    for row in tcp_rows():
+        if row.state != LISTEN and row.local_port == port:
+            peers[row.remote] = peers.get(row.remote, 0) + 1
     return peers
-
-
-def _hex_port(field: str) -> int:
-    return int(field.rsplit(":", 1)[1], 16)
-
-
-def _hex_address(text: str) -> str:
-    """An address as /proc/net/tcp writes it (32-bit words in host order) as text; an IPv4
-    one mapped into IPv6 as IPv4."""
-    raw = bytes.fromhex(text)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    if len(words) == 4:
-        return socket.inet_ntop(socket.AF_INET, words)
-    if words.startswith(b"\0" * 10 + b"\xff\xff"):
-        return socket.inet_ntop(socket.AF_INET, words[12:])
-    return socket.inet_ntop(socket.AF_INET6, words)
