@@ -9,9 +9,10 @@ environment, `init_method="env://"`, torch's default timeout: it waits as a real
 harness that launched it kills it at its bound): init_process_group("gloo"), an all_reduce of
 each of SIZES (the result checked), TIMED all_reduces of the largest (its busbw, nccl-tests'
 formula, from the median time), then DDP steps of a small model (a broadcast, a shape check and a
-gradient bucket a step). It writes its stage as it goes to OUT/node{FATE_NODE}.rank{RANK}.stage,
-and at the end one JSON line to OUT/node{FATE_NODE}.rank{RANK}.json: ok, its busbw, the first
-error (its stage, type and first line) and its timings.
+gradient bucket a step). It writes its stage as it goes to OUT/node{FATE_NODE}.rank{RANK}.stage
+(each timed all_reduce with the busbw so far), and at the end one JSON line to
+OUT/node{FATE_NODE}.rank{RANK}.json: ok, its busbw, the first error (its stage, type and first
+line) and its timings.
 """
 
 import datetime
@@ -54,9 +55,9 @@ class Job:
         self.times: dict[str, float] = {}
         self.stage = ""
 
-    def enter(self, stage: str) -> None:
+    def enter(self, stage: str, **extra) -> None:
         self.stage = stage
-        self._write(".stage", {"stage": stage, "t": time.time()})
+        self._write(".stage", {"stage": stage, "t": time.time(), **extra})
 
     def done(self, stage: str, since: float) -> None:
         self.times[stage] = round(time.time() - since, 4)
@@ -70,6 +71,11 @@ class Job:
     def line(self, **fields) -> None:
         self._write(".json", {"rank": self.rank, "world": self.world, "host": os.uname().nodename,
                               "started": self.started, "t": time.time(), "times": self.times, **fields})
+
+
+def _busbw(size: int, n: int, seconds: list[float]) -> float:
+    """nccl-tests' all_reduce busbw, GB/s, from the median time."""
+    return size / statistics.median(seconds) * 2 * (n - 1) / n / 1e9
 
 
 def job(out: str) -> int:
@@ -97,8 +103,9 @@ def job(out: str) -> int:
             t = time.perf_counter()
             dist.all_reduce(x)
             seconds.append(time.perf_counter() - t)
-        median = statistics.median(seconds)
-        busbw = size / median * 2 * (n - 1) / n / 1e9
+            # Each one said as it ends: a job killed at its bound while it crawls has a figure.
+            j.enter(f"timed all_reduce {size} B", busbw=_busbw(size, n, seconds), timed=len(seconds))
+        busbw = _busbw(size, n, seconds)
         j.times["timed"] = [round(s, 5) for s in seconds]
         j.enter("ddp")
         t = time.time()

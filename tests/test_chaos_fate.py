@@ -3,6 +3,7 @@ leavings into its fate, and netcheck's verdict x the job's fate into violations 
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from chaos.catalog import CATALOG, LinkFlap, MidRunFirewall, MidRunStop, Signal, Squatter
 from chaos.fate import agreement, excuse, render_table, rules, schedule_verdict, speaks_for
 from chaos.generator import Schedule
-from job import SLOW_SHARE, Fate, JobRun, Launch, classify, console_error, export_envs
+from job import SLOW_SHARE, STALL, Fate, JobRun, Launch, classify, console_error, export_envs
 
 CONTROL = 0.4
 
@@ -79,6 +80,42 @@ def test_killed_at_the_bound_with_no_error_is_hung_and_says_where_each_node_was(
     assert fate.where == {"node0": "init_process_group", "node1": "rendezvous (no worker started)",
                           "node2": "init_process_group"}
     assert "node1 in rendezvous (no worker started)" in fate.describe()
+
+
+def test_an_error_written_once_the_harness_began_killing_a_hung_job_is_the_kills():
+    """Seed 64064, schedule 9: a job hung at the bound; killing node0's worker closed its peers'
+    connections, and node3's wrote "Connection closed by peer" before its own kill came."""
+    lines = {3: line(3, ok=False, stage="all_reduce 262144 B", error="RuntimeError: Connection closed by peer",
+                     t=171.0)}
+    run = leavings(lines=lines, exits={0: None, 1: None, 2: None, 3: None}, killed="bound", n=4)
+    run.killed_at = 170.5
+    fate = classify(run, CONTROL)
+    assert (fate.fate, fate.first_error) == ("hung", None)
+    assert fate.where["node3"] == "all_reduce 262144 B"
+
+
+def test_a_job_still_moving_at_the_bound_is_slow_not_hung():
+    """Every worker past init and saying a new stage within STALL of the kill: crawling (a shaped
+    link's job takes longer than the bound), with the timed all_reduces' figure where all had one."""
+    run = leavings(lines={}, exits={0: None, 1: None, 2: None}, killed="bound")
+    run.killed_at = 200.0
+    run.stages = {i: {"stage": "timed all_reduce 4194304 B", "t": 198.0, "busbw": 0.002 + i / 1000}
+                  for i in range(3)}
+    fate = classify(run, CONTROL)
+    assert (fate.fate, fate.busbw) == ("slow", 0.002)
+    run.stages[1] = {"stage": "ddp step 1", "t": 199.0}
+    assert (classify(run, CONTROL).fate, classify(run, CONTROL).busbw) == ("slow", None)
+    run.stages[1] = {"stage": "ddp step 1", "t": 200.0 - STALL - 1}        # stuck
+    assert classify(run, CONTROL).fate == "hung"
+    run.stages[1] = {"stage": "init_process_group", "t": 199.0}           # never past init
+    assert classify(run, CONTROL).fate == "hung"
+
+
+def test_a_job_whose_every_worker_wrote_its_line_is_judged_by_it_though_an_agent_outlived_the_bound():
+    """A 20 Mbit/s link: every worker done just before the bound, an agent still tearing down."""
+    run = leavings(lines={i: line(i, 0.003) for i in range(3)}, exits={0: None, 1: 0, 2: None}, killed="bound")
+    run.killed_at = 200.0
+    assert (classify(run, CONTROL).fate, classify(run, CONTROL).busbw) == ("slow", 0.003)
 
 
 def test_agents_that_exit_0_with_a_worker_line_missing_failed():
@@ -258,20 +295,31 @@ def test_the_agreement_table_counts_verdicts_by_fate_per_launch():
 # the schedule's verdict, and what each fault lets the job meet
 
 
-def outcome(mode: str, rcs: dict, reports: dict, hung=()):
+def outcome(mode: str, rcs: dict, reports: dict, hung=(), tmp=None):
     runs = {i: SimpleNamespace(rc=rc) for i, rc in rcs.items()}
     sched = Schedule(1, 0, mode, len(rcs), ())
-    return SimpleNamespace(sched=sched, run=SimpleNamespace(runs=runs, hung=set(hung)), reports=reports)
+    return SimpleNamespace(sched=sched, run=SimpleNamespace(runs=runs, hung=set(hung), tmp=tmp), reports=reports)
 
 
-def test_the_schedules_verdict_is_the_worst_nodes():
+def test_the_schedules_verdict_is_the_worst_nodes(tmp_path):
     assert schedule_verdict(outcome("ranked", {0: 0, 1: 0}, {0: {"verdict": "pass"}})) == "pass"
     assert schedule_verdict(outcome("ranked", {0: 0, 1: 2}, {0: {"verdict": "pass"}})) == "fail"
     assert schedule_verdict(outcome("ranked", {0: 1, 1: -9}, {0: {"verdict": "warn"}})) == "none"
     assert schedule_verdict(outcome("ranked", {0: 2, 1: -9}, {0: {"verdict": "fail"}})) == "fail"
-    # under torchrun an agent's exit is not netcheck's: a node without a report said nothing
-    assert schedule_verdict(outcome("torchrun", {0: 1, 1: 1}, {0: {"verdict": "warn"}})) == "none"
     assert schedule_verdict(outcome("ranked", {0: 0, 1: 0}, {0: {"verdict": "pass"}}, hung={1})) == "none"
+
+
+def test_under_torchrun_the_verdict_is_every_ranks_report_and_a_missing_one_is_none(tmp_path):
+    """Seed 64064, schedule 7: node0's hostname on 127.0.1.1, its rank's report not placed on a
+    node by address; the agents' exits are torchrun's, not netcheck's."""
+    for rank, verdict in enumerate(("fail", "pass", "pass")):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({"verdict": verdict, "findings": []}))
+    assert schedule_verdict(outcome("torchrun", {0: 1, 1: 1, 2: 1}, {}, tmp=tmp_path)) == "fail"
+    (tmp_path / "rank0.json").unlink()
+    assert schedule_verdict(outcome("torchrun", {0: 1, 1: 1, 2: 1}, {}, tmp=tmp_path)) == "none"
+    for rank in (0, 1, 2):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({"verdict": "warn", "findings": []}))
+    assert schedule_verdict(outcome("torchrun", {0: 1, 1: 1, 2: 1}, {}, tmp=tmp_path)) == "warn"
 
 
 def test_what_the_job_meets_of_each_fault():

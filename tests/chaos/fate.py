@@ -37,6 +37,7 @@ Where the schedule's faults do not meet the job as they met netcheck, a rule is 
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from dataclasses import dataclass, field
@@ -169,25 +170,37 @@ KNOWN = NOT_USED | {"job", "launch", "launch:c10d", "launch:static", "store", "g
 # the verdict
 
 
+def node_reports(o: "Outcome") -> list[dict]:
+    """Every report netcheck wrote in the schedule: each node's, and under torchrun each rank's
+    (read from its file: the oracle maps only those whose address it can place to a node)."""
+    if o.sched.mode != "torchrun":
+        return list(o.reports.values())
+    found = []
+    for path in sorted(o.run.tmp.glob("rank*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass   # the first oracle says so
+    return found
+
+
 def schedule_verdict(o: "Outcome") -> str:
-    """The worst over the nodes (VERDICTS' order): a node's report's verdict, else its exit code's."""
-    worst = "pass"
-    for i, r in o.run.runs.items():
-        report = o.reports.get(i)
-        if report is not None:
-            v = report["verdict"]
-        elif o.sched.mode == "torchrun":   # the agent's exit is torchrun's, not netcheck's
-            v = "none"
-        else:
-            v = RC_VERDICT.get(r.rc, "none") if i not in o.run.hung else "none"
-        if VERDICTS.index(v) > VERDICTS.index(worst):
-            worst = v
-    return worst
+    """The worst over the nodes (VERDICTS' order): a node's report's verdict, else its exit code's.
+    Under torchrun (a torchrun agent's exit is not netcheck's) every rank's report, `none` where
+    one is missing."""
+    if o.sched.mode == "torchrun":
+        verdicts = [r.get("verdict", "none") for r in node_reports(o)]
+        verdicts += ["none"] * (o.sched.n - len(verdicts))
+    else:
+        verdicts = [o.reports[i]["verdict"] if i in o.reports
+                    else "none" if i in o.run.hung else RC_VERDICT.get(r.rc, "none")
+                    for i, r in o.run.runs.items()]
+    return max(verdicts, key=VERDICTS.index, default="none")
 
 
 def fail_findings(o: "Outcome") -> list[dict]:
     seen, found = set(), []
-    for report in [o.host_report, *o.reports.values()]:
+    for report in [o.host_report, *node_reports(o)]:
         for f in (report or {}).get("findings", ()):
             key = (f["check"], f.get("kind"), tuple(f["nodes"]))
             if f["severity"] == "fail" and key not in seen:
