@@ -11,7 +11,7 @@ import pytest
 from chaos.catalog import CATALOG, LinkFlap, MidRunFirewall, MidRunStop, Signal, Squatter
 from chaos.fate import agreement, excuse, render_table, rules, schedule_verdict, speaks_for
 from chaos.generator import Schedule
-from job import SLOW_SHARE, STALL, Fate, JobRun, Launch, classify, console_error, export_envs
+from job import SLOW_SHARE, STALL, Fate, JobRun, Launch, classify, console_error, control_busbw, export_envs
 
 CONTROL = 0.4
 
@@ -46,6 +46,13 @@ def test_below_the_share_of_the_control_it_is_slow_and_without_a_control_never()
     assert classify(run, None).fate == "ok"
     at_share = leavings(lines={0: line(0), 1: line(1, CONTROL * SLOW_SHARE), 2: line(2)})
     assert classify(at_share, CONTROL).fate == "ok"
+
+
+def test_the_control_is_the_best_healthy_run():
+    """Seed 9164 (targeted): one 4-node control at a loaded moment, 0.096 GB/s, where healthy
+    jobs beside it ran at 0.45: a crawl at 0.019 passed for ok. The best of the runs is the yardstick."""
+    assert control_busbw([Fate("ok", busbw=0.096), Fate("ok", busbw=0.28), Fate("hung")]) == 0.28
+    assert control_busbw([Fate("failed"), Fate("hung")]) is None
 
 
 def test_the_first_error_is_the_earliest_written_and_wins_over_a_kill():

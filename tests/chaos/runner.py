@@ -22,7 +22,7 @@ from pathlib import Path
 import chaos
 from cluster import NETNS_ETC, NETNS_RUN, Cluster, NodeSpec, netns_pids
 from faults import arrival_args, ranked_args
-from job import SLOW_SHARE, job_bound, measure_control
+from job import SLOW_SHARE, control_busbw, job_bound, measure_control
 from nodes import NodeRun, finish, scaled
 
 from .catalog import MODES, Fault, rack_of
@@ -349,17 +349,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure_controls(sizes: list[int]) -> dict[int, float | None]:
-    """The healthy job's busbw for each node count the campaign draws, measured once, first: the
-    yardstick of "slow" (job.SLOW_SHARE of it). A control that did not run leaves slowness at that
-    size unjudged (None), and says so."""
+    """The healthy job's busbw for each node count the campaign draws, measured first (the best of
+    job.CONTROL_RUNS runs): the yardstick of "slow" (job.SLOW_SHARE of it). A control none of whose
+    runs ran leaves slowness at that size unjudged (None), and says so."""
     controls: dict[int, float | None] = {}
     for n in sizes:
         tmp = Path(tempfile.mkdtemp(prefix=f"chaos-control-{n}-"))
-        fate = measure_control(n, tmp)
-        controls[n] = fate.busbw if fate.fate == "ok" else None
-        print(f"fate: healthy control, {n} nodes: {fate.describe()}"
-              + ("" if fate.fate == "ok" else " -- slowness is not judged at this size"), flush=True)
-        if fate.fate == "ok":
+        fates = measure_control(n, tmp)
+        controls[n] = control_busbw(fates)
+        print(f"fate: healthy control, {n} nodes: "
+              + (f"{controls[n]:.3f} GB/s, the best of " if controls[n] else "none of ")
+              + " | ".join(f.describe() for f in fates)
+              + ("" if controls[n] else " -- slowness is not judged at this size"), flush=True)
+        if controls[n]:
             shutil.rmtree(tmp, ignore_errors=True)
     return controls
 
