@@ -11,7 +11,18 @@ import pytest
 from chaos.catalog import CATALOG, LinkFlap, MidRunFirewall, MidRunStop, Signal, Squatter
 from chaos.fate import agreement, excuse, render_table, rules, schedule_verdict, speaks_for
 from chaos.generator import Schedule
-from job import SLOW_SHARE, STALL, Fate, JobRun, Launch, classify, console_error, control_busbw, export_envs
+from job import (
+    SLOW_SHARE,
+    STALL,
+    Fate,
+    JobRun,
+    Launch,
+    classify,
+    confirm_slow,
+    console_error,
+    control_busbw,
+    export_envs,
+)
 
 CONTROL = 0.4
 
@@ -53,6 +64,19 @@ def test_the_control_is_the_best_healthy_run():
     jobs beside it ran at 0.45: a crawl at 0.019 passed for ok. The best of the runs is the yardstick."""
     assert control_busbw([Fate("ok", busbw=0.096), Fate("ok", busbw=0.28), Fate("hung")]) == 0.28
     assert control_busbw([Fate("failed"), Fate("hung")]) is None
+
+
+def test_slow_by_the_campaigns_control_is_slow_only_against_a_healthy_job_measured_after_it():
+    """The machine's load moves a healthy job's busbw 7-fold within an hour: a healthy job at a
+    loaded moment is slow against a control measured at a quiet one, and not against one measured
+    beside it. A crawl is slow against both."""
+    loaded = Fate("slow", busbw=0.13, control=0.93)
+    assert (confirm_slow(loaded, 0.3).fate, loaded.control_now) == ("ok", 0.3)
+    crawl = Fate("slow", busbw=0.03, control=0.93)
+    assert confirm_slow(crawl, 0.3).fate == "slow"
+    assert confirm_slow(Fate("slow", busbw=0.03), None).fate == "slow"     # no healthy job ran after
+    assert confirm_slow(Fate("slow"), 0.3).fate == "slow"     # moving at the bound: no figure to compare
+    assert confirm_slow(Fate("ok", busbw=0.5), 0.3).fate == "ok"
 
 
 def test_the_first_error_is_the_earliest_written_and_wins_over_a_kill():

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
-from job import RAN, Fate, Launch, classify, export_envs, run_job
+from job import RAN, Fate, Launch, classify, confirm_slow, control_busbw, export_envs, measure_control, run_job
 from nodes import PORT
 
 if TYPE_CHECKING:
@@ -314,10 +314,17 @@ def launches(run: "ScheduleRun", host_report: dict | None) -> list[Launch]:
 
 
 def run_fates(run: "ScheduleRun", host_report: dict | None, control: float | None) -> list[Fate]:
-    """The job's launches on the schedule's cluster, its faults in place (Fault.before_job)."""
+    """The job's launches on the schedule's cluster, its faults in place (Fault.before_job). A
+    launch slow by its figure against the campaign's control is held to a healthy job's measured
+    right after it on a clean cluster of as many nodes (job.confirm_slow), once for the schedule."""
     for f in run.sched.faults:
         f.before_job(run)
-    return [classify(run_job(run.c, launch, run.tmp), control) for launch in launches(run, host_report)]
+    fates = [classify(run_job(run.c, launch, run.tmp), control) for launch in launches(run, host_report)]
+    if any(f.fate == "slow" and f.busbw is not None for f in fates):
+        now = control_busbw(measure_control(run.sched.n, run.tmp, runs=1))
+        for f in fates:
+            confirm_slow(f, now)
+    return fates
 
 
 def judge_fate(o: "Outcome") -> FateJudgement:
