@@ -69,10 +69,14 @@ compat: system $(STAMP)
 
 # The randomized fault campaign (tests/chaos): N schedules drawn from SEED, each judged by
 # the oracle; a failing schedule is printed with the command that replays it alone.
+# FATE=1 adds the second oracle: the real job (torchrun, gloo) launched after netcheck on each
+# schedule's cluster, its fate judged against the verdict, the agreement table printed at the
+# end (tests/chaos/fate.py; 20-60 s more a schedule, up to two job bounds where the job hangs).
 N    ?= 20
 SEED ?= 1
+FATE ?=
 chaos: install
-	$(BIN)/python tests/chaos --n $(N) --seed $(SEED)
+	$(BIN)/python tests/chaos --n $(N) --seed $(SEED) $(if $(FATE),--fate)
 
 # A simulated 3-node cluster on this machine, each node running `netcheck`.
 demo: demo-system $(STAMP)

@@ -8,6 +8,7 @@ schedule is held to), runner.py (runs a schedule on a namespace cluster; the com
     python tests/chaos --seed 1 --schedule 7        # schedule 7 of seed 1 alone (a replay)
     python tests/chaos --seed 1 --list --n 50       # the schedules, not run
     python tests/chaos --n 100 --seed 9 --midrun    # most schedules around a fault that lands mid-run
+    python tests/chaos --n 15 --seed 9 --fate       # and the real job's fate beside each verdict (fate.py)
 
 A schedule is drawn from (seed, index) alone: a launch mode (explicit ranks, one-shot arrival,
 torchrun), 3 to 6 nodes and one to three faults from CATALOG (or none: a control). The faults
@@ -22,4 +23,7 @@ the fault exit 0, a healthy one passes everywhere, no traceback or C++ trace in 
 every JSON report valid against the schema, nothing left behind. It never reads netcheck's
 prose: check ids, kinds, node ranks and exit codes only (a node that never got a rank is
 named by its hostname, the one handle a finding has for it).
+
+With --fate a second oracle (fate.py) judges the verdict by the real job's fate: the job of
+tests/job.py (torchrun, gloo) launched on the schedule's cluster after netcheck, faults in place.
 """

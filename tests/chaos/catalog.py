@@ -54,6 +54,11 @@ class Fault:
                                           # it run without it, and bandwidth does not run at all
     spoils_data_path: ClassVar[bool] = False  # the bandwidth phase cannot measure anything beside it
     routed: ClassVar[bool] = False   # needs the routed layout (two racks, a router each): catalog.rack_of
+    # What the real job launched after netcheck meets of it (the fate oracle, fate.py): "met" the
+    # fault as netcheck met it (it is in the cluster, or in the launch line); "netcheck" none of it
+    # (it acted on netcheck's own run: a signal, a stop, a late start, a foreign client, a flap
+    # while it measured); "later" what landed mid-run and stays (netcheck may have looked first).
+    fate: ClassVar[str] = "met"
 
     @property
     def node(self) -> int:
@@ -96,6 +101,10 @@ class Fault:
     def act(self, run: "ScheduleRun") -> bool:
         """Called every poll while nodes run; True once the fault has done what it does."""
         return True
+
+    def before_job(self, run: "ScheduleRun") -> None:
+        """Once netcheck has ended (and the harness's helpers with it), before the real job is
+        launched (--fate): put back what the fault holds in the cluster through a helper."""
 
     def expect(self, sched: "Schedule", run: "ScheduleRun") -> Expect:
         raise NotImplementedError
@@ -193,6 +202,9 @@ class Squatter(Fault):
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"squatter did not start: {proc.stderr.read()}")
 
+    def before_job(self, run):
+        self.setup(run.c, run)   # the other program still holds the port when the job comes
+
     def expect(self, sched, run):
         everyone = set(range(sched.n))
         joiners = everyone - {0}
@@ -206,6 +218,7 @@ class SilentClients(Fault):
     scanner, a health check): the store must keep serving the nodes. Breaks nothing."""
 
     kind = "silent_clients"
+    fate = "netcheck"
     weight = 0.5
 
     def act(self, run):
@@ -226,6 +239,7 @@ class HostileClient(Fault):
     exit 0 (and where another fault breaks the job, that fault's expectation holds)."""
 
     kind = "hostile_client"
+    fate = "netcheck"
     weight = 0.5
 
     @classmethod
@@ -308,6 +322,7 @@ class Signal(Fault):
     random phase (the moment its progress line names the phase, plus a random delay)."""
 
     kind = "signal"
+    fate = "netcheck"
     targets = "any"
     removes_node = True
     weight = 3.0
@@ -621,6 +636,7 @@ class LateWithin(Fault):
     the job would wait for it. Breaks nothing."""
 
     kind = "late_within"
+    fate = "netcheck"
     modes = ("ranked",)
     targets = "any"
 
@@ -646,6 +662,7 @@ class LatePastRoster(Fault):
     too late for the job. With a node count the host names it; one-shot, it cannot wait for it."""
 
     kind = "late_past_roster"
+    fate = "netcheck"
     removes_node = True
 
     def held_back(self):
@@ -912,6 +929,7 @@ class LinkFlap(Fault):
     flapping port. TCP carries the job over it; link.health names the interface."""
 
     kind = "link_flap"
+    fate = "netcheck"
     targets = "any"
     bandwidth = True
     max_nodes = 4
@@ -1112,6 +1130,7 @@ class MidRunFirewall(MidRun):
     the host's own store client talks to its store."""
 
     kind = "midrun_firewall"
+    fate = "later"
     weight = 1.5
 
     @classmethod
@@ -1139,6 +1158,7 @@ class MidRunLinkDown(MidRun):
     loses carrier, a pulled cable)."""
 
     kind = "midrun_link"
+    fate = "later"
     weight = 0.7
 
     @classmethod
@@ -1162,6 +1182,7 @@ class MidRunStop(MidRun):
     `then=SIGKILL` (nothing is asked of it)."""
 
     kind = "midrun_stop"
+    fate = "netcheck"
     weight = 0.8
 
     @classmethod

@@ -104,6 +104,7 @@ class Outcome:
     seconds: float = 0.0
     reports: dict[int, dict] = field(default_factory=dict)   # node index -> its report (host: the cluster's)
     host_report: dict | None = None
+    fate: object = None     # fate.FateJudgement, where the campaign runs the real job (--fate)
 
     @property
     def expect(self) -> Expect:

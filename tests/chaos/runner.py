@@ -22,9 +22,11 @@ from pathlib import Path
 import chaos
 from cluster import NETNS_ETC, NETNS_RUN, Cluster, NodeSpec, netns_pids
 from faults import arrival_args, ranked_args
+from job import SLOW_SHARE, control_busbw, job_bound, measure_control
 from nodes import NodeRun, finish, scaled
 
 from .catalog import MODES, Fault, rack_of
+from .fate import agreement, judge_fate, render_table, run_fates
 from .generator import JOIN_WINDOW, Schedule, draw_schedule
 from .midrun import seen_at, start_timed
 from .oracle import CHAOS_GRACE, Outcome, judge
@@ -57,6 +59,7 @@ class ScheduleRun:
     hung: set[int] = field(default_factory=set)
     leftovers: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    fates: list = field(default_factory=list)   # the real job's (job.Fate), bare launch first (--fate)
 
     def args(self, i: int) -> list[str]:
         s = self.sched
@@ -96,7 +99,9 @@ class ScheduleRun:
         return self.sched.timeout + CHAOS_GRACE + extra
 
 
-def run_schedule(sched: Schedule) -> "Outcome":
+def run_schedule(sched: Schedule, controls: dict[int, float | None] | None = None) -> "Outcome":
+    """The schedule on a namespace cluster; with `controls` (--fate: the healthy job's busbw per
+    node count), the real job launched there afterwards, its faults still in place."""
     routed = any(f.routed for f in sched.faults)
     specs = [NodeSpec(rack=rack_of(i) if routed else 0) for i in range(sched.n)]
     for f in sched.faults:
@@ -113,6 +118,9 @@ def run_schedule(sched: Schedule) -> "Outcome":
         _drive(run)
         _stop_helpers(run)
         run.leftovers = _left_in_namespaces(c)
+        if controls is not None:
+            run.fates = run_fates(run, _host_report(run), controls.get(sched.n))
+            _stop_helpers(run)
         prefix = c.prefix
     run.leftovers += _namespaces_left(prefix)
     return Outcome(sched, run, [f.expect(sched, run) for f in sched.faults])
@@ -169,6 +177,20 @@ def _resume_stopped(run: ScheduleRun) -> None:
         run.ended[i] = time.monotonic()
 
 
+def _host_report(run: ScheduleRun) -> dict | None:
+    """The host's JSON report as written (the oracle validates it later), for its export lines."""
+    paths = ([run.runs[0].json_path] if run.sched.mode != "torchrun" and 0 in run.runs
+             else sorted(run.tmp.glob("rank*.json")))
+    for path in paths:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if run.sched.mode != "torchrun" or report.get("role") == "host":
+            return report
+    return None
+
+
 def _stop_helpers(run: ScheduleRun) -> None:
     for p in run.helpers:
         run.c.kill(p)
@@ -214,10 +236,12 @@ def _namespaces_left(prefix: str) -> list[str]:
 # the campaign
 
 
-def run_and_judge(sched: Schedule) -> Outcome:
+def run_and_judge(sched: Schedule, controls: dict[int, float | None] | None = None) -> Outcome:
     t0 = time.monotonic()
     try:
-        o = judge(run_schedule(sched))
+        o = judge(run_schedule(sched, controls))
+        if controls is not None:
+            o.fate = judge_fate(o)
     except Exception as err:  # noqa: BLE001 - the harness itself failed: say so, as a violation
         dummy = ScheduleRun(sched, None, Path("."))  # type: ignore[arg-type]
         o = Outcome(sched, dummy, [], [f"harness error: {type(err).__name__}: {err}"])
@@ -238,15 +262,44 @@ def summary(outcomes: list[Outcome], seed: int) -> str:
     lines += [f"{m:<22}{by_mode[m]:>10}{bad_mode[m]:>10}" for m in MODES if by_mode[m]]
     lines += ["", f"{'fault kind':<22}{'schedules':>10}{'violating':>10}"]
     lines += [f"{k:<22}{n:>10}{bad_kind[k]:>10}" for k, n in sorted(kinds.items())]
+    lines += fate_summary(outcomes)
     total = sum(len(o.violations) for o in outcomes)
     lines += ["", f"seed {seed}: {len(outcomes)} schedules, {sum(1 for o in outcomes if o.violations)} "
                   f"with violations, {total} violations, {sum(o.seconds for o in outcomes):.0f} s"]
     return "\n".join(lines)
 
 
+def fate_summary(outcomes: list[Outcome]) -> list[str]:
+    """The agreement tables (verdict x the job's fate, per launch) and the fate oracle's counts."""
+    judged = [o.fate for o in outcomes if o.fate is not None]
+    if not judged:
+        return []
+    lines = [""]
+    for launch in ("bare", "export"):
+        table = agreement(judged, launch)
+        if any(sum(row.values()) for row in table.values()):
+            title = ("the job launched bare (gloo; the launch the verdict speaks for)" if launch == "bare"
+                     else "the job launched with netcheck's export lines (where they set a GLOO_ variable)")
+            lines += render_table(table, f"agreement, {title}:") + [""]
+    count = Counter(v.split(":")[0] for j in judged for v in j.violations)
+    lines.append(f"fate oracle: {count['false pass']} false pass, {count['false alarm']} false alarm, "
+                 f"{count['fix broke']} fix broke; {sum(len(j.excused) for j in judged)} FAIL findings excused "
+                 f"over a job that ran; {sum(len(j.notes) for j in judged)} notes (WARN over a job that did not "
+                 f"run, PASS after a mid-run fault)")
+    return lines
+
+
+def replay(o: Outcome) -> str:
+    return o.sched.replay() + (" --fate" if o.fate is not None else "")
+
+
 def print_outcome(o: Outcome, verbose: bool = False) -> None:
     status = "ok" if not o.violations else f"{len(o.violations)} VIOLATION(S)"
     print(f"{o.sched.describe()} -> {status} ({o.seconds:.1f} s)", flush=True)
+    if o.fate is not None:
+        print(f"    verdict {o.fate.verdict.upper()}; job " + " | ".join(f.describe() for f in o.fate.fates))
+        for said in o.fate.excused + o.fate.notes:
+            print(f"    fate: {said}")
     if verbose and not o.violations:
         record = outcome_record(o)
         for note in o.run.notes:
@@ -261,7 +314,7 @@ def print_outcome(o: Outcome, verbose: bool = False) -> None:
         for v in o.violations:
             print(f"    - {v}")
         print(f"    reports: {o.run.tmp}")
-        print(f"    replay: {o.sched.replay()}", flush=True)
+        print(f"    replay: {replay(o)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,24 +327,60 @@ def main(argv: list[str] | None = None) -> int:
                    help="draw most schedules around a fault that lands mid-run (issue 62's campaign)")
     p.add_argument("--json", type=Path, help="write every outcome there (for the notes)")
     p.add_argument("-v", "--verbose", action="store_true", help="each node's exit and findings, passing or not")
+    p.add_argument("--fate", action="store_true",
+                   help="after netcheck, launch the real job (torchrun, gloo) on each schedule's cluster, faults "
+                        "in place, and judge the verdict by its fate (fate.py; a healthy control job per node "
+                        "count first; each schedule takes 20-60 s more, up to two job bounds where it hangs)")
     a = p.parse_args(argv)
     indexes = a.schedule if a.schedule else range(a.n)
     schedules = [draw_schedule(a.seed, i, midrun=a.midrun) for i in indexes]
     if a.list:
         print("\n".join(s.describe() for s in schedules))
         return 0
+    controls = measure_controls(sorted({s.n for s in schedules})) if a.fate else None
     outcomes = []
     for s in schedules:
-        outcomes.append(run_and_judge(s))
+        outcomes.append(run_and_judge(s, controls))
         print_outcome(outcomes[-1], a.verbose)
         if a.json:   # after each schedule: a campaign stopped halfway keeps what it ran
-            a.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1))
+            a.json.write_text(json.dumps(campaign_record(outcomes, controls), indent=1))
     print(summary(outcomes, a.seed))
     return 1 if any(o.violations for o in outcomes) else 0
 
 
+def measure_controls(sizes: list[int]) -> dict[int, float | None]:
+    """The healthy job's busbw for each node count the campaign draws, measured first (the best of
+    job.CONTROL_RUNS runs): the yardstick of "slow" (job.SLOW_SHARE of it). A control none of whose
+    runs ran leaves slowness at that size unjudged (None), and says so."""
+    controls: dict[int, float | None] = {}
+    for n in sizes:
+        tmp = Path(tempfile.mkdtemp(prefix=f"chaos-control-{n}-"))
+        fates = measure_control(n, tmp)
+        controls[n] = control_busbw(fates)
+        print(f"fate: healthy control, {n} nodes: "
+              + (f"{controls[n]:.3f} GB/s, the best of " if controls[n] else "none of ")
+              + " | ".join(f.describe() for f in fates)
+              + ("" if controls[n] else " -- slowness is not judged at this size"), flush=True)
+        if controls[n]:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return controls
+
+
+def campaign_record(outcomes: list[Outcome], controls: dict[int, float | None] | None):
+    """--json's document: the outcomes' list; with --fate, beside the controls and the tables."""
+    records = [outcome_record(o) for o in outcomes]
+    if controls is None:
+        return records
+    judged = [o.fate for o in outcomes if o.fate is not None]
+    return {"schedules": records,
+            "fate": {"controls": {str(n): v for n, v in controls.items()}, "slow_share": SLOW_SHARE,
+                     "bound": {str(n): job_bound(n) for n in controls},
+                     "agreement": {launch: agreement(judged, launch) for launch in ("bare", "export")}}}
+
+
 def outcome_record(o: Outcome) -> dict:
-    return {"schedule": o.sched.describe(), "replay": o.sched.replay(), "seconds": round(o.seconds, 1),
+    return {"schedule": o.sched.describe(), "replay": replay(o), "seconds": round(o.seconds, 1),
+            **({"fate": o.fate.record()} if o.fate is not None else {}),
             "violations": o.violations, "notes": o.run.notes,
             # Past --timeout (s) each node ended, and how long its Python took to its first line (its
             # deadline starts then): the grace's measurements. Stopped nodes are timed from SIGCONT.
