@@ -208,41 +208,39 @@ def did_not_run(fate="failed", launch="bare", error="RuntimeError: Connection re
                 where={"node0": "init_process_group"})
 
 
-@pytest.mark.parametrize("stops,expected", [
-    ("gloo", [("gloo", "stops")]),
-    (["nccl_socket", "nccl_rdma"], [("nccl_socket", "stops"), ("nccl_rdma", "stops")]),
-    ({"NCCL over sockets": "stops", "speed": "slows"}, [("nccl_socket", "stops"), ("speed", "slows")]),
-    ([{"whom": "launch (c10d)", "how": "stops"}], [("launch:c10d", "stops")]),
-    ([{"what": ["gloo", "store"], "effect": "risks at 64 MiB"}], [("gloo", "risks"), ("store", "risks")]),
-])
-def test_the_stops_field_is_read_in_the_shapes_it_may_take(stops, expected):
-    assert speaks_for(finding("mesh.connect", stops=stops)) == (expected, "stops")
+def impact(*on: str, effect: str = "stops", form: str = "") -> dict:
+    return {"impact": {"on": list(on), "effect": effect, "why": "", "form": form}}
 
 
-def test_without_a_stops_field_a_check_speaks_by_its_meaning_else_for_the_whole_job():
-    assert speaks_for(finding("nic.nccl_default")) == ([("nccl_socket", "stops")], "check")
-    assert speaks_for(finding("host.limits", "memlock")) == ([("nccl_rdma", "stops")], "check")
-    assert speaks_for(finding("host.limits", "nofile")) == ([("job", "stops")], "check")
-    assert speaks_for(finding("bw.pair")) == ([("speed", "slows")], "check")
-    assert speaks_for(finding("mesh.connect")) == ([("job", "stops")], "check")
-    assert speaks_for(finding("rdzv.fqdn")) == ([("job", "stops")], "check")
+def test_a_finding_speaks_for_the_parts_its_impact_names_the_launch_with_its_form():
+    assert speaks_for(finding("mesh.connect", **impact("gloo", "nccl_socket"))) == [
+        ("gloo", "stops"), ("nccl_socket", "stops")]
+    assert speaks_for(finding("rdzv.fqdn", **impact("launch", form="c10d"))) == [("launch:c10d", "stops")]
+    assert speaks_for(finding("bw.pair", **impact("speed", effect="slows"))) == [("speed", "slows")]
+
+
+def test_a_finding_that_names_no_part_speaks_for_the_whole_job():
+    assert speaks_for(finding("run.internal", **impact(effect="nothing"))) == [("job", "stops")]
+    assert speaks_for(finding("mesh.connect")) == [("job", "stops")]
 
 
 def test_a_finding_for_nccl_or_the_other_launch_form_or_another_size_is_excused_over_a_job_that_ran():
-    assert "nccl_socket" in excuse(finding("nic.nccl_default"), ran())
-    assert "launch:c10d" in excuse(finding("rdzv.fqdn", stops=["launch:c10d"]), ran(rdzv="static"))
-    assert excuse(finding("rdzv.fqdn", stops=["launch:c10d"]), ran(rdzv="c10d")) is None
-    assert "another size" in excuse(finding("host.limits", "nofile_peers", stops={"gloo": "risks"}), ran())
-    # One whom this job used is enough to stand against it.
-    assert excuse(finding("mesh.connect", stops=["nccl_socket", "gloo"]), ran()) is None
-    # A name the oracle cannot place excuses nothing.
-    assert excuse(finding("mesh.connect", stops=["warp_drive"]), ran()) is None
+    assert "nccl_socket" in excuse(finding("nic.nccl_default", **impact("nccl_socket", "nccl_rdma")), ran())
+    c10d = finding("rdzv.join", "missing", **impact("launch", form="c10d"))
+    assert "launch:c10d" in excuse(c10d, ran(rdzv="static"))
+    assert excuse(c10d, ran(rdzv="c10d")) is None
+    assert "another size" in excuse(finding("host.limits", "nofile_peers", **impact("gloo", effect="risks")), ran())
+    # One part this job used is enough to stand against it.
+    assert excuse(finding("mesh.connect", **impact("nccl_socket", "gloo")), ran()) is None
+    # The launch without a form is every form's.
+    assert excuse(finding("launch.topology", **impact("launch")), ran(rdzv="static")) is None
 
 
 def test_a_speed_finding_stands_over_a_slow_job_and_not_over_one_at_full_speed():
-    assert excuse(finding("link.health", "lossy_node"), ran("slow", busbw=0.01)).startswith("it slows the job")
-    assert excuse(finding("link.health", "lossy_node"), ran("ok")) is None
-    assert excuse(finding("mesh.connect", stops={"gloo": "slows"}), ran("slow")) is not None
+    lossy = finding("link.health", "lossy_node", **impact("speed", effect="slows"))
+    assert excuse(lossy, ran("slow", busbw=0.01)).startswith("it slows the job")
+    assert excuse(lossy, ran("ok")) is None
+    assert excuse(finding("mesh.connect", **impact("gloo", effect="slows")), ran("slow")) is not None
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,10 +271,11 @@ def test_a_pass_after_a_midrun_fault_landed_is_not_judged_and_noted():
 def test_a_fail_over_a_job_that_ran_is_a_false_alarm_unless_excused():
     j = rules("fail", [finding("mesh.connect", nodes=(2,))], [ran()])
     assert kinds(j) == ["false alarm"] and "mesh.connect [2]" in j.violations[0]
-    j = rules("fail", [finding("nic.nccl_default")], [ran()])
-    assert j.violations == [] and j.excused[0].startswith("nic.nccl_default [1]: it speaks for nccl_socket")
+    nccl = finding("nic.nccl_default", **impact("nccl_socket", "nccl_rdma"))
+    j = rules("fail", [nccl], [ran()])
+    assert j.violations == [] and j.excused[0].startswith("nic.nccl_default [1]: it speaks for nccl_rdma, nccl_socket")
     # every FAIL finding is judged: one unexcused is enough
-    j = rules("fail", [finding("nic.nccl_default"), finding("rdzv.fqdn")], [ran()])
+    j = rules("fail", [nccl, finding("rdzv.fqdn", **impact("launch"))], [ran()])
     assert kinds(j) == ["false alarm"] and len(j.excused) == 1
 
 

@@ -134,7 +134,7 @@ def test_netcheck_checks_says_whom_each_check_and_kind_stops():
     assert re.match(r"kind store_stalled +warn +slows torchrun's rendezvous, the store +", next(
         line for line in lines if line.startswith("kind store_stalled")))
     plain = json.loads(render_checks_json(CHECKS))
-    assert plain[0]["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+    assert plain[0]["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": "", "form": ""}
 
 
 def readme_table(header: str) -> str:

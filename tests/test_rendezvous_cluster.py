@@ -156,6 +156,8 @@ def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path
     assert unseated.rc == 2 and unseated.findings("rdzv.join", "fail"), explain(runs)
     (other,) = runs[3].findings("rdzv.join")
     assert runs[3].rc == 2 and other["kind"] == "join_failed" and "serves run id 'netcheck'" in other["summary"]
+    # The id keeps apart torchrun's c10d rendezvous alone (issue 64: a static launch ran).
+    assert (other["impact"]["on"], other["impact"]["form"]) == (["launch"], "c10d"), other
 
 
 def test_unresolvable_fqdn_names_both_nodes_and_speaks_for_torchruns_c10d(cluster, tmp_path):

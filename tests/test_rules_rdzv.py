@@ -226,6 +226,21 @@ def test_join_foreign_node_is_a_warning_and_not_mixed_in():
         "belongs here", "foreign_run")]
 
 
+def test_a_missing_node_that_came_with_another_run_id_is_named_for_torchruns_c10d_rendezvous_alone():
+    """Issue 64: a node given another --rdzv-id was `missing`, and a job launched with the
+    master's address (which ignores the id) ran. The id keeps apart c10d's rendezvous only."""
+    g = gathering((member(0), member(2)), missing=(1,), foreign=(Visitor("job-8", "node1", 1),))
+    (finding,) = [f for f in rdzv_rules.join_findings(g) if f.severity != "pass"]
+    assert (finding.kind, finding.nodes, finding.severity) == ("missing", (1,), "fail")
+    assert finding.summary == "node rank 1 (node1) came with run id 'job-8', another run's: it was not tested " \
+                              "with these nodes"
+    assert (finding.impact.on, finding.impact.effect, finding.impact.form) == (("launch",), "stops", "c10d")
+    # By the hostname the launcher listed for the rank, where the node claimed none (Slurm).
+    g = gathering((member(0), member(2)), missing=(1,), hostnames=("node0", "node1", "node2"),
+                  foreign=(Visitor("job-8", "node1", None),))
+    assert [f.impact.form for f in rdzv_rules.join_findings(g) if f.severity != "pass"] == ["c10d"]
+
+
 def test_join_malformed_entry_is_a_warning_with_the_reason_as_evidence():
     g = gathering((member(0), member(1), member(2)), malformed=("arrival 3: $.hostname: expected str, got int",))
     assert rdzv_rules.join_findings(g) == [Finding(
@@ -281,7 +296,7 @@ def test_fqdn_unresolvable():
         impact=Impact(("launch",), "stops", "torchrun's c10d rendezvous hands every worker rank 0's FQDN as "
                       "MASTER_ADDR, rank 0 being the node whose FQDN sorts first, node0.example, which a lookup here "
                       "gets wrong: its workers fail in init_process_group; a job given the master's address (a "
-                      "static rendezvous, MASTER_ADDR an address) never looks these up"))]
+                      "static rendezvous, MASTER_ADDR an address) never looks these up", "c10d"))]
 
 
 def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendezvous():

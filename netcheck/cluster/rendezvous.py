@@ -47,7 +47,7 @@ from netcheck.core.model import ClockSample, NodeFacts, NodeResults, Resolution,
 from netcheck.core.names import is_safe_hostname
 from netcheck.core.rdzvrecords import Hello, Pong, Roster
 from netcheck.core.seats import SeatBlock, Seated, expand, rank_in
-from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError, StoreError, StoreLost, first_line
+from netcheck.core.storeerrors import HostLost, Interfered, OtherRun, RendezvousError, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import (
     ARRIVALS,
     BYE,
@@ -137,7 +137,7 @@ def check_run_id(ex: Exchange, deadline: Deadline) -> None:
     another client left there is waited past while the host writes its own again."""
     hello = ex.wait_read_valid(Hello, ex.key(HOST, shared=True), deadline, nonce=lambda h: h.nonce)
     if hello.run_id != ex.run_id:
-        raise RendezvousError(f"the store at this endpoint serves run id {hello.run_id!r} "
+        raise OtherRun(f"the store at this endpoint serves run id {hello.run_id!r} "
                               f"(host {hello.hostname}); this node was started with "
                               f"--rdzv-id {ex.run_id!r}")
     ex.nonce = hello.nonce

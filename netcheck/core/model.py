@@ -73,6 +73,10 @@ JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
 PARTS = LAUNCH, STORE, GLOO, NCCL_SOCKET, NCCL_RDMA, SPEED = (
     "launch", "store", "gloo", "nccl_socket", "nccl_rdma", "speed")
 EFFECTS = STOPS, SLOWS, RISKS, NOTHING = ("stops", "slows", "risks", "nothing")
+# The one launch form a finding about the launch may speak for alone: torchrun's c10d rendezvous
+# (--rdzv-backend c10d) keys its nodes by --rdzv-id and hands its workers rank 0's FQDN; a launch
+# given the master's address and each node's rank (static) meets neither.
+LAUNCH_FORMS = (C10D,) = ("c10d",)
 
 
 @dataclass(frozen=True)
@@ -416,11 +420,13 @@ class Gathering:
 @dataclass(frozen=True)
 class Impact:
     """What a finding does to the job: the parts it stops, slows or risks (on), and how
-    (effect); `why`, where a rule narrowed its check's to this run, says why in its words."""
+    (effect); `why`, where a rule narrowed its check's to this run, says why in its words;
+    `form`, where only one launch form meets it (LAUNCH_FORMS), that form ("": every form)."""
 
     on: Annotated[tuple[Annotated[str, one_of(*PARTS)], ...], FEW]   # () with effect nothing
     effect: Annotated[str, one_of(*EFFECTS)]
     why: Text = ""
+    form: Annotated[str, one_of("", *LAUNCH_FORMS)] = ""
 
 
 @dataclass(frozen=True)

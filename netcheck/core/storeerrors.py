@@ -49,6 +49,10 @@ class RendezvousError(Exception):
     """The rendezvous could not go on; the message says why in one line."""
 
 
+class OtherRun(RendezvousError):
+    """The store at the endpoint serves a run of another id than this node's --rdzv-id."""
+
+
 class Interfered(RendezvousError, StoreError):
     """The store closed this client's connection on one of netcheck's own requests, because
     another client left the key in a state netcheck never makes (a counter set to text):

@@ -13,7 +13,7 @@ from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.meshrecords import FrameTest, PathCauses
 from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor, is_torchrun_worker
-from netcheck.core.storeerrors import HostLost, Interfered, RendezvousError
+from netcheck.core.storeerrors import HostLost, Interfered, OtherRun, RendezvousError
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.nameservers import lookup_bound
@@ -127,6 +127,9 @@ def joiner(run: Run) -> rendezvous.Seat | None:
             return None
         except Interfered as e:  # what the host guards, written over until this node's deadline
             run.findings += storetrouble_rules.interference_findings((str(e),), FAIL)
+            return None
+        except OtherRun as e:
+            run.findings.append(rdzv_rules.other_run_failure(str(e), run.my_ranks()))
             return None
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS, SLOW_LOOKUP
 from netcheck.core.model import (
+    C10D,
     FAIL,
     LAUNCH,
     PASS,
@@ -46,6 +47,12 @@ from netcheck.rules.registry import (
     lost_in,
 )
 
+# A run id that differs between nodes keeps apart torchrun's c10d rendezvous alone.
+OTHER_RUN = Impact((LAUNCH,), STOPS, "torchrun's c10d rendezvous keys its nodes by --rdzv-id: a node given another "
+                   "id waits in a rendezvous of its own until it times out; a launch given the master's address "
+                   "and each node's rank (static) ignores the id", C10D)
+OTHER_RUN_FIX = "give every node the job's one --rdzv-id (torchrun's, TORCHELASTIC_RUN_ID) and run netcheck again"
+
 
 def join_findings(g: Gathering) -> list[Finding]:
     findings = _alone(g)
@@ -54,7 +61,10 @@ def join_findings(g: Gathering) -> list[Finding]:
             findings.append(_refused_facts(rank, g.refused[str(rank)]))
     findings += _facts_lost(g.facts_lost, g.waited)
     claimed_lost = {v.node_rank for v in g.facts_lost}   # the ranks the facts lost claim
-    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and r not in claimed_lost])
+    other_run = _came_as_other_run(g)
+    findings += _never_joined(g, [r for r in g.missing_ranks if str(r) not in g.refused and r not in claimed_lost
+                                  and r not in other_run])
+    findings += [_other_run_missing(r, v) for r, v in sorted(other_run.items())]
     for claimed, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
             RDZV_JOIN, FAIL, (int(claimed),), f"node rank {claimed} was claimed by {len(claimants)} nodes: "
@@ -63,7 +73,7 @@ def join_findings(g: Gathering) -> list[Finding]:
             "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
     findings += _unseated_findings(g.unseated)
-    findings += storetrouble.foreign_findings(g.foreign)
+    findings += storetrouble.foreign_findings(tuple(v for v in g.foreign if v not in other_run.values()))
     findings += storetrouble.malformed_findings(g.malformed)
     findings += storetrouble.interference_findings(g.interference)
     findings += same_name_findings(g.members)
@@ -75,6 +85,25 @@ def join_findings(g: Gathering) -> list[Finding]:
                                 f"{members_count(g.members)} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
+
+
+def _came_as_other_run(g: Gathering) -> dict[int, Visitor]:
+    """Missing ranks a node of another --rdzv-id came for (the rank it claimed, or the hostname
+    the launcher listed for it): their nodes were started with another run id, not absent."""
+    came: dict[int, Visitor] = {}
+    for r in g.missing_ranks:
+        listed = g.expected_hostnames[r] if r < len(g.expected_hostnames) else None
+        v = next((v for v in g.foreign if v.node_rank == r or (listed and v.hostname == listed)), None)
+        if v is not None and str(r) not in g.refused:
+            came[r] = v
+    return came
+
+
+def _other_run_missing(rank: int, v: Visitor) -> Finding:
+    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({v.hostname}) came with run id {v.run_id!r}, "
+                   "another run's: it was not tested with these nodes",
+                   (f"{v.hostname} joined this store with run id {v.run_id!r}",), OTHER_RUN_FIX,
+                   kind=JOIN_MISSING, impact=OTHER_RUN)
 
 
 def members_count(members: tuple[Member, ...]) -> str:
@@ -412,11 +441,11 @@ def _c10d_impact(first: str, stops: bool) -> Impact:
     if stops:
         return Impact((LAUNCH,), STOPS, f"torchrun's c10d rendezvous hands every worker rank 0's FQDN as MASTER_ADDR, "
                                         f"rank 0 being the node whose FQDN sorts first, {first}, which a lookup "
-                                        f"here gets wrong: its workers fail in init_process_group; {static}")
+                                        f"here gets wrong: its workers fail in init_process_group; {static}", C10D)
     return Impact((LAUNCH,), RISKS, f"torchrun's c10d rendezvous hands its workers rank 0's FQDN alone as MASTER_ADDR, "
                                     f"rank 0 being the node whose FQDN sorts first, {first}, which resolves right "
                                     "where looked up: it stops that job only where a node named here sorts first "
-                                    f"(with other nodes, or without {first}); {static}")
+                                    f"(with other nodes, or without {first}); {static}", C10D)
 
 
 def _lookup_lines(failed: list[tuple[int, int, str, str]], hostname: dict[int, str]) -> tuple[str, ...]:
@@ -466,6 +495,11 @@ def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
 
 def rendezvous_failure(message: str, ranks: tuple[int, ...]) -> Finding:
     return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view", JOIN_FAILED)
+
+
+def other_run_failure(message: str, ranks: tuple[int, ...]) -> Finding:
+    """This node was started with another --rdzv-id than the host's: never tested with the others."""
+    return Finding(RDZV_JOIN, FAIL, ranks, message, (), OTHER_RUN_FIX, JOIN_FAILED, impact=OTHER_RUN)
 
 
 def hosts_message_refused(key: str, why: str) -> Finding:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from netcheck.core.model import (
+    C10D,
     FAIL,
     GLOO,
     LAUNCH,
@@ -238,6 +239,7 @@ LIB_VERSIONS = "versions_differ"
 # what each part and effect means (README, "What a verdict promises about the job").
 PART_WORDS = {LAUNCH: "torchrun's rendezvous", STORE: "the store", GLOO: "gloo", NCCL_SOCKET: "NCCL over sockets",
               NCCL_RDMA: "NCCL over RDMA", SPEED: "the job"}
+FORM_WORDS = {C10D: "torchrun's c10d rendezvous"}
 PART_MEANINGS = {
     LAUNCH: "torchrun's agents and their c10d rendezvous: the endpoint's store, their heartbeats, and the "
             "MASTER_ADDR they hand their workers (rank 0's FQDN): a job torchrun launches",
@@ -281,6 +283,8 @@ def scope_words(impact: Impact | None) -> str:
     meets it (the store, every library), where it slows or says nothing, or is not said."""
     if impact is None or STORE in impact.on:
         return ""
+    if impact.form:
+        return f"{FORM_WORDS[impact.form]} only"
     libraries = [p for p in LIBRARIES if p in impact.on]
     if len(libraries) == len(LIBRARIES) or not libraries and LAUNCH not in impact.on:
         return ""
@@ -362,7 +366,8 @@ CHECKS: tuple[Check, ...] = (
     Check(RDZV_JOIN, "rendezvous", ALL,
           "who joined and who did not: missing, duplicate, late, foreign or lost nodes",
           ("rdzv.join_findings", "rdzv.same_name_findings", "rdzv.latecomer_findings", "rdzv.lost_findings",
-           "rdzv.rendezvous_failure", "rdzv.left_behind_finding", "rdzv.own_store_lost", "rdzv.own_link_down",
+           "rdzv.rendezvous_failure", "rdzv.other_run_failure", "rdzv.left_behind_finding",
+           "rdzv.own_store_lost", "rdzv.own_link_down",
            "rdzv.seat_finding",
            "rdzv.hosts_message_refused", "storetrouble.rejected_findings", "rdzv.endpoint_name_taken",
            "rdzv.gone_before_sign_in", "storetrouble.interference_findings", "storetrouble.store_stall_findings",

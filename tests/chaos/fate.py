@@ -17,14 +17,13 @@ The verdict is the worst over the nodes (what a gate over every node sees): each
 or where it wrote none its exit code's (0 pass, 1 warn, 2 fail, anything else `none`), ordered
 pass < warn < none < fail. The findings are every report's FAIL findings.
 
-Whom a finding speaks for: its "stops" field where the product gives one (read tolerantly: a name,
-a list of names, {name: how}, or records with a name and a how; how is stops, slows or risks, at
-another size), else its check (and kind) by the registry's own meaning, STOPS_BY_CHECK: checks of
-NCCL, RDMA and GPUs speak for those, the speed verdicts for speed, and every other check for the
-whole job. This job uses the launch (in its rendezvous form: static or c10d), the store, gloo and
-its speed; it does not use NCCL (over sockets or RDMA), GPUs or TensorPipe. A finding excused:
-  - every whom it names is one this job did not use (NCCL, RDMA, GPU, the other launch form), or
-    only risks (another size);
+Whom a finding speaks for: its own word, the report's `impact` (the registry's for its check and
+kind, or its rule's narrowed to the run): the parts it stops, slows or risks, and `form` where it
+speaks for one launch form alone (torchrun's c10d rendezvous); a finding that names no part speaks
+for the whole job. This job uses the launch (in its rendezvous form: static or c10d), the store,
+gloo and its speed; it does not use NCCL (over sockets or RDMA). A finding excused:
+  - every part it names is one this job did not use (NCCL, the other launch form), or it only
+    risks (another size, another launch);
   - else it only slows (or is a speed verdict), and the job was slow.
 
 Where the schedule's faults do not meet the job as they met netcheck, a rule is not applied:
@@ -39,7 +38,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
@@ -53,99 +51,26 @@ if TYPE_CHECKING:
 
 VERDICTS = ("pass", "warn", "none", "fail")     # worst last
 RC_VERDICT = {0: "pass", 1: "warn", 2: "fail"}
-# Whom a check speaks for by the registry's meaning of it (check, or (check, kind)), where the
-# finding has no "stops" field. A check not listed speaks for the whole job.
-NCCL_SOCKET, NCCL_RDMA, GPU, SPEED, TENSORPIPE = "nccl_socket", "nccl_rdma", "gpu", "speed", "tensorpipe"
-STOPS_BY_CHECK: dict[str | tuple[str, str], tuple[str, ...]] = {
-    "nic.nccl_default": (NCCL_SOCKET,),       # the interfaces NCCL would pick
-    "nic.ib": (NCCL_RDMA,),                   # an InfiniBand port
-    ("host.limits", "memlock"): (NCCL_RDMA,),  # locked memory where NCCL uses RDMA
-    ("host.limits", "stack"): (NCCL_SOCKET, NCCL_RDMA),  # an unlimited stack under NCCL < 2.28
-    "host.shm": (GPU,),                       # /dev/shm for the node's GPUs
-    "gpu.build": (GPU,),
-    ("launch.topology", "no_device"): (GPU,),
-    ("launch.topology", "shared_gpu"): (GPU,),
-    "nic.tp_default": (TENSORPIPE,),
-    "bw.pair": (SPEED,), "bw.straggler": (SPEED,), "bw.busbw": (SPEED,), "nic.speed": (SPEED,),
-    "link.health": (SPEED,), "host.buffers": (SPEED,), "host.busy": (SPEED,),
-}
-NOT_USED = {NCCL_SOCKET, NCCL_RDMA, GPU, TENSORPIPE}   # by this job, whatever its launch
-HOWS = ("stops", "slows", "risks")
+NCCL_SOCKET, NCCL_RDMA, SPEED = "nccl_socket", "nccl_rdma", "speed"   # the report's names (model.PARTS)
+NOT_USED = {NCCL_SOCKET, NCCL_RDMA}   # by this job, whatever its launch
 
 
 # --------------------------------------------------------------------------------------
 # whom a finding speaks for
 
 
-def _whom(token: str) -> str:
-    """A name of the product's "stops" field, as this oracle names it. Unknown: itself (and it
-    counts as used: a name the oracle cannot place excuses nothing)."""
-    t = re.sub(r"[^a-z0-9]+", "_", str(token).lower()).strip("_")
-    if "rdma" in t or t in ("ib", "infiniband", "nccl_ib") or "roce" in t:
-        return NCCL_RDMA
-    if "nccl" in t:
-        return NCCL_SOCKET
-    if "gpu" in t or "cuda" in t:
-        return GPU
-    if "tensorpipe" in t or t in ("tp", "rpc"):
-        return TENSORPIPE
-    if "gloo" in t:
-        return "gloo"
-    if "store" in t:
-        return "store"
-    if "speed" in t or "slow" in t or "bandwidth" in t:
-        return SPEED
-    if "c10d" in t or "elastic" in t:
-        return "launch:c10d"
-    if "static" in t:
-        return "launch:static"
-    if "launch" in t or "rdzv" in t or "rendezvous" in t or "torchrun" in t or "agent" in t:
-        return "launch"
-    return t
-
-
-def _how(value: object) -> str:
-    t = str(value).lower()
-    for how in HOWS:
-        if how.rstrip("s") in t:
-            return how
-    return "stops"
-
-
-def speaks_for(finding: dict) -> tuple[list[tuple[str, str]], str]:
-    """[(whom, how)] a finding speaks for, and where that came from ("stops" or "check")."""
-    stops = finding.get("stops")
-    if stops not in (None, "", [], {}):
-        default = _how(finding.get("how") or finding.get("effect") or finding.get("impact") or "stops")
-        pairs: list[tuple[str, str]] = []
-
-        def one(item: object, how: str = default) -> None:
-            if isinstance(item, dict):
-                name = next((item[k] for k in ("whom", "what", "who", "target", "library", "name", "stops")
-                             if k in item), None)
-                h = next((item[k] for k in ("how", "effect", "impact", "severity_for") if k in item), None)
-                if name is None:   # {name: how, ...}
-                    for k, v in item.items():
-                        pairs.append((_whom(k), _how(v)))
-                    return
-                for n in (name if isinstance(name, list) else [name]):
-                    pairs.append((_whom(n), _how(h) if h is not None else how))
-            else:
-                pairs.append((_whom(item), how))
-
-        for item in (stops if isinstance(stops, list) else [stops]):
-            one(item)
-        return pairs, "stops"
-    key = (finding["check"], finding.get("kind") or "")
-    whom = STOPS_BY_CHECK.get(key) or STOPS_BY_CHECK.get(finding["check"])
-    if whom is None:
-        return [("job", "stops")], "check"
-    return [(w, "slows" if w == SPEED else "stops") for w in whom], "check"
+def speaks_for(finding: dict) -> list[tuple[str, str]]:
+    """[(part, how)] a finding speaks for, from its impact: "launch:c10d" for the launch where it
+    speaks for that form alone; [("job", "stops")] where it names no part (or has no impact)."""
+    impact = finding.get("impact") or {}
+    form = impact.get("form") or ""
+    parts = [f"launch:{form}" if part == "launch" and form else part for part in impact.get("on", ())]
+    return [(part, impact["effect"]) for part in parts] or [("job", "stops")]
 
 
 def excuse(finding: dict, fate: Fate) -> str | None:
     """Why a FAIL finding stands over this job that ran (ok or slow), or None: a false alarm."""
-    pairs, source = speaks_for(finding)
+    pairs = speaks_for(finding)
     used = {"job", "launch", "store", "gloo", f"launch:{fate.rdzv}"}
 
     def meets(whom: str) -> bool:   # a name this job meets (one the oracle cannot place, too)
@@ -154,16 +79,16 @@ def excuse(finding: dict, fate: Fate) -> str | None:
     if any(meets(w) and how == "stops" and w != SPEED for w, how in pairs):
         return None
     if any(meets(w) and how != "risks" for w, how in pairs):   # it slows (or is a speed verdict)
-        return f"it slows the job ({source}), and the job was slow" if fate.fate == "slow" else None
+        return "it slows the job, and the job was slow" if fate.fate == "slow" else None
     unused = sorted({w for w, how in pairs if not meets(w)})
     risks = sorted({w for w, how in pairs if meets(w) and how == "risks"})
     said = [f"it speaks for {', '.join(unused)}, which this {fate.rdzv} gloo job did not use"] if unused else []
     if risks:
-        said.append(f"it risks {', '.join(risks)} at another size only")
-    return "; ".join(said) + f" ({source})"
+        said.append(f"it risks {', '.join(risks)} only at another size, launch or time")
+    return "; ".join(said)
 
 
-KNOWN = NOT_USED | {"job", "launch", "launch:c10d", "launch:static", "store", "gloo", SPEED}
+KNOWN = NOT_USED | {"job", "launch", "launch:c10d", "store", "gloo", SPEED}
 
 
 # --------------------------------------------------------------------------------------
