@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster import Cluster, NodeSpec
+from job import Launch, classify, run_job
 from nodes import PORT, explain, finish_all, scaled, start
 from sharedrun import watched
 
@@ -52,6 +53,8 @@ def test_decoy_ib0_on_one_node_warns_nccl_default_on_gpuless_nodes_and_recommend
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.add_decoy(1, "ib0", "198.19.1.1/24")
         runs = run_cluster(c, tmp_path)
+        job = classify(run_job(c, Launch(3), tmp_path), None)   # the gloo job the warning lets run
+    assert job.fate == "ok", job.describe()
     host = runs[0]
     assert host.rc == 1, explain(runs)
     (nccl,) = host.findings("nic.nccl_default", "warn")
@@ -161,6 +164,8 @@ def test_a_one_way_firewall_stops_nccl_and_stops_gloo_only_where_gloo_dials_it(s
         if src == 2:
             assert "gloo" in mesh["impact"]["on"] and not mesh["impact"]["why"], mesh["impact"]
             assert (gloo["severity"], gloo["nodes"]) == ("fail", [1]), gloo
+            job = classify(run_job(c, Launch(3), tmp_path), None)   # gloo's dial, dropped: as said
+            assert job.fate in ("failed", "hung"), job.describe()
             return
         assert mesh["impact"]["on"] == ["nccl_socket", "nccl_rdma"], mesh["impact"]
         assert "here node2 (198.18.0.12) -> node1 (198.18.0.11), which connects" in mesh["impact"]["why"]

@@ -14,6 +14,7 @@ import pytest
 
 from cluster import NodeSpec
 from faults import Agent
+from job import Launch, classify, run_job
 from nodes import DIAGNOSABLE, GRACE, HEALTHY_WARNINGS, PORT, SPEED_VERDICTS, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -160,12 +161,32 @@ def test_duplicate_rank_and_foreign_run_are_named_not_mixed_in(cluster, tmp_path
     assert (other["impact"]["on"], other["impact"]["form"]) == (["launch"], "c10d"), other
 
 
+def test_rank_0s_fqdn_unresolvable_on_a_node_fails_torchruns_c10d_job_and_not_one_given_the_address(
+        cluster, tmp_path):
+    """Issue 64: node2 cannot resolve node0's FQDN, the one torchrun's c10d rendezvous hands every
+    worker as MASTER_ADDR (node0.cluster sorts first). rdzv.fqdn fails for that launch form alone;
+    the jobs say so: c10d (its endpoint an address) fails or hangs, static (the master's address) runs."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        c.write_hosts(2, [*c.hosts_lines(2, omit=[0]), f"{c.nodes[0].addr} node0"])   # its short name only
+        runs = finish_all([start(c, i, ranked(i, 3), tmp_path) for i in range(3)], 60)
+        master = f"{c.nodes[0].addr}:{PORT}"
+        c10d = classify(run_job(c, Launch(3, rdzv="c10d", endpoint=master), tmp_path), None)
+        static = classify(run_job(c, Launch(3, endpoint=master), tmp_path), None)
+    (fqdn,) = runs[0].findings("rdzv.fqdn", "fail")
+    assert fqdn["nodes"] == [0, 2] and (fqdn["impact"]["on"], fqdn["impact"]["form"]) == (["launch"], "c10d"), fqdn
+    assert "torchrun's c10d rendezvous only" in runs[0].stdout, runs[0].stdout
+    assert c10d.fate in ("failed", "hung"), c10d.describe()   # node2 cannot look MASTER_ADDR up
+    assert static.fate == "ok", static.describe()
+
+
 def test_unresolvable_fqdn_names_both_nodes_and_speaks_for_torchruns_c10d(cluster, tmp_path):
     """node2 cannot resolve node1's FQDN: torchrun's c10d hands its workers rank 0's alone, the
     first in order (node0.cluster), so this risks that launch (a warning); node0's name would fail it."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.write_hosts(2, c.hosts_lines(2, omit=[1]))
         runs = finish_all([start(c, i, ranked(i, 3), tmp_path) for i in range(3)], 60)
+        job = classify(run_job(c, Launch(3, rdzv="c10d"), tmp_path), None)   # rank 0's name resolves: it runs
+    assert job.fate == "ok", job.describe()
     assert runs[0].rc == 1, explain(runs)
     (fqdn,) = runs[0].findings("rdzv.fqdn", "warn")
     assert fqdn["nodes"] == [1, 2]
