@@ -100,8 +100,8 @@ def _down_all(clusters: list[Cluster]) -> None:
 
 # --------------------------------------------------------------------------------------
 # watchdog (root_required tests): no netcheck process, bandwidth worker or listening
-# socket of one may outlive the test (docs/SPEC.md, "Promises": it leaves no process or listening
-# socket behind). Every process a test starts inherits NETCHECK_WATCHDOG=<tag> from the
+# socket of one may outlive the test (docs/contract.md, "Promises": nothing of netcheck outlives
+# its run). Every process a test starts inherits NETCHECK_WATCHDOG=<tag> from the
 # environment, and so do their children, orphans included, which is how they are found
 # whoever their parent is now, while other tests' netchecks running beside (pytest-xdist,
 # another session) are left alone. The check runs just before a cluster is torn down (the

@@ -1,5 +1,5 @@
 """The real job netcheck's verdict speaks for, run on a test cluster: its fate is the judge that
-cannot be tuned (docs/SPEC.md, "How the promises are proven"; issue 64).
+cannot be tuned (docs/contract.md, "How the promises are tested"; issue 64).
 
 The job is the README's shape, small: `torchrun --nnodes N --nproc-per-node 1` on every node of
 the cluster, with the static rendezvous (`--master-addr node0 --master-port PORT --node-rank K`) or

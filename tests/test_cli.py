@@ -196,7 +196,7 @@ def test_python_m_netcheck_help_exits_0_and_documents_every_flag():
     assert done.returncode == 0
     assert done.stderr == ""
     flags = {s for action in cli.build_parser()._actions for s in action.option_strings}
-    # docs/SPEC.md's core flags, in case one ever drops out of the parser.
+    # The core flags (README.md, "Command line"), in case one ever drops out of the parser.
     assert {"--rdzv", "--nnodes", "--node-rank", "--nproc-per-node", "--rdzv-id", "--timeout",
             "--join-window", "--skip", "--only", "--json", "-q", "--quiet", "-v", "--verbose"} <= flags
     words = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", done.stdout))

@@ -1,7 +1,7 @@
 """Faults in every phase, on real network namespaces: nodes killed, interrupted, stopped and
 cut off mid-run, the host dying, a node coming after the rendezvous closed.
 
-Every case asserts the promises of docs/SPEC.md: each surviving node ends on its own within
+Every case asserts the promises of docs/contract.md: each surviving node ends on its own within
 --timeout + faults.GRACE, names the lost node and the phase, exits with the right code and
 writes its JSON report; a node interrupted with Ctrl-C prints what it has and exits 130
 without a traceback. The watchdog in conftest.py checks that no netcheck process or listener

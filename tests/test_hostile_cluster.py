@@ -1,7 +1,7 @@
 """Hostile input on real network namespaces: foreign clients on the rendezvous port and a
 flood of connections to the mesh listeners.
 
-netcheck trusts nothing it receives (docs/SPEC.md, "Promises"): what a foreign client writes is
+netcheck trusts nothing it receives (docs/contract.md, "Promises"): what a foreign client writes is
 reported as a finding, never mixed into the run, never unpickled or executed; the host stays
 within its time and memory bounds, and the real nodes are still judged, and pass.
 The hostile client is tests/faults.py run as an agent in a node of its own.

@@ -1,5 +1,5 @@
 """Jumbo frames on real network namespaces: a switch port that carries less than the nodes'
-MTU (FAILURES row 21) is named a path-MTU blackhole, by the mesh or by the node behind it,
+MTU (docs/contract.md: mesh.connect) is named a path-MTU blackhole, by the mesh or by the node behind it,
 and the bandwidth phase does not spend the run's time on it; jumbo frames everywhere pass."""
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def test_a_finding_says_its_checks_impact_its_kinds_or_its_rules():
 
 
 def test_a_warning_of_a_check_that_stops_risks_and_one_that_slows_slows():
-    """A warning promises no stop (docs/SPEC.md: a FAIL is that promise)."""
+    """A warning promises no stop (docs/contract.md, "Promises": only a FAIL says the job stops)."""
     warned = impact_of(Finding("rdzv.join", WARN, (), "a node of another run", kind="foreign_run"))
     assert (warned.on, warned.effect) == (BY_ID["rdzv.join"].impact.on, RISKS)
     assert impact_of(Finding("nic.speed", WARN, (1,), "slower link")).effect == SLOWS

@@ -1,5 +1,5 @@
 """launch.topology's rules over every process's launcher variables (and, for GPUs, its env
-facts): the launch mistakes of FAILURES rows 4 and 5."""
+facts): the launch mistakes of docs/contract.md, "Failures it knows"."""
 
 from __future__ import annotations
 

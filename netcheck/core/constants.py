@@ -3,12 +3,12 @@
 DEFAULT_PORT = 29500
 REPORT_SCHEMA = "netcheck.report/1"
 
-# Phases in the order they run (docs/SPEC.md, "Phases, in order").
+# Phases in the order they run (docs/contract.md, "Phases").
 PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
 # Every later phase stands on these: the node's facts, the endpoint reached, the store met.
 FOUNDATION_PHASES = ("local", "reach", "rendezvous")
 
-# Exit codes: the monitoring convention (docs/SPEC.md, "Output").
+# Exit codes: the monitoring convention (README.md, "Exit codes").
 EXIT_PASS = 0
 EXIT_WARN = 1
 EXIT_FAIL = 2

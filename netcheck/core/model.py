@@ -67,7 +67,7 @@ NUMBER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GRO
                     "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PET_NODE_RANK")
 # What every node of one job must agree on, recorded whatever the launcher (launch.env).
 JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
-# Whom a finding stops in the job (docs/SPEC.md, "Promises"): the parts of a job a finding can
+# Whom a finding stops in the job (docs/contract.md, "Promises"): the parts of a job a finding can
 # speak for, and how. Like the severities, the registry declares each check's (rules.registry,
 # with what each means); a rule may narrow one finding's to what this run shows.
 PARTS = LAUNCH, STORE, GLOO, NCCL_SOCKET, NCCL_RDMA, SPEED = (

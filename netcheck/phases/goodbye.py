@@ -69,7 +69,7 @@ def judge_buffers(run: Run) -> None:
 
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
-    goodbye (FAILURES row 17); a joiner hears the verdict before it says goodbye."""
+    goodbye (docs/contract.md, "By design"); a joiner hears the verdict before it says goodbye."""
     run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
     judge_baseline(run)
     if run.role == HOST:

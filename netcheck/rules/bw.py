@@ -75,7 +75,7 @@ FIXES = {
     "sweep": "a collective failed mid-sweep: the evidence names the peer that went away",
 }
 # NCCL's WARN line (in a failure's detail) where it names a cause with a fix of its own
-# (FAILURES rows 4 and 15); any other keeps its stage's fix.
+# (docs/contract.md: launch.topology, nic.route); any other keeps its stage's fix.
 NCCL_WARN_FIXES = (
     ("Duplicate GPU detected", "two ranks drive one GPU, which NCCL refuses: one GPU per process (LOCAL_RANK as "
      "the device index, at most one process per visible GPU); netcheck nodes sharing a machine need GPUs of their "

@@ -2,7 +2,7 @@
 
 Rules over every node process that reached the rendezvous (seated or not), each with the
 launcher variables it saw; where they compare values across nodes, only the seated vote.
-The classic mistakes they catch (FAILURES rows 4 and 5): `srun torchrun` with
+The classic mistakes they catch (docs/contract.md, "Failures it knows"): `srun torchrun` with
 --ntasks-per-node=8 (eight netchecks on one host, all claiming one node rank), nodes
 disagreeing about --nnodes, LOCAL_RANK used where a device index does not exist
 (`invalid device ordinal`).
@@ -58,7 +58,7 @@ def task_findings(facts: NodeFacts) -> list[Finding]:
 
 def _torchrun_layout(processes) -> list[Finding]:
     """torchrun workers: each host's ranks contiguous, LOCAL_RANKs unique, as many as
-    LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data, FAILURES row 4)."""
+    LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data; docs/contract.md, launch.topology)."""
     per_host = defaultdict(list)
     for rank, f in processes:
         if is_torchrun_worker(f.launch):
@@ -196,7 +196,7 @@ def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
 
 def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
     """(host, GPU) unique: two processes on one GPU fail NCCL's init with `Duplicate GPU
-    detected` (FAILURES row 4)."""
+    detected` (docs/contract.md, launch.topology)."""
     hosts = {r: f.hostname for r, f in processes if r is not None}
     users = defaultdict(list)
     for rank, uuid in devices.items():

@@ -210,7 +210,7 @@ def tried_and_broken(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]
 
 def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> list[Finding]:
     """Paths that connect and carry small messages but lose full-size frames: a path-MTU
-    blackhole (FAILURES row 21). Both ends say MTU 9000, a switch port or tunnel between
+    blackhole (docs/contract.md: mesh.connect). Both ends say MTU 9000, a switch port or tunnel between
     them carries less, and no ICMP says so: every collective that sends a full segment over
     the path hangs. A node all of whose paths (two peers or more, in or out) lose them is
     the one whose link is short; otherwise both ends of each path are named."""

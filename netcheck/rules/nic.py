@@ -331,7 +331,7 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
-    """The two ends of each working path should agree on MTU (FAILURES row 13), and the path
+    """The two ends of each working path should agree on MTU (docs/contract.md: nic.mtu), and the path
     between them carry what they send."""
     ends = _mtu_ends(members, attempts)
     narrow = _narrow_paths(members, attempts)

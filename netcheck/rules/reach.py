@@ -448,7 +448,7 @@ def listen_pass(port: int) -> Finding:
 
 
 def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
-    """HOST resolving to IPv6 on some nodes and IPv4 on others breaks NCCL (FAILURES row 14)."""
+    """HOST resolving to IPv6 on some nodes and IPv4 on others breaks NCCL (docs/contract.md: rdzv.resolve)."""
     families = {m.rank: _families(m.facts.reach.addresses) for m in members if m.facts.reach}
     odd = split(families).odd
     if not odd:

@@ -301,7 +301,7 @@ class Kind:
 @dataclass(frozen=True)
 class Check:
     id: str
-    phase: str                      # the phase whose facts it judges (docs/SPEC.md, "Phases"), or "run"
+    phase: str                      # the phase whose facts it judges (docs/contract.md, "Phases"), or "run"
     severities: tuple[str, ...]     # what it can say, its kinds included
     meaning: str                    # one line, for runbook writers
     rules: tuple[str, ...]          # "module.function" under netcheck.rules that build its findings

@@ -1,5 +1,5 @@
 """The randomized fault campaign: seeded schedules of faults on namespace clusters, judged by an
-oracle written from the catalog (docs/SPEC.md, "How the promises are proven"; issue 20, part C).
+oracle written from the catalog (docs/contract.md, "How the promises are tested"; issue 20, part C).
 In four parts: catalog.py (the faults: how each is built on a cluster and what a correct
 report says of it), generator.py (schedules drawn from a seed), oracle.py (the promises every
 schedule is held to), runner.py (runs a schedule on a namespace cluster; the command line).

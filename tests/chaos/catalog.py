@@ -1008,7 +1008,7 @@ class MidRun(Fault):
          must not exit 0.
       Where R2 or R3 binds the host, its report names the victim (its rank alone, a fail finding;
       a host victim names itself, but for a stop, which it cannot see). Nobody else is bound: a
-      bystander joiner (neither the victim nor cut off) may pass (docs/SPEC.md: the exit code
+      bystander joiner (neither the victim nor cut off) may pass (docs/contract.md, "Promises": the exit code
       says whose fault it is), and a fault that lands where no rule binds is held only to the
       promises every schedule keeps (in time, no exit 3, no trace, a valid report)."""
 
@@ -1206,7 +1206,7 @@ class MidRunStop(MidRun):
 
     def host_also_bound(self, run, t, host_bye):
         # A host stopped before its goodbye and resumed past its --timeout cannot have finished
-        # its phases in time: never a pass (docs/SPEC.md), whatever its store had buffered.
+        # its phases in time: never a pass (docs/contract.md, "Promises"), whatever its store had buffered.
         resumed = run.resumed_at.get(0)
         return (self.node == 0 and self.param("then") == "SIGCONT" and resumed is not None and t < host_bye
                 and resumed - run.runs[0].started >= run.sched.timeout)

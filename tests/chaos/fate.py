@@ -1,5 +1,5 @@
-"""The campaign's second oracle (`--fate`): the real job's fate beside netcheck's verdict (docs/SPEC.md,
-"How the promises are proven"; issue 64). After netcheck has run on a schedule's cluster, with its
+"""The campaign's second oracle (`--fate`): the real job's fate beside netcheck's verdict (docs/contract.md,
+"How the promises are tested"; issue 64). After netcheck has run on a schedule's cluster, with its
 faults still in place, the job of tests/job.py is launched there the way an operator would: bare,
 and with netcheck's export lines where the host's report gives any that gloo reads. Its fate (ok,
 slow, failed, hung) is set beside the schedule's verdict, and these rules are held:

@@ -82,7 +82,7 @@ def broken(node: int, *checks: str, kinds: tuple[str, ...] | None = None) -> Exp
 
 def missing(node: int, sched: "Schedule") -> Expect:
     """`node` never reaches the store: with a node count the host names it missing; in one-shot
-    mode it cannot know of it (docs/SPEC.md: the one-shot form counts who came), so only the node
+    mode it cannot know of it (docs/contract.md, "Phases": the one-shot form counts who came), so only the node
     itself is held to it, and the host only when nobody else came at all."""
     expect = Expect(breaks=True, seers={node}, absent={node})
     if sched.mode != "arrival":

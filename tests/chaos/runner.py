@@ -205,7 +205,7 @@ SETTLE = 1.0   # a worker killed with its parent (PR_SET_PDEATHSIG) may take a m
 
 def _left_in_namespaces(c: Cluster) -> list[str]:
     """Processes and listening sockets still in the nodes once every netcheck has ended and the
-    harness's own helpers are gone: netcheck's leftovers (docs/SPEC.md: it leaves nothing behind)."""
+    harness's own helpers are gone: netcheck's leftovers (docs/contract.md, "Promises": nothing outlives its run)."""
     end = time.monotonic() + SETTLE
     while time.monotonic() < end and any(netns_pids(n.ns) for n in c.nodes):
         time.sleep(0.05)
