@@ -2,7 +2,7 @@
 
     netcheck --rdzv HOST:PORT [--nnodes N|MIN:MAX] [--node-rank K] [--json PATH|-]
     netcheck local                 this node only, no network
-    netcheck probe HOST:PORT       the reachability probe alone, no torch
+    netcheck probe HOST:PORT       the endpoint probe only, without torch
     netcheck report REPORT.json    a saved JSON report rendered again: text, or a page (--html)
 """
 
@@ -64,7 +64,7 @@ a phase (internal error) or write a report file asked for (the text report is st
 143 terminated.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
-`netcheck checks [--json]` (every check id, its phase, meaning and kinds),
+`netcheck checks [--json]` (each check id with its phase, meaning and kinds),
 `netcheck report REPORT.json [--html PATH] [--text]` (a saved JSON report rendered again).
 """
 
@@ -92,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "rendezvous. Default: from the launcher's variables, else arrival order")
     p.add_argument("--nproc-per-node", type=int, metavar="P",
                    help="processes per node (default: local GPU count, else 1)")
-    p.add_argument("--rdzv-id", metavar="ID", help="keeps runs apart; nodes of another run "
-                   "are reported, never mixed in (default: $SLURM_JOB_ID, else $TORCHELASTIC_RUN_ID, "
+    p.add_argument("--rdzv-id", metavar="ID", help="keeps runs apart: a node of another run "
+                   "is named, never counted in this one (default: $SLURM_JOB_ID, else $TORCHELASTIC_RUN_ID, "
                    "else 'netcheck')")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"bounds the whole run, seconds (default {DEFAULT_TIMEOUT:g}); {timeout_help()}")
@@ -135,8 +135,8 @@ PROM_HELP = ("write the verdicts, each check's severity, the faulty nodes and th
              "Prometheus text-format metrics (netcheck_*), e.g. into the node exporter's textfile collector "
              "directory as netcheck.prom")
 HTML_HELP = ("write the report there as one self-contained web page (nothing fetched when opened): findings "
-             "by check, a node table that sorts and filters, the node-pair heatmap, busbw and latency curves, "
-             "per-rank times, the environment differences, the export lines")
+             "by check, a node table to sort and filter, the node-pair heatmap, busbw and latency against size, "
+             "each rank's time, where the environments differ, the export lines")
 
 
 def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:

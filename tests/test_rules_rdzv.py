@@ -291,7 +291,7 @@ def test_fqdn_unresolvable():
     assert rdzv_rules.fqdn_findings(members) == [Finding(
         "rdzv.fqdn", "fail", (0, 1), "1 FQDN lookup(s) between nodes fail or point elsewhere",
         ("node1 -> node0.example (rank 0): does not resolve (Name or service not known)",),
-        "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
+        "torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
         "/etc/hosts on every node, with its real address",
         impact=Impact(("launch",), "stops", "torchrun's c10d rendezvous hands every worker rank 0's FQDN as "
                       "MASTER_ADDR, rank 0 being the node whose FQDN sorts first, node0.example, which a lookup here "

@@ -1,6 +1,6 @@
-"""Phase 4, mesh: which interfaces really carry traffic between every pair of nodes.
+"""Phase 4, mesh: which interfaces carry traffic between each pair of nodes, tried for real.
 
-Every node listens on an ephemeral port on each candidate interface (running, addressed,
+Each node listens on a port the kernel picks, on every candidate interface (running, addressed,
 loopback aside), publishes the (interface, address, port) list, then connects to each
 peer's candidates at once, with a short deadline per connect. A listener answers every
 connection with its node's rank and a per-run token, so a connect that lands somewhere

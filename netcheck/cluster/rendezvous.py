@@ -1,7 +1,7 @@
 """Phase 3, rendezvous: every node meets at a torch TCPStore on the job's own port.
 
-TCPStore is the component torchrun's c10d rendezvous stands on, so a pass here means the
-real job's rendezvous can work. Keys (all values JSON, size-bounded, validated):
+TCPStore is the component torchrun's c10d rendezvous stands on: where netcheck's meeting
+works, the job's can. Keys (all values JSON, size-bounded, validated):
 
     netcheck/host                  the host's hello: which run it serves, and the run's nonce
     netcheck/visitors, /visitor/V  everyone who came, any run id (foreign nodes are named)

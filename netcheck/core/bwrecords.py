@@ -475,7 +475,7 @@ def peak_busbw(sweep: Sweep) -> float:
 
 
 def plateau_rows(rows: tuple[Row, ...]) -> tuple[Row, ...]:
-    """The large-message end of the curve, where a job's gradient buckets run: the largest
+    """The large sizes where busbw stops growing, where a job's gradient buckets run: the largest
     BW_PLATEAU_TOP sizes, and the smaller ones next to them within BW_PLATEAU_BAND of their
     median busbw. Past the latency-bound sizes where there are enough. Where busbw still rose
     at the top (the plateau is further up: a floor), the largest BW_PLATEAU_TOP alone, whose

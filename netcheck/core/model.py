@@ -205,7 +205,7 @@ Limit = Annotated[int, Range(-1, MAX_INT, "a resource limit")]   # -1: unlimited
 @dataclass(frozen=True)
 class ProcessLimits:
     """This process's resource limits as the job's processes will have them: read before
-    netcheck changes any (it lifts its own descriptor limit to hold a connection per node).
+    netcheck changes any (it raises its own descriptor limit to keep a connection to each node).
     A torchrun worker's are its agent's, which the training processes inherit too. The
     kernel's bounds on a listening socket's accept queue beside them (None: unreadable)."""
 

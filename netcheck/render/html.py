@@ -14,7 +14,7 @@ on axes). A finding that stops only some jobs is labelled as in the text ("NCCL 
 its rule's why. The page, top to bottom: the verdict and the findings grouped by check; the nodes
 (sortable, filtered by text and by severity); the node pairs (a heatmap with values up to
 HEATMAP_UP_TO nodes, else their spread and the slowest); busbw and latency against size;
-per-rank times; the environment differences; the export lines, with a copy button.
+each rank's time; where the environments differ; the export lines, with a copy button.
 """
 
 from __future__ import annotations

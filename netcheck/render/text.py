@@ -86,7 +86,7 @@ def render_text(report: Report, verbose: bool = False) -> str:
 
 NO_LIVE_VIEW = ("live collective view: no rank of this job registered a debug server; to see which rank and "
                 "line a hang waits on next time, add `from torch.distributed.debug import start_debug_server` and "
-                "`start_debug_server(port=0)` after init_process_group (torch 2.13+), and keep the flight recorder "
+                "`start_debug_server(port=0)` after init_process_group (torch 2.13+), and keep torch's flight recorder "
                 "on (TORCH_FR_BUFFER_SIZE=2000; with NCCL, TORCH_NCCL_DUMP_ON_TIMEOUT=1 for dumps to read with "
                 "--traces)")
 

@@ -55,7 +55,7 @@ def flight_recorder_findings(facts_by_rank: Mapping[int, EnvFacts],
         ranks = tuple(sorted(facts_by_rank))
         findings.append(Finding(ENV_FLIGHT_RECORDER, PASS, ranks, f"a hang would be diagnosable on "
                                 f"{every_node(ranks, names)}: flight recorder on, a dump on the NCCL watchdog's "
-                                "timeout, a watchdog that may abort a hung collective"))
+                                "timeout, a watchdog able to abort a hung collective"))
     return findings
 
 

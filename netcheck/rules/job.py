@@ -138,7 +138,7 @@ def live_ranks(state: RendezvousView, now: str) -> frozenset[int]:
 
 def eviction_findings(view: JobView) -> list[Finding]:
     """Agents that completed the current round and are no longer among its participants (their
-    round's role_info / assigned_ranks keys, against the state), or that every agent drops on
+    round's role_info / assigned_ranks keys hold them, the state's participants do not), or that every agent drops on
     its next read (a heartbeat past the dead limit): torchrun removed them."""
     rounds = {(r.run_id, r.round): r for r in view.rounds}
     findings = []

@@ -1,6 +1,6 @@
 """host.limits: the job's own process limits held against what the job needs, from its layout.
 
-netcheck lifts its own descriptor limit to hold a connection per node; the job's processes do
+netcheck raises its own descriptor limit to keep a connection to each node; the job's processes do
 not (torch raises no limit anywhere), so a PASS must speak for the limits the job starts
 with: those netcheck read before it changed anything (ProcessLimits). The rendezvous host's
 store holds a connection per rank and per torchrun agent; a node whose NCCL uses RDMA

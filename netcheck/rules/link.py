@@ -10,7 +10,7 @@ port, cable or NIC); otherwise the lossy pairs are named, each end of which reac
 peers cleanly (a path between them: a switch port, an uplink, a route). A node's namespace
 totals are evidence beside it, never the judge: they also count what other processes sent.
 
-A lossy or flapping link is never a PASS: WARN, and FAIL where a figure it spoils already
+A link that loses segments or flaps does not pass: WARN, and FAIL where a figure it spoils already
 fell short (the node's pair below bw.pair's bound, its ranks past bw.straggler's, or the
 plateau below --expect-busbw). Rules never print and never touch the network.
 """

@@ -1,4 +1,4 @@
-"""Per node where a person reads per node.
+"""Speaking in nodes where a person thinks in nodes.
 
 Under torchrun every worker process is a member, seated by its RANK, and a host's ranks share
 its interfaces, routes and /dev/shm: a rule that writes a line per member would say the same

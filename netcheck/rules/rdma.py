@@ -1,7 +1,7 @@
 """The RDMA path across nodes: ports, GIDs, MTUs, GPUDirect RDMA, GPU-NIC placement, libnccl.
 
 Every rule reads each node's RdmaFacts (facts.rdma) and what NCCL would pick under that node's
-NCCL_* settings (rules.hcachoice). Read and reasoned, not proven by RDMA traffic. On nodes
+NCCL_* settings (rules.hcachoice). Reasoned from what the nodes read: no RDMA traffic. On nodes
 without an RDMA device, one line says so:
 
     PASS rdma.port  no RDMA device on any node: NCCL will use its socket transport

@@ -422,7 +422,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     stops = any(name == first for _, _, name, _ in evidence)
     return [Finding(RDZV_FQDN, FAIL if stops else WARN, tuple(sorted(problems)),
                     f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
-                    lines, "torchrun hands workers rank 0's FQDN as MASTER_ADDR: add every "
+                    lines, "torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
                     "node's FQDN to DNS or /etc/hosts on every node, with its real address",
                     impact=_c10d_impact(first, stops))]
 

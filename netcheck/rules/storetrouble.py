@@ -29,7 +29,7 @@ from netcheck.rules.registry import (
 
 INTERFERENCE_FIX = ("another client writes to this port's store (another job, a scanner, a stale process): "
                     "give the job a port of its own, and --token (NETCHECK_TOKEN) on every node, so that "
-                    "nothing unsigned decides who is seated or answered")
+                    "no unsigned value decides who gets a seat or an answer")
 
 
 def interference_findings(interference: tuple[str, ...], severity: str = WARN) -> list[Finding]:

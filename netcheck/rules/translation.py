@@ -1,4 +1,4 @@
-"""Addresses translated between what a node owns and what its peers see (NAT): a container on
+"""A node's addresses as its peers see them, rewritten on the way (NAT): a container on
 Docker's default bridge (its connections masqueraded to the machine's address), or a host whose
 port is published (`docker run -p`: a DNAT on the machine). The rendezvous works through either;
 NCCL does not, since each rank connects to the addresses the others own and advertise, and
