@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cluster import NodeSpec
-from nodes import scaled
+from nodes import CLUSTER_TIMEOUT, PORT, scaled
 from slurm import CTLD, POLL, VENV_BIN, Slurm
 from sysfs_fixtures import build
 
@@ -176,3 +176,37 @@ def test_health_check_drains_a_node_whose_slurmd_gives_rdma_jobs_64_kib_of_locke
     assert held["node0"].startswith("netcheck: host.limits memlock: locked memory is limited on node0"), held
     assert back["node0"] == ("idle", "none")
     assert runs(tmp_path, "node0")[0] == "2" and runs(tmp_path, "node0")[-1] == "0"
+
+
+def test_job_step_drains_the_node_it_puts_at_fault_and_the_prolog_holds_a_job_off_a_node_with_its_link_down(
+        cluster, tmp_path):
+    """scripts/netcheck.sbatch with --drain on three nodes, node2 cut off from the rendezvous
+    port: the host drains node2 alone, with netcheck's reason, and exclude.txt names it as
+    scontrol and --exclude take it. The prolog (scripts/netcheck-health as Prolog) ran before
+    that job on every node and let it through; node1's fabric link down, a job sent there fails
+    its prolog: Slurm drains node1 and requeues the job, while a job on node0 runs."""
+    tmp_path.chmod(0o755)
+    with cluster(slurm_nodes(3)) as c:
+        fabric(c, 1, tmp_path)
+        slurm = Slurm(c, 3, conf=f"Prolog={tmp_path / 'health.sh'}\n")
+        program(tmp_path, slurm, NCCL_CONF_FILE=str(tmp_path / "nccl-$SLURMD_NODENAME.conf"))
+        with slurm:
+            c.drop_inbound(0, PORT, source=2)
+            done = slurm.sbatch("--nodes=3", str(SBATCH), "--timeout", str(CLUSTER_TIMEOUT), "--skip", "bandwidth",
+                                "--drain", timeout=scaled(120))
+            exclude = next(slurm.work.glob("netcheck-*/exclude.txt")).read_text()
+            held = drained_reasons(slurm)
+            c.clear_firewall(0)
+            pull_cable(c, 1)
+            refused = slurm.c.run(slurm.ctld, ["sbatch", "--parsable", f"--chdir={slurm.work}", "--nodelist=node1",
+                                               "--wrap", "hostname"], timeout=scaled(20), env=slurm.env)
+            watch = Watch(slurm)
+            after = watch.until(lambda now: now["node1"][0].startswith("drain"), "node1 drained by its prolog")
+            job = slurm.job(refused.stdout.strip())
+            ran = slurm.sbatch("--nodelist=node0", "--wrap", "hostname", timeout=scaled(60))
+    assert done.returncode == 2 and exclude == "node2\n", done.stdout + done.stderr
+    assert set(held) == {"node2"} and held["node2"].startswith("netcheck: rdzv."), held
+    # The prolog exits 1 where a check fails on its node (Slurm takes any non-zero exit so).
+    assert set(runs(tmp_path, "node0")) == {"0"} and runs(tmp_path, "node1") == ["0", "1"], tmp_path
+    assert after["node1"][1] == "Prolog error" and job["JobState"] in ("PENDING", "REQUEUED"), (after, job)
+    assert ran.returncode == 0
