@@ -65,7 +65,8 @@ exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck coul
 a phase (internal error) or write a report file asked for (the text report is still printed),
 64 unusable command line (an output path that cannot be written included), 130 interrupted,
 143 terminated.
-subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
+subcommands: `netcheck local` (this node only; with --drain, Slurm's HealthCheckProgram),
+`netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
 `netcheck checks [--json]` (every check id, its phase, meaning and kinds),
 `netcheck report REPORT.json [--html PATH] [--text]` (a saved JSON report rendered again).
