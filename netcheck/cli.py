@@ -37,15 +37,18 @@ from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
+    DRAIN_PREFIX,
     EXIT_BY_VERDICT,
     EXIT_INTERNAL,
     EXIT_PASS,
     EXIT_USAGE,
     INSPECT_TIMEOUT,
+    LOCAL_TIMEOUT,
     MESH_FULL_UP_TO,
     MESH_SAMPLE_PEERS,
     PHASES,
     PROBE_TIMEOUT,
+    SLURM_CALL_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
@@ -62,7 +65,8 @@ exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck coul
 a phase (internal error) or write a report file asked for (the text report is still printed),
 64 unusable command line (an output path that cannot be written included), 130 interrupted,
 143 terminated.
-subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
+subcommands: `netcheck local` (this node only; with --drain, Slurm's HealthCheckProgram),
+`netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
 `netcheck checks [--json]` (each check id with its phase, meaning and kinds),
 `netcheck report REPORT.json [--html PATH] [--text]` (a saved JSON report rendered again).
@@ -119,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "comma-separated on one line (empty when none), as `sbatch --exclude` "
                    "takes them: sbatch --exclude=\"$(cat PATH)\" ...")
     p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
+    p.add_argument("--drain", action="store_true", help=DRAIN_HELP)
     flags.add_arguments(p)
     p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
                    "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
@@ -217,11 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_inspect(argv[1:])
         if argv[:1] == ["report"]:
             return run_report(argv[1:])
-        config = config_from_args(build_parser().parse_args(argv), os.environ)
+        args = build_parser().parse_args(argv)
+        config = config_from_args(args, os.environ)
+        _check_drain(args.drain)
     except UsageError as e:
         say(f"error: {e}")
         return EXIT_USAGE
-    return run_and_render(config)
+    return run_and_render(config, args.drain)
 
 
 def entry() -> None:
@@ -237,7 +244,7 @@ def entry() -> None:
     os._exit(code)
 
 
-def run_and_render(config: Config) -> int:
+def run_and_render(config: Config, drain: bool = False) -> int:
     from netcheck.phases.runner import run_check
 
     signal.signal(signal.SIGTERM, stop.on_sigterm)
@@ -251,6 +258,7 @@ def run_and_render(config: Config) -> int:
     outputs = config.outputs.for_node(rep.node_rank, socket.gethostname(), worker)
     failed = emit(rep, outputs, quiet, config.verbose)
     outcome.report_out()
+    failed += _gate(rep) if drain else []
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
         say(f"{how}; the report above holds what was learnt, and its verdict is fail")
@@ -258,9 +266,10 @@ def run_and_render(config: Config) -> int:
 
 
 def delivered(code: int, failed: list[str]) -> int:
-    """The exit code once the files are written: a report file asked for and not written is
-    netcheck's own failure (3) whatever the verdict, so no gate takes a pass, or a stale file
-    left there by an earlier run, for this run's word; a signal's code stays the signal's."""
+    """The exit code once the files are written: a report file asked for and not written, or a
+    --drain Slurm refused, is netcheck's own failure (3) whatever the verdict, so no gate takes a
+    pass, or a stale file left there by an earlier run, for this run's word; a signal's code
+    stays the signal's."""
     return EXIT_INTERNAL if failed and code < EXIT_INTERNAL else code
 
 
@@ -313,20 +322,62 @@ def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], st
 
 
 def run_local(argv: list[str]) -> int:
-    p = _Parser(prog="netcheck local", description="This node only: interfaces, names, "
-                "/dev/shm, launcher view. No network traffic.")
+    p = _Parser(prog="netcheck local", description="This node only, what it alone can know: interfaces and "
+                "what NCCL, gloo and TensorPipe would pick, RDMA ports, the job's process limits (this process's, "
+                "as the shell, slurmd or the container gives them), its resolver, its kernel's port range and "
+                "connection table, and where it has GPUs, torch's build against them and /dev/shm. No traffic "
+                "but a query to each nameserver; within --timeout. As Slurm's HealthCheckProgram: "
+                "`netcheck local -q --drain`.")
     p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
     p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
                    "this report always shows the evidence of passing checks")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
+    p.add_argument("--timeout", type=float, default=LOCAL_TIMEOUT, metavar="S", help="bounds the look, "
+                   f"seconds (default {LOCAL_TIMEOUT:g}); --drain's Slurm commands take up to "
+                   f"{2 * SLURM_CALL_TIMEOUT:g} s more (slurmd kills a HealthCheckProgram at 60 s)")
+    p.add_argument("--drain", action="store_true", help=DRAIN_LOCAL_HELP)
     args = p.parse_args(argv)
     outputs = Outputs(json=args.json, html=args.html)
     outputs.check()
+    timeout = check_look_timeout(args.timeout)
+    _check_drain(args.drain)
     from netcheck.phases.assemble import local_only
 
-    rep = local_only(os.environ)
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, args.quiet, True))
+    rep = local_only(os.environ, Deadline(timeout))
+    failed = emit(rep, outputs, args.quiet, True)
+    return delivered(EXIT_BY_VERDICT[rep.verdict], failed + (_gate(rep) if args.drain else []))
+
+
+DRAIN_LOCAL_HELP = (f"Slurm's gate: drain this node (scontrol update State=DRAIN Reason=\"{DRAIN_PREFIX} ...\") "
+                    "where a check fails on it, and resume it once none does, only where a reason netcheck wrote "
+                    "holds it (an admin's drain is left alone). The node is $SLURMD_NODENAME, else the short "
+                    "hostname")
+DRAIN_HELP = (f"Slurm's gate: the host drains each node the report puts at fault (scontrol update State=DRAIN "
+              f"Reason=\"{DRAIN_PREFIX} ...\"), by the name Slurm's node list gives it; a node already holding "
+              "another reason is left alone")
+
+
+def _check_drain(drain: bool) -> None:
+    """--drain where Slurm's commands are: else one line, before anything runs."""
+    from netcheck.facts.slurmctl import missing_commands
+
+    if drain and (missing := missing_commands(os.environ)):
+        raise UsageError(f"--drain: {missing}: run it where Slurm's commands are")
+
+
+def _gate(rep) -> list[str]:
+    """--drain: what the gate did, said; what it could not do, returned as a failure (exit 3)."""
+    from netcheck.facts.slurmctl import SlurmError
+    from netcheck.phases.gate import gate
+
+    try:
+        for line in gate(rep, os.environ):
+            say(line)
+    except SlurmError as e:
+        say(f"error: --drain: {e}")
+        return [str(e)]
+    return []
 
 
 def run_probe(argv: list[str]) -> int:

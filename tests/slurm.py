@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from cluster import Cluster
 from nodes import scaled
@@ -41,8 +42,11 @@ def exit_code(slurm_exit: str) -> int:
 class Slurm:
     """Slurm over the first `nodes` nodes of `c`; its last node is the controller's."""
 
-    def __init__(self, c: Cluster, nodes: int):
+    def __init__(self, c: Cluster, nodes: int, conf: str = "", wrap: Mapping[int, Sequence[str]] | None = None):
+        """`conf`: slurm.conf lines added; `wrap`: node -> the command its slurmd starts under
+        (`prlimit --memlock=...`: the limits a site's slurmd unit gives it)."""
         self.c, self.n = c, nodes
+        self.extra_conf, self.wrap = conf, dict(wrap or {})
         self.ctld = len(c.nodes) - 1
         assert c.nodes[self.ctld].hostname == CTLD, "the cluster's last node is the controller's"
         self.root = Path(tempfile.mkdtemp(prefix="netcheck-slurm-", dir="/tmp"))
@@ -90,10 +94,18 @@ class Slurm:
         (self.root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
         self.daemons.append(self.c.popen(self.ctld, ["slurmctld", "-D", "-f", str(self.conf)], env=self.env,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        self.daemons += [self.c.popen(i, ["slurmd", "-D", "-f", str(self.conf), "-N", self.c.nodes[i].hostname],
-                                      env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                         for i in range(self.n)]
-        self._wait(lambda: self.states().count("idle") == self.n, f"{self.n} idle nodes")
+        self.daemons += [self.slurmd(i) for i in range(self.n)]
+        self._wait(self._registered, f"{self.n} registered nodes")
+
+    def slurmd(self, i: int) -> subprocess.Popen:
+        """Node i's slurmd, started (daemons[1 + i] holds it)."""
+        argv = [*self.wrap.get(i, ()), "slurmd", "-D", "-f", str(self.conf), "-N", self.c.nodes[i].hostname]
+        return self.c.popen(i, argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _registered(self) -> bool:
+        """Every node has registered and answers (idle, or drained by its health check)."""
+        states = self.states()
+        return len(states) == self.n and not any(s.startswith("unknown") or s.endswith("*") for s in states)
 
     def _config(self, socket: Path) -> str:
         nodes = "\n".join(f"NodeName={self.c.nodes[i].hostname} NodeAddr={self.c.nodes[i].addr} CPUs=2 "
@@ -125,7 +137,7 @@ ReturnToService=2
 MpiDefault=none
 {nodes}
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
+{self.extra_conf}"""
 
     def _wait(self, ready, what: str) -> None:
         end = time.monotonic() + scaled(30)

@@ -31,7 +31,8 @@ from netcheck.bandwidth.flags import UNITS, parse_size
 from netcheck.cli import build_parser, config_from_args
 from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.bwtext import size_words
-from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, MAX_BASELINE_BYTES, REPORT_SCHEMA
+from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, LOCAL_TIMEOUT, MAX_BASELINE_BYTES, REPORT_SCHEMA
+from netcheck.core.deadline import Deadline
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
@@ -146,7 +147,7 @@ def test_sizes_read_back_as_nccl_tests_reads_them(n, unit, lower, with_b, space)
 @lru_cache(maxsize=1)
 def good_report_text() -> str:
     """A real report of this machine: its NICs and environment, with a recommendation."""
-    rep = local_only({})
+    rep = local_only({}, Deadline(LOCAL_TIMEOUT))
     env = gather_env((), {"NCCL_DEBUG": "INFO"})
     nodes = tuple(dataclasses.replace(n, env=env) for n in rep.nodes)
     rep = dataclasses.replace(rep, run_id="good", nodes=nodes, recommend={"NCCL_SOCKET_IFNAME": "eth0"})

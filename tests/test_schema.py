@@ -16,6 +16,8 @@ import typing
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
+from netcheck.core.constants import LOCAL_TIMEOUT
+from netcheck.core.deadline import Deadline
 from netcheck.core.model import Report
 from netcheck.phases.assemble import local_only, probe_only
 from netcheck.render import text as render
@@ -64,7 +66,7 @@ def test_the_codec_report_with_every_record_validates():
 
 
 def test_netcheck_local_report_validates():
-    SCHEMA.validate(as_json(local_only(os.environ)))
+    SCHEMA.validate(as_json(local_only(os.environ, Deadline(LOCAL_TIMEOUT))))
 
 
 def test_netcheck_probe_report_validates():

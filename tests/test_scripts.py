@@ -7,6 +7,7 @@ each node runs the script, as srun would run the task on each node.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,8 +20,9 @@ import yaml
 
 from cluster import NodeSpec
 from netcheck import __version__
+from netcheck.core.constants import LOCAL_TIMEOUT
 from netcheck.facts.launcher import detect_launch, expand_hostlist, rdzv_from_env
-from nodes import SKIP_BANDWIDTH, read_report, scaled
+from nodes import GRACE, SKIP_BANDWIDTH, read_report, scaled
 from prom import series
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,3 +269,112 @@ def test_gpu_check_runs_its_two_runs_on_cpu_ranks_and_says_why_a_lone_node_measu
     host = read_report(tmp_path / "node0.json")
     assert host["bandwidth"]["headlines"] and host["bandwidth"]["nnodes"] == 2
     assert not [f for f in host["findings"] if f["check"] == "env.mismatch" and f["severity"] != "pass"], host
+
+
+# --- the gates: a JobSet's init container, node-problem-detector's plugin -------------------------
+
+JOBSET = REPO / "scripts" / "netcheck-jobset.yaml"
+NPD = REPO / "scripts" / "netcheck-npd.yaml"
+# JobSet's own fields (jobset.x-k8s.io/v1alpha2, its CRD's openAPIV3Schema): the CRD is not in
+# kubernetes-validate, and not fetched here, so these are checked by name; every Job inside is
+# checked against the Kubernetes schema, strict.
+JOBSET_SPEC = {"coordinator", "failurePolicy", "managedBy", "network", "replicatedJobs", "startupPolicy",
+               "successPolicy", "suspend", "ttlSecondsAfterFinished", "volumeClaimPolicies"}
+REPLICATED_JOB = {"dependsOn", "groupName", "name", "replicas", "template"}
+NETWORK = {"enableDNSHostnames", "publishNotReadyAddresses", "subdomain"}
+
+
+def jobset() -> dict:
+    return yaml.safe_load(JOBSET.read_text())
+
+
+def test_every_job_of_the_jobset_is_valid_kubernetes_and_the_jobset_names_only_its_own_fields():
+    js = jobset()
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and set(js["spec"]) <= JOBSET_SPEC
+    assert set(js["spec"]["network"]) <= NETWORK
+    for rj in js["spec"]["replicatedJobs"]:
+        assert set(rj) <= REPLICATED_JOB and {"name", "template"} <= set(rj), rj["name"]
+        assert all(d["status"] in ("Ready", "Complete") for d in rj.get("dependsOn", ())), rj["name"]
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": rj["name"]},
+               "spec": rj["template"]["spec"]}
+        assert kubernetes_validate.validate(job, K8S_VERSION, strict=True) == K8S_VERSION, rj["name"]
+
+
+def test_the_jobset_starts_its_leader_first_and_every_pod_behind_netchecks_node_local_mode():
+    js = jobset()
+    leader, workers = js["spec"]["replicatedJobs"]
+    assert "dependsOn" not in leader and workers["dependsOn"] == [{"name": leader["name"], "status": "Ready"}]
+    for rj in (leader, workers):
+        pod = rj["template"]["spec"]["template"]["spec"]
+        (init,) = pod["initContainers"]
+        assert init["command"] == ["sh", "-c", "netcheck local; [ $? -ne 2 ]"]
+        assert rj["template"]["spec"]["backoffLimit"] == 0
+        endpoint = pod["containers"][0]["command"][pod["containers"][0]["command"].index("--rdzv-endpoint") + 1]
+        assert endpoint == f"{js['metadata']['name']}-{leader['name']}-0-0.{js['metadata']['name']}:29500"
+
+
+def npd() -> tuple[dict, dict]:
+    docs = {d["kind"]: d for d in yaml.safe_load_all(NPD.read_text())}
+    return docs["ConfigMap"], docs["DaemonSet"]
+
+
+def test_every_object_of_the_npd_manifest_is_valid_kubernetes():
+    for obj in yaml.safe_load_all(NPD.read_text()):
+        assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == K8S_VERSION, obj["kind"]
+
+
+def go_duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    assert text[-1] in units and text[:-1].isdigit(), text
+    return int(text[:-1]) * units[text[-1]]
+
+
+def test_the_npd_plugin_config_keeps_npds_own_rules_and_gives_netcheck_its_time():
+    """What NPD's CustomPluginConfig.Validate refuses at start-up (pkg/custompluginmonitor/types):
+    a plugin other than "custom", a rule's timeout over the global one, a permanent rule whose
+    condition has no default, a path that is not there; and netcheck's own bound inside the
+    plugin's."""
+    config_map, daemon = npd()
+    monitor = json.loads(config_map["data"]["netcheck-monitor.json"])
+    (container,) = daemon["spec"]["template"]["spec"]["containers"]
+    (mount,) = container["volumeMounts"]
+    assert monitor["plugin"] == "custom" and f"--config.custom-plugin-monitor={mount['mountPath']}/" \
+        "netcheck-monitor.json" in container["command"]
+    timeout = go_duration(monitor["pluginConfig"]["timeout"])
+    assert LOCAL_TIMEOUT + GRACE < timeout < go_duration(monitor["pluginConfig"]["invoke_interval"])
+    defaults = {c["type"] for c in monitor["conditions"]}
+    for rule in monitor["rules"]:
+        assert go_duration(rule["timeout"]) <= timeout and rule["condition"] in defaults, rule
+        assert rule["path"] == f"{mount['mountPath']}/netcheck-plugin.sh" and "netcheck-plugin.sh" in config_map["data"]
+    assert daemon["spec"]["template"]["spec"]["hostNetwork"] is True
+
+
+def npd_plugin(tmp_path: Path) -> Path:
+    config_map, _ = npd()
+    return tool(tmp_path, "netcheck-plugin.sh", config_map["data"]["netcheck-plugin.sh"]) / "netcheck-plugin.sh"
+
+
+def test_the_npd_plugin_says_unknown_where_netcheck_cannot_run(tmp_path):
+    done = subprocess.run([str(npd_plugin(tmp_path))], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                          timeout=10)
+    assert done.returncode == 2 and "netcheck" in done.stdout, done
+
+
+@pytest.mark.root_required
+def test_the_gates_node_local_commands_pass_a_healthy_node_and_hold_one_whose_fabric_link_is_down(cluster, tmp_path):
+    """The JobSet's init container and NPD's plugin, as their manifests give them, on two nodes
+    whose NCCL is set to data0: on node1 data0 has lost its carrier. node0: the pod goes on and
+    NPD says OK; node1: the pod is held and NPD says problem, with the failing check's line."""
+    init = jobset()["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["initContainers"][0]
+    plugin = npd_plugin(tmp_path / "npd")
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "NCCL_SOCKET_IFNAME": "data0"}
+    with cluster([NodeSpec(), NodeSpec()]) as c:
+        for i in range(2):
+            c.add_decoy(i, "data0", f"198.19.10.{i + 1}/24")
+        subprocess.run(["ip", "netns", "exec", c.nodes[1].ns, "ip", "link", "set", "data0p", "down"], check=True)
+        held = [c.run(i, init["command"], timeout=scaled(30), env=env) for i in range(2)]
+        said = [c.run(i, [str(plugin)], timeout=scaled(30), env=env) for i in range(2)]
+    assert [d.returncode for d in held] == [0, 1], held
+    assert [d.returncode for d in said] == [0, 1], said
+    assert said[0].stdout == "netcheck local: no check fails on this node\n"
+    assert said[1].stdout.startswith("FAIL  nic.route") and "data0" in said[1].stdout, said[1].stdout

@@ -27,7 +27,8 @@ from netcheck.bandwidth.worker import Event
 from netcheck.core import codec, fields
 from netcheck.core.bwrecords import Fault, InFlight, NodeReport, Pair, RankTime, Row, Sweep, SweepOptions
 from netcheck.core.codec import DecodeError
-from netcheck.core.constants import MAX_FACTS_BYTES, MAX_MEMBERS
+from netcheck.core.constants import LOCAL_TIMEOUT, MAX_FACTS_BYTES, MAX_MEMBERS
+from netcheck.core.deadline import Deadline
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.meshrecords import Attempt, Candidate, MeshDone, MeshResults, Offer, Transfer, Trial
 from netcheck.core.model import (
@@ -228,7 +229,7 @@ def test_this_machines_nic_table_passes():
 
 
 def test_this_machines_local_report_passes():
-    text = render.render_json(local_only(os.environ))
+    text = render.render_json(local_only(os.environ, Deadline(LOCAL_TIMEOUT)))
     assert codec.dumps(codec.loads(Report, text, 64 << 20)) == codec.dumps(json.loads(text))
 
 

@@ -55,6 +55,14 @@ STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or
 CARRIER_WAIT = 5.0
 CARRIER_POLL = 0.05          # how often that wait reads the carrier (a sysfs file)
 
+# netcheck local: the node-local mode, and a launcher's gate on it (Slurm's HealthCheckProgram,
+# which slurmd kills after 60 s; node-problem-detector's plugin timeout).
+LOCAL_TIMEOUT = 20.0         # the whole look, torch's import and CUDA's start included where the node has GPUs
+SLURM_CALL_TIMEOUT = 5.0     # one sinfo or scontrol after it: slurmctld answers in milliseconds, or is not there
+DRAIN_PREFIX = "netcheck:"   # a drain reason netcheck wrote starts so, and only such a drain does it lift
+                             # (LBNL NHC's convention, "NHC:"): an admin's drain is never resumed
+DRAIN_REASON_CHARS = 200     # `scontrol show node` prints it whole; sinfo -R shows the first 20 by default
+
 # netcheck inspect: a running job's store, read only.
 INSPECT_TIMEOUT = 15.0       # the whole look, torch's import included (seconds of CPU on a loaded node)
 MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this

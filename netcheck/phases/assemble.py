@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from netcheck.core.bounded import call_with_timeout
 from netcheck.core.codec import field_names
+from netcheck.core.constants import PHASES
 from netcheck.core.deadline import Deadline
+from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import (
     FAIL,
     LOCAL,
@@ -21,17 +24,24 @@ from netcheck.core.model import (
     report_of,
 )
 from netcheck.core.rdmarecords import RdmaFacts
+from netcheck.facts.envinfo import gather_env
 from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus
-from netcheck.facts.nameservers import lookup_bound
+from netcheck.facts.nameservers import lookup_bound, nameserver_look
 from netcheck.facts.probe import lookup, reach
 from netcheck.phases.state import Run
 from netcheck.rules import conntrack as conntrack_rules
+from netcheck.rules import env as env_rules
+from netcheck.rules import limits as limits_rules
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import reach as reach_rules
+from netcheck.rules import run as run_rules
+from netcheck.rules.gpubuild import build_findings
 from netcheck.rules.registry import JOIN_KEPT_OUT, impacted
+
+LOCAL_PHASE = PHASES[0]
 
 
 def build_report(run: Run) -> Report:
@@ -101,18 +111,45 @@ def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> t
     return tuple(hosts[r] for r in sorted(faulty) if r not in by_rank and r < len(hosts))
 
 
-def local_only(env) -> Report:
-    """`netcheck local`: this node's interfaces and what each library would pick here, judged for
-    this node alone (nothing is tested against peers). A node no launcher numbered is not seated."""
+def local_only(env, deadline: Deadline) -> Report:
+    """`netcheck local`: what this node alone can know, judged for it alone (nothing is tested
+    against peers): its interfaces and what each library would pick here, its RDMA ports, the
+    job's limits (this process's: what the shell, slurmd or the container gives what it starts),
+    its resolver, its kernel's port range and connection table, and where it has GPUs, torch's
+    build against them and /dev/shm. Bounded by `deadline`: a CUDA start that hangs is named, not
+    waited out. A node no launcher numbered is not seated."""
     launch = detect_launch(env, None, None, None, local_gpus=usable_gpus())
     facts = gather_facts(default_run_id(env), launch)
-    me = (Member(-1 if launch.node_rank is None else launch.node_rank, facts),)
+    rank = -1 if launch.node_rank is None else launch.node_rank
+    silent, slow = nameserver_look(deadline)
+    env_facts, unfinished = _gpu_env(facts, env, deadline)
+    me = (Member(rank, facts, env=env_facts),)
+    by_rank = {rank: env_facts} if env_facts is not None else {}
+    names = hostnames(me)
     findings = impacted(nic_rules.route_findings(me, (), {}) + nic_rules.nccl_findings(me, None)
-                     + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
-                     + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me)
-                     + ports_rules.range_findings(me, None, ports_rules.own_size(launch))
-                     + conntrack_rules.table_findings(me, None, ports_rules.own_size(launch)))
-    return report_of(LOCAL, LOCAL, launch.node_rank, findings, {}, nodes=entries(me))
+                        + nic_rules.gloo_findings(me, None) + nic_rules.tp_findings(me, None)
+                        + nic_rules.ib_findings(me) + rdma_rules.rdma_findings(me) + limits_rules.limit_findings(me)
+                        + ports_rules.range_findings(me, None, ports_rules.own_size(launch))
+                        + conntrack_rules.table_findings(me, None, ports_rules.own_size(launch))
+                        + reach_rules.resolver_findings(silent, (rank,), slow, launch=launch)
+                        + build_findings(by_rank, names) + env_rules.shm_findings(by_rank, names)
+                        + ([run_rules.timeout_finding(LOCAL_PHASE, deadline.elapsed())] if unfinished else []))
+    return report_of(LOCAL, LOCAL, launch.node_rank, findings, {LOCAL_PHASE: round(deadline.elapsed(), 3)},
+                     nodes=entries(me), unfinished=unfinished)
+
+
+def _gpu_env(facts: NodeFacts, env, deadline: Deadline) -> tuple[EnvFacts | None, str | None]:
+    """The env facts gpu.build and host.shm judge, where the node has GPUs (torch's import and
+    CUDA's start: seconds, and a GPU that hangs there must not hold the look past its deadline),
+    and the phase left unfinished where they did not come in time."""
+    if not facts.gpus:
+        return None, None
+    found, error = call_with_timeout(lambda: gather_env((), env), deadline.remaining())
+    if isinstance(error, TimeoutError):
+        return None, LOCAL_PHASE
+    if error is not None:
+        raise error
+    return found, None
 
 
 def probe_only(host: str, port: int, timeout: float) -> Report:

@@ -3,8 +3,8 @@
 Pure functions over a `Report`, like the text renderer (`render/text.py`); the CLI writes what
 they return (`--exclude-file`, `--prom`) with `text.write_file`, atomically.
 
-The exclude list is the faulty hostnames, comma-separated on one line, as
-`sbatch --exclude` takes them:
+The exclude list is the nodes at fault, comma-separated on one line, as `sbatch --exclude` and
+`scontrol update NodeName=` take them:
 
     node2,node5
 
@@ -32,15 +32,19 @@ from netcheck import __version__
 from netcheck.core.bwrecords import Headline, avg_busbw
 from netcheck.core.model import PASS, SEVERITIES, Report
 from netcheck.core.names import is_safe_hostname
+from netcheck.rules.gate import hostnames_by_rank, nodes_at_fault, scheduler_names
 
 Sample = tuple[dict[str, str], float]
 
 
 def render_exclude(report: Report) -> str:
-    """The faulty hostnames, comma-separated on one line; empty when there are none. A name
-    that is no hostname (a comma, a bracket, a space from a peer's malformed one) would change
-    the list's meaning, so it is left out."""
-    names = [h for h in dict.fromkeys(report.faulty_nodes) if is_safe_hostname(h)]
+    """The nodes at fault, comma-separated on one line, by the names Slurm's node list gives them
+    where it does (what `sbatch --exclude` and `scontrol update NodeName=` take: a node whose
+    hostname is its FQDN is its NodeName there); empty when there are none. A name that is no
+    hostname (a comma, a bracket, a space from a peer's malformed one) would change the list's
+    meaning, so it is left out."""
+    scheduler = scheduler_names(report)
+    names = [n for n in dict.fromkeys(scheduler.get(h, h) for h in nodes_at_fault(report)) if is_safe_hostname(n)]
     return ",".join(names) + "\n" if names else ""
 
 
@@ -113,7 +117,7 @@ def _faulty(report: Report) -> list[Sample]:
     """Each node rank whose hostname the report calls healthy or faulty; a hostname with no
     known rank (a peer's, unranked) by its name alone."""
     state = {**{h: 0 for h in report.healthy_nodes}, **{h: 1 for h in report.faulty_nodes}}
-    by_rank = _hostnames_by_rank(report)
+    by_rank = hostnames_by_rank(report)
     ranked: list[Sample] = [({"node": h, "node_rank": str(r)}, state[h]) for r, h in sorted(by_rank.items())
                             if h in state]
     known = set(by_rank.values())
@@ -121,17 +125,10 @@ def _faulty(report: Report) -> list[Sample]:
 
 
 def _node_findings(report: Report) -> list[Sample]:
-    names = _hostnames_by_rank(report)
+    names = hostnames_by_rank(report)
     counts = Counter((f.check, r, f.severity) for f in report.findings if f.severity != PASS for r in f.nodes)
     return [({"check": c, "node": names.get(r, f"rank {r}"), "node_rank": str(r), "severity": s}, k)
             for (c, r, s), k in counts.items()]
-
-
-def _hostnames_by_rank(report: Report) -> dict[int, str]:
-    """The launcher's list of hostnames (Slurm's node list), then the nodes that joined."""
-    listed = next((n.facts.launch.hostnames for n in report.nodes
-                   if n.facts and n.facts.launch.hostnames), ())
-    return {**dict(enumerate(listed)), **{n.rank: n.hostname for n in report.nodes}}
 
 
 def _family(name: str, text: str, samples: Sequence[Sample]) -> str:
