@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Callable, Sequence
 
 from netcheck import __version__
@@ -55,6 +56,7 @@ from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
 from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
 from netcheck.facts.local import usable_gpus
 from netcheck.facts.probe import error_text
+from netcheck.facts.started import seconds_since_start
 from netcheck.render import export
 from netcheck.render import text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
@@ -209,17 +211,19 @@ def write_text(stream, text: str) -> None:
     stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """The command line's answer; --timeout counts from `started` (monotonic), else from now."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    started = time.monotonic() if started is None else started
     try:
         if argv[:1] == ["local"]:
-            return run_local(argv[1:])
+            return run_local(argv[1:], started)
         if argv[:1] == ["probe"]:
             return run_probe(argv[1:])
         if argv[:1] == ["checks"]:
             return run_checks(argv[1:])
         if argv[:1] == ["inspect"]:
-            return run_inspect(argv[1:])
+            return run_inspect(argv[1:], started)
         if argv[:1] == ["report"]:
             return run_report(argv[1:])
         args = build_parser().parse_args(argv)
@@ -228,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         say(f"error: {e}")
         return EXIT_USAGE
-    return run_and_render(config, args.drain)
+    return run_and_render(config, args.drain, started)
 
 
 def entry() -> None:
@@ -238,17 +242,17 @@ def entry() -> None:
     interpreter's teardown with torch loaded takes 0.5 s on an idle machine and seconds on
     a loaded one, and a person who pressed Ctrl-C is waiting for the prompt.
     """
-    code = main()
+    code = main(started=time.monotonic() - seconds_since_start())
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def run_and_render(config: Config, drain: bool = False) -> int:
+def run_and_render(config: Config, drain: bool, started: float) -> int:
     from netcheck.phases.runner import run_check
 
     signal.signal(signal.SIGTERM, stop.on_sigterm)
-    outcome = run_check(config, progress_printer(config.quiet))
+    outcome = run_check(config, progress_printer(config.quiet), started)
     rep = outcome.report
     # Under torchrun every worker runs netcheck: rank 0 speaks for the cluster, the
     # others only when they failed on their own (say, they could not reach the store),
@@ -321,7 +325,7 @@ def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], st
     return files
 
 
-def run_local(argv: list[str]) -> int:
+def run_local(argv: list[str], started: float) -> int:
     p = _Parser(prog="netcheck local", description="This node only, what it alone can know: interfaces and "
                 "what NCCL, gloo and TensorPipe would pick, RDMA ports, the job's process limits (this process's, "
                 "as the shell, slurmd or the container gives them), its resolver, its kernel's port range and "
@@ -344,7 +348,7 @@ def run_local(argv: list[str]) -> int:
     _check_drain(args.drain)
     from netcheck.phases.assemble import local_only
 
-    rep = local_only(os.environ, Deadline(timeout))
+    rep = local_only(os.environ, Deadline(timeout, start=started))
     failed = emit(rep, outputs, args.quiet, True)
     return delivered(EXIT_BY_VERDICT[rep.verdict], failed + (_gate(rep) if args.drain else []))
 
@@ -399,7 +403,7 @@ def run_probe(argv: list[str]) -> int:
     return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
 
 
-def run_inspect(argv: list[str]) -> int:
+def run_inspect(argv: list[str], started: float) -> int:
     p = _Parser(prog="netcheck inspect", description="A job that hangs now: read its TCPStore (never "
                 "writing to it), decode torchrun's rendezvous state safely, ask this node's NCCL RAS, "
                 "and say who is missing. From any node that reaches the endpoint.")
@@ -449,7 +453,7 @@ def run_inspect(argv: list[str]) -> int:
     from netcheck.inspect.job import inspect_job
     from netcheck.inspect.traces import inspect_live, inspect_traces
 
-    rep, deadline = None, Deadline(timeout)   # one look, one --timeout: store, live view and dumps
+    rep, deadline = None, Deadline(timeout, start=started)   # one look, one --timeout: store, live view and dumps
     if rdzv:
         endpoint = parse_endpoint(rdzv)
         rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, deadline, env)

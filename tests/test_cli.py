@@ -19,6 +19,7 @@ import pytest
 
 from netcheck import cli
 from netcheck.config import NO_RDZV_IN_ENV, RDZV_REQUIRED
+from netcheck.core.budget import JOIN_SHARE
 from netcheck.core.constants import EXIT_USAGE, MAX_NODES, MAX_RANKS
 from netcheck.core.model import Endpoint
 from netcheck.facts.launcher import KUBEFLOW_VARS, SLURM_VARS, TORCHRUN_VARS
@@ -326,3 +327,22 @@ def test_a_second_rank_0_on_one_machine_is_told_two_were_given_rank_0_not_to_kil
 def _listens(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+
+def test_timeout_counts_from_the_process_start_its_startup_included(tmp_path):
+    """A launcher's `timeout T netcheck --timeout T` must never fire: a process that took 10 s to
+    start (a loaded node's interpreter and imports; here a shell that sleeps, then execs netcheck
+    in its own process) spends them out of its --timeout (campaign 64102 #10: a host whose start
+    took 4.9 s at load 15 ended 3 s past its --timeout by the launcher's clock). A host short of a
+    node takes nodes in for JOIN_SHARE of --timeout from its start, then reports the missing one."""
+    port, path, timeout = free_port(), tmp_path / "late.json", 30
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", 'sleep 10; exec "$0" -m netcheck "$@"', sys.executable, "--rdzv",
+                           f"127.0.0.1:{port}", "--nnodes", "2", "--node-rank", "0", "--timeout", str(timeout),
+                           "--json", str(path)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=90)
+    took = time.monotonic() - started
+    assert done.returncode != 0 and path.exists(), done.stdout + done.stderr   # a node missing, reported
+    # The join's end, seconds to report it (8 s on a loaded machine): not the start's 10 s again on top.
+    assert took < JOIN_SHARE * timeout + 8, took

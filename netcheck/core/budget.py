@@ -5,7 +5,8 @@
                      the host takes nodes in until                          phases end by T - REPORT_RESERVE
                      JOIN_SHARE x T after its start               the host's goodbye by T - GOODBYE_RESERVE
 
-Every deadline is fixed when the run starts (TimeBudget.starting_now): a phase asks for the
+Every deadline is fixed from the moment the run started, its process's start where netcheck is
+the process (cli.entry: the interpreter's and imports' seconds count): a phase asks for the
 same point in time however late it asks. A phase after the rendezvous starts only with
 MIN_PHASE_SECONDS left before the phases' end, and says so when it cannot. torch's import,
 seconds of CPU on a loaded node, starts once the reach probe has answered and is waited for only up to
@@ -17,7 +18,6 @@ moves, once, in the reach phase: where this node's lookups are slow, the join la
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from netcheck.core.constants import MESH_CONNECT_TIMEOUT, MESH_RESULTS_MARGIN, MESH_TRANSFER_TIMEOUT
@@ -73,10 +73,6 @@ class TimeBudget:
     start: float          # time.monotonic() at the run's start
     join_extra: float = 0.0   # past the join's share, where lookups are slow (slow_lookups)
     slow_lookup: float = 0.0  # ... and one lookup's seconds here, then
-
-    @classmethod
-    def starting_now(cls, timeout: float) -> "TimeBudget":
-        return cls(timeout, time.monotonic())
 
     @property
     def run(self) -> Deadline:

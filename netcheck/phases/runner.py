@@ -29,8 +29,8 @@ from netcheck.rules import run as run_rules
 from netcheck.rules.registry import RUN_INTERNAL
 
 
-def run_check(config: Config, progress: Callable[[str], None]) -> Outcome:
-    run = Run(config, progress, hostpath.ask_host_path)
+def run_check(config: Config, progress: Callable[[str], None], started: float) -> Outcome:
+    run = Run(config, progress, hostpath.ask_host_path, started)
     try:
         _run_phases(run)
     except KeyboardInterrupt as e:

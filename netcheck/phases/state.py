@@ -62,6 +62,7 @@ class Run:
     # What a lost host's joiner asks of the path to it (phases.hostpath): I/O, which the run's
     # state leaves to the phases, as it leaves printing to `progress`.
     ask_host_path: Callable[[Run], bool]  # whether the path to the host drops full-size frames
+    started: float = field(default_factory=time.monotonic)   # when --timeout began counting (monotonic)
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None
@@ -92,7 +93,7 @@ class Run:
     baseline_judged: bool = False   # --baseline compared (goodbye.judge_baseline): once, before the verdict is told
 
     def __post_init__(self):
-        self.budget = TimeBudget.starting_now(self.config.timeout)
+        self.budget = TimeBudget(self.config.timeout, self.started)
         self.rank = self.config.launch.node_rank
 
     @property
