@@ -357,6 +357,28 @@ def test_noise_within_the_threshold_passes():
     assert pair.severity == "pass"
 
 
+def noisy(res: BandwidthResult, spread: float) -> BandwidthResult:
+    return replace(res, headlines=tuple(replace(h, spread=spread, noisy=True) for h in res.headlines))
+
+
+def test_a_node_slow_by_no_more_than_the_runs_own_noise_is_a_warning_and_one_far_slower_fails():
+    """Campaign 64102 #11, a healthy cluster on a machine at load 15: node3's best pair 0.193 GB/s
+    against a median of 0.603 while the run's all_reduce plateau moved 123%; bw.pair failed node3
+    and the job ran. Below half the median by more than the noise is slow beyond doubt (a 20 Mbit/s
+    link: 240 times slower)."""
+    pairs = (Pair(0, 3, 1 << 20, 1.0, 0.131), Pair(1, 2, 1 << 20, 1.0, 0.599), Pair(0, 2, 1 << 20, 1.0, 0.607),
+             Pair(1, 3, 1 << 20, 1.0, 0.193), Pair(0, 1, 1 << 20, 1.0, 0.0915), Pair(2, 3, 1 << 20, 1.0, 0.0952))
+    (pair,) = by_check(findings_of(noisy(result(nnodes=4, pairs=pairs), 1.23)), registry.BW_PAIR)
+    assert (pair.severity, pair.kind, pair.nodes) == ("warn", registry.BW_PAIR_NOISY, (3,)), pair
+    assert "moved 123%" in pair.summary, pair.summary
+    (pair,) = by_check(findings_of(result(nnodes=4, pairs=pairs)), registry.BW_PAIR)   # the figures held still
+    assert (pair.severity, pair.nodes) == ("fail", (3,)), pair
+    shaped = healthy_pairs({2}, 4)
+    shaped = tuple(replace(p, busbw=0.0025) if 2 in (p.a, p.b) else p for p in shaped)
+    (pair,) = by_check(findings_of(noisy(result(nnodes=4, pairs=shaped), 1.23)), registry.BW_PAIR)
+    assert (pair.severity, pair.nodes) == ("fail", (2,)), pair
+
+
 def test_pairs_measured_at_a_latency_size_judge_no_node_and_say_so():
     """A sweep slowed by a lossy link left the pairs 512 bytes: node2's pairs ran at a third of
     the others', which is latency, not bandwidth (issue 63: bw.pair FAILed node2 from them while

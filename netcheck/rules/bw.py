@@ -44,6 +44,7 @@ from netcheck.rules.registry import (
     BW_BUSBW,
     BW_CUT_FLOW,
     BW_PAIR,
+    BW_PAIR_NOISY,
     BW_PAIR_TOO_SMALL,
     BW_STAGE,
     BW_STRAGGLER,
@@ -484,6 +485,8 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     best = best_pairs(result)
     median = statistics.median(best.values())
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
+    noise = pair_noise(result)
+    sure = tuple(n for n in slow if best[n] < BW_PAIR_SLOW * median / (1 + noise))
     size = max(p.size for p in result.pairs)
     swept = max((r.size for s in result.sweeps for r in s.rows), default=0)
     if size < BW_LATENCY_MAXBYTES and swept < BW_LATENCY_MAXBYTES:
@@ -503,11 +506,28 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
         return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs, median {rate_text(pairs_median)}; "
                         f"every node's best pair within {100 * BW_PAIR_SLOW:.0f}% of the median node's best "
                         f"({rate_text(median)})", evidence)]
-    detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in slow)
-    return [Finding(BW_PAIR, FAIL, slow, f"{detail}; the median node's best pair reaches {rate_text(median)}",
-                    evidence, "every collective runs at the slowest node's pace: check that node's "
-                    "link speed and errors (ethtool -S), its cabling and switch port, and the "
-                    "interface its traffic takes (nic.route); or exclude it")]
+    findings = []
+    if sure:
+        detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in sure)
+        findings.append(Finding(BW_PAIR, FAIL, sure, f"{detail}; the median node's best pair reaches "
+                                f"{rate_text(median)}", evidence, "every collective runs at the slowest node's pace: "
+                                "check that node's link speed and errors (ethtool -S), its cabling and switch port, "
+                                "and the interface its traffic takes (nic.route); or exclude it"))
+    if doubtful := tuple(n for n in slow if n not in sure):
+        detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in doubtful)
+        findings.append(Finding(BW_PAIR, WARN, doubtful, f"{detail}, below half the median node's best pair "
+                                f"({rate_text(median)}), while this run's own figures moved {noise:.0%} as they were "
+                                "measured: slow, but not beyond what the measurement's noise spans", evidence,
+                                "measure again once the machines are quiet (host.busy and bw.busbw say what moved "
+                                "the figures); a node slow again is slow", kind=BW_PAIR_NOISY))
+    return findings
+
+
+def pair_noise(result: BandwidthResult) -> float:
+    """How far this run's figures moved while measured (the widest spread of a sweep's plateau,
+    where noisy): a node must fall this much further below the median to be slow beyond doubt.
+    0 where the figures held still (every slow pair then judged as measured)."""
+    return max((h.spread for h in result.headlines if h.noisy), default=0.0)
 
 
 # --- bw.straggler ---------------------------------------------------------------------------

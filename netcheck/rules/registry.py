@@ -122,6 +122,7 @@ MTU_PATH = "path_mtu"   # nic.mtu's: a path narrower than its ends
 BW_CUT_FLOW = "cut_flow"   # bw.stage's: a connection reset on the way between two live nodes
 BW_UNANSWERED = "unanswered"   # bw.stage's: one node at an end of every connection left unanswered
 BW_PAIR_TOO_SMALL = "too_small"   # bw.pair's: pairs measured at a size that times latency, not bandwidth
+BW_PAIR_NOISY = "within_noise"    # bw.pair's: a node slow by no more than the run's own figures moved
 LISTEN_FIREWALLED = "firewalled"
 LISTEN_TWO_HOSTS = "two_hosts"
 
@@ -648,7 +649,10 @@ CHECKS: tuple[Check, ...] = (
     Check(BW_PAIR, "bandwidth", ALL,
           "a node whose node-pair bandwidth is well below the median",
           ("bw.pair_findings",), "BandwidthResult (pairs)", ("test_rules_bw.py", "test_bandwidth_cluster.py"),
-          {BW_PAIR_TOO_SMALL: Kind(ONLY_WARN, "the pairs were measured at a size that times latency, not "
+          {BW_PAIR_NOISY: Kind(ONLY_WARN, "a node's best pair is below half the median node's, but the run's own "
+                                          "figures moved more than that gap's worth while measured (a loaded "
+                                          "machine, a shared link): slow, not beyond doubt; measure again"),
+           BW_PAIR_TOO_SMALL: Kind(ONLY_WARN, "the pairs were measured at a size that times latency, not "
                                               "bandwidth (the budget left no more): no node is judged slow from "
                                               "them")},
           impact=Impact((SPEED,), SLOWS)),
