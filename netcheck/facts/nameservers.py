@@ -11,6 +11,7 @@ rounds: a lookup is given that much here, bounded by the phase's deadline, never
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -57,6 +58,10 @@ class Resolver:
     def lookup_wait(self) -> float:
         """What a lookup waits where no nameserver answers: every round, every server."""
         return self.attempts * self.round_wait
+
+    def wait_for(self, servers: set[str]) -> float:
+        """What a lookup waits for these of its nameservers where they do not answer: every round."""
+        return self.attempts * sum(self.server_wait(i) for i, s in enumerate(self.servers) if s in servers)
 
 
 def resolver() -> Resolver:
@@ -117,10 +122,8 @@ class _Asking:
         return silent, slow
 
     def withheld_wait(self, deadline: Deadline | None) -> float:
-        """What one lookup may wait for the nameservers an ICMP error turned away (UNREACHABLE_WAIT)."""
         self.look(deadline)
-        r = self.resolver
-        return sum(r.attempts * r.server_wait(i) for i, s in enumerate(r.servers) if s in self.unreachable)
+        return self.resolver.wait_for(self.unreachable)
 
 
 _asking: _Asking | None = None
@@ -193,7 +196,8 @@ def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None],
             if time.monotonic() - start >= SLOW_LOOKUP:   # the kernel gave up on ARP / NDP: nobody there
                 answered[server] = None
                 return
-            unreachable.add(server)
+            if not ipaddress.ip_address(server.split("%")[0]).is_loopback:   # loopback's errors are not rationed
+                unreachable.add(server)
     answered[server] = time.monotonic() - start
 
 
