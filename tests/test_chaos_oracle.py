@@ -270,6 +270,9 @@ def test_the_draw_gives_sizes_up_to_8_the_smaller_more_often_and_both_torchrun_s
     two_by_four = next(s for s in schedules if s.shape == (2, 4))
     assert two_by_four.what().startswith("torchrun n=2x4: ") and "torchrun n=2x4 timeout=" in two_by_four.describe()
     assert draw_schedule(64, 7).what() == schedules[7].what()   # (seed, index) alone
+    # On 2 nodes only what fits 2 (duplicate_hostname wants two nodes beside node0 under torchrun).
+    on_two = {f.kind for s in schedules if s.n == 2 for f in s.faults}
+    assert "duplicate_hostname" not in on_two and {"hostname_127011", "decoy_ib0", "mtu_mismatch"} <= on_two, on_two
     for s in schedules:
         # Every fault on a node of the cluster: none that needs 3 nodes drawn onto 2.
         assert all(max(f.nodes) < s.n for f in s.faults), s.what()
