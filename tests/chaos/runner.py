@@ -36,7 +36,7 @@ TORCHRUN_PORT = 29400
 # netcheck process's --timeout starts that much after the agent's.
 TORCHRUN_START = scaled(20)
 SMALL_SWEEP = ["-b", "1K", "-e", "1M", "-f", "4", "-w", "1", "-n", "4", "--bw-budget", "4"]
-Controls = dict[tuple[int, int], "float | None"]   # the healthy job's busbw per (nodes, processes per node)
+Controls = dict[tuple[int, int], float | None]   # the healthy job's busbw per (nodes, processes per node)
 
 
 # --------------------------------------------------------------------------------------
