@@ -1,26 +1,27 @@
 """The real job netcheck's verdict speaks for, run on a test cluster: its fate is the judge that
 cannot be tuned (docs/contract.md, "How the promises are tested"; issue 64).
 
-The job is the README's shape, small: `torchrun --nnodes N --nproc-per-node 1` on every node of
-the cluster, with the static rendezvous (`--master-addr node0 --master-port PORT --node-rank K`) or
-the c10d one (`--rdzv-backend c10d --rdzv-endpoint node0:PORT --rdzv-id ID`), each worker
-tests/gloo_allreduce.py --job: gloo's init_process_group, all_reduces of 4 KiB, 256 KiB and 4 MiB
-(checked), 10 timed all_reduces of 4 MiB (busbw from the median), 3 DDP steps of a 1 M-parameter
-model. Each worker writes one JSON line of its outcome; the harness reads them, and each torchrun
-agent's exit and console, into a fate:
+The job is the README's shape, small: `torchrun --nnodes N --nproc-per-node P` on every node of
+the cluster (P 1, or 4: a node's ranks on one host), with the static rendezvous (`--master-addr
+node0 --master-port PORT --node-rank K`) or the c10d one (`--rdzv-backend c10d --rdzv-endpoint
+node0:PORT --rdzv-id ID`), each worker tests/gloo_allreduce.py --job: gloo's init_process_group,
+all_reduces of 4 KiB, 256 KiB and 4 MiB (checked), 10 timed all_reduces of 4 MiB (busbw from the
+median), 3 DDP steps of a 1 M-parameter model. Each worker (each rank) writes one JSON line of its
+outcome; the harness reads them, and each torchrun agent's exit and console, into a fate:
 
-    ok      every worker wrote ok and every agent exited 0, at a busbw (the slowest rank's) at
-            least SLOW_SHARE of a healthy control's (the best of CONTROL_RUNS jobs of as many nodes
-            on a clean cluster, measured at the start of the campaign run)
+    ok      every rank's worker wrote ok and every agent exited 0, at a busbw (the slowest rank's)
+            at least SLOW_SHARE of a healthy control's (the best of CONTROL_RUNS jobs of the same
+            shape, nodes x processes, on a clean cluster, measured at the start of the campaign run)
     slow    the same below that share, and below it of a healthy job's measured right after it
             (confirm_slow: the machine's load moves busbw as much as a crawl does)
     failed  a worker wrote an error, an agent exited non-zero, or one wrote no line: the first
             error (by the time it was written or seen) is kept
-    hung    still running job_bound(n) seconds after the launch (30 s + 10 s a node: 60 s for 3
-            nodes), with no error seen: killed then (every agent's process group and every worker
-            under it). But a job every worker of which was past init_process_group and said a new
-            stage within the last STALL seconds was still moving: slow, not hung (a 20 Mbit/s link
-            takes longer than the bound), its busbw the timed all_reduces' so far where it had any
+    hung    still running job_bound(n, P) seconds after the launch (30 s + 5 s a torch import, an
+            agent's or a worker's: 60 s for 3 nodes x 1, 80 s for 2 x 4), with no error seen: killed
+            then (every agent's process group and every worker under it). But a job every worker of
+            which was past init_process_group and said a new stage within the last STALL seconds
+            was still moving: slow, not hung (a 20 Mbit/s link takes longer than the bound), its
+            busbw the timed all_reduces' so far where it had any
 
 A job that failed on one node is not waited for on the others: they get FAILED_GRACE to say
 their own error, then are killed (the fate is decided at the first error). The job waits as a
@@ -83,6 +84,7 @@ class Launch:
     rdzv_ids: tuple[str, ...] = ()       # --rdzv-id per node (c10d), default "job"
     envs: tuple[Mapping[str, str], ...] = ()            # per node: the variables the operator sets
     wrappers: tuple[tuple[str, ...], ...] = ()          # per node: argv that execs torchrun (a limit)
+    nproc: int = 1                       # --nproc-per-node: workers (ranks) a node
 
     def argv(self, i: int, out: Path, logs: Path) -> list[str]:
         host, port = self.endpoint.rsplit(":", 1)
@@ -94,11 +96,16 @@ class Launch:
                     "--rdzv-id", self.rdzv_ids[i] if self.rdzv_ids else "job"]
         wrapper = self.wrappers[i] if self.wrappers else ()
         return [*wrapper, sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.n),
-                "--nproc-per-node", "1", *rdzv, "--max-restarts", "0", "--redirects", "3", "--log-dir", str(logs),
-                str(JOB), "--job", str(out)]
+                "--nproc-per-node", str(self.nproc), *rdzv, "--max-restarts", "0", "--redirects", "3",
+                "--log-dir", str(logs), str(JOB), "--job", str(out)]
 
     def env(self, i: int) -> dict[str, str | None]:
         return {**{k: None for k in OUTER}, **(self.envs[i] if self.envs else {}), "FATE_NODE": str(i)}
+
+    @property
+    def world(self) -> int:
+        """WORLD_SIZE: the job's ranks, its workers."""
+        return self.n * self.nproc
 
     def describe(self) -> str:
         return f"{self.name} {self.rdzv} {self.endpoint}"
@@ -106,11 +113,13 @@ class Launch:
 
 @dataclass
 class JobRun:
-    """What one launch left: each node's worker line and last stage, each agent's exit."""
+    """What one launch left: each rank's worker line and last stage, each node's agent's exit."""
 
     launch: Launch
-    lines: dict[int, dict] = field(default_factory=dict)     # node -> its worker's JSON line
-    stages: dict[int, dict] = field(default_factory=dict)    # node -> its worker's last stage record
+    # Keyed by worker, (node, rank): its file's name (node{FATE_NODE}.rank{RANK}); a rank copied on
+    # two nodes (a launch line's --node-rank) is two workers.
+    lines: dict[tuple[int, int], dict] = field(default_factory=dict)    # its JSON line
+    stages: dict[tuple[int, int], dict] = field(default_factory=dict)   # its last stage record
     exits: dict[int, int | None] = field(default_factory=dict)   # node -> its agent's exit code (None: killed)
     exited_at: dict[int, float] = field(default_factory=dict)    # node -> wall time its exit was seen
     consoles: dict[int, str] = field(default_factory=dict)   # node -> its agent's console (stdout + stderr)
@@ -128,7 +137,7 @@ class Fate:
     control: float | None = None       # the healthy control's, GB/s
     control_now: float | None = None   # a healthy job's measured right after this one, where it looked slow
     first_error: str | None = None
-    where: dict[str, str] = field(default_factory=dict)   # node -> the stage it was in at the end
+    where: dict[str, str] = field(default_factory=dict)   # worker -> the stage it was in at the end (where_each)
     seconds: float = 0.0
     library: str = "gloo"
 
@@ -171,50 +180,69 @@ def console_error(text: str) -> str | None:
 
 
 def classify(run: JobRun, control: float | None, share: float = SLOW_SHARE) -> Fate:
-    """The job's fate from one launch's leavings. `control` is the healthy job's busbw for as
-    many nodes (None: unknown, and slowness is not judged)."""
-    n, launch = run.launch.n, run.launch
+    """The job's fate from one launch's leavings, over every rank: ok only where each of the
+    launch's n x nproc workers wrote ok. `control` is the healthy job's busbw for its shape (None:
+    unknown, and slowness is not judged)."""
+    launch = run.launch
     fate = Fate("ok", launch.name, launch.rdzv, control=control, seconds=run.seconds)
     errors: list[tuple[float, str]] = []
-    for i, line in sorted(run.lines.items()):
+    for (i, rank), line in sorted(run.lines.items()):
         # A peer's "Connection closed" once the harness began killing the job is the kill's doing.
         if not line.get("ok") and line.get("t", 0.0) < run.killed_at:
-            errors.append((line.get("t", 0.0), f"node{i} rank {line.get('rank')} in {line.get('stage')}: "
-                                               f"{line.get('error')}"))
+            errors.append((line.get("t", 0.0), f"node{i} rank {rank} in {line.get('stage')}: {line.get('error')}"))
     for i, rc in sorted(run.exits.items()):
         if rc not in (0, None):
             said = console_error(run.consoles.get(i, "")) or "(nothing said)"
             errors.append((run.exited_at.get(i, 0.0), f"node{i}'s torchrun exit {rc}: {said}"))
-    for i in range(n):
-        if i in run.lines:
-            fate.where[f"node{i}"] = run.lines[i].get("stage", "?")
-        elif i in run.stages:
-            fate.where[f"node{i}"] = run.stages[i].get("stage", "?")
-        else:
-            fate.where[f"node{i}"] = "rendezvous (no worker started)"
+    fate.where = where_each(run)
     if errors:
         fate.fate, fate.first_error = "failed", min(errors)[1]
         return fate
-    missing = [i for i in range(n) if i not in run.lines]
-    if missing and run.killed:
-        stages = [run.stages.get(i) for i in missing]
-        if all(st and st.get("stage") != "init_process_group" and st.get("t", 0.0) >= run.killed_at - STALL
-               for st in stages):
+    silent = {i: k for i in range(launch.n) if (k := launch.nproc - len(_lines_of(run, i))) > 0}
+    if silent and run.killed:
+        # Moving at the bound: every worker that wrote no line is past init, and said a stage lately.
+        stages = [st for w, st in run.stages.items() if w not in run.lines]
+        if len(stages) == sum(silent.values()) and all(
+                st.get("stage") != "init_process_group" and st.get("t", 0.0) >= run.killed_at - STALL
+                for st in stages):
             figures = [st["busbw"] for st in stages if "busbw" in st] + [
                 line["busbw"] for line in run.lines.values() if "busbw" in line]
-            fate.fate, fate.busbw = "slow", (min(figures) if len(figures) == n else None)
+            fate.fate, fate.busbw = "slow", (min(figures) if len(figures) == launch.world else None)
             fate.where = {k: f"{v} (moving at the bound)" for k, v in fate.where.items()}
         else:
             fate.fate = "hung"
         return fate
-    if missing:
-        fate.fate, fate.first_error = "failed", f"node{missing[0]}: its worker wrote no line"
+    if silent:
+        i, k = min(silent.items())
+        fate.fate = "failed"
+        fate.first_error = f"node{i}: " + (f"{k} of its {launch.nproc} workers" if launch.nproc > 1
+                                           else "its worker") + " wrote no line"
         return fate
     # Every worker wrote its line (an agent's teardown may outlive the bound): its figure decides.
     fate.busbw = min(float(line["busbw"]) for line in run.lines.values())
     if control is not None and fate.busbw < share * control:
         fate.fate = "slow"
     return fate
+
+
+def _lines_of(run: JobRun, node: int) -> list[dict]:
+    return [line for (i, _), line in run.lines.items() if i == node]
+
+
+def where_each(run: JobRun) -> dict[str, str]:
+    """The stage each worker was in at the end ("node1", or "node1 rank 5" where a node runs
+    several), and each node's workers that never said one (still in the rendezvous, or importing)."""
+    per = run.launch.nproc
+    where = {}
+    for i in range(run.launch.n):
+        ranks = sorted({rank for node, rank in (*run.lines, *run.stages) if node == i})
+        for rank in ranks:
+            record = run.lines.get((i, rank)) or run.stages[i, rank]
+            where[f"node{i}" if per == 1 else f"node{i} rank {rank}"] = record.get("stage", "?")
+        if len(ranks) < per:
+            where[f"node{i}"] = ("rendezvous (no worker started)" if not ranks
+                                 else f"rendezvous ({per - len(ranks)} of {per} workers not started)")
+    return where
 
 
 # --------------------------------------------------------------------------------------
@@ -234,16 +262,16 @@ def confirm_slow(fate: Fate, control_now: float | None, share: float = SLOW_SHAR
     return fate
 
 
-def job_bound(n: int) -> float:
+def job_bound(n: int, nproc: int = 1) -> float:
     """Past this, a job with no error is hung: killed. A healthy 3-node job takes 15-25 s on this
     busy 2-core machine (3 torchrun agents, then 3 workers, import torch at once; then seconds of
-    collectives); each node more adds two imports."""
-    return scaled(30 + 10 * n)
+    collectives): 5 s for each import, an agent's a node and a worker's a rank."""
+    return scaled(30 + 5 * (n + n * nproc))
 
 
 def run_job(c: Cluster, launch: Launch, tmp: Path, bound: float | None = None) -> JobRun:
     """The job on every node of `c`, waited for up to `bound` seconds (job_bound); what it left."""
-    bound = job_bound(launch.n) if bound is None else bound
+    bound = job_bound(launch.n, launch.nproc) if bound is None else bound
     out = tmp / f"job-{launch.name}-{launch.rdzv}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
     run = JobRun(launch)
@@ -282,15 +310,19 @@ def run_job(c: Cluster, launch: Launch, tmp: Path, bound: float | None = None) -
             run.consoles[i] = f.read()[-20000:]
             f.close()
     for path in out.glob("node*.rank*.json"):
-        i = int(path.name.split(".")[0].removeprefix("node"))
-        run.lines[i] = json.loads(path.read_text())
+        run.lines[worker_of(path)] = json.loads(path.read_text())
     for path in out.glob("node*.rank*.stage"):
-        i = int(path.name.split(".")[0].removeprefix("node"))
         try:
-            run.stages[i] = json.loads(path.read_text())
+            run.stages[worker_of(path)] = json.loads(path.read_text())
         except ValueError:
             pass
     return run
+
+
+def worker_of(path: Path) -> tuple[int, int]:
+    """(node, rank) from a worker's file name, node{FATE_NODE}.rank{RANK}.*."""
+    node, rank = path.name.split(".")[:2]
+    return int(node.removeprefix("node")), int(rank.removeprefix("rank"))
 
 
 def _an_error_written(out: Path) -> bool:
@@ -326,11 +358,11 @@ def job_fate(c: Cluster, launch: Launch, tmp: Path, control: float | None, bound
     return classify(run_job(c, launch, tmp, bound), control)
 
 
-def measure_control(n: int, tmp: Path, runs: int = CONTROL_RUNS) -> list[Fate]:
-    """The healthy control: the bare job, static rendezvous, on a clean n-node cluster, `runs`
-    times back to back. Its figure is the best of those that ran (control_busbw)."""
+def measure_control(n: int, tmp: Path, runs: int = CONTROL_RUNS, nproc: int = 1) -> list[Fate]:
+    """The healthy control: the bare job, static rendezvous, `nproc` workers a node, on a clean
+    n-node cluster, `runs` times back to back. Its figure is the best of those that ran (control_busbw)."""
     with Cluster([NodeSpec() for _ in range(n)]) as c:
-        return [job_fate(c, Launch(n), tmp, None) for _ in range(runs)]
+        return [job_fate(c, Launch(n, nproc=nproc), tmp, None) for _ in range(runs)]
 
 
 def control_busbw(fates: Sequence[Fate]) -> float | None:

@@ -4,6 +4,7 @@ leavings into its fate, and netcheck's verdict x the job's fate into violations 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +23,10 @@ from job import (
     console_error,
     control_busbw,
     export_envs,
+    job_bound,
+    worker_of,
 )
+from nodes import scaled
 
 CONTROL = 0.4
 
@@ -32,11 +36,17 @@ def line(rank: int, busbw: float = CONTROL, ok: bool = True, stage: str = "done"
     return {"rank": rank, "ok": ok, "stage": stage, "busbw": busbw, "error": error, "t": t}
 
 
-def leavings(n=3, lines=None, exits=None, killed="", rdzv="static", **kw) -> JobRun:
-    run = JobRun(Launch(n, rdzv=rdzv), seconds=12.0, killed=killed, **kw)
-    run.lines = {i: line(i) for i in range(n)} if lines is None else lines
+def leavings(n=3, lines=None, exits=None, killed="", rdzv="static", nproc=1, **kw) -> JobRun:
+    """A launch's leavings; `lines` and `stages` by rank where each node runs one (rank = node)."""
+    run = JobRun(Launch(n, rdzv=rdzv, nproc=nproc), seconds=12.0, killed=killed, **kw)
+    run.lines = {(r // nproc, r): line(r) for r in range(n * nproc)} if lines is None else workers(lines)
     run.exits = {i: 0 for i in range(n)} if exits is None else exits
     return run
+
+
+def workers(by_rank: dict) -> dict:
+    """Rank-keyed records (one rank a node, rank = node) as the (node, rank) a JobRun keys them by."""
+    return {(r, r): v for r, v in by_rank.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -85,7 +95,7 @@ def test_the_first_error_is_the_earliest_written_and_wins_over_a_kill():
     lines = {1: line(1, ok=False, stage="all_reduce 4096 B", error="RuntimeError: Connection closed by peer", t=105.0),
              2: line(2, ok=False, stage="init_process_group", error="RuntimeError: Connection refused", t=101.0)}
     run = leavings(lines=lines, exits={0: None, 1: 1, 2: 1}, killed="failed", exited_at={1: 106.0, 2: 102.0})
-    run.stages = {0: {"stage": "all_reduce 4096 B"}}
+    run.stages = workers({0: {"stage": "all_reduce 4096 B"}})
     fate = classify(run, CONTROL)
     assert fate.fate == "failed"
     assert fate.first_error == "node2 rank 2 in init_process_group: RuntimeError: Connection refused"
@@ -105,7 +115,7 @@ def test_an_agent_that_exits_non_zero_with_no_worker_line_gives_its_consoles_err
 
 def test_killed_at_the_bound_with_no_error_is_hung_and_says_where_each_node_was():
     run = leavings(lines={}, exits={0: None, 1: None, 2: None}, killed="bound")
-    run.stages = {0: {"stage": "init_process_group"}, 2: {"stage": "init_process_group"}}
+    run.stages = workers({0: {"stage": "init_process_group"}, 2: {"stage": "init_process_group"}})
     fate = classify(run, CONTROL)
     assert (fate.fate, fate.first_error) == ("hung", None)
     assert fate.where == {"node0": "init_process_group", "node1": "rendezvous (no worker started)",
@@ -130,15 +140,15 @@ def test_a_job_still_moving_at_the_bound_is_slow_not_hung():
     link's job takes longer than the bound), with the timed all_reduces' figure where all had one."""
     run = leavings(lines={}, exits={0: None, 1: None, 2: None}, killed="bound")
     run.killed_at = 200.0
-    run.stages = {i: {"stage": "timed all_reduce 4194304 B", "t": 198.0, "busbw": 0.002 + i / 1000}
-                  for i in range(3)}
+    run.stages = workers({i: {"stage": "timed all_reduce 4194304 B", "t": 198.0, "busbw": 0.002 + i / 1000}
+                          for i in range(3)})
     fate = classify(run, CONTROL)
     assert (fate.fate, fate.busbw) == ("slow", 0.002)
-    run.stages[1] = {"stage": "ddp step 1", "t": 199.0}
+    run.stages[1, 1] = {"stage": "ddp step 1", "t": 199.0}
     assert (classify(run, CONTROL).fate, classify(run, CONTROL).busbw) == ("slow", None)
-    run.stages[1] = {"stage": "ddp step 1", "t": 200.0 - STALL - 1}        # stuck
+    run.stages[1, 1] = {"stage": "ddp step 1", "t": 200.0 - STALL - 1}        # stuck
     assert classify(run, CONTROL).fate == "hung"
-    run.stages[1] = {"stage": "init_process_group", "t": 199.0}           # never past init
+    run.stages[1, 1] = {"stage": "init_process_group", "t": 199.0}           # never past init
     assert classify(run, CONTROL).fate == "hung"
 
 
@@ -153,6 +163,44 @@ def test_agents_that_exit_0_with_a_worker_line_missing_failed():
     run = leavings(lines={0: line(0), 2: line(2)})
     fate = classify(run, CONTROL)
     assert (fate.fate, fate.first_error) == ("failed", "node1: its worker wrote no line")
+
+
+def test_two_nodes_of_four_ranks_are_ok_only_where_all_eight_ran_at_the_slowest_ranks_busbw():
+    """torchrun 2 x 4: each worker's line is its own (node{i}.rank{r}), judged over every rank."""
+    run = leavings(n=2, nproc=4)
+    run.lines[1, 6]["busbw"] = 0.25
+    fate = classify(run, CONTROL)
+    assert (fate.fate, fate.busbw) == ("ok", 0.25)
+    assert fate.where == {f"node{r // 4} rank {r}": "done" for r in range(8)}
+    del run.lines[1, 6]
+    fate = classify(run, CONTROL)
+    assert (fate.fate, fate.first_error) == ("failed", "node1: 1 of its 4 workers wrote no line")
+    assert fate.where["node1"] == "rendezvous (1 of 4 workers not started)"
+
+
+def test_of_four_ranks_a_node_with_one_still_in_init_at_the_bound_is_hung_and_one_erring_fails_the_job():
+    run = leavings(n=2, nproc=4, lines={}, exits={0: None, 1: None}, killed="bound")
+    run.killed_at = 200.0
+    run.stages = {(r // 4, r): {"stage": "timed all_reduce 4194304 B", "t": 198.0, "busbw": 0.1} for r in range(8)}
+    assert (classify(run, CONTROL).fate, classify(run, CONTROL).busbw) == ("slow", 0.1)
+    run.stages[1, 5] = {"stage": "init_process_group", "t": 199.0}
+    assert classify(run, CONTROL).fate == "hung"
+    del run.stages[1, 5]      # one worker never said a stage: not moving
+    fate = classify(run, CONTROL)
+    assert fate.fate == "hung" and fate.where["node1"] == "rendezvous (1 of 4 workers not started)"
+    run.lines[0, 2] = line(2, ok=False, stage="ddp step 0", error="RuntimeError: Connection reset", t=150.0)
+    assert classify(run, CONTROL).first_error == "node0 rank 2 in ddp step 0: RuntimeError: Connection reset"
+
+
+def test_a_workers_files_name_its_node_and_rank():
+    """Four workers on one node write four files, read as four workers."""
+    assert [worker_of(Path(f"/o/node1.rank{r}.json")) for r in (4, 5)] == [(1, 4), (1, 5)]
+    assert worker_of(Path("/o/node0.rank3.stage")) == (0, 3)
+
+
+def test_the_bound_counts_each_torch_import_an_agent_and_a_worker():
+    assert job_bound(3) == scaled(60)
+    assert job_bound(2, 4) == scaled(80)    # 2 agents and 8 workers
 
 
 def test_a_wrong_result_is_a_failure():
@@ -187,6 +235,9 @@ def test_the_launch_lines():
     assert argv[:3] == ["prlimit", "--nofile=64:4096", "--"]
     assert argv[argv.index("--rdzv-backend"):argv.index("--rdzv-backend") + 6] == [
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "b"]
+    assert argv[argv.index("--nproc-per-node") + 1] == "1"
+    four = Launch(2, nproc=4).argv(1, "/o", "/l")
+    assert (four[four.index("--nnodes") + 1], four[four.index("--nproc-per-node") + 1]) == ("2", "4")
     env = Launch(3, envs=({"GLOO_SOCKET_IFNAME": "eth0"},) * 3).env(2)
     assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["FATE_NODE"] == "2" and env["MASTER_ADDR"] is None
 
@@ -325,9 +376,9 @@ def test_the_agreement_table_counts_verdicts_by_fate_per_launch():
 # the schedule's verdict, and what each fault lets the job meet
 
 
-def outcome(mode: str, rcs: dict, reports: dict, hung=(), tmp=None):
+def outcome(mode: str, rcs: dict, reports: dict, hung=(), tmp=None, nproc=1):
     runs = {i: SimpleNamespace(rc=rc) for i, rc in rcs.items()}
-    sched = Schedule(1, 0, mode, len(rcs), ())
+    sched = Schedule(1, 0, mode, len(rcs), (), nproc=nproc)
     return SimpleNamespace(sched=sched, run=SimpleNamespace(runs=runs, hung=set(hung), tmp=tmp), reports=reports)
 
 
@@ -350,6 +401,15 @@ def test_under_torchrun_the_verdict_is_every_ranks_report_and_a_missing_one_is_n
     for rank in (0, 1, 2):
         (tmp_path / f"rank{rank}.json").write_text(json.dumps({"verdict": "warn", "findings": []}))
     assert schedule_verdict(outcome("torchrun", {0: 1, 1: 1, 2: 1}, {}, tmp=tmp_path)) == "warn"
+
+
+def test_under_torchrun_two_nodes_of_four_need_all_eight_ranks_reports(tmp_path):
+    for rank in range(8):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({"verdict": "pass", "findings": []}))
+    two_by_four = outcome("torchrun", {0: 0, 1: 0}, {}, tmp=tmp_path, nproc=4)
+    assert schedule_verdict(two_by_four) == "pass"
+    (tmp_path / "rank6.json").unlink()
+    assert schedule_verdict(two_by_four) == "none"
 
 
 def test_what_the_job_meets_of_each_fault():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,9 +34,9 @@ from chaos.catalog import (
     Signal,
     WrongPrefix,
 )
-from chaos.generator import Schedule, draw_schedule
+from chaos.generator import Schedule, draw_schedule, timeout_for
 from chaos.midrun import LINE_LAG, TimedLines
-from chaos.oracle import Expect
+from chaos.oracle import Blame, Expect, Outcome, _judge_blame, ranks_of, reports_of
 from nodes import NodeRun
 
 
@@ -257,6 +258,54 @@ def test_the_midrun_campaign_draws_a_midrun_fault_in_most_schedules_and_only_com
         assert set(kinds) - {k.kind for k in MIDRUN} <= set(MIDRUN_COMPANIONS), s.what()
         assert s.mode != "torchrun" and s.n <= 4 and s.bandwidth, s.what()
         assert s.replay().endswith("--midrun")
+
+
+def test_the_draw_gives_sizes_up_to_8_the_smaller_more_often_and_both_torchrun_shapes():
+    schedules = [draw_schedule(64, i) for i in range(2000)]
+    sizes = Counter(s.n for s in schedules if s.mode != "torchrun" and not s.bandwidth)
+    assert set(sizes) == set(range(3, 9)) and sizes[3] > sizes[5] > sizes[8] > 0, sizes
+    assert {s.nproc for s in schedules if s.mode != "torchrun"} == {1}
+    shapes = Counter(s.shape for s in schedules if s.mode == "torchrun")
+    assert set(shapes) == {(3, 1), (2, 4)} and min(shapes.values()) > 0.3 * sum(shapes.values()), shapes
+    two_by_four = next(s for s in schedules if s.shape == (2, 4))
+    assert two_by_four.what().startswith("torchrun n=2x4: ") and "torchrun n=2x4 timeout=" in two_by_four.describe()
+    assert draw_schedule(64, 7).what() == schedules[7].what()   # (seed, index) alone
+    # On 2 nodes only what fits 2 (duplicate_hostname wants two nodes beside node0 under torchrun).
+    on_two = {f.kind for s in schedules if s.n == 2 for f in s.faults}
+    assert "duplicate_hostname" not in on_two and {"hostname_127011", "decoy_ib0", "mtu_mismatch"} <= on_two, on_two
+    for s in schedules:
+        # Every fault on a node of the cluster: none that needs 3 nodes drawn onto 2.
+        assert all(max(f.nodes) < s.n for f in s.faults), s.what()
+        assert all(s.mode in f.modes for f in s.faults), s.what()
+
+
+def test_the_timeout_counts_each_ranks_torch_import():
+    assert timeout_for(8, False, "torchrun") == timeout_for(8, False, "ranked")
+    two_by_four = Schedule(1, 0, "torchrun", 2, (), nproc=4)
+    assert two_by_four.timeout == timeout_for(8, False, "torchrun") > Schedule(1, 0, "torchrun", 3, ()).timeout
+
+
+def test_under_torchrun_a_node_is_each_of_its_ranks():
+    """2 nodes x 4 processes: the host's report lists 8 ranks, 4 at each node's address; a finding
+    naming any of node1's ranks names node1, and node1's own finding is in any of its ranks' reports."""
+    nodes = [SimpleNamespace(addr=f"198.18.0.{10 + i}", hostname=f"node{i}") for i in range(2)]
+    sched = Schedule(1, 0, "torchrun", 2, (LoopbackHostname((1,)),), nproc=4)
+    o = Outcome(sched, SimpleNamespace(c=SimpleNamespace(nodes=nodes), runs={}), [])
+    fail = {"check": "nic.gloo_default", "kind": "", "severity": "fail", "nodes": [4, 5, 6, 7],
+            "summary": "", "evidence": []}
+    o.host_report = {"role": "host", "findings": [fail],
+                     "nodes": [{"rank": r, "address": nodes[r // 4].addr} for r in range(8)]}
+    o.rank_reports = {r: {"node_rank": r, "findings": []} for r in range(8)}
+    o.rank_reports[6]["findings"] = [{**fail, "check": "rdzv.reach", "nodes": [6]}]
+    assert ranks_of(o, 0) == {0, 1, 2, 3} and ranks_of(o, 1) == {4, 5, 6, 7}
+    assert [r["node_rank"] for r in reports_of(o, 1)] == [4, 5, 6, 7]
+    _judge_blame(o, Blame(1, ("nic.gloo_default",)))
+    _judge_blame(o, Blame(1, ("nic.gloo_default",), alone=True))
+    _judge_blame(o, Blame(1, ("rdzv.reach",), reporter=1))
+    assert o.violations == []
+    _judge_blame(o, Blame(0, ("nic.gloo_default",)))
+    _judge_blame(o, Blame(0, ("rdzv.reach",), reporter=0))
+    assert len(o.violations) == 2, o.violations
 
 
 LINE_PRINTER = ("import sys, time\nfor i in range(200):\n"

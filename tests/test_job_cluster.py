@@ -1,5 +1,6 @@
 """The real job (tests/job.py: torchrun, gloo) on namespace clusters: the fate oracle's judge
-judged. A healthy cluster runs it to the end (ok, with a busbw); with node2's ephemeral ports
+judged. A healthy cluster runs it to the end (ok, with a busbw), in both of the campaign's shapes
+(3 nodes x 1 process, 2 x 4: each of the 8 ranks' lines its own); with node2's ephemeral ports
 closed both ways (the catalog's `ephemeral way=both`: only the endpoint's port open to it and from
 it) it cannot: failed or hung, decided within its bound.
 
@@ -19,11 +20,16 @@ from nodes import scaled
 pytestmark = pytest.mark.root_required
 
 
-def test_the_job_runs_on_a_healthy_cluster_and_not_with_a_nodes_ephemeral_ports_closed(cluster, tmp_path):
+def test_the_job_runs_on_a_healthy_cluster_in_both_shapes_and_not_with_a_nodes_ephemeral_ports_closed(cluster,
+                                                                                                    tmp_path):
     with cluster([NodeSpec() for _ in range(3)]) as c:
         healthy = classify(run_job(c, Launch(3, rdzv="static"), tmp_path), None)
         assert healthy.fate == "ok", healthy.describe()
         assert healthy.busbw > 0 and set(healthy.where.values()) == {"done"}, healthy.record()
+        # Nodes 0 and 1 of the same cluster, 4 workers each, torchrun's c10d (its group ranks its own).
+        four = classify(run_job(c, Launch(2, rdzv="c10d", nproc=4), tmp_path), None)
+        assert four.fate == "ok" and four.busbw > 0 and set(four.where.values()) == {"done"}, four.describe()
+        assert sorted(worker.split()[0] for worker in four.where) == ["node0"] * 4 + ["node1"] * 4, four.where
 
         EphemeralBlocked((2,), (("way", "both"),)).setup(c, None)
         run = run_job(c, Launch(3, rdzv="c10d"), tmp_path)

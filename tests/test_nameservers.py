@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.facts.nameservers import Resolver, parse_resolver
+from netcheck.facts.nameservers import Resolver, _ask_nameserver, parse_resolver
 
 
 @pytest.mark.parametrize("text,options,expected", [
@@ -28,3 +28,18 @@ def test_a_lookup_no_nameserver_answers_waits_every_round_for_every_server():
     assert [three.server_wait(i) for i in range(3)] == [5.0, 3.0, 6.0]
     assert three.round_wait == 14.0 and three.lookup_wait == 28.0
     assert Resolver(("a", "b", "c"), 1, 1).server_wait(1) == 1.0   # at least a second
+
+
+def test_a_lookup_waits_every_round_for_the_servers_that_do_not_answer_it():
+    """An ICMP error a router rations leaves a query as unanswered as a silent server's."""
+    three = Resolver(("a", "b", "c"), 5, 2)
+    assert three.wait_for({"b"}) == 6.0 and three.wait_for({"a", "c"}) == 22.0 and three.wait_for(set()) == 0.0
+
+
+def test_a_refusal_on_loopback_is_not_rationed():
+    """The kernel rations no ICMP error on loopback: a local nameserver's refusal comes every time
+    (or it answers: either way no lookup waits for it)."""
+    answered: dict[str, float | None] = {}
+    unreachable: set[str] = set()
+    _ask_nameserver("127.0.0.1", 2.0, answered, unreachable)
+    assert unreachable == set() and answered["127.0.0.1"] is not None

@@ -1,5 +1,6 @@
-"""A nameserver that never answers (issue 35 item 1, issue 39 case 5), or answers late (issue
-63), on real namespaces.
+"""A nameserver that never answers (issue 35 item 1, issue 39 case 5), answers late (issue
+63), or is turned away by the gateway (issue 49, and under torchrun's 4 ranks a node, issue 64),
+on real namespaces.
 
 Every node's /etc/nsswitch.conf asks /etc/hosts, then DNS, as a stock machine does, and its
 /etc/resolv.conf names an address in the test subnet that no machine holds: every query to
@@ -15,7 +16,8 @@ import pytest
 
 from cluster import NETNS_ETC, _write_in_place
 from faults import Agent, assert_survivor, finish_each, nodes, ranked_args
-from nodes import CLUSTER_TIMEOUT, PORT, start
+from nodes import CLUSTER_TIMEOUT, PORT, SKIP_BANDWIDTH, read_report, scaled, start
+from test_torchrun_cluster import run_both, torchrun
 
 pytestmark = pytest.mark.root_required
 
@@ -65,6 +67,12 @@ def test_a_name_only_dns_knows_behind_a_dead_nameserver_is_said_unanswered(clust
 UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the nodes' gateway has a route to
 
 
+def _unroutable_nameserver(c) -> None:
+    for node in c.nodes:
+        _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+        _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {UNROUTED_NAMESERVER}\n")
+
+
 def test_a_healthy_cluster_behind_an_unroutable_nameserver_passes_without_a_word_of_waiting(cluster, tmp_path):
     """resolv.conf names an address no route leads to (an image built elsewhere, an air-gapped
     site; the nodes' gateway answers "network unreachable" for it): every lookup /etc/hosts
@@ -72,14 +80,28 @@ def test_a_healthy_cluster_behind_an_unroutable_nameserver_passes_without_a_word
     cluster whose names are all in /etc/hosts exits 0 (issue 49 item 5), unlike a silent one."""
     timeout = 2 * CLUSTER_TIMEOUT
     with cluster(nodes(3)) as c:
-        for node in c.nodes:
-            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
-            _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {UNROUTED_NAMESERVER}\n")
+        _unroutable_nameserver(c)
         runs = [start(c, i, ranked_args(i, 3, timeout), tmp_path) for i in range(3)]
         finish_each(runs, timeout + 10)
     for run in runs:
         report = assert_survivor(run, timeout, codes=(0,))
         assert not _silent_resolver(report), report["findings"]
+
+
+def test_four_ranks_a_node_behind_an_unroutable_nameserver_all_join(cluster, tmp_path):
+    """The same nameserver under torchrun, 2 nodes x 4 ranks: the gateway sends a node 5 "network
+    unreachable"s, then one a second (Linux's route.error_cost), and the 4 ranks' store clients
+    look up at once, so most of their lookups wait out the resolver's 5 s: a store client given
+    5 s in all gave up (rdzv.join join_failed, the campaign's seed 64, schedule 69), where the job's
+    own clients waited and it ran. Every rank joins: a pass."""
+    timeout = 2 * CLUSTER_TIMEOUT
+    with cluster(nodes(2)) as c:
+        _unroutable_nameserver(c)
+        results = run_both(c, torchrun(tmp_path, "--timeout", str(timeout), *SKIP_BANDWIDTH, nproc=4),
+                           timeout=timeout + scaled(40))
+    report = read_report(tmp_path / "rank0.json")
+    assert not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
+    assert [rc for *_, rc in results] == [0, 0], [out[-2000:] for out, *_ in results]
 
 
 LATE = 4.0   # how late the nameserver answers every query: under the resolver's 5 s, so each lookup succeeds

@@ -20,7 +20,7 @@ from netcheck.core.names import lookups_per_connect
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
 from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
-from netcheck.facts.nameservers import lookup_bound, nameserver_look
+from netcheck.facts.nameservers import lookup_bound, nameserver_look, withheld_wait
 from netcheck.facts.probe import Lookup, reach
 from netcheck.facts.procfds import socket_fds
 
@@ -99,10 +99,11 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
     getaddrinfo of the host (IPv6 first, IPv4 mapped: its AAAA, then its A), then getnameinfo
     of the address it connects to (an IPv4 one as ::ffff:a.b.c.d, which /etc/hosts never
     answers): a lookup's wait for each nameserver that does not answer, and for one that
-    answers late its answer time, per lookup (lookups_per_connect)."""
+    answers late its answer time, per lookup (lookups_per_connect); and for one an ICMP error
+    turned away, the wait of a query whose error was rationed (nameservers.withheld_wait)."""
     silent, slow = nameserver_look(deadline)
-    lookups = lookups_per_connect(host) * (sum(s.lookup_wait for s in silent) + max((s.seconds for s in slow),
-                                                                                    default=0.0))
+    lookups = lookups_per_connect(host) * (sum(s.lookup_wait for s in silent) + withheld_wait(deadline)
+                                           + max((s.seconds for s in slow), default=0.0))
     seconds = min(CONNECT_TRY, deadline.remaining() / 3)
     timeout = compat.connect_timeout(_timedelta(min(seconds + lookups, deadline.remaining())))
     bound = min(2 * compat.connect_timeout(_timedelta(seconds)).total_seconds() + 1.0 + lookups,

@@ -11,6 +11,7 @@ rounds: a lookup is given that much here, bounded by the phase's deadline, never
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -58,6 +59,10 @@ class Resolver:
         """What a lookup waits where no nameserver answers: every round, every server."""
         return self.attempts * self.round_wait
 
+    def wait_for(self, servers: set[str]) -> float:
+        """What a lookup waits for these of its nameservers where they do not answer: every round."""
+        return self.attempts * sum(self.server_wait(i) for i, s in enumerate(self.servers) if s in servers)
+
 
 def resolver() -> Resolver:
     """This node's resolver: /etc/resolv.conf, then $RES_OPTIONS."""
@@ -96,8 +101,10 @@ class _Asking:
         self.resolver = resolver()
         self.start = time.monotonic()
         self.answered: dict[str, float | None] = {}
-        self.threads = [threading.Thread(target=_ask_nameserver, args=(s, self.resolver.server_wait(i), self.answered),
-                                         daemon=True) for i, s in enumerate(self.resolver.servers)]
+        self.unreachable: set[str] = set()
+        self.threads = [threading.Thread(target=_ask_nameserver, daemon=True,
+                                         args=(s, self.resolver.server_wait(i), self.answered, self.unreachable))
+                        for i, s in enumerate(self.resolver.servers)]
         for t in self.threads:
             t.start()
 
@@ -113,6 +120,10 @@ class _Asking:
         slow = tuple(SlowNameserver(s, RESOLV_CONF, round(took, 2)) for s in r.servers
                      if (took := self.answered.get(s)) is not None and took >= SLOW_LOOKUP)
         return silent, slow
+
+    def withheld_wait(self, deadline: Deadline | None) -> float:
+        self.look(deadline)
+        return self.resolver.wait_for(self.unreachable)
 
 
 _asking: _Asking | None = None
@@ -131,6 +142,24 @@ def ask_nameservers() -> None:
 Look = tuple[tuple[SilentNameserver, ...], tuple[SlowNameserver, ...]]   # (silent, slow)
 
 
+# An ICMP error is a router's or a host's answer, and they ration it: Linux sends a source 5
+# "unreachable"s for packets it has no route for, then one a second (net.ipv4.route.error_cost,
+# error_burst), and one "port unreachable" a second (icmp_ratelimit). So where a node's
+# processes look up at once (torchrun's 4 ranks a node, each torch store client making 3
+# lookups), most of their queries get no answer and wait out the resolver's timeout: of 4
+# processes of one namespace node behind a gateway with no route to the nameserver, asking at
+# once, 2 or 3 waited 5 s; of 8, six waited 5 s and one 10 s (torchrun 2 x 4, seed 64,
+# schedule 69: two ranks' store clients gave up at 5 s, and the job ran).
+
+
+def withheld_wait(deadline: Deadline | None = None) -> float:
+    """The seconds one lookup /etc/hosts cannot answer may wait for the nameservers that an ICMP
+    error turned away, where the error is rationed (above): the resolver's timeout x attempts
+    for each; 0 where none was."""
+    ask_nameservers()
+    return _asking.withheld_wait(deadline) if _asking is not None else 0.0
+
+
 def nameserver_look(deadline: Deadline | None = None) -> Look:
     """The nameservers of /etc/resolv.conf that did not answer a query in the time the resolver
     gives them (silent), and those that answered, SLOW_LOOKUP or later (slow, with the seconds),
@@ -140,12 +169,13 @@ def nameserver_look(deadline: Deadline | None = None) -> Look:
     return _asking.look(deadline) if _asking is not None else ((), ())
 
 
-def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None]) -> None:
+def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None], unreachable: set[str]) -> None:
     """answered[server]: seconds to its answer, or to the error that ended the query at once (a
     refusal, no route to it, a router's "network unreachable": the resolver moves on at once,
     and a lookup /etc/hosts answers never waits for it), or None where nothing came in `wait`
     (a silent server), or the error came only after the kernel waited on ARP / NDP for it (an
-    address on the link no machine holds: every lookup waits)."""
+    address on the link no machine holds: every lookup waits). A server an ICMP error turned
+    away (the error came back for the query: refused, unreachable) is in `unreachable`."""
     start = time.monotonic()
     family = socket.AF_INET6 if ":" in server else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
@@ -154,14 +184,20 @@ def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None])
             _full_errors(sock, family)
             sock.connect((server, 53))
             sock.send(_DNS_QUERY)
+        except OSError:   # no route here: the kernel's own answer, every time, at once
+            answered[server] = time.monotonic() - start
+            return
+        try:
             sock.recv(512)
         except socket.timeout:
             answered[server] = None
             return
-        except OSError:   # refused, no route, network unreachable: at once
+        except OSError:   # refused, network unreachable: at once
             if time.monotonic() - start >= SLOW_LOOKUP:   # the kernel gave up on ARP / NDP: nobody there
                 answered[server] = None
                 return
+            if not ipaddress.ip_address(server.split("%")[0]).is_loopback:   # loopback's errors are not rationed
+                unreachable.add(server)
     answered[server] = time.monotonic() - start
 
 

@@ -47,7 +47,7 @@ class Fault:
     targets: ClassVar[str] = "joiner"    # joiner | host | any | pair (two joiners) | peer (any, then another)
     alone: ClassVar[bool] = False        # masks the host's view of everything else: drawn by itself
     bandwidth: ClassVar[bool] = False    # needs the data path measured
-    max_nodes: ClassVar[int] = 6
+    max_nodes: ClassVar[int] = 8     # the largest cluster it is drawn on (generator.SIZES: all of them)
     weight: ClassVar[float] = 1.0
     conflicts: ClassVar[tuple[str, ...]] = ()
     removes_node: ClassVar[bool] = False  # a node never takes part (absent, lost): the phases after

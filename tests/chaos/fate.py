@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable
 
 from job import RAN, Fate, Launch, classify, confirm_slow, control_busbw, export_envs, measure_control, run_job
@@ -115,7 +115,7 @@ def schedule_verdict(o: "Outcome") -> str:
     one is missing."""
     if o.sched.mode == "torchrun":
         verdicts = [r.get("verdict", "none") for r in node_reports(o)]
-        verdicts += ["none"] * (o.sched.n - len(verdicts))
+        verdicts += ["none"] * (o.sched.ranks - len(verdicts))
     else:
         verdicts = [o.reports[i]["verdict"] if i in o.reports
                     else "none" if i in o.run.hung else RC_VERDICT.get(r.rc, "none")
@@ -230,23 +230,23 @@ def launches(run: "ScheduleRun", host_report: dict | None) -> list[Launch]:
         ranks = tuple(int(_arg(a, "--node-rank") or i) for i, a in enumerate(args))
         ids = tuple(f"job-{_arg(a, '--rdzv-id') or 'default'}" for a in args)
     wrappers = tuple(tuple(w for f in sched.faults for w in f.wrapper(i)) for i in range(n))
-    bare = Launch(n, job_rdzv(sched), endpoint, "bare", ranks, ids, (), wrappers)
+    bare = Launch(n, job_rdzv(sched), endpoint, "bare", ranks, ids, (), wrappers, sched.nproc)
     out = [bare]
     envs = export_envs(host_report, [node.hostname for node in c.nodes])
     if envs and any(k.startswith("GLOO_") for env in envs for k in env):
-        out.append(Launch(n, bare.rdzv, endpoint, "export", ranks, ids, envs, wrappers))
+        out.append(replace(bare, name="export", envs=envs))
     return out
 
 
 def run_fates(run: "ScheduleRun", host_report: dict | None, control: float | None) -> list[Fate]:
     """The job's launches on the schedule's cluster, its faults in place (Fault.before_job). A
     launch slow by its figure against the campaign's control is held to a healthy job's measured
-    right after it on a clean cluster of as many nodes (job.confirm_slow), once for the schedule."""
+    right after it on a clean cluster of its shape (job.confirm_slow), once for the schedule."""
     for f in run.sched.faults:
         f.before_job(run)
     fates = [classify(run_job(run.c, launch, run.tmp), control) for launch in launches(run, host_report)]
     if any(f.fate == "slow" and f.busbw is not None for f in fates):
-        now = control_busbw(measure_control(run.sched.n, run.tmp, runs=1))
+        now = control_busbw(measure_control(run.sched.n, run.tmp, runs=1, nproc=run.sched.nproc))
         for f in fates:
             confirm_slow(f, now)
     return fates

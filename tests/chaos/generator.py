@@ -1,6 +1,6 @@
-"""Schedules, each drawn from (seed, index) alone: a launch mode, 3 to 6 nodes and up to three
-compatible faults from the catalog (none: a control). Every figure of time comes from
-nodes.scaled, the suite's one multiplier.
+"""Schedules, each drawn from (seed, index) alone: a launch mode, 3 to 8 nodes (torchrun: 3 nodes
+of one process or 2 of four) and up to three compatible faults from the catalog (none: a control).
+Every figure of time comes from nodes.scaled, the suite's one multiplier.
 """
 
 from __future__ import annotations
@@ -14,6 +14,14 @@ from .catalog import CATALOG, MIDRUN, MODES, Fault
 
 JOIN_WINDOW = 6                 # one-shot mode: the quiet that closes the rendezvous
 MODE_WEIGHTS = (4, 3, 1)        # torchrun costs two torch imports a node: drawn less often
+# Nodes per schedule (ranked, arrival). Each node costs this 2-core machine a torch import (two
+# under --fate's job): the weights keep the mean at the old uniform draw's 4.5 nodes (3-6), so a
+# campaign's time stays as it was, while 7 and 8 nodes come up one schedule in eight.
+SIZES = (3, 4, 5, 6, 7, 8)
+SIZE_WEIGHTS = (5, 4, 3, 2, 1, 1)
+# torchrun's shapes (nodes, processes per node): a rank a node, and a node's ranks on one host
+# (their store, their gloo, an agent that stops its siblings), equally often.
+TORCHRUN_SHAPES = ((3, 1), (2, 4))
 FAULT_COUNTS = (0, 1, 2, 3)
 COUNT_WEIGHTS = (1, 5, 3, 2)    # a control schedule (no fault) now and then
 # --midrun (issue 62's campaign): this share of the schedules in a mode the mid-run faults run in
@@ -21,10 +29,11 @@ COUNT_WEIGHTS = (1, 5, 3, 2)    # a control schedule (no fault) now and then
 MIDRUN_SHARE = 0.9
 
 
-# --timeout: the host waits half of it for joiners, and every node imports torch on the same
-# 2 busy cores first (5 nodes took 10 s to arrive, under two other test runs): 5 s a node.
-def timeout_for(n: int, bandwidth: bool, mode: str) -> float:
-    seconds = 12 + 5 * n
+# --timeout: the host waits half of it for joiners, and every netcheck process (each rank under
+# torchrun) imports torch on the same 2 busy cores first (5 nodes took 10 s to arrive, under two
+# other test runs): 5 s a rank.
+def timeout_for(ranks: int, bandwidth: bool, mode: str) -> float:
+    seconds = 12 + 5 * ranks
     if bandwidth:
         seconds += 15       # the workers import torch too, then the sweep's budget
     if mode == "arrival":
@@ -40,6 +49,7 @@ class Schedule:
     n: int
     faults: tuple[Fault, ...]
     midrun: bool = False    # drawn by --midrun: the replay says so too
+    nproc: int = 1          # processes per node (torchrun's --nproc-per-node): each a rank
 
     @property
     def run_id(self) -> str:
@@ -50,13 +60,24 @@ class Schedule:
         return any(f.bandwidth for f in self.faults)
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """(nodes, processes per node): what the real job's healthy control is measured for."""
+        return self.n, self.nproc
+
+    @property
+    def ranks(self) -> int:
+        return self.n * self.nproc
+
+    @property
     def timeout(self) -> float:
-        return timeout_for(self.n, self.bandwidth, self.mode)
+        return timeout_for(self.ranks, self.bandwidth, self.mode)
 
     def what(self) -> str:
-        """Mode, size and faults: what the draw gave, whatever the time multiplier."""
+        """Mode, size (nodes x processes where a node runs several) and faults: what the draw
+        gave, whatever the time multiplier."""
         faults = " + ".join(f.describe() for f in self.faults) or "no fault (control)"
-        return f"{self.mode} n={self.n}: {faults}"
+        size = f"{self.n}x{self.nproc}" if self.nproc > 1 else f"{self.n}"
+        return f"{self.mode} n={size}: {faults}"
 
     def describe(self) -> str:
         mode, faults = self.what().split(": ", 1)
@@ -69,7 +90,7 @@ class Schedule:
 def draw_schedule(seed: int, index: int, midrun: bool = False) -> Schedule:
     rng = random.Random(f"netcheck-chaos/{seed}/{index}" + ("/midrun" if midrun else ""))
     mode = rng.choices(MODES, MODE_WEIGHTS)[0]
-    n = 3 if mode == "torchrun" else rng.randint(3, 6)
+    n, nproc = rng.choice(TORCHRUN_SHAPES) if mode == "torchrun" else (rng.choices(SIZES, SIZE_WEIGHTS)[0], 1)
     wanted = rng.choices(FAULT_COUNTS, COUNT_WEIGHTS)[0]
     first = MIDRUN if midrun and any(mode in k.modes for k in MIDRUN) and rng.random() < MIDRUN_SHARE else None
     wanted = max(wanted, 1) if first else wanted
@@ -84,7 +105,7 @@ def draw_schedule(seed: int, index: int, midrun: bool = False) -> Schedule:
                 break
     if any(f.bandwidth for f in faults):
         n = min(n, min(f.max_nodes for f in faults))
-    return Schedule(seed, index, mode, n, tuple(faults), midrun)
+    return Schedule(seed, index, mode, n, tuple(faults), midrun, nproc)
 
 
 def _draw_fault(rng: random.Random, mode: str, n: int, chosen: list[Fault],

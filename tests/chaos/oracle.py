@@ -34,7 +34,7 @@ TRACES = re.compile(r"Traceback \(most recent call last\)|frame #\d|c10::Error|\
 @dataclass(frozen=True)
 class Blame:
     """A finding some node's report must hold: `check` (one of), `kind` (one of, or any),
-    naming `node` (the cluster node index, turned into its rank when judged)."""
+    naming `node` (the cluster node index, turned into its ranks when judged)."""
 
     node: int
     checks: tuple[str, ...]
@@ -102,7 +102,9 @@ class Outcome:
     expects: list[Expect]
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    reports: dict[int, dict] = field(default_factory=dict)   # node index -> its report (host: the cluster's)
+    reports: dict[int, dict] = field(default_factory=dict)   # node index -> its report (host: the cluster's);
+                                                             # under torchrun its lowest rank's
+    rank_reports: dict[int, dict] = field(default_factory=dict)   # torchrun: every rank's report, by rank
     host_report: dict | None = None
     fate: object = None     # fate.FateJudgement, where the campaign runs the real job (--fate)
 
@@ -150,8 +152,9 @@ def _read_reports(o: Outcome) -> None:
 
 
 def _read_torchrun_reports(o: Outcome) -> None:
-    """torchrun mode: one report per process rank; the host's maps addresses to nodes."""
-    by_rank = {}
+    """torchrun mode: one report per process rank (several a node: --nproc-per-node); the host's
+    maps addresses to nodes."""
+    by_rank = o.rank_reports
     for path in sorted(o.run.tmp.glob("rank*.json")):
         try:
             report = read_report(path)
@@ -160,13 +163,17 @@ def _read_torchrun_reports(o: Outcome) -> None:
             continue
         by_rank[report["node_rank"]] = report
     o.host_report = next((r for r in by_rank.values() if r["role"] == "host"), None)
-    if o.host_report is None:
-        return
-    addr_to_node = {n.addr: n.index for n in o.run.c.nodes}
-    for entry in o.host_report["nodes"]:
-        node = addr_to_node.get(entry["address"])
-        if node is not None and entry["rank"] in by_rank:
-            o.reports.setdefault(node, by_rank[entry["rank"]])
+    for node in range(o.sched.n):
+        if mine := reports_of(o, node):
+            o.reports[node] = mine[0]
+
+
+def reports_of(o: Outcome, node: int) -> list[dict]:
+    """Every report netcheck wrote on cluster node `node`: its one, or under torchrun each of its
+    ranks' (placed by the host's report, by address)."""
+    if o.sched.mode != "torchrun":
+        return [o.reports[node]] if node in o.reports else []
+    return [o.rank_reports[r] for r in sorted(ranks_of(o, node)) if r in o.rank_reports]
 
 
 def ranks_of(o: Outcome, node: int) -> set[int]:
@@ -197,10 +204,10 @@ def _judge_node(o: Outcome, e: Expect, i: int, r: NodeRun) -> None:
     output = _own_output(o, r)
     if m := TRACES.search(output):
         say(f"{where}: torch internals in its output: {_context(output, m)}")
-    report = o.reports.get(i)
-    if o.sched.mode != "torchrun" and report is None and i not in e.no_report and not r.json_path.exists():
+    reports = reports_of(o, i)
+    if o.sched.mode != "torchrun" and not reports and i not in e.no_report and not r.json_path.exists():
         say(f"{where}: no JSON report")
-    if report is not None:
+    for report in reports:
         if i in e.verdicts and report["verdict"] != e.verdicts[i]:
             say(f"{where}: report verdict {report['verdict']}, expected {e.verdicts[i]}")
         internal = [f for f in report["findings"] if f["check"] == "run.internal"]
@@ -224,6 +231,8 @@ def _context(text: str, m: re.Match) -> str:
 
 def _judge_verdicts(o: Outcome, e: Expect) -> None:
     say = o.violations.append
+    # Under torchrun each node's code is its agent's, which stands for every rank on it: 0 where
+    # each of them exited 0, else 1 (a worker's failure; the agent stops its siblings).
     rcs = {i: r.rc for i, r in o.run.runs.items()}
     if e.breaks:
         seers = set(e.seers)
@@ -252,25 +261,27 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
 
 def _only_speed(o: Outcome, i: int) -> bool:
     """Whether node i's report (and the host's, which a joiner repeats) raises nothing but speed verdicts."""
-    reports = [r for r in (o.reports.get(i), o.host_report) if r is not None]
+    reports = [*reports_of(o, i), *([o.host_report] if o.host_report else [])]
     return bool(reports) and all(f["check"] in SPEED_VERDICTS for r in reports for f in r["findings"]
                                  if f["severity"] != "pass")
 
 
 def _judge_blame(o: Outcome, b: Blame) -> None:
     reporter = 0 if b.reporter is None else b.reporter
-    report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
+    # A node's own finding, under torchrun, in any of its ranks' reports.
+    reports = [o.host_report] if b.reporter is None else reports_of(o, b.reporter)
+    findings = [f for report in reports if report for f in report["findings"]]
     severities = (b.severity,) if isinstance(b.severity, str) else b.severity
     kinds = f" kind {'/'.join(b.kinds)}" if b.kinds else ""
     want = f"{'/'.join(severities)} {'/'.join(b.checks) or 'finding'}{kinds} naming node{b.node}" + (
         " alone" if b.alone else "")
-    if report is None:
+    if not any(reports):
         if not (b.reporter is None and o.run.runs[0].rc == -signal.SIGKILL):
             o.violations.append(f"node{reporter}: no report to hold {want}")
         return
     ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None or b.alone else None
     hostname = o.run.c.nodes[b.node].hostname
-    for f in report["findings"]:
+    for f in findings:
         if (b.checks and f["check"] not in b.checks) or f["severity"] not in severities:
             continue
         if b.kinds and f.get("kind") not in b.kinds:
@@ -283,6 +294,6 @@ def _judge_blame(o: Outcome, b: Blame) -> None:
                 (not ranks and hostname in " ".join([f["summary"], *f["evidence"]])):
             return
     got = sorted({(f["check"], f["severity"], f.get("kind", ""), tuple(f["nodes"]))
-                  for f in report["findings"] if f["severity"] != "pass"})
+                  for f in findings if f["severity"] != "pass"})
     o.violations.append(f"node{reporter}'s report: expected {want} (rank {sorted(ranks) if ranks else '?'}); "
                         f"it has {got}")

@@ -29,13 +29,14 @@ from .catalog import MODES, Fault, rack_of
 from .fate import agreement, judge_fate, render_table, run_fates
 from .generator import JOIN_WINDOW, Schedule, draw_schedule
 from .midrun import seen_at, start_timed
-from .oracle import CHAOS_GRACE, Outcome, judge
+from .oracle import CHAOS_GRACE, Outcome, judge, reports_of
 
 TORCHRUN_PORT = 29400
 # torchrun's agent imports torch and holds its own rendezvous before netcheck starts: the
 # netcheck process's --timeout starts that much after the agent's.
 TORCHRUN_START = scaled(20)
 SMALL_SWEEP = ["-b", "1K", "-e", "1M", "-f", "4", "-w", "1", "-n", "4", "--bw-budget", "4"]
+Controls = dict[tuple[int, int], float | None]   # the healthy job's busbw per (nodes, processes per node)
 
 
 # --------------------------------------------------------------------------------------
@@ -81,7 +82,7 @@ class ScheduleRun:
 
     def _start_torchrun(self, i: int) -> NodeRun:
         s = self.sched
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(s.n), "--nproc-per-node", "1",
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(s.n), "--nproc-per-node", str(s.nproc),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{TORCHRUN_PORT}", "--rdzv-id", "chaos",
                 "--rdzv-conf", f"join_timeout={int(TORCHRUN_START)},read_timeout={int(TORCHRUN_START)}",
                 "--redirects", "3", "--log-dir", str(self.tmp / f"logs{i}"),
@@ -99,9 +100,9 @@ class ScheduleRun:
         return self.sched.timeout + CHAOS_GRACE + extra
 
 
-def run_schedule(sched: Schedule, controls: dict[int, float | None] | None = None) -> "Outcome":
+def run_schedule(sched: Schedule, controls: Controls | None = None) -> "Outcome":
     """The schedule on a namespace cluster; with `controls` (--fate: the healthy job's busbw per
-    node count), the real job launched there afterwards, its faults still in place."""
+    shape), the real job launched there afterwards, its faults still in place."""
     routed = any(f.routed for f in sched.faults)
     specs = [NodeSpec(rack=rack_of(i) if routed else 0) for i in range(sched.n)]
     for f in sched.faults:
@@ -119,7 +120,7 @@ def run_schedule(sched: Schedule, controls: dict[int, float | None] | None = Non
         _stop_helpers(run)
         run.leftovers = _left_in_namespaces(c)
         if controls is not None:
-            run.fates = run_fates(run, _host_report(run), controls.get(sched.n))
+            run.fates = run_fates(run, _host_report(run), controls.get(sched.shape))
             _stop_helpers(run)
         prefix = c.prefix
     run.leftovers += _namespaces_left(prefix)
@@ -236,7 +237,7 @@ def _namespaces_left(prefix: str) -> list[str]:
 # the campaign
 
 
-def run_and_judge(sched: Schedule, controls: dict[int, float | None] | None = None) -> Outcome:
+def run_and_judge(sched: Schedule, controls: Controls | None = None) -> Outcome:
     t0 = time.monotonic()
     try:
         o = judge(run_schedule(sched, controls))
@@ -329,15 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="each node's exit and findings, passing or not")
     p.add_argument("--fate", action="store_true",
                    help="after netcheck, launch the real job (torchrun, gloo) on each schedule's cluster, faults "
-                        "in place, and judge the verdict by its fate (fate.py; a healthy control job per node "
-                        "count first; each schedule takes 20-60 s more, up to two job bounds where it hangs)")
+                        "in place, and judge the verdict by its fate (fate.py; a healthy control job per shape "
+                        "(nodes x processes) first; each schedule takes 20-60 s more, up to two job bounds where "
+                        "it hangs)")
     a = p.parse_args(argv)
     indexes = a.schedule if a.schedule else range(a.n)
     schedules = [draw_schedule(a.seed, i, midrun=a.midrun) for i in indexes]
     if a.list:
         print("\n".join(s.describe() for s in schedules))
         return 0
-    controls = measure_controls(sorted({s.n for s in schedules})) if a.fate else None
+    controls = measure_controls(sorted({s.shape for s in schedules})) if a.fate else None
     outcomes = []
     for s in schedules:
         outcomes.append(run_and_judge(s, controls))
@@ -348,33 +350,33 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(o.violations for o in outcomes) else 0
 
 
-def measure_controls(sizes: list[int]) -> dict[int, float | None]:
-    """The healthy job's busbw for each node count the campaign draws, measured first (the best of
-    job.CONTROL_RUNS runs): the yardstick of "slow" (job.SLOW_SHARE of it). A control none of whose
-    runs ran leaves slowness at that size unjudged (None), and says so."""
-    controls: dict[int, float | None] = {}
-    for n in sizes:
-        tmp = Path(tempfile.mkdtemp(prefix=f"chaos-control-{n}-"))
-        fates = measure_control(n, tmp)
-        controls[n] = control_busbw(fates)
-        print(f"fate: healthy control, {n} nodes: "
-              + (f"{controls[n]:.3f} GB/s, the best of " if controls[n] else "none of ")
+def measure_controls(shapes: list[tuple[int, int]]) -> Controls:
+    """The healthy job's busbw for each shape (nodes, processes per node) the campaign draws,
+    measured first (the best of job.CONTROL_RUNS runs): the yardstick of "slow" (job.SLOW_SHARE of
+    it). A control none of whose runs ran leaves slowness at that shape unjudged (None), and says so."""
+    controls: Controls = {}
+    for n, nproc in shapes:
+        tmp = Path(tempfile.mkdtemp(prefix=f"chaos-control-{n}x{nproc}-"))
+        fates = measure_control(n, tmp, nproc=nproc)
+        best = controls[n, nproc] = control_busbw(fates)
+        print(f"fate: healthy control, {n} nodes x {nproc} process{'es' if nproc > 1 else ''}: "
+              + (f"{best:.3f} GB/s, the best of " if best else "none of ")
               + " | ".join(f.describe() for f in fates)
-              + ("" if controls[n] else " -- slowness is not judged at this size"), flush=True)
-        if controls[n]:
+              + ("" if best else " -- slowness is not judged at this shape"), flush=True)
+        if best:
             shutil.rmtree(tmp, ignore_errors=True)
     return controls
 
 
-def campaign_record(outcomes: list[Outcome], controls: dict[int, float | None] | None):
+def campaign_record(outcomes: list[Outcome], controls: Controls | None):
     """--json's document: the outcomes' list; with --fate, beside the controls and the tables."""
     records = [outcome_record(o) for o in outcomes]
     if controls is None:
         return records
     judged = [o.fate for o in outcomes if o.fate is not None]
     return {"schedules": records,
-            "fate": {"controls": {str(n): v for n, v in controls.items()}, "slow_share": SLOW_SHARE,
-                     "bound": {str(n): job_bound(n) for n in controls},
+            "fate": {"controls": {f"{n}x{p}": v for (n, p), v in controls.items()}, "slow_share": SLOW_SHARE,
+                     "bound": {f"{n}x{p}": job_bound(n, p) for n, p in controls},
                      "agreement": {launch: agreement(judged, launch) for launch in ("bare", "export")}}}
 
 
@@ -392,5 +394,6 @@ def outcome_record(o: Outcome) -> dict:
                               if i in o.run.ended and i not in o.run.killed_at_end},
             "exits": {f"node{i}": [r.rc, round(r.seconds, 1)] for i, r in sorted(o.run.runs.items())},
             "findings": {f"node{i}": sorted({f"{f['severity']} {f['check']} {f.get('kind', '')} {f['nodes']}"
-                                             for f in rep["findings"] if f["severity"] != "pass"})
-                         for i, rep in sorted(o.reports.items())}}
+                                             for rep in reports_of(o, i) for f in rep["findings"]
+                                             if f["severity"] != "pass"})
+                         for i in sorted(o.reports)}}
