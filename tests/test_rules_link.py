@@ -9,9 +9,10 @@ from builders import links_of, moved, node_address
 from netcheck.bandwidth.tables import pair_matrix
 from netcheck.core.bwrecords import PeerSegments, StageLinks
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
-from netcheck.core.model import report_of
+from netcheck.core.model import Finding, report_of
 from netcheck.render.text import lossy_pairs
 from netcheck.rules import registry
+from netcheck.rules.bw import measured_short
 from netcheck.rules.link import link_findings, raised
 from test_rules_bw import by_check, findings_of, healthy_pairs, result
 
@@ -189,3 +190,13 @@ def test_a_crawl_too_small_to_judge_a_direction_still_names_the_node_its_peers_l
     three = (links_of(0, [(2, 177, 4)]), links_of(1, [(2, 171, 9)]), links_of(2, []))
     (f,) = judge(three)
     assert (f.kind, f.nodes) == (registry.LINK_LOSSY_NODE, (2,)), f
+
+
+def test_a_straggling_rank_beside_a_lossy_path_leaves_the_loss_a_warning():
+    """Campaign 64101 #45: 2% lost between node1 and node2, rank 1 at 1.6x the median's time on
+    a machine at load 15, link.health failed, and the job ran at the control's speed. Only a
+    failure of a figure (bw.pair's, --expect-busbw's) makes a loss a failure."""
+    straggler = Finding("bw.straggler", "warn", (1,), "slow rank")
+    assert measured_short([straggler], range(3)) == {}
+    (f,) = judge(links({(1, 2): 0.02}), spoiled=frozenset(measured_short([straggler], range(3))))
+    assert f.severity == "warn", f

@@ -33,6 +33,7 @@ from netcheck.core.bwtext import size_words, time_text
 from netcheck.core.constants import BUFFER_PATH_SHARE
 from netcheck.core.meshrecords import Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, NodeFacts, SocketBuffers, TcpMem, hostnames
+from netcheck.rules.bw import measured_short
 from netcheck.rules.pernode import node_names
 from netcheck.rules.ports import nccl_sockets
 from netcheck.rules.rdma import used_ports
@@ -40,9 +41,6 @@ from netcheck.rules.registry import (
     BUFFERS_SHORT,
     BUFFERS_SOCKOPT,
     BUFFERS_UNSCALED,
-    BW_BUSBW,
-    BW_PAIR,
-    BW_STRAGGLER,
     HOST_BUFFERS,
 )
 
@@ -116,7 +114,7 @@ def buffer_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...], 
     every = judged(members, attempts, measured_gbps)
     if not every:
         return []
-    names, spoiled = hostnames(members), _spoiled(findings, members)
+    names, spoiled = hostnames(members), measured_short(findings, (m.rank for m in members))
     named = [j for j in every if j.short]
     if not named:
         return [_pass(every, names)]
@@ -221,18 +219,6 @@ def _paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
         paths.setdefault(one, []).append(PathNeed(other, rate, rated, rtt_ms / 1e3))
         paths.setdefault(other, []).append(PathNeed(one, rate, rated, rtt_ms / 1e3))
     return paths
-
-
-def _spoiled(findings: list[Finding], members: tuple[Member, ...]) -> dict[int, str]:
-    """rank -> the check that measured it short: bw.pair's or bw.straggler's nodes; every node
-    where the plateau missed --expect-busbw (a figure of the whole cluster)."""
-    spoiled: dict[int, str] = {}
-    for f in findings:
-        if f.check in (BW_PAIR, BW_STRAGGLER) and f.severity != PASS:
-            spoiled.update((r, f.check) for r in f.nodes if r not in spoiled)
-        elif f.check == BW_BUSBW and f.severity == FAIL:
-            spoiled.update((m.rank, f.check) for m in members if m.rank not in spoiled)
-    return spoiled
 
 
 def _short_finding(group: list[Judged], kind: str, why: str, names: dict[int, str]) -> Finding:

@@ -77,8 +77,7 @@ def link_findings(result: BandwidthResult, names) -> list[Finding]:
 
 def raised(findings: list[Finding], spoiled: frozenset[int]) -> list[Finding]:
     """link.health's warnings, a failure where they name a node whose figures already fell short
-    (spoiled: bw.pair's or bw.straggler's nodes; every node where the plateau missed
-    --expect-busbw)."""
+    (spoiled: the nodes bw.pair fails; every node where the plateau missed --expect-busbw)."""
     return [replace(f, severity=FAIL) if f.check == LINK_HEALTH and f.severity == WARN and set(f.nodes) & spoiled
             else f for f in findings]
 

@@ -526,8 +526,8 @@ CHECKS: tuple[Check, ...] = (
           impact=Impact((STORE,) + LIBRARIES, STOPS)),
     Check(HOST_BUFFERS, "nic", ALL,
           "a node whose TCP buffer bounds let one connection carry far less than its paths (their rate times "
-          "the mesh's least round trip: the bandwidth-delay product); warn, fail where bw.pair, bw.straggler or "
-          "the plateau measured that node short",
+          "the mesh's least round trip: the bandwidth-delay product); warn, fail where bw.pair or the plateau "
+          "(--expect-busbw) measured that node short beyond doubt",
           ("buffers.buffer_findings",), "SocketBuffers (read as the job's sockets meet them), Attempt (round "
           "trips, interfaces), NicTable (speed), the pair test's median, NodeFacts.socket_env (NCCL's socket "
           "buffers and sockets per peer), RdmaFacts",
@@ -670,7 +670,7 @@ CHECKS: tuple[Check, ...] = (
     Check(LINK_HEALTH, "bandwidth", ALL,
           "the link counters around the bandwidth phase: a node or a path whose TCP connections resent what "
           "they sent (rate and counts), a link whose carrier changed or whose error counters rose; warn, fail where "
-          "a figure it spoils fell short (bw.pair, bw.straggler, --expect-busbw)",
+          "a figure it spoils fell short beyond doubt (bw.pair's failure, --expect-busbw's)",
           ("link.link_findings", "link._node_finding", "link._path_finding", "link._moved_findings", "link._pass",
            "link.raised"),
           "BandwidthResult.links (each node's counters per stage, its connections' segments by peer)",
