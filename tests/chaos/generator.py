@@ -51,7 +51,7 @@ class Schedule:
 
     @property
     def timeout(self) -> float:
-        return timeout_for(self.n, self.bandwidth, self.mode)
+        return timeout_for(self.n, self.bandwidth, self.mode) + sum(f.join_seconds for f in self.faults)
 
     def what(self) -> str:
         """Mode, size and faults: what the draw gave, whatever the time multiplier."""
