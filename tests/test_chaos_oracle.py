@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from chaos.catalog import (
     MIDRUN,
     MIDRUN_COMPANIONS,
+    ConntrackFull,
     DecoyInterface,
     EphemeralBlocked,
     ForeignRun,
@@ -40,7 +41,7 @@ from chaos.catalog import (
 )
 from chaos.generator import Schedule, draw_schedule, timeout_for
 from chaos.midrun import LINE_LAG, TimedLines
-from chaos.oracle import Expect
+from chaos.oracle import Expect, Outcome, _judge_verdicts
 from nodes import NodeRun
 
 
@@ -169,6 +170,29 @@ def test_an_overlay_left_at_1500_warns_naming_every_node_present_and_nothing_wit
     assert e.warns and [(b.node, b.kinds) for b in e.blame] == [(n, ("path_mtu",)) for n in range(3)]
     alone = merged(Schedule(1, 0, "ranked", 2, (OverlayMtu((0,)), PathFirewall((1,), (("target", "DROP"),)))))
     assert not [b for b in alone.blame if b.checks == ("nic.mtu",)]
+
+
+def _finding(check: str, kind: str, nodes: list[int], severity: str = "fail") -> dict:
+    return {"check": check, "kind": kind, "severity": severity, "nodes": nodes, "summary": "", "evidence": []}
+
+
+def test_a_full_conntrack_table_named_as_a_firewall_is_a_violation():
+    """A joiner behind a full table names its table, and no firewall: its own rdzv.reach
+    (filtered, "open the host's firewall") beside it is the false cause issue 63 saw."""
+    full = ConntrackFull((2,))
+    sched = Schedule(1, 0, "ranked", 3, (full,))
+    rcs = {0: 2, 1: 0, 2: 2}
+    run = SimpleNamespace(runs={i: SimpleNamespace(rc=rc) for i, rc in rcs.items()}, leftovers=[], sched=sched,
+                          c=SimpleNamespace(nodes=[SimpleNamespace(addr=f"198.18.0.{10 + i}", hostname=f"node{i}")
+                                                   for i in range(3)]),
+                          args=lambda i: ["--node-rank", str(i)])
+    host = {"findings": [_finding("rdzv.join", "missing", [2])], "nodes": []}
+    own = [_finding("host.conntrack", "table_full", [2])]
+    for extra, violations in (([], 0), ([_finding("rdzv.reach", "", [2])], 1)):
+        o = Outcome(sched, run, [full.expect(sched, None)], reports={0: host, 2: {"findings": own + extra}},
+                    host_report=host)
+        _judge_verdicts(o, o.expect)
+        assert len(o.violations) == violations, o.violations
 
 def test_a_shaped_link_with_one_peer_left_in_the_phase_is_not_expected_on_bw_pair():
     """Seed 8306, schedule 83: node2's facts lost on its blackhole left node0 and node1, one pair

@@ -1180,13 +1180,19 @@ class ConntrackFull(Fault):
 
     def expect(self, sched, run):
         own = Blame(self.node, ("host.conntrack",), ("table_full",), reporter=self.node)
+        # Its own unanswered connects are its table's, not a firewall's: no rdzv.listen
+        # (firewalled) on the host, no rdzv.reach (filtered) on a joiner (the joiners of a full
+        # host cannot see its table: theirs is rdzv.reach, pointing at host.conntrack).
+        firewall = Blame(self.node, ("rdzv.listen",) if self.node == 0 else ("rdzv.reach",), reporter=self.node,
+                         severity=("warn", "fail"))
         if self.node == 0:
             joiners = set(range(1, sched.n))
             return Expect(breaks=True, seers=set(range(sched.n)), absent=joiners,
                           blame=[Blame(0, ("host.conntrack",), ("table_full",)), own]
-                          + [Blame(j, ("rdzv.reach",), reporter=j) for j in sorted(joiners)])
+                          + [Blame(j, ("rdzv.reach",), reporter=j) for j in sorted(joiners)], never=[firewall])
         e = missing(self.node, sched)
         e.blame.append(own)
+        e.never.append(firewall)
         return e
 
 
