@@ -49,6 +49,8 @@ NETNS_ETC = Path("/etc/netns")
 NETNS_RUN = Path("/run/netns")
 IFNAMSIZ = 15  # the kernel's limit on interface names, not counting the NUL
 SETUP_TIMEOUT = 30.0
+CONNTRACK_FILL = Path(__file__).with_name("conntrack_fill.py")
+FILL_TIMEOUT = 60.0   # 262,144 entries took 2-6 s on a loaded 2-core machine
 # The IP packet length from which a lossy link drops: full frames, which a link's bit errors hit
 # ~20 times as often as a 64-byte one. Small ones are spared so that the test's few seconds of
 # sweep are not spent in the 1 s retransmission timeout of a new connection's first message.
@@ -624,6 +626,13 @@ class Cluster:
         for state in ("ESTABLISHED,RELATED", "NEW"):
             self._ipt(i, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", state, "-j", "ACCEPT")
 
+    def fill_conntrack(self, i: int, leave: int) -> None:
+        """Node i's connection-tracking table filled to the limit less `leave` entries, for real
+        (tests/conntrack_fill.py: the namespace's own count; the machine's limit never changed)."""
+        done = self.run(i, [sys.executable, str(CONNTRACK_FILL), str(leave)], FILL_TIMEOUT)
+        if done.returncode != 0 or not done.stdout.startswith("ready"):
+            raise ClusterError(f"conntrack_fill in node{i}: exit {done.returncode}: {done.stderr[-500:]}")
+
     def clear_firewall(self, i: int) -> None:
         """Remove every rule added by the injectors above."""
         for ipt in ("iptables", "ip6tables"):
@@ -724,6 +733,20 @@ class Cluster:
         self._ip(ns, "addr", "add", addr_cidr, "dev", ifname)
         for dev in (ifname, peer):
             self._ip(ns, "link", "set", dev, "up")
+
+    def vxlan_overlay(self, mtu: int, subnet: str = "198.19.0") -> None:
+        """A VXLAN overlay across the nodes (flannel's shape: vx0 on SUBNET.(i+1)/24, one tunnel
+        to each peer over the node's interface) at `mtu`; the namespaces' end takes it down.
+        Without `dev`, the kernel takes any MTU: flannel's overlay left at its underlay's 1500."""
+        for i, node in enumerate(self.nodes):
+            self._ip(node.ns, "link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "local", node.addr,
+                     "nolearning")
+            self._ip(node.ns, "link", "set", "vx0", "mtu", str(mtu), "up")
+            self._ip(node.ns, "addr", "add", f"{subnet}.{i + 1}/24", "dev", "vx0")
+            for peer in self.nodes:
+                if peer is not node:
+                    _run(_in_ns(node.ns, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vx0",
+                                "dst", peer.addr))
 
     def containerize(self, i: int, hostname: str, publish: int | None = None,
                      subnet: str = "198.19.200") -> Node:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import random
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from types import SimpleNamespace
 from chaos.catalog import (
     MIDRUN,
     MIDRUN_COMPANIONS,
+    ConntrackFull,
     DecoyInterface,
     EphemeralBlocked,
     ForeignRun,
@@ -28,15 +30,19 @@ from chaos.catalog import (
     MidRunStop,
     MtuBlackhole,
     MtuMismatch,
+    OverlayMtu,
     PathFirewall,
     ShapedLink,
     SharedSubnet,
     Signal,
+    SlowResolver,
+    SmallPortRange,
     WrongPrefix,
+    job_ports,
 )
 from chaos.generator import Schedule, draw_schedule, timeout_for
 from chaos.midrun import LINE_LAG, TimedLines
-from chaos.oracle import Blame, Expect, Outcome, _judge_blame, ranks_of, reports_of
+from chaos.oracle import Blame, Expect, Outcome, _judge_blame, _judge_verdicts, ranks_of, reports_of
 from nodes import NodeRun
 
 
@@ -125,6 +131,69 @@ def test_a_decoy_that_no_witnessed_connect_can_tell_is_not_expected():
     assert [b.checks for b in merged(Schedule(8306, 9, "arrival", 3, one)).blame if b.node == 1] == \
         [("nic.nccl_default",)]
 
+
+
+def test_a_port_range_below_the_jobs_need_fails_its_node_and_one_it_fits_only_past_time_wait_warns():
+    """Both outcomes of issue 63's small range, by the campaign's layout (one process a node): a
+    joiner short of ports is named by its own report and missing from the host's; a host short
+    of them seats nobody and is alone; a range the job fits warns on the host, naming the node."""
+    short, fits = job_ports() - 1, job_ports() + 2
+    draws = {SmallPortRange.draw_params(random.Random(i), "ranked")[0][1] for i in range(200)}
+    assert {p < job_ports() for p in draws} == {True, False}
+    joiner = SmallPortRange((2,), (("ports", short),))
+    e = merged(Schedule(1, 0, "ranked", 3, (joiner,)))
+    assert e.breaks and e.seers == {0, 2} and e.absent == {2} and joiner.removes_node and not joiner.alone
+    assert [(b.checks, b.kinds, b.reporter) for b in e.blame] == [
+        (("rdzv.join",), ("missing",), None), (("host.ports",), ("range_too_small",), 2),
+        (("rdzv.join",), ("join_failed",), 2)]
+    host = SmallPortRange((0,), (("ports", short),))
+    assert host.alone and merged(Schedule(1, 0, "ranked", 3, (host,))).seers == {0, 1, 2}
+    held = SmallPortRange((1,), (("ports", fits),))
+    e = merged(Schedule(1, 0, "arrival", 3, (held,)))
+    assert e.warns and not e.breaks and not held.removes_node
+    assert [(b.node, b.kinds, b.severity, b.reporter) for b in e.blame] == [(1, ("time_wait",), "warn", None)]
+
+
+def test_a_slow_resolver_is_named_by_every_node_present_and_lengthens_the_runs_timeout():
+    """Every node names its own slow lookup, the host every node's; the --timeout grows by the
+    joiners' four lookups (1.8 s late kept both joiners out at the campaign's own 27 s)."""
+    slow = SlowResolver((0,), (("late", 2.0),))
+    sched = Schedule(1, 0, "ranked", 3, (slow, PathFirewall((2,), (("target", "DROP"),))))
+    assert sched.timeout == timeout_for(3, False, "ranked") + 8.0
+    e = merged(sched)
+    named = {(b.node, b.reporter) for b in e.blame if b.checks == ("rdzv.resolve",)}
+    assert named == {(0, None), (0, 0), (1, None), (1, 1)}   # node2 is kept out by its path firewall
+    assert all(b.kinds == ("resolver_slow",) and b.severity == "warn" for b in e.blame if b.checks == ("rdzv.resolve",))
+
+
+def test_an_overlay_left_at_1500_warns_naming_every_node_present_and_nothing_with_one_left():
+    e = merged(Schedule(1, 0, "ranked", 3, (OverlayMtu((0,)),)))
+    assert e.warns and [(b.node, b.kinds) for b in e.blame] == [(n, ("path_mtu",)) for n in range(3)]
+    alone = merged(Schedule(1, 0, "ranked", 2, (OverlayMtu((0,)), PathFirewall((1,), (("target", "DROP"),)))))
+    assert not [b for b in alone.blame if b.checks == ("nic.mtu",)]
+
+
+def _finding(check: str, kind: str, nodes: list[int], severity: str = "fail") -> dict:
+    return {"check": check, "kind": kind, "severity": severity, "nodes": nodes, "summary": "", "evidence": []}
+
+
+def test_a_full_conntrack_table_named_as_a_firewall_is_a_violation():
+    """A joiner behind a full table names its table, and no firewall: its own rdzv.reach
+    (filtered, "open the host's firewall") beside it is the false cause issue 63 saw."""
+    full = ConntrackFull((2,))
+    sched = Schedule(1, 0, "ranked", 3, (full,))
+    rcs = {0: 2, 1: 0, 2: 2}
+    run = SimpleNamespace(runs={i: SimpleNamespace(rc=rc) for i, rc in rcs.items()}, leftovers=[], sched=sched,
+                          c=SimpleNamespace(nodes=[SimpleNamespace(addr=f"198.18.0.{10 + i}", hostname=f"node{i}")
+                                                   for i in range(3)]),
+                          args=lambda i: ["--node-rank", str(i)])
+    host = {"findings": [_finding("rdzv.join", "missing", [2])], "nodes": []}
+    own = [_finding("host.conntrack", "table_full", [2])]
+    for extra, violations in (([], 0), ([_finding("rdzv.reach", "", [2])], 1)):
+        o = Outcome(sched, run, [full.expect(sched, None)], reports={0: host, 2: {"findings": own + extra}},
+                    host_report=host)
+        _judge_verdicts(o, o.expect)
+        assert len(o.violations) == violations, o.violations
 
 def test_a_shaped_link_with_one_peer_left_in_the_phase_is_not_expected_on_bw_pair():
     """Seed 8306, schedule 83: node2's facts lost on its blackhole left node0 and node1, one pair

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster import NodeSpec
+from cluster import CONNTRACK_FILL, NodeSpec
 from nodes import CLUSTER_TIMEOUT, GRACE, PORT, explain, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
 
-FILL = str(Path(__file__).with_name("conntrack_fill.py"))
+FILL = str(CONNTRACK_FILL)
 LIMIT_FILE = Path("/proc/sys/net/netfilter/nf_conntrack_max")
 FIREWALL_FIXES = ("open the nodes' firewalls", "in the host's firewall")   # mesh.connect's, rdzv.listen's
 
@@ -35,12 +35,6 @@ def limit() -> int:
     if not LIMIT_FILE.exists():
         pytest.skip("no nf_conntrack in this kernel")
     return int(LIMIT_FILE.read_text())
-
-
-def fill(c, i: int, leave: int) -> None:
-    """Node i's table filled to the limit less `leave` entries."""
-    done = c.run(i, [sys.executable, FILL, str(leave)], scaled(60))
-    assert done.returncode == 0 and done.stdout.startswith("ready"), done
 
 
 def line_of(proc: subprocess.Popen, word: str, timeout: float) -> str:
@@ -65,7 +59,7 @@ def test_a_full_table_on_the_host_is_named_there_with_its_count_not_its_firewall
     size = limit()
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.stateful_firewall(0)
-        fill(c, 0, 0)
+        c.fill_conntrack(0, 0)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host = runs[0]
     assert host.rc == 2 and host.report["faulty_nodes"] == ["node0"], explain(runs)
@@ -87,7 +81,7 @@ def test_a_joiner_whose_table_is_full_names_its_own_table_not_the_hosts_firewall
     names it missing, and healthy node1 passes."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.stateful_firewall(2)
-        fill(c, 2, 0)
+        c.fill_conntrack(2, 0)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host, node2 = runs[0], runs[2]
     assert node2.rc == 2 and node2.report["faulty_nodes"] == ["node2"], explain(runs)
@@ -137,7 +131,7 @@ def test_a_table_with_room_for_netcheck_but_not_the_job_is_named_before_the_job_
     connection from each of its 8 ranks to the 16 elsewhere, 28 between its own)."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.stateful_firewall(2)
-        fill(c, 2, 150)
+        c.fill_conntrack(2, 150)
         runs = finish_all([start(c, i, args(i, 8), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     host = runs[0]
     assert host.rc == 2 and host.report["faulty_nodes"] == ["node2"], explain(runs)
@@ -153,7 +147,7 @@ def test_the_same_firewall_with_room_in_its_tables_stays_quiet(cluster, tmp_path
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         for i in (0, 2):
             c.stateful_firewall(i)
-        fill(c, 2, limit() - 1000)
+        c.fill_conntrack(2, limit() - 1000)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
     assert [r.rc for r in runs] == [0, 0, 0], explain(runs)
     (found,) = runs[0].findings("host.conntrack")

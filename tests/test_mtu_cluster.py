@@ -4,8 +4,6 @@ and the bandwidth phase does not spend the run's time on it; jumbo frames everyw
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from cluster import NodeSpec
@@ -118,20 +116,6 @@ def test_jumbo_frames_everywhere_pass_the_mesh(cluster, tmp_path):
     assert connect["severity"] == "pass" and f"echo full-size frames (up to {JUMBO} bytes)" in connect["summary"]
 
 
-def overlay(c, mtu: int) -> None:
-    """A VXLAN overlay across the nodes (flannel's shape: vx0, its own subnet, one tunnel to each
-    peer over the node's interface) at `mtu`; the namespaces' end takes it down."""
-    for i, node in enumerate(c.nodes):
-        # Without `dev`, the kernel takes any MTU: flannel's overlay left at its underlay's 1500.
-        commands = [["ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "local", node.addr,
-                     "nolearning"], ["ip", "link", "set", "vx0", "mtu", str(mtu), "up"],
-                    ["ip", "addr", "add", f"198.19.0.{i + 1}/24", "dev", "vx0"]]
-        commands += [["bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vx0", "dst", peer.addr]
-                     for peer in c.nodes if peer is not node]
-        for argv in commands:
-            subprocess.run(["ip", "netns", "exec", node.ns, *argv], check=True, timeout=10)
-
-
 @pytest.mark.parametrize("mtu,narrow", [(1500, True), (1450, False)], ids=["left-at-1500", "at-1450"])
 def test_an_overlay_left_at_its_underlay_s_mtu_is_named_from_the_path_mtu_the_kernel_learnt(cluster, tmp_path,
                                                                                            mtu, narrow):
@@ -140,7 +124,7 @@ def test_an_overlay_left_at_its_underlay_s_mtu_is_named_from_the_path_mtu_the_ke
     (TCP adapts: the job runs, each large frame first dropped); at 1450 nothing is said."""
     timeout = scaled(30)
     with cluster(nodes(3)) as c:
-        overlay(c, mtu)
+        c.vxlan_overlay(mtu)
         runs = finish_all([start(c, i, args(i, 3, timeout), tmp_path) for i in range(3)], timeout + GRACE)
     if not narrow:
         assert [r.rc for r in runs] == [0, 0, 0], explain(runs)

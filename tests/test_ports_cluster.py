@@ -59,6 +59,24 @@ def test_a_node_whose_range_cannot_hold_the_job_is_named_alone_and_the_sweep_doe
     assert runs[1].rc in (0, 1) and runs[1].report["faulty_nodes"] == [], explain(runs)
 
 
+
+def test_a_joiner_whose_range_leaves_its_own_store_client_no_port_names_its_range_not_its_host(cluster, tmp_path):
+    """node2 has one port: its reach probe's closed connection holds it (TIME-WAIT), and its store
+    client's connect finds none (EADDRNOTAVAIL). It named its host lost ("the host stopped
+    answering", chaos issue 63's catalog); it names its own range, and its failure to join as its
+    own, and the host names it missing."""
+    with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
+        set_range(c, 2, 40000, 40000)
+        runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
+    host, node2 = runs[0], runs[2]
+    assert node2.rc == 2 and [f["kind"] for f in node2.findings("host.ports", "fail")] == ["range_too_small"]
+    (joined,) = node2.findings("rdzv.join", "fail")
+    assert (joined["kind"], joined["nodes"]) == ("join_failed", [2]), explain(runs)
+    assert "no local port left" in joined["summary"] and "Cannot assign requested address" in joined["summary"]
+    assert not [f for f in node2.report["findings"] if f["severity"] == "fail" and 0 in f["nodes"]], explain(runs)
+    assert [(f["kind"], f["nodes"]) for f in host.findings("rdzv.join", "fail")] == [("missing", [2])], explain(runs)
+    assert host.rc == 2 and runs[1].rc == 0, explain(runs)
+
 def test_a_range_the_job_fits_only_without_netchecks_own_closed_connections_warns_and_blames_nobody(
         cluster, tmp_path):
     """node2 has 4 ports, one process a node: the job holds 2 there, but netcheck's own closed

@@ -5,6 +5,7 @@ or in core.compat."""
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import socket
 import struct
@@ -25,6 +26,9 @@ from netcheck.facts.probe import Lookup, reach
 from netcheck.facts.procfds import socket_fds
 
 CONNECT_TRY = 2.0
+# A connect's error where every port of this node's ephemeral range is taken for that address
+# (EADDRNOTAVAIL): nothing the host did (a 1-port range kept a joiner out, naming its host lost).
+NO_LOCAL_PORT = os.strerror(errno.EADDRNOTAVAIL)
 
 
 def _timedelta(seconds: float) -> datetime.timedelta:
@@ -51,7 +55,8 @@ def host_store(listener: Listener, port: int, deadline: Deadline):
 
 def client_store(host: str, port: int, deadline: Deadline, addresses: tuple[str, ...] = ()):
     """A client of a store the reach probe found listening; raises RendezvousError (HostLost
-    once it no longer listens) rather than wait past the deadline.
+    once it no longer listens; neither where this node has no local port left to connect from)
+    rather than wait past the deadline.
 
     Where torch's own timeouts fall short (measured on 2.13, benchmarks/ and
     tests/test_store_probe.py): the constructor's validate and ping have none at all, so
@@ -67,6 +72,10 @@ def client_store(host: str, port: int, deadline: Deadline, addresses: tuple[str,
     dist = compat.import_distributed(deadline)
     while True:
         gone = not_listening(host, port, deadline, addresses)
+        if gone and NO_LOCAL_PORT in gone:   # this node's own range, not the host: said as such, at once
+            raise RendezvousError(f"this node has no local port left to connect to {host}:{port} from ({gone}): "
+                                  "its ephemeral port range is taken, by its own connections closed within the "
+                                  "last minute among others (TIME-WAIT; host.ports)")
         if gone:
             raise HostLost(f"the host's store at {host}:{port} is gone", gone)
         store, error = client_try(dist, host, port, deadline)

@@ -18,7 +18,9 @@ import psutil
 
 from cluster import NETNS_ETC, Cluster, NodeSpec, _write_in_place
 from faults import Agent
+from netcheck.core.budget import LOOKUPS_BEFORE_SIGN_IN
 from netcheck.facts.local import usable_gpus
+from netcheck.rules.ports import GLOO_LISTENERS, NCCL_LISTENERS, OWN_PORTS
 from nodes import PORT, NodeRun, scaled
 
 from .midrun import CHAINS, GOODBYE, LINE_LAG, first_row_at, land_rules, seen_at, workers_up
@@ -93,6 +95,12 @@ class Fault:
     def wrapper(self, i: int) -> tuple[str, ...]:
         """argv that node i's netcheck is started under (it execs the rest): a launcher's limits."""
         return ()
+
+    @property
+    def join_seconds(self) -> float:
+        """What the fault adds to each joiner's way in before it signs in (its lookups): the
+        schedule's --timeout grows by as much, the longer --timeout the product's fix asks for."""
+        return 0.0
 
     def held_back(self) -> set[int]:
         """Nodes not started with the others (`act` starts them)."""
@@ -970,6 +978,225 @@ class LinkFlap(Fault):
                       blame=[Blame(self.node, ("link.health",), ("carrier_flap",), severity=WARN_OR_FAIL)])
 
 
+class SmallPortRange(Fault):
+    """One node's net.ipv4.ip_local_port_range cut to a handful of ports (a hardening guide's, a
+    site that reserved the rest for its own services; issue 63). `ports` below what the job's
+    processes hold there at once (each a gloo listener and a store connection): host.ports
+    range_too_small on that node, whose own store client is then kept out too (a joiner never
+    joins; a host seats nobody), and the job fails with EADDRNOTAVAIL. From JOIN_PORTS up to what
+    the ports netcheck's own closed connections hold for a minute leave (TIME-WAIT), the job fits
+    only once they are released: host.ports time_wait, a warning. Either way the sweep, which holds
+    what the job holds and leaves as many closed, is skipped: no bandwidth fault beside it."""
+
+    kind = "small_port_range"
+    targets = "any"
+    spoils_data_path = True
+    weight = 0.7
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        # Both outcomes, for the campaign's layout (job_ports()): too few for the job, or enough
+        # only once netcheck's own closed connections are released.
+        need = job_ports()
+        return (("ports", rng.choice([*range(1, need), *range(max(need, JOIN_PORTS), need + OWN_PORTS)])),)
+
+    @property
+    def short(self) -> bool:
+        return self.param("ports") < job_ports()
+
+    @property
+    def alone(self) -> bool:   # a host short of ports seats nobody: nothing else can be named
+        return self.short and self.node == 0
+
+    @property
+    def removes_node(self) -> bool:   # a joiner short of ports never gets its store client in
+        return self.short and self.node != 0
+
+    def setup(self, c, run):
+        subprocess.run(["ip", "netns", "exec", c.nodes[self.node].ns, "sysctl", "-qw",
+                        f"net.ipv4.ip_local_port_range={PORTS_LOW} {PORTS_LOW + self.param('ports') - 1}"],
+                       check=True, timeout=10)
+
+    def expect(self, sched, run):
+        if not self.short:
+            return Expect(warns=True, seers={self.node},
+                          blame=[Blame(self.node, ("host.ports",), ("time_wait",), severity="warn")])
+        own = Blame(self.node, ("host.ports",), ("range_too_small",), reporter=self.node)
+        if self.node == 0:
+            return Expect(breaks=True, seers=set(range(sched.n)), absent=set(range(1, sched.n)), blame=[own])
+        e = missing(self.node, sched)
+        # its join failed for want of a port of its own, not for its host (it said "the host stopped
+        # answering" before: tests/test_ports_cluster.py)
+        e.blame += [own, Blame(self.node, ("rdzv.join",), ("join_failed",), reporter=self.node)]
+        return e
+
+
+PORTS_LOW = 40000       # where a cut range starts: far from the endpoint's port
+# The fewest ports netcheck's own rendezvous joins with: its reach probe, its check that the store
+# still listens (both left in TIME-WAIT) and its store client, three connections to the endpoint
+# within a minute, where connect() takes an even count of the range's ports (the kernel's
+# __inet_hash_connect). 2-3 ports kept a joiner out in one run (FAIL, missing) and let it in in
+# others (WARN time_wait): no one expectation holds there (benchmarks/CHAOS.md, C63).
+JOIN_PORTS = 4
+JOB_PROCS = 1           # the campaign's layout: one process a node (tests/job.py launches as many)
+
+
+def job_ports() -> int:
+    """The ports one node's share of the campaign's job holds at once (host.ports' count, measured
+    on a real gloo job: tests/test_ports_cluster.py): each process's gloo listener and its store
+    connection; NCCL's two listeners a rank where the machine has GPUs."""
+    return (NCCL_LISTENERS if usable_gpus() else GLOO_LISTENERS) * JOB_PROCS + JOB_PROCS
+
+
+class EndpointInRange(Fault):
+    """The host's ephemeral range widened to 20000-60999 for a large job (a site's tuning guide),
+    the endpoint's port 29500 inside it and not in ip_local_reserved_ports: any connection there
+    may take the port before the job's store listens on it (issue 63). host.ports
+    endpoint_in_range warns on the host; the job runs (the port is taken only by chance)."""
+
+    kind = "endpoint_in_range"
+    targets = "host"
+    weight = 0.5
+
+    def setup(self, c, run):
+        subprocess.run(["ip", "netns", "exec", c.nodes[0].ns, "sysctl", "-qw",
+                        "net.ipv4.ip_local_port_range=20000 60999"], check=True, timeout=10)
+
+    def expect(self, sched, run):
+        return Expect(warns=True, seers={0},
+                      blame=[Blame(0, ("host.ports",), ("endpoint_in_range",), severity="warn")])
+
+
+class SlowResolver(Fault):
+    """The endpoint's name (node0.cluster) known only to DNS, and the nameserver (in the host's
+    namespace, as a site's dnsmasq on its head node) answers every lookup `late` s late, under
+    the resolver's timeout (issue 63): every lookup succeeds, slowly, torch's store looks up each
+    connection, and the job starts late. Every node names it (rdzv.resolve resolver_slow, a
+    warning), and every node joins: never "missing", never "does not resolve"."""
+
+    kind = "slow_resolver"
+    targets = "host"
+    weight = 0.5
+    # Another nameserver, or another /etc/hosts; the bandwidth workers each wait out lookups
+    conflicts = ("dead_nameserver", "unroutable_nameserver", "stale_hosts", "hostname_127011", "container",
+                 "duplicate_hostname", *LINK_FAULTS, "long_flow_cut", "small_buffers", "mtu_blackhole")
+
+    @classmethod
+    def draw_params(cls, rng, mode):
+        # Past SLOW_LOOKUP (1 s), under the resolver's 5 s: the run's --timeout grows by the
+        # joiners' lookups (join_seconds).
+        return (("late", round(rng.uniform(1.2, 2.5), 1)),)
+
+    @property
+    def join_seconds(self) -> float:
+        # A joiner looks the endpoint up LOOKUPS_BEFORE_SIGN_IN times before it signs in; the host
+        # waits that long past its join share only where the --timeout leaves the later phases
+        # room (core/budget.py): at the campaign's own (27 s for 3 nodes: none), 1.8 s late kept
+        # both joiners out, each named "missing" with that cause, while the job joined in 49 s.
+        return LOOKUPS_BEFORE_SIGN_IN * self.param("late")
+
+    def args(self, i, args):
+        return [f"{ENDPOINT_NAME}:{PORT}" if a == f"node0:{PORT}" else a for a in args]
+
+    def setup(self, c, run):
+        for node in c.nodes:
+            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+            _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {c.nodes[0].addr}\n")
+            c.write_hosts(node.index, [*c.hosts_lines(node.index, omit=[0]), f"{c.nodes[0].addr} node0"])
+        self._serve(run)
+
+    def _serve(self, run) -> None:
+        c = run.c
+        agent = Agent.start(c, 0, "late-nameserver", "0.0.0.0:53", f"{ENDPOINT_NAME}={c.nodes[0].addr}",
+                            str(self.param("late")))
+        run.helpers.append(agent.proc)
+        agent.wait_for("^serving$", scaled(30))
+
+    def before_job(self, run):
+        self._serve(run)   # the nameserver still answers late when the job comes
+
+    def expect(self, sched, run):
+        present = sorted(taking_part(sched))
+        return Expect(warns=True, blame=[
+            b for n in present for b in (Blame(n, ("rdzv.resolve",), ("resolver_slow",), severity="warn"),
+                                         Blame(n, ("rdzv.resolve",), ("resolver_slow",), severity="warn",
+                                               reporter=n))])
+
+
+ENDPOINT_NAME = "node0.cluster"   # the endpoint's name only the slow nameserver knows
+
+
+class OverlayMtu(Fault):
+    """A VXLAN overlay across the nodes (Kubernetes' flannel shape: vx0, its own subnet, a tunnel
+    to each peer over the node's interface) left at its underlay's MTU 1500 (issue 63): each
+    full-size frame on it is 50 bytes too large, and the kernel learns a path MTU of 1450 while
+    the mesh's full-size frames cross it (the mesh tries every address of every peer, the
+    overlay's too). nic.mtu path_mtu warns, naming the nodes of those paths; the job (gloo binds
+    the hostname's address, on the underlay) runs."""
+
+    kind = "overlay_mtu"
+    targets = "host"
+    weight = 0.5
+    # Another MTU on a node's underlay (its overlay frames then fit, or vanish); a node whose
+    # overlay the mesh cannot cross (its inbound closed, its address another's or NATed); routes
+    # that are not one subnet's.
+    conflicts = ("mtu_mismatch", "mtu_blackhole", "container", "ephemeral", "hostname_127011", "duplicate_hostname",
+                 *RACKED_APART, "routed", "wrong_prefix")
+
+    def setup(self, c, run):
+        c.vxlan_overlay(1500)
+
+    def expect(self, sched, run):
+        present = sorted(taking_part(sched))
+        if len(present) < 2:
+            return Expect()
+        return Expect(warns=True, blame=[Blame(n, ("nic.mtu",), ("path_mtu",), severity="warn") for n in present])
+
+
+class ConntrackFull(Fault):
+    """A node behind a stateful firewall (its rules accept every new connection; the kernel tracks
+    each) whose connection-tracking table is full (another service's flows; filled for real,
+    tests/conntrack_fill.py; issue 63): the kernel drops every new connection into and out of it,
+    unanswered, as a firewall's DROP looks. The node names its table (host.conntrack table_full),
+    never a firewall; a joiner never reaches the store, the host lets nobody in."""
+
+    kind = "conntrack_full"
+    targets = "any"
+    weight = 0.5
+
+    @property
+    def alone(self) -> bool:   # the host's full table keeps every joiner out: nobody else to name
+        return self.node == 0
+
+    @property
+    def removes_node(self) -> bool:   # a joiner's own SYN to the endpoint is dropped
+        return self.node != 0
+
+    def setup(self, c, run):
+        c.stateful_firewall(self.node)
+        c.fill_conntrack(self.node, 0)
+
+    def before_job(self, run):
+        run.c.fill_conntrack(self.node, 0)   # kept full, as the other service keeps it
+
+    def expect(self, sched, run):
+        own = Blame(self.node, ("host.conntrack",), ("table_full",), reporter=self.node)
+        # Its own unanswered connects are its table's, not a firewall's: no rdzv.listen
+        # (firewalled) on the host, no rdzv.reach (filtered) on a joiner (the joiners of a full
+        # host cannot see its table: theirs is rdzv.reach, pointing at host.conntrack).
+        firewall = Blame(self.node, ("rdzv.listen",) if self.node == 0 else ("rdzv.reach",), reporter=self.node,
+                         severity=("warn", "fail"))
+        if self.node == 0:
+            joiners = set(range(1, sched.n))
+            return Expect(breaks=True, seers=set(range(sched.n)), absent=joiners,
+                          blame=[Blame(0, ("host.conntrack",), ("table_full",)), own]
+                          + [Blame(j, ("rdzv.reach",), reporter=j) for j in sorted(joiners)], never=[firewall])
+        e = missing(self.node, sched)
+        e.blame.append(own)
+        e.never.append(firewall)
+        return e
+
+
 # ---------------------------------------------------------------------------------------------
 # faults that land mid-run (issue 62): a firewall rule, a link that goes down, a process stopped
 
@@ -1249,7 +1476,8 @@ CATALOG: tuple[type[Fault], ...] = (
     MtuMismatch, MtuBlackhole, DecoyInterface, HarmlessBridge, StaleHosts, LoopbackHostname,
     LateWithin, LatePastRoster, ForeignRun, DuplicateRank, DuplicateHostname, HostileClient, DeadNameserver,
     SharedSubnet, Container, RoutedFabric, WrongPrefix, UnroutableNameserver, LowDescriptorLimit, LossyLink,
-    LinkFlap, LongFlowCut, SmallBuffers, MidRunFirewall, MidRunLinkDown, MidRunStop)
+    LinkFlap, LongFlowCut, SmallBuffers, SmallPortRange, EndpointInRange, SlowResolver, OverlayMtu, ConntrackFull,
+    MidRunFirewall, MidRunLinkDown, MidRunStop)
 MIDRUN: tuple[type[MidRun], ...] = tuple(k for k in CATALOG if issubclass(k, MidRun))
 for _kind in MIDRUN:   # one mid-run fault a schedule, and only beside its companions
     _kind.conflicts = tuple(k.kind for k in CATALOG if k.kind not in MIDRUN_COMPANIONS)

@@ -70,7 +70,7 @@ class Schedule:
 
     @property
     def timeout(self) -> float:
-        return timeout_for(self.ranks, self.bandwidth, self.mode)
+        return timeout_for(self.ranks, self.bandwidth, self.mode) + sum(f.join_seconds for f in self.faults)
 
     def what(self) -> str:
         """Mode, size (nodes x processes where a node runs several) and faults: what the draw

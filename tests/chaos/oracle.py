@@ -65,6 +65,9 @@ class Expect:
     # The sweep ran on this machine's two busy cores (a mid-run fault's schedule, which may leave the
     # job whole): a node whose only findings are speed verdicts (nodes.SPEED_VERDICTS) may fail.
     speed_ok: bool = False
+    # Findings that must not be there (a false cause: a firewall blamed for a full conntrack
+    # table), each as a Blame is found: its reporter's report, its checks and kinds.
+    never: list[Blame] = field(default_factory=list)
 
     def merge(self, other: "Expect") -> "Expect":
         return Expect(self.breaks or other.breaks, self.warns or other.warns, self.blame + other.blame,
@@ -72,7 +75,7 @@ class Expect:
                       {**self.exit_codes, **other.exit_codes}, {**self.verdicts, **other.verdicts},
                       self.absent | other.absent, self.no_report | other.no_report,
                       self.resumed | other.resumed, self.may_warn | other.may_warn,
-                      self.speed_ok or other.speed_ok)
+                      self.speed_ok or other.speed_ok, self.never + other.never)
 
 
 def broken(node: int, *checks: str, kinds: tuple[str, ...] | None = None) -> Expect:
@@ -257,6 +260,19 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
                 say(f"node{i}: exit {rc}; nothing in this schedule breaks the job (expected 0)")
     for b in e.blame:
         _judge_blame(o, b)
+    for b in e.never:
+        report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
+        held = [f for f in (report or {}).get("findings", ()) if _is(f, b)]
+        if held:
+            say(f"node{b.reporter or 0}'s report: {held[0]['severity']} {held[0]['check']} "
+                f"{held[0].get('kind', '')} {held[0]['nodes']}, which the fault rules out")
+
+
+def _is(f: dict, b: Blame) -> bool:
+    """Whether finding f is one of Blame b's checks, kinds and severities."""
+    severities = (b.severity,) if isinstance(b.severity, str) else b.severity
+    return (not b.checks or f["check"] in b.checks) and (not b.kinds or f.get("kind") in b.kinds) \
+        and f["severity"] in severities
 
 
 def _only_speed(o: Outcome, i: int) -> bool:
@@ -282,9 +298,7 @@ def _judge_blame(o: Outcome, b: Blame) -> None:
     ranks = ({b.rank} if b.rank is not None else ranks_of(o, b.node)) if b.reporter is None or b.alone else None
     hostname = o.run.c.nodes[b.node].hostname
     for f in findings:
-        if (b.checks and f["check"] not in b.checks) or f["severity"] not in severities:
-            continue
-        if b.kinds and f.get("kind") not in b.kinds:
+        if not _is(f, b):
             continue
         if b.alone:
             if ranks and f["nodes"] and set(f["nodes"]) <= ranks:
