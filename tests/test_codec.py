@@ -147,7 +147,7 @@ def test_a_member_omitting_fields_with_defaults_takes_the_defaults():
 
 def test_a_finding_says_whom_it_stops_and_one_written_before_reads_back_without():
     plain = json.loads(codec.dumps(FINDING))
-    assert plain["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": ""}
+    assert plain["impact"] == {"on": ["launch", "store"], "effect": "stops", "why": "", "form": ""}
     del plain["impact"]
     assert codec.loads(Finding, json.dumps(plain), MAX_FACTS_BYTES).impact is None
 
