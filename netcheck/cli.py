@@ -37,7 +37,6 @@ from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
-    EXIT_BY_VERDICT,
     EXIT_INTERNAL,
     EXIT_PASS,
     EXIT_USAGE,
@@ -48,7 +47,7 @@ from netcheck.core.constants import (
     PROBE_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
+from netcheck.core.model import HOST, REACH_OUTCOMES, exit_of, is_torchrun_worker
 from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
 from netcheck.facts.local import usable_gpus
 from netcheck.facts.probe import error_text
@@ -58,10 +57,14 @@ from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
 
 EPILOG = """\
-exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
-a phase (internal error) or write a report file asked for (the text report is still printed),
-64 unusable command line (an output path that cannot be written included), 130 interrupted,
-143 terminated.
+exit codes, the same on every node and in every mode (the JSON's `fault` says it too): 0 all
+pass, 1 warnings only; a failure (2 and up) says whose fault it is: 2 this node's (a gate drains
+this node on 2 alone), 3 netcheck's own (an internal error, its deadline spent with no node to
+blame, or a report file asked for not written: the text report is still printed), 4 other nodes'
+only (named on the report's last line and in faulty_nodes; this node is healthy), 5 the cluster's
+as a whole (no node singled out); 64 unusable command line (an output path that cannot be written
+included), 130 interrupted, 143 terminated. `probe`, `inspect` and `report` of a report without a
+fault exit by the verdict: 0, 1, 2.
 subcommands: `netcheck local` (this node only), `netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
 `netcheck checks [--json]` (every check id, its phase, meaning and kinds),
@@ -326,7 +329,7 @@ def run_local(argv: list[str]) -> int:
     from netcheck.phases.assemble import local_only
 
     rep = local_only(os.environ)
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, args.quiet, True))
+    return delivered(exit_of(rep), emit(rep, outputs, args.quiet, True))
 
 
 def run_probe(argv: list[str]) -> int:
@@ -345,7 +348,7 @@ def run_probe(argv: list[str]) -> int:
     from netcheck.phases.assemble import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, timeout)
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
+    return delivered(exit_of(rep), emit(rep, outputs, False, True))
 
 
 def run_inspect(argv: list[str]) -> int:
@@ -407,7 +410,7 @@ def run_inspect(argv: list[str]) -> int:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
     assert rep is not None, "neither --rdzv nor --traces: refused above"
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
+    return delivered(exit_of(rep), emit(rep, outputs, False, True))
 
 
 def _check_traces(path: str) -> None:
@@ -433,7 +436,7 @@ def run_report(argv: list[str]) -> int:
     failed = emit(rep, outputs, quiet=not text, verbose=False)
     if not text and not failed:   # emit says where the page is only beside the text
         say(f"the HTML report is in {args.html}")
-    return delivered(EXIT_BY_VERDICT[rep.verdict], failed)
+    return delivered(exit_of(rep), failed)
 
 
 def run_checks(argv: list[str]) -> int:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
+from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, Attribution, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     BASELINE_DRIFT,
+    BW_STAGE,
     HOST_CONNTRACK,
     HOST_PORTS,
     MESH_CONNECT,
@@ -126,10 +127,12 @@ def told_stop(findings: list[Finding], heard: str, unheard: str) -> list[Finding
             for f in findings]
 
 
-def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str = "") -> ClusterVerdict:
-    """What the host tells every joiner before they leave: its verdict in one line, and its
-    failures and warnings, worst first. A host stopped by a signal (`stopped`, in the phase
-    `stopped_in`) says that first: its own run.stopped names only itself."""
+def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str = "",
+                    fault: Attribution | None = None) -> ClusterVerdict:
+    """What the host tells every joiner before they leave: its verdict in one line, its
+    failures and warnings, worst first, and whose fault they are (a healthy joiner names the
+    nodes at fault). A host stopped by a signal (`stopped`, in the phase `stopped_in`) says that
+    first: its own run.stopped names only itself."""
     bad = sorted((f for f in findings if f.severity != PASS), key=lambda f: -SEVERITIES.index(f.severity))
     verdict = verdict_of(findings)
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -140,14 +143,15 @@ def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str 
     else:
         headline = f"{bad[0].summary}{more}"
     told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in impacted(bad[:TOLD_FINDINGS]))
-    return ClusterVerdict(verdict, headline, told, stopped, stopped_in)
+    return ClusterVerdict(verdict, headline, told, stopped, stopped_in, fault)
 
 
 # Checks only the host can attribute: a joiner sees its own connects fail, not whose fault
 # that is; once the host's verdict is heard, its attribution replaces the joiner's guess. A
 # joiner's own view of its ports and its connection-tracking table, said before its seat, gives
-# way to the host's over the job.
-HOST_ATTRIBUTES = (MESH_CONNECT, HOST_PORTS, HOST_CONNTRACK)
+# way to the host's over the job; its sweep's stop, to the host's, which knows the failures that
+# explain it (bw.stop_explained).
+HOST_ATTRIBUTES = (MESH_CONNECT, HOST_PORTS, HOST_CONNTRACK, BW_STAGE)
 # Checks a joiner may judge for itself as well as the host over every node (--baseline given to
 # a joiner too): its own finding, of the same severity, stands for the host's (it has every line
 # about this node; the host's was cut to TOLD_EVIDENCE).
