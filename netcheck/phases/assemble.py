@@ -13,6 +13,7 @@ from netcheck.core.model import (
     LOCAL,
     PROBE,
     Attribution,
+    ClusterVerdict,
     Finding,
     Member,
     NodeEntry,
@@ -60,8 +61,14 @@ def run_fault(run: Run, findings: Iterable[Finding] | None = None) -> Attributio
     listed = dict(enumerate(run.config.launch.hostnames))
     return fault_rules.fault_of(run.findings if findings is None else findings, _mine(run, members),
                                 fault_rules.names_of(hostnames(members), run.lost_names, listed),
-                                own_unnamed=run.role != HOST, told=run.cluster.fault if run.cluster else None,
+                                own_unnamed=run.role != HOST, told=_told(run.cluster),
                                 unranked=run.unranked_faulty)
+
+
+def _told(told: ClusterVerdict | None) -> Attribution | None:
+    """The host's word on whose fault it is, as a joiner takes it: not from a host a signal
+    stopped (no node is at fault for the stop; this node's own findings say the rest)."""
+    return told.fault if told is not None and not told.stopped else None
 
 
 def _members(run: Run) -> tuple[Member, ...]:

@@ -19,12 +19,15 @@ from netcheck.core.model import (
     Attribution,
     Finding,
 )
-from netcheck.rules.registry import RUN_INTERNAL, RUN_STOPPED, RUN_TIMEOUT
+from netcheck.rules.registry import JOIN_LATE, JOIN_UNSEATED, RDZV_JOIN, RUN_INTERNAL, RUN_TIMEOUT
 
 # The run's own failures, which hold no node at fault: a bug in netcheck, its own deadline spent
-# (the nodes it waited for are named by their own findings: netcheck's where none is), a signal
-# that stopped it (nobody's: the exit code is the signal's).
-RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT, RUN_STOPPED)
+# (the nodes it waited for are named by their own findings: netcheck's where none is). A node a
+# signal stopped names itself (its run is not vouched for; its exit code is the signal's).
+RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT)
+# The host's failures about arrivals it could not seat (they came late, or past --nnodes): other
+# nodes', though they have no rank to name.
+ARRIVALS = ((RDZV_JOIN, JOIN_LATE), (RDZV_JOIN, JOIN_UNSEATED))
 
 
 def at_fault(f: Finding) -> tuple[int, ...]:
@@ -48,13 +51,15 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     failures = [f for f in findings if f.severity == FAIL]
     ours = [f for f in failures if f.check not in RUNS_OWN]
     named = [f for f in ours if at_fault(f)]
-    unnamed = [f for f in ours if not at_fault(f)]
+    strangers = [f for f in ours if not at_fault(f) and (f.check, f.kind) in ARRIVALS and not own_unnamed]
+    unnamed = [f for f in ours if not at_fault(f) and f not in strangers]
     ranks = {r for f in named for r in at_fault(f)} | set(told.nodes if told else ())
     if own_unnamed and unnamed:
         ranks |= set(mine)
         named, unnamed = named + unnamed, []
-    hostnames = tuple(dict.fromkeys([*(h for r in sorted(ranks) if (h := hostname(r))),
-                                     *(told.hostnames if told else ()), *unranked]))
+    # The host's names first, in its rank order: every node lists the nodes at fault alike.
+    hostnames = tuple(dict.fromkeys([*(told.hostnames if told else ()),
+                                     *(h for r in sorted(ranks) if (h := hostname(r))), *unranked]))
     whole = told is not None and told.party == WHOLE_CLUSTER
 
     def fault(party: str, why: str) -> Attribution:
@@ -64,10 +69,12 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
         return fault(NETCHECK, internal)
     if set(mine) & ranks:
         return fault(THIS_NODE, _first(named, lambda f: bool(set(at_fault(f)) & set(mine))) or _told(told))
-    if unnamed or whole:
+    # A failure naming no rank names a node never ranked where there is one (a node whose facts
+    # never came, in the one-shot form): the cluster's as a whole only where nobody is named so.
+    if (unnamed and not unranked) or whole:
         return fault(WHOLE_CLUSTER, _first(unnamed, lambda f: True) or _told(told))
-    if ranks or unranked:
-        return fault(OTHER_NODES, _first(named, lambda f: True) or _told(told))
+    if hostnames or ranks or strangers:
+        return fault(OTHER_NODES, _first(named + unnamed + strangers, lambda f: True) or _told(told))
     if deadline := _first(failures, lambda f: f.check == RUN_TIMEOUT):
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
