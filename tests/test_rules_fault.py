@@ -56,6 +56,13 @@ def test_a_failure_naming_no_node_is_the_clusters_on_the_host_and_its_own_on_a_j
     assert said(unseated) == ("this_node", (-1,), ("node2",)), "a joiner's unranked finding is its own"
 
 
+def test_arrivals_the_host_could_not_seat_are_other_nodes_not_the_cluster():
+    late = fail("rdzv.join", kind="late")
+    assert said(host_fault(late)) == ("other_nodes", (), ())
+    own = fault_rules.fault_of([late], (-1,), {-1: "node5"}.get, own_unnamed=True)
+    assert said(own) == ("this_node", (-1,), ("node5",)), "the latecomer's own report: its own fault"
+
+
 def test_the_cluster_as_a_whole_comes_before_other_nodes_and_after_this_node():
     assert host_fault(fail("rdzv.join", kind="alone"), fail("nic.gloo_default", 1)).party == "cluster"
     assert host_fault(fail("rdzv.join", kind="alone"), fail("nic.gloo_default", 0)).party == "this_node"
@@ -74,7 +81,7 @@ def test_netchecks_own_failures_blame_no_node():
     assert said(host_fault(timeout)) == ("netcheck", (), ())
     assert said(host_fault(timeout, fail("rdzv.join", 2, kind="lost_in_mesh"))) == ("other_nodes", (2,), ("node2",)), \
         "the deadline a lost node spent is that node's"
-    assert host_fault(stopped).party == "nobody", "a stop is nobody's fault: the exit code is the signal's"
+    assert said(host_fault(stopped)) == ("this_node", (0,), ("node0",)), "a stopped run is not vouched for"
 
 
 def test_warnings_are_nobodys_fault():
@@ -103,9 +110,11 @@ def test_the_host_tells_its_fault_with_its_verdict():
 def test_nodes_at_fault_never_ranked_are_named_by_hostname():
     fault = fault_rules.fault_of([fail("mesh.connect", kind="blackhole")], (0,), NAMES, own_unnamed=False,
                                  unranked=("node7",))
-    assert said(fault) == ("cluster", (), ("node7",))
+    assert said(fault) == ("other_nodes", (), ("node7",)), "the blackhole names node7, which has no rank"
     assert said(fault_rules.fault_of([], (0,), NAMES, own_unnamed=False, unranked=("node7",))) == \
         ("other_nodes", (), ("node7",))
+    joiner = fault_rules.fault_of([], (1,), {1: "node1"}.get, own_unnamed=True, told=fault)
+    assert said(joiner) == ("other_nodes", (), ("node7",)), "a healthy joiner names it from the host's word"
 
 
 @pytest.mark.parametrize("party, code", [("nobody", 1), ("this_node", 2), ("netcheck", 3), ("other_nodes", 4),

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .runner import ScheduleRun
 
 VERDICTS = ("pass", "warn", "none", "fail")     # worst last
-RC_VERDICT = {0: "pass", 1: "warn", 2: "fail"}
+RC_VERDICT = {0: "pass", 1: "warn", 2: "fail", 4: "fail", 5: "fail"}   # 4, 5: a failure at other nodes, the cluster
 # Whom a check speaks for by the registry's meaning of it (check, or (check, kind)), where the
 # finding has no "stops" field. A check not listed speaks for the whole job.
 NCCL_SOCKET, NCCL_RDMA, GPU, SPEED, TENSORPIPE = "nccl_socket", "nccl_rdma", "gpu", "speed", "tensorpipe"
