@@ -59,6 +59,7 @@ def test_a_failure_naming_no_node_is_the_clusters_on_the_host_and_its_own_on_a_j
 def test_arrivals_the_host_could_not_seat_are_other_nodes_not_the_cluster():
     late = fail("rdzv.join", kind="late")
     assert said(host_fault(late)) == ("other_nodes", (), ())
+    assert host_fault(fail("launch.topology", kind="nnodes_disagree")).party == "other_nodes"
     own = fault_rules.fault_of([late], (-1,), {-1: "node5"}.get, own_unnamed=True)
     assert said(own) == ("this_node", (-1,), ("node5",)), "the latecomer's own report: its own fault"
 

@@ -19,15 +19,22 @@ from netcheck.core.model import (
     Attribution,
     Finding,
 )
-from netcheck.rules.registry import JOIN_LATE, JOIN_UNSEATED, RDZV_JOIN, RUN_INTERNAL, RUN_TIMEOUT
+from netcheck.rules.registry import (
+    JOIN_LATE,
+    JOIN_UNSEATED,
+    LAUNCH_TOPOLOGY,
+    RDZV_JOIN,
+    RUN_INTERNAL,
+    RUN_TIMEOUT,
+)
 
 # The run's own failures, which hold no node at fault: a bug in netcheck, its own deadline spent
 # (the nodes it waited for are named by their own findings: netcheck's where none is). A node a
 # signal stopped names itself (its run is not vouched for; its exit code is the signal's).
 RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT)
-# The host's failures about arrivals it could not seat (they came late, or past --nnodes): other
-# nodes', though they have no rank to name.
-ARRIVALS = ((RDZV_JOIN, JOIN_LATE), (RDZV_JOIN, JOIN_UNSEATED))
+# The host's failures about arrivals it could not seat (they came late, or past --nnodes; their
+# launch disagrees with the cluster's): other nodes', though they have no rank to name.
+ARRIVALS = ((RDZV_JOIN, JOIN_LATE), (RDZV_JOIN, JOIN_UNSEATED), (LAUNCH_TOPOLOGY, None))
 
 
 def at_fault(f: Finding) -> tuple[int, ...]:
@@ -51,7 +58,8 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     failures = [f for f in findings if f.severity == FAIL]
     ours = [f for f in failures if f.check not in RUNS_OWN]
     named = [f for f in ours if at_fault(f)]
-    strangers = [f for f in ours if not at_fault(f) and (f.check, f.kind) in ARRIVALS and not own_unnamed]
+    strangers = [f for f in ours if not own_unnamed and not at_fault(f)
+                 and ((f.check, f.kind) in ARRIVALS or (f.check, None) in ARRIVALS)]
     unnamed = [f for f in ours if not at_fault(f) and f not in strangers]
     ranks = {r for f in named for r in at_fault(f)} | set(told.nodes if told else ())
     if own_unnamed and unnamed:
