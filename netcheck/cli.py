@@ -39,6 +39,7 @@ from netcheck.core.constants import (
     DEFAULT_TIMEOUT,
     EXIT_INTERNAL,
     EXIT_PASS,
+    EXIT_SIGNALLED,
     EXIT_USAGE,
     INSPECT_TIMEOUT,
     MESH_FULL_UP_TO,
@@ -264,7 +265,7 @@ def delivered(code: int, failed: list[str]) -> int:
     """The exit code once the files are written: a report file asked for and not written is
     netcheck's own failure (3) whatever the verdict, so no gate takes a pass, or a stale file
     left there by an earlier run, for this run's word; a signal's code stays the signal's."""
-    return EXIT_INTERNAL if failed and code < EXIT_INTERNAL else code
+    return EXIT_INTERNAL if failed and code < EXIT_SIGNALLED else code
 
 
 def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
