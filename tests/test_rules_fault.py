@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from netcheck.core.model import Attribution, Finding, exit_of, report_of
+from netcheck.render.html import render_html
 from netcheck.render.text import fault_line, render_text
 from netcheck.rules import fault as fault_rules
 from netcheck.rules import run as run_rules
@@ -133,6 +134,7 @@ def test_the_text_report_ends_saying_whose_fault_it_is():
                     fault=host_fault(*nodes))
     rep = dataclasses.replace(rep, fault=dataclasses.replace(rep.fault, hostnames=("node2",)))
     assert render_text(rep).splitlines()[-1] == "fault: another node: node2 (node rank 2); this node is healthy"
+    assert '<p id="fault">fault: another node: node2 (node rank 2); this node is healthy</p>' in render_html(rep)
     mine = report_of("joiner", "r", 2, nodes, {}, fault=Attribution("this_node", (2,), ("node2",), "x: y"))
     assert fault_line(mine) == "fault: this node: x: y"
     two = Attribution("other_nodes", (1, 2), ("node1", "node2"), "")
