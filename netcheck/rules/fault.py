@@ -32,9 +32,10 @@ from netcheck.rules.registry import (
 # (the nodes it waited for are named by their own findings: netcheck's where none is). A node a
 # signal stopped names itself (its run is not vouched for; its exit code is the signal's).
 RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT)
-# The host's failures about arrivals it could not seat (they came late, or past --nnodes; their
-# launch disagrees with the cluster's): other nodes', though they have no rank to name.
-ARRIVALS = ((RDZV_JOIN, JOIN_LATE), (RDZV_JOIN, JOIN_UNSEATED), (LAUNCH_TOPOLOGY, None))
+# The host's rdzv.join failures about arrivals it could not seat (they came late, or past
+# --nnodes): other nodes', though they have no rank to name; so are its launch.topology failures
+# that name none (processes it did not seat, launched otherwise than the cluster).
+ARRIVAL_KINDS = (JOIN_LATE, JOIN_UNSEATED)
 
 
 def at_fault(f: Finding) -> tuple[int, ...]:
@@ -58,8 +59,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     failures = [f for f in findings if f.severity == FAIL]
     ours = [f for f in failures if f.check not in RUNS_OWN]
     named = [f for f in ours if at_fault(f)]
-    strangers = [f for f in ours if not own_unnamed and not at_fault(f)
-                 and ((f.check, f.kind) in ARRIVALS or (f.check, None) in ARRIVALS)]
+    strangers = [f for f in ours if not own_unnamed and not at_fault(f) and _about_arrivals(f)]
     unnamed = [f for f in ours if not at_fault(f) and f not in strangers]
     ranks = {r for f in named for r in at_fault(f)} | set(told.nodes if told else ())
     if own_unnamed and unnamed:
@@ -86,6 +86,10 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     if deadline := _first(failures, lambda f: f.check == RUN_TIMEOUT):
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
+
+
+def _about_arrivals(f: Finding) -> bool:
+    return f.check == LAUNCH_TOPOLOGY or (f.check == RDZV_JOIN and f.kind in ARRIVAL_KINDS)
 
 
 def _first(findings: list[Finding], which: Callable[[Finding], bool]) -> str:
