@@ -39,9 +39,9 @@ from netcheck.core.constants import (
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
     DRAIN_PREFIX,
-    EXIT_BY_VERDICT,
     EXIT_INTERNAL,
     EXIT_PASS,
+    EXIT_SIGNALLED,
     EXIT_USAGE,
     INSPECT_TIMEOUT,
     LOCAL_TIMEOUT,
@@ -52,7 +52,7 @@ from netcheck.core.constants import (
     SLURM_CALL_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, REACH_OUTCOMES, is_torchrun_worker
+from netcheck.core.model import HOST, REACH_OUTCOMES, exit_of, is_torchrun_worker
 from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
 from netcheck.facts.local import usable_gpus
 from netcheck.facts.probe import error_text
@@ -63,10 +63,14 @@ from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
 
 EPILOG = """\
-exit codes: 0 all pass, 1 warnings only, 2 at least one failure, 3 netcheck could not run
-a phase (internal error) or write a report file asked for (the text report is still printed),
-64 unusable command line (an output path that cannot be written included), 130 interrupted,
-143 terminated.
+exit codes, the same on every node and in every mode (the JSON's `fault` says it too): 0 all
+pass, 1 warnings only; a failure (2 and up) says whose fault it is: 2 this node's (a gate drains
+this node on 2 alone), 3 netcheck's own (an internal error, its deadline spent with no node to
+blame, or a report file asked for not written: the text report is still printed), 4 other nodes'
+only (named on the report's last line and in faulty_nodes; this node is healthy), 5 the cluster's
+as a whole (no node singled out); 64 unusable command line (an output path that cannot be written
+included), 130 interrupted, 143 terminated. `probe`, `inspect` and `report` of a report without a
+fault exit by the verdict: 0, 1, 2.
 subcommands: `netcheck local` (this node only; with --drain, Slurm's HealthCheckProgram),
 `netcheck probe HOST:PORT` (reach alone),
 `netcheck inspect --rdzv HOST:PORT` (a job that hangs now: who is missing, read-only),
@@ -271,10 +275,10 @@ def run_and_render(config: Config, drain: bool, started: float) -> int:
 
 def delivered(code: int, failed: list[str]) -> int:
     """The exit code once the files are written: a report file asked for and not written, or a
-    --drain Slurm refused, is netcheck's own failure (3) whatever the verdict, so no gate takes a
-    pass, or a stale file left there by an earlier run, for this run's word; a signal's code
-    stays the signal's."""
-    return EXIT_INTERNAL if failed and code < EXIT_INTERNAL else code
+    --drain Slurm refused, is netcheck's own failure (3) whatever the verdict or whose fault, so no
+    gate takes a pass, or a stale file left there by an earlier run, for this run's word; a
+    signal's code stays the signal's."""
+    return EXIT_INTERNAL if failed and code < EXIT_SIGNALLED else code
 
 
 def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
@@ -350,7 +354,7 @@ def run_local(argv: list[str], started: float) -> int:
 
     rep = local_only(os.environ, Deadline(timeout, start=started))
     failed = emit(rep, outputs, args.quiet, True)
-    return delivered(EXIT_BY_VERDICT[rep.verdict], failed + (_gate(rep) if args.drain else []))
+    return delivered(exit_of(rep), failed + (_gate(rep) if args.drain else []))
 
 
 DRAIN_LOCAL_HELP = (f"Slurm's gate: drain this node (scontrol update State=DRAIN Reason=\"{DRAIN_PREFIX} ...\") "
@@ -400,7 +404,7 @@ def run_probe(argv: list[str]) -> int:
     from netcheck.phases.assemble import probe_only
 
     rep = probe_only(endpoint.host, endpoint.port, timeout)
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
+    return delivered(exit_of(rep), emit(rep, outputs, False, True))
 
 
 def run_inspect(argv: list[str], started: float) -> int:
@@ -462,7 +466,7 @@ def run_inspect(argv: list[str], started: float) -> int:
         hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
         rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
     assert rep is not None, "neither --rdzv nor --traces: refused above"
-    return delivered(EXIT_BY_VERDICT[rep.verdict], emit(rep, outputs, False, True))
+    return delivered(exit_of(rep), emit(rep, outputs, False, True))
 
 
 def _check_traces(path: str) -> None:
@@ -488,7 +492,7 @@ def run_report(argv: list[str]) -> int:
     failed = emit(rep, outputs, quiet=not text, verbose=False)
     if not text and not failed:   # emit says where the page is only beside the text
         say(f"the HTML report is in {args.html}")
-    return delivered(EXIT_BY_VERDICT[rep.verdict], failed)
+    return delivered(exit_of(rep), failed)
 
 
 def run_checks(argv: list[str]) -> int:

@@ -16,9 +16,10 @@ netcheck processes on 127.0.0.1 and says so.
 `make demo-fault` (scripts/demo.py --fault) plants one fault first: node2's firewall drops
 every inbound connection (iptables), as a host firewall that lets only ssh in does; the
 host's report fails mesh.connect, names node2 and says what to open. It needs root. The
-fault is the demo's, not the build's: when the host fails as it should (exit 2), the demo
-says so and exits 0, so `make demo-fault` ends without an error; a host that missed the fault
-makes it exit 1. Plain `make demo` exits with the host's code.
+fault is the demo's, not the build's: when the host fails as it should, naming node2 (exit 4:
+another node at fault, the host healthy), the demo says so and exits 0, so `make demo-fault`
+ends without an error; a host that missed the fault makes it exit 1. Plain `make demo` exits
+with the host's code.
 
 Each run writes the host's page into a folder of its own (tempfile.mkdtemp: /tmp/netcheck-demo-*,
 this user's, private), or into --out DIR: another user's demo, or an earlier run's, is never
@@ -49,7 +50,7 @@ PAGE = "report.html"
 
 
 FAULTY = 2          # --fault: the node whose firewall drops every inbound connection
-FAULT_FOUND = 2     # --fault: the host's exit when it reports the planted fault (at least one failure)
+FAULT_FOUND = 4     # --fault: the host's exit when it reports the planted fault (another node's: node2)
 
 
 def netcheck_args(rdzv: str, rank: int, html: Path) -> list[str]:
@@ -119,7 +120,7 @@ def main(argv: list[str]) -> int:
     print(f"node0 (the host): exit {host.returncode} - {_verdict(host)}")
     for rank, joiner in enumerate(results[1:], start=1):
         print(f"node{rank}: exit {joiner.returncode} - {_verdict(joiner)}")
-        if joiner.returncode not in (0, 1):
+        if joiner.returncode not in (0, 1, 4):   # 4: healthy, another node at fault: nothing of its own to show
             sys.stdout.write(joiner.stdout + joiner.stderr)
     if html.exists():
         print(f"the host's report as a web page: {html}")
@@ -129,11 +130,11 @@ def main(argv: list[str]) -> int:
         return host.returncode
     if host.returncode != FAULT_FOUND:
         print(f"\nthe planted fault was node{FAULTY}'s firewall, and the host's exit is {host.returncode}, "
-              f"not {FAULT_FOUND} (a failure): netcheck missed it; the demo exits 1")
+              f"not {FAULT_FOUND} (another node at fault): netcheck missed it; the demo exits 1")
         return 1
     print(f"\nthe planted fault was node{FAULTY}'s firewall: the host's FAIL lines above name the node "
-          f"and their `fix:` says what to change. netcheck's exit code is the verdict: {host.returncode}, a "
-          "failure, as the fault should give; the demo found what it planted, so it exits 0")
+          f"and their `fix:` says what to change. netcheck's exit code says whose fault it is: {host.returncode}, "
+          "a failure at another node, as the fault should give; the demo found what it planted, so it exits 0")
     return 0
 
 

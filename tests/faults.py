@@ -806,9 +806,10 @@ def lost_in(report: dict) -> dict[str, set[int]]:
     return out
 
 
-def assert_survivor(run, timeout: float, codes: tuple[int, ...] = (2,)) -> dict:
+def assert_survivor(run, timeout: float, codes: tuple[int, ...] = (4,)) -> dict:
     """A node that was not the fault's target: it ended on its own within --timeout + GRACE,
-    with an expected exit code, no traceback, no internal error, and a valid JSON report."""
+    with an expected exit code (by default 4: another node is at fault), no traceback, no
+    internal error, and a valid JSON report."""
     detail = f"node{run.node} rc={run.rc} after {run.seconds:.1f} s\n{run.stdout}\n{run.stderr}"
     assert run.seconds <= timeout + GRACE, detail
     assert run.rc in codes, detail

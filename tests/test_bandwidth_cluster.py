@@ -301,7 +301,8 @@ def test_a_busy_loop_and_a_gpu_holder_are_named_by_the_hosts_report_and_mark_the
     host = runs[0]
     # bw.pair may also fail: the loop and the suite's other tests share 2 cores with the pairs.
     failed = {f["check"] for f in host.report["findings"] if f["severity"] == "fail"}
-    assert host.rc in (1, 2) and failed <= {"bw.pair"} and (host.rc == 2) == bool(failed), nodes.explain(runs)
+    own = "node0" in host.report["faulty_nodes"]   # the host exits by whose fault it is (issue 65)
+    assert failed <= {"bw.pair"} and host.rc == (1 if not failed else 2 if own else 4), nodes.explain(runs)
     busy = {f["nodes"][0]: f for f in host.findings("host.busy")}
     assert sorted(busy) == [1, 2] and {f["severity"] for f in busy.values()} == {"warn"}, busy
     assert busy[2]["evidence"][0].startswith(f"pid {loop.pid} (root) `{sys.executable} -c while True: pass` at "), busy

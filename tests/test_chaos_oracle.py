@@ -42,7 +42,7 @@ from chaos.catalog import (
 )
 from chaos.generator import Schedule, draw_schedule, timeout_for
 from chaos.midrun import LINE_LAG, TimedLines
-from chaos.oracle import Blame, Expect, Outcome, _judge_blame, _judge_verdicts, ranks_of, reports_of
+from chaos.oracle import Blame, Expect, Outcome, _judge_blame, _judge_verdicts, ranks_of, reports_of, said_exit
 from nodes import NodeRun
 
 
@@ -401,3 +401,14 @@ def test_a_line_is_seen_well_within_LINE_LAG():
     lags = [seen - float(line.split()[1]) for line, seen in zip(run.progress, run.progress.times)
             if line.startswith("at ")]
     assert len(lags) == 200 and max(lags) < LINE_LAG / 2, max(lags)
+
+
+def test_a_nodes_exit_code_is_what_its_report_says_whose_fault_it_is():
+    """The oracle holds every node's exit code to its report's `fault` (README, "Exit codes"):
+    the healthy node beside a faulty one exits 4, and where nobody is at fault, the verdict's."""
+    def report(party: str, verdict: str = "fail") -> dict:
+        return {"verdict": verdict, "fault": {"party": party, "nodes": [], "hostnames": [], "why": ""}}
+
+    assert [said_exit(report(p)) for p in ("this_node", "netcheck", "other_nodes", "cluster")] == [2, 3, 4, 5]
+    assert said_exit(report("nobody", "warn")) == 1 and said_exit(report("nobody", "pass")) == 0
+    assert said_exit({"verdict": "fail", "fault": None}) == 2, "a report without a fault: its verdict's"

@@ -202,7 +202,9 @@ def test_python_m_netcheck_help_exits_0_and_documents_every_flag():
             "--join-window", "--skip", "--only", "--json", "-q", "--quiet", "-v", "--verbose"} <= flags
     words = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", done.stdout))
     assert flags - words == set()
-    assert "exit codes: 0 all pass, 1 warnings only, 2 at least one failure" in done.stdout
+    said = " ".join(done.stdout.split())
+    assert "0 all pass, 1 warnings only; a failure (2 and up) says whose fault it is: 2 this node's" in said
+    assert "3 netcheck's own" in said and "4 other nodes' only" in said and "5 the cluster's as a whole" in said
     assert "netcheck probe HOST:PORT" in done.stdout
 
 
@@ -286,15 +288,18 @@ def test_local_takes_quiet_and_verbose_and_speaks_of_this_node(clean_env, capsys
 
 def test_a_lone_host_says_how_long_it_waited_and_lists_no_node_faulty(tmp_path):
     """Nobody joins a host without --nnodes: it fails, names the time it waited (the wall clock
-    agrees), and lists no node faulty: what kept the others away is theirs to say."""
+    agrees), and lists no node faulty: what kept the others away is theirs to say. Nobody is
+    singled out: the cluster as a whole fails (exit 5), and a gate drains not the host for it."""
     port, path = free_port(), tmp_path / "alone.json"
     started = time.monotonic()
     # torch's import is inside --timeout: 20 s leaves a loaded machine's import room inside the join share.
     done = run_netcheck("--rdzv", f"127.0.0.1:{port}", "--timeout", "20", "--join-window", "1", "--json", str(path),
                         timeout=60)
     took = time.monotonic() - started
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == 5, done.stdout + done.stderr
     report = parse_report(path.read_text())
+    assert (report["fault"]["party"], report["fault"]["nodes"]) == ("cluster", []), report["fault"]
+    assert "fault: the cluster as a whole, no node singled out: rdzv.join: no other node joined" in done.stdout
     (alone,) = [f for f in report["findings"] if f["check"] == "rdzv.join"]
     said = float(re.fullmatch(r"no other node joined in the (\d+) s the host waited", alone["summary"]).group(1))
     assert alone["kind"] == "alone" and alone["nodes"] == [] and report["faulty_nodes"] == []

@@ -13,7 +13,9 @@ from netcheck.core.codec import DecodeError
 from netcheck.core.constants import MAX_FACTS_BYTES, REPORT_SCHEMA
 from netcheck.core.jobrecords import JobView, NodeDesc, RendezvousView, RunState
 from netcheck.core.model import (
+    Attribution,
     ClockSample,
+    ClusterVerdict,
     EnvRow,
     EphemeralPorts,
     Finding,
@@ -84,7 +86,9 @@ GATHERING = Gathering(
 REPORT = Report(
     run_id="job-7", node_rank=0, role="host", verdict="fail",
     nodes=(NodeEntry(0, "gpu01", "10.0.0.4", HOST_FACTS), NodeEntry(2, "gpu03", "", None)),
-    findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree", impact=Impact(("launch",), "risks"))),
+    findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree", impact=Impact(("launch",), "risks")),
+              Finding("mesh.connect", "fail", (1, 2), "1 of 6 node-to-node directions connect on no interface",
+                      impact=Impact(("gloo",), "stops"), cause_nodes=(2,))),
     recommend={"NCCL_SOCKET_IFNAME": "=eno1", "TP_SOCKET_IFNAME": "eno1"},
     recommend_per_node={"gpu01": {"GLOO_SOCKET_IFNAME": "eno1"}, "gpu03": {"GLOO_SOCKET_IFNAME": "ens5"}},
     env_table=(EnvRow("torch.version", "2.13.0", (2,), "gpu03", "fail"),),
@@ -95,14 +99,16 @@ REPORT = Report(
         (Pair(0, 1, 1 << 24, 9000.0, 1.86),), "all", "rank 3 died",
         (Fault(1, 3, 1, "all", "died", "killed by SIGKILL"),), 7.5),
     timings={"local": 0.125, "reach": 0.0},
-    unfinished="rendezvous", healthy_nodes=("gpu01",), faulty_nodes=("gpu02", "gpu03"))
+    unfinished="rendezvous", healthy_nodes=("gpu01",), faulty_nodes=("gpu02", "gpu03"),
+    fault=Attribution("other_nodes", (1, 2), ("gpu02", "gpu03"), "rdzv.reach: node0:29500 is filtered"))
+TOLD = ClusterVerdict("fail", "node0:29500 is filtered", (FINDING,), fault=REPORT.fault)
 
 EVERY_RECORD = [
     NICS, NICS.nics[0], NICS.ib_ports[0], NICS.ib_ports[1], NICS.nics[0].addresses[1],
     SLURM, ARRIVAL, PROBE_V4, PROBE_V6, REACH, REACH_DNS, Holder(4242, "python", "python train.py"),
     Holder(None, "?", "(owner not visible: run as root to name it)"), FACTS, HOST_FACTS, RESOLUTION,
     RESULTS, NodeResults(None, ()), ClockSample(0.0, 0.0), MEMBER, LOST, Visitor("job-7", "gpu02", None),
-    GATHERING, FINDING, NodeEntry(1, "gpu02", "10.0.0.5", FACTS), REPORT,
+    GATHERING, FINDING, NodeEntry(1, "gpu02", "10.0.0.5", FACTS), REPORT, TOLD,
 ]
 
 

@@ -24,14 +24,14 @@ PAGE_LINE = re.compile(r"^the host's report as a web page: (\S+)$", re.M)
 pytestmark = pytest.mark.root_required
 
 
-def test_make_demo_fault_exits_0_and_shows_the_host_s_exit_2():
+def test_make_demo_fault_exits_0_and_shows_the_host_s_exit_4():
     # -o: the virtual environment is taken as it is (a test never reinstalls it).
     done = subprocess.run(["make", "-o", ".venv/.installed", "demo-fault"], cwd=REPO, env=subprocess_env(),
                           capture_output=True, text=True, timeout=300)
     try:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "Error" not in done.stderr and "***" not in done.stderr, done.stderr
-        assert "node0 (the host): exit 2 - verdict FAIL" in done.stdout.splitlines()
+        assert "node0 (the host): exit 4 - verdict FAIL" in done.stdout.splitlines()   # node2's fault
         assert "the demo found what it planted, so it exits 0" in done.stdout
     finally:
         for page in PAGE_LINE.findall(done.stdout):

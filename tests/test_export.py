@@ -13,7 +13,7 @@ import builders
 from netcheck import __version__, cli
 from netcheck.config import Outputs
 from netcheck.core.bwrecords import BandwidthResult, Pair, Row, Sweep, SweepOptions, headline
-from netcheck.core.model import Finding, NodeEntry, NodeFacts, Report
+from netcheck.core.model import Attribution, Finding, NodeEntry, NodeFacts, Report
 from netcheck.core.names import is_safe_hostname
 from netcheck.render import export
 from prom import series
@@ -79,6 +79,13 @@ def test_verdict_is_a_state_set_and_info_names_role_and_version():
     assert series(text, "netcheck_verdict") == {
         (("severity", "pass"),): 0, (("severity", "warn"),): 0, (("severity", "fail"),): 1}
     assert series(text, "netcheck_info") == {(("role", "host"), ("version", __version__)): 1}
+
+
+def test_whose_fault_it_is_is_a_state_set_where_the_report_says_it():
+    rep = dataclasses.replace(report((MISSING,)), fault=Attribution("other_nodes", (2,), ("gpu03",), "rdzv.join"))
+    text = export.render_prom(rep)
+    assert 'netcheck_fault{party="other_nodes"} 1' in text and 'netcheck_fault{party="this_node"} 0' in text
+    assert "netcheck_fault{" not in export.render_prom(report((MISSING,))), "a report that does not say it"
 
 
 def test_each_check_reports_its_worst_severity_once():

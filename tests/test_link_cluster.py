@@ -41,6 +41,14 @@ def assert_nothing_else_blamed(run: nodes.NodeRun, runs) -> None:
     assert not blamed, nodes.explain(runs)
 
 
+def own_code(run) -> int:
+    """The host's exit code by whose fault its failures are (issue 65): 2 where it is among the
+    nodes at fault (a pair of its measured short on this busy machine), 4 where others alone are,
+    1 where link.health only warns."""
+    faulty = run.report["faulty_nodes"]
+    return 2 if "node0" in faulty else 4 if faulty else 1
+
+
 @pytest.mark.parametrize("share", [0.005, 0.02, 0.05])
 def test_a_node_whose_link_loses_segments_is_named_with_its_rate(cluster, tmp_path, share):
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
@@ -52,13 +60,14 @@ def test_a_node_whose_link_loses_segments_is_named_with_its_rate(cluster, tmp_pa
     (found,) = found
     assert (found["kind"], found["nodes"], found["severity"] in ("warn", "fail")) == ("lossy_node", [2], True), \
         nodes.explain(runs)
-    assert host.rc in (1, 2) and "node2 -> " not in " ".join(found["evidence"][:2]), found
+    assert "node2 -> " not in " ".join(found["evidence"][:2]), found
     assert all(" -> node2: " in line and "segments resent (" in line for line in found["evidence"][:2]), found
     # On the exclude list where it failed (a figure it spoils fell short), else a warning only. A
     # node whose pairs this shared 2-core machine measured short under load (bw.pair: its CPU, not
     # its link; seen with a busy loop beside the suite) is bw's to name, never link.health's.
     faulty = set(host.report["faulty_nodes"])
     assert ("node2" in faulty) == (found["severity"] == "fail"), host.report["faulty_nodes"]
+    assert host.rc == own_code(host), nodes.explain(runs)
     measured_short = {n for f in host.findings("bw.pair") if f["severity"] == "fail" for n in f["nodes"]}
     # Never from pairs sized by a sweep that crawled at latency sizes (issue 63: 512-byte pairs).
     swept = max((r["size"] for s in host.report["bandwidth"]["sweeps"] for r in s["rows"]), default=0)
@@ -93,7 +102,7 @@ def test_a_link_flapped_during_the_sweep_is_named_with_its_interface(cluster, tm
     flaps = [f for f in link_findings(host) if f["kind"] == "carrier_flap"]
     assert [f["nodes"] for f in flaps] == [[2]] and "node2's ens5 went down and up" in flaps[0]["summary"], \
         nodes.explain(runs)
-    assert host.rc in (1, 2)
+    assert host.rc == own_code(host), nodes.explain(runs)
 
 
 def test_a_clean_cluster_passes_link_health_over_every_pair(cluster, tmp_path):

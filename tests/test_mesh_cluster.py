@@ -24,15 +24,24 @@ ALLREDUCE = str(Path(__file__).with_name("gloo_allreduce.py"))
 RUN_TIMEOUT = scaled(30)
 
 
-def run_cluster(c, tmp_path, envs=None, timeout=RUN_TIMEOUT):
+def run_cluster(c, tmp_path, envs=None, timeout=RUN_TIMEOUT, bandwidth=False, outputs=False):
+    """Every node's run; with `outputs`, each writes its exclude list and Prometheus file too
+    (tmp_path/exclude{i}.txt, tmp_path/node{i}.prom)."""
     n = len(c.nodes)
     envs = envs or [None] * n
 
     def args(i: int) -> list[str]:
+        files = ["--exclude-file", str(tmp_path / f"exclude{i}.txt"), "--prom", str(tmp_path / f"node{i}.prom")]
         return ["--rdzv", f"node0:{PORT}", "--nnodes", str(n), "--node-rank", str(i),
-                "--timeout", str(timeout)]
+                "--timeout", str(timeout), *(["--bw-budget", "3"] if bandwidth else []), *(files if outputs else [])]
 
-    return finish_all([start(c, i, args(i), tmp_path, env=envs[i]) for i in range(n)], timeout + 30)
+    return finish_all([start(c, i, args(i), tmp_path, env=envs[i], bandwidth=bandwidth) for i in range(n)],
+                      timeout + 30)
+
+
+def at_fault(runs) -> list[tuple[int, str, list[str]]]:
+    """Each node's exit code, whose fault its report says, and the nodes at fault it names."""
+    return [(r.rc, r.report["fault"]["party"], r.report["faulty_nodes"]) for r in runs]
 
 
 def gloo_allreduce(c, env_per_node):
@@ -93,14 +102,27 @@ def test_different_interface_names_give_working_per_node_values(cluster, tmp_pat
 
 
 def test_hostname_on_loopback_fails_gloo_default_and_the_fix_works(cluster, tmp_path):
+    """node1 alone is at fault (issue 65): the sweep's gloo stage, which fails for it, names the
+    nodes whose workers could not connect, node0 and node2; they are healthy and exit 4, and
+    every node's exclude list and Prometheus file name node1 alone."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         hosts = c.hosts_lines(1)
         c.write_hosts(1, ["127.0.1.1 node1.cluster node1"] + [h for h in hosts if "node1" not in h])
-        runs = run_cluster(c, tmp_path)
+        runs = run_cluster(c, tmp_path, bandwidth=True, outputs=True)
         host = runs[0].report
-        assert runs[0].rc == 2, explain(runs)
+        assert at_fault(runs) == [(4, "other_nodes", ["node1"]), (2, "this_node", ["node1"]),
+                                  (4, "other_nodes", ["node1"])], explain(runs)
+        assert [(tmp_path / f"exclude{i}.txt").read_text() for i in range(3)] == ["node1\n"] * 3
+        prom = (tmp_path / "node0.prom").read_text()
+        assert {line for line in prom.splitlines() if line.startswith("netcheck_node_faulty")} == {
+            'netcheck_node_faulty{node="node0",node_rank="0"} 0', 'netcheck_node_faulty{node="node1",node_rank="1"} 1',
+            'netcheck_node_faulty{node="node2",node_rank="2"} 0'}, prom
+        assert 'netcheck_fault{party="other_nodes"} 1' in prom, prom
+        assert 'netcheck_fault{party="this_node"} 1' in (tmp_path / "node1.prom").read_text()
         (gloo,) = runs[0].findings("nic.gloo_default", "fail")
         assert gloo["nodes"] == [1] and "127.0.1.1" in gloo["evidence"][0]
+        for stopped in runs[0].findings("bw.stage", "fail"):   # where the sweep stopped on it: its symptom
+            assert 1 not in stopped["nodes"] and stopped["cause_nodes"] == [1], stopped
         (tp,) = runs[0].findings("nic.tp_default", "warn")  # TensorPipe binds the same way
         assert tp["nodes"] == [1] and "127.0.1.1" in tp["evidence"][0]
         env = recommended_env(host, "node1")
@@ -122,7 +144,7 @@ def firewalled(tmp_path_factory):
 def test_only_master_port_open_passes_rendezvous_fails_mesh(firewalled):
     runs = firewalled
     host = runs[0]
-    assert host.rc == 2 and host.findings("rdzv.join", "pass"), explain(runs)
+    assert host.rc == 4 and host.findings("rdzv.join", "pass"), explain(runs)
     (mesh,) = host.findings("mesh.connect", "fail")
     assert mesh["nodes"] == [1], "both peers fail to reach node1: node1 alone is named"
     broken = sorted(e.split(":")[0] for e in mesh["evidence"])
@@ -133,14 +155,19 @@ def test_only_master_port_open_passes_rendezvous_fails_mesh(firewalled):
 
 
 def test_a_joiner_the_host_names_faulty_never_exits_0(firewalled):
-    """node1 cannot see its own fault: the host's verdict, told at goodbye, is what it exits on."""
+    """node1 cannot see its own fault: the host's verdict, told at goodbye, is what it exits on.
+    The healthy nodes exit 4 (another node at fault), naming it, and say so last."""
     host, faulty, healthy = firewalled
-    assert host.rc == 2 and faulty.rc == 2, explain(firewalled)
+    assert at_fault(firewalled) == [(4, "other_nodes", ["node1"]), (2, "this_node", ["node1"]),
+                                    (4, "other_nodes", ["node1"])], explain(firewalled)
     (told,) = faulty.findings("mesh.connect", "fail")
     assert told["nodes"] == [1], told
-    assert faulty.report["cluster"]["verdict"] == "fail" and faulty.report["faulty_nodes"] == ["node1"]
-    assert healthy.rc == 0 and healthy.report["cluster"]["findings"] == [], explain(firewalled)
+    assert faulty.report["cluster"]["verdict"] == "fail"
+    assert faulty.stdout.rstrip().splitlines()[-1].startswith("fault: this node (node1): mesh.connect: ")
+    assert healthy.report["cluster"]["findings"] == [], explain(firewalled)
     assert "cluster: FAIL - " in healthy.stdout and "node1" in healthy.report["cluster"]["headline"]
+    assert healthy.stdout.rstrip().splitlines()[-1] == \
+        "fault: another node: node1 (node rank 1); this node is healthy", healthy.stdout
     assert host.report.get("cluster") is None
 
 
@@ -149,19 +176,26 @@ def test_a_one_way_firewall_stops_nccl_and_stops_gloo_only_where_gloo_dials_it(s
     """Issue 64: node dst drops node src's connects on every port. gloo dials each pair once, from
     the larger address (gloo's Device::isInitiator): node2 (198.18.0.12) dials node1. node2
     dropping node1's connects stops NCCL alone, said with why, and a real gloo all_reduce runs;
-    node1 dropping node2's stops gloo too."""
+    node1 dropping node2's stops gloo too (the sweep runs there: its gloo stage stops on it).
+    Either way the firewall's node alone is at fault (issue 65): node src reaches it the other
+    way, and is healthy."""
     timeout = scaled(30)
+    sweep = ["--bw-budget", "3"] if src == 2 else ["--skip", "bandwidth"]
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         c.drop_inbound(dst, source=src)
         runs = finish_all([start(c, i, ["--rdzv", f"node0:{PORT}", "--nnodes", "3", "--node-rank", str(i),
-                                        "--timeout", str(timeout), "--skip", "bandwidth"], tmp_path)
+                                        "--timeout", str(timeout), *sweep], tmp_path, bandwidth=True)
                            for i in range(3)], timeout + 30)
         host = runs[0]
-        assert host.rc == 2, explain(runs)
+        expected = {0: (4, "other_nodes"), src: (4, "other_nodes"), dst: (2, "this_node")}
+        assert at_fault(runs) == [(*expected[i], [f"node{dst}"]) for i in range(3)], explain(runs)
         (mesh,) = host.findings("mesh.connect", "fail")
         assert [e.split(":")[0] for e in mesh["evidence"]] == [f"node{src} -> node{dst}"], mesh
+        assert (sorted(mesh["nodes"]), mesh["cause_nodes"]) == ([1, 2], [dst]), mesh
         (gloo,) = host.findings("nic.gloo_default")
         if src == 2:
+            for stopped in host.findings("bw.stage", "fail"):
+                assert stopped["cause_nodes"] == [dst], stopped
             assert "gloo" in mesh["impact"]["on"] and not mesh["impact"]["why"], mesh["impact"]
             assert (gloo["severity"], gloo["nodes"]) == ("fail", [1]), gloo
             job = classify(run_job(c, Launch(3), tmp_path), None)   # gloo's dial, dropped: as said
@@ -188,7 +222,8 @@ def test_broken_interface_settings_are_named_per_node(cluster, tmp_path):
         envs = [{"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "eth0"},
                 {"GLOO_SOCKET_IFNAME": "198.18.0.12"}]
         runs = run_cluster(c, tmp_path, envs)
-    assert runs[0].rc == 2, explain(runs)
+    assert at_fault(runs) == [(4, "other_nodes", ["node1", "node2"]), (2, "this_node", ["node1", "node2"]),
+                              (2, "this_node", ["node1", "node2"])], explain(runs)
     (route,) = runs[0].findings("nic.route", "fail")
     assert route["nodes"] == [1, 2]
     assert any(e.startswith("node1: NCCL_SOCKET_IFNAME=eth0") for e in route["evidence"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults import nodes, ranked_args
+from faults import arrival_args, nodes, ranked_args
 from nodes import GRACE, PORT, explain, finish, finish_all, scaled, start
 
 pytestmark = pytest.mark.root_required
@@ -58,13 +58,15 @@ def test_a_stale_hosts_entry_names_the_file_and_line_on_a_node_with_a_gateway(cl
     """Every node has a default gateway, as every real node does: the node's router is no
     evidence that its prefix is wrong, so the stale line is named first, with its fix (issue 63:
     "a prefix wider than the subnet's" was named, the real fix after "where it is the same").
-    The control, the same cluster with the line right, passes."""
+    The node is at fault, ranked or not (one-shot: its finding names no rank, and its report
+    named no node faulty, issue 65). The control, the same cluster with the line right, passes."""
     timeout = scaled(14)
     with cluster(nodes(2)) as c:
         assert c.gateways == ["198.18.0.1"]
         hosts = [*c.hosts_lines(1, omit=[0]), f"{NOBODY} node0.cluster node0"]   # node0 moved, the line stayed
         c.write_hosts(1, hosts)
         joiner = finish(start(c, 1, ranked_args(1, 2, timeout), tmp_path), timeout + GRACE)
+        unranked = finish(start(c, 1, arrival_args(timeout, scaled(4)), tmp_path), timeout + GRACE)
         c.write_hosts(1, c.hosts_lines(1))
         control = finish_all([start(c, i, ranked_args(i, 2, timeout), tmp_path) for i in range(2)], timeout + GRACE)
 
@@ -75,6 +77,11 @@ def test_a_stale_hosts_entry_names_the_file_and_line_on_a_node_with_a_gateway(cl
     assert len(route_lines(found, NOBODY)) == 1, found
     assert found["fix"].startswith(f"node0's entry in /etc/hosts on this node is stale (/etc/hosts line {len(hosts)})")
     assert "prefix" not in found["summary"] and "firewall" not in found["fix"], found
+    for run in (joiner, unranked):
+        assert (run.rc, run.report["fault"]["party"], run.report["faulty_nodes"]) == (2, "this_node", ["node1"]), \
+            explain([run])
+    (alone,) = unranked.findings("rdzv.reach", "fail")
+    assert (alone["kind"], alone["nodes"]) == ("no_machine", []), alone
     assert [r.rc for r in control] == [0, 0], explain(control)
 
 

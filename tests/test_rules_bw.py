@@ -23,8 +23,9 @@ from netcheck.core.bwrecords import (
     headline,
 )
 from netcheck.core.meshrecords import FlaggedPaths
+from netcheck.core.model import Finding
 from netcheck.rules import registry
-from netcheck.rules.bw import bandwidth_findings, flagged_skip
+from netcheck.rules.bw import bandwidth_findings, flagged_skip, stop_explained
 
 NAMES = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
 ALL_REDUCE = COLLECTIVES["all_reduce"]
@@ -206,6 +207,29 @@ def test_a_failed_data_stage_points_at_nccl_settings():
     faults = (Fault(1, 1, 0, "data", "failed", "ValueError: --backend nccl, but no CUDA device"),)
     (stage,) = by_check(findings_of(result(nnodes=2, faults=faults, failed="data", sweeps=())), registry.BW_STAGE)
     assert stage.nodes == (1,) and "data backend init" in stage.summary and "NCCL_SOCKET_IFNAME" in stage.fix
+
+
+def test_a_sweep_stopped_by_a_failure_found_before_it_holds_that_failures_nodes_at_fault():
+    """node1's gloo address is one peers cannot reach (127.0.1.1): node0's and node2's workers fail
+    gloo's connect and are named; its cause is node1's. A worker that died names itself still, and
+    a failure that stops neither gloo nor the sweep's backend explains nothing."""
+    faults = (Fault(0, 0, 0, "control", "failed", "RuntimeError: Gloo connectFullMesh failed"),
+              Fault(2, 2, 0, "control", "failed", "RuntimeError: Gloo connectFullMesh failed"))
+    res = result(faults=faults, failed="control", sweeps=(), backend="gloo")
+    stops_gloo = Finding("nic.gloo_default", "fail", (1,), "gloo would use an address peers cannot reach on node1")
+    found = stop_explained(findings_of(res), res, [stops_gloo])
+    (stage,) = by_check(found, registry.BW_STAGE)
+    assert (stage.nodes, stage.cause_nodes) == ((0, 2), (1,))
+    short = Finding("host.ports", "fail", (1,), "the ephemeral port range of node1 cannot hold the job's sockets",
+                    kind="range_too_small")
+    (stage,) = by_check(stop_explained(findings_of(res), res, [short]), registry.BW_STAGE)
+    assert stage.cause_nodes == (1,), "a node out of ports stops the others' connects to it"
+    clock = Finding("host.clock", "fail", (1,), "node1's clock is 30 s off")
+    (stage,) = by_check(stop_explained(findings_of(res), res, [clock]), registry.BW_STAGE)
+    assert stage.cause_nodes is None
+    died = replace(res, faults=(Fault(2, 2, 0, "control", "died", "killed by SIGKILL"),))
+    (stage,) = by_check(stop_explained(findings_of(died), died, [stops_gloo]), registry.BW_STAGE)
+    assert (stage.nodes, stage.cause_nodes) == ((2,), None)
 
 
 def test_nccls_own_warning_chooses_the_fix():

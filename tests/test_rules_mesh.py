@@ -24,6 +24,18 @@ def test_a_direction_that_only_one_peer_tried_names_both_ends():
     assert directions(finding) == ["node1 -> node0"]
 
 
+def test_a_direction_broken_one_way_only_is_its_targets_fault():
+    """node1 drops node2's connects (its inbound firewall): the reverse connects, so node2 reaches
+    node1's machine, and node1 is the cause; both ends stay named, as the evidence says."""
+    ranks = range(3)
+    attempts = tuple((failed if (s, d) == (2, 1) else ok)(s, d, "eth0") for s in ranks for d in ranks if s != d)
+    (finding,) = mesh_rules.mesh_findings({r: f"node{r}" for r in ranks}, attempts)
+    assert (finding.nodes, finding.cause_nodes) == ((1, 2), (1,))
+    both = tuple(a for a in attempts if (a.src, a.dst) != (1, 2)) + (failed(1, 2, "eth0"),)
+    (finding,) = mesh_rules.mesh_findings({r: f"node{r}" for r in ranks}, both)
+    assert (finding.nodes, finding.cause_nodes) == ((1, 2), None), "both ways: nothing tells which end"
+
+
 def test_a_node_that_reaches_no_peer_is_named_alone_and_a_broken_pair_between_others_names_both():
     ranks = range(6)
     attempts = tuple((failed if s == 3 or {s, d} == {0, 1} else ok)(s, d, "eth0")

@@ -296,7 +296,16 @@ def test_fqdn_unresolvable():
         impact=Impact(("launch",), "stops", "torchrun's c10d rendezvous hands every worker rank 0's FQDN as "
                       "MASTER_ADDR, rank 0 being the node whose FQDN sorts first, node0.example, which a lookup here "
                       "gets wrong: its workers fail in init_process_group; a job given the master's address (a "
-                      "static rendezvous, MASTER_ADDR an address) never looks these up", "c10d"))]
+                      "static rendezvous, MASTER_ADDR an address) never looks these up", "c10d"),
+        cause_nodes=(1,))]   # node2 resolves node0 right: node1's lookup is at fault, not node0
+
+
+def test_a_name_no_peer_resolves_holds_both_ends_at_fault():
+    """Every peer fails on node0's name: its DNS record may be what is missing, or each looker's
+    resolver; nothing tells which, so the node whose name it is stays at fault beside them."""
+    unknown = resolving(0, error="Name or service not known")
+    (finding,) = rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown}), member(2, lookups={0: unknown})))
+    assert (finding.nodes, finding.cause_nodes) == ((0, 1, 2), None)
 
 
 def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendezvous():
@@ -305,7 +314,7 @@ def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendez
     wrong answer for another node's name stops that job only where that node comes first."""
     members = (member(0), member(1, lookups={2: resolving(2, error="Name or service not known")}), member(2))
     (finding,) = rdzv_rules.fqdn_findings(members)
-    assert (finding.severity, finding.nodes) == ("warn", (1, 2))
+    assert (finding.severity, finding.nodes, finding.cause_nodes) == ("warn", (1, 2), (1,))
     assert (finding.impact.on, finding.impact.effect) == (("launch",), "risks")
     assert "rank 0 being the node whose FQDN sorts first, node0.example, which resolves right where looked up: " \
            "it stops that job only where a node named here sorts first" in finding.impact.why

@@ -3,6 +3,8 @@ verdict a joiner hears) over hand-built findings."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from netcheck.core.model import Finding, Impact
 from netcheck.rules import run as run_rules
 from netcheck.rules.registry import impacted
@@ -122,3 +124,16 @@ def test_the_verdict_a_host_tells_says_whom_each_finding_stops():
     late = Finding("host.clock", "warn", (1,), "node1's clock is 3 s off")
     told = run_rules.cluster_verdict([cut, late])
     assert [f.impact for f in told.findings] == [narrowed, Impact(("launch",), "risks")]
+
+
+def test_a_joiners_own_sweep_stop_gives_way_to_the_hosts_which_knows_its_cause():
+    """Every node judges the sweep's stop from the same accounts; the host alone knows the
+    failures before it that explain it (node1's gloo address): its bw.stage, with node1 the
+    cause, replaces the joiner's own, whichever nodes it names."""
+    stop = Finding("bw.stage", "fail", (0, 2), "bandwidth stopped in the gloo control plane stage")
+    told = run_rules.cluster_verdict([replace(stop, cause_nodes=(1,)),
+                                      Finding("nic.gloo_default", "fail", (1,), "gloo would use 127.0.1.1")])
+    kept, findings = run_rules.with_host_verdict(told, (2,), [stop])
+    assert [(f.check, f.nodes, f.cause_nodes) for f in findings] == [("bw.stage", (0, 2), (1,))]
+    kept, findings = run_rules.with_host_verdict(run_rules.cluster_verdict([]), (2,), [stop])
+    assert findings == [stop], "no stop told: its own stands"

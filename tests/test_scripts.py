@@ -140,7 +140,7 @@ def test_sbatch_with_a_node_missing_names_it_in_the_exclude_list_and_metrics(clu
         done = wait_all(sbatch_on(c, [0, 1], 3, tmp_path,
                                   lambda i: ["--timeout", str(scaled(20)), "--prom", str(prom(i))]),
                         scaled(20) + 15)
-    assert [rc for rc, _ in done] == [2, 0], done
+    assert [rc for rc, _ in done] == [4, 4], done   # node2's fault: the two that ran are healthy
     folder = tmp_path / "netcheck-4242"
     assert (folder / "exclude.txt").read_text() == "node2\n"
     assert read_report(folder / "netcheck-node0.json")["faulty_nodes"] == ["node2"]

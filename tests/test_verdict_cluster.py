@@ -61,7 +61,7 @@ def test_two_nodes_with_one_hostname_are_told_apart_by_address(cluster, tmp_path
         runs = ranked_run(c, tmp_path)
         addresses = [c.nodes[i].addr for i in (1, 2)]
     host = runs[0]
-    assert host.rc == 2, explain(runs)
+    assert host.rc == 4 and host.report["faulty_nodes"] == ["node1"], explain(runs)   # both are node1
     same = [f for f in host.findings("rdzv.join", "fail") if f["kind"] == "duplicate_hostname"]
     assert [f["nodes"] for f in same] == [[1, 2]], explain(runs)
     assert all(any(a in e for e in same[0]["evidence"]) for a in addresses), same
@@ -92,7 +92,9 @@ def test_a_node_the_mesh_finds_cut_off_is_not_timed_out_on_by_the_sweep(cluster,
         c.allow_only_inbound(1, [PORT])
         runs = ranked_run(c, tmp_path, timeout=scaled(40), extra=sweep, bandwidth=True)
     host = runs[0]
-    assert host.rc == 2 and [f["nodes"] for f in host.findings("mesh.connect", "fail")] == [[1]], explain(runs)
+    assert [f["nodes"] for f in host.findings("mesh.connect", "fail")] == [[1]], explain(runs)
+    assert [(r.rc, r.report["faulty_nodes"]) for r in runs] == [(4, ["node1"]), (2, ["node1"]), (4, ["node1"])], \
+        explain(runs)
     (skipped,) = [f for f in host.findings("run.skipped") if "bandwidth" in f["summary"]]
     assert "node1 cut off" in skipped["summary"], skipped
     assert not host.findings("bw.stage", "fail"), explain(runs)

@@ -8,14 +8,19 @@ PHASES = ("local", "reach", "rendezvous", "mesh", "nic", "env", "bandwidth")
 # Every later phase stands on these: the node's facts, the endpoint reached, the store met.
 FOUNDATION_PHASES = ("local", "reach", "rendezvous")
 
-# Exit codes: the monitoring convention (README.md, "Exit codes").
+# Exit codes: the monitoring convention (README.md, "Exit codes": non-zero is no pass, 2 and up a
+# failure), with whose fault a failure is (core.model.Attribution): a gate drains its node on 2 alone.
 EXIT_PASS = 0
 EXIT_WARN = 1
-EXIT_FAIL = 2
-EXIT_INTERNAL = 3
+EXIT_FAIL = 2            # a failure at this node (a report without a fault: at least one failure)
+EXIT_INTERNAL = 3        # netcheck itself: an internal error, its own deadline with no node to blame
+EXIT_OTHER_NODES = 4     # failures only at other nodes, named: this node is healthy
+EXIT_CLUSTER = 5         # a failure of the cluster as a whole: no node singled out, this one included
 EXIT_USAGE = 64
 EXIT_SIGNALLED = 128  # + the signal's number: 130 for SIGINT, 143 for SIGTERM
 EXIT_BY_VERDICT = {"pass": EXIT_PASS, "warn": EXIT_WARN, "fail": EXIT_FAIL}
+EXIT_BY_FAULT = {"this_node": EXIT_FAIL, "netcheck": EXIT_INTERNAL, "other_nodes": EXIT_OTHER_NODES,
+                 "cluster": EXIT_CLUSTER}   # "nobody": the verdict's (0 or 1)
 
 # Deadlines, in seconds.
 DEFAULT_TIMEOUT = 60.0

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from netcheck.core.bwrecords import BandwidthResult
-from netcheck.core.constants import PHASES, REPORT_SCHEMA, STOP_SIGNALS
+from netcheck.core.constants import EXIT_BY_FAULT, EXIT_BY_VERDICT, PHASES, REPORT_SCHEMA, STOP_SIGNALS
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.fields import (
     FEW,
@@ -444,6 +444,29 @@ class Finding:
     # whom it stops: the registry's for its check and kind (registry.impacted, as a report is
     # made), unless its rule narrowed it; None only in a report written before it was said
     impact: Impact | None = None
+    # Where the nodes named are more than the nodes at fault: the node ranks of the cause (a node
+    # whose inbound firewall drops a peer's connects, a stale name on the node that looks it up),
+    # the others named having only met its symptom; None where every node named is at fault.
+    cause_nodes: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE] | None = None
+
+
+# Whose fault a run's failures are (docs/contract.md, "Promises"), each with its exit code
+# (core.constants.EXIT_BY_FAULT): nobody (a pass, or warnings only), this node, other nodes (named;
+# this one is healthy), the cluster as a whole (no node singled out), or netcheck itself (an internal
+# error, its own deadline, a stop).
+FAULT_PARTIES = NOBODY, THIS_NODE, OTHER_NODES, WHOLE_CLUSTER, NETCHECK = (
+    "nobody", "this_node", "other_nodes", "cluster", "netcheck")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Whose fault this run's failures are, from this node's seat: what its exit code says, so
+    that a launcher's gate drains only the node at fault (rules.fault decides it)."""
+
+    party: Annotated[str, one_of(*FAULT_PARTIES)]
+    nodes: Annotated[tuple[NodeRankOrMinusOne, ...], PER_NODE]   # the node ranks at fault (-1: this node, unseated)
+    hostnames: Hostnames       # the nodes at fault by name, where known (the report's faulty_nodes)
+    why: Text = ""             # the first failure that makes it so: "check: summary"
 
 
 @dataclass(frozen=True)
@@ -459,6 +482,10 @@ class ClusterVerdict:
     # fault for that. The signal ("" when the host finished) and the phase it came in.
     stopped: Annotated[str, one_of("", *STOP_SIGNALS)] = ""
     stopped_in: Annotated[str, one_of("", *PHASES, "goodbye")] = ""
+    # Whose fault the host found the failures (its party is the host's own: this_node is the host),
+    # so that a healthy joiner names the nodes at fault, not only its own findings; None from a host
+    # that did not say it.
+    fault: Attribution | None = None
 
 
 @dataclass(frozen=True)
@@ -514,6 +541,9 @@ class Report:
     job: JobView | None = None     # netcheck inspect: what the job's store and NCCL's RAS showed
     cluster: ClusterVerdict | None = None  # a joiner's: the host's verdict, when it was heard
     hang: HangView | None = None   # netcheck inspect --traces: the ranks' flight recorders
+    # Whose fault the failures are, as the exit code says it; None for inspect's and probe's reports
+    # (their exit code is the verdict's) and in a report written before it was said.
+    fault: Attribution | None = None
     schema: str = REPORT_SCHEMA
 
 
@@ -530,6 +560,14 @@ def report_of(role: str, run_id: str, node_rank: int | None, findings: tuple[Fin
 def verdict_of(findings: tuple[Finding, ...] | list[Finding]) -> str:
     severities = {f.severity for f in findings}
     return FAIL if FAIL in severities else WARN if WARN in severities else PASS
+
+
+def exit_of(report: Report) -> int:
+    """The exit code a report gives: whose fault its failures are where it says (a run's, `netcheck
+    local`'s), else its verdict's (probe's, inspect's, a report written before the fault was said)."""
+    fault = report.fault
+    return EXIT_BY_FAULT[fault.party] if fault is not None and fault.party != NOBODY \
+        else EXIT_BY_VERDICT[report.verdict]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ and `netcheck probe`."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from netcheck.core.bounded import call_with_timeout
 from netcheck.core.codec import field_names
@@ -11,9 +12,12 @@ from netcheck.core.constants import PHASES
 from netcheck.core.deadline import Deadline
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import (
-    FAIL,
+    HOST,
     LOCAL,
     PROBE,
+    Attribution,
+    ClusterVerdict,
+    Finding,
     Member,
     NodeEntry,
     NodeFacts,
@@ -32,6 +36,7 @@ from netcheck.facts.probe import lookup, reach
 from netcheck.phases.state import Run
 from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import env as env_rules
+from netcheck.rules import fault as fault_rules
 from netcheck.rules import limits as limits_rules
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import ports as ports_rules
@@ -39,27 +44,56 @@ from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import reach as reach_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules.gpubuild import build_findings
-from netcheck.rules.registry import JOIN_KEPT_OUT, impacted
+from netcheck.rules.registry import impacted
 
 LOCAL_PHASE = PHASES[0]
 
 
 def build_report(run: Run) -> Report:
     findings = impacted(run.findings)
-    members = run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),)
-                              if run.facts else ())
-    # A node the store's stall kept out was not tested: not faulty, and not excluded for it.
-    faulty_ranks = {r for f in findings if f.severity == FAIL and f.kind != JOIN_KEPT_OUT for r in f.nodes}
+    members = _members(run)
+    fault = run_fault(run, findings)
     by_rank = hostnames(members)
-    missing = _missing_hostnames(run, faulty_ranks, by_rank)
     rec = run.recommendation or nic_rules.Recommendation({}, {}, "")
-    faulty = _hosts([*(h for r, h in sorted(by_rank.items()) if r in faulty_ranks), *missing, *run.unranked_faulty])
     return report_of(
         run.role, run.config.run_id, run.rank, findings, dict(run.timings),
         nodes=entries(members), recommend=rec.cluster, recommend_per_node=rec.per_node, env_table=run.env_table,
         bandwidth=run.bandwidth, unfinished=run.unfinished,
-        healthy_nodes=_hosts(h for _, h in sorted(by_rank.items()) if h not in faulty),
-        faulty_nodes=faulty, recommend_note=rec.reason, cluster=run.cluster)
+        healthy_nodes=_hosts(h for _, h in sorted(by_rank.items()) if h not in fault.hostnames),
+        faulty_nodes=fault.hostnames, recommend_note=rec.reason, cluster=run.cluster, fault=fault)
+
+
+def run_fault(run: Run, findings: Iterable[Finding] | None = None) -> Attribution:
+    """Whose fault the run's failures are, from this node's seat; the nodes at fault by name where
+    the run knows it: a member's, a node whose facts never came (its visitor record), a missing
+    rank's where the launcher listed the hosts (Slurm), and the nodes at fault never ranked."""
+    members = _members(run)
+    listed = dict(enumerate(run.config.launch.hostnames))
+    return fault_rules.fault_of(run.findings if findings is None else findings, _mine(run, members),
+                                fault_rules.names_of(hostnames(members), run.lost_names, listed),
+                                own_unnamed=run.role != HOST, told=_told(run.cluster),
+                                unranked=run.unranked_faulty)
+
+
+def _told(told: ClusterVerdict | None) -> Attribution | None:
+    """The host's word on whose fault it is, as a joiner takes it: not from a host a signal
+    stopped (no node is at fault for the stop; this node's own findings say the rest)."""
+    return told.fault if told is not None and not told.stopped else None
+
+
+def _members(run: Run) -> tuple[Member, ...]:
+    """The members the report lists: the host's, or this node alone (-1: not seated)."""
+    return run.members or ((Member(run.rank if run.rank is not None else -1, run.facts),) if run.facts else ())
+
+
+def _mine(run: Run, members: tuple[Member, ...]) -> tuple[int, ...]:
+    """This node's ranks: its seat (-1 unseated), and under torchrun every rank its host runs (the
+    host is what a gate drains)."""
+    if run.rank is None:
+        return (-1,)
+    if run.facts is not None and is_torchrun_worker(run.config.launch):
+        return tuple(sorted({run.rank} | {m.rank for m in members if m.facts.hostname == run.facts.hostname}))
+    return (run.rank,)
 
 
 def _hosts(names) -> tuple[str, ...]:
@@ -105,12 +139,6 @@ def _rdma(facts: NodeFacts) -> RdmaFacts | None:
     return None if facts.rdma is None else dataclasses.replace(facts.rdma, seconds=0.0)
 
 
-def _missing_hostnames(run: Run, faulty: set[int], by_rank: dict[int, str]) -> tuple[str, ...]:
-    """Faulty ranks that never joined, named when the launcher listed the hosts (Slurm)."""
-    hosts = run.config.launch.hostnames
-    return tuple(hosts[r] for r in sorted(faulty) if r not in by_rank and r < len(hosts))
-
-
 def local_only(env, deadline: Deadline) -> Report:
     """`netcheck local`: what this node alone can know, judged for it alone (nothing is tested
     against peers): its interfaces and what each library would pick here, its RDMA ports, the
@@ -134,8 +162,9 @@ def local_only(env, deadline: Deadline) -> Report:
                         + reach_rules.resolver_findings(silent, (rank,), slow, launch=launch)
                         + build_findings(by_rank, names) + env_rules.shm_findings(by_rank, names)
                         + ([run_rules.timeout_finding(LOCAL_PHASE, deadline.elapsed())] if unfinished else []))
+    fault = fault_rules.fault_of(findings, (me[0].rank,), names.get, own_unnamed=True)
     return report_of(LOCAL, LOCAL, launch.node_rank, findings, {LOCAL_PHASE: round(deadline.elapsed(), 3)},
-                     nodes=entries(me), unfinished=unfinished)
+                     nodes=entries(me), unfinished=unfinished, fault=fault, faulty_nodes=fault.hostnames)
 
 
 def _gpu_env(facts: NodeFacts, env, deadline: Deadline) -> tuple[EnvFacts | None, str | None]:

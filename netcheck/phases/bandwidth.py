@@ -75,8 +75,8 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> None:
     findings = bw_rules.bandwidth_findings(run.bandwidth, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw, run.flagged.paths,
                                          {n: _fabric(run, s[0]) for n, s in seats_of.items()})
-    run.findings += [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n]))
-                     for f in findings]
+    seated = [dataclasses.replace(f, nodes=tuple(r for n in f.nodes for r in seats_of[n])) for f in findings]
+    run.findings += bw_rules.stop_explained(seated, run.bandwidth, run.findings)
     if run.role == HOST and not run.host_lost:  # a node whose account never came is gone, as in any other phase
         run.lose("bandwidth", seat_names, gone)
 

@@ -17,7 +17,7 @@ from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
 from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
-from netcheck.phases.assemble import build_report
+from netcheck.phases.assemble import build_report, run_fault
 from netcheck.phases.state import Run
 from netcheck.rules import baseline
 from netcheck.rules import buffers as buffers_rules
@@ -93,7 +93,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
             _tell_stopped(run, seat, roster, arrivals)
             return
         _judge_launch(run, seat.exchange, run.arrivals, roster)
-        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings))
+        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings, fault=run_fault(run)))
         deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
         # Joiners started their --timeout a little after the host: with the host's time
         # all but spent, a goodbye not yet in says nothing about the node.
@@ -112,7 +112,8 @@ def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: lis
     One that does not say goodbye in time loses the host, and says so, as before."""
     assert run.stopped_by is not None
     ex = seat.exchange
-    ex.put(ex.key(VERDICT), run_rules.cluster_verdict(run.findings, run.stopped_by.name, run.stopped_in or ""))
+    ex.put(ex.key(VERDICT), run_rules.cluster_verdict(run.findings, run.stopped_by.name, run.stopped_in or "",
+                                                      run_fault(run)))
     wait = max(STOPPED_GOODBYE_WAIT, 2 * max(HOST_WORD_LOOK, HOST_WORD_PACES * ex.pause))
     gone = set(collect(ex, int, BYE, arrivals, run.goodbye_deadline().within(wait)))
     names = {e.arrival: e.hostname for e in roster.entries}

@@ -20,7 +20,8 @@ def ask_host_path(run: Run) -> bool:
     if any(f.kind == MESH_BLACKHOLE and 0 in f.nodes for f in run.findings):  # by the mesh
         return True
     if _full_frames_lost(run):
-        run.findings.append(mesh_rules.host_blackhole_finding(run.my_ranks(), FULL_FRAME))
+        # Either end's link may be the short one: this node's named too, unseated (-1) or not.
+        run.findings.append(mesh_rules.host_blackhole_finding(run.my_ranks() or (-1,), FULL_FRAME))
         return True
     return False
 

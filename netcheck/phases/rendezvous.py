@@ -80,6 +80,7 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
     visitors = tuple(v for v in run.arrivals.visitors.values() if v) if run.arrivals else ()
     run.causes = PathCauses(translation_rules.translations(run.members, peers, visitors))
     run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
+    run.lost_names = {v.node_rank: v.hostname for v in gathered.facts_lost if v.node_rank is not None}
     run.findings += reach_rules.reach_summary(run.members)
     run.findings += reach_rules.slow_lookups(run.members)
     stalled = stalls()

@@ -14,8 +14,8 @@ from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
-from netcheck.core.constants import EXIT_BY_VERDICT, EXIT_INTERNAL, EXIT_SIGNALLED
-from netcheck.core.model import HOST, Member, verdict_of
+from netcheck.core.constants import EXIT_SIGNALLED
+from netcheck.core.model import HOST, Member, exit_of
 from netcheck.facts.local import gather_facts
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
 from netcheck.phases.agree import agreed
@@ -26,7 +26,6 @@ from netcheck.rules import launch as launch_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
-from netcheck.rules.registry import RUN_INTERNAL
 
 
 def run_check(config: Config, progress: Callable[[str], None], started: float) -> Outcome:
@@ -36,8 +35,9 @@ def run_check(config: Config, progress: Callable[[str], None], started: float) -
     except KeyboardInterrupt as e:
         run.stop(e)
     goodbye.judge_baseline(run)   # where no goodbye judged it
-    code = exit_code(run)
-    return Outcome(build_report(run), code, run.stopped_by, goodbye.report_out(run, code))
+    report = build_report(run)
+    code = EXIT_SIGNALLED + run.stopped_by if run.stopped_by is not None else exit_of(report)
+    return Outcome(report, code, run.stopped_by, goodbye.report_out(run, code))
 
 
 
@@ -120,13 +120,3 @@ def _time_for(run: Run, phase: str) -> bool:
         run.findings.append(run_rules.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
                                                      run_rules.SHORT_OF_TIME_FIX))
     return False
-
-
-def exit_code(run: Run) -> int:
-    if run.stopped_by is not None:
-        return EXIT_SIGNALLED + run.stopped_by
-    if any(f.check == RUN_INTERNAL for f in run.findings):
-        return EXIT_INTERNAL
-    return EXIT_BY_VERDICT[verdict_of(run.findings)]
-
-

@@ -69,6 +69,7 @@ class Run:
     facts: NodeFacts | None = None
     members: tuple[Member, ...] = ()
     unranked_faulty: tuple[str, ...] = ()   # hostnames of nodes at fault that were never seated
+    lost_names: dict[int, str] = field(default_factory=dict)   # rank -> hostname of nodes whose facts never came
     attempts: tuple[Attempt, ...] = ()
     flagged: FlaggedPaths = FlaggedPaths()  # mesh.connect's failed paths (host's word)
     causes: PathCauses = PathCauses()         # what explains failed connects (the host's word): its

@@ -15,6 +15,9 @@ The metrics are Prometheus' text format, for the node exporter's textfile collec
     netcheck_verdict{severity="pass"} 0
     netcheck_verdict{severity="warn"} 0
     netcheck_verdict{severity="fail"} 1
+    netcheck_fault{party="nobody"} 0
+    netcheck_fault{party="this_node"} 0
+    netcheck_fault{party="other_nodes"} 1
     ...
     netcheck_node_faulty{node="node2",node_rank="2"} 1
 
@@ -30,7 +33,7 @@ from typing import Callable, Sequence
 
 from netcheck import __version__
 from netcheck.core.bwrecords import Headline, avg_busbw
-from netcheck.core.model import PASS, SEVERITIES, Report
+from netcheck.core.model import FAULT_PARTIES, PASS, SEVERITIES, Report
 from netcheck.core.names import is_safe_hostname
 from netcheck.rules.gate import hostnames_by_rank, nodes_at_fault, scheduler_names
 
@@ -56,6 +59,8 @@ def render_prom(report: Report) -> str:
          [({"role": report.role, "version": __version__}, 1)]),
         ("netcheck_verdict", "The run's verdict: 1 for the severity it reached, 0 for the others.",
          _one_of(report.verdict, {})),
+        ("netcheck_fault", "Whose fault the run's failures are, from this node's seat, as its exit code says "
+         "it: 1 for the party that holds (this_node: drain this node), 0 for the others.", _fault(report)),
         ("netcheck_check", "Each check's worst severity: 1 for it, 0 for the others.",
          _checks(report)),
         ("netcheck_node_faulty", "1 for a node whose hostname is faulty (it is in the exclude "
@@ -104,6 +109,12 @@ def _pairs(report: Report) -> list[Sample]:
 def _one_of(severity: str, labels: dict[str, str]) -> list[Sample]:
     """A state set: one sample per severity, 1 for the one that holds."""
     return [({**labels, "severity": s}, int(s == severity)) for s in SEVERITIES]
+
+
+def _fault(report: Report) -> list[Sample]:
+    """A state set over the parties, where the report says whose fault it is (a run's, local's)."""
+    party = report.fault.party if report.fault is not None else None
+    return [({"party": p}, int(p == party)) for p in FAULT_PARTIES] if party else []
 
 
 def _checks(report: Report) -> list[Sample]:

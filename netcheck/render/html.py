@@ -31,7 +31,7 @@ from netcheck.core.constants import BW_PAIR_SLOW
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report, with_facts
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
-from netcheck.render.text import export_lines, header_line, lossy_pairs
+from netcheck.render.text import export_lines, fault_line, header_line, lossy_pairs
 from netcheck.rules.bw import pair_yardstick
 from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER, scope_words
 
@@ -100,7 +100,7 @@ class BandwidthView:
 
 def render_html(report: Report) -> str:
     shown = printable_copy(report)
-    return _template().render(version=__version__, report=shown, header=header_line(shown),
+    return _template().render(version=__version__, report=shown, header=header_line(shown), fault=fault_line(shown),
                               groups=check_groups(shown), nodes=node_rows(shown), exports=export_lines(shown)[1:],
                               bandwidth=bandwidth_view(shown), severities=SEVERITIES, shown=EVIDENCE_SHOWN,
                               rows_shown=ROWS_SHOWN, gbps=gbps_cell)

@@ -31,7 +31,11 @@ from netcheck.core.model import (
     INSPECT,
     JOINER,
     LOCAL,
+    NOBODY,
+    OTHER_NODES,
     PROBE,
+    THIS_NODE,
+    WHOLE_CLUSTER,
     NodeEntry,
     Report,
     is_torchrun_worker,
@@ -81,6 +85,8 @@ def render_text(report: Report, verbose: bool = False) -> str:
         lines += ["", NO_LIVE_VIEW]
     if report.timings:
         lines += ["", _footer(report)]
+    if said := fault_line(report):
+        lines += [said] if report.timings else ["", said]   # the closing line, under the phases
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +287,29 @@ def _footer(report: Report) -> str:
     more = f" and {len(report.faulty_nodes) - len(names)} more" if len(names) < len(report.faulty_nodes) else ""
     faulty = f"; faulty: {' '.join(names)}{more}" if report.faulty_nodes else ""
     return f"phases: {timings}{unfinished}{faulty}"
+
+
+def fault_line(report: Report) -> str:
+    """Whose fault the failures are, in words, as the exit code says it ("" where nobody's)."""
+    fault = report.fault
+    if fault is None or fault.party == NOBODY:
+        return ""
+    if fault.party == THIS_NODE:
+        me = next((n.hostname for n in report.nodes if n.rank == report.node_rank or n.rank == -1), "")
+        return f"fault: this node{f' ({me})' if me else ''}: {fault.why}"
+    if fault.party == OTHER_NODES:
+        names = fault.hostnames[:SHOWN * 4]   # --exclude-file has them all
+        more = f" and {len(fault.hostnames) - len(names)} more" if len(names) < len(fault.hostnames) else ""
+        ranks = [r for r in fault.nodes if r >= 0]
+        seat = f"{_seat(report)}{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:SHOWN * 4]))}" \
+            if ranks else ""
+        who = ("another node" if len(fault.hostnames) == 1 or (not fault.hostnames and len(ranks) == 1)
+               else "other nodes")
+        named = f"{', '.join(names)}{more}" + (f" ({seat})" if names and seat else seat)
+        return f"fault: {who}: {named}; this node is healthy"
+    if fault.party == WHOLE_CLUSTER:
+        return f"fault: the cluster as a whole, no node singled out: {fault.why}"
+    return f"fault: netcheck itself: {fault.why}"
 
 
 def render_json(report: Report) -> str:

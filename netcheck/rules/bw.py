@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Iterable
+from dataclasses import replace
 
 from netcheck.core.bwrecords import (
     STAGE_NAMES,
@@ -37,8 +38,9 @@ from netcheck.core.bwrecords import (
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
 from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
 from netcheck.core.meshrecords import FlaggedPaths
-from netcheck.core.model import FAIL, PASS, WARN, Finding
+from netcheck.core.model import FAIL, GLOO, NCCL_RDMA, NCCL_SOCKET, PASS, STOPS, WARN, Finding
 from netcheck.rules import run as run_rules
+from netcheck.rules.fault import RUNS_OWN, at_fault
 from netcheck.rules.link import link_findings, raised
 from netcheck.rules.pernode import ranks_text
 from netcheck.rules.registry import (
@@ -52,6 +54,7 @@ from netcheck.rules.registry import (
     BW_UNANSWERED,
     BW_WRONG,
     HOST_BUSY,
+    impact_of,
 )
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
@@ -195,6 +198,35 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
     return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
                     f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
                     f"{names.rank(first)} {_what(first)}", evidence, _fix(first, flagged))]
+
+
+# A sweep's culprits whose errors name no one: a worker's failed connect or collective, a timeout
+# (a worker that died, hung or went silent names its own node).
+NAMING_NO_ONE = ("failed", "timeout")
+
+
+def stop_explained(findings: list[Finding], result: BandwidthResult, before: list[Finding]) -> list[Finding]:
+    """The sweep's stop (bw.stage, naming the nodes whose workers failed) as a symptom of the
+    failures found before it, where those stop what the failed stage runs on (gloo for the workers'
+    start and control plane, else the data backend) and hold nodes at fault, and the workers only
+    failed or timed out: a gloo address peers cannot reach, a direction a firewall drops, a range
+    short of ports stop the sweep's connects as they stop the job's. Its nodes stay (they met it);
+    its cause is those failures' nodes."""
+    stage = result.failed_stage
+    if stage is None or any(f.kind not in NAMING_NO_ONE for f in culprits(result.faults)):
+        return findings
+    parts = {GLOO} if stage in ("start", "control") or result.backend != "nccl" else {NCCL_SOCKET, NCCL_RDMA}
+    causes = tuple(sorted({r for f in before if f.severity == FAIL and f.check not in RUNS_OWN
+                           and _stops(f, parts) for r in at_fault(f)}))
+    if not causes:
+        return findings
+    return [replace(f, cause_nodes=causes) if f.check == BW_STAGE and f.severity == FAIL and not f.kind else f
+            for f in findings]
+
+
+def _stops(f: Finding, parts: set[str]) -> bool:
+    impact = impact_of(f)
+    return impact is not None and impact.effect == STOPS and bool(parts & set(impact.on))
 
 
 def unanswered_node(result: BandwidthResult) -> int | None:

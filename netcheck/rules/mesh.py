@@ -114,8 +114,10 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
         if not broken:
             return named
     if broken:
-        unreachable, isolated = cut_off_nodes(*tried_and_broken(attempts), names)
-        ranks = _at_fault(unreachable | isolated, set(broken))
+        tried, cut = tried_and_broken(attempts)
+        unreachable, isolated = cut_off_nodes(tried, cut, names)
+        ranks = _at_fault(unreachable | isolated, cut)
+        cause = _causes(unreachable | isolated, cut, tried)
         summary = f"{_counted(names, set(broken), directions)} connect on no interface"
         if unreachable:
             summary += f"; no peer reaches {node_names(sorted(unreachable), names)}"
@@ -124,7 +126,8 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
         evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
                              for (s, d), tries in sorted(broken.items())), names)
         return named + [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX,
-                                impact=gloodial.nccl_only(names, ends, broken, attempts))]
+                                impact=gloodial.nccl_only(names, ends, broken, attempts),
+                                cause_nodes=tuple(sorted(cause)) if cause != ranks else None)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
     idle = _idle_interfaces(names, attempts)
     summary = f"all {_counted(names, directions, directions, every=True)} connect"
@@ -200,6 +203,18 @@ def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
     """A broken direction with a blamed node at one end is that node's fault alone; the rest
     name both ends, as nothing tells which end's firewall (or link) is the cause."""
     return blamed | {r for pair in broken if not blamed & set(pair) for r in pair}
+
+
+def _causes(blamed: set[int], broken: set[tuple[int, int]], tried: set[tuple[int, int]]) -> set[int]:
+    """The nodes whose fault the broken directions are: a blamed node's own; a direction broken
+    one way only (its reverse connects), its target's: the source reaches that machine the other
+    way, so what drops the connect is the target's inbound firewall (whose listeners
+    nic.nccl_default names unreachable); the rest, both ends'."""
+    causes = set(blamed)
+    for src, dst in broken:
+        if not blamed & {src, dst}:
+            causes |= {dst} if (dst, src) in tried and (dst, src) not in broken else {src, dst}
+    return causes
 
 
 def tried_and_broken(attempts: tuple[Attempt, ...]) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:

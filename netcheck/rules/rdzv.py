@@ -400,7 +400,7 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     own = per_table(members, lambda table: frozenset(address_owners(table)))
     routable = per_table(members, lambda table: frozenset(a for a in address_owners(table) if not is_loopback(a)))
     hostname = hostnames(members)
-    problems, evidence = set(), []
+    problems, evidence, right = set(), [], set()
     for m in members:
         for r in (m.results.resolutions if m.results else ()):
             if own.get(r.rank) == own[m.rank]:
@@ -409,6 +409,8 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
             if bad:
                 problems.update({m.rank, r.rank})
                 evidence.append((m.rank, r.rank, r.name, bad))
+            else:
+                right.add(r.rank)
     if not evidence:
         looked_up = sum(len(m.results.resolutions) for m in members if m.results)
         if not looked_up:
@@ -420,11 +422,20 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     lines = _lookup_lines(evidence, hostname)
     first = c10d_rank0(members)
     stops = any(name == first for _, _, name, _ in evidence)
+    causes = _fqdn_causes(evidence, right)
     return [Finding(RDZV_FQDN, FAIL if stops else WARN, tuple(sorted(problems)),
                     f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
                     lines, "torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
                     "node's FQDN to DNS or /etc/hosts on every node, with its real address",
-                    impact=_c10d_impact(first, stops))]
+                    impact=_c10d_impact(first, stops), cause_nodes=causes if set(causes) != problems else None)]
+
+
+def _fqdn_causes(failed: list[tuple[int, int, str, str]], right: set[int]) -> tuple[int, ...]:
+    """The nodes whose fault the failed lookups are: where another node resolves the same node's
+    FQDN right, the node that looked it up (a stale /etc/hosts line, its own resolver: the
+    healthy node whose name it is stays out); otherwise both (its DNS record may be what is
+    missing)."""
+    return tuple(sorted({r for src, dst, _, _ in failed for r in ((src,) if dst in right else (src, dst))}))
 
 
 def c10d_rank0(members: tuple[Member, ...]) -> str:

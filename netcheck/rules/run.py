@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, ClusterVerdict, Finding, verdict_of
+from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, Attribution, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     BASELINE_DRIFT,
+    BW_STAGE,
     HOST_CONNTRACK,
     HOST_PORTS,
     MESH_CONNECT,
@@ -126,10 +127,12 @@ def told_stop(findings: list[Finding], heard: str, unheard: str) -> list[Finding
             for f in findings]
 
 
-def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str = "") -> ClusterVerdict:
-    """What the host tells every joiner before they leave: its verdict in one line, and its
-    failures and warnings, worst first. A host stopped by a signal (`stopped`, in the phase
-    `stopped_in`) says that first: its own run.stopped names only itself."""
+def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str = "",
+                    fault: Attribution | None = None) -> ClusterVerdict:
+    """What the host tells every joiner before they leave: its verdict in one line, its
+    failures and warnings, worst first, and whose fault they are (a healthy joiner names the
+    nodes at fault). A host stopped by a signal (`stopped`, in the phase `stopped_in`) says that
+    first: its own run.stopped names only itself."""
     bad = sorted((f for f in findings if f.severity != PASS), key=lambda f: -SEVERITIES.index(f.severity))
     verdict = verdict_of(findings)
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -140,7 +143,7 @@ def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str 
     else:
         headline = f"{bad[0].summary}{more}"
     told = tuple(replace(f, evidence=f.evidence[:TOLD_EVIDENCE]) for f in impacted(bad[:TOLD_FINDINGS]))
-    return ClusterVerdict(verdict, headline, told, stopped, stopped_in)
+    return ClusterVerdict(verdict, headline, told, stopped, stopped_in, fault)
 
 
 # Checks only the host can attribute: a joiner sees its own connects fail, not whose fault
@@ -148,6 +151,10 @@ def cluster_verdict(findings: list[Finding], stopped: str = "", stopped_in: str 
 # joiner's own view of its ports and its connection-tracking table, said before its seat, gives
 # way to the host's over the job.
 HOST_ATTRIBUTES = (MESH_CONNECT, HOST_PORTS, HOST_CONNTRACK)
+# Checks every node judges alike from what the phase shared, the host knowing more of their
+# cause: a joiner's own gives way to the host's where the host told one, whichever nodes it
+# names (the sweep's stop, whose cause the failures before it may be: bw.stop_explained).
+HOST_KNOWS_CAUSE = (BW_STAGE,)
 # Checks a joiner may judge for itself as well as the host over every node (--baseline given to
 # a joiner too): its own finding, of the same severity, stands for the host's (it has every line
 # about this node; the host's was cut to TOLD_EVIDENCE).
@@ -159,13 +166,17 @@ KINDS_JUDGED_ON_BOTH = ((RDZV_RESOLVE, RESOLVE_SLOW),)
 
 def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
                       mine: list[Finding]) -> tuple[ClusterVerdict, list[Finding]]:
-    """The host's verdict as one joiner keeps it (only the findings that name its own ranks),
-    and the joiner's findings with it: its own, less the attributions the host made better."""
+    """The host's verdict as one joiner keeps it (only the findings that name its own ranks, and
+    those that replace its own), and the joiner's findings with it: its own, less the attributions
+    the host made better."""
+    told_cause = {f.check for f in told.findings if f.check in HOST_KNOWS_CAUSE}
+    mine = [f for f in mine if f.check not in told_cause]
     kept = [f for f in mine if f.check not in HOST_ATTRIBUTES]
     own = {(f.check, f.kind, f.summary) for f in kept}
     both = {(f.check, f.severity) for f in kept if f.check in JUDGED_ON_BOTH}
     kinds = {(f.check, f.kind) for f in kept if (f.check, f.kind) in KINDS_JUDGED_ON_BOTH}
-    about = tuple(f for f in told.findings if set(f.nodes) & set(ranks) and (f.check, f.kind, f.summary) not in own
+    about = tuple(f for f in told.findings if (set(f.nodes) & set(ranks) or f.check in told_cause)
+                  and (f.check, f.kind, f.summary) not in own
                   and (f.check, f.severity) not in both and (f.check, f.kind) not in kinds)
     return replace(told, findings=about), kept + list(about)
 

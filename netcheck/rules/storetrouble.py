@@ -95,14 +95,15 @@ def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Fin
     held the host's store up (`stalled`, store_stall_findings) is named under the stall, its
     likely cause, not as missing or lost: its requests waited behind the stall, on the store's
     one thread, and it may have run out of time before the store answered (its own report
-    says so). Still a failure: the node was not tested."""
+    says so). Still a failure: the node was not tested; but not its fault (no node's: another
+    client's), so none is excluded for it."""
     if not stalled:
         return findings
     explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
     return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}, which kept "
                     f"{'it' if len(f.nodes) == 1 else 'them'} out", f.evidence,
                     "read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
-                    + STALL_FIX, kind=JOIN_KEPT_OUT) if f in explained else f for f in findings]
+                    + STALL_FIX, kind=JOIN_KEPT_OUT, cause_nodes=()) if f in explained else f for f in findings]
 
 
 def foreign_findings(foreign: tuple[Visitor, ...]) -> list[Finding]:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .runner import ScheduleRun
 
 VERDICTS = ("pass", "warn", "none", "fail")     # worst last
-RC_VERDICT = {0: "pass", 1: "warn", 2: "fail"}
+RC_VERDICT = {0: "pass", 1: "warn", 2: "fail", 4: "fail", 5: "fail"}   # 4, 5: a failure at other nodes, the cluster
 NCCL_SOCKET, NCCL_RDMA, SPEED = "nccl_socket", "nccl_rdma", "speed"   # the report's names (model.PARTS)
 NOT_USED = {NCCL_SOCKET, NCCL_RDMA}   # by this job, whatever its launch
 

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 # campaigns ended past its --timeout (benchmarks/CHAOS.md, campaigns 45-46, the figures).
 CHAOS_GRACE = scaled(3.0)
 TRACES = re.compile(r"Traceback \(most recent call last\)|frame #\d|c10::Error|\[c10d\]")
+# Whose fault a failure is, as a node's exit code says it and its report's `fault` does (README,
+# "Exit codes"): nobody's ends by the verdict.
+FAULT_EXIT = {"this_node": 2, "netcheck": 3, "other_nodes": 4, "cluster": 5}
+VERDICT_EXIT = {"pass": 0, "warn": 1, "fail": 2}
 
 
 # --------------------------------------------------------------------------------------
@@ -201,7 +205,8 @@ def _judge_node(o: Outcome, e: Expect, i: int, r: NodeRun) -> None:
     elif i not in e.resumed and r.seconds > o.run.limit(i):
         say(f"{where}: ended past --timeout + grace ({o.run.limit(i):g} s)")
     if r.rc in (3, 64):
-        say(f"{where}: exit {r.rc} (internal error / unusable command line)")
+        say(f"{where}: exit {r.rc} (netcheck itself: an internal error or its deadline with no node to blame / "
+            "unusable command line)")
     if i in e.exit_codes and r.rc not in e.exit_codes[i] and i not in o.run.hung:
         say(f"{where}: exit code {r.rc}, the signal's is {sorted(e.exit_codes[i])}")
     output = _own_output(o, r)
@@ -216,6 +221,21 @@ def _judge_node(o: Outcome, e: Expect, i: int, r: NodeRun) -> None:
         internal = [f for f in report["findings"] if f["check"] == "run.internal"]
         if internal:
             say(f"{where}: run.internal: {internal[0]['summary'][:200]}")
+        said = said_exit(report)
+        if o.sched.mode != "torchrun" and r.rc in {*VERDICT_EXIT.values(), *FAULT_EXIT.values()} and r.rc != said:
+            say(f"{where}: exit {r.rc}, but its report says {said} ({_party(report)}'s fault, verdict "
+                f"{report['verdict']})")
+
+
+def said_exit(report: dict) -> int:
+    """The exit code a node's report says it ended with: its fault's, or where nobody is at fault
+    its verdict's. (Under torchrun the agent's code is the launcher's, not netcheck's.)"""
+    party = _party(report)
+    return FAULT_EXIT[party] if party in FAULT_EXIT else VERDICT_EXIT[report["verdict"]]
+
+
+def _party(report: dict) -> str:
+    return (report.get("fault") or {}).get("party", "nobody")
 
 
 def _own_output(o: Outcome, r: NodeRun) -> str:
@@ -256,7 +276,7 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
     else:
         for i, rc in sorted(rcs.items()):
             if rc != 0 and i not in e.exit_codes and i not in e.resumed and not (rc == 1 and i in e.may_warn) \
-                    and not (rc in (1, 2) and e.speed_ok and _only_speed(o, i)):
+                    and not (rc in (1, 2, 4) and e.speed_ok and _only_speed(o, i)):
                 say(f"node{i}: exit {rc}; nothing in this schedule breaks the job (expected 0)")
     for b in e.blame:
         _judge_blame(o, b)
