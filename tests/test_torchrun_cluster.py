@@ -86,7 +86,8 @@ def test_a_mesh_fault_under_torchrun_reads_per_node(cluster, tmp_path):
     host, text = read_report(tmp_path / "rank0.json"), host_text(results[0][0])
     by_check = {f["check"]: f for f in host["findings"]}
     mesh = by_check["mesh.connect"]
-    assert (mesh["severity"], mesh["nodes"]) == ("fail", [0, 1, 2, 3]), mesh
+    # node1's firewall: node0's connects to it go unanswered, its own to node0 connect (issue 65)
+    assert (mesh["severity"], mesh["nodes"], mesh["cause_nodes"]) == ("fail", [0, 1, 2, 3], [2, 3]), mesh
     assert mesh["evidence"] == ["node0 -> node1 (ranks 0, 1 -> 2, 3): eth0 198.18.0.11: filtered (no answer in 2 s)"]
     # gloo dials node1 (198.18.0.11, the larger) -> node0, which connects: NCCL's alone (issue 64).
     assert mesh["impact"]["on"] == ["nccl_socket", "nccl_rdma"], mesh["impact"]
@@ -96,9 +97,10 @@ def test_a_mesh_fault_under_torchrun_reads_per_node(cluster, tmp_path):
     assert (nccl["severity"], nccl["nodes"]) == ("warn", [2, 3]), nccl   # no GPU: a job here runs gloo
     assert len(nccl["evidence"]) == 1 and nccl["evidence"][0].startswith("node1 (ranks 2, 3): NCCL would use eth0")
     assert by_check["nic.speed"]["severity"] == "pass", by_check["nic.speed"]
-    assert host["faulty_nodes"] == ["node0", "node1"] and host["healthy_nodes"] == [], host["faulty_nodes"]
+    assert host["faulty_nodes"] == ["node1"] and host["healthy_nodes"] == ["node0"], host["faulty_nodes"]
+    assert host["fault"]["party"] == "other_nodes" and host["fault"]["nodes"] == [2, 3], host["fault"]
     assert "node1, node1" not in text and "[node1: ranks 2, 3]" in text, text
-    assert text.count("eth0 198.18.0.11: filtered") == 1 and "faulty: node0 node1\n" in text, text
+    assert text.count("eth0 198.18.0.11: filtered") == 1 and "faulty: node1\n" in text, text
 
 
 def host_text(out: str) -> str:
