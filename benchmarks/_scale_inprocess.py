@@ -38,7 +38,7 @@ from netcheck.core import codec, seats
 from netcheck.core.constants import MAX_FACTS_BYTES, MAX_VISITOR_BYTES, MESH_SAMPLE_PEERS
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults
-from netcheck.core.model import HOST, JOB_VARS, ClockSample, NodeFacts, NodeResults, Resolution, Visitor
+from netcheck.core.model import HOST, JOB_VARS, ClockSample, NodeFacts, NodeResults, Resolution, Visitor, exit_of
 from netcheck.core.nictable import Address
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.local import gather_facts
@@ -47,7 +47,6 @@ from netcheck.phases import goodbye, hostpath, nic
 from netcheck.phases import mesh as mesh_phase
 from netcheck.phases import rendezvous as rendezvous_phase
 from netcheck.phases.assemble import build_report
-from netcheck.phases.runner import exit_code
 from netcheck.phases.state import Run
 from netcheck.render import export
 from netcheck.render import text as report_text
@@ -229,7 +228,7 @@ def host_work(run: Run, records: Records, stages: Stages, folder: Path) -> tuple
     seen, alive_seen = joiners_view(posted, alive)
     view = {"posted_bytes": sum(len(e) for e in encoded), "alive_bytes": len(alive),
             "joiners_see_the_seating": seen == hostnames and set(alive_seen) == set(names),
-            "exit_code": exit_code(run), "verdict": rep.verdict, "seated": len(posted.roster.entries)}
+            "exit_code": exit_of(rep), "verdict": rep.verdict, "seated": len(posted.roster.entries)}
     return view, text
 
 

@@ -31,9 +31,13 @@ MIDRUN_SHARE = 0.9
 
 # --timeout: the host waits half of it for joiners, and every netcheck process (each rank under
 # torchrun) imports torch on the same 2 busy cores first (5 nodes took 10 s to arrive, under two
-# other test runs): 5 s a rank.
+# other test runs): 5 s a rank. It counts from each process's start, its interpreter's and
+# imports' seconds included (up to 5 s at load 15): STARTUP more, so the join is not shorter.
+STARTUP = 8
+
+
 def timeout_for(ranks: int, bandwidth: bool, mode: str) -> float:
-    seconds = 12 + 5 * ranks
+    seconds = 12 + STARTUP + 5 * ranks
     if bandwidth:
         seconds += 15       # the workers import torch too, then the sweep's budget
     if mode == "arrival":
