@@ -115,8 +115,14 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
                                            + max((s.seconds for s in slow), default=0.0))
     seconds = min(CONNECT_TRY, deadline.remaining() / 3)
     timeout = compat.connect_timeout(_timedelta(min(seconds + lookups, deadline.remaining())))
-    bound = min(2 * compat.connect_timeout(_timedelta(seconds)).total_seconds() + 1.0 + lookups,
-                max(0.1, deadline.remaining()))
+    # Behind a nameserver that is silent or late, the estimate of the lookups' wait is a floor, not
+    # a bound (a loaded node's, or a resolver's retries, are longer: a joiner gave up at 9 s while
+    # torch's own client, with minutes, would have come): the client is waited for up to the
+    # deadline, which still bounds it. Elsewhere a client past its short bound is a peer that
+    # accepts and never answers, said early.
+    bound = max(0.1, deadline.remaining()) if silent or slow else \
+        min(2 * compat.connect_timeout(_timedelta(seconds)).total_seconds() + 1.0 + lookups,
+            max(0.1, deadline.remaining()))
 
     def construct():
         before = socket_fds()
