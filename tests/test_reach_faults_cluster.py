@@ -136,7 +136,7 @@ def test_a_joiner_that_comes_to_sign_in_after_the_hosts_join_deadline_came_late(
 
     missing = [f for f in host.report["findings"] if f["kind"] == "missing"]
     assert [f["nodes"] for f in missing] == [[1]], host.report["findings"]
-    assert joiner.rc == 2, explain([host, joiner])
+    assert joiner.rc == 3, explain([host, joiner])   # past the join share: untested, no fault of its own
     report = joiner.report
     assert not lost_in(report), report["findings"]
     joins = [f for f in report["findings"] if f["check"] == "rdzv.join"]

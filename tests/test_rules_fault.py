@@ -62,7 +62,11 @@ def test_arrivals_the_host_could_not_seat_are_other_nodes_not_the_cluster():
     assert said(host_fault(late)) == ("other_nodes", (), ())
     assert host_fault(fail("launch.topology", kind="nnodes_disagree")).party == "other_nodes"
     own = fault_rules.fault_of([late], (-1,), {-1: "node5"}.get, own_unnamed=True)
-    assert said(own) == ("this_node", (-1,), ("node5",)), "the latecomer's own report: its own fault"
+    assert said(own) == ("netcheck", (), ()), "the latecomer's own report: not tested, not found broken"
+    ranked = fault_rules.fault_of([fail("rdzv.join", 1, kind="late")], (1,), {1: "node1"}.get, own_unnamed=True)
+    assert ranked.party == "netcheck", "a ranked joiner past the join share: netcheck's deadline, not its fault"
+    resolver = fail("rdzv.join", 1, cause=(1,), kind="late")   # its own slow resolver, named as the cause
+    assert fault_rules.fault_of([resolver], (1,), {1: "node1"}.get, own_unnamed=True).party == "this_node"
 
 
 def test_the_cluster_as_a_whole_comes_before_other_nodes_and_after_this_node():

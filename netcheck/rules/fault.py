@@ -57,7 +57,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     the host's internal error or deadline is not a joiner's (its own run finished, or says so).
     """
     failures = [f for f in findings if f.severity == FAIL]
-    ours = [f for f in failures if f.check not in RUNS_OWN]
+    ours = [f for f in failures if not _runs_own(f, mine, own_unnamed)]
     named = [f for f in ours if at_fault(f)]
     strangers = [f for f in ours if not own_unnamed and not at_fault(f) and _about_arrivals(f)]
     unnamed = [f for f in ours if not at_fault(f) and f not in strangers]
@@ -83,9 +83,18 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
         return fault(WHOLE_CLUSTER, _first(unnamed, lambda f: True) or _told(told))
     if hostnames or ranks or strangers:
         return fault(OTHER_NODES, _first(named + unnamed + strangers, lambda f: True) or _told(told))
-    if deadline := _first(failures, lambda f: f.check == RUN_TIMEOUT):
+    if deadline := _first(failures, lambda f: _runs_own(f, mine, own_unnamed) and f.check != RUN_INTERNAL):
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
+
+
+def _runs_own(f: Finding, mine: tuple[int, ...], own_unnamed: bool) -> bool:
+    """netcheck's own failures, and a joiner's own arrival past the host's join share with no
+    cause named: its start-up outlasted netcheck's deadline (a loaded machine's torch import, a
+    launch seconds apart), so it was not tested, not found broken, and the job's own rendezvous
+    waits minutes for it. A gate must not drain it; a larger --timeout is the fix."""
+    own = set(f.nodes) <= set(mine) if f.nodes else own_unnamed   # the host's are strangers: other nodes'
+    return f.check in RUNS_OWN or (f.check == RDZV_JOIN and f.kind == JOIN_LATE and f.cause_nodes is None and own)
 
 
 def _about_arrivals(f: Finding) -> bool:

@@ -349,7 +349,8 @@ def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks:
                    ("repair this node's resolver (rdzv.resolve resolver_slow says how), or " if slow else "")
                    + "start every node within the host's join deadline; a node this slow to start (torch's "
                    "import on a loaded machine) needs a larger --timeout on every node. The host's "
-                   "report says whether it ran without this node or died", kind=JOIN_LATE)
+                   "report says whether it ran without this node or died", kind=JOIN_LATE,
+                   cause_nodes=ranks if slow else None)   # its resolver: this node's; else netcheck's deadline
 
 
 def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "",
