@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cluster import NodeSpec
-from nodes import free_port, scaled
+from nodes import PORT, explain, finish, scaled, start
 
 REPO = Path(__file__).parents[1]
 SCRIPT = REPO / "scripts" / "node_labels.py"
@@ -59,13 +59,15 @@ def test_a_node_at_fault_is_labelled_with_its_check_and_a_valid_until_time(tmp_p
         assert all(valid_label(a) for a in argv[5:]), argv
 
 
-def test_a_node_healthy_beside_a_node_at_fault_is_never_labelled(tmp_path):
-    """A host whose peer never came: the other node at fault (exit 4), this one healthy."""
-    report = tmp_path / "netcheck.json"
-    run = netcheck(["--rdzv", f"127.0.0.1:{free_port()}", "--nnodes", "2", "--node-rank", "0", "--only",
-                    "rendezvous", "--timeout", str(scaled(20)), "--json", str(report)], timeout=20)
-    assert run.returncode == 4, run
-    done = labels(report)
+@pytest.mark.root_required
+def test_a_node_healthy_beside_a_node_at_fault_is_never_labelled(cluster, tmp_path):
+    """A host whose peer never came: the other node at fault (exit 4), this one healthy. Forked
+    with torch loaded (tests/forked.py): a loaded machine's import would blame this node."""
+    with cluster([NodeSpec()]) as c:
+        run = finish(start(c, 0, ["--rdzv", f"node0:{PORT}", "--nnodes", "2", "--node-rank", "0", "--only",
+                                  "rendezvous", "--timeout", str(scaled(20))], tmp_path), scaled(20) + 30)
+    assert run.rc == 4, explain([run])
+    done = labels(run.json_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
