@@ -341,12 +341,13 @@ def run_local(argv: list[str], started: float) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
                    "this report always shows the evidence of passing checks")
     p.add_argument("--html", metavar="PATH", help=HTML_HELP)
+    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
     p.add_argument("--timeout", type=float, default=LOCAL_TIMEOUT, metavar="S", help="bounds the look, "
                    f"seconds (default {LOCAL_TIMEOUT:g}); --drain's Slurm commands take up to "
                    f"{2 * SLURM_CALL_TIMEOUT:g} s more (slurmd kills a HealthCheckProgram at 60 s)")
     p.add_argument("--drain", action="store_true", help=DRAIN_LOCAL_HELP)
     args = p.parse_args(argv)
-    outputs = Outputs(json=args.json, html=args.html)
+    outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
     outputs.check()
     timeout = check_look_timeout(args.timeout)
     _check_drain(args.drain)

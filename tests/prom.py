@@ -11,9 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from nodes import free_port, scaled
 
 PROMTOOL = shutil.which("promtool")
 
@@ -49,3 +54,26 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 def series(text: str, name: str) -> dict[tuple, float]:
     return {labels: v for (n, labels), v in samples(text).items() if n == name}
+
+
+def served(folder: Path) -> tuple[str, str]:
+    """What a real node exporter's textfile collector serves from `folder` on its first scrape,
+    and what it logged."""
+    exporter = require(shutil.which("prometheus-node-exporter"), "prometheus-node-exporter")
+    port = free_port()
+    server = subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
+                               "--collector.textfile", f"--collector.textfile.directory={folder}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + scaled(30)
+        while True:  # the event: the exporter accepts connections
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < end, server.stderr.read() if server.poll() else ""
+                time.sleep(0.1)
+    finally:
+        server.terminate()
+        _, log = server.communicate(timeout=10)
+    return body, log

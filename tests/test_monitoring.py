@@ -1,46 +1,17 @@
 """netcheck's metrics where operators read them: a real node exporter's textfile collector
-serving a file netcheck wrote, and the README's alerts as Prometheus rules promtool accepts."""
+serving a file netcheck wrote (the alerting rules on them: tests/test_prom_rules.py)."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import yaml
-
 from nodes import free_port, scaled
-from prom import PROMTOOL, require, samples
+from prom import samples, served
 
 REPO = Path(__file__).parents[1]
-RULES = REPO / "scripts" / "netcheck.rules.yml"
-
-
-def served(folder: Path) -> tuple[str, str]:
-    """What a real node exporter's textfile collector serves from `folder` on its first scrape,
-    and what it logged."""
-    exporter = require(shutil.which("prometheus-node-exporter"), "prometheus-node-exporter")
-    port = free_port()
-    server = subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
-                               "--collector.textfile", f"--collector.textfile.directory={folder}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        end = time.monotonic() + scaled(30)
-        while True:  # the event: the exporter accepts connections
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < end, server.stderr.read() if server.poll() else ""
-                time.sleep(0.1)
-    finally:
-        server.terminate()
-        _, log = server.communicate(timeout=10)
-    return body, log
 
 
 def test_the_node_exporter_serves_netchecks_textfile(tmp_path):
@@ -85,12 +56,3 @@ def test_a_one_machine_run_has_every_nodes_series_served(tmp_path):
     served_lines = [line for line in body.splitlines() if line.startswith("netcheck_")]
     assert len(served_lines) == len(written), (served_lines, written)
 
-
-def test_the_readmes_alerts_are_rules_promtool_accepts():
-    done = subprocess.run([require(PROMTOOL, "promtool"), "check", "rules", str(RULES)], capture_output=True,
-                          text=True, timeout=30)
-    assert done.returncode == 0 and "SUCCESS: 2 rules found" in done.stdout, done.stdout + done.stderr
-    readme = (REPO / "README.md").read_text()
-    documented = re.search(r"Alert on `([^`]+)` or\s+`([^`]+)`", readme).groups()
-    exprs = [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
-    assert list(documented) == exprs

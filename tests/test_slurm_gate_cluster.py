@@ -115,7 +115,8 @@ def test_health_check_drains_the_node_whose_fabric_link_is_down_resumes_it_once_
             fabric(c, i, tmp_path)
         conf = f"HealthCheckInterval={INTERVAL}\nHealthCheckProgram={tmp_path / 'health.sh'}\n"
         slurm = Slurm(c, 3, conf=conf)
-        program(tmp_path, slurm, NCCL_CONF_FILE=str(tmp_path / "nccl-$SLURMD_NODENAME.conf"))
+        program(tmp_path, slurm, NCCL_CONF_FILE=str(tmp_path / "nccl-$SLURMD_NODENAME.conf"),
+                NETCHECK_PROM=str(tmp_path / "$SLURMD_NODENAME.prom"))
         with slurm:
             watch = Watch(slurm)
             watch.until(lambda now: all(now[f"node{i}"] == ("idle", "none") for i in range(3)), "3 idle nodes")
@@ -127,6 +128,7 @@ def test_health_check_drains_the_node_whose_fabric_link_is_down_resumes_it_once_
             passed = len(runs(tmp_path, "node0"))
             watch.until(lambda now: now["node1"][0] == "drained", "node1 drained", scaled(3 * INTERVAL))
             held = drained_reasons(slurm)
+            metrics = {n: (tmp_path / f"{n}.prom").read_text() for n in ("node0", "node1")}
             # node2 has run the check at least twice since its cable was pulled: its reason held.
             since = len(runs(tmp_path, "node2"))
             watch.until(lambda now: len(runs(tmp_path, "node2")) >= since + 2, "node2 checked twice")
@@ -139,6 +141,9 @@ def test_health_check_drains_the_node_whose_fabric_link_is_down_resumes_it_once_
             final = nodes(slurm)
     assert held["node1"].startswith("netcheck: nic.route: node1: NCCL_SOCKET_IFNAME=data0"), held
     assert set(held) == {"node1", "node2"} and held["node2"] == "bad DIMM", held
+    # What the metrics said meanwhile (NETCHECK_PROM): node1 at fault, node0 nobody's.
+    assert 'netcheck_fault{party="this_node"} 1' in metrics["node1"], metrics["node1"]
+    assert 'netcheck_fault{party="nobody"} 1' in metrics["node0"], metrics["node0"]
     assert after["node1"] == ("idle", "none") and final["node2"] == ("drained", "bad DIMM"), final
     assert watch.states_of("node0") == {"idle"} and len(runs(tmp_path, "node0")) > passed, watch.seen
     assert set(runs(tmp_path, "node0")) == {"0"}
