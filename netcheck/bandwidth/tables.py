@@ -1,5 +1,5 @@
 """The bandwidth phase's tables: nccl-tests' table per sweep, intra against inter, the node
-pair matrix, the progress bar (a figure in a sentence, and a table's cell: core.bwtext).
+pair matrix (a figure in a sentence, and a table's cell: core.bwtext).
 
     size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong  spread
     8     2      float32  sum    1310.4     0.00000611    0.00000916    0       4%
@@ -60,12 +60,6 @@ def side_by_side(intra: Sweep, inter: Sweep) -> str:
             for r in intra.rows]
     return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
                     disable_numparse=True)
-
-
-def progress_bar(spent: float, budget: float, width: int = 20) -> str:
-    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
-    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
-    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
 
 
 def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str],

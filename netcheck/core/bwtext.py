@@ -1,7 +1,7 @@
 """A bandwidth figure in words, for every reader of one (the tables, the plot, the rules):
 sizes in binary units, rates and times in their own unit with three significant digits, a
-GB/s table cell as nccl-tests prints it, the plateau with its trust, and one training step's
-cost. Pure text: no table is drawn here (bandwidth.tables draws them).
+GB/s table cell as nccl-tests prints it, the plateau with its trust, one training step's
+cost, and the sweep's progress bar. Pure text: no table is drawn here (bandwidth.tables draws them).
 
     >>> size_words(4 << 20), rate_text(6e-06), time_text(3450)
     ('4 MiB', '6 KB/s', '3.45 ms')
@@ -107,3 +107,9 @@ def size_words(n: int) -> str:
         if n >= unit:
             return f"{n / unit:.1f}".removesuffix(".0") + f" {suffix}"
     return f"{n} bytes"
+
+
+def progress_bar(spent: float, budget: float, width: int = 20) -> str:
+    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
+    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
+    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
