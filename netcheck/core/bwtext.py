@@ -1,7 +1,7 @@
 """A bandwidth figure in words, for every reader of one (the tables, the plot, the rules):
 sizes in binary units, rates and times in their own unit with three significant digits, a
 GB/s table cell as nccl-tests prints it, the plateau with its trust, one training step's
-cost, and the sweep's progress bar. Pure text: no table is drawn here (bandwidth.tables draws them).
+cost, and the sweep's progress bar. Pure text: no table is drawn here (render.tables draws them).
 
     >>> size_words(4 << 20), rate_text(6e-06), time_text(3450)
     ('4 MiB', '6 KB/s', '3.45 ms')
