@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult
-from netcheck.core.bwtext import gbps_cell, size_words, time_text
+from netcheck.core.bwtext import size_words, time_text
+from netcheck.render.tables import gbps_cell
 
 HEATMAP_VALUES_UP_TO = 16   # nodes: beyond, the cells are too small for their numbers
 
