@@ -35,11 +35,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck.cluster import mesh, rendezvous  # noqa: E402
+from netcheck.cluster.compat import import_distributed  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core import codec  # noqa: E402
 from netcheck.core import storekeys as keys
 from netcheck.core.bounded import Caller  # noqa: E402
-from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, PING_RETRY, SEAT_BLOCK  # noqa: E402
 from netcheck.core.deadline import Deadline  # noqa: E402
 from netcheck.core.envfacts import EnvFacts  # noqa: E402

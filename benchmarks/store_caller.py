@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from netcheck.cluster.compat import import_distributed  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core.bounded import Caller  # noqa: E402
-from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.deadline import Deadline  # noqa: E402
 
 

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 
 from netcheck.cli import build_parser, config_from_args
+from netcheck.cluster import compat
 from netcheck.cluster.rendezvous import Seat
 from netcheck.cluster.store import Exchange
-from netcheck.core import compat
 from netcheck.core.constants import HOST_WORD_LOOK
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import Finding

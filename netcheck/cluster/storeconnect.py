@@ -1,6 +1,6 @@
 """The TCPStore's connect as netcheck makes it: the host's server on its pre-bound socket, and
 clients with bounded connects and replies. Every torch workaround for the connect lives here
-or in core.compat."""
+or in cluster.compat."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from netcheck.core import compat
+from netcheck.cluster import compat
 from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline

@@ -12,8 +12,8 @@ import datetime
 import time
 from functools import partial
 
+from netcheck.cluster import compat
 from netcheck.cluster.jobstore import arrived_ranks, read_job_store, read_round, rendezvous_runs
-from netcheck.core import compat
 from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline

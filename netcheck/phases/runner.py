@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from netcheck.cluster import compat
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core import compat, stop
+from netcheck.core import stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_SIGNALLED
 from netcheck.core.model import HOST, Member, exit_of

@@ -8,10 +8,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck.cluster import hostgather, rendezvous
+from netcheck.cluster import compat, hostgather, rendezvous
 from netcheck.cluster.store import Exchange
 from netcheck.config import Config
-from netcheck.core import compat, stop
+from netcheck.core import stop
 from netcheck.core.budget import TimeBudget
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.deadline import Deadline
