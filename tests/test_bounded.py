@@ -1,5 +1,5 @@
 """Never past --timeout, as a property of the code: every request to torch's store is made on a
-thread its caller waits for to a bound (core.bounded), and every socket netcheck opens has a
+thread its caller waits for to a bound (facts.bounded), and every socket netcheck opens has a
 timeout. Three walks prove it: the source, for each place a torch store is asked something or
 a socket is made (each allowed place says how it is bounded); every method of Exchange, called
 for real against a store whose process is stopped; and the Caller itself."""
@@ -22,9 +22,9 @@ import pytest
 from netcheck.cluster.compat import import_distributed
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
-from netcheck.core.bounded import Caller, Overran
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
+from netcheck.facts.bounded import Caller, Overran
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "netcheck"
 

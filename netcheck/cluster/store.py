@@ -17,7 +17,6 @@ from typing import Any
 from netcheck.cluster import compat, storewire
 from netcheck.cluster.storeconnect import client_try, not_listening, store_link
 from netcheck.core import codec
-from netcheck.core.bounded import Caller, Overran
 from netcheck.core.constants import (
     CARRIER_POLL,
     CARRIER_WAIT,
@@ -31,6 +30,7 @@ from netcheck.core.constants import (
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
+from netcheck.facts.bounded import Caller, Overran
 from netcheck.facts.linkcounters import carrier_lost
 from netcheck.facts.storepeers import StallWatch, request_text
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from netcheck.cluster import compat
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.names import lookups_per_connect
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
 from netcheck.facts.nameservers import lookup_bound, nameserver_look, withheld_wait
