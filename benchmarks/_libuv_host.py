@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck import cli  # noqa: E402
-from netcheck.core import compat  # noqa: E402
+from netcheck.cluster import compat  # noqa: E402
 
 
 def libuv_server_store(dist, port, timeout, listen_fd):

@@ -20,8 +20,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from _common import machine_facts
+from netcheck.cluster import compat
 from netcheck.cluster.jobstore import debug_servers
-from netcheck.core import compat
 from netcheck.core.deadline import Deadline
 from netcheck.facts.debugserver import live_view
 from netcheck.rules.hang import hang_findings

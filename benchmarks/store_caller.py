@@ -1,5 +1,5 @@
 """What the Caller costs a store request: torch's TCPStore get, called bare and through
-netcheck's Exchange (core.bounded.Caller: one thread that makes the request, the caller
+netcheck's Exchange (facts.bounded.Caller: one thread that makes the request, the caller
 waiting for it to the run's end), on a real store on loopback, a round of N requests each way, the median of 5 rounds.
 
 Reproduce, from the repository's root (no root needed; a few seconds):
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from netcheck.cluster.compat import import_distributed  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
-from netcheck.core.bounded import Caller  # noqa: E402
-from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.deadline import Deadline  # noqa: E402
+from netcheck.facts.bounded import Caller  # noqa: E402
 
 
 def per_request(call, n: int) -> float:

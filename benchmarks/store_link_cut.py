@@ -29,7 +29,7 @@ CLIENT = f"""
 import datetime, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from netcheck.core.deadline import Deadline
-from netcheck.core.compat import import_distributed
+from netcheck.cluster.compat import import_distributed
 from netcheck.cluster.storeconnect import client_store
 
 dist = import_distributed()

@@ -17,7 +17,7 @@ import time
 from typing import Callable, Sequence
 
 from netcheck import __version__
-from netcheck.bandwidth import flags, plot
+from netcheck.bandwidth import flags
 from netcheck.config import (
     NO_ENDPOINT,
     NO_RDZV_IN_ENV,
@@ -31,7 +31,6 @@ from netcheck.config import (
     parse_endpoint,
     select_phases,
 )
-from netcheck.core import stop
 from netcheck.core.budget import timeout_help
 from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
@@ -57,7 +56,8 @@ from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, 
 from netcheck.facts.local import usable_gpus
 from netcheck.facts.probe import error_text
 from netcheck.facts.started import seconds_since_start
-from netcheck.render import export
+from netcheck.phases import stop
+from netcheck.render import export, plot
 from netcheck.render import text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable

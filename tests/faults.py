@@ -32,8 +32,8 @@ import psutil
 
 from cluster import NodeSpec
 from forked import ForkedNetcheck
+from netcheck.cluster.compat import has_key
 from netcheck.core import storekeys as keys
-from netcheck.core.compat import has_key
 from netcheck.core.rdzvrecords import Hello
 from netcheck.core.storekeys import ROOT
 from nodes import CLUSTER_TIMEOUT, GRACE, PORT, NodeRun, finish, start

@@ -44,7 +44,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def load_torch() -> None:
     """torch, loaded in this process as netcheck loads it, before any node is forked."""
-    from netcheck.core import compat
+    from netcheck.cluster import compat
     compat.import_distributed()
 
 

@@ -11,16 +11,16 @@ from datetime import timedelta
 import pytest
 
 from netcheck.cli import build_parser, config_from_args
+from netcheck.cluster import compat
 from netcheck.cluster.rendezvous import Seat
 from netcheck.cluster.store import Exchange
-from netcheck.core import compat
 from netcheck.core.constants import HOST_WORD_LOOK
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import Finding
-from netcheck.core.stop import HostStopped
 from netcheck.core.storekeys import GO, VERDICT
 from netcheck.phases.agree import agreed, host_word
 from netcheck.phases.state import Run
+from netcheck.phases.stop import HostStopped
 from netcheck.rules import run as run_rules
 
 

@@ -203,9 +203,9 @@ def main() -> int:
     args = p.parse_args()
     from netcheck.bandwidth.orchestrate import run_bandwidth
     from netcheck.cluster.collect import collect
+    from netcheck.cluster.compat import import_distributed
     from netcheck.cluster.store import Exchange
     from netcheck.cluster.storeconnect import client_store
-    from netcheck.core.compat import import_distributed
     from netcheck.core.deadline import Deadline
     from netcheck.facts.probe import reach
 

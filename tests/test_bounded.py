@@ -1,5 +1,5 @@
 """Never past --timeout, as a property of the code: every request to torch's store is made on a
-thread its caller waits for to a bound (core.bounded), and every socket netcheck opens has a
+thread its caller waits for to a bound (facts.bounded), and every socket netcheck opens has a
 timeout. Three walks prove it: the source, for each place a torch store is asked something or
 a socket is made (each allowed place says how it is bounded); every method of Exchange, called
 for real against a store whose process is stopped; and the Caller itself."""
@@ -19,12 +19,12 @@ from datetime import timedelta
 
 import pytest
 
+from netcheck.cluster.compat import import_distributed
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
-from netcheck.core.bounded import Caller, Overran
-from netcheck.core.compat import import_distributed
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
+from netcheck.facts.bounded import Caller, Overran
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "netcheck"
 
@@ -42,10 +42,10 @@ BOUNDED_STORE_SITES = {
     ("cluster/jobstore.py", "read_round"):
         "inspect's: called only under call_with_timeout (inspect.job)",
     ("cluster/storeconnect.py", "client_try.construct"): "made under call_with_timeout (client_try)",
-    ("core/compat.py", "server_store"): "made under call_with_timeout (storeconnect.host_store)",
-    ("core/compat.py", "has_key"): "called through Exchange._call, or by jobstore's bounded readers",
-    ("core/compat.py", "has_keys"): "called through Exchange._call",
-    ("core/compat.py", "list_keys"): "called by jobstore's bounded readers",
+    ("cluster/compat.py", "server_store"): "made under call_with_timeout (storeconnect.host_store)",
+    ("cluster/compat.py", "has_key"): "called through Exchange._call, or by jobstore's bounded readers",
+    ("cluster/compat.py", "has_keys"): "called through Exchange._call",
+    ("cluster/compat.py", "list_keys"): "called by jobstore's bounded readers",
 }
 
 
@@ -82,7 +82,7 @@ def _walk(visit) -> None:
 
 def store_sites() -> set[tuple[str, str]]:
     """(module, function) of every place that makes a torch store or asks one something."""
-    requests = _store_functions(ast.parse((PACKAGE / "core" / "compat.py").read_text()))
+    requests = _store_functions(ast.parse((PACKAGE / "cluster" / "compat.py").read_text()))
     found: set[tuple[str, str]] = set()
 
     def visit(module: str, function: str, call: ast.Call) -> None:
@@ -91,7 +91,7 @@ def store_sites() -> set[tuple[str, str]]:
                 f.attr == "TCPStore" or (f.attr in STORE_METHODS and "store" in _receiver(f.value).lower())
                 or (f.attr in requests and _receiver(f.value) == "compat")):
             found.add((module, function))
-        elif isinstance(f, ast.Name) and f.id in requests and module == "core/compat.py":
+        elif isinstance(f, ast.Name) and f.id in requests and module == "cluster/compat.py":
             found.add((module, function))
         elif isinstance(f, ast.Name) and f.id == "getattr" and len(call.args) >= 2 and \
                 "store" in _receiver(call.args[0]).lower() and isinstance(call.args[1], ast.Constant) and \

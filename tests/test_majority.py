@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from netcheck.core.majority import split
+from netcheck.rules.majority import split
 
 
 @pytest.mark.parametrize("values, majority, odd", [
@@ -34,7 +34,7 @@ def test_groups_are_largest_first_then_by_lowest_key():
 def test_the_verdict_does_not_depend_on_hashing():
     """String hashing is randomised per process: the same input must split the same way
     under any PYTHONHASHSEED (the old rules took max() over a set of tuples)."""
-    code = ("from netcheck.core.majority import split; "
+    code = ("from netcheck.rules.majority import split; "
             "s = split({0: ('ib', 'hdr'), 1: ('ib',), 2: ('eth',), 3: ('ib',), 4: ('ib', 'hdr')}); "
             "print(s.majority, s.odd, s.groups)")
     seen = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},

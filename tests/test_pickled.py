@@ -1,4 +1,4 @@
-"""The bounded pickle decoder (netcheck.core.pickled) against hostile input: one input per
+"""The bounded pickle decoder (netcheck.facts.pickled) against hostile input: one input per
 attack class, each refused with the decoder's own exception within its bound of memory and
 time, and plain data read back exactly at every protocol it admits. A property-based
 fuzzer then throws arbitrary and mutated pickles at it: nothing but ForeignPickle leaves.
@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from netcheck.core import pickled
 from netcheck.core.deadline import Deadline
-from netcheck.core.pickled import DATETIMES, ForeignPickle, HostilePickle, Record, RecordClass, decode
+from netcheck.facts import pickled
+from netcheck.facts.pickled import DATETIMES, ForeignPickle, HostilePickle, Record, RecordClass, decode
 from nodes import scaled
 
 REPO = Path(__file__).parents[1]
@@ -245,7 +245,7 @@ def test_each_hostile_input_is_refused_at_once(name):
 # not ru_maxrss, which Linux carries over from the parent across exec.
 FLOOD_CHILD = """
 import json, sys, time
-from netcheck.core.pickled import DATETIMES, ForeignPickle, RecordClass, decode
+from netcheck.facts.pickled import DATETIMES, ForeignPickle, RecordClass, decode
 module = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 admitted = {(module, "_RendezvousState"): RecordClass("rendezvous state"),
             (module, "_NodeDesc"): RecordClass("node descriptor"), **DATETIMES}

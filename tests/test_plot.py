@@ -1,4 +1,4 @@
-"""The --plot PNG's curves (bandwidth/plot.py), drawn on a real matplotlib figure: every label on
+"""The --plot PNG's curves (render/plot.py), drawn on a real matplotlib figure: every label on
 an axis says its unit and no two read the same."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from html_reports import bandwidth
-from netcheck.bandwidth.plot import _curves, _pyplot
+from netcheck.render.plot import _curves, _pyplot
 
 
 def narrow(result):

@@ -15,7 +15,9 @@ import pytest
 import builders
 from builders import nic
 from faults import wait_until
+from netcheck.cluster import compat
 from netcheck.cluster.collect import collect
+from netcheck.cluster.compat import import_distributed
 from netcheck.cluster.hostgather import (
     HostState,
     _answer_pings,
@@ -29,9 +31,8 @@ from netcheck.cluster.hostgather import (
 from netcheck.cluster.rendezvous import lookup_targets, ping, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed
 from netcheck.cluster.store import Exchange
-from netcheck.core import codec, compat
+from netcheck.core import codec
 from netcheck.core.codec import DecodeError
-from netcheck.core.compat import import_distributed
 from netcheck.core.constants import (
     MAX_FACTS_BYTES,
     MAX_MEMBERS,

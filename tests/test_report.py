@@ -154,9 +154,9 @@ def test_under_torchrun_a_hosts_interfaces_print_once_and_counts_are_of_nodes():
 # --- the bandwidth table: rates a person reads -----------------------------------------------------
 
 def test_bandwidth_cells_are_numbers_in_gb_s_and_never_scientific_notation():
-    from netcheck.bandwidth.tables import sweep_text
     from netcheck.core.bwrecords import BandwidthResult, Row, Sweep
-    from netcheck.core.bwtext import gbps_cell, rate_text
+    from netcheck.core.bwtext import rate_text
+    from netcheck.render.tables import gbps_cell, sweep_text
 
     assert [gbps_cell(v) for v in (12.345, 0.5, 0.0251, 0.0025, 6e-06, 1e-09, 0.0)] == [
         "12.35", "0.500", "0.0251", "0.00250", "0.00000600", "0.00000000100", "0"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from builders import links_of, moved, node_address
-from netcheck.bandwidth.tables import pair_matrix
 from netcheck.core.bwrecords import PeerSegments, StageLinks
 from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_LOSS_MIN
 from netcheck.core.model import Finding, report_of
+from netcheck.render.tables import pair_matrix
 from netcheck.render.text import lossy_pairs
 from netcheck.rules import registry
 from netcheck.rules.bw import measured_short

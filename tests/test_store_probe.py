@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from faults import wait_until
+from netcheck.cluster import compat
 from netcheck.cluster.storeconnect import client_store
-from netcheck.core import compat
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import HostLost, RendezvousError
 from netcheck.facts.listener import listen

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from netcheck.cluster import compat
 from netcheck.cluster.storewire import WireError
-from netcheck.core import compat
 from netcheck.core.storeerrors import (
     ConnectTimedOut,
     Interfered,

@@ -45,7 +45,6 @@ from netcheck.bandwidth.sweep import (
     stage_budgets,
     wrong,
 )
-from netcheck.bandwidth.tables import pair_matrix, progress_bar, render_text, table_rows
 from netcheck.bandwidth.worker import MAX_DETAIL, Event
 from netcheck.config import check_sweep
 from netcheck.core import codec
@@ -64,8 +63,9 @@ from netcheck.core.bwrecords import (
     spread_of,
     still_rising,
 )
-from netcheck.core.bwtext import plateau_text, step_text
+from netcheck.core.bwtext import plateau_text, progress_bar, step_text
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
+from netcheck.render.tables import pair_matrix, render_text, table_rows
 
 
 def parse(*argv: str) -> SweepOptions:

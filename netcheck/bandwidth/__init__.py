@@ -1,2 +1,2 @@
 """The bandwidth phase: the sweep's maths, the worker processes that run collectives, the
-orchestration that starts and watches them, and its tables and plot."""
+orchestration that starts and watches them."""

@@ -39,7 +39,6 @@ from typing import IO, Callable
 from netcheck.bandwidth.doors import door_of, knock_targets, open_door, unreached
 from netcheck.bandwidth.faults import classify, in_flight, merge_faults, root_cause
 from netcheck.bandwidth.sweep import DTYPES
-from netcheck.bandwidth.tables import progress_bar
 from netcheck.bandwidth.worker import Event
 from netcheck.cluster.collect import collect
 from netcheck.cluster.store import Exchange
@@ -60,6 +59,7 @@ from netcheck.core.bwrecords import (
     Unanswered,
     headline,
 )
+from netcheck.core.bwtext import progress_bar
 from netcheck.core.constants import (
     BW_ABORT_GRACE,
     BW_ABORT_POLL,

@@ -6,7 +6,7 @@ time is per iteration averaged across ranks, algbw = S / time and busbw = algbw 
 collective's factor, so that busbw is comparable with the link's speed whatever the
 collective and rank count. Nothing here starts a process or touches the network; torch is
 never imported (the worker hands its `dist` module and tensors in), so the CLI can add the
-flags before torch loads. The tables are drawn by bandwidth.tables.
+flags before torch loads. The tables are drawn by render.tables.
 """
 
 from __future__ import annotations

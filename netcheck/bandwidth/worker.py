@@ -55,9 +55,9 @@ from netcheck.bandwidth.sweep import (
     stage_budgets,
     wrong,
 )
+from netcheck.cluster.compat import eager_device, import_distributed
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
-from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from netcheck.cluster import compat
 from netcheck.cluster.storeconnect import client_store
 from netcheck.cluster.storewire import Wire, WireError, get_bounded
-from netcheck.core import compat
 from netcheck.core.constants import MAX_NODES
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import RoundKeys, RoundMember

@@ -1,7 +1,7 @@
 """The TCPStore as netcheck talks to it once connected (cluster.storeconnect connects): the
 Exchange, typed, bounded, optionally signed JSON under netcheck's keys, and collect, which
 reads what many nodes post. Every torch workaround for the store lives here, in
-cluster.storeconnect or in core.compat."""
+cluster.storeconnect or in cluster.compat."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from netcheck.cluster import storewire
+from netcheck.cluster import compat, storewire
 from netcheck.cluster.storeconnect import client_try, not_listening, store_link
-from netcheck.core import codec, compat
-from netcheck.core.bounded import Caller, Overran
+from netcheck.core import codec
 from netcheck.core.constants import (
     CARRIER_POLL,
     CARRIER_WAIT,
@@ -31,6 +30,7 @@ from netcheck.core.constants import (
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
+from netcheck.facts.bounded import Caller, Overran
 from netcheck.facts.linkcounters import carrier_lost
 from netcheck.facts.storepeers import StallWatch, request_text
 

@@ -1,6 +1,6 @@
 """The TCPStore's connect as netcheck makes it: the host's server on its pre-bound socket, and
 clients with bounded connects and replies. Every torch workaround for the connect lives here
-or in core.compat."""
+or in cluster.compat."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from netcheck.core import compat
-from netcheck.core.bounded import call_with_timeout
+from netcheck.cluster import compat
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.names import lookups_per_connect
 from netcheck.core.storeerrors import ConnectTimedOut, HostLost, RendezvousError, StoreError, first_line
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.linkcounters import interface_holding
 from netcheck.facts.listener import Listener
 from netcheck.facts.nameservers import lookup_bound, nameserver_look, withheld_wait

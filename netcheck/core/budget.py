@@ -10,7 +10,7 @@ the process (cli.entry: the interpreter's and imports' seconds count): a phase a
 same point in time however late it asks. A phase after the rendezvous starts only with
 MIN_PHASE_SECONDS left before the phases' end, and says so when it cannot. torch's import,
 seconds of CPU on a loaded node, starts once the reach probe has answered and is waited for only up to
-the deadline of the phase that needs it (core.compat.import_distributed), so --timeout
+the deadline of the phase that needs it (cluster.compat.import_distributed), so --timeout
 bounds the whole run at every value the command line accepts (MIN_TIMEOUT and up). One share
 moves, once, in the reach phase: where this node's lookups are slow, the join lasts longer
 (slow_lookups), as the joiners behind a slow resolver come later.

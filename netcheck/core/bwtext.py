@@ -1,7 +1,8 @@
-"""A bandwidth figure in words, for every reader of one (the tables, the plot, the rules):
-sizes in binary units, rates and times in their own unit with three significant digits, a
-GB/s table cell as nccl-tests prints it, the plateau with its trust, and one training step's
-cost. Pure text: no table is drawn here (bandwidth.tables draws them).
+"""A bandwidth figure in words, for every reader of one (the rules, the renderers, the sweep's
+progress line): sizes in binary units, rates and times in their own unit with three
+significant digits, the plateau with its trust, one training step's cost, and the sweep's
+progress bar. Pure text, in core because the rules say their findings in it: no table is
+drawn here (render.tables draws them, with their GB/s cells).
 
     >>> size_words(4 << 20), rate_text(6e-06), time_text(3450)
     ('4 MiB', '6 KB/s', '3.45 ms')
@@ -9,7 +10,6 @@ cost. Pure text: no table is drawn here (bandwidth.tables draws them).
 
 from __future__ import annotations
 
-import math
 import re
 
 from netcheck.core.bwrecords import Headline
@@ -18,18 +18,6 @@ from netcheck.core.bwrecords import Headline
 # 6e-06 GB/s is no number a person reads, 6 KB/s is. The table's GB/s columns stay numbers.
 GBPS_FLOOR = 0.01
 SMALL_UNITS = (("MB/s", 1e3), ("KB/s", 1e6), ("B/s", 1e9))
-
-
-def gbps_cell(value: float) -> str:
-    """A GB/s column's cell, a number as nccl-tests prints it: two decimals from 1 GB/s, three
-    significant digits below (a latency-bound 8 B row's 0.00000611 must not read 0.00), never
-    scientific notation."""
-    if value >= 1:
-        return f"{value:.2f}"
-    if value <= 0:
-        return "0"
-    decimals = 2 - math.floor(math.log10(value))
-    return f"{value:.{decimals}f}"
 
 
 def rate_text(value: float) -> str:
@@ -107,3 +95,9 @@ def size_words(n: int) -> str:
         if n >= unit:
             return f"{n / unit:.1f}".removesuffix(".0") + f" {suffix}"
     return f"{n} bytes"
+
+
+def progress_bar(spent: float, budget: float, width: int = 20) -> str:
+    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
+    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
+    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"

@@ -33,7 +33,7 @@ LOCAL_HOST_GRACE = 5.0       # an endpoint that is the joiner's own address: a h
 IN_FLIGHT_GRACE = 3.0        # once the seats are full, the host waits this long at most for nodes
                              # that signed in to finish their handshake (clock pings, facts)
 GOODBYE_WAIT = 10.0          # the host keeps the store up this long for stragglers
-STOP_SIGNALS = ("SIGINT", "SIGTERM")   # what stops a run from outside (core.stop)
+STOP_SIGNALS = ("SIGINT", "SIGTERM")   # what stops a run from outside (phases.stop)
 STOPPED_GOODBYE_WAIT = 5.0   # a host stopped by one keeps its store up this long at most (longer only where the
                              # joiners' looks are paced further apart) for the joiners to hear that it was: a
                              # look (HOST_WORD_LOOK) after a mesh connect's timeout (2 s), with room

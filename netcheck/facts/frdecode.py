@@ -1,7 +1,7 @@
 """Flight-recorder dumps decoded in child processes with limits: the fast path for a folder
 of a thousand ranks' dumps, each thousands of entries long.
 
-netcheck's own bounded decoder (core.pickled) walks every opcode in Python: about 0.3 s for
+netcheck's own bounded decoder (facts.pickled) walks every opcode in Python: about 0.3 s for
 a 2,000-entry dump, five minutes for a thousand ranks. Here each child runs the C unpickler,
 which is about thirty times faster, with every global refused (so nothing in a dump can run
 code: no class, no function, no extension code, no persistent id) under an address-space

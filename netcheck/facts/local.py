@@ -8,10 +8,10 @@ import socket
 from typing import Mapping
 
 from netcheck import __version__
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.buffers import read_buffers
 from netcheck.facts.conntrack import read_conntrack
 from netcheck.facts.limits import read_limits

@@ -43,7 +43,6 @@ import subprocess
 import threading
 import time
 
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
@@ -57,6 +56,7 @@ from netcheck.core.model import (
     Route,
 )
 from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.leases import lease_prefixes
 from netcheck.facts.nameservers import hosts_ask_dns, lookup_bound
 

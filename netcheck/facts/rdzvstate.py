@@ -4,7 +4,7 @@ The c10d backend keeps the state under `torch.rendezvous.<run_id>` as base64 of 
 `_RendezvousState` (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py,
 dynamic_rendezvous.py). The TCPStore has no authentication: whoever reaches the port can
 plant a pickle that runs code in whoever loads it, or one built to exhaust the reader. So
-it goes through netcheck's bounded decoder (core.pickled), which admits only the state's
+it goes through netcheck's bounded decoder (facts.pickled), which admits only the state's
 own two classes (as records: torch is never imported), `datetime`'s types and builtin
 containers; then every field is checked for type and range here. Anything else is a
 ForeignValue, or a HostileValue where it asks for code, never a traceback.
@@ -20,11 +20,11 @@ import urllib.parse
 from collections.abc import Callable, Sized
 from typing import TypeVar
 
-from netcheck.core import pickled
 from netcheck.core.constants import MAX_NODES, MAX_RANKS
 from netcheck.core.deadline import Deadline
 from netcheck.core.fields import MAX_PID, MAX_PROCS_PER_NODE, shown
 from netcheck.core.jobrecords import NodeDesc, RendezvousView
+from netcheck.facts import pickled
 
 _RENDEZVOUS = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 # The c10d backend's marker for "no state yet" (c10d_rendezvous_backend._NULL_SENTINEL).

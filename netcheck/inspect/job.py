@@ -12,14 +12,14 @@ import datetime
 import time
 from functools import partial
 
+from netcheck.cluster import compat
 from netcheck.cluster.jobstore import arrived_ranks, read_job_store, read_round, rendezvous_runs
-from netcheck.core import compat
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import JobView, RoundKeys, RunState
 from netcheck.core.model import INSPECT, Endpoint, Reach, Report, report_of
 from netcheck.core.storeerrors import RendezvousError, first_line
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.probe import reach
 from netcheck.facts.ras import query_ras, ras_address
 from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state

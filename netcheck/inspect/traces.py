@@ -9,11 +9,11 @@ import time
 
 from netcheck.cluster.jobstore import debug_servers
 from netcheck.cluster.storewire import WireError
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.deadline import Deadline
 from netcheck.core.hangrecords import HangView
 from netcheck.core.model import INSPECT, Endpoint, Finding, Report, report_of, verdict_of
 from netcheck.core.storeerrors import RendezvousError
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.debugserver import live_view
 from netcheck.facts.frformat import NotADump
 from netcheck.facts.frtrace import read_dumps

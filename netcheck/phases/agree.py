@@ -20,9 +20,9 @@ from netcheck.core import codec
 from netcheck.core.constants import HOST_WORD_LOOK, HOST_WORD_PACES
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, ClusterVerdict
-from netcheck.core.stop import HostStopped
 from netcheck.core.storekeys import GO, VERDICT
 from netcheck.phases.state import Run
+from netcheck.phases.stop import HostStopped
 from netcheck.rules import run as run_rules
 
 T = TypeVar("T")

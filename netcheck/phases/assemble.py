@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from netcheck.core.bounded import call_with_timeout
 from netcheck.core.codec import field_names
 from netcheck.core.constants import PHASES
 from netcheck.core.deadline import Deadline
@@ -28,6 +27,7 @@ from netcheck.core.model import (
     report_of,
 )
 from netcheck.core.rdmarecords import RdmaFacts
+from netcheck.facts.bounded import call_with_timeout
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.launcher import default_run_id, detect_launch
 from netcheck.facts.local import gather_facts, usable_gpus

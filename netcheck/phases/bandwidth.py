@@ -10,9 +10,9 @@ from netcheck.cluster import rendezvous
 from netcheck.core.bwrecords import NODE_GONE, BandwidthResult
 from netcheck.core.constants import BW_STARTUP_SECONDS, HOST_WORD_LOOK, HOST_WORD_PACES
 from netcheck.core.model import HOST, is_torchrun_worker
-from netcheck.core.stop import HostStopped
 from netcheck.phases.agree import agreed, wait_stopped_word
 from netcheck.phases.state import Run, seated_rank
+from netcheck.phases.stop import HostStopped
 from netcheck.rules import bw as bw_rules
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import ports as ports_rules

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from netcheck.cluster import compat
 from netcheck.cluster.rendezvous import Seat
 from netcheck.config import Config
-from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_SIGNALLED
 from netcheck.core.model import HOST, Member, exit_of
 from netcheck.facts.local import gather_facts
-from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
+from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous, stop
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
 from netcheck.phases.state import Outcome, Run

@@ -8,10 +8,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from netcheck.cluster import hostgather, rendezvous
+from netcheck.cluster import compat, hostgather, rendezvous
 from netcheck.cluster.store import Exchange
 from netcheck.config import Config
-from netcheck.core import compat, stop
 from netcheck.core.budget import TimeBudget
 from netcheck.core.bwrecords import BandwidthResult
 from netcheck.core.deadline import Deadline
@@ -31,6 +30,7 @@ from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.linkcounters import link_down
 from netcheck.facts.listener import Listener
 from netcheck.facts.local import hosts_file_names
+from netcheck.phases import stop
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules

@@ -26,11 +26,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from netcheck import __version__
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
-from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, time_text
+from netcheck.core.bwtext import plateau_text, rate_text, size_words, time_text
 from netcheck.core.constants import BW_PAIR_SLOW
 from netcheck.core.model import HOST, JOINER, SEVERITIES, Finding, NodeEntry, Report, with_facts
 from netcheck.render import svg
 from netcheck.render.escape import printable_copy
+from netcheck.render.tables import gbps_cell
 from netcheck.render.text import export_lines, fault_line, header_line, lossy_pairs
 from netcheck.rules.bw import pair_yardstick
 from netcheck.rules.registry import BW_PAIR, BW_STRAGGLER, scope_words

@@ -22,7 +22,6 @@ from collections import Counter
 from tabulate import tabulate
 
 from netcheck import __version__
-from netcheck.bandwidth import tables as bwtables
 from netcheck.core import codec
 from netcheck.core.bwrecords import pair_resent
 from netcheck.core.bwtext import size_words
@@ -41,6 +40,7 @@ from netcheck.core.model import (
     is_torchrun_worker,
     with_facts,
 )
+from netcheck.render import tables as bwtables
 from netcheck.render.escape import printable_copy
 from netcheck.render.outfile import write_file as write_file  # the report's files: render/outfile
 from netcheck.rules.registry import LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH, scope_words

@@ -10,7 +10,6 @@ nodes have met.
 
 from __future__ import annotations
 
-from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL,
     JOB_VARS,
@@ -27,6 +26,7 @@ from netcheck.core.model import (
 )
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.rules.majority import split
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.reach import cut_short
 from netcheck.rules.registry import (

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from netcheck.core import majority
 from netcheck.core.bwtext import size_words
 from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
 from netcheck.core.envfacts import ABSENT, UNREADABLE, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
+from netcheck.rules import majority
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_HASH_UNREADABLE, ENV_MISMATCH, HOST_SHM
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts, is_torchrun_worker
+from netcheck.rules.majority import split
 from netcheck.rules.pernode import ranks_note
 from netcheck.rules.registry import (
     LAUNCH_CROWDED,

@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from netcheck.core.majority import split
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, RISKS, WARN, Finding, Impact, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
@@ -22,6 +21,7 @@ from netcheck.core.nictable import Nic
 from netcheck.rules import gloodial, socketchoice, socketsettings
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.hcachoice import nccl_version
+from netcheck.rules.majority import split
 from netcheck.rules.pernode import every_node, hosts, name_of, node_names, pairs_note, per_node, per_table
 from netcheck.rules.registry import (
     MTU_PATH,

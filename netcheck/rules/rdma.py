@@ -10,10 +10,10 @@ without an RDMA device, one line says so:
 
 from __future__ import annotations
 
-from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
 from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, PciPlace, RdmaFacts, RdmaPort
 from netcheck.rules.hcachoice import GidPick, gid_choice, gid_family, ib_ports, nccl_version, valid_gid
+from netcheck.rules.majority import split
 from netcheck.rules.nic import Recommendation
 from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import (

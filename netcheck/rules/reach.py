@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from netcheck.core.budget import LOOKUPS_BEFORE_SIGN_IN
 from netcheck.core.constants import SLOW_LOOKUP
-from netcheck.core.majority import split
 from netcheck.core.model import (
     FAIL,
     PASS,
@@ -29,6 +28,7 @@ from netcheck.core.model import (
     hostnames,
 )
 from netcheck.core.names import lookups_per_connect
+from netcheck.rules.majority import split
 from netcheck.rules.pernode import node_names, per_node
 from netcheck.rules.rdzv import members_count
 from netcheck.rules.registry import (

@@ -1,8 +1,8 @@
 """The bounded decoder for the pickles netcheck reads from a job's store: torchrun's
 rendezvous state. (Flight-recorder dumps, megabytes each and a thousand at once, are decoded
 by the C unpickler with every global refused, in limited child processes: facts.frdecode.)
-Over 500 lines: one state machine, each opcode beside the bound it keeps; split, an opcode
-would be read apart from its check.
+Longer than 500 lines: one state machine, each opcode beside the bound it keeps; split, an
+opcode would be read apart from its check.
 
 pickle.Unpickler cannot be bounded from outside: a memo index allocates before anything is
 checked, nested values recurse in C, colliding keys cost quadratic time, and BUILD reaches
@@ -33,7 +33,7 @@ import struct
 import sys
 import types
 from dataclasses import dataclass
-from typing import Callable, Mapping, TypeGuard, TypeVar
+from typing import Callable, Mapping, Sized, TypeGuard, TypeVar
 
 from netcheck.core.deadline import Deadline
 
@@ -290,7 +290,7 @@ class _Decoder:
         if self.items > MAX_ALL_ITEMS:
             raise self._foreign(f"more than {MAX_ALL_ITEMS} items in all containers together")
 
-    def _add(self, target, items: list[object], keys: list[object], entries: int) -> None:
+    def _add(self, target: Sized, items: list[object], keys: list[object], entries: int) -> None:
         """Checks before TARGET takes ITEMS (ENTRIES of it, KEYS among them): size, keys,
         depth, no cycle."""
         if len(target) + entries > MAX_ITEMS:

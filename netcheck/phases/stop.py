@@ -8,6 +8,8 @@ exit code (128 + the signal).
 from __future__ import annotations
 
 import signal
+from types import FrameType
+from typing import NoReturn
 
 from netcheck.core.model import ClusterVerdict
 
@@ -16,7 +18,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread by `on_sigterm`."""
 
 
-def on_sigterm(signum, frame):
+def on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated()
 
 

@@ -37,7 +37,10 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
 
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import ReplyTimedOut, StoreError, StoreLost
@@ -62,7 +65,7 @@ class TorchSlow(TorchUnusable):
 
 
 _loading: threading.Thread | None = None
-_loaded: dict = {}   # "dist": the module, or "error": the TorchUnusable the import raised
+_loaded: dict[str, Any] = {}   # "dist": the module, or "error": the TorchUnusable the import raised
 
 
 def start_import() -> None:
@@ -86,7 +89,7 @@ def _load() -> None:
         _loaded["error"] = TorchUnusable(f"torch's import failed: {type(e).__name__}: {e}")
 
 
-def import_distributed(deadline: Deadline | None = None):
+def import_distributed(deadline: Deadline | None = None) -> ModuleType:
     """torch.distributed. Where start_import began the import, it is waited for until
     `deadline` (TorchSlow past it): Python's import cannot be cut short, but waiting for it
     can, so --timeout bounds the run however long torch takes to load."""
@@ -103,7 +106,7 @@ def import_distributed(deadline: Deadline | None = None):
     return _loaded["dist"]
 
 
-def _import_distributed():
+def _import_distributed() -> ModuleType:
     """torch.distributed, imported late and quietly: the probe must answer before torch loads."""
     try:
         with _cpp_log_level("FATAL"), warnings.catch_warnings():
@@ -134,7 +137,7 @@ def _import_numpy_first() -> None:
 
 
 @contextmanager
-def _cpp_log_level(level: str):
+def _cpp_log_level(level: str) -> Iterator[None]:
     """TORCH_CPP_LOG_LEVEL at `level` while c10 loads (it reads it then), the user's after."""
     users = os.environ.get("TORCH_CPP_LOG_LEVEL")
     os.environ["TORCH_CPP_LOG_LEVEL"] = level
@@ -147,7 +150,7 @@ def _cpp_log_level(level: str):
             os.environ["TORCH_CPP_LOG_LEVEL"] = users
 
 
-def eager_device(dist, device) -> dict:
+def eager_device(dist: ModuleType, device: object) -> dict[str, object]:
     """new_group's keyword that makes NCCL set up its communicator at once, where it has one."""
     return {"device_id": device} if "device_id" in inspect.signature(dist.new_group).parameters else {}
 
@@ -159,7 +162,7 @@ def connect_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
     return max(timeout, CONNECT_FLOOR)
 
 
-def server_store(dist, port: int, timeout: datetime.timedelta, listen_fd: int):
+def server_store(dist: ModuleType, port: int, timeout: datetime.timedelta, listen_fd: int) -> Any:
     """A TCPStore server that takes over listen_fd (an IPv4/IPv6 socket already listening)."""
     args = ("0.0.0.0", port, None, True, connect_timeout(timeout))
     try:
@@ -172,7 +175,7 @@ def server_store(dist, port: int, timeout: datetime.timedelta, listen_fd: int):
     return store
 
 
-def has_key(store, key: str) -> bool:
+def has_key(store: Any, key: str) -> bool:
     check = getattr(store, "check", None)
     if check is not None:
         return check([key])
@@ -181,7 +184,7 @@ def has_key(store, key: str) -> bool:
     return store.compare_set(key, _ABSENT, _ABSENT) != _ABSENT.encode()
 
 
-def has_keys(store, keys: list[str]) -> bool:
+def has_keys(store: Any, keys: list[str]) -> bool:
     """Whether every key exists, in one request where the store can (check takes a list)."""
     check = getattr(store, "check", None)
     if check is not None:
@@ -189,7 +192,7 @@ def has_keys(store, keys: list[str]) -> bool:
     return all(has_key(store, k) for k in keys)
 
 
-def list_keys(store) -> tuple[str, ...] | None:
+def list_keys(store: Any) -> tuple[str, ...] | None:
     """Every key the store lists (torch 2.13 and later); None where this torch cannot list."""
     lister = getattr(store, "list_keys", None)
     return tuple(lister()) if lister is not None else None

@@ -5,9 +5,16 @@ node-pair matrix as a heatmap. matplotlib is an optional extra (`pip install net
 from __future__ import annotations
 
 import io
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
 
-from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult
-from netcheck.core.bwtext import gbps_cell, size_words, time_text
+from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Row
+from netcheck.core.bwtext import size_words, time_text
+from netcheck.render.tables import gbps_cell
+
+if TYPE_CHECKING:   # matplotlib is optional: imported only where a plot is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 HEATMAP_VALUES_UP_TO = 16   # nodes: beyond, the cells are too small for their numbers
 
@@ -16,7 +23,7 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed; the message says how to get it."""
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
@@ -50,7 +57,8 @@ def render_png(result: BandwidthResult) -> bytes:
     return png.getvalue()
 
 
-def _curves(ax, result: BandwidthResult, label: str, value, title: str, time_axis: bool = False) -> None:
+def _curves(ax: Axes, result: BandwidthResult, label: str, value: Callable[[Row], float], title: str,
+            time_axis: bool = False) -> None:
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     heads = {(h.stage, h.op): h for h in result.headlines}
@@ -83,7 +91,7 @@ def _curves(ax, result: BandwidthResult, label: str, value, title: str, time_axi
         ax.legend(fontsize="small")
 
 
-def _pair_heatmap(fig, ax, result: BandwidthResult) -> None:
+def _pair_heatmap(fig: Figure, ax: Axes, result: BandwidthResult) -> None:
     nodes = sorted({n for p in result.pairs for n in (p.a, p.b)})
     index = {n: i for i, n in enumerate(nodes)}
     grid = [[float("nan")] * len(nodes) for _ in nodes]

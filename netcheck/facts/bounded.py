@@ -21,9 +21,9 @@ from typing import Any
 def call_with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[Any, BaseException | None]:
     """Run one blocking call on a thread of its own: (result, error), or (None, TimeoutError)
     where it did not return within `timeout`."""
-    box: dict = {}
+    box: dict[str, Any] = {}
 
-    def target():
+    def target() -> None:
         try:
             box["result"] = fn()
         except Exception as e:  # noqa: BLE001 - handed to the caller, who names it

@@ -1,5 +1,5 @@
 """The bandwidth phase's tables: nccl-tests' table per sweep, intra against inter, the node
-pair matrix, the progress bar (a figure in a sentence, and a table's cell: core.bwtext).
+pair matrix, and a GB/s cell as nccl-tests prints it (a figure in a sentence: core.bwtext).
 
     size  count  type     redop  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong  spread
     8     2      float32  sum    1310.4     0.00000611    0.00000916    0       4%
@@ -10,15 +10,28 @@ pair matrix, the progress bar (a figure in a sentence, and a table's cell: core.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from tabulate import tabulate
 
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Headline, Pair, Sweep, avg_busbw
-from netcheck.core.bwtext import gbps_cell, plateau_text, rate_text, size_words, step_text, time_text
+from netcheck.core.bwtext import plateau_text, rate_text, size_words, step_text, time_text
 from netcheck.core.constants import BW_PLATEAU_BAND, BW_PLATEAU_TOP
 
 HEADERS = ("size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "spread")
+
+
+def gbps_cell(value: float) -> str:
+    """A GB/s column's cell, a number as nccl-tests prints it: two decimals from 1 GB/s, three
+    significant digits below (a latency-bound 8 B row's 0.00000611 must not read 0.00), never
+    scientific notation."""
+    if value >= 1:
+        return f"{value:.2f}"
+    if value <= 0:
+        return "0"
+    decimals = 2 - math.floor(math.log10(value))
+    return f"{value:.{decimals}f}"
 
 
 def table_rows(sweep: Sweep) -> list[tuple[Any, ...]]:
@@ -60,12 +73,6 @@ def side_by_side(intra: Sweep, inter: Sweep) -> str:
             for r in intra.rows]
     return tabulate(rows, headers=(f"{intra.op} size", "intra busbw", "inter busbw"),
                     disable_numparse=True)
-
-
-def progress_bar(spent: float, budget: float, width: int = 20) -> str:
-    """How much of the sweep's time budget is spent: `[######--------------] 3/10 s`."""
-    filled = round(width * min(1.0, spent / budget)) if budget > 0 else width
-    return f"[{'#' * filled}{'-' * (width - filled)}] {spent:.0f}/{budget:g} s"
 
 
 def pair_matrix(pairs: tuple[Pair, ...], name: Callable[[int], str],
