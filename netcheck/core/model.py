@@ -429,7 +429,8 @@ class Impact:
     form: Annotated[str, one_of("", *LAUNCH_FORMS)] = ""
 
 
-@dataclass(frozen=True)
+# Keyword-only: four of its fields are strings side by side, which a positional call would swap unseen.
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     check: str
     severity: Severity

@@ -235,9 +235,10 @@ def _short_finding(group: list[Judged], kind: str, why: str, names: dict[int, st
     for j in group:
         fixes.setdefault(", ".join(_fix(b, j) for b in j.short), []).extend(j.ranks)
     fix = "; ".join(f"on {node_names(rs, names)}: {lines}" for lines, rs in fixes.items())
-    return Finding(HOST_BUFFERS, FAIL if why else WARN, ranks, summary, tuple(_evidence(j) for j in group),
-                   fix + "; and in /etc/sysctl.d to keep it (the job's sockets meet the setting when they open)",
-                   kind)
+    return Finding(check=HOST_BUFFERS, severity=FAIL if why else WARN, nodes=ranks, summary=summary,
+                   evidence=tuple(_evidence(j) for j in group),
+                   fix=fix + "; and in /etc/sysctl.d to keep it (the job's sockets meet the setting when they open)",
+                   kind=kind)
 
 
 def _fix(b: Bound, j: Judged) -> str:
@@ -274,12 +275,12 @@ def _pass(every: list[Judged], names: dict[int, str]) -> Finding:
     by_settings: dict[str, list[int]] = {}
     for j in every:
         by_settings.setdefault(_settings(j.buffers), []).extend(j.ranks)
-    return Finding(HOST_BUFFERS, PASS, ranks,
-                   f"one connection's TCP buffers hold the bandwidth-delay product of every path judged: the widest "
-                   f"needs {size_words(int(widest.worst.need))} ({widest.hostname} <-> {widest.worst.peer}: "
+    return Finding(check=HOST_BUFFERS, severity=PASS, nodes=ranks,
+                   summary=f"one connection's TCP buffers hold the bandwidth-delay product of every path judged: the "
+                   f"widest needs {size_words(int(widest.worst.need))} ({widest.hostname} <-> {widest.worst.peer}: "
                    f"{widest.worst.rated} x {time_text(widest.worst.rtt * 1e6)}), the least a node's connection "
                    f"holds in flight is {size_words(least.carries)} ({least.hostname})",
-                   tuple(f"{node_names(rs, names)}: {text}" for text, rs in by_settings.items()))
+                   evidence=tuple(f"{node_names(rs, names)}: {text}" for text, rs in by_settings.items()))
 
 
 def _share(ratio: float) -> str:

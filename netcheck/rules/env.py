@@ -234,7 +234,7 @@ def env_findings(facts_by_rank: Mapping[int, EnvFacts],
     """
     ranks = tuple(sorted(facts_by_rank))
     if len(ranks) < 2:
-        return [Finding(ENV_MISMATCH, PASS, ranks, "one node: no environment to compare")]
+        return [Finding(check=ENV_MISMATCH, severity=PASS, nodes=ranks, summary="one node: no environment to compare")]
     # Under torchrun every worker process is a rank: the counts said are of nodes.
     splits = compare(facts_by_rank)
     flagged: dict[tuple, list[Split]] = defaultdict(list)
@@ -258,11 +258,13 @@ def hash_findings(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int,
         ranks = tuple(sorted(r for value, rs in s.groups if value.startswith(UNREADABLE) for r in rs))
         path = s.key.removeprefix("hash.")
         others = " (the other nodes read it)" if len(ranks) < len(facts_by_rank) else ""
-        findings.append(Finding(ENV_MISMATCH, FAIL, ranks, f"--hash {path}: {node_names(ranks, hostnames)} cannot "
+        findings.append(Finding(check=ENV_MISMATCH, severity=FAIL, nodes=ranks,
+                                summary=f"--hash {path}: {node_names(ranks, hostnames)} cannot "
                                 f"read it{others}, so nothing was compared there",
-                                per_node(((r, facts_by_rank[r].values.get(s.key, "")) for r in ranks), hostnames),
-                                f"check the path on {node_names(ranks, hostnames)}: a typo, a shared filesystem not "
-                                "mounted there, or permissions netcheck's user lacks", ENV_HASH_UNREADABLE))
+                                evidence=per_node(((r, facts_by_rank[r].values.get(s.key, "")) for r in ranks),
+                                                  hostnames),
+                                fix=f"check the path on {node_names(ranks, hostnames)}: a typo, a shared filesystem "
+                                "not mounted there, or permissions netcheck's user lacks", kind=ENV_HASH_UNREADABLE))
     return findings
 
 
@@ -281,7 +283,8 @@ def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
                      for s in splits for value, r in _odd_first(s))
     nodes = head.odd_ranks if head.majority is not None else tuple(sorted(
         r for _, ranks in head.groups for r in ranks))
-    return Finding(ENV_MISMATCH, head.severity, nodes, summary, evidence, fix_for(head))
+    return Finding(check=ENV_MISMATCH, severity=head.severity, nodes=nodes, summary=summary, evidence=evidence,
+                   fix=fix_for(head))
 
 
 def _agree(ranks: tuple[int, ...], splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
@@ -292,8 +295,8 @@ def _agree(ranks: tuple[int, ...], splits: list[Split], hostnames: Mapping[int, 
     summary = f"{who} agree on {len(splits) - len(info)} environment keys"
     if info:
         summary += f"; {len(info)} more differ as expected per node"
-    return Finding(ENV_MISMATCH, PASS, ranks, summary,
-                   tuple(f"differs per node, not flagged: {k}" for k in info))
+    return Finding(check=ENV_MISMATCH, severity=PASS, nodes=ranks, summary=summary,
+                   evidence=tuple(f"differs per node, not flagged: {k}" for k in info))
 
 
 def fix_for(split: Split) -> str:
@@ -407,8 +410,9 @@ def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
         if ranks:
             findings.append(_shm_finding(severity, ranks, verdicts, names))
     if not findings and verdicts:
-        findings.append(Finding(HOST_SHM, PASS, tuple(verdicts), _shm_pass(verdicts, names),
-                                per_node(((r, v.line) for r, v in verdicts.items()), names)))
+        findings.append(Finding(check=HOST_SHM, severity=PASS, nodes=tuple(verdicts),
+                                summary=_shm_pass(verdicts, names),
+                                evidence=per_node(((r, v.line) for r, v in verdicts.items()), names)))
     return findings
 
 
@@ -452,8 +456,9 @@ def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts: dict[int, _Shm
     summary = nodes[0].summary if count == 1 else (
         f"/dev/shm is too small for NCCL{unknown} on {count} nodes: {node_names(ranks, names)}")
     size = max(1, -(-max(n.warn_below for n in nodes) // SHM_WARN_FLOOR_BYTES))   # GiB, rounded up
-    return Finding(HOST_SHM, severity, ranks, summary, per_node(((r, verdicts[r].line) for r in ranks), names),
-                   f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
+    return Finding(check=HOST_SHM, severity=severity, nodes=ranks, summary=summary,
+                   evidence=per_node(((r, verdicts[r].line) for r in ranks), names),
+                   fix=f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
                    "an emptyDir with medium: Memory mounted at /dev/shm; a host: mount -o "
                    f"remount,size={size}G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "
                    "intra-node bandwidth")

@@ -53,7 +53,8 @@ def flight_recorder_findings(facts_by_rank: Mapping[int, EnvFacts],
     findings = [_gap_finding(kind, exports, lines, names) for (kind, exports), lines in groups.items()]
     if not findings and facts_by_rank:
         ranks = tuple(sorted(facts_by_rank))
-        findings.append(Finding(ENV_FLIGHT_RECORDER, PASS, ranks, f"a hang would be diagnosable on "
+        findings.append(Finding(check=ENV_FLIGHT_RECORDER, severity=PASS, nodes=ranks,
+                                summary=f"a hang would be diagnosable on "
                                 f"{every_node(ranks, names)}: flight recorder on, a dump on the NCCL watchdog's "
                                 "timeout, a watchdog able to abort a hung collective"))
     return findings
@@ -148,5 +149,6 @@ def _gap_finding(kind: str, exports: tuple[str, ...], lines: list[tuple[int, str
     nodes = node_names(ranks, names)
     fix = "; ".join(exports) + " (in the job's environment on those nodes, before torchrun or the job " \
         "starts)" if exports else UPGRADE
-    return Finding(ENV_FLIGHT_RECORDER, WARN, ranks, _GAP_SUMMARY[kind].format(nodes=nodes),
-                   per_node(lines, names), fix, kind)
+    return Finding(check=ENV_FLIGHT_RECORDER, severity=WARN, nodes=ranks,
+                   summary=_GAP_SUMMARY[kind].format(nodes=nodes),
+                   evidence=per_node(lines, names), fix=fix, kind=kind)

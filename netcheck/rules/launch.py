@@ -40,7 +40,8 @@ def launch_findings(processes: list[tuple[int | None, NodeFacts]],
         return findings
     seated = tuple(sorted(r for r, _ in processes if r is not None))
     hosts = len({f.hostname for _, f in processes})
-    return [Finding(LAUNCH_TOPOLOGY, PASS, seated, f"{len(processes)} process(es) on {hosts} "
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=PASS, nodes=seated,
+                    summary=f"{len(processes)} process(es) on {hosts} "
                     "host(s), laid out as the launcher says; all agree on the cluster's size")]
 
 
@@ -51,9 +52,9 @@ def task_findings(facts: NodeFacts) -> list[Finding]:
     if facts.launch.source != "slurm" or not tasks.isdigit() or int(tasks) <= 1:
         return []
     rank = facts.launch.node_rank
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, () if rank is None else (rank,),
-                    f"Slurm starts {tasks} tasks per node (SLURM_NTASKS_PER_NODE={tasks}): {tasks} netchecks "
-                    f"on {facts.hostname} claim node rank {rank}", (), ONE_TASK_FIX, LAUNCH_CROWDED)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=() if rank is None else (rank,),
+                    summary=f"Slurm starts {tasks} tasks per node (SLURM_NTASKS_PER_NODE={tasks}): {tasks} netchecks "
+                    f"on {facts.hostname} claim node rank {rank}", fix=ONE_TASK_FIX, kind=LAUNCH_CROWDED)]
 
 
 def _torchrun_layout(processes) -> list[Finding]:
@@ -69,9 +70,10 @@ def _torchrun_layout(processes) -> list[Finding]:
         return []
     # The ranks of the hosts laid out wrong only: another host's (a client posing as one) blames none here.
     ranks = tuple(sorted(r for host, texts in laid_out.items() if texts for r, _ in per_host[host] if r is not None))
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, ranks, f"{len(problems)} problem(s) in how torchrun laid "
-                    "out the workers", tuple(problems), "one torchrun per node with the same "
-                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", LAUNCH_TORCHRUN)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=ranks,
+                    summary=f"{len(problems)} problem(s) in how torchrun laid "
+                    "out the workers", evidence=tuple(problems), fix="one torchrun per node with the same "
+                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", kind=LAUNCH_TORCHRUN)]
 
 
 def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> list[str]:
@@ -104,10 +106,11 @@ def _crowded_hosts(processes) -> list[Finding]:
             tasks = procs[0][1].launch.variables.get("SLURM_NTASKS_PER_NODE")
             why = f" (SLURM_NTASKS_PER_NODE={tasks})" if tasks else ""
             findings.append(Finding(
-                LAUNCH_TOPOLOGY, FAIL, _ranks(procs), f"{len(procs)} netcheck processes on {host}{why}: "
+                check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=_ranks(procs),
+                summary=f"{len(procs)} netcheck processes on {host}{why}: "
                 "the launcher started one per task, not one per node",
-                tuple(f"{host}: node rank {f.launch.node_rank}, from {f.launch.source}" for _, f in procs),
-                ONE_TASK_FIX, LAUNCH_CROWDED))
+                evidence=tuple(f"{host}: node rank {f.launch.node_rank}, from {f.launch.source}" for _, f in procs),
+                fix=ONE_TASK_FIX, kind=LAUNCH_CROWDED))
     return findings
 
 
@@ -146,11 +149,11 @@ def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str
     lines: dict[tuple[str, str], list[int]] = {}
     for rank, f in processes:
         lines.setdefault((f.hostname, view(f)), []).append(rank)
-    return Finding(LAUNCH_TOPOLOGY, severity, _ranks(odd),
-                   f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
+    return Finding(check=LAUNCH_TOPOLOGY, severity=severity, nodes=_ranks(odd),
+                   summary=f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
-                   tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
-                         for (host, seen), ranks in lines.items()), fix, kind)
+                   evidence=tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
+                         for (host, seen), ranks in lines.items()), fix=fix, kind=kind)
 
 
 def visible_devices(facts: NodeFacts) -> int | None:
@@ -175,11 +178,11 @@ def _device_problems(processes) -> list[Finding]:
                                  f"{f.gpus} GPU(s): two ranks would share a GPU"))
     if not bad:
         return []
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, _ranks([(r, f) for r, f, _ in bad]),
-                    f"{len(bad)} process(es) would address a GPU that is not there, or share one",
-                    tuple(text for _, _, text in bad),
-                    "use LOCAL_RANK (not RANK) as the device index, and at most one process per "
-                    "visible GPU", LAUNCH_DEVICE)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=_ranks([(r, f) for r, f, _ in bad]),
+                    summary=f"{len(bad)} process(es) would address a GPU that is not there, or share one",
+                    evidence=tuple(text for _, _, text in bad),
+                    fix="use LOCAL_RANK (not RANK) as the device index, and at most one process per "
+                    "visible GPU", kind=LAUNCH_DEVICE)]
 
 
 def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
@@ -205,13 +208,15 @@ def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
     shared = {key: sorted(ranks) for key, ranks in sorted(users.items()) if len(ranks) > 1}
     if not shared:
         return []
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, tuple(sorted(r for ranks in shared.values() for r in ranks)),
-                    f"{len(shared)} GPU(s) would be driven by more than one process: "
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL,
+                    nodes=tuple(sorted(r for ranks in shared.values() for r in ranks)),
+                    summary=f"{len(shared)} GPU(s) would be driven by more than one process: "
                     "`Duplicate GPU detected`",
-                    tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
+                    evidence=tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
                           for (host, uuid), ranks in shared.items()),
-                    "one GPU per process: LOCAL_RANK as the device index, and the same "
-                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)", LAUNCH_SHARED_GPU)]
+                    fix="one GPU per process: LOCAL_RANK as the device index, and the same "
+                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)",
+                    kind=LAUNCH_SHARED_GPU)]
 
 
 def _ranks(procs) -> tuple[int, ...]:

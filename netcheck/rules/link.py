@@ -143,7 +143,8 @@ def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[P
                f"exchanged with ({', '.join(names(p) for p in peers)}){beside}")
     evidence = tuple(_direction_text(p, n, s, names) for p, s in into if s[0]) \
         + tuple(_direction_text(n, p, s, names) for p, s in out if s[0]) + _stage_lines(n, links, names)
-    return Finding(LINK_HEALTH, WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
+    return Finding(check=LINK_HEALTH, severity=WARN, nodes=(n,), summary=summary, evidence=evidence, fix=FIX_NODE,
+                   kind=LINK_LOSSY_NODE)
 
 
 def _path_finding(paths: list[Pair], directions, names) -> Finding:
@@ -154,8 +155,9 @@ def _path_finding(paths: list[Pair], directions, names) -> Finding:
                "between them loses them")
     evidence = tuple(_direction_text(a, b, directions[(a, b)], names)
                      for pair in paths for a, b in (pair, pair[::-1]) if directions.get((a, b), (0, 0))[0])
-    return Finding(LINK_HEALTH, WARN, tuple(nodes), summary, evidence, FIX_PATH,
-                   LINK_LOSSY_PATH)
+    return Finding(check=LINK_HEALTH, severity=WARN, nodes=tuple(nodes), summary=summary, evidence=evidence,
+                   fix=FIX_PATH,
+                   kind=LINK_LOSSY_PATH)
 
 
 def _direction_text(a: int, b: int, sent: tuple[int, int], names) -> str:
@@ -191,14 +193,16 @@ def _moved_findings(links: tuple[NodeLinks, ...], names) -> list[Finding]:
                   if m.counter not in FLAP_COUNTERS and _error(m)]
         if flaps:
             where = ", ".join(dict.fromkeys(m.where for _, m in flaps))
-            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
-                                    f"{names(node.node)}'s {where} went down and up while bandwidth was measured "
-                                    f"({_moves_text(flaps)})", _moved_lines(flaps), FIX_FLAP, LINK_FLAP))
+            findings.append(Finding(check=LINK_HEALTH, severity=WARN, nodes=(node.node,),
+                                    summary=f"{names(node.node)}'s {where} went down and up while bandwidth was "
+                                    f"measured ({_moves_text(flaps)})", evidence=_moved_lines(flaps), fix=FIX_FLAP,
+                                    kind=LINK_FLAP))
         if errors:
             where = ", ".join(dict.fromkeys(m.where for _, m in errors))
-            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
-                                    f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
-                                    f"({_moves_text(errors)})", _moved_lines(errors), FIX_ERRORS, LINK_ERRORS))
+            findings.append(Finding(check=LINK_HEALTH, severity=WARN, nodes=(node.node,),
+                                    summary=f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
+                                    f"({_moves_text(errors)})", evidence=_moved_lines(errors), fix=FIX_ERRORS,
+                                    kind=LINK_ERRORS))
     return findings
 
 
@@ -225,6 +229,6 @@ def _pass(links: tuple[NodeLinks, ...], directions, clean_pairs: set[Pair]) -> F
     sent = sum(s for s, _ in directions.values())
     resent = sum(r for _, r in directions.values())
     nodes = tuple(sorted(node.node for node in links))
-    return Finding(LINK_HEALTH, PASS, nodes,
-                   f"no lossy link on {len(nodes)} node(s): {rate_text(sent, resent)} over {len(clean_pairs)} node "
-                   f"pair(s) judged, none past {LINK_LOSS_RATE:.1%}; no carrier change or error counter rose")
+    return Finding(check=LINK_HEALTH, severity=PASS, nodes=nodes,
+                   summary=f"no lossy link on {len(nodes)} node(s): {rate_text(sent, resent)} over {len(clean_pairs)} "
+                   f"node pair(s) judged, none past {LINK_LOSS_RATE:.1%}; no carrier change or error counter rose")
