@@ -47,7 +47,7 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
         summary="node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
         "listens there",
         evidence=("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
-         "58 attempt(s) over 29.6 s"),
+                  "58 attempt(s) over 29.6 s"),
         fix=REACH_FIXES["refused"])
     assert "start netcheck on the host node first" in found[1].fix
 

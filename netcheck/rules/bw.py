@@ -600,7 +600,7 @@ def _slow_ranks(sweep: Sweep, names: _Names) -> list[Finding]:
                     summary=f"{len(slow)} rank(s) took over {BW_STRAGGLER_RATIO:g}x the median time in "
                     f"{sweep.op} at {sweep.rows[-1].size} B",
                     evidence=tuple(f"rank {t.rank} ({names.node(t.node)}): {t.time_us:.1f} us, median "
-                          f"{median:.1f} us" for t in slow),
+                                   f"{median:.1f} us" for t in slow),
                     fix="a slow rank holds every collective back: check its CPU/GPU load, clocks "
                     "and NUMA placement")]
 

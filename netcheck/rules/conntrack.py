@@ -221,7 +221,7 @@ def told_findings(names: dict[int, str], full: tuple[FullTable, ...], attempts: 
                     "connection into and out of it unanswered, as a firewall's DROP looks from its peers; "
                     f"{len(failed)} of this node's connects went unanswered so", evidence=evidence,
                     fix=_fix_text(node_names(at, names), first.count, first.limit, 0,
-                              subnet_of(facts) if facts else "SUBNET"), kind=CONNTRACK_FULL)]
+                                  subnet_of(facts) if facts else "SUBNET"), kind=CONNTRACK_FULL)]
 
 
 def failed_lines(names: dict[int, str], full: set[int], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:

@@ -57,7 +57,7 @@ def hang_findings(view: HangView) -> list[Finding]:
         problems.append(Finding(check=JOB_HANG, severity=WARN if problems else FAIL, nodes=tuple(missing),
                                 summary=f"no trace from rank(s) {_ranks(missing)} of {_world(view, traced)}: no dump, "
                                 "no answer, or the process is gone" + ("" if problems else "; the traced ranks "
-                                                                        "are in step, waiting for them"),
+                                                                                "are in step, waiting for them"),
                                 evidence=(f"traced: rank(s) {_ranks(traced)}",), fix=_no_data_fix(), kind=HANG_NO_DATA))
     if not problems:
         problems = [Finding(check=JOB_HANG, severity=PASS, nodes=tuple(sorted(traced)),
@@ -118,7 +118,8 @@ def _group_findings(name: str, tails: dict[int, tuple[Collective, ...]],
                                 summary=f"ranks issued different collectives as #{seq} of {label}: "
                                 + "; ".join(f"rank(s) {_ranks(rs)} {_call(c)}" for c, rs in sides.items()),
                                 evidence=tuple(f"rank {r} ({_host(traced, r)}): {_call(c)} at {_line(traced, r, c)}"
-                                      for c, rs in sides.items() for r in rs), fix=DESYNC_FIX, kind=HANG_DESYNC))
+                                               for c, rs in sides.items() for r in rs),
+                                fix=DESYNC_FIX, kind=HANG_DESYNC))
     if behind:
         first, wait = next(iter(at_front.items()))
         findings.append(Finding(
@@ -126,9 +127,9 @@ def _group_findings(name: str, tails: dict[int, tuple[Collective, ...]],
             summary=f"rank(s) {_ranks(behind)} never issued {wait.op} #{front} of {label}, which rank(s) "
             f"{_ranks(at_front)} wait in ({_line(traced, first, wait)})",
             evidence=tuple(f"rank {r} ({_host(traced, r)}): last issued #{c.seq} {c.op}"
-                  + (f" at {c.where}" if c.where else "")
-                  + (f"; its stack: {traced[r].stack}" if traced[r].stack else "")
-                  for r, c in sorted(behind.items())), fix=BEHIND_FIX, kind=HANG_BEHIND))
+                           + (f" at {c.where}" if c.where else "")
+                           + (f"; its stack: {traced[r].stack}" if traced[r].stack else "")
+                           for r, c in sorted(behind.items())), fix=BEHIND_FIX, kind=HANG_BEHIND))
     elif not desync and len(at_front) > 1 and all(c.completed is False for c in at_front.values()):
         first, wait = next(iter(at_front.items()))
         findings.append(Finding(check=JOB_HANG, severity=FAIL, nodes=tuple(sorted(at_front)),

@@ -257,7 +257,7 @@ def _heartbeats(run_id: str, state: RendezvousView, now: str) -> list[Finding]:
         findings.append(Finding(
             check=JOB_HEARTBEAT, severity=WARN, nodes=(),
             summary=f"run {run_id!r}: " + ", ".join(f"{node}: last heartbeat {age:.0f} s ago"
-                                                                     for node, age in late)
+                                                    for node, age in late)
             + f", past the {KEEP_ALIVE_INTERVAL:g} s keep-alive; torchrun removes a node at {DEAD_AFTER:g} s",
             evidence=evidence,
             fix="that node's agent missed a keep-alive: it is stalled, stopped or starved of CPU, or "

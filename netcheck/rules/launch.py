@@ -153,7 +153,7 @@ def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str
                    summary=f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
                    evidence=tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
-                         for (host, seen), ranks in lines.items()), fix=fix, kind=kind)
+                                  for (host, seen), ranks in lines.items()), fix=fix, kind=kind)
 
 
 def visible_devices(facts: NodeFacts) -> int | None:
@@ -213,7 +213,7 @@ def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
                     summary=f"{len(shared)} GPU(s) would be driven by more than one process: "
                     "`Duplicate GPU detected`",
                     evidence=tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
-                          for (host, uuid), ranks in shared.items()),
+                                   for (host, uuid), ranks in shared.items()),
                     fix="one GPU per process: LOCAL_RANK as the device index, and the same "
                     "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)",
                     kind=LAUNCH_SHARED_GPU)]

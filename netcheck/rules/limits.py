@@ -65,7 +65,7 @@ def _peer_socket_findings(read: tuple[Read, ...], ranks: int, names: dict[int, s
                     f"connection to each of the job's {ranks - 1} other ranks: gloo, and NCCL's all-to-all or "
                     "send/recv over sockets, fail with EMFILE there",
                     evidence=per_node(((m.rank, f"soft {limits.nofile}, about {need} for a socket to every peer")
-                              for m, limits, need in short), names),
+                                       for m, limits, need in short), names),
                     fix=NOFILE_FIX.format(need=max(need for _, _, need in short)), kind=LIMIT_PEER_SOCKETS)]
 
 

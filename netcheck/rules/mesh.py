@@ -249,7 +249,7 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
                                                              "smaller frames too"))
     return [Finding(check=MESH_CONNECT, severity=FAIL, nodes=tuple(sorted(ranks)), summary=summary,
                     evidence=shown, fix=_blackhole_fix(names, holes, blamed or ranks,
-                                                                              bool(blamed), full, passed),
+                                                                                           bool(blamed), full, passed),
                     kind=MESH_BLACKHOLE)]
 
 

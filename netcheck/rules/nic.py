@@ -107,7 +107,7 @@ def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str
                     summary="interface names no *_SOCKET_IFNAME can safely hold on "
                     f"{node_names(sorted(set(unsafe)), names)}: left out of the exports",
                     evidence=per_node(((r, f"{n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-")
-                              for r, bad in unsafe.items() for n in bad), names),
+                                       for r, bad in unsafe.items() for n in bad), names),
                     fix="rename the interface (ip link set dev OLD name NEW); if the node has no such interface, "
                     "what it sent is not netcheck's: take the node out of the job and find what runs there",
                     kind=ROUTE_UNSAFE_NAME)]
@@ -406,7 +406,7 @@ def _mtu_ends(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> lis
     return [Finding(check=NIC_MTU, severity=WARN, nodes=odd,
                     summary=f"MTU differs along {len(pairs)} path(s): small messages "
                     "work, large ones can stall", evidence=tuple(f"{a[0]} {a[1]} mtu {a[2]} <-> {b[0]} {b[1]} "
-                                                        f"mtu {b[2]}" for a, b in sorted(pairs)),
+                                                                 f"mtu {b[2]}" for a, b in sorted(pairs)),
                     fix="set the same MTU on every node's interface (ip link set dev IF mtu N) and the "
                     "switch ports between them")]
 

@@ -164,7 +164,7 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
             f"{short[0].need.ports} held at once; the job's store clients there fail with EADDRNOTAVAIL (errno 99, "
             "retried until their timeout) and its listeners with EADDRINUSE", evidence=evidence(short),
             fix=RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
-                             need=max(j.need.ports for j in short)), kind=PORTS_TOO_FEW))
+                                 need=max(j.need.ports for j in short)), kind=PORTS_TOO_FEW))
     if held:
         at, first = tuple(r for j in held for r in j.ranks), held[0]
         findings.append(Finding(
@@ -177,7 +177,7 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
             fix=f"start the job a minute after netcheck (TIME-WAIT holds a closed connection's port "
             f"{TIME_WAIT_SECONDS} s, FIN-WAIT-2 up to net.ipv4.tcp_fin_timeout), or widen the range: " +
             RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
-                             need=first.need.ports + first.ports.closing + OWN_PORTS), kind=PORTS_HELD))
+                                 need=first.need.ports + first.ports.closing + OWN_PORTS), kind=PORTS_HELD))
     if not findings:
         findings.append(Finding(check=HOST_PORTS, severity=PASS, nodes=tuple(r for j in every for r in j.ranks),
                                 summary=f"the ephemeral port ranges hold the job's sockets "

@@ -356,7 +356,7 @@ def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks:
                    f"deadline ({join_seconds:g} s after its start with --timeout {timeout:g}), and the "
                    "host's store was gone: the host had closed the rendezvous without it"
                    + (f"; its lookups take {lookup_seconds:.1f} s each (a slow resolver: rdzv.resolve "
-                      "resolver_slow), and its store client makes three before it connects" if slow else ""),
+                              "resolver_slow), and its store client makes three before it connects" if slow else ""),
                    evidence=(f"this node's store client: {seen}",) if seen else (),
                    fix=("repair this node's resolver (rdzv.resolve resolver_slow says how), or " if slow else "")
                    + "start every node within the host's join deadline; a node this slow to start (torch's "

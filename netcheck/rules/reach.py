@@ -226,7 +226,8 @@ def slow_lookups(members: tuple[Member, ...]) -> list[Finding]:
                     summary=f"{host} resolves only after up to {worst:.1f} s on "
                     f"{node_names(ranks, names)} (a slow resolver): {cost}",
                     evidence=per_node([(m.rank, f"{reach.host} answered in {reach.resolve_seconds:.2f} s"
-                               + (f", from {reach.named_in}" if reach.named_in else "")) for m, reach in late], names),
+                                        + (f", from {reach.named_in}" if reach.named_in else ""))
+                                       for m, reach in late], names),
                     fix=f"{SLOW_FIX} (each node's own report names its nameserver and its answer time)",
                     kind=RESOLVE_SLOW)]
 
