@@ -34,7 +34,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import IO, Callable, TypeVar
 
 from netcheck.bandwidth.doors import door_of, knock_targets, open_door, unreached
 from netcheck.bandwidth.faults import classify, in_flight, merge_faults, root_cause
@@ -74,6 +74,8 @@ from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_DOOR, BW_NODE, POSTED
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, unanswered, worth_reporting
 from netcheck.facts.local import rdma_roots
+
+T = TypeVar("T")
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
@@ -384,7 +386,7 @@ class Watch:
         nodes = sorted(n for n in self.ex.posted(BW_ALIVE) or () if 0 < n < self.nnodes)
         return dict(zip(nodes, self.ex.read_counters([self.ex.key(BW_ALIVE, n) for n in nodes]))) if nodes else {}
 
-    def _store(self, call):
+    def _store(self, call: Callable[[], T]) -> T | None:
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now
         # sees it.
         try:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from netcheck.core.bwrecords import Row, SweepOptions, still_rising
 from netcheck.core.constants import (
@@ -30,6 +31,12 @@ from netcheck.core.constants import (
     BW_RESERVE_MARGIN,
     BW_WARMUP_SECONDS,
 )
+
+if TYPE_CHECKING:   # torch is imported by the worker alone, at run time
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
+
+Values = Callable[["Tensor"], "Tensor"]   # a buffer's indices -> the values that belong there
 
 # Element size and the largest integer the type holds exactly (floats: 2^mantissa bits),
 # so data built from small integers has exactly one correct result.
@@ -279,7 +286,7 @@ def modulus(dtype: str, n: int, reduces: bool) -> int:
     return max(1, exact // n if reduces else exact)
 
 
-def ring_sum(x, n: int, m: int):
+def ring_sum(x: Tensor, n: int, m: int) -> Tensor:
     """sum over r < n of (x + r) % m, in closed form (x >= 0).
 
     Whole cycles of m contribute m(m-1)/2 each; the rest is rem terms from y = x % m up,
@@ -291,7 +298,7 @@ def ring_sum(x, n: int, m: int):
     return cycles * (m * (m - 1) // 2) + rem * y + rem * (rem - 1) // 2 - m * over * (over > 0)
 
 
-def pattern_pieces(numel: int, period: int, piece: int):
+def pattern_pieces(numel: int, period: int, piece: int) -> Iterator[tuple[int, int, range]]:
     """(lo, hi, starts): the pattern's first period cut into pieces of at most `piece`
     elements, each with every offset it repeats at in a buffer of `numel`. Values that
     repeat every `period` elements are computed once a period, then copied or compared
@@ -302,7 +309,7 @@ def pattern_pieces(numel: int, period: int, piece: int):
         yield lo, hi, range(lo, numel, period)
 
 
-def count_wrong(result, expected) -> int:
+def count_wrong(result: Tensor, expected: Tensor) -> int:
     """Elements of result that differ from expected (NaN never equals: it counts as wrong)."""
     return int((result != expected).sum())
 
@@ -316,12 +323,12 @@ class Peers:
     prev: int   # sendrecv: where this rank receives from
 
 
-def _first_of(dist, *names: str):
+def _first_of(dist: ModuleType, *names: str) -> Callable[..., object]:
     # torch renamed *_into_tensor to *_single (2.10); the old names warn but still work.
     return next(getattr(dist, n) for n in names if hasattr(dist, n))
 
 
-def _sendrecv(dist, inp, out, group, peers: Peers) -> None:
+def _sendrecv(dist: ModuleType, inp: Tensor, out: Tensor, group: ProcessGroup | None, peers: Peers) -> None:
     works = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, peers.next, group),
                                     dist.P2POp(dist.irecv, out, peers.prev, group)])
     for work in works:
@@ -437,18 +444,19 @@ def _where(ranks: list[int], nproc: int) -> str:
                      for n in dict.fromkeys(r // nproc for r in ranks))
 
 
-def fill(torch, tensor, values, period: int) -> None:
+def fill(torch: ModuleType, tensor: Tensor, values: Values, period: int) -> None:
     """TENSOR[i] = values(i), for values that repeat every `period` elements."""
     for view, piece in aligned_pieces(torch, tensor, values, period):
         view.copy_(piece)
 
 
-def wrong(torch, tensor, values, period: int) -> int:
+def wrong(torch: ModuleType, tensor: Tensor, values: Values, period: int) -> int:
     """Elements of TENSOR that differ from values(i), for values that repeat every `period`."""
     return sum(count_wrong(view, piece) for view, piece in aligned_pieces(torch, tensor, values, period))
 
 
-def aligned_pieces(torch, tensor, values, period: int):
+def aligned_pieces(torch: ModuleType, tensor: Tensor, values: Values,
+                   period: int) -> Iterator[tuple[Tensor, Tensor]]:
     """(a slice of TENSOR, the values that belong there) over the whole tensor; values are
     computed a piece of one period at a time, so checking a 128 MiB buffer needs little memory."""
     numel = tensor.numel()

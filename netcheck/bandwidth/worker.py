@@ -28,9 +28,10 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from netcheck.bandwidth.sweep import (
     COLLECTIVES,
@@ -61,6 +62,10 @@ from netcheck.core.compat import eager_device, import_distributed
 from netcheck.core.constants import BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
+
+if TYPE_CHECKING:   # imported at run time inside the start stage, as the stage's failure
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the
@@ -134,7 +139,7 @@ class Me:
         return self.world // self.nproc
 
     @classmethod
-    def from_env(cls, env) -> "Me":
+    def from_env(cls, env: Mapping[str, str]) -> Me:
         return cls(int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]),
                    int(env["LOCAL_WORLD_SIZE"]), int(env["GROUP_RANK"]), env["MASTER_ADDR"],
                    int(env["MASTER_PORT"]))
@@ -179,7 +184,7 @@ def _private_stdout() -> int:
 
 
 @contextmanager
-def stage(events: Events, name: str):
+def stage(events: Events, name: str) -> Iterator[None]:
     events.emit(Event("stage", name))
     try:
         yield
@@ -195,7 +200,7 @@ def _first_line(error: BaseException) -> str:
     return line[:MAX_DETAIL]
 
 
-def run(events: Events, args) -> None:
+def run(events: Events, args: argparse.Namespace) -> None:
     """Every stage in order."""
     with stage(events, "start"):
         me = Me.from_env(os.environ)
@@ -312,7 +317,7 @@ class Harness:
             self.set_up(group)
         return group, [leaders]
 
-    def set_up(self, group) -> None:
+    def set_up(self, group: ProcessGroup | None) -> None:
         """One untimed collective on the group: its connections are made here."""
         one = self.torch.ones(1, device=self.device)
         self.dist.all_reduce(one, group=group)
@@ -320,7 +325,8 @@ class Harness:
 
     # --- one sweep ----------------------------------------------------------------------------
 
-    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], budget: Budget) -> Sweep:
+    def sweep(self, name: str, coll: Collective, group: ProcessGroup | None, groups: list[list[int]],
+              budget: Budget) -> Sweep:
         """The sizes run_sizes picks; every rank takes the same decisions, from numbers all
         ranks share, so no rank waits for a size others skip."""
         o = self.options
@@ -348,7 +354,7 @@ class Harness:
         run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)
         return result
 
-    def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int,
+    def step(self, coll: Collective, chunk: int, group: ProcessGroup | None, ranks: list[int], iters: int,
              warmup: int) -> tuple[float, ...]:
         """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1,
         the iterations' standard deviation, the batches' spread)."""
@@ -367,7 +373,7 @@ class Harness:
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
         return seconds, float(wrong), time.perf_counter() - started, 1.0, deviation, spread
 
-    def timed(self, call, iters: int, warmup: int) -> tuple[float, float, float]:
+    def timed(self, call: Callable[[], object], iters: int, warmup: int) -> tuple[float, float, float]:
         """Seconds per iteration of `call` (the median batch's, batch_times), the iterations'
         standard deviation and the batches' spread: warmed up and lined up as nccl-tests does."""
         for _ in range(warmup):
@@ -398,7 +404,8 @@ class Harness:
         self.dist.barrier()
         return [0.0] * values
 
-    def check(self, coll: Collective, inp, out, call, grank: int, n: int, chunk: int) -> int:
+    def check(self, coll: Collective, inp: Tensor, out: Tensor, call: Callable[[], object], grank: int, n: int,
+              chunk: int) -> int:
         """One more iteration on data with a known answer; elements that differ from it."""
         m = modulus(self.options.dtype, n, coll.reduces)
         fill(self.torch, inp, lambda i: coll.inputs(i, grank, n, chunk, m), m)  # in place: inp is out

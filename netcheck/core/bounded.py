@@ -23,7 +23,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[Any, BaseE
     where it did not return within `timeout`."""
     box: dict = {}
 
-    def target():
+    def target() -> None:
         try:
             box["result"] = fn()
         except Exception as e:  # noqa: BLE001 - handed to the caller, who names it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Annotated, TypeVar
@@ -455,12 +455,12 @@ FAULT_KINDS = tuple(kind for kinds in BLAME_ORDER for kind in kinds)
 NODE_GONE = ("silent", "stopped")
 
 
-def culprits(faults) -> list[Fault]:
+def culprits(faults: Sequence[Fault]) -> list[Fault]:
     return next(([f for f in faults if f.kind in kinds] for kinds in BLAME_ORDER
                  if any(f.kind in kinds for f in faults)), [])
 
 
-def first_culprit(faults) -> Fault | None:
+def first_culprit(faults: Sequence[Fault]) -> Fault | None:
     """The culprit of the earliest stage (ties: lowest node, then rank)."""
     return min(culprits(faults), key=lambda f: (STAGES.index(f.stage), f.node, f.rank), default=None)
 

@@ -7,6 +7,7 @@ dataclass so `codec` can write it and validate it on the way back in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
@@ -360,7 +361,7 @@ class Member:
         return node_address(self.facts)
 
 
-def hostnames(members) -> dict[int, str]:
+def hostnames(members: Iterable[Member]) -> dict[int, str]:
     """rank -> hostname of the given members."""
     return {m.rank: m.facts.hostname for m in members}
 
@@ -549,7 +550,7 @@ class Report:
 
 
 def report_of(role: str, run_id: str, node_rank: int | None, findings: tuple[Finding, ...],
-              timings: dict[str, float], **parts) -> Report:
+              timings: dict[str, float], **parts: Any) -> Report:
     """The one way a Report is made: its verdict from its findings, and what the run did not
     reach (nodes, recommendations, bandwidth...) empty unless given."""
     empty: dict[str, Any] = dict(nodes=(), recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psutil
@@ -53,7 +54,7 @@ def cpu_snapshot() -> CpuSnapshot:
     return CpuSnapshot(time.monotonic(), cpu, ended.children_user + ended.children_system, _gpus_held(cpu))
 
 
-def _gpus_held(pids) -> dict[int, tuple[int, ...]]:
+def _gpus_held(pids: Iterable[int]) -> dict[int, tuple[int, ...]]:
     """pid -> the GPU device numbers it holds open, for the given processes; nothing is read
     on a node without GPU device files (every node netcheck runs on without a GPU)."""
     devices = {os.path.join(DEVICES, name): int(m[1]) for name in listed(DEVICES)

@@ -18,6 +18,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]
     return tuple(kept[:LINK_PEERS_KEPT])
 
 
-def merged(peers) -> tuple[PeerSegments, ...]:
+def merged(peers: Iterable[PeerSegments]) -> tuple[PeerSegments, ...]:
     """Several workers' peers, summed by address (received: None where any of them was not read)."""
     peers = list(peers)
     sums = summed((p.address, p.segments, p.retransmitted) for p in peers)

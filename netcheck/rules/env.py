@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -214,7 +214,7 @@ def _split(key: str, alike: list[tuple[Mapping[str, str], list[int]]]) -> Split:
     return Split(key, _severity(key, groups), groups, top)
 
 
-def _severity(key: str, groups) -> str:
+def _severity(key: str, groups: Sequence[tuple[str, Sequence[int]]]) -> str:
     severity = severity_of(key)
     if severity == FAIL and key.startswith("hash.") and any(
             v.startswith("incomplete") for v, _ in groups):
@@ -347,7 +347,7 @@ def _has(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
     return "has" if hosts(ranks, hostnames) == 1 else "have"
 
 
-def _odd_first(split: Split):
+def _odd_first(split: Split) -> list[tuple[str, tuple[int, ...]]]:
     return sorted(split.groups, key=lambda g: g[0] == split.majority)
 
 

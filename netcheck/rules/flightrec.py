@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import PASS, WARN, Finding
@@ -19,9 +20,12 @@ from netcheck.rules.env import version_key
 from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import ENV_FLIGHT_RECORDER, FR_NO_ABORT, FR_NO_DUMP, FR_OFF
 
+T = TypeVar("T")
+
 # Whether a hang would be diagnosable, from the variables torch reads (torch 2.13's
 # c10d/FlightRecorder.hpp, ProcessGroupNCCL.hpp and Utils.hpp): where a setting has two names,
 # the first one set wins; a bool is y/yes/t/true/1 or n/no/f/false/0; anything else stops torch.
+
 FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 ASYNC_ERROR = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 FR_ENTRIES = 2000               # torch's own default where the recorder is on by default
@@ -106,7 +110,8 @@ def _dump_gaps(values: Mapping[str, str], release: tuple[int, ...], torch: str, 
     return [_Gap(FR_NO_DUMP, "; ".join(lines), tuple(exports))] if lines else []
 
 
-def _setting(values: Mapping[str, str], names: tuple[str, ...], default, parse):
+def _setting(values: Mapping[str, str], names: tuple[str, ...], default: T | None,
+             parse: Callable[[str], T | None]) -> tuple[str | None, T | None]:
     """(the name torch reads, its value parsed; None where torch refuses it), or (None, default)."""
     for name in names:
         if f"var.{name}" in values:

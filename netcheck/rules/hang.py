@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
 
 from netcheck.core.hangrecords import Collective, HangView, RankTrace, Refused
 from netcheck.core.model import FAIL, PASS, WARN, Finding
@@ -188,7 +189,7 @@ def _host(traced: dict[int, RankTrace], rank: int) -> str:
     return traced[rank].host or traced[rank].source
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int]) -> str:
     shown = sorted(ranks)
     more = f", ... ({len(shown)} in all)" if len(shown) > SHOWN_RANKS else ""
     return ", ".join(map(str, shown[:SHOWN_RANKS])) + more

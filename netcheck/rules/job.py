@@ -4,6 +4,7 @@ say about who is missing. Facts in (`JobView`, read by `netcheck inspect`), find
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 
 from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
 from netcheck.core.jobrecords import JobView, NodeDesc, RasView, RendezvousView, RoundKeys, RoundMember, RunState
@@ -296,7 +297,7 @@ def ranks_findings(view: JobView) -> list[Finding]:
                     "started and is missing cannot reach MASTER_ADDR:MASTER_PORT: run `netcheck` there")]
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, sorted(ranks)))
 
 

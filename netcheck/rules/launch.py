@@ -11,6 +11,7 @@ disagreeing about --nnodes, LOCAL_RANK used where a device index does not exist
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts, is_torchrun_worker
@@ -25,11 +26,13 @@ from netcheck.rules.registry import (
     LAUNCH_TORCHRUN,
 )
 
+Processes = Sequence[tuple[int | None, NodeFacts]]   # (seated rank or None, facts) per arrival
+
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
                 "`srun --ntasks-per-node=1`; torchrun then starts the per-GPU processes itself")
 
 
-def launch_findings(processes: list[tuple[int | None, NodeFacts]],
+def launch_findings(processes: Processes,
                     devices: dict[int, str] | None = None) -> list[Finding]:
     """`processes`: (seated rank or None, facts) for every arrival; `devices`: seated rank ->
     UUID of the GPU it would drive (`device_uuid`), where the env phase learnt it."""
@@ -57,7 +60,7 @@ def task_findings(facts: NodeFacts) -> list[Finding]:
                     f"on {facts.hostname} claim node rank {rank}", fix=ONE_TASK_FIX, kind=LAUNCH_CROWDED)]
 
 
-def _torchrun_layout(processes) -> list[Finding]:
+def _torchrun_layout(processes: Processes) -> list[Finding]:
     """torchrun workers: each host's ranks contiguous, LOCAL_RANKs unique, as many as
     LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data; docs/contract.md, launch.topology)."""
     per_host = defaultdict(list)
@@ -94,7 +97,7 @@ def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> l
     return problems
 
 
-def _crowded_hosts(processes) -> list[Finding]:
+def _crowded_hosts(processes: Processes) -> list[Finding]:
     """Several netchecks from one host claiming one node rank: the launcher started one per
     task, not per node. (Distinct ranks on one host are a deliberate single-machine test.)"""
     per_claim = defaultdict(list)
@@ -114,7 +117,7 @@ def _crowded_hosts(processes) -> list[Finding]:
     return findings
 
 
-def _nnodes_disagree(processes) -> list[Finding]:
+def _nnodes_disagree(processes: Processes) -> list[Finding]:
     views = {(f.launch.nnodes_min, f.launch.nnodes_max) for _, f in processes if f.launch.nnodes_max}
     if len(views) <= 1:
         return []
@@ -128,7 +131,7 @@ def _nnodes_text(f: NodeFacts) -> str:
     return "unset" if high is None else str(high) if low == high else f"{low}:{high}"
 
 
-def _nproc_disagree(processes) -> list[Finding]:
+def _nproc_disagree(processes: Processes) -> list[Finding]:
     if len({f.launch.nproc_per_node for _, f in processes}) <= 1:
         return []
     return [_disagreement(processes, lambda f: str(f.launch.nproc_per_node), "processes per node",
@@ -136,7 +139,8 @@ def _nproc_disagree(processes) -> list[Finding]:
                           LAUNCH_NPROC, WARN)]
 
 
-def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str) -> Finding:
+def _disagreement(processes: Processes, view: Callable[[NodeFacts], str], what: str, fix: str, kind: str,
+                  severity: str) -> Finding:
     """Only the seated vote: the majority is theirs. A process that got no seat (a rank past
     --nnodes, a latecomer, or another client posing as one) is named where it differs from
     them, by hostname only: sixteen arrivals of one client saying another --nnodes would
@@ -146,7 +150,7 @@ def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str
            if (r in views.odd if r is not None else view(f) != views.majority)]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
     # A line per host and view: torchrun's ranks of one host see one launcher.
-    lines: dict[tuple[str, str], list[int]] = {}
+    lines: dict[tuple[str, str], list[int | None]] = {}
     for rank, f in processes:
         lines.setdefault((f.hostname, view(f)), []).append(rank)
     return Finding(check=LAUNCH_TOPOLOGY, severity=severity, nodes=_ranks(odd),
@@ -165,7 +169,7 @@ def visible_devices(facts: NodeFacts) -> int | None:
     return facts.gpus or None
 
 
-def _device_problems(processes) -> list[Finding]:
+def _device_problems(processes: Processes) -> list[Finding]:
     bad = []
     for rank, f in processes:
         devices = visible_devices(f)
@@ -197,7 +201,7 @@ def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
     return uuid if uuid and uuid != "unknown" else None
 
 
-def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
+def _shared_gpus(processes: Processes, devices: dict[int, str]) -> list[Finding]:
     """(host, GPU) unique: two processes on one GPU fail NCCL's init with `Duplicate GPU
     detected` (docs/contract.md, launch.topology)."""
     hosts = {r: f.hostname for r, f in processes if r is not None}
@@ -219,5 +223,5 @@ def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
                     kind=LAUNCH_SHARED_GPU)]
 
 
-def _ranks(procs) -> tuple[int, ...]:
+def _ranks(procs: Processes) -> tuple[int, ...]:
     return tuple(sorted({r for r, *_ in procs if r is not None}))

@@ -143,7 +143,7 @@ def _counted(names: dict[int, str], some: set[tuple[int, int]], tried: set[tuple
              every: bool = False) -> str:
     """`1 of 2 node-to-node directions`, counted between nodes (a path between two ranks of one
     host never leaves it), with the rank pairs where nodes run several ranks (torchrun)."""
-    def between(pairs) -> tuple[set[tuple[str, str]], int]:
+    def between(pairs: Iterable[tuple[int, int]]) -> tuple[set[tuple[str, str]], int]:
         """(the node pairs these rank pairs join, how many rank pairs leave their host): one
         pass over up to 800,000 directions, same_node and name_of written out."""
         nodes, leaving = set(), 0

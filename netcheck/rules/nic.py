@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from netcheck.core.majority import split
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, RISKS, WARN, Finding, Impact, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.core.nictable import Nic
+from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules import gloodial, socketchoice, socketsettings
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.hcachoice import nccl_version
@@ -160,7 +160,7 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
                     summary=summary + ("; -v lists each node's route to its peers" if routes else ""), evidence=routes)]
 
 
-def shared_subnets(table) -> list[str]:
+def shared_subnets(table: NicTable) -> list[str]:
     """Running interfaces with addresses in one IPv4 subnet, as "eth0, eth1 on 10.0.0.0/24"."""
     by_net = defaultdict(list)
     for nic in table.nics:
@@ -209,7 +209,7 @@ def _nccl_version(m: Member) -> tuple[int, ...]:
     return nccl_version(m.facts.rdma.libnccl.version) if m.facts.rdma else socketchoice.NEWEST
 
 
-def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven) -> str | None:
+def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven: dict[int, list[str]] | None) -> str | None:
     picked = [p.name for p in choice.interfaces]
     if choice.bootstrap is None:
         return f"NCCL finds no socket interface ({choice.reason})"
@@ -427,7 +427,7 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     unproven = per_node(((m.rank, "no path proven, so no link to rate (see mesh.connect)")
                          for m in members if m.rank in proven and not proven[m.rank]), names)
 
-    def lines(ranks) -> tuple[str, ...]:
+    def lines(ranks: Iterable[int]) -> tuple[str, ...]:
         return per_node(((r, f"{speeds[r]} Mb/s" if speeds[r] else "speed unknown") for r in ranks), names)
 
     if not speeds:
@@ -459,7 +459,7 @@ def _all_at(names: dict[int, str], speeds: dict[int, int | None]) -> str:
     return f"{where}'s link runs at" if where != "every node" else "every node's link runs at"
 
 
-def used_speed(m: Member, names) -> int | None:
+def used_speed(m: Member, names: Iterable[str | None]) -> int | None:
     """Mb/s of the fastest of these interfaces of a node that reports a speed; None: none does."""
     nics = {n.name: n for n in m.facts.nics.nics}
     speeds = [nics[name].speed_mbps for name in names if name in nics]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from netcheck.core.majority import split
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
-from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, PciPlace, RdmaFacts, RdmaPort
+from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, Bridge, PciPlace, RdmaFacts, RdmaPort
 from netcheck.rules.hcachoice import GidPick, gid_choice, gid_family, ib_ports, nccl_version, valid_gid
 from netcheck.rules.nic import Recommendation
 from netcheck.rules.pernode import every_node, node_names, per_node
@@ -85,7 +85,7 @@ def port_findings(members: tuple[Member, ...]) -> list[Finding]:
                     evidence=per_node(((r, _ports_text(p)) for r, p in sorted(used.items())), names))]
 
 
-def _link_layer_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[Finding]:
+def _link_layer_findings(used: dict[int, tuple[RdmaPort, ...]], names: dict[int, str]) -> list[Finding]:
     layers = {r: "+".join(sorted({p.link_layer for p in ports})) or "none" for r, ports in used.items()}
     odd = split(layers).odd
     if not odd and all("+" not in v for v in layers.values()):
@@ -99,7 +99,7 @@ def _link_layer_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[F
                     kind=PORT_LINK_LAYER)]
 
 
-def _slower_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[Finding]:
+def _slower_findings(used: dict[int, tuple[RdmaPort, ...]], names: dict[int, str]) -> list[Finding]:
     best: dict[tuple[str, int], float] = {}
     for ports in used.values():
         for p in ports:
@@ -267,7 +267,9 @@ def _release(kernel: str) -> tuple[int, ...]:
 
 def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
     names = hostnames(members)
-    acs, far, checked = [], [], []
+    acs: list[tuple[int, str]] = []
+    far: list[tuple[int, str]] = []
+    checked: list[int] = []
     for m in members:
         f = m.facts.rdma
         hcas = [h for h in f.hcas if h.name in {p.device for p in used_ports(m)}] if f else []
@@ -284,7 +286,8 @@ def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
     return _pcie(acs, far, checked, names)
 
 
-def _pcie(acs, far, checked, names) -> list[Finding]:
+def _pcie(acs: list[tuple[int, str]], far: list[tuple[int, str]], checked: list[int],
+          names: dict[int, str]) -> list[Finding]:
     warnings = (
         (PCIE_ACS, acs, "PCIe ACS redirects GPU-NIC traffic through the root complex (slow, or hangs)",
          "disable ACS on those bridges (the BIOS, or setpci ECAP_ACS+0x6.w=0000 at boot) on bare metal; in a VM "
@@ -321,7 +324,7 @@ def _shared(a: PciPlace, b: PciPlace) -> int:
     return count
 
 
-def _between(gpu: PciPlace, hca: PciPlace, shared: int):
+def _between(gpu: PciPlace, hca: PciPlace, shared: int) -> tuple[Bridge, ...]:
     """The bridges below the last one they share: the switch's downstream ports (and deeper)."""
     return gpu.bridges[shared:] + hca.bridges[shared:] if shared else ()
 

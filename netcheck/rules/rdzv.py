@@ -25,6 +25,7 @@ from netcheck.core.model import (
 )
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.core.rdzvrecords import Roster
 from netcheck.rules import storetrouble
 from netcheck.rules.pernode import node_count, node_names, per_table, ranks_note, ranks_text
 from netcheck.rules.registry import (
@@ -324,7 +325,7 @@ def _known(ranks: list[int], names: dict[int, str]) -> str:
     return node_names(list(names), names) + (f"; {unknown} hostname(s) unknown" if unknown else "")
 
 
-def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Finding]:
+def latecomer_findings(late: list[tuple[str, int | None]], roster: Roster) -> list[Finding]:
     """Processes that came after the roster was posted, (hostname, the node rank it claims):
     never seated. The first MAX_STRANGERS are named one by one, the rest in one count, as
     arrivals not seated while seating are: a client posting arrivals after the roster does

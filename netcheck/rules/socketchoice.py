@@ -26,13 +26,14 @@ getaddrinfo answer. On a node with lo, eno1 and a down ib0, whose hostname resol
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from netcheck.core.nictable import Address, Nic, NicTable
 
 T = TypeVar("T")
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
@@ -160,7 +161,8 @@ def nccl_find(table: NicTable, spec: NcclIfSpec, family: str | None, running_onl
     return tuple(picks)
 
 
-def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None, running_only: bool):
+def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None,
+                  running_only: bool) -> tuple[str, tuple[Pick, ...], str]:
     for rule in NCCL_DEFAULT_RULES:
         if rule == "NCCL_COMM_ID":
             pick = comm_id_subnet_pick(table, env)
@@ -200,7 +202,7 @@ def comm_id_subnet_pick(table: NicTable, env: Mapping[str, str]) -> Pick | None:
     return None
 
 
-def _comm_id_host(value: str):
+def _comm_id_host(value: str) -> tuple[IpAddress, str] | None:
     # socket.cc ncclSocketGetAddrFromString: "[v6%scope]:port", else "<host>:port".
     if value.startswith("["):
         host, _, scope = value[1:].partition("]")[0].partition("%")
@@ -212,7 +214,7 @@ def _comm_id_host(value: str):
         return None
 
 
-def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]):
+def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]) -> Pick | None:
     # bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, bootstrap uses the subnet match
     # alone and never reads NCCL_SOCKET_IFNAME; otherwise the first interface found.
     if "NCCL_COMM_ID" in env:
@@ -220,7 +222,7 @@ def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, 
     return picks[0] if picks else None
 
 
-def _nccl_reason(why: str, picks, bootstrap: Pick | None, env: Mapping[str, str]) -> str:
+def _nccl_reason(why: str, picks: tuple[Pick, ...], bootstrap: Pick | None, env: Mapping[str, str]) -> str:
     found = f"picks {_picks(picks)}" if picks else "finds no running interface with an address"
     if "NCCL_COMM_ID" in env:
         listen = _picks([bootstrap]) if bootstrap else "none, so NCCL fails at init " \
@@ -231,7 +233,7 @@ def _nccl_reason(why: str, picks, bootstrap: Pick | None, env: Mapping[str, str]
     return f"{why} {found}"
 
 
-def _picks(picks) -> str:
+def _picks(picks: Iterable[Pick]) -> str:
     return ", ".join(f"{p.name} ({p.address})" for p in picks)
 
 
@@ -399,7 +401,7 @@ def _network(addr: Address) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(f"{addr.address}/{addr.prefixlen}", strict=False)
 
 
-def as_ip(text: str):
+def as_ip(text: str) -> IpAddress | None:
     try:
         return ipaddress.ip_address(text)
     except ValueError:

@@ -140,7 +140,7 @@ def _cover(names_per_node: Sequence[Sequence[str]], safe: list[str]) -> list[str
     return chosen
 
 
-def _plain_prefix_ok(name: str, names_per_node, known) -> bool:
+def _plain_prefix_ok(name: str, names_per_node: Sequence[Sequence[str]], known: Sequence[Sequence[str]]) -> bool:
     # A plain value is a prefix (utils.cc matchIf) and must be 2+ characters to be read.
     caught = ((works, n) for works, names in zip(names_per_node, known) for n in names)
     return len(name) > 1 and all(n in works for works, n in caught if n.startswith(name))
