@@ -21,6 +21,9 @@ Store keys, under netcheck/RUN/bw/:
     alive/K    node K's beat, a counter it raises every BW_ABORT_POLL s (alive/posted: who beats)
     abort      a node saw a worker die, hang or fail, or the host a node go quiet: everyone stops
     node/K     node K's account of its workers (NodeReport)
+
+Longer than 500 lines: starting, watching, aborting and collecting a node's workers share one watch
+loop and its state; the doors and the faults' classification are doors.py's and faults.py's.
 """
 
 from __future__ import annotations

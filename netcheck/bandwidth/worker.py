@@ -15,6 +15,9 @@ store and runs the stages in order, so a failure names its stage:
 It reports to its parent as JSON lines (`Event`) on a private copy of stdout, a heartbeat
 among them, so the parent can tell a hung rank from one blocked by a peer. Nothing is
 printed for a person: that is the node's job.
+
+Longer than 500 lines: one rank's whole run, read top to bottom: its events, its stages, and the
+harness that times, checks and gathers every collective (the collectives' maths are sweep.py's).
 """
 
 from __future__ import annotations

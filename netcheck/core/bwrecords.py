@@ -1,5 +1,8 @@
 """The bandwidth phase's records: its options and its results, with the small reads every
-reader of them needs (average and peak busbw, whom to blame)."""
+reader of them needs (average and peak busbw, whom to blame).
+
+Longer than 500 lines: a BandwidthResult holds every record here (options, sweeps, faults, busy
+processes, link counters), each defined once with the small reads its readers share."""
 
 from __future__ import annotations
 

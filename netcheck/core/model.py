@@ -3,6 +3,9 @@
 Data flows one way: facts (gathered per node, exchanged as JSON) -> findings (made by the
 rules in `netcheck.rules`) -> `Report` (rendered by `netcheck.render`). Everything here is a plain frozen
 dataclass so `codec` can write it and validate it on the way back in.
+
+Longer than 500 lines: the report and the records it is made of (facts, findings, attribution,
+verdict) are read together by every layer, and one module keeps each record's name one import away.
 """
 
 from __future__ import annotations

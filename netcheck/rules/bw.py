@@ -11,6 +11,10 @@
     link.health   the link counters around the phase (rules/link.py)
 
 Rules never print and never touch the network.
+
+Longer than 500 lines: six checks judge one BandwidthResult through the same readings (node names,
+the culprits, the paths the mesh flagged, the headline sweep); link.health, which reads only the
+link counters, is rules/link.py's.
 """
 
 from __future__ import annotations

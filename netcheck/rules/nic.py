@@ -4,6 +4,10 @@ Input: every node's facts (its NicTable and socket settings) and every mesh atte
 Output: findings and the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME values
 that the mesh showed to carry traffic between every pair, of names that pass the interface-name
 rule (core.names): a person pastes them into a shell. Pure: no I/O, no printing.
+
+Longer than 500 lines: NCCL's, gloo's and TensorPipe's interface checks, nic.speed and the export
+lines all judge one proof, the interfaces the mesh showed to carry traffic (proven_interfaces), and
+read it the same way.
 """
 
 from __future__ import annotations

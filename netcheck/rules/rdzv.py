@@ -1,6 +1,10 @@
 """The rendezvous checks (rdzv.join, rdzv.fqdn, host.clock): who joined and who did not, name
 resolution between nodes, clocks; the endpoint's (rdzv.resolve, rdzv.reach, rdzv.listen) are
-rules.reach's. Facts in, findings out."""
+rules.reach's. Facts in, findings out.
+
+Longer than 500 lines: rdzv.join's cases (never joined, lost, unseated, late, from another run, the
+same name twice) are most of it and share the gathering's reading; rdzv.fqdn and host.clock judge
+the same members' results."""
 
 from __future__ import annotations
 
