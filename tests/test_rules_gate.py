@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 import builders
-from netcheck.core.constants import DRAIN_PREFIX, DRAIN_REASON_CHARS
+from netcheck.core.constants import DRAIN_PREFIX
 from netcheck.core.gaterecords import DRAIN, RESUME, NodeAction, SlurmNode
 from netcheck.core.model import Finding, NodeEntry, report_of
 from netcheck.render.export import render_exclude
 from netcheck.rules import gate
+from netcheck.rules.gate import DRAIN_REASON_CHARS
 
 ROUTE = Finding(check="nic.route", severity="fail", nodes=(-1,),
                 summary="gpu07: NCCL_SOCKET_IFNAME=ib0 matches no running interface", fix="fix")

@@ -21,8 +21,9 @@ from netcheck.core.constants import (
     BW_DEFAULT_WARMUP,
     BW_MAX_BYTES,
     DDP_BUCKET_BYTES,
-    MAX_MODEL_PARAMS,
 )
+
+MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
 
 BACKENDS = ("auto", "nccl", "gloo")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}   # nccl-tests' parsesize: powers of 1024

@@ -36,14 +36,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
+from netcheck.bandwidth.sizes import (
+    Budget,
+    Measured,
+    pair_size,
+    plan_stages,
+    planned_sizes,
+    round_robin,
+    run_sizes,
+    stage_budgets,
+)
 from netcheck.bandwidth.sweep import (
     COLLECTIVES,
     NO_CUDA,
     NO_NCCL,
     PAST_VISIBLE,
-    Budget,
     Collective,
-    Measured,
     Peers,
     bandwidths,
     batch_times,
@@ -51,24 +59,23 @@ from netcheck.bandwidth.sweep import (
     fill,
     make_row,
     modulus,
-    pair_size,
-    plan_stages,
-    planned_sizes,
-    round_robin,
-    run_sizes,
-    stage_budgets,
     wrong,
 )
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
 from netcheck.core.compat import eager_device, import_distributed
-from netcheck.core.constants import BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
 
 if TYPE_CHECKING:   # imported at run time inside the start stage, as the stage's failure
     from torch import Tensor
     from torch.distributed import ProcessGroup
+
+BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
+BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
+                             # (the budget counts collective time; checks and gathers come on top)
+BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
+BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the

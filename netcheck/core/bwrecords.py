@@ -22,10 +22,8 @@ from netcheck.core.constants import (
     BW_DEFAULT_STEPFACTOR,
     BW_DEFAULT_WARMUP,
     BW_LATENCY_MAXBYTES,
-    BW_NOISY_SPREAD,
     BW_PLATEAU_BAND,
     BW_PLATEAU_TOP,
-    BW_RISING_BAND,
     DDP_BUCKET_BYTES,
     LINK_JUDGED_SEGMENTS,
     LINK_LOSS_MIN,
@@ -61,6 +59,13 @@ from netcheck.core.fields import (
     Text,
     one_of,
 )
+
+BW_RISING_BAND = 0.05        # without -e the sweep goes on while busbw still rises: the last two sizes
+                             # each set a new high, the last by more than this (NCCL's rises slowly
+                             # past 1 GB on RoCE)
+# A figure whose batches, or a plateau whose sizes, spread wider than this is noisy: said
+# beside the figure, with the busy processes seen (host.busy) as the likely cause.
+BW_NOISY_SPREAD = 0.25
 
 # The stages of the phase, in order: a failure names one of these.
 STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")

@@ -16,7 +16,7 @@ from functools import partial
 from netcheck.cluster.jobstore import StoreRead, arrived_ranks, read_job_store, read_round, rendezvous_runs
 from netcheck.core import compat
 from netcheck.core.bounded import call_with_timeout
-from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
+from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import JobView, RoundKeys, RunState
 from netcheck.core.model import INSPECT, Endpoint, Reach, Report, report_of
@@ -27,6 +27,8 @@ from netcheck.facts.rdzvstate import ForeignValue, HostileValue, decode_state
 from netcheck.rules import job as job_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules.registry import impacted
+
+MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this
 
 RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
 DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that took all of --timeout

@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from netcheck.core.bwtext import size_words, time_text
-from netcheck.core.constants import BUFFER_PATH_SHARE
 from netcheck.core.meshrecords import Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, NodeFacts, SocketBuffers, TcpMem, hostnames
 from netcheck.rules.bw import measured_short
@@ -43,6 +42,9 @@ from netcheck.rules.registry import (
     BUFFERS_UNSCALED,
     HOST_BUFFERS,
 )
+
+BUFFER_PATH_SHARE = 0.5      # host.buffers: a node whose TCP buffers let one connection carry less
+                             # than this share of its path (rate x the mesh's least round trip)
 
 IN_FLIGHT_SHARE = 0.5     # of a buffer, what carries data (tcp_adv_win_scale's half; each packet's sk_buff)
 UNSCALED_WINDOW = 65535   # TCP's window field: the most in flight where either end does not scale it

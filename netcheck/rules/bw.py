@@ -40,7 +40,7 @@ from netcheck.core.bwrecords import (
     unanswered_directions,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
-from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
+from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_PAIR_SLOW
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, GLOO, NCCL_RDMA, NCCL_SOCKET, PASS, STOPS, WARN, Finding
 from netcheck.rules import run as run_rules
@@ -60,6 +60,9 @@ from netcheck.rules.registry import (
     HOST_BUSY,
     impact_of,
 )
+
+BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
+BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
 # gloo's words for a connection ended from its peer's address (tcp/pair.cc): "Connection closed by

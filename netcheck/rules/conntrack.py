@@ -28,7 +28,6 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from netcheck.core.constants import CONNTRACK_WARN_SHARE
 from netcheck.core.fields import MAX_ITEMS
 from netcheck.core.meshrecords import FILTERED, Attempt, FullTable
 from netcheck.core.model import (
@@ -50,6 +49,11 @@ from netcheck.rules.pernode import name_of, node_names, per_pair, ranks_note
 from netcheck.rules.ports import nccl_sockets
 from netcheck.rules.rdma import used_ports
 from netcheck.rules.registry import CONNTRACK_FULL, CONNTRACK_NEARLY_FULL, CONNTRACK_NO_ROOM, HOST_CONNTRACK
+
+# host.conntrack: a node's connection-tracking table that holds the job's connections beside its
+# count only above this share of its limit warns (monitoring's usual line: netdata warns at 90%,
+# a burst of other connections or NCCL's sockets beside those counted fills the rest).
+CONNTRACK_WARN_SHARE = 0.9
 
 EMPTY = ConntrackTable(0, 0)
 READ_AFTER_MESH = "after the mesh's"                      # when the second reading was taken

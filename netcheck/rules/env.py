@@ -24,11 +24,19 @@ from fnmatch import fnmatchcase
 
 from netcheck.core import majority
 from netcheck.core.bwtext import size_words
-from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
 from netcheck.core.envfacts import ABSENT, UNREADABLE, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_HASH_UNREADABLE, ENV_MISMATCH, HOST_SHM
+
+# host.shm: NCCL's intra-node SHM transport allocates ~9.2 MiB per connection (the
+# "nccl-shm-recv-... (size 9637888)" segments), at least a send and a receive for each of
+# at least 2 channels per GPU; below 32 MiB per GPU it cannot even set those up (nccl#1518:
+# 4 GPUs failed in Docker's default 64 MiB, 2 GPUs passed). NCCL's troubleshooting guide
+# asks containers for --shm-size=1g; more channels and peers take more, so 128 MiB per GPU.
+SHM_FAIL_PER_GPU_BYTES = 32 << 20
+SHM_WARN_FLOOR_BYTES = 1 << 30
+SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
 SAME = "same"     # (table rows only) every node has this value

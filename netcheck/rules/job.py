@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable
 
-from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
 from netcheck.core.jobrecords import JobView, NodeDesc, RasView, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import (
@@ -29,6 +28,9 @@ from netcheck.rules.registry import (
     JOB_WAITING,
     JOB_WAITING_NEXT,
 )
+
+KEEP_ALIVE_INTERVAL = 5.0    # torchrun's defaults (dynamic_rendezvous.create_handler): a node
+KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is dead to the others
 
 DEAD_AFTER = KEEP_ALIVE_INTERVAL * KEEP_ALIVE_MAX_ATTEMPTS   # torchrun's own rule (dynamic_rendezvous)
 # An agent beats every keep-alive interval (it writes when its last beat is that old, on a timer

@@ -8,7 +8,7 @@ the same members' results."""
 
 from __future__ import annotations
 
-from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS, SLOW_LOOKUP
+from netcheck.core.constants import ARRIVAL_MIN_NODES, MAX_STRANGERS, SLOW_LOOKUP
 from netcheck.core.model import (
     C10D,
     FAIL,
@@ -51,6 +51,8 @@ from netcheck.rules.registry import (
     RDZV_JOIN,
     lost_in,
 )
+
+CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
 
 # A run id that differs between nodes keeps apart torchrun's c10d rendezvous alone.
 OTHER_RUN = Impact((LAUNCH,), STOPS, "torchrun's c10d rendezvous keys its nodes by --rdzv-id: a node given another "
