@@ -54,7 +54,7 @@ KERNEL_WMEM = TcpMem(4096, 16384, 4194304)
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Bound:
     """One setting of a node that bounds what each of its connections has in flight."""
 
@@ -158,12 +158,14 @@ def bounds(facts: NodeFacts, buffers: SocketBuffers, nccl: bool) -> tuple[Bound,
     else:
         found.append(_tuned("tcp_rmem", buffers.rmem, KERNEL_RMEM))
         if not buffers.moderate_rcvbuf:
-            found.append(Bound(int(IN_FLIGHT_SHARE * buffers.rmem.default), BUFFERS_SHORT,
-                               f"tcp_rmem default {buffers.rmem.default} with tcp_moderate_rcvbuf 0 (not tuned up)",
-                               "`sysctl -w net.ipv4.tcp_moderate_rcvbuf=1`"))
+            found.append(Bound(in_flight=int(IN_FLIGHT_SHARE * buffers.rmem.default), kind=BUFFERS_SHORT,
+                               setting=f"tcp_rmem default {buffers.rmem.default} with tcp_moderate_rcvbuf 0 "
+                               "(not tuned up)",
+                               fix="`sysctl -w net.ipv4.tcp_moderate_rcvbuf=1`"))
     if not buffers.window_scaling:
-        found.append(Bound(UNSCALED_WINDOW, BUFFERS_UNSCALED, "tcp_window_scaling 0 (a window of 64 KiB at most)",
-                           "`sysctl -w net.ipv4.tcp_window_scaling=1`"))
+        found.append(Bound(in_flight=UNSCALED_WINDOW, kind=BUFFERS_UNSCALED,
+                           setting="tcp_window_scaling 0 (a window of 64 KiB at most)",
+                           fix="`sysctl -w net.ipv4.tcp_window_scaling=1`"))
     return tuple(found)
 
 
@@ -171,8 +173,8 @@ def _tuned(name: str, mem: TcpMem, kernel: TcpMem) -> Bound:
     """The buffer the kernel's autotuning grows up to mem.max; its fix keeps the node's least and
     first sizes where they are the kernel's or more."""
     low, first = max(mem.min, kernel.min), max(mem.default, kernel.default)
-    return Bound(int(IN_FLIGHT_SHARE * mem.max), BUFFERS_SHORT, f"{name} max {mem.max}",
-                 f"`sysctl -w net.ipv4.{name}=\"{low} {first} {{buffer}}\"`", kernel.max)
+    return Bound(in_flight=int(IN_FLIGHT_SHARE * mem.max), kind=BUFFERS_SHORT, setting=f"{name} max {mem.max}",
+                 fix=f"`sysctl -w net.ipv4.{name}=\"{low} {first} {{buffer}}\"`", floor=kernel.max)
 
 
 def _asked(env: dict[str, str], variable: str, cap: int | None, cap_name: str, kernel: TcpMem) -> Bound | None:
@@ -185,9 +187,9 @@ def _asked(env: dict[str, str], variable: str, cap: int | None, cap_name: str, k
         return None
     given = min(asked, cap) if cap is not None else asked
     capped = f" under net.core.{cap_name} {cap}" if cap is not None and cap < asked else ""
-    return Bound(given, BUFFERS_SOCKOPT, f"{variable}={asked}{capped} (not tuned by the kernel)",
-                 f"unset {variable} (the kernel then tunes the buffer), or set it and `sysctl -w "
-                 f"net.core.{cap_name}={{buffer}}` to {{buffer}} or more", kernel.max, 1.0)
+    return Bound(in_flight=given, kind=BUFFERS_SOCKOPT, setting=f"{variable}={asked}{capped} (not tuned by the kernel)",
+                 fix=f"unset {variable} (the kernel then tunes the buffer), or set it and `sysctl -w "
+                 f"net.core.{cap_name}={{buffer}}` to {{buffer}} or more", floor=kernel.max, share=1.0)
 
 
 def _paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...],

@@ -395,7 +395,7 @@ def shm_thresholds(gpus: int) -> tuple[int, int]:
     return SHM_FAIL_PER_GPU_BYTES * gpus, max(SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES * gpus)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Shm:
     severity: str
     name: str
@@ -442,19 +442,20 @@ def _shm_pass(verdicts: dict[int, _Shm], names: dict[int, str]) -> str:
 def _shm_verdict(values: Mapping[str, str], name: str) -> _Shm:
     gpus, shm = _count(values.get("gpu.count")) or 0, _count(values.get("shm.bytes"))
     if gpus == 0:
-        return _Shm(PASS, name, "", "no GPUs, NCCL's shared memory is not needed", 0)
+        return _Shm(severity=PASS, name=name, summary="", line="no GPUs, NCCL's shared memory is not needed",
+                    warn_below=0)
     if shm is None:
         reading = values.get("shm.bytes", "not recorded")
-        return _Shm(WARN, name, f"the size of /dev/shm on {name} is unknown ({reading})",
-                    f"/dev/shm {reading}", 0, gpus)
+        return _Shm(severity=WARN, name=name, summary=f"the size of /dev/shm on {name} is unknown ({reading})",
+                    line=f"/dev/shm {reading}", warn_below=0, gpus=gpus)
     fail_below, warn_below = shm_thresholds(gpus)
     severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
     have, need, floor = size_words(shm), size_words(warn_below), size_words(fail_below)
-    return _Shm(severity, name,
-                f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
+    return _Shm(severity=severity, name=name,
+                summary=f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
                 f"(fails below {floor})",
-                f"/dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
-                warn_below, gpus)
+                line=f"/dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
+                warn_below=warn_below, gpus=gpus)
 
 
 def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts: dict[int, _Shm], names: dict[int, str]) -> Finding:

@@ -36,7 +36,7 @@ DUMP_ON_FROM = (2, 7)           # TORCH_NCCL_DUMP_ON_TIMEOUT's default became tr
 _TRUE, _FALSE = ("y", "yes", "t", "true", "1"), ("n", "no", "f", "false", "0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Gap:
     kind: str
     line: str               # the node's evidence line
@@ -70,15 +70,16 @@ def diagnosability_gaps(values: Mapping[str, str]) -> list[_Gap]:
     release = key[0] if key else (0,)
     if (0,) < release < FR_FROM:
         # Nothing to set: no variable makes this torch record or dump (the fix is an upgrade).
-        return [_Gap(FR_OFF, f"{torch} has no flight recorder (torch 2.2 and later have one)", ())] + \
+        return [_Gap(kind=FR_OFF, line=f"{torch} has no flight recorder (torch 2.2 and later have one)",
+                     exports=())] + \
             _abort_gaps(values, ASYNC_ERROR[1:], "1")
     gaps = []
     name, entries = _setting(values, FR_BUFFER, FR_ENTRIES if release >= FR_ON_FROM else 0, _integer)
     if entries is None or entries <= 0:
         what = (f"{name}={values[f'var.{name}']}" if name
                 else f"{' and '.join(FR_BUFFER)} unset ({torch}: off unless set)")
-        gaps.append(_Gap(FR_OFF, what + (", not a number torch reads" if name and entries is None else ""),
-                         (f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
+        gaps.append(_Gap(kind=FR_OFF, line=what + (", not a number torch reads" if name and entries is None else ""),
+                         exports=(f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
     return gaps + _dump_gaps(values, release, torch, entries) + _abort_gaps(values, ASYNC_ERROR, "3")
 
 
@@ -86,8 +87,8 @@ def _abort_gaps(values: Mapping[str, str], names: tuple[str, ...], mode: str) ->
     """The watchdog told to leave a timed-out collective alone; `mode` the one to set instead."""
     name, value = _setting(values, names, None, _integer)
     if name and value == 0:
-        return [_Gap(FR_NO_ABORT, f"{name}=0: no handling of a timed-out or failed collective",
-                     (f"export {names[0]}={mode}",))]
+        return [_Gap(kind=FR_NO_ABORT, line=f"{name}=0: no handling of a timed-out or failed collective",
+                     exports=(f"export {names[0]}={mode}",))]
     return []
 
 
@@ -107,7 +108,7 @@ def _dump_gaps(values: Mapping[str, str], release: tuple[int, ...], torch: str, 
     if name and (nccl_entries or 0) <= 0 and (entries or 0) > 0:
         lines.append(f"{name}={values[f'var.{name}']}: NCCL's process group dumps only when this name is over 0")
         exports.append(f"export {name}={FR_ENTRIES}")
-    return [_Gap(FR_NO_DUMP, "; ".join(lines), tuple(exports))] if lines else []
+    return [_Gap(kind=FR_NO_DUMP, line="; ".join(lines), exports=tuple(exports))] if lines else []
 
 
 def _setting(values: Mapping[str, str], names: tuple[str, ...], default: T | None,

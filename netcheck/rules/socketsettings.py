@@ -24,7 +24,7 @@ from netcheck.rules.socketchoice import (
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     var: str
     value: str
@@ -37,7 +37,7 @@ def validate_setting(var: str, value: str, table: NicTable) -> Problem | None:
     if var not in checks:
         raise ValueError(f"cannot validate {var}; known: {', '.join(checks)}")
     reason = checks[var](value, table)
-    return Problem(var, value, reason) if reason else None
+    return Problem(var=var, value=value, reason=reason) if reason else None
 
 
 def _check_nccl(value: str, table: NicTable) -> str | None:
