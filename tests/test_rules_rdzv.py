@@ -249,8 +249,7 @@ def test_join_malformed_entry_is_a_warning_with_the_reason_as_evidence():
     assert rdzv_rules.join_findings(g) == [Finding(
         check="rdzv.join", severity="warn", nodes=(), summary="a store entry was rejected as malformed",
         evidence=("arrival 3: $.hostname: expected str, got int",),
-        fix="something other than netcheck writes to this port",
-        kind="malformed")]
+        fix="something other than netcheck writes to this port", kind="malformed")]
 
 
 def test_join_lost_nodes_are_named_together():

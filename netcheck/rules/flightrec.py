@@ -156,5 +156,4 @@ def _gap_finding(kind: str, exports: tuple[str, ...], lines: list[tuple[int, str
     fix = "; ".join(exports) + " (in the job's environment on those nodes, before torchrun or the job " \
         "starts)" if exports else UPGRADE
     return Finding(check=ENV_FLIGHT_RECORDER, severity=WARN, nodes=ranks,
-                   summary=_GAP_SUMMARY[kind].format(nodes=nodes),
-                   evidence=per_node(lines, names), fix=fix, kind=kind)
+                   summary=_GAP_SUMMARY[kind].format(nodes=nodes), evidence=per_node(lines, names), fix=fix, kind=kind)

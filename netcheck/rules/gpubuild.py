@@ -60,8 +60,7 @@ def _driver_finding(severity: str, lines: list[tuple[int, str]], judged: Mapping
     first = judged[ranks[0]]
     return Finding(check=GPU_BUILD, severity=severity, nodes=ranks,
                    summary=f"the NVIDIA driver on {node_names(ranks, hostnames)} is {why}",
-                   evidence=per_node(lines, hostnames),
-                   fix=DRIVER_FIX.format(build=first.get("torch.cuda_build", "?"),
+                   evidence=per_node(lines, hostnames), fix=DRIVER_FIX.format(build=first.get("torch.cuda_build", "?"),
                                          driver=first.get("driver.cuda", "?")),
                    kind=BUILD_DRIVER)
 

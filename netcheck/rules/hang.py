@@ -82,8 +82,7 @@ def _ignored(view: HangView) -> tuple[str, ...]:
 def unread_finding(why: str) -> Finding:
     """--traces names no folder of dumps that reads (missing, not a folder, unreadable): `why`."""
     return Finding(check=JOB_HANG, severity=WARN, nodes=(), summary=f"no trace read: {why}",
-                   fix="give --traces the folder the job's dumps are in",
-                   kind=HANG_NO_DATA)
+                   fix="give --traces the folder the job's dumps are in", kind=HANG_NO_DATA)
 
 
 def _one_per_rank(traces: tuple[RankTrace, ...]) -> dict[int, RankTrace]:

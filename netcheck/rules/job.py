@@ -335,5 +335,4 @@ def _ras_text(ras: RasView) -> list[Finding]:
         return [Finding(check=JOB_NCCL, severity=PASS, nodes=(),
                         summary=f"NCCL (RAS at {ras.address}) reports no errors")]
     return [Finding(check=JOB_NCCL, severity=FAIL, nodes=(), summary=f"NCCL (RAS at {ras.address}) reports trouble",
-                    evidence=tuple(lines[:20]),
-                    fix="look at the named ranks' processes and GPUs", kind=JOB_RAS_ERRORS)]
+                    evidence=tuple(lines[:20]), fix="look at the named ranks' processes and GPUs", kind=JOB_RAS_ERRORS)]

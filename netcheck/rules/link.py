@@ -160,8 +160,7 @@ def _path_finding(paths: list[Pair], directions: Directions, names: Names) -> Fi
     evidence = tuple(_direction_text(a, b, directions[(a, b)], names)
                      for pair in paths for a, b in (pair, pair[::-1]) if directions.get((a, b), (0, 0))[0])
     return Finding(check=LINK_HEALTH, severity=WARN, nodes=tuple(nodes), summary=summary, evidence=evidence,
-                   fix=FIX_PATH,
-                   kind=LINK_LOSSY_PATH)
+                   fix=FIX_PATH, kind=LINK_LOSSY_PATH)
 
 
 def _direction_text(a: int, b: int, sent: tuple[int, int], names: Names) -> str:

@@ -445,8 +445,7 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     unknown = [r for r, s in sorted(speeds.items()) if s is None]
     if not slower and not unknown:
         return [Finding(check=NIC_SPEED, severity=PASS, nodes=tuple(speeds),
-                        summary=f"{_all_at(names, speeds)} {fastest} Mb/s",
-                        evidence=lines(sorted(speeds)) + unproven)]
+                        summary=f"{_all_at(names, speeds)} {fastest} Mb/s", evidence=lines(sorted(speeds)) + unproven)]
     said = []
     if slower:
         said.append(f"{node_names(slower, names)}: link slower than its peers' {fastest} Mb/s")

@@ -210,8 +210,7 @@ def mtu_findings(members: tuple[Member, ...]) -> list[Finding]:
     low = tuple(sorted(r for r, v in mtus.items() if v < top))
     if not low:
         return [Finding(check=RDMA_MTU, severity=PASS, nodes=tuple(sorted(mtus)),
-                        summary=f"RoCE active MTU {top} on {every_node(mtus, names)}",
-                        evidence=evidence)]
+                        summary=f"RoCE active MTU {top} on {every_node(mtus, names)}", evidence=evidence)]
     return [Finding(check=RDMA_MTU, severity=WARN, nodes=low,
                     summary=f"the RoCE active MTU is lower on {node_names(low, names)} than on its "
                     f"peers ({top}): NCCL takes the smaller of the two ends, and where a switch holds less, "

@@ -153,8 +153,7 @@ def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ..
                                 summary=f"this node's nameserver {_servers(slow)} answers "
                                 f"{late:.1f} s late: every lookup /etc/hosts cannot answer waits that long, and "
                                 f"{lookup_cost(host, late, launch, on_rank0)}", evidence=_slow_lines(slow),
-                                fix=SLOW_FIX,
-                                kind=RESOLVE_SLOW))
+                                fix=SLOW_FIX, kind=RESOLVE_SLOW))
     return findings
 
 
@@ -320,8 +319,7 @@ def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...
                        summary=f"{endpoint}: {probe.address} is on the subnet of several "
                        f"interfaces ({both}) and the kernel's route takes {route.interface} (source "
                        f"{route.source}), where {where}", evidence=lines,
-                       fix=_shared_fix(route.interface, probe.address),
-                       kind=REACH_SHARED_SUBNET)
+                       fix=_shared_fix(route.interface, probe.address), kind=REACH_SHARED_SUBNET)
     named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
     if (link := wider_than_link(route, probe.address)) is not None:
         subnet, said = link
