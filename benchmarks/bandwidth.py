@@ -72,7 +72,7 @@ from pathlib import Path
 import psutil
 
 from _common import PORT, PY, REPO, Cluster, NodeSpec, finish, machine_facts, start
-from netcheck.bandwidth.sweep import warmups
+from netcheck.bandwidth.sizes import warmups
 from netcheck.core import codec
 from netcheck.core.bwrecords import BandwidthResult, Row, SweepOptions, plateau_rows, spread_of
 from netcheck.core.constants import BW_DEFAULT_BUDGET, BW_DEFAULT_ITERS, BW_DEFAULT_WARMUP
@@ -333,7 +333,7 @@ class Round:
         """Collective seconds, as --bw-budget counts them: the sweep's warm-up and timed
         iterations, and the pair rounds' (at the ranks' mean pace; the budget takes the
         slowest rank's). Each size's warm-ups as the sweep chose them: `warmup` (-w), fewer
-        where the previous size predicts a long iteration (sweep.warmups)."""
+        where the previous size predicts a long iteration (sizes.warmups)."""
         rows = self.rows()
         predicted = [0.0] + [a["time_us"] / 1e6 * b["size"] / a["size"] for a, b in zip(rows, rows[1:])]
         options = SweepOptions(warmup_iters=warmup)

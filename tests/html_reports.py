@@ -75,16 +75,19 @@ def cluster_report(n: int, names: dict[int, str] | None = None, healthy: bool = 
     mesh_cut, clock_off = (n - 1,), (n // 2,)
     bw = bandwidth(n, names, None, None) if healthy else bandwidth(n, names, n // 3, n - 2)
     findings = (
-        Finding("mesh.connect", "fail", mesh_cut, f"{names[n - 1]} cannot be reached from {n - 1} others",
-                tuple(f"{names[r]} -> {names[n - 1]} eth0: filtered" for r in range(n - 1)),
-                "open the ephemeral ports between the nodes in the firewall",
+        Finding(check="mesh.connect", severity="fail", nodes=mesh_cut,
+                summary=f"{names[n - 1]} cannot be reached from {n - 1} others",
+                evidence=tuple(f"{names[r]} -> {names[n - 1]} eth0: filtered" for r in range(n - 1)),
+                fix="open the ephemeral ports between the nodes in the firewall",
                 impact=Impact(NCCL, "stops", f"gloo dials each pair from the larger address: {names[n - 1]}'s, "
                               "the largest, dials every peer, and those directions connect")),
-        Finding("host.clock", "warn", clock_off, f"{names[n // 2]}'s clock is 30.2 s off the host's",
-                (f"{names[n // 2]}: +30.2 s (within 0.4 ms)",), "run chrony or ntpd on that node"),
-        Finding("rdzv.join", "pass", everyone, f"{n} of {n} nodes joined",
-                tuple(f"joined: rank {r} {names[r]}" for r in everyone)),
-        *(Finding(check, "pass", everyone, f"{check}: every node agrees") for check in PASSING),
+        Finding(check="host.clock", severity="warn", nodes=clock_off,
+                summary=f"{names[n // 2]}'s clock is 30.2 s off the host's",
+                evidence=(f"{names[n // 2]}: +30.2 s (within 0.4 ms)",), fix="run chrony or ntpd on that node"),
+        Finding(check="rdzv.join", severity="pass", nodes=everyone, summary=f"{n} of {n} nodes joined",
+                evidence=tuple(f"joined: rank {r} {names[r]}" for r in everyone)),
+        *(Finding(check=check, severity="pass", nodes=everyone,
+                  summary=f"{check}: every node agrees") for check in PASSING),
         *bandwidth_findings(bw, {}, None),
     )
     faulty = tuple(dict.fromkeys(names[r] for f in findings if f.severity == "fail" for r in f.nodes))

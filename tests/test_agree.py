@@ -55,11 +55,13 @@ def test_a_joiner_waiting_for_the_hosts_word_hears_that_a_signal_stopped_the_hos
     server = compat.import_distributed().TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
                                                   wait_for_workers=False)
     ex = Exchange(server, "netcheck", end=Deadline(60))
-    ex.put(ex.key(VERDICT), run_rules.cluster_verdict([Finding("nic.mtu", "warn", (1,), "odd MTU")]))
+    ex.put(ex.key(VERDICT), run_rules.cluster_verdict([Finding(check="nic.mtu", severity="warn", nodes=(1,),
+                                                               summary="odd MTU")]))
     with pytest.raises(TimeoutError):
         host_word(ex, bool, ex.key(GO, "env"), Deadline(HOST_WORD_LOOK + 0.5))
     stopped = run_rules.cluster_verdict([run_rules.stopped_finding("SIGINT", "mesh", (0,)),
-                                         Finding("nic.mtu", "warn", (1,), "odd MTU")], "SIGINT", "mesh")
+                                         Finding(check="nic.mtu", severity="warn", nodes=(1,),
+                                                 summary="odd MTU")], "SIGINT", "mesh")
     ex.put(ex.key(VERDICT), stopped)
     run, began = joiner_on(ex, 30.0), time.monotonic()
     run.rank = 1

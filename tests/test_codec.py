@@ -75,8 +75,9 @@ RESULTS = NodeResults(ClockSample(-0.25, 0.0004),
                       (RESOLUTION, Resolution(2, "gpu03.cluster.example", (), "Name or service not known")))
 MEMBER = Member(1, FACTS, RESULTS)
 LOST = Member(2, HOST_FACTS)
-FINDING = Finding("rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3 s",
-                  ("fd00::1 (ipv6): filtered, no answer in 3 s, 3.00 s",), "open the port",
+FINDING = Finding(check="rdzv.reach", severity="fail", nodes=(1,),
+                  summary="node0:29500 is filtered from this node: no answer in 3 s",
+                  evidence=("fd00::1 (ipv6): filtered, no answer in 3 s, 3.00 s",), fix="open the port",
                   impact=Impact(("launch", "store"), "stops"))
 GATHERING = Gathering(
     members=(MEMBER, LOST), expected=3, missing_ranks=(0,), expected_hostnames=("gpu01", "gpu02", "gpu03"),
@@ -86,8 +87,10 @@ GATHERING = Gathering(
 REPORT = Report(
     run_id="job-7", node_rank=0, role="host", verdict="fail",
     nodes=(NodeEntry(0, "gpu01", "10.0.0.4", HOST_FACTS), NodeEntry(2, "gpu03", "", None)),
-    findings=(FINDING, Finding("host.clock", "pass", (0, 1), "clocks agree", impact=Impact(("launch",), "risks")),
-              Finding("mesh.connect", "fail", (1, 2), "1 of 6 node-to-node directions connect on no interface",
+    findings=(FINDING, Finding(check="host.clock", severity="pass", nodes=(0, 1), summary="clocks agree",
+                               impact=Impact(("launch",), "risks")),
+              Finding(check="mesh.connect", severity="fail", nodes=(1, 2),
+                      summary="1 of 6 node-to-node directions connect on no interface",
                       impact=Impact(("gloo",), "stops"), cause_nodes=(2,))),
     recommend={"NCCL_SOCKET_IFNAME": "=eno1", "TP_SOCKET_IFNAME": "eno1"},
     recommend_per_node={"gpu01": {"GLOO_SOCKET_IFNAME": "eno1"}, "gpu03": {"GLOO_SOCKET_IFNAME": "ens5"}},

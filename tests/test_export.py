@@ -38,10 +38,12 @@ def report(findings: tuple[Finding, ...], healthy=("gpu01", "gpu02"), faulty=("g
                   unfinished=None, healthy_nodes=healthy, faulty_nodes=faulty)
 
 
-MISSING = Finding("rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined", (), "start it")
-CLOCK = Finding("host.clock", "warn", (1,), "gpu02's clock is 3.1 s ahead", (), "time sync")
-PASSED = (Finding("rdzv.listen", "pass", (0,), "the host listens"),
-          Finding("rdzv.join", "pass", (0, 1), "2 nodes joined"))
+MISSING = Finding(check="rdzv.join", severity="fail", nodes=(2,), summary="node rank 2 (gpu03) never joined",
+                  fix="start it")
+CLOCK = Finding(check="host.clock", severity="warn", nodes=(1,), summary="gpu02's clock is 3.1 s ahead",
+                fix="time sync")
+PASSED = (Finding(check="rdzv.listen", severity="pass", nodes=(0,), summary="the host listens"),
+          Finding(check="rdzv.join", severity="pass", nodes=(0, 1), summary="2 nodes joined"))
 
 
 
@@ -106,7 +108,7 @@ def test_node_metrics_name_a_missing_node_by_its_slurm_hostname():
 
 
 def test_a_rank_without_a_known_hostname_is_named_by_rank():
-    lost = Finding("rdzv.join", "fail", (7,), "node rank 7 never joined")
+    lost = Finding(check="rdzv.join", severity="fail", nodes=(7,), summary="node rank 7 never joined")
     findings = series(export.render_prom(report((lost,))), "netcheck_node_findings")
     assert findings == {(("check", "rdzv.join"), ("node", "rank 7"), ("node_rank", "7"), ("severity", "fail")): 1}
 
@@ -150,7 +152,7 @@ def test_bandwidth_gives_each_sweeps_plateau_latency_and_step():
 def test_nodes_that_share_a_hostname_stay_distinct_series():
     """Every node of a one-machine run is `vm`: each node's series is its own, by node rank
     (series() fails on a repeated one, as a textfile collector drops it)."""
-    slow = Finding("bw.pair", "fail", (1, 2), "vm at best 0.2 GB/s")
+    slow = Finding(check="bw.pair", severity="fail", nodes=(1, 2), summary="vm at best 0.2 GB/s")
     entries = tuple(NodeEntry(r, "vm", "127.0.0.1", builders.facts("vm")) for r in range(3))
     pairs = tuple(Pair(a, b, 1 << 24, 9000.0, 1.4 + a / 10) for a, b in ((0, 1), (0, 2), (1, 2)))
     bw = BandwidthResult("gloo", "no CUDA: using gloo", 3, 1, (), pairs, None, "", (), 5.0,

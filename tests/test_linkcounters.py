@@ -8,8 +8,9 @@ import threading
 from pathlib import Path
 
 from netcheck.core.bwrecords import Moved, PeerSegments, Unanswered
-from netcheck.core.constants import LINK_JUDGED_SEGMENTS, LINK_PEERS_KEPT
+from netcheck.core.constants import LINK_JUDGED_SEGMENTS
 from netcheck.facts.linkcounters import (
+    LINK_PEERS_KEPT,
     StageCounters,
     carrier_lost,
     interface_holding,

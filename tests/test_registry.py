@@ -101,25 +101,26 @@ def test_every_part_and_effect_has_its_words():
 
 
 def test_a_finding_says_its_checks_impact_its_kinds_or_its_rules():
-    fail = Finding(RDZV_REACH, FAIL, (1,), "filtered")
+    fail = Finding(check=RDZV_REACH, severity=FAIL, nodes=(1,), summary="filtered")
     assert impact_of(fail) == BY_ID[RDZV_REACH].impact
-    limits = Finding("host.limits", WARN, (1,), "few descriptors", kind="nofile_peers")
+    limits = Finding(check="host.limits", severity=WARN, nodes=(1,), summary="few descriptors", kind="nofile_peers")
     assert impact_of(limits) == BY_ID["host.limits"].kinds["nofile_peers"].impact
     narrowed = Impact((NCCL_SOCKET, NCCL_RDMA), STOPS, "gloo dials the other way")
-    assert impact_of(Finding("mesh.connect", FAIL, (1,), "x", impact=narrowed)) == narrowed
+    assert impact_of(Finding(check="mesh.connect", severity=FAIL, nodes=(1,), summary="x", impact=narrowed)) == narrowed
     assert impacted([fail])[0].impact == BY_ID[RDZV_REACH].impact
 
 
 def test_a_warning_of_a_check_that_stops_risks_and_one_that_slows_slows():
     """A warning promises no stop (docs/contract.md, "Promises": only a FAIL says the job stops)."""
-    warned = impact_of(Finding("rdzv.join", WARN, (), "a node of another run", kind="foreign_run"))
+    warned = impact_of(Finding(check="rdzv.join", severity=WARN, nodes=(), summary="a node of another run",
+                               kind="foreign_run"))
     assert (warned.on, warned.effect) == (BY_ID["rdzv.join"].impact.on, RISKS)
-    assert impact_of(Finding("nic.speed", WARN, (1,), "slower link")).effect == SLOWS
+    assert impact_of(Finding(check="nic.speed", severity=WARN, nodes=(1,), summary="slower link")).effect == SLOWS
 
 
 def test_a_finding_of_a_check_this_version_does_not_know_says_nothing_of_whom():
-    assert impact_of(Finding("future.check", FAIL, (1,), "x")) is None
-    assert impacted([Finding("future.check", FAIL, (1,), "x")])[0].impact is None
+    assert impact_of(Finding(check="future.check", severity=FAIL, nodes=(1,), summary="x")) is None
+    assert impacted([Finding(check="future.check", severity=FAIL, nodes=(1,), summary="x")])[0].impact is None
 
 
 def test_nccl_default_speaks_for_nccl_alone():

@@ -66,9 +66,11 @@ def hostile_report(s: dict[str, str]) -> Report:
     foreign = rdzv_rules.join_findings(Gathering(
         members=(), expected=None, missing_ranks=(), expected_hostnames=(), duplicates={}, unseated=(),
         foreign=(Visitor(s["visitor"], s["visitor"], 1),), malformed=(), waited=1.0))
-    findings = (Finding("mesh.connect", "fail", (0, 1), f"{hosts[0]} -> {hosts[1]}: no path",
-                        (s["evidence"], f"{hosts[1]} {s['ifname']}: refused"), "open the ports"),
-                Finding("nic.route", "pass", (0, 1), "settings match", (s["evidence"],))) + tuple(foreign)
+    findings = (Finding(check="mesh.connect", severity="fail", nodes=(0, 1),
+                        summary=f"{hosts[0]} -> {hosts[1]}: no path",
+                        evidence=(s["evidence"], f"{hosts[1]} {s['ifname']}: refused"), fix="open the ports"),
+                Finding(check="nic.route", severity="pass", nodes=(0, 1), summary="settings match",
+                        evidence=(s["evidence"],))) + tuple(foreign)
     bw = BandwidthResult("gloo", s["evidence"], 2, 1,
                          (Sweep("all", "all_reduce", 2, 1, (Row(1024, 256, "float32", "sum", 61.2, 0.02, 0.03, 0),),
                                 note=s["evidence"]),),

@@ -589,7 +589,8 @@ def test_a_node_that_never_joined_during_a_stall_is_named_under_the_stall():
     without a stall, missing stays missing."""
     members = (Member(0, facts("node0", 0, (nic("eth0", "198.18.0.10"),))),)
     stalled = store_stall_findings((StoreStall("get netcheck/host", 9.0, {"198.18.0.12": 3}),), members)
-    missing = Finding("rdzv.join", "fail", (1,), "node rank 1 never joined", (), "", kind="missing")
+    missing = Finding(check="rdzv.join", severity="fail", nodes=(1,), summary="node rank 1 never joined", fix="",
+                      kind="missing")
     (named,) = stall_explained([missing], stalled)
     assert (named.check, named.kind, named.severity, named.nodes) == ("rdzv.join", "kept_out", "fail", (1,))
     assert stall_explained([missing], []) == [missing]

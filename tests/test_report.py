@@ -10,7 +10,8 @@ from netcheck.core.model import Finding, Impact, NodeEntry, Report
 from netcheck.render.text import render_text
 from netcheck.rules.registry import impacted
 
-SLOW = Finding("bw.straggler", "warn", (0, 1), "intra-node all_reduce busbw on node0 is slow", (), "look")
+SLOW = Finding(check="bw.straggler", severity="warn", nodes=(0, 1),
+               summary="intra-node all_reduce busbw on node0 is slow", fix="look")
 
 
 def entry(rank: int, hostname: str, source: str) -> NodeEntry:
@@ -62,14 +63,18 @@ def test_a_thousand_node_report_with_five_faulty_nodes_fits_one_screen_and_names
     names = {r: f"gpu{r:04d}" for r in range(n)}
     faulty = tuple(names[r] for r in lost + missing + cut)
     findings = (
-        Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500"),
-        Finding("rdzv.join", "fail", missing, "node ranks 1022-1023 never joined in 30 s; 1022 of 1024 nodes joined",
-                tuple(f"joined: rank {r} {names[r]}" for r in range(1022)), "start them", "missing"),
-        Finding("rdzv.join", "fail", lost, "gpu0017 stopped answering during the mesh phase", (), "look",
-                "lost_in_mesh"),
-        Finding("mesh.connect", "fail", cut, "2 node(s) cannot be reached from 1017 others",
-                tuple(f"{names[r]} -> {names[c]}: filtered" for c in cut for r in range(1017)), "open the ports"),
-        Finding("nic.mtu", "pass", tuple(range(n)), "both ends of every path agree on MTU"),
+        Finding(check="rdzv.listen", severity="pass", nodes=(0,), summary="the host listens on port 29500"),
+        Finding(check="rdzv.join", severity="fail", nodes=missing,
+                summary="node ranks 1022-1023 never joined in 30 s; 1022 of 1024 nodes joined",
+                evidence=tuple(f"joined: rank {r} {names[r]}" for r in range(1022)), fix="start them", kind="missing"),
+        Finding(check="rdzv.join", severity="fail", nodes=lost,
+                summary="gpu0017 stopped answering during the mesh phase", fix="look", kind="lost_in_mesh"),
+        Finding(check="mesh.connect", severity="fail", nodes=cut,
+                summary="2 node(s) cannot be reached from 1017 others",
+                evidence=tuple(f"{names[r]} -> {names[c]}: filtered" for c in cut for r in range(1017)),
+                fix="open the ports"),
+        Finding(check="nic.mtu", severity="pass", nodes=tuple(range(n)),
+                summary="both ends of every path agree on MTU"),
     )
     rep = Report(run_id="big", node_rank=0, role="host", verdict="fail",
                  nodes=tuple(entry(r, names[r], "flags") for r in range(1022)), findings=findings, recommend={},
@@ -109,8 +114,9 @@ def local_report(rank: int | None = None, source: str = "arrival") -> Report:
     node = entry(-1 if rank is None else rank, "vm", source)
     facts = dataclasses.replace(node.facts, hostname_addresses=("192.0.2.2",), shm_bytes=64 << 20, gpus=0,
                                 launch=builders.launch(rank, None, source, **({"SLURM_NODEID": "3"} if rank else {})))
-    finding = Finding("nic.gloo_default", "fail", (node.rank,), "gloo would use an address peers cannot reach on vm",
-                      ("vm: hostname: lo (127.0.1.1): loopback",), "set GLOO_SOCKET_IFNAME")
+    finding = Finding(check="nic.gloo_default", severity="fail", nodes=(node.rank,),
+                      summary="gloo would use an address peers cannot reach on vm",
+                      evidence=("vm: hostname: lo (127.0.1.1): loopback",), fix="set GLOO_SOCKET_IFNAME")
     return Report(run_id="local", node_rank=rank, role="local", verdict="fail",
                   nodes=(dataclasses.replace(node, facts=facts),), findings=(finding,), recommend={},
                   recommend_per_node={}, env_table=(), bandwidth=None, timings={}, unfinished=None,
@@ -142,8 +148,9 @@ def test_under_torchrun_a_hosts_interfaces_print_once_and_counts_are_of_nodes():
     rep = dataclasses.replace(report("torchrun"), faulty_nodes=("node0",))
     assert render_text(rep, verbose=True).count("interfaces of node0:") == 1
     many = dataclasses.replace(rep, nodes=tuple(entry(r, f"gpu{r // 8}", "torchrun") for r in range(32)),
-                               findings=(Finding("nic.nccl_default", "fail", tuple(range(8, 16)), "fails on gpu1"),
-                                         Finding("host.shm", "fail", (8, 9, 17), "small")),
+                               findings=(Finding(check="nic.nccl_default", severity="fail", nodes=tuple(range(8, 16)),
+                                                 summary="fails on gpu1"),
+                                         Finding(check="host.shm", severity="fail", nodes=(8, 9, 17), summary="small")),
                                healthy_nodes=("gpu0", "gpu3"), faulty_nodes=("gpu1", "gpu2"))
     text = render_text(many)
     assert "32 ranks on 4 nodes: 2 healthy, 2 faulty" in text
@@ -198,10 +205,12 @@ def test_a_joiner_points_at_the_hosts_bandwidth_tables_and_prints_them_with_v():
 
 # --- whom a finding stops (issue 64) ---------------------------------------------------------------
 
-ONE_WAY = Finding("mesh.connect", "fail", (1, 2), "1 of 6 node-to-node directions connect on no interface",
-                  ("node1 -> node2: eth0 198.18.0.12: filtered (no answer in 2 s)",), "open the firewalls",
+ONE_WAY = Finding(check="mesh.connect", severity="fail", nodes=(1, 2),
+                  summary="1 of 6 node-to-node directions connect on no interface",
+                  evidence=("node1 -> node2: eth0 198.18.0.12: filtered (no answer in 2 s)",), fix="open the firewalls",
                   impact=Impact(("nccl_socket", "nccl_rdma"), "stops", "gloo dials node2 -> node1, which connects"))
-FILTERED = Finding("rdzv.reach", "fail", (1,), "node0:29500 is filtered", (), "open the port")
+FILTERED = Finding(check="rdzv.reach", severity="fail", nodes=(1,), summary="node0:29500 is filtered",
+                   fix="open the port")
 
 
 def with_findings(*findings: Finding) -> Report:
@@ -223,8 +232,10 @@ def test_a_finding_every_job_meets_and_a_pass_carry_no_label():
 
 
 def test_a_stale_peer_name_is_torchruns_rendezvous_and_gpu_checks_are_nccls():
-    text = render_text(with_findings(Finding("rdzv.fqdn", "warn", (1, 2), "1 FQDN lookup(s) fail"),
-                                     Finding("host.shm", "fail", (1,), "/dev/shm is 64 MiB")))
+    text = render_text(with_findings(Finding(check="rdzv.fqdn", severity="warn", nodes=(1, 2),
+                                             summary="1 FQDN lookup(s) fail"),
+                                     Finding(check="host.shm", severity="fail", nodes=(1,),
+                                             summary="/dev/shm is 64 MiB")))
     assert "WARN  rdzv.fqdn  torchrun's rendezvous: 1 FQDN lookup(s) fail" in text
     assert "FAIL  host.shm   NCCL only: /dev/shm is 64 MiB" in text
 

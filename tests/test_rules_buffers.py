@@ -84,7 +84,7 @@ def test_a_long_fat_path_asks_for_a_buffer_that_holds_it():
 
 @pytest.mark.parametrize("check, severity, at", [("bw.pair", FAIL, (2,)), ("bw.busbw", FAIL, ())])
 def test_a_node_measured_short_fails_and_the_finding_says_it_is_why(check, severity, at):
-    measured = [Finding(check, severity, at, "short")]
+    measured = [Finding(check=check, severity=severity, nodes=at, summary="short")]
     (found,) = buffer_findings(cluster(TINY), mesh(3), measured, None)
     assert said([found]) == [("host.buffers", "fail", "buffer_short", (2,))]
     assert f"({check} measured it short: this is why)" in found.summary
@@ -93,13 +93,14 @@ def test_a_node_measured_short_fails_and_the_finding_says_it_is_why(check, sever
 @pytest.mark.parametrize("check, kind", [("bw.straggler", ""), ("bw.pair", "within_noise")])
 def test_a_warning_of_a_figure_is_no_measure_short_enough_to_fail(check, kind):
     """A straggling rank, a pair slow within the run's own noise: the loaded machine may be why."""
-    (found,) = buffer_findings(cluster(TINY), mesh(3), [Finding(check, WARN, (2,), "short", kind=kind)], None)
+    (found,) = buffer_findings(cluster(TINY), mesh(3), [Finding(check=check, severity=WARN, nodes=(2,), summary="short",
+                                                                kind=kind)], None)
     assert said([found]) == [("host.buffers", "warn", "buffer_short", (2,))]
 
 
 def test_only_the_node_measured_short_fails():
     both = tuple(node(r, TINY if r else DEFAULT) for r in range(3))
-    found = buffer_findings(both, mesh(3), [Finding("bw.pair", FAIL, (2,), "short")], None)
+    found = buffer_findings(both, mesh(3), [Finding(check="bw.pair", severity=FAIL, nodes=(2,), summary="short")], None)
     assert said(found) == [("host.buffers", "warn", "buffer_short", (1,)), ("host.buffers", "fail", "buffer_short",
                                                                            (2,))]
 

@@ -216,15 +216,17 @@ def test_a_sweep_stopped_by_a_failure_found_before_it_holds_that_failures_nodes_
     faults = (Fault(0, 0, 0, "control", "failed", "RuntimeError: Gloo connectFullMesh failed"),
               Fault(2, 2, 0, "control", "failed", "RuntimeError: Gloo connectFullMesh failed"))
     res = result(faults=faults, failed="control", sweeps=(), backend="gloo")
-    stops_gloo = Finding("nic.gloo_default", "fail", (1,), "gloo would use an address peers cannot reach on node1")
+    stops_gloo = Finding(check="nic.gloo_default", severity="fail", nodes=(1,),
+                         summary="gloo would use an address peers cannot reach on node1")
     found = stop_explained(findings_of(res), res, [stops_gloo])
     (stage,) = by_check(found, registry.BW_STAGE)
     assert (stage.nodes, stage.cause_nodes) == ((0, 2), (1,))
-    short = Finding("host.ports", "fail", (1,), "the ephemeral port range of node1 cannot hold the job's sockets",
+    short = Finding(check="host.ports", severity="fail", nodes=(1,),
+                    summary="the ephemeral port range of node1 cannot hold the job's sockets",
                     kind="range_too_small")
     (stage,) = by_check(stop_explained(findings_of(res), res, [short]), registry.BW_STAGE)
     assert stage.cause_nodes == (1,), "a node out of ports stops the others' connects to it"
-    clock = Finding("host.clock", "fail", (1,), "node1's clock is 30 s off")
+    clock = Finding(check="host.clock", severity="fail", nodes=(1,), summary="node1's clock is 30 s off")
     (stage,) = by_check(stop_explained(findings_of(res), res, [clock]), registry.BW_STAGE)
     assert stage.cause_nodes is None
     died = replace(res, faults=(Fault(2, 2, 0, "control", "died", "killed by SIGKILL"),))

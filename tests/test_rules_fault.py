@@ -18,7 +18,7 @@ NAMES = {0: "node0", 1: "node1", 2: "node2"}.get
 
 
 def fail(check: str, *nodes: int, cause: tuple[int, ...] | None = None, kind: str = "") -> Finding:
-    return Finding(check, "fail", nodes, f"{check} failed", kind=kind, cause_nodes=cause)
+    return Finding(check=check, severity="fail", nodes=nodes, summary=f"{check} failed", kind=kind, cause_nodes=cause)
 
 
 def said(fault: Attribution) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
@@ -80,9 +80,12 @@ def test_a_node_kept_out_by_the_stalled_store_is_no_nodes_fault():
 
 
 def test_netchecks_own_failures_blame_no_node():
-    internal = Finding("run.internal", "fail", (), "netcheck could not run the mesh phase: KeyError: 3")
-    timeout = Finding("run.timeout", "fail", (), "the mesh phase did not finish within --timeout (30 s)")
-    stopped = Finding("run.stopped", "fail", (0,), "this node's run was interrupted", kind="sigint")
+    internal = Finding(check="run.internal", severity="fail", nodes=(),
+                       summary="netcheck could not run the mesh phase: KeyError: 3")
+    timeout = Finding(check="run.timeout", severity="fail", nodes=(),
+                      summary="the mesh phase did not finish within --timeout (30 s)")
+    stopped = Finding(check="run.stopped", severity="fail", nodes=(0,), summary="this node's run was interrupted",
+                      kind="sigint")
     assert host_fault(internal, fail("nic.gloo_default", 0)).party == "netcheck", "an internal error comes first"
     assert said(host_fault(timeout)) == ("netcheck", (), ())
     assert said(host_fault(timeout, fail("rdzv.join", 2, kind="lost_in_mesh"))) == ("other_nodes", (2,), ("node2",)), \
@@ -91,7 +94,8 @@ def test_netchecks_own_failures_blame_no_node():
 
 
 def test_warnings_are_nobodys_fault():
-    assert said(host_fault(Finding("nic.mtu", "warn", (1,), "odd MTU"))) == ("nobody", (), ())
+    assert said(host_fault(Finding(check="nic.mtu", severity="warn", nodes=(1,),
+                                   summary="odd MTU"))) == ("nobody", (), ())
 
 
 def test_a_joiner_names_the_nodes_the_host_found_at_fault():
@@ -126,7 +130,7 @@ def test_nodes_at_fault_never_ranked_are_named_by_hostname():
 @pytest.mark.parametrize("party, code", [("nobody", 1), ("this_node", 2), ("netcheck", 3), ("other_nodes", 4),
                                          ("cluster", 5)])
 def test_the_exit_code_says_whose_fault_it_is(party, code):
-    report = report_of("host", "r", 0, (Finding("nic.mtu", "warn", (1,), "odd MTU"),), {},
+    report = report_of("host", "r", 0, (Finding(check="nic.mtu", severity="warn", nodes=(1,), summary="odd MTU"),), {},
                        fault=Attribution(party, (), (), ""))
     assert exit_of(report) == code
     assert exit_of(dataclasses.replace(report, fault=None)) == 1, "without a fault: the verdict's"

@@ -6,16 +6,21 @@ from __future__ import annotations
 import pytest
 
 import builders
-from netcheck.core.constants import DRAIN_PREFIX, DRAIN_REASON_CHARS
+from netcheck.core.constants import DRAIN_PREFIX
 from netcheck.core.gaterecords import DRAIN, RESUME, NodeAction, SlurmNode
 from netcheck.core.model import Finding, NodeEntry, report_of
 from netcheck.render.export import render_exclude
 from netcheck.rules import gate
+from netcheck.rules.gate import DRAIN_REASON_CHARS
 
-ROUTE = Finding("nic.route", "fail", (-1,), "gpu07: NCCL_SOCKET_IFNAME=ib0 matches no running interface", (), "fix")
-MEMLOCK = Finding("host.limits", "fail", (-1,), "locked memory is limited on gpu07", (), "ulimit -l", "memlock")
-SLOW = Finding("rdzv.resolve", "warn", (-1,), "a nameserver answers late", (), "fix", "resolver_slow")
-TIMEOUT = Finding("run.timeout", "fail", (), "the local phase did not finish within --timeout (20 s)", (), "")
+ROUTE = Finding(check="nic.route", severity="fail", nodes=(-1,),
+                summary="gpu07: NCCL_SOCKET_IFNAME=ib0 matches no running interface", fix="fix")
+MEMLOCK = Finding(check="host.limits", severity="fail", nodes=(-1,), summary="locked memory is limited on gpu07",
+                  fix="ulimit -l", kind="memlock")
+SLOW = Finding(check="rdzv.resolve", severity="warn", nodes=(-1,), summary="a nameserver answers late", fix="fix",
+               kind="resolver_slow")
+TIMEOUT = Finding(check="run.timeout", severity="fail", nodes=(),
+                  summary="the local phase did not finish within --timeout (20 s)", fix="")
 
 
 def local(*findings: Finding, unfinished: str | None = None):
@@ -42,7 +47,8 @@ def test_a_node_local_failure_puts_the_node_at_fault_and_a_warning_or_netchecks_
 
 
 def test_a_cluster_report_puts_its_faulty_nodes_at_fault_by_slurms_names():
-    missing = Finding("rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined", (), "start it", "missing")
+    missing = Finding(check="rdzv.join", severity="fail", nodes=(2,), summary="node rank 2 (gpu03) never joined",
+                      fix="start it", kind="missing")
     rep = host((missing,), faulty=("gpu02.cluster", "gpu03"))
     assert gate.nodes_at_fault(rep) == ("gpu02.cluster", "gpu03")
     assert gate.scheduler_names(rep) == {"gpu01.cluster": "gpu01", "gpu02.cluster": "gpu02"}
@@ -56,14 +62,16 @@ def test_the_reason_is_the_first_failure_on_the_node_with_a_count_of_the_rest():
 
 
 def test_a_reason_is_one_bounded_printable_line():
-    long = Finding("nic.route", "fail", (-1,), "x\ny\t" + "z" * 500 + "\x1b[31m", (), "fix")
+    long = Finding(check="nic.route", severity="fail", nodes=(-1,), summary="x\ny\t" + "z" * 500 + "\x1b[31m",
+                   fix="fix")
     reason = gate.drain_reason(local(long), "gpu07.cluster")
     assert len(reason) == DRAIN_REASON_CHARS and reason.isprintable() and reason.endswith("...")
     assert reason.startswith("netcheck: nic.route: x y zzz")
 
 
 def test_a_cluster_reason_names_the_failure_of_that_node():
-    cut = Finding("mesh.connect", "fail", (1,), "gpu02 cannot be reached from gpu01", (), "open it")
+    cut = Finding(check="mesh.connect", severity="fail", nodes=(1,), summary="gpu02 cannot be reached from gpu01",
+                  fix="open it")
     assert gate.drain_reason(host((cut,), ("gpu02.cluster",)), "gpu02.cluster") == (
         "netcheck: mesh.connect: gpu02 cannot be reached from gpu01")
 

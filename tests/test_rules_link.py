@@ -196,7 +196,7 @@ def test_a_straggling_rank_beside_a_lossy_path_leaves_the_loss_a_warning():
     """Campaign 64101 #45: 2% lost between node1 and node2, rank 1 at 1.6x the median's time on
     a machine at load 15, link.health failed, and the job ran at the control's speed. Only a
     failure of a figure (bw.pair's, --expect-busbw's) makes a loss a failure."""
-    straggler = Finding("bw.straggler", "warn", (1,), "slow rank")
+    straggler = Finding(check="bw.straggler", severity="warn", nodes=(1,), summary="slow rank")
     assert measured_short([straggler], range(3)) == {}
     (f,) = judge(links({(1, 2): 0.02}), spoiled=frozenset(measured_short([straggler], range(3))))
     assert f.severity == "warn", f

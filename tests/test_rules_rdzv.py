@@ -89,8 +89,8 @@ def gathering(members=(), expected=3, missing=(), hostnames=(), duplicates=None,
 
 def test_join_all_pass():
     g = gathering((member(0), member(1), member(2)))
-    assert rdzv_rules.join_findings(g) == [Finding("rdzv.join", "pass", (0, 1, 2),
-                                                   "3 node(s) joined in 1.2 s, all 3 expected")]
+    assert rdzv_rules.join_findings(g) == [Finding(check="rdzv.join", severity="pass", nodes=(0, 1, 2),
+                                                   summary="3 node(s) joined in 1.2 s, all 3 expected")]
 
 
 def test_join_pass_says_what_it_covers():
@@ -165,10 +165,11 @@ def test_a_torchrun_nodes_workers_whose_facts_never_came_are_one_line_with_their
 def test_join_missing_node_named_by_the_launchers_hostname():
     g = gathering((member(0), member(1)), missing=(2,), hostnames=("gpu01", "gpu02", "gpu03"), waited=30.2)
     assert rdzv_rules.join_findings(g) == [Finding(
-        "rdzv.join", "fail", (2,), "node rank 2 (gpu03) never joined in 30 s; 2 of 3 nodes joined",
-        ("joined: rank 0 node0", "joined: rank 1 node1"),
-        "start netcheck on that node; if it was started, read its own report "
-        "(rdzv.reach / rdzv.resolve say why it could not get here)", "missing")]
+        check="rdzv.join", severity="fail", nodes=(2,),
+        summary="node rank 2 (gpu03) never joined in 30 s; 2 of 3 nodes joined",
+        evidence=("joined: rank 0 node0", "joined: rank 1 node1"),
+        fix="start netcheck on that node; if it was started, read its own report "
+        "(rdzv.reach / rdzv.resolve say why it could not get here)", kind="missing")]
 
 
 def test_nodes_that_never_joined_are_one_finding_naming_them_all():
@@ -212,18 +213,20 @@ def test_join_without_a_count_fails_when_the_host_heard_from_nobody():
 def test_join_duplicate_claims_name_every_claimant():
     g = gathering((member(0), member(1), member(2)), duplicates={"1": ("node1", "node1-clone")})
     assert rdzv_rules.join_findings(g) == [Finding(
-        "rdzv.join", "fail", (1,), "node rank 1 was claimed by 2 nodes: node1, node1-clone; only the first "
-        "was seated", ("node1 claims node rank 1", "node1-clone claims node rank 1"),
-        "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task per node)",
-        "duplicate_rank")]
+        check="rdzv.join", severity="fail", nodes=(1,),
+        summary="node rank 1 was claimed by 2 nodes: node1, node1-clone; only the first "
+        "was seated", evidence=("node1 claims node rank 1", "node1-clone claims node rank 1"),
+        fix="give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task per node)",
+        kind="duplicate_rank")]
 
 
 def test_join_foreign_node_is_a_warning_and_not_mixed_in():
     g = gathering((member(0), member(1), member(2)), foreign=(Visitor("job-8", "other7", 0),))
     assert rdzv_rules.join_findings(g) == [Finding(
-        "rdzv.join", "warn", (), "other7 joined this store with run id 'job-8'; not mixed into this run", (),
-        "two runs share this port: give each job its own port, or the same --rdzv-id if the node "
-        "belongs here", "foreign_run")]
+        check="rdzv.join", severity="warn", nodes=(),
+        summary="other7 joined this store with run id 'job-8'; not mixed into this run",
+        fix="two runs share this port: give each job its own port, or the same --rdzv-id if the node "
+        "belongs here", kind="foreign_run")]
 
 
 def test_a_missing_node_that_came_with_another_run_id_is_named_for_torchruns_c10d_rendezvous_alone():
@@ -244,17 +247,18 @@ def test_a_missing_node_that_came_with_another_run_id_is_named_for_torchruns_c10
 def test_join_malformed_entry_is_a_warning_with_the_reason_as_evidence():
     g = gathering((member(0), member(1), member(2)), malformed=("arrival 3: $.hostname: expected str, got int",))
     assert rdzv_rules.join_findings(g) == [Finding(
-        "rdzv.join", "warn", (), "a store entry was rejected as malformed",
-        ("arrival 3: $.hostname: expected str, got int",), "something other than netcheck writes to this port",
-        "malformed")]
+        check="rdzv.join", severity="warn", nodes=(), summary="a store entry was rejected as malformed",
+        evidence=("arrival 3: $.hostname: expected str, got int",),
+        fix="something other than netcheck writes to this port", kind="malformed")]
 
 
 def test_join_lost_nodes_are_named_together():
     g = gathering((member(0), member(1, results=False), member(2, results=False)))
     assert rdzv_rules.join_findings(g) == [Finding(
-        "rdzv.join", "fail", (1, 2), "node1, node2 stopped answering during the rendezvous phase", (),
-        "that node's netcheck died or hung, or the network path to it broke: look at that node and its link",
-        "lost_in_rendezvous")]
+        check="rdzv.join", severity="fail", nodes=(1, 2),
+        summary="node1, node2 stopped answering during the rendezvous phase",
+        fix="that node's netcheck died or hung, or the network path to it broke: look at that node and its link",
+        kind="lost_in_rendezvous")]
 
 
 def test_a_seat_taken_by_a_copy_of_a_nodes_facts_blames_no_node():
@@ -283,15 +287,17 @@ def test_join_everything_at_once_in_a_stable_order():
 
 def test_fqdn_all_good():
     assert rdzv_rules.fqdn_findings((member(0), member(1), member(2))) == [
-        Finding("rdzv.fqdn", "pass", (0, 1, 2), "every node resolves every other node's FQDN")]
+        Finding(check="rdzv.fqdn", severity="pass", nodes=(0, 1, 2),
+                summary="every node resolves every other node's FQDN")]
 
 
 def test_fqdn_unresolvable():
     members = (member(0), member(1, lookups={0: resolving(0, error="Name or service not known")}), member(2))
     assert rdzv_rules.fqdn_findings(members) == [Finding(
-        "rdzv.fqdn", "fail", (0, 1), "1 FQDN lookup(s) between nodes fail or point elsewhere",
-        ("node1 -> node0.example (rank 0): does not resolve (Name or service not known)",),
-        "torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
+        check="rdzv.fqdn", severity="fail", nodes=(0, 1),
+        summary="1 FQDN lookup(s) between nodes fail or point elsewhere",
+        evidence=("node1 -> node0.example (rank 0): does not resolve (Name or service not known)",),
+        fix="torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every node's FQDN to DNS or "
         "/etc/hosts on every node, with its real address",
         impact=Impact(("launch",), "stops", "torchrun's c10d rendezvous hands every worker rank 0's FQDN as "
                       "MASTER_ADDR, rank 0 being the node whose FQDN sorts first, node0.example, which a lookup here "
@@ -383,7 +389,8 @@ def test_fqdn_nodes_on_one_machine_may_resolve_to_loopback():
     members = (Member(0, facts, NodeResults(None, (Resolution(1, "box.example", ("127.0.1.1",), None),))),
                Member(1, facts, NodeResults(None, (Resolution(0, "box.example", ("127.0.1.1",), None),))))
     assert rdzv_rules.fqdn_findings(members) == [
-        Finding("rdzv.fqdn", "pass", (0, 1), "every node resolves every other node's FQDN")]
+        Finding(check="rdzv.fqdn", severity="pass", nodes=(0, 1),
+                summary="every node resolves every other node's FQDN")]
 
 
 def test_fqdn_ignores_nodes_that_never_reported_back():
@@ -415,15 +422,17 @@ def test_clock_threshold_allows_the_error_margin(offset, error, skewed):
 def test_clock_warning_wording():
     members = (member(0), member(1, clock=ClockSample(-3.25, 0.0125)), member(2, clock=ClockSample(5.0, 0.001)))
     assert rdzv_rules.clock_findings(members) == [Finding(
-        "host.clock", "warn", (1, 2), "node1, node2: clock off the host's by more than 2 s",
-        ("node1: -3.250 s (+/- 0.013 s)", "node2: +5.000 s (+/- 0.001 s)"),
-        "run chrony or ntpd against one time source on every node")]
+        check="host.clock", severity="warn", nodes=(1, 2),
+        summary="node1, node2: clock off the host's by more than 2 s",
+        evidence=("node1: -3.250 s (+/- 0.013 s)", "node2: +5.000 s (+/- 0.001 s)"),
+        fix="run chrony or ntpd against one time source on every node")]
 
 
 def test_clock_pass_wording_and_nodes_without_a_sample():
     members = (member(0), member(1, clock=None), member(2, results=False))
     assert rdzv_rules.clock_findings(members) == [
-        Finding("host.clock", "pass", (0, 1, 2), "clocks agree with the host's within 2 s")]
+        Finding(check="host.clock", severity="pass", nodes=(0, 1, 2),
+                summary="clocks agree with the host's within 2 s")]
 
 
 # --- resolve_consistency -----------------------------------------------------------------------------
@@ -442,7 +451,8 @@ def renamed(m: Member, rank: int) -> Member:
 
 
 def test_seat_finding():
-    assert rdzv_rules.seat_finding(2, 3, "node2") == Finding("rdzv.join", "pass", (2,), "joined as node rank 2 of 3")
+    assert rdzv_rules.seat_finding(2, 3, "node2") == Finding(check="rdzv.join", severity="pass", nodes=(2,),
+                                                             summary="joined as node rank 2 of 3")
     assert rdzv_rules.seat_finding(2, 3, "node2", 3).summary == "joined as node rank 2 of 3"
     # --nnodes 3 with two started: the joiner's count is the host's, not "of 2".
     assert rdzv_rules.seat_finding(1, 2, "node1", 3).summary == (

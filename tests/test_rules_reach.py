@@ -31,9 +31,9 @@ def test_reach_open():
     found = reach_rules.reach_findings(reach("open", (Probe("10.0.0.4", "ipv4", "open", "connected", 0.0004),),
                                           seconds=0.0011), (1,))
     assert found == [
-        Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4"),
-        Finding("rdzv.reach", "pass", (1,), "node0:29500 is open from this node",
-                ("10.0.0.4 (ipv4): open, connected, 0.00 s", "1 attempt(s) over 0.0 s")),
+        Finding(check="rdzv.resolve", severity="pass", nodes=(1,), summary="node0 resolves to 10.0.0.4"),
+        Finding(check="rdzv.reach", severity="pass", nodes=(1,), summary="node0:29500 is open from this node",
+                evidence=("10.0.0.4 (ipv4): open, connected, 0.00 s", "1 attempt(s) over 0.0 s")),
     ]
 
 
@@ -41,13 +41,14 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
     probe = Probe("10.0.0.4", "ipv4", "refused", "connection refused: nothing listens there, or a REJECT rule",
                   0.0003)
     found = reach_rules.reach_findings(reach("refused", (probe,), seconds=29.6, attempts=58), (2,))
-    assert found[0] == Finding("rdzv.resolve", "pass", (2,), "node0 resolves to 10.0.0.4")
+    assert found[0] == Finding(check="rdzv.resolve", severity="pass", nodes=(2,), summary="node0 resolves to 10.0.0.4")
     assert found[1] == Finding(
-        "rdzv.reach", "fail", (2,), "node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
+        check="rdzv.reach", severity="fail", nodes=(2,),
+        summary="node0:29500 refused the connection, 58 attempts over 29.6 s: nothing "
         "listens there",
-        ("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
-         "58 attempt(s) over 29.6 s"),
-        REACH_FIXES["refused"])
+        evidence=("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
+                  "58 attempt(s) over 29.6 s"),
+        fix=REACH_FIXES["refused"])
     assert "start netcheck on the host node first" in found[1].fix
 
 
@@ -55,9 +56,10 @@ def test_reach_filtered_says_how_long_it_waited():
     probe = Probe("10.0.0.4", "ipv4", "filtered", "no answer in 3 s", 3.0012)
     found = reach_rules.reach_findings(reach("filtered", (probe,), seconds=3.01), (1,))
     assert found[1] == Finding(
-        "rdzv.reach", "fail", (1,), "node0:29500 is filtered from this node: no answer in 3.0 s",
-        ("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
-        REACH_FIXES["filtered"])
+        check="rdzv.reach", severity="fail", nodes=(1,),
+        summary="node0:29500 is filtered from this node: no answer in 3.0 s",
+        evidence=("10.0.0.4 (ipv4): filtered, no answer in 3 s, 3.00 s", "1 attempt(s) over 3.0 s"),
+        fix=REACH_FIXES["filtered"])
     assert "firewall" in found[1].fix
 
 
@@ -105,10 +107,11 @@ def test_reach_unreachable():
     probe = Probe("10.9.0.4", "ipv4", "unreachable", "No route to host", 0.0001)
     found = reach_rules.reach_findings(reach("unreachable", (probe,), addresses=("10.9.0.4",), seconds=0.002), (1,))
     assert found == [
-        Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.9.0.4"),
-        Finding("rdzv.reach", "fail", (1,), "node0:29500 is unreachable from this node: no route",
-                ("10.9.0.4 (ipv4): unreachable, No route to host, 0.00 s", "1 attempt(s) over 0.0 s"),
-                REACH_FIXES["unreachable"]),
+        Finding(check="rdzv.resolve", severity="pass", nodes=(1,), summary="node0 resolves to 10.9.0.4"),
+        Finding(check="rdzv.reach", severity="fail", nodes=(1,),
+                summary="node0:29500 is unreachable from this node: no route",
+                evidence=("10.9.0.4 (ipv4): unreachable, No route to host, 0.00 s", "1 attempt(s) over 0.0 s"),
+                fix=REACH_FIXES["unreachable"]),
     ]
 
 
@@ -117,9 +120,9 @@ def test_reach_dns_is_a_resolve_failure_and_no_reach_finding():
         reach("dns", (), addresses=(), seconds=0.02, attempts=0, host="nosuch.example",
               error="Name or service not known"), (3,))
     assert found == [Finding(
-        "rdzv.resolve", "fail", (3,), "nosuch.example does not resolve on this node",
-        ("getaddrinfo('nosuch.example'): Name or service not known",),
-        "use an address, or add the name to DNS or /etc/hosts on this node")]
+        check="rdzv.resolve", severity="fail", nodes=(3,), summary="nosuch.example does not resolve on this node",
+        evidence=("getaddrinfo('nosuch.example'): Name or service not known",),
+        fix="use an address, or add the name to DNS or /etc/hosts on this node")]
 
 
 def test_reach_lists_every_address_and_probe_of_both_families():
@@ -137,21 +140,23 @@ def test_listen_finding_names_the_process_holding_the_port():
     holders = [Holder(4242, "python", "python -m torch.distributed.run train.py"),
                Holder(4243, "python", "python train.py")]
     assert reach_rules.listen_finding(29500, holders, "Address already in use") == Finding(
-        "rdzv.listen", "fail", (0,),
-        "port 29500 is already in use on the host by pid 4242 (python): python -m torch.distributed.run "
+        check="rdzv.listen", severity="fail", nodes=(0,),
+        summary="port 29500 is already in use on the host by pid 4242 (python): python -m torch.distributed.run "
         "train.py; pid 4243 (python): python train.py",
-        ("bind: Address already in use",),
-        "stop that process (kill 4242) or pick another port for the job and netcheck")
+        evidence=("bind: Address already in use",),
+        fix="stop that process (kill 4242) or pick another port for the job and netcheck")
 
 
 def test_listen_finding_without_holders():
     assert reach_rules.listen_finding(80, [], "Permission denied") == Finding(
-        "rdzv.listen", "fail", (0,), "the host cannot listen on port 80: Permission denied", (),
-        "pick a free port, or run as a user allowed to bind it")
+        check="rdzv.listen", severity="fail", nodes=(0,),
+        summary="the host cannot listen on port 80: Permission denied",
+        fix="pick a free port, or run as a user allowed to bind it")
 
 
 def test_listen_pass():
-    assert reach_rules.listen_pass(29500) == Finding("rdzv.listen", "pass", (0,), "the host listens on port 29500")
+    assert reach_rules.listen_pass(29500) == Finding(check="rdzv.listen", severity="pass", nodes=(0,),
+                                                     summary="the host listens on port 29500")
 
 
 def test_reach_summary_names_the_slowest_joiner():
@@ -159,7 +164,8 @@ def test_reach_summary_names_the_slowest_joiner():
     slow = reach("open", (), seconds=1.5)
     members = (member(0), member(1, reach=fast), member(2, reach=slow))
     assert reach_rules.reach_summary(members) == [Finding(
-        "rdzv.reach", "pass", (1, 2), "2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
+        check="rdzv.reach", severity="pass", nodes=(1, 2),
+        summary="2 node(s) reached node0:29500; slowest node2 in 1.50 s")]
     assert reach_rules.reach_summary((member(0),)) == []
 
 
@@ -174,9 +180,10 @@ def test_resolve_consistency_v6_on_one_node_v4_on_the_others():
     members = (member(0), member(1, reach=reached("10.0.0.4")), member(2, reach=reached("fd00::4")),
                renamed(member(1, reach=reached("10.0.0.4")), 3))
     assert reach_rules.resolve_consistency(members) == [Finding(
-        "rdzv.resolve", "warn", (2,), "the rendezvous host resolves to different address families across nodes",
-        ("node1: ipv4", "node2: ipv6", "node3: ipv4"),
-        "give the host one address family everywhere (use an address, or fix /etc/hosts and DNS so "
+        check="rdzv.resolve", severity="warn", nodes=(2,),
+        summary="the rendezvous host resolves to different address families across nodes",
+        evidence=("node1: ipv4", "node2: ipv6", "node3: ipv4"),
+        fix="give the host one address family everywhere (use an address, or fix /etc/hosts and DNS so "
         "every node gets the same answer)")]
 
 
@@ -251,7 +258,7 @@ def test_a_lookup_that_answers_late_is_slow_with_its_seconds_and_cost_never_unre
 
 def test_a_prompt_lookup_passes_and_an_address_costs_one_lookup_a_connect():
     (resolved, _) = reach_rules.reach_findings(_looked_up(0.9), (1,))
-    assert resolved == Finding("rdzv.resolve", "pass", (1,), "node0 resolves to 10.0.0.4")
+    assert resolved == Finding(check="rdzv.resolve", severity="pass", nodes=(1,), summary="node0 resolves to 10.0.0.4")
     assert "waits about 4 s" in reach_rules.lookup_cost("10.0.0.4", 4.0, None)
     assert "waits about 12 s" in reach_rules.lookup_cost("node0", 4.0, None)
 

@@ -12,8 +12,9 @@ from netcheck.rules.registry import impacted
 
 def test_timeout_and_internal_findings():
     assert run_rules.timeout_finding("rendezvous", 60.0) == Finding(
-        "run.timeout", "fail", (), "the rendezvous phase did not finish within --timeout (60 s)", (),
-        "the findings above say what was missing; raise --timeout only if the cluster is merely slow")
+        check="run.timeout", severity="fail", nodes=(),
+        summary="the rendezvous phase did not finish within --timeout (60 s)",
+        fix="the findings above say what was missing; raise --timeout only if the cluster is merely slow")
     internal = run_rules.internal_finding("mesh", KeyError("eno1"))
     assert (internal.check, internal.severity) == ("run.internal", "fail")
     assert internal.summary == "netcheck could not run the mesh phase: KeyError: 'eno1'"
@@ -40,24 +41,29 @@ def test_no_peer_means_not_run_never_passed():
 
 
 def test_the_hosts_verdict_is_told_worst_first_and_bounded():
-    findings = [Finding("rdzv.join", "pass", (0, 1, 2), "3 node(s) joined"),
-                Finding("nic.mtu", "warn", (1,), "odd MTU"),
-                Finding("mesh.connect", "fail", (2,), "node2 is cut off", tuple(f"line {i}" for i in range(9)))]
+    findings = [Finding(check="rdzv.join", severity="pass", nodes=(0, 1, 2), summary="3 node(s) joined"),
+                Finding(check="nic.mtu", severity="warn", nodes=(1,), summary="odd MTU"),
+                Finding(check="mesh.connect", severity="fail", nodes=(2,), summary="node2 is cut off",
+                        evidence=tuple(f"line {i}" for i in range(9)))]
     told = run_rules.cluster_verdict(findings)
     assert (told.verdict, told.headline) == ("fail", "node2 is cut off (and 1 more)")
     assert [f.check for f in told.findings] == ["mesh.connect", "nic.mtu"]
     assert len(told.findings[0].evidence) == run_rules.TOLD_EVIDENCE
-    many = [Finding("rdzv.join", "fail", (i,), f"rank {i} missing") for i in range(100)]
+    many = [Finding(check="rdzv.join", severity="fail", nodes=(i,), summary=f"rank {i} missing") for i in range(100)]
     assert len(run_rules.cluster_verdict(many).findings) == run_rules.TOLD_FINDINGS
     assert run_rules.cluster_verdict(findings[:1]).headline == "every check passed on every node"
 
 
 def test_a_joiner_keeps_the_hosts_findings_about_itself_once():
-    told = run_rules.cluster_verdict([Finding("mesh.connect", "fail", (2,), "no peer reaches node2"),
-                                      Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
-                                      Finding("rdzv.join", "fail", (3,), "rank 3 never joined")])
-    mine = [Finding("env.mismatch", "fail", (1,), "node1 has another torch"),
-            Finding("mesh.connect", "fail", (1, 2), "1 of 2 directions connect on no interface")]
+    told = run_rules.cluster_verdict([Finding(check="mesh.connect", severity="fail", nodes=(2,),
+                                              summary="no peer reaches node2"),
+                                      Finding(check="env.mismatch", severity="fail", nodes=(1,),
+                                              summary="node1 has another torch"),
+                                      Finding(check="rdzv.join", severity="fail", nodes=(3,),
+                                              summary="rank 3 never joined")])
+    mine = [Finding(check="env.mismatch", severity="fail", nodes=(1,), summary="node1 has another torch"),
+            Finding(check="mesh.connect", severity="fail", nodes=(1, 2),
+                    summary="1 of 2 directions connect on no interface")]
     kept, findings = run_rules.with_host_verdict(told, (2,), [])
     assert kept.findings == (told.findings[0],) and findings == [told.findings[0]]
     kept, findings = run_rules.with_host_verdict(told, (1,), mine)
@@ -75,13 +81,16 @@ def test_a_joiners_own_drift_stands_for_the_hosts_where_they_agree():
     """--baseline on a joiner too: its own baseline.drift (every line about itself) stands for
     the host's of the same severity; one the joiner judged otherwise is taken as well, so a
     node the host warns about never passes."""
-    hosts = Finding("baseline.drift", "warn", (0, 1, 2), "3 change(s) since the baseline (run 'a')", ("node1: x",))
+    hosts = Finding(check="baseline.drift", severity="warn", nodes=(0, 1, 2),
+                    summary="3 change(s) since the baseline (run 'a')", evidence=("node1: x",))
     told = run_rules.cluster_verdict([hosts])
     hosts = impacted([hosts])[0]   # as told: saying whom it stops
-    own = Finding("baseline.drift", "warn", (1,), "2 change(s) since the baseline (run 'a')", ("node1: x", "node1: y"))
+    own = Finding(check="baseline.drift", severity="warn", nodes=(1,),
+                  summary="2 change(s) since the baseline (run 'a')", evidence=("node1: x", "node1: y"))
     kept, findings = run_rules.with_host_verdict(told, (1,), [own])
     assert findings == [own] and kept.findings == ()
-    calm = Finding("baseline.drift", "pass", (1,), "nothing drifted since the baseline (run 'a')")
+    calm = Finding(check="baseline.drift", severity="pass", nodes=(1,),
+                   summary="nothing drifted since the baseline (run 'a')")
     kept, findings = run_rules.with_host_verdict(told, (1,), [calm])
     assert findings == [calm, hosts] and kept.findings == (hosts,)
     kept, findings = run_rules.with_host_verdict(told, (2,), [])
@@ -92,7 +101,7 @@ def test_a_stopped_host_says_so_first_and_its_joiners_warn_naming_nobody():
     """A host stopped by a signal tells it (ClusterVerdict.stopped); a joiner that hears it warns
     under run.stopped, naming no node: the run did not finish, and nobody is at fault for it."""
     findings = [run_rules.stopped_finding("SIGINT", "mesh", (0,)),
-                Finding("nic.mtu", "warn", (2,), "odd MTU")]
+                Finding(check="nic.mtu", severity="warn", nodes=(2,), summary="odd MTU")]
     told = run_rules.cluster_verdict(findings, "SIGINT", "mesh")
     assert (told.verdict, told.stopped, told.stopped_in) == ("fail", "SIGINT", "mesh")
     assert told.headline == ("the host's run was interrupted (SIGINT, Ctrl-C) during the mesh phase: "
@@ -106,7 +115,8 @@ def test_a_stopped_host_says_so_first_and_its_joiners_warn_naming_nobody():
 
 
 def test_the_stopped_host_says_whom_it_told():
-    findings = [run_rules.stopped_finding("SIGTERM", "env", (0,)), Finding("rdzv.join", "pass", (0, 1), "joined")]
+    findings = [run_rules.stopped_finding("SIGTERM", "env", (0,)), Finding(check="rdzv.join", severity="pass",
+                                                                           nodes=(0, 1), summary="joined")]
     (told, joined) = run_rules.told_stop(findings, "node1, node2", "node3")
     assert told.evidence == ("told the other nodes on its way out; heard by node1, node2",
                              "node3 did not say goodbye before it left: each heard of the stop later, or reports "
@@ -120,8 +130,9 @@ def test_the_verdict_a_host_tells_says_whom_each_finding_stops():
     """A joiner takes the host's findings about it as its own: they come saying whom they stop,
     the host's rule's word included (a joiner cannot tell which way gloo dials)."""
     narrowed = Impact(("nccl_socket", "nccl_rdma"), "stops", "gloo dials the other way")
-    cut = Finding("mesh.connect", "fail", (1, 2), "1 of 6 directions connect on no interface", impact=narrowed)
-    late = Finding("host.clock", "warn", (1,), "node1's clock is 3 s off")
+    cut = Finding(check="mesh.connect", severity="fail", nodes=(1, 2),
+                  summary="1 of 6 directions connect on no interface", impact=narrowed)
+    late = Finding(check="host.clock", severity="warn", nodes=(1,), summary="node1's clock is 3 s off")
     told = run_rules.cluster_verdict([cut, late])
     assert [f.impact for f in told.findings] == [narrowed, Impact(("launch",), "risks")]
 
@@ -130,9 +141,11 @@ def test_a_joiners_own_sweep_stop_gives_way_to_the_hosts_which_knows_its_cause()
     """Every node judges the sweep's stop from the same accounts; the host alone knows the
     failures before it that explain it (node1's gloo address): its bw.stage, with node1 the
     cause, replaces the joiner's own, whichever nodes it names."""
-    stop = Finding("bw.stage", "fail", (0, 2), "bandwidth stopped in the gloo control plane stage")
+    stop = Finding(check="bw.stage", severity="fail", nodes=(0, 2),
+                   summary="bandwidth stopped in the gloo control plane stage")
     told = run_rules.cluster_verdict([replace(stop, cause_nodes=(1,)),
-                                      Finding("nic.gloo_default", "fail", (1,), "gloo would use 127.0.1.1")])
+                                      Finding(check="nic.gloo_default", severity="fail", nodes=(1,),
+                                              summary="gloo would use 127.0.1.1")])
     kept, findings = run_rules.with_host_verdict(told, (2,), [stop])
     assert [(f.check, f.nodes, f.cause_nodes) for f in findings] == [("bw.stage", (0, 2), (1,))]
     kept, findings = run_rules.with_host_verdict(run_rules.cluster_verdict([]), (2,), [stop])

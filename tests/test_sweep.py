@@ -20,29 +20,33 @@ import torch
 from netcheck.bandwidth.faults import classify, merge_faults, nccl_warning, root_cause, silenced_by
 from netcheck.bandwidth.flags import add_arguments, options_from_args, parse_size
 from netcheck.bandwidth.orchestrate import Lines, worker_env
+from netcheck.bandwidth.sizes import (
+    BW_AUTO_MAXBYTES,
+    BW_MIN_ITERS,
+    Budget,
+    Measured,
+    pair_size,
+    plan_stages,
+    planned_sizes,
+    round_robin,
+    run_sizes,
+    size_series,
+    stage_budgets,
+)
 from netcheck.bandwidth.sweep import (
     COLLECTIVES,
     DTYPES,
     NO_CUDA,
     NO_NCCL,
     PAST_VISIBLE,
-    Budget,
-    Measured,
     bandwidths,
     choose_backend,
     count_wrong,
     fill,
     make_row,
     modulus,
-    pair_size,
     pattern_pieces,
-    plan_stages,
-    planned_sizes,
     ring_sum,
-    round_robin,
-    run_sizes,
-    size_series,
-    stage_budgets,
     wrong,
 )
 from netcheck.bandwidth.worker import MAX_DETAIL, Event
@@ -64,7 +68,6 @@ from netcheck.core.bwrecords import (
     still_rising,
 )
 from netcheck.core.bwtext import plateau_text, progress_bar, step_text
-from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
 from netcheck.render.tables import pair_matrix, render_text, table_rows
 
 

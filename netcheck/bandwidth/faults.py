@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import signal
 
-from netcheck.bandwidth.sweep import COLLECTIVES, planned_sizes, round_robin
+from netcheck.bandwidth.sizes import planned_sizes, round_robin
+from netcheck.bandwidth.sweep import COLLECTIVES
 from netcheck.bandwidth.worker import MAX_DETAIL
 from netcheck.core.bwrecords import Fault, InFlight, NodeReport, Pair, Sweep, SweepOptions, first_culprit
 from netcheck.core.constants import BW_STUCK_AFTER

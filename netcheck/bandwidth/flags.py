@@ -5,8 +5,10 @@ SweepOptions. A value that does not parse fails here in one line; what the value
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
+from typing import TypeVar
 
 from netcheck.bandwidth.sweep import COLLECTIVES, DTYPES
 from netcheck.core.bwrecords import SweepOptions
@@ -19,17 +21,20 @@ from netcheck.core.constants import (
     BW_DEFAULT_WARMUP,
     BW_MAX_BYTES,
     DDP_BUCKET_BYTES,
-    MAX_MODEL_PARAMS,
 )
+
+MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
 
 BACKENDS = ("auto", "nccl", "gloo")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}   # nccl-tests' parsesize: powers of 1024
+
+T = TypeVar("T")
 
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
                  "char": "int8", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "fp64": "float64"}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The bandwidth flags, on an argparse parser (values are checked by options_from_args)."""
     g = parser.add_argument_group("bandwidth", "nccl-tests' flags, with nccl-tests' meaning")
     g.add_argument("-b", "--minbytes", metavar="SIZE",
@@ -68,7 +73,7 @@ def add_arguments(parser) -> None:
                    f"groups: a few seconds) comes before it (default {BW_DEFAULT_BUDGET:g})")
 
 
-def options_from_args(args) -> SweepOptions:
+def options_from_args(args: argparse.Namespace) -> SweepOptions:
     """SweepOptions from parsed flags; ValueError with one line naming a value that does not
     parse. What the values may be is config.check_sweep's to say."""
     d = SweepOptions()
@@ -92,7 +97,7 @@ def options_from_args(args) -> SweepOptions:
         step_time_s=args.step_time)
 
 
-def _pick(value, default):
+def _pick(value: T | None, default: T) -> T:
     return default if value is None else value
 
 

@@ -21,6 +21,9 @@ Store keys, under netcheck/RUN/bw/:
     alive/K    node K's beat, a counter it raises every BW_ABORT_POLL s (alive/posted: who beats)
     abort      a node saw a worker die, hang or fail, or the host a node go quiet: everyone stops
     node/K     node K's account of its workers (NodeReport)
+
+Longer than 500 lines: starting, watching, aborting and collecting a node's workers share one watch
+loop and its state; the doors and the faults' classification are doors.py's and faults.py's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import IO, Callable, TypeVar
 
 from netcheck.bandwidth.doors import door_of, knock_targets, open_door, unreached
 from netcheck.bandwidth.faults import classify, in_flight, merge_faults, root_cause
@@ -60,20 +63,21 @@ from netcheck.core.bwrecords import (
     headline,
 )
 from netcheck.core.bwtext import progress_bar
-from netcheck.core.constants import (
-    BW_ABORT_GRACE,
-    BW_ABORT_POLL,
-    BW_CUDA_START_AFTER,
-    BW_MAX_EVENT_BYTES,
-    BW_REPORT_WAIT,
-    BW_STUCK_AFTER,
-)
+from netcheck.core.constants import BW_CUDA_START_AFTER, BW_STUCK_AFTER
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_DOOR, BW_NODE, POSTED
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, unanswered, worth_reporting
 from netcheck.facts.local import rdma_roots
+
+BW_ABORT_POLL = 1.0          # how often a node looks for another node's abort notice in the store
+                             # (each wake-up costs the measurement: on 2 CPUs 20 Hz cost ~3% of busbw)
+BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
+BW_REPORT_WAIT = 5.0         # once its workers are done, a node waits this long at most for the others' reports
+BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is dropped
+
+T = TypeVar("T")
 
 POLL = 0.25          # the watch loop's tick when nothing arrives (output and a worker's exit wake
                      # it at once; each idle wake-up takes CPU from the measurement)
@@ -384,7 +388,7 @@ class Watch:
         nodes = sorted(n for n in self.ex.posted(BW_ALIVE) or () if 0 < n < self.nnodes)
         return dict(zip(nodes, self.ex.read_counters([self.ex.key(BW_ALIVE, n) for n in nodes]))) if nodes else {}
 
-    def _store(self, call):
+    def _store(self, call: Callable[[], T]) -> T | None:
         # A store that has gone raises here once, then at once (Exchange.lost): ends_now
         # sees it.
         try:

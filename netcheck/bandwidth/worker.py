@@ -15,6 +15,9 @@ store and runs the stages in order, so a failure names its stage:
 It reports to its parent as JSON lines (`Event`) on a private copy of stdout, a heartbeat
 among them, so the parent can tell a hung rank from one blocked by a peer. Nothing is
 printed for a person: that is the node's job.
+
+Longer than 500 lines: one rank's whole run, read top to bottom: its events, its stages, and the
+harness that times, checks and gathers every collective (the collectives' maths are sweep.py's).
 """
 
 from __future__ import annotations
@@ -28,18 +31,27 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from netcheck.bandwidth.sizes import (
+    Budget,
+    Measured,
+    pair_size,
+    plan_stages,
+    planned_sizes,
+    round_robin,
+    run_sizes,
+    stage_budgets,
+)
 from netcheck.bandwidth.sweep import (
     COLLECTIVES,
     NO_CUDA,
     NO_NCCL,
     PAST_VISIBLE,
-    Budget,
     Collective,
-    Measured,
     Peers,
     bandwidths,
     batch_times,
@@ -47,20 +59,23 @@ from netcheck.bandwidth.sweep import (
     fill,
     make_row,
     modulus,
-    pair_size,
-    plan_stages,
-    planned_sizes,
-    round_robin,
-    run_sizes,
-    stage_budgets,
     wrong,
 )
 from netcheck.cluster.compat import eager_device, import_distributed
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
-from netcheck.core.constants import BW_HEARTBEAT, BW_MEMORY_SHARE, BW_PG_MARGIN, BW_SWEEP_WALL_SHARE
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
+
+if TYPE_CHECKING:   # imported at run time inside the start stage, as the stage's failure
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
+
+BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
+BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
+                             # (the budget counts collective time; checks and gathers come on top)
+BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
+BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
 
 PR_SET_PDEATHSIG = 1
 # The sweeps may use at most this share of the time the slowest rank has left after the
@@ -134,7 +149,7 @@ class Me:
         return self.world // self.nproc
 
     @classmethod
-    def from_env(cls, env) -> "Me":
+    def from_env(cls, env: Mapping[str, str]) -> Me:
         return cls(int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]),
                    int(env["LOCAL_WORLD_SIZE"]), int(env["GROUP_RANK"]), env["MASTER_ADDR"],
                    int(env["MASTER_PORT"]))
@@ -179,7 +194,7 @@ def _private_stdout() -> int:
 
 
 @contextmanager
-def stage(events: Events, name: str):
+def stage(events: Events, name: str) -> Iterator[None]:
     events.emit(Event("stage", name))
     try:
         yield
@@ -195,7 +210,7 @@ def _first_line(error: BaseException) -> str:
     return line[:MAX_DETAIL]
 
 
-def run(events: Events, args) -> None:
+def run(events: Events, args: argparse.Namespace) -> None:
     """Every stage in order."""
     with stage(events, "start"):
         me = Me.from_env(os.environ)
@@ -312,7 +327,7 @@ class Harness:
             self.set_up(group)
         return group, [leaders]
 
-    def set_up(self, group) -> None:
+    def set_up(self, group: ProcessGroup | None) -> None:
         """One untimed collective on the group: its connections are made here."""
         one = self.torch.ones(1, device=self.device)
         self.dist.all_reduce(one, group=group)
@@ -320,7 +335,8 @@ class Harness:
 
     # --- one sweep ----------------------------------------------------------------------------
 
-    def sweep(self, name: str, coll: Collective, group, groups: list[list[int]], budget: Budget) -> Sweep:
+    def sweep(self, name: str, coll: Collective, group: ProcessGroup | None, groups: list[list[int]],
+              budget: Budget) -> Sweep:
         """The sizes run_sizes picks; every rank takes the same decisions, from numbers all
         ranks share, so no rank waits for a size others skip."""
         o = self.options
@@ -348,7 +364,7 @@ class Harness:
         run_sizes(o, coll.smallest(o.dtype, n), self.top, budget, measure, skip)
         return result
 
-    def step(self, coll: Collective, chunk: int, group, ranks: list[int], iters: int,
+    def step(self, coll: Collective, chunk: int, group: ProcessGroup | None, ranks: list[int], iters: int,
              warmup: int) -> tuple[float, ...]:
         """One size on this rank: (seconds per iteration, wrong elements, step seconds, 1,
         the iterations' standard deviation, the batches' spread)."""
@@ -367,7 +383,7 @@ class Harness:
         wrong = self.check(coll, inp, out, call, grank, n, chunk) if o.check else 0
         return seconds, float(wrong), time.perf_counter() - started, 1.0, deviation, spread
 
-    def timed(self, call, iters: int, warmup: int) -> tuple[float, float, float]:
+    def timed(self, call: Callable[[], object], iters: int, warmup: int) -> tuple[float, float, float]:
         """Seconds per iteration of `call` (the median batch's, batch_times), the iterations'
         standard deviation and the batches' spread: warmed up and lined up as nccl-tests does."""
         for _ in range(warmup):
@@ -398,7 +414,8 @@ class Harness:
         self.dist.barrier()
         return [0.0] * values
 
-    def check(self, coll: Collective, inp, out, call, grank: int, n: int, chunk: int) -> int:
+    def check(self, coll: Collective, inp: Tensor, out: Tensor, call: Callable[[], object], grank: int, n: int,
+              chunk: int) -> int:
         """One more iteration on data with a known answer; elements that differ from it."""
         m = modulus(self.options.dtype, n, coll.reduces)
         fill(self.torch, inp, lambda i: coll.inputs(i, grank, n, chunk, m), m)  # in place: inp is out

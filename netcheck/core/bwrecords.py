@@ -1,12 +1,15 @@
 """The bandwidth phase's records: its options and its results, with the small reads every
-reader of them needs (average and peak busbw, whom to blame)."""
+reader of them needs (average and peak busbw, whom to blame).
+
+Longer than 500 lines: a BandwidthResult holds every record here (options, sweeps, faults, busy
+processes, link counters), each defined once with the small reads its readers share."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Annotated, TypeVar
@@ -19,10 +22,8 @@ from netcheck.core.constants import (
     BW_DEFAULT_STEPFACTOR,
     BW_DEFAULT_WARMUP,
     BW_LATENCY_MAXBYTES,
-    BW_NOISY_SPREAD,
     BW_PLATEAU_BAND,
     BW_PLATEAU_TOP,
-    BW_RISING_BAND,
     DDP_BUCKET_BYTES,
     LINK_JUDGED_SEGMENTS,
     LINK_LOSS_MIN,
@@ -58,6 +59,13 @@ from netcheck.core.fields import (
     Text,
     one_of,
 )
+
+BW_RISING_BAND = 0.05        # without -e the sweep goes on while busbw still rises: the last two sizes
+                             # each set a new high, the last by more than this (NCCL's rises slowly
+                             # past 1 GB on RoCE)
+# A figure whose batches, or a plateau whose sizes, spread wider than this is noisy: said
+# beside the figure, with the busy processes seen (host.busy) as the likely cause.
+BW_NOISY_SPREAD = 0.25
 
 # The stages of the phase, in order: a failure names one of these.
 STAGES = ("start", "control", "data", "all", "intra", "inter", "pairs")
@@ -455,12 +463,12 @@ FAULT_KINDS = tuple(kind for kinds in BLAME_ORDER for kind in kinds)
 NODE_GONE = ("silent", "stopped")
 
 
-def culprits(faults) -> list[Fault]:
+def culprits(faults: Sequence[Fault]) -> list[Fault]:
     return next(([f for f in faults if f.kind in kinds] for kinds in BLAME_ORDER
                  if any(f.kind in kinds for f in faults)), [])
 
 
-def first_culprit(faults) -> Fault | None:
+def first_culprit(faults: Sequence[Fault]) -> Fault | None:
     """The culprit of the earliest stage (ties: lowest node, then rank)."""
     return min(culprits(faults), key=lambda f: (STAGES.index(f.stage), f.node, f.rank), default=None)
 

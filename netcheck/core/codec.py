@@ -392,10 +392,11 @@ def _dataclass_decoder(cls: type) -> Decoder:
         body += [f"{v} = get({f.name!r}, _ABSENT)", f"if {v} is _ABSENT:", f"    {absent}",
                  f"elif not ({kept.expression.format(v=v, check=f'check{i}')}):" if kept else "else:",
                  f"    {v} = decode{i}({v}, (where, {'.' + f.name!r}))"]
-    # Positional: every field is an __init__ argument (no record has init=False), in order.
+    # Every field is an __init__ argument (no record has init=False), in order; a keyword-only one by name.
+    arguments = ", ".join(f"{f.name}=v{i}" if f.kw_only else f"v{i}" for i, f in enumerate(fields_))
     return _compiled("decode", ["def decode(data, where):", "if type(data) is not dict:",
                                 "    data = _expect(dict, data, where)", "get = data.get", *body,
-                                f"return cls({', '.join(f'v{i}' for i in range(len(fields_)))})"],
+                                f"return cls({arguments})"],
                      scope, f"<decoder of {cls.__qualname__}>")
 
 

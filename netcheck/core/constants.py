@@ -66,13 +66,9 @@ LOCAL_TIMEOUT = 20.0         # the whole look, torch's import and CUDA's start i
 SLURM_CALL_TIMEOUT = 5.0     # one sinfo or scontrol after it: slurmctld answers in milliseconds, or is not there
 DRAIN_PREFIX = "netcheck:"   # a drain reason netcheck wrote starts so, and only such a drain does it lift
                              # (LBNL NHC's convention, "NHC:"): an admin's drain is never resumed
-DRAIN_REASON_CHARS = 200     # `scontrol show node` prints it whole; sinfo -R shows the first 20 by default
 
 # netcheck inspect: a running job's store, read only.
 INSPECT_TIMEOUT = 15.0       # the whole look, torch's import included (seconds of CPU on a loaded node)
-MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this
-KEEP_ALIVE_INTERVAL = 5.0    # torchrun's defaults (dynamic_rendezvous.create_handler): a node
-KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is dead to the others
 
 # Trust limits on what peers send.
 MAX_FACTS_BYTES = 1 << 20
@@ -96,8 +92,6 @@ MAX_STRANGERS = 16           # foreign visitors and rejected entries told one by
 NAMES_SHOWN = 6              # nodes a finding's summary names; the rest counted (its nodes list has all)
 
 # Thresholds.
-CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
-INSTANCE_BYTES = 8           # a node's facts carry this many random bytes, its process's own (NodeFacts.instance)
 CLOCK_PINGS = 3
 PING_RETRY = 1.0             # a clock ping unanswered this long is sent again
 SLOW_LOOKUP = 1.0            # a lookup, or a nameserver's answer, this late is slow (rdzv.resolve resolver_slow)
@@ -134,17 +128,8 @@ MESH_FLAGGED_TOLD = 32       # flagged paths the host tells its joiners (blackho
 # Environment phase (facts.envinfo / rules.env).
 HASH_MAX_BYTES = 1 << 30     # --hash reads at most this much per path, then says "incomplete"
 HASH_MAX_SECONDS = 10.0      # ... and spends at most this long per path
-# host.shm: NCCL's intra-node SHM transport allocates ~9.2 MiB per connection (the
-# "nccl-shm-recv-... (size 9637888)" segments), at least a send and a receive for each of
-# at least 2 channels per GPU; below 32 MiB per GPU it cannot even set those up (nccl#1518:
-# 4 GPUs failed in Docker's default 64 MiB, 2 GPUs passed). NCCL's troubleshooting guide
-# asks containers for --shm-size=1g; more channels and peers take more, so 128 MiB per GPU.
-SHM_FAIL_PER_GPU_BYTES = 32 << 20
-SHM_WARN_FLOOR_BYTES = 1 << 30
-SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 # --baseline: drift since a known-good report.
-BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the baseline's is drift
 # A report of MAX_NODES nodes must read back as a baseline: a node's entry and its share of the
 # findings measured 4-6 KB at scale (benchmarks/scale.py, simulated facts; under torchrun a node's
 # account is written once, NodeEntry.facts_as); a real node's interfaces and probes take more.
@@ -166,73 +151,21 @@ BW_DEFAULT_ITERS = 20        # -n, nccl-tests' default
 BW_DEFAULT_BUDGET = 6.0      # --bw-budget: seconds the timed sweeps may take together, once workers are up
                              # (6 keeps a default 3-node run near 15 s here: benchmarks/RESULTS.md)
 BW_MAX_BYTES = 1 << 40       # -b/-e above this are typos, not sizes
-# Without -e the sweep goes on past BW_DEFAULT_MAXBYTES while busbw still rises (NCCL's keeps
-# rising past 1 GB on 2-node H200 RoCE fabrics; validation guides run nccl-tests with -e 8G),
-# up to this, the budget and a share of the memory allow.
-BW_AUTO_MAXBYTES = 8 << 30
-MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
-BW_MEMORY_SHARE = 0.25       # of a node's available RAM (or a GPU's free memory) the buffers may take
 # The plateau, the headline figure: the largest BW_PLATEAU_TOP sizes measured (the message
 # sizes of a real job's gradient buckets), and the smaller sizes next to them whose busbw is
 # within BW_PLATEAU_BAND of those sizes' median; the headline is the median of them all. A
 # hump at cache-sized messages, or one lucky size, is outside the band and never the headline.
 BW_PLATEAU_TOP = 3
 BW_PLATEAU_BAND = 0.10
-BW_RISING_BAND = 0.05        # without -e the sweep goes on while busbw still rises: the last two sizes
-                             # each set a new high, the last by more than this (NCCL's rises slowly
-                             # past 1 GB on RoCE)
-# Timed iterations are split into this many batches, each timed as a whole: a size's time is
-# the median batch's (one slow moment moves one batch, not the figure), its spread the range
-# of the batches over their median.
-BW_BATCHES = 5
-# A figure whose batches, or a plateau whose sizes, spread wider than this is noisy: said
-# beside the figure, with the busy processes seen (host.busy) as the likely cause.
-BW_NOISY_SPREAD = 0.25
-# host.busy: a process outside netcheck that used this share of one CPU, on average, while
-# the node's bandwidth workers ran (a leftover job's rank, a data loader, a busy loop).
-BW_BUSY_SHARE = 0.5
-BW_BUSY_RELATIVE = 0.5       # ... or, where the node's own workers got less than a CPU, half what one got
-BW_BUSY_FLOOR = 0.1          # ... but never under this: daemons, shells and loggers tick along below it
 BW_BUSY_SHOWN = 5            # busy processes named per node (the busiest first)
 DDP_BUCKET_BYTES = 25 << 20  # --bucket-mb's default: DDP's bucket_cap_mb (25 MiB)
 BW_LATENCY_MAXBYTES = 64 << 10   # the latency figure: time per op at sizes up to this
 BW_LATENCY_STEP = 8          # without -b and -f, the sizes below it step by this (8 64 512 4K 32K 64K):
                              # each costs about the same time, so the budget goes to the plateau
-# Without -n the timed iterations of a size are bounded by time too: about this many seconds
-# of them, never fewer than BW_MIN_ITERS (enough for a stable mean) nor more than -n's default.
-BW_ITERS_SECONDS = 0.5
-BW_MIN_ITERS = 5
-# Past the latency figure's sizes, a size whose predecessor took under this much longer per op
-# than the size before it (the bytes grew by -f) is on the latency-bound ramp: its busbw is
-# about half the plateau's or less (an affine link), so it cannot be in the headline, and it
-# runs its fewest iterations; the time goes to the top sizes the headline is from.
-BW_RAMP_GROWTH = 1.25
-# The room kept for the sizes above one being planned: their likely cost times this. A busy
-# machine's 64 MiB read 30% slow against its 32 and 128 MiB, and the linear bound on 128 MiB
-# (twice 64 MiB's time) then no longer fit what was kept (benchmarks/RESULTS.md, issue 33).
-BW_RESERVE_MARGIN = 1.3
-BW_WARMUP_SECONDS = 0.2      # without -w, warm-up iterations are bounded by time too (at least one)
-BW_PAIRS_SHARE = 0.2         # of --bw-budget, the node-pair rounds' (the sweeps share the rest)
-BW_SWEEP_WALL_SHARE = 0.8    # of the time left after the control stage, the sweeps' wall clock may take
-                             # (the budget counts collective time; checks and gathers come on top)
-BW_PATTERN_MAX = 1 << 20     # check data values stay below this (sums exact in float32), so they repeat
-                             # at least every 2^20 elements and a period's values are computed once
-BW_CHECK_CHUNK = 1 << 20     # elements filled and checked at a time, so checking needs little memory
-BW_HEARTBEAT = 1.0           # a worker says it is alive this often, even while blocked in a collective
 BW_STUCK_AFTER = 10.0        # a worker silent this long is hung (stopped, or stuck holding the GIL)
 BW_CUDA_START_AFTER = 60.0   # ... or this long while it starts the CUDA driver (seconds without
                              # persistence mode, GIL held); the phase's deadline still bounds it
-BW_ABORT_POLL = 1.0          # how often a node looks for another node's abort notice in the store
-                             # (each wake-up costs the measurement: on 2 CPUs 20 Hz cost ~3% of busbw)
-BW_ABORT_GRACE = 1.0         # after an abort, workers get this long to report before they are killed
-BW_REPORT_WAIT = 5.0         # once its workers are done, a node waits this long at most for the others' reports
-BW_PG_MARGIN = 1.0           # process-group timeouts end this long before the node kills its workers
-BW_MAX_EVENT_BYTES = 1 << 20  # a worker's event line longer than this is dropped
 BW_PAIR_SLOW = 0.5           # bw.pair: a node whose best pair runs below this share of the median
-BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
-BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
-BUFFER_PATH_SHARE = 0.5      # host.buffers: a node whose TCP buffers let one connection carry less
-                             # than this share of its path (rate x the mesh's least round trip)
 BW_STARTUP_SECONDS = 8.0    # workers start, import torch and join before the first sweep
 # link.health: the link counters around the bandwidth phase (facts/linkcounters.py). A clean link
 # loses nothing: a direction's loss is its resends less the D-SACKs, never more than the segments
@@ -248,16 +181,3 @@ LINK_LOSS_MIN = 10           # ... and at least this many: a clean run's paths r
 # A peer's connections judged (lossy or clean) only where they sent this many segments: fewer
 # could not show LINK_LOSS_MIN resent at LINK_LOSS_RATE.
 LINK_JUDGED_SEGMENTS = int(LINK_LOSS_MIN / LINK_LOSS_RATE)
-LINK_REPORTED_SEGMENTS = LINK_JUDGED_SEGMENTS // 10   # a peer's connections reported from this many
-                             # segments (or any resent): the connect's and the control plane's few stay out
-LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a ring neighbour and a
-                             # pair partner or two at scale, every peer at the sizes tests run
-# bw.stage: a connection counts as unanswered once this many retransmission timeouts in a row
-# went unacknowledged (TCP's minimum RTO doubles from 0.2 s: 0.6 s of data unanswered; a
-# connect's from 1 s: 3 s). A lossy link repeats a timeout on one segment rarely; a port that
-# went dark does on every connection to it.
-UNANSWERED_TIMEOUTS = 2
-# host.conntrack: a node's connection-tracking table that holds the job's connections beside its
-# count only above this share of its limit warns (monitoring's usual line: netdata warns at 90%,
-# a burst of other connections or NCCL's sockets beside those counted fills the rest).
-CONNTRACK_WARN_SHARE = 0.9

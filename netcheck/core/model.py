@@ -3,10 +3,14 @@
 Data flows one way: facts (gathered per node, exchanged as JSON) -> findings (made by the
 rules in `netcheck.rules`) -> `Report` (rendered by `netcheck.render`). Everything here is a plain frozen
 dataclass so `codec` can write it and validate it on the way back in.
+
+Longer than 500 lines: the report and the records it is made of (facts, findings, attribution,
+verdict) are read together by every layer, and one module keeps each record's name one import away.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
@@ -360,7 +364,7 @@ class Member:
         return node_address(self.facts)
 
 
-def hostnames(members) -> dict[int, str]:
+def hostnames(members: Iterable[Member]) -> dict[int, str]:
     """rank -> hostname of the given members."""
     return {m.rank: m.facts.hostname for m in members}
 
@@ -429,7 +433,8 @@ class Impact:
     form: Annotated[str, one_of("", *LAUNCH_FORMS)] = ""
 
 
-@dataclass(frozen=True)
+# Keyword-only: four of its fields are strings side by side, which a positional call would swap unseen.
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     check: str
     severity: Severity
@@ -548,7 +553,7 @@ class Report:
 
 
 def report_of(role: str, run_id: str, node_rank: int | None, findings: tuple[Finding, ...],
-              timings: dict[str, float], **parts) -> Report:
+              timings: dict[str, float], **parts: Any) -> Report:
     """The one way a Report is made: its verdict from its findings, and what the run did not
     reach (nodes, recommendations, bandwidth...) empty unless given."""
     empty: dict[str, Any] = dict(nodes=(), recommend={}, recommend_per_node={}, env_table=(), bandwidth=None,

@@ -19,13 +19,20 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psutil
 
 from netcheck.core.bwrecords import BusyProcess
-from netcheck.core.constants import BW_BUSY_FLOOR, BW_BUSY_RELATIVE, BW_BUSY_SHARE, BW_BUSY_SHOWN
+from netcheck.core.constants import BW_BUSY_SHOWN
 from netcheck.facts.procfds import fd_targets, listed
+
+# host.busy: a process outside netcheck that used this share of one CPU, on average, while
+# the node's bandwidth workers ran (a leftover job's rank, a data loader, a busy loop).
+BW_BUSY_SHARE = 0.5
+BW_BUSY_RELATIVE = 0.5       # ... or, where the node's own workers got less than a CPU, half what one got
+BW_BUSY_FLOOR = 0.1          # ... but never under this: daemons, shells and loggers tick along below it
 
 COMMAND_CHARS = 120   # of a busy process's command line, quoted in a finding
 DEVICES = "/dev"
@@ -53,7 +60,7 @@ def cpu_snapshot() -> CpuSnapshot:
     return CpuSnapshot(time.monotonic(), cpu, ended.children_user + ended.children_system, _gpus_held(cpu))
 
 
-def _gpus_held(pids) -> dict[int, tuple[int, ...]]:
+def _gpus_held(pids: Iterable[int]) -> dict[int, tuple[int, ...]]:
     """pid -> the GPU device numbers it holds open, for the given processes; nothing is read
     on a node without GPU device files (every node netcheck runs on without a GPU)."""
     devices = {os.path.join(DEVICES, name): int(m[1]) for name in listed(DEVICES)

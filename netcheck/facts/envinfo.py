@@ -33,7 +33,8 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.envfacts import ABSENT, NO_CUDA, NOT_LOADED, EnvFacts
@@ -110,7 +111,7 @@ def torch_facts() -> dict[str, str]:
             **gpu_facts(torch)}
 
 
-def torch_build_facts(torch) -> dict[str, str]:
+def torch_build_facts(torch: ModuleType) -> dict[str, str]:
     return {"torch.version": str(torch.__version__),
             "torch.git_version": str(getattr(torch.version, "git_version", None) or "unknown"),
             "torch.cuda_build": str(torch.version.cuda or "none"),
@@ -118,7 +119,7 @@ def torch_build_facts(torch) -> dict[str, str]:
             "torch.debug": str(bool(getattr(torch.version, "debug", False))).lower()}
 
 
-def cuda_facts(torch) -> dict[str, str]:
+def cuda_facts(torch: ModuleType) -> dict[str, str]:
     """The CUDA runtime actually loaded (torch.version.cuda is what torch was built for)."""
     runtime, _ = library_version(CUDART, "cudaRuntimeGetVersion", decode_cuda_version)
     if runtime == NOT_LOADED and not torch.version.cuda:
@@ -126,7 +127,7 @@ def cuda_facts(torch) -> dict[str, str]:
     return {"cuda.runtime": runtime, "cudnn.version": cudnn_version(torch)}
 
 
-def cudnn_version(torch) -> str:
+def cudnn_version(torch: ModuleType) -> str:
     try:
         version = torch.backends.cudnn.version()
     except RuntimeError as e:   # torch raises when the loaded cuDNN does not fit its build
@@ -134,11 +135,11 @@ def cudnn_version(torch) -> str:
     return "none" if version is None else decode_cudnn_version(version)
 
 
-def nccl_facts(torch) -> dict[str, str]:
+def nccl_facts(torch: ModuleType) -> dict[str, str]:
     return {"nccl.compiled": nccl_compiled(torch), **nccl_loaded()}
 
 
-def nccl_compiled(torch) -> str:
+def nccl_compiled(torch: ModuleType) -> str:
     # A build without NCCL (CPU, macOS) has no torch._C._nccl_version, and
     # torch.cuda.nccl.version() raises AttributeError there instead of saying so.
     if not hasattr(torch._C, "_nccl_version"):
@@ -163,7 +164,7 @@ def nccl_loaded(maps: str = "/proc/self/maps") -> dict[str, str]:
     return {"nccl.loaded": version, "nccl.library": path or "none"}
 
 
-def library_version(name: re.Pattern, symbol: str, decode,
+def library_version(name: re.Pattern, symbol: str, decode: Callable[[int], str],
                     maps: str = "/proc/self/maps") -> tuple[str, str | None]:
     """Call `int symbol(int *)` in the first mapped library whose file name matches `name`."""
     path = mapped_library(name, maps)
@@ -211,7 +212,7 @@ def decode_cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}"
 
 
-def gpu_facts(torch) -> dict[str, str]:
+def gpu_facts(torch: ModuleType) -> dict[str, str]:
     """Count, name, memory and UUID of each GPU this process can see; "no CUDA" without."""
     if not torch.version.cuda and not getattr(torch.version, "hip", None):
         return {"gpu.count": NO_CUDA}

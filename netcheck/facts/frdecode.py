@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, NoReturn
 
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
@@ -43,10 +43,10 @@ class CodeInPickle(pickle.UnpicklingError):
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise CodeInPickle(f"it names the global {module[:80]}.{name[:80]}")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise CodeInPickle("a persistent id (an object only the writer's program holds)")
 
 

@@ -11,6 +11,7 @@ import hashlib
 import os
 import stat
 import time
+from collections.abc import Iterator
 
 from netcheck.core.bwtext import size_words
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
@@ -107,7 +108,7 @@ def _hash_folder(root: str, budget: _Budget) -> tuple[str, int]:
     return digest.hexdigest(), unread
 
 
-def _walk(root: str, budget: _Budget):
+def _walk(root: str, budget: _Budget) -> Iterator[tuple[str, str | None]]:
     errors: list[OSError] = []
     for top, dirs, files in os.walk(root, onerror=errors.append):
         budget.check_time()

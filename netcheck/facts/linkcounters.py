@@ -18,15 +18,26 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from netcheck.core.bwrecords import Moved, PeerSegments, StageLinks, Unanswered, summed
-from netcheck.core.constants import LINK_PEERS_KEPT, LINK_REPORTED_SEGMENTS, UNANSWERED_TIMEOUTS
+from netcheck.core.constants import LINK_JUDGED_SEGMENTS
 from netcheck.facts.procfds import listed, socket_fds
 from netcheck.facts.tcptable import RETRANSMIT_TIMER, SYN_SENT, tcp_rows
+
+LINK_REPORTED_SEGMENTS = LINK_JUDGED_SEGMENTS // 10   # a peer's connections reported from this many
+                             # segments (or any resent): the connect's and the control plane's few stay out
+LINK_PEERS_KEPT = 256        # peers a worker reports (most resent first): a ring neighbour and a
+                             # pair partner or two at scale, every peer at the sizes tests run
+# bw.stage: a connection counts as unanswered once this many retransmission timeouts in a row
+# went unacknowledged (TCP's minimum RTO doubles from 0.2 s: 0.6 s of data unanswered; a
+# connect's from 1 s: 3 s). A lossy link repeats a timeout on one segment rarely; a port that
+# went dark does on every connection to it.
+UNANSWERED_TIMEOUTS = 2
 
 # (file under /proc/net, its table, the counter): the node's TCP, namespace-wide. TCPDSACKRecvSegs
 # (Linux 5.5 on): retransmitted segments the peer said it already had (see dsack_dups below).
@@ -212,7 +223,7 @@ def worth_reporting(peers: tuple[PeerSegments, ...]) -> tuple[PeerSegments, ...]
     return tuple(kept[:LINK_PEERS_KEPT])
 
 
-def merged(peers) -> tuple[PeerSegments, ...]:
+def merged(peers: Iterable[PeerSegments]) -> tuple[PeerSegments, ...]:
     """Several workers' peers, summed by address (received: None where any of them was not read)."""
     peers = list(peers)
     sums = summed((p.address, p.segments, p.retransmitted) for p in peers)

@@ -8,7 +8,7 @@ import socket
 from typing import Mapping
 
 from netcheck import __version__
-from netcheck.core.constants import INSTANCE_BYTES, LOOKUP_TIMEOUT, MAX_FACTS_BYTES
+from netcheck.core.constants import LOOKUP_TIMEOUT, MAX_FACTS_BYTES
 from netcheck.core.fields import valid_text
 from netcheck.core.model import Launch, NodeFacts
 from netcheck.facts.bounded import call_with_timeout
@@ -19,6 +19,8 @@ from netcheck.facts.nics import read_nic_table
 from netcheck.facts.ports import read_ports
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.rdma import read_rdma
+
+INSTANCE_BYTES = 8           # a node's facts carry this many random bytes, its process's own (NodeFacts.instance)
 
 SOCKET_ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_")
 # A test hook, documented as one: a folder holding sys/ and proc/ fixture trees that the RDMA

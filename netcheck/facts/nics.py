@@ -19,7 +19,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import netifaces
 import psutil
@@ -38,6 +40,20 @@ RTF_REJECT = 0x200
 
 # Docker names the bridge of a user-defined network "br-" + the network id's first 12 hex.
 DOCKER_NETWORK_BRIDGE = re.compile(r"br-[0-9a-f]{12}")
+
+
+class AddressEntry(Protocol):
+    """One of psutil.net_if_addrs()'s entries (psutil ships no types)."""
+    family: int
+    address: str
+    netmask: str | None
+
+
+class LinkStats(Protocol):
+    """psutil.net_if_stats()'s entry for a device."""
+    flags: str
+    speed: int
+    mtu: int
 
 
 def read_nic_table(sysfs: str = "/sys", proc: str = "/proc", ib_sysfs: str | None = None) -> NicTable:
@@ -70,7 +86,7 @@ def getifaddrs_order(addrs: dict) -> list[str]:
     return ordered + [n for n in addrs if n not in ordered]
 
 
-def build_nic(name: str, entries, stats, sysfs: str) -> Nic:
+def build_nic(name: str, entries: Sequence[AddressEntry], stats: LinkStats | None, sysfs: str) -> Nic:
     """One Nic from psutil's address entries and stats (None if absent) plus sysfs."""
     net = Path(sysfs, "class/net", _device(name))
     flags = read_int(net / "flags", 16)
@@ -110,7 +126,7 @@ def link_kind(name: str, net: Path, flags: int | None) -> str:
     return "ethernet"
 
 
-def _addresses(entries) -> tuple[Address, ...]:
+def _addresses(entries: Sequence[AddressEntry]) -> tuple[Address, ...]:
     families = ((socket.AF_INET, "ipv4"), (socket.AF_INET6, "ipv6"))
     return tuple(
         Address(label, e.address.split("%", 1)[0], _prefixlen(e.netmask, family))
@@ -128,11 +144,11 @@ def _prefixlen(netmask: str | None, family: int) -> int:
     return bin(int(ipaddress.ip_address(netmask))).count("1")
 
 
-def _link_address(entries) -> str | None:
+def _link_address(entries: Sequence[AddressEntry]) -> str | None:
     return next((e.address for e in entries if e.family == psutil.AF_LINK), None) or None
 
 
-def _up_running(flags: int | None, operstate: str | None, stats) -> tuple[bool, bool]:
+def _up_running(flags: int | None, operstate: str | None, stats: LinkStats | None) -> tuple[bool, bool]:
     """IFF_UP and IFF_RUNNING as getifaddrs reports them.
 
     sysfs `flags` is dev->flags, which never holds IFF_RUNNING: the kernel adds it when
@@ -146,7 +162,7 @@ def _up_running(flags: int | None, operstate: str | None, stats) -> tuple[bool, 
     return "up" in words, "running" in words
 
 
-def _speed(net: Path, stats) -> int | None:
+def _speed(net: Path, stats: LinkStats | None) -> int | None:
     # sysfs speed fails with EINVAL on links without a speed and reads -1 (SPEED_UNKNOWN)
     # or 0 on virtual ones; psutil's ethtool ioctl reads the same value, reported as 0.
     speed = read_int(net / "speed")

@@ -122,7 +122,7 @@ def resolve_many(names: list[str], timeout: float) -> dict[str, tuple[tuple[str,
         pending.put(name)
     found: dict[str, tuple[tuple[str, ...], str | None]] = {}
 
-    def work():
+    def work() -> None:
         while True:
             try:
                 name = pending.get_nowait()
@@ -361,7 +361,7 @@ def probe_all(addresses: list[tuple[int, tuple]], timeout: float, handshake: boo
     """Probe every address at once, so two families cost one timeout, not two."""
     results: list[Probe | None] = [None] * len(addresses)
 
-    def run(i: int, family: int, sockaddr: tuple):
+    def run(i: int, family: int, sockaddr: tuple) -> None:
         results[i] = probe_address(family, sockaddr, timeout, handshake, answer_by)
 
     threads = [threading.Thread(target=run, args=(i, f, s), daemon=True)

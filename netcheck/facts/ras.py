@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Mapping
 
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import RasComm, RasRank, RasView
@@ -22,7 +23,7 @@ MAX_REPLY_BYTES = 4 << 20        # a STATUS of thousands of ranks fits; more is 
 INIT_IN_PROGRESS = 7             # ncclInProgress: init_state / async_error still pending
 
 
-def ras_address(env) -> str:
+def ras_address(env: Mapping[str, str]) -> str:
     return env.get("NCCL_RAS_ADDR") or DEFAULT_ADDRESS
 
 

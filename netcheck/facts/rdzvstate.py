@@ -17,7 +17,7 @@ import binascii
 import datetime
 import json
 import urllib.parse
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Mapping, Sized
 from typing import TypeVar
 
 from netcheck.core.constants import MAX_NODES, MAX_RANKS
@@ -77,7 +77,7 @@ def _view(state: object, run_id: str) -> RendezvousView:
         last_heartbeats=tuple(sorted(heartbeats)))
 
 
-def _field(fields, name: str) -> object:
+def _field(fields: Mapping[str, object], name: str) -> object:
     if name not in fields:
         raise ForeignValue(f"a rendezvous state without {name}")
     return fields[name]
@@ -215,7 +215,7 @@ def decode_debug_server(raw: bytes) -> tuple[str, int]:
     return _address(host), port
 
 
-def _json(raw: bytes, kind: type, what: str):
+def _json(raw: bytes, kind: type[T], what: str) -> T:
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

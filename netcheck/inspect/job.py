@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+from collections.abc import Mapping
 from functools import partial
 
 from netcheck.cluster import compat
-from netcheck.cluster.jobstore import arrived_ranks, read_job_store, read_round, rendezvous_runs
-from netcheck.core.constants import MAX_STATE_BYTES, PROBE_TIMEOUT
+from netcheck.cluster.jobstore import StoreRead, arrived_ranks, read_job_store, read_round, rendezvous_runs
+from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import JobView, RoundKeys, RunState
 from netcheck.core.model import INSPECT, Endpoint, Reach, Report, report_of
@@ -27,6 +28,8 @@ from netcheck.rules import job as job_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules.registry import impacted
 
+MAX_STATE_BYTES = 16 << 20   # a c10d rendezvous state of thousands of nodes is well below this
+
 RAS_SECONDS = 2.0   # RAS answers from this machine, or not at all
 DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that took all of --timeout
                       # (a state of MAX_NODES nodes decodes in about 0.5 s, 1 s on a busy 2-core machine)
@@ -34,7 +37,7 @@ ROUND_SECONDS = 1.0   # and a round's own keys this: a few small values (torchru
 
 
 def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
-                world_size: int | None, deadline: Deadline, env) -> Report:
+                world_size: int | None, deadline: Deadline, env: Mapping[str, str]) -> Report:
     """One look at the job's store, torchrun's state in it and NCCL's RAS, all within `deadline`
     (--timeout's, which the live look after it shares)."""
     start, timeout = time.monotonic(), deadline.remaining()
@@ -69,7 +72,7 @@ def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] 
     return report_of(INSPECT, run_id or "inspect", None, impacted(findings), {"inspect": view.seconds}, job=view)
 
 
-def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline):
+def _bounded_read(endpoint: Endpoint, run_id: str | None, deadline: Deadline) -> StoreRead:
     """The store read in a thread the deadline bounds: a store whose host accepts connections
     and never answers (a hung process) holds a request past every socket timeout torch sets."""
     seconds = deadline.remaining()
@@ -98,7 +101,7 @@ def _decoded(states: dict[str, bytes], unread: dict[str, str], deadline: Deadlin
     return sorted(runs, key=lambda r: r.run_id)
 
 
-def _rounds(endpoint: Endpoint, runs: tuple[RunState, ...], keys, now: str,
+def _rounds(endpoint: Endpoint, runs: tuple[RunState, ...], keys: tuple[str, ...] | None, now: str,
             deadline: Deadline) -> tuple[RoundKeys, ...]:
     """Each completed round's agents as its keys show them (whom torchrun has removed since, or
     removes now); where the store stops answering now, the round says why and the state stands."""

@@ -19,10 +19,11 @@ each rank's time; where the environments differ; the export lines, with a copy b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined, Template
 
 from netcheck import __version__
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Sweep
@@ -108,7 +109,7 @@ def render_html(report: Report) -> str:
 
 
 @lru_cache(maxsize=1)
-def _template():
+def _template() -> Template:
     env = Environment(loader=PackageLoader("netcheck.render", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("report.html.j2")
@@ -128,7 +129,7 @@ def check_groups(report: Report) -> list[CheckGroup]:
     return sorted(groups, key=lambda g: WORST_FIRST[g.severity])
 
 
-def _names(report: Report):
+def _names(report: Report) -> Callable[[int], str]:
     hostnames = {n.rank: n.hostname for n in report.nodes}
     return lambda rank: f"{rank} ({hostnames[rank]})" if rank in hostnames else str(rank)
 

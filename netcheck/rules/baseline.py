@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from netcheck.core.bwrecords import BandwidthResult, avg_busbw
 from netcheck.core.bwtext import rate_text
-from netcheck.core.constants import BASELINE_BW_DROP
 from netcheck.core.model import PASS, WARN, Finding, NodeEntry, NodeFacts, Report, with_facts
 from netcheck.rules.pernode import per_node
 from netcheck.rules.registry import BASELINE_DRIFT
+
+BASELINE_BW_DROP = 0.2       # a sweep's average busbw this much below the baseline's is drift
 
 
 def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[str, str],
@@ -35,12 +36,13 @@ def drift_findings(old: Report, nodes: tuple[NodeEntry, ...], recommend: dict[st
         changes += [f"recommended {text}" for text in _dict_changes(old.recommend, recommend)]
     changes += _bandwidth_drops(old.bandwidth, bandwidth)
     if not changes:
-        return [Finding(BASELINE_DRIFT, PASS, tuple(n.rank for n in nodes),
-                        f"nothing drifted since the baseline (run {old.run_id!r})")]
+        return [Finding(check=BASELINE_DRIFT, severity=PASS, nodes=tuple(n.rank for n in nodes),
+                        summary=f"nothing drifted since the baseline (run {old.run_id!r})")]
     ranks = tuple(sorted({r for r, _ in drifted if r >= 0}))
-    return [Finding(BASELINE_DRIFT, WARN, ranks, f"{len(changes)} change(s) since the baseline "
-                    f"(run {old.run_id!r})", tuple(changes),
-                    "if the change was not intended, undo it; if it was, rerun and keep this "
+    return [Finding(check=BASELINE_DRIFT, severity=WARN, nodes=ranks,
+                    summary=f"{len(changes)} change(s) since the baseline "
+                    f"(run {old.run_id!r})", evidence=tuple(changes),
+                    fix="if the change was not intended, undo it; if it was, rerun and keep this "
                     "report as the new baseline")]
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from netcheck.core.bwtext import size_words, time_text
-from netcheck.core.constants import BUFFER_PATH_SHARE
 from netcheck.core.meshrecords import Attempt
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, NodeFacts, SocketBuffers, TcpMem, hostnames
 from netcheck.rules.bw import measured_short
@@ -44,6 +43,9 @@ from netcheck.rules.registry import (
     HOST_BUFFERS,
 )
 
+BUFFER_PATH_SHARE = 0.5      # host.buffers: a node whose TCP buffers let one connection carry less
+                             # than this share of its path (rate x the mesh's least round trip)
+
 IN_FLIGHT_SHARE = 0.5     # of a buffer, what carries data (tcp_adv_win_scale's half; each packet's sk_buff)
 UNSCALED_WINDOW = 65535   # TCP's window field: the most in flight where either end does not scale it
 # The kernel's defaults (Documentation/networking/ip-sysctl.rst): a fix never asks for less.
@@ -52,7 +54,7 @@ KERNEL_WMEM = TcpMem(4096, 16384, 4194304)
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Bound:
     """One setting of a node that bounds what each of its connections has in flight."""
 
@@ -156,12 +158,14 @@ def bounds(facts: NodeFacts, buffers: SocketBuffers, nccl: bool) -> tuple[Bound,
     else:
         found.append(_tuned("tcp_rmem", buffers.rmem, KERNEL_RMEM))
         if not buffers.moderate_rcvbuf:
-            found.append(Bound(int(IN_FLIGHT_SHARE * buffers.rmem.default), BUFFERS_SHORT,
-                               f"tcp_rmem default {buffers.rmem.default} with tcp_moderate_rcvbuf 0 (not tuned up)",
-                               "`sysctl -w net.ipv4.tcp_moderate_rcvbuf=1`"))
+            found.append(Bound(in_flight=int(IN_FLIGHT_SHARE * buffers.rmem.default), kind=BUFFERS_SHORT,
+                               setting=f"tcp_rmem default {buffers.rmem.default} with tcp_moderate_rcvbuf 0 "
+                               "(not tuned up)",
+                               fix="`sysctl -w net.ipv4.tcp_moderate_rcvbuf=1`"))
     if not buffers.window_scaling:
-        found.append(Bound(UNSCALED_WINDOW, BUFFERS_UNSCALED, "tcp_window_scaling 0 (a window of 64 KiB at most)",
-                           "`sysctl -w net.ipv4.tcp_window_scaling=1`"))
+        found.append(Bound(in_flight=UNSCALED_WINDOW, kind=BUFFERS_UNSCALED,
+                           setting="tcp_window_scaling 0 (a window of 64 KiB at most)",
+                           fix="`sysctl -w net.ipv4.tcp_window_scaling=1`"))
     return tuple(found)
 
 
@@ -169,8 +173,8 @@ def _tuned(name: str, mem: TcpMem, kernel: TcpMem) -> Bound:
     """The buffer the kernel's autotuning grows up to mem.max; its fix keeps the node's least and
     first sizes where they are the kernel's or more."""
     low, first = max(mem.min, kernel.min), max(mem.default, kernel.default)
-    return Bound(int(IN_FLIGHT_SHARE * mem.max), BUFFERS_SHORT, f"{name} max {mem.max}",
-                 f"`sysctl -w net.ipv4.{name}=\"{low} {first} {{buffer}}\"`", kernel.max)
+    return Bound(in_flight=int(IN_FLIGHT_SHARE * mem.max), kind=BUFFERS_SHORT, setting=f"{name} max {mem.max}",
+                 fix=f"`sysctl -w net.ipv4.{name}=\"{low} {first} {{buffer}}\"`", floor=kernel.max)
 
 
 def _asked(env: dict[str, str], variable: str, cap: int | None, cap_name: str, kernel: TcpMem) -> Bound | None:
@@ -183,9 +187,9 @@ def _asked(env: dict[str, str], variable: str, cap: int | None, cap_name: str, k
         return None
     given = min(asked, cap) if cap is not None else asked
     capped = f" under net.core.{cap_name} {cap}" if cap is not None and cap < asked else ""
-    return Bound(given, BUFFERS_SOCKOPT, f"{variable}={asked}{capped} (not tuned by the kernel)",
-                 f"unset {variable} (the kernel then tunes the buffer), or set it and `sysctl -w "
-                 f"net.core.{cap_name}={{buffer}}` to {{buffer}} or more", kernel.max, 1.0)
+    return Bound(in_flight=given, kind=BUFFERS_SOCKOPT, setting=f"{variable}={asked}{capped} (not tuned by the kernel)",
+                 fix=f"unset {variable} (the kernel then tunes the buffer), or set it and `sysctl -w "
+                 f"net.core.{cap_name}={{buffer}}` to {{buffer}} or more", floor=kernel.max, share=1.0)
 
 
 def _paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
@@ -235,9 +239,10 @@ def _short_finding(group: list[Judged], kind: str, why: str, names: dict[int, st
     for j in group:
         fixes.setdefault(", ".join(_fix(b, j) for b in j.short), []).extend(j.ranks)
     fix = "; ".join(f"on {node_names(rs, names)}: {lines}" for lines, rs in fixes.items())
-    return Finding(HOST_BUFFERS, FAIL if why else WARN, ranks, summary, tuple(_evidence(j) for j in group),
-                   fix + "; and in /etc/sysctl.d to keep it (the job's sockets meet the setting when they open)",
-                   kind)
+    return Finding(check=HOST_BUFFERS, severity=FAIL if why else WARN, nodes=ranks, summary=summary,
+                   evidence=tuple(_evidence(j) for j in group),
+                   fix=fix + "; and in /etc/sysctl.d to keep it (the job's sockets meet the setting when they open)",
+                   kind=kind)
 
 
 def _fix(b: Bound, j: Judged) -> str:
@@ -274,12 +279,12 @@ def _pass(every: list[Judged], names: dict[int, str]) -> Finding:
     by_settings: dict[str, list[int]] = {}
     for j in every:
         by_settings.setdefault(_settings(j.buffers), []).extend(j.ranks)
-    return Finding(HOST_BUFFERS, PASS, ranks,
-                   f"one connection's TCP buffers hold the bandwidth-delay product of every path judged: the widest "
-                   f"needs {size_words(int(widest.worst.need))} ({widest.hostname} <-> {widest.worst.peer}: "
+    return Finding(check=HOST_BUFFERS, severity=PASS, nodes=ranks,
+                   summary=f"one connection's TCP buffers hold the bandwidth-delay product of every path judged: the "
+                   f"widest needs {size_words(int(widest.worst.need))} ({widest.hostname} <-> {widest.worst.peer}: "
                    f"{widest.worst.rated} x {time_text(widest.worst.rtt * 1e6)}), the least a node's connection "
                    f"holds in flight is {size_words(least.carries)} ({least.hostname})",
-                   tuple(f"{node_names(rs, names)}: {text}" for text, rs in by_settings.items()))
+                   evidence=tuple(f"{node_names(rs, names)}: {text}" for text, rs in by_settings.items()))
 
 
 def _share(ratio: float) -> str:

@@ -11,6 +11,10 @@
     link.health   the link counters around the phase (rules/link.py)
 
 Rules never print and never touch the network.
+
+Longer than 500 lines: six checks judge one BandwidthResult through the same readings (node names,
+the culprits, the paths the mesh flagged, the headline sweep); link.health, which reads only the
+link counters, is rules/link.py's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from netcheck.core.bwrecords import (
     unanswered_directions,
 )
 from netcheck.core.bwtext import plateau_text, rate_text, size_words, sizes_text, step_text, time_text
-from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_LINE_RATE_WARN, BW_PAIR_SLOW, BW_STRAGGLER_RATIO
+from netcheck.core.constants import BW_LATENCY_MAXBYTES, BW_PAIR_SLOW
 from netcheck.core.meshrecords import FlaggedPaths
 from netcheck.core.model import FAIL, GLOO, NCCL_RDMA, NCCL_SOCKET, PASS, STOPS, WARN, Finding
 from netcheck.rules import run as run_rules
@@ -56,6 +60,9 @@ from netcheck.rules.registry import (
     HOST_BUSY,
     impact_of,
 )
+
+BW_STRAGGLER_RATIO = 1.5     # bw.straggler: a rank this many times slower than the median
+BW_LINE_RATE_WARN = 0.25     # bw.busbw: busbw below this share of the slowest used NIC's line rate
 
 SHOWN_PATHS = 4    # flagged paths named in a one-line summary (the mesh.connect finding has them all)
 # gloo's words for a connection ended from its peer's address (tcp/pair.cc): "Connection closed by
@@ -168,8 +175,8 @@ def flagged_skip(flagged: FlaggedPaths, names: dict[int, str]) -> Finding | None
 def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, ...] = ()) -> list[Finding]:
     if result.failed_stage is None:
         world = result.nnodes * result.nproc_per_node
-        return [Finding(BW_STAGE, PASS, tuple(range(result.nnodes)),
-                        f"every stage ran on {world} ranks ({result.nnodes} nodes x "
+        return [Finding(check=BW_STAGE, severity=PASS, nodes=tuple(range(result.nnodes)),
+                        summary=f"every stage ran on {world} ranks ({result.nnodes} nodes x "
                         f"{result.nproc_per_node}); backend {result.backend}: {result.backend_reason}")]
     blamed, first = culprits(result.faults), first_culprit(result.faults)
     assert first is not None, "failed_stage is its first culprit's stage (bandwidth.faults.root_cause)"
@@ -188,16 +195,17 @@ def stage_findings(result: BandwidthResult, names: _Names, flagged: tuple[str, .
     if cut is not None:
         a, b = sorted(cut)
         pair = f"{result.node_name(a)} and {result.node_name(b)}"
-        return [Finding(BW_STAGE, FAIL, (a, b), f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
+        return [Finding(check=BW_STAGE, severity=FAIL, nodes=(a, b),
+                        summary=f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
                         f"the connection between {pair} was cut mid-transfer (closed or reset from "
                         f"{result.node_name(cut[1])}'s address while its workers ran): a path that cuts long flows",
-                        evidence,
-                        f"look at what sits between {pair}: a firewall, NAT or load balancer with a limit on a "
+                        evidence=evidence,
+                        fix=f"look at what sits between {pair}: a firewall, NAT or load balancer with a limit on a "
                         "connection's bytes, age or idle time, or a full conntrack table; the mesh's short "
                         "connections pass it, a job's long ones do not", kind=BW_CUT_FLOW)]
-    return [Finding(BW_STAGE, FAIL, tuple(sorted({f.node for f in blamed})),
-                    f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
-                    f"{names.rank(first)} {_what(first)}", evidence, _fix(first, flagged))]
+    return [Finding(check=BW_STAGE, severity=FAIL, nodes=tuple(sorted({f.node for f in blamed})),
+                    summary=f"bandwidth stopped in the {STAGE_NAMES[result.failed_stage]} stage: "
+                    f"{names.rank(first)} {_what(first)}", evidence=evidence, fix=_fix(first, flagged))]
 
 
 # A sweep's culprits whose errors name no one: a worker's failed connect or collective, a timeout
@@ -258,7 +266,8 @@ def _unanswered_finding(result: BandwidthResult, stage: str, node: int, evidence
     fix = (f"something on {name} changed after the mesh passed: a firewall rule (iptables -S, nft list ruleset: "
            "a security agent or a configuration push), its link or its routes; the job's connections to it "
            "would hang the same way. Fix it, or exclude the node")
-    return Finding(BW_STAGE, FAIL, (node,), summary, lines + evidence, fix, kind=BW_UNANSWERED)
+    return Finding(check=BW_STAGE, severity=FAIL, nodes=(node,), summary=summary, evidence=lines + evidence, fix=fix,
+                   kind=BW_UNANSWERED)
 
 
 def _unanswered_text(u: Unanswered | None) -> str:
@@ -353,16 +362,16 @@ def wrong_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
         return []
     bad = [(s, r) for s, r, wrong in checked if wrong]
     if not bad:
-        return [Finding(BW_WRONG, PASS, tuple(range(result.nnodes)),
-                        f"0 wrong elements in {len(checked)} checked results")]
+        return [Finding(check=BW_WRONG, severity=PASS, nodes=tuple(range(result.nnodes)),
+                        summary=f"0 wrong elements in {len(checked)} checked results")]
     nproc = result.nproc_per_node
     nodes = tuple(sorted({rank // nproc for _, r in bad for rank in r.wrong_ranks}))
     evidence = tuple(f"{s.op} {s.stage} {r.size} B: {r.wrong} wrong on rank(s) "
                      f"{', '.join(str(k) for k in r.wrong_ranks)}" for s, r in bad)
-    return [Finding(BW_WRONG, FAIL, nodes,
-                    f"{sum(wrong for _, _, wrong in checked)} corrupted elements received on "
-                    f"{', '.join(names.node(n) for n in nodes)}", evidence,
-                    "data changed in transit or on the device: check GPU memory errors (nvidia-smi "
+    return [Finding(check=BW_WRONG, severity=FAIL, nodes=nodes,
+                    summary=f"{sum(wrong for _, _, wrong in checked)} corrupted elements received on "
+                    f"{', '.join(names.node(n) for n in nodes)}", evidence=evidence,
+                    fix="data changed in transit or on the device: check GPU memory errors (nvidia-smi "
                     "-q -d ECC, dcgmi diag), NIC firmware and cabling, then rerun with -c 1")]
 
 
@@ -384,9 +393,9 @@ def busbw_findings(result: BandwidthResult, names: _Names, line_rate_gbps: dict[
     findings += [line] if line else []
     if not any(f.severity != PASS for f in findings):
         best = max(heads, key=lambda h: h.plateau_busbw)
-        findings = [Finding(BW_BUSBW, PASS, tuple(range(result.nnodes)),
-                            _headline_text(best, result.backend) + _trust(best, result, names, troubled),
-                            _cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
+        findings = [Finding(check=BW_BUSBW, severity=PASS, nodes=tuple(range(result.nnodes)),
+                            summary=_headline_text(best, result.backend) + _trust(best, result, names, troubled),
+                            evidence=_cut_short(result, best) + tuple(f.summary for f in findings) + _figures(result))]
     return findings
 
 
@@ -394,9 +403,10 @@ def _unfinished(result: BandwidthResult, heads: list[Headline]) -> Finding:
     """A sweep that a fault stopped measured its small sizes only: what it reached is no
     plateau, and no figure passes from it (a 16 KB/s "plateau" at 64 bytes once did)."""
     sweep = _sweep_of(result, heads[0])
-    return Finding(BW_BUSBW, WARN, (), f"no plateau to judge: the sweep across all ranks stopped at "
-                   f"{size_words(max(r.size for r in sweep.rows))} (bw.stage says why)", _largest_rows(sweep),
-                   "mend what bw.stage names and run again: the busbw a job gets is measured at its large sizes")
+    return Finding(check=BW_BUSBW, severity=WARN, nodes=(),
+                   summary=f"no plateau to judge: the sweep across all ranks stopped at "
+                   f"{size_words(max(r.size for r in sweep.rows))} (bw.stage says why)", evidence=_largest_rows(sweep),
+                   fix="mend what bw.stage names and run again: the busbw a job gets is measured at its large sizes")
 
 
 def _trust(h: Headline, result: BandwidthResult, names: _Names, troubled: list[int] | None) -> str:
@@ -456,10 +466,11 @@ def _expect_finding(result: BandwidthResult, h: Headline, expect: float) -> Find
     summary = (f"{h.op} busbw plateau over {h.ranks} ranks: {plateau_text(h)}; "
                f"{100 * h.plateau_busbw / expect:.0f}% of --expect-busbw {expect:g} GB/s")
     if h.plateau_busbw >= expect:
-        return Finding(BW_BUSBW, PASS, tuple(range(result.nnodes)), summary)
-    return Finding(BW_BUSBW, FAIL, (), summary, _largest_rows(_sweep_of(result, h)) + _cut_short(result, h)
+        return Finding(check=BW_BUSBW, severity=PASS, nodes=tuple(range(result.nnodes)), summary=summary)
+    return Finding(check=BW_BUSBW, severity=FAIL, nodes=(), summary=summary,
+                   evidence=_largest_rows(_sweep_of(result, h)) + _cut_short(result, h)
                    + _figures(result),
-                   "a figure of the whole cluster: find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME "
+                   fix="a figure of the whole cluster: find the slow link (bw.pair, nic.speed, the NCCL_SOCKET_IFNAME "
                    "in use) or the busy node (host.busy) before blaming the job; lower --expect-busbw only if the "
                    "hardware cannot do more")
 
@@ -481,12 +492,13 @@ def _line_rate_finding(result: BandwidthResult, names: _Names,
                f"{100 * efficiency:.0f}% of the slowest NIC's line rate ({names.node(slowest)}: "
                f"{known[slowest]:g} Gb/s = {rate_text(line)})")
     if efficiency >= BW_LINE_RATE_WARN:
-        return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary)
+        return Finding(check=BW_BUSBW, severity=PASS, nodes=tuple(sorted(known)), summary=summary)
     if result.backend != "nccl":
         # gloo on CPUs is bound by the CPUs far below any NIC's rate: a number, not a warning.
-        return Finding(BW_BUSBW, PASS, tuple(sorted(known)), summary + " (gloo: far below NCCL's)")
-    return Finding(BW_BUSBW, WARN, (), summary, _largest_rows(sweep),
-                   "traffic may take a slower interface than the one rated (check NCCL_SOCKET_IFNAME "
+        return Finding(check=BW_BUSBW, severity=PASS, nodes=tuple(sorted(known)),
+                       summary=summary + " (gloo: far below NCCL's)")
+    return Finding(check=BW_BUSBW, severity=WARN, nodes=(), summary=summary, evidence=_largest_rows(sweep),
+                   fix="traffic may take a slower interface than the one rated (check NCCL_SOCKET_IFNAME "
                    "against nic.route), or the link negotiated down: compare ethtool on both ends")
 
 
@@ -516,8 +528,9 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
                      for p in result.pairs)
     everyone = tuple(range(result.nnodes))
     if result.nnodes < 3:
-        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pair measured; with two "
-                        "nodes a slow node cannot be told from its peer", evidence)]
+        return [Finding(check=BW_PAIR, severity=PASS, nodes=everyone,
+                        summary=f"{len(result.pairs)} node pair measured; with two "
+                        "nodes a slow node cannot be told from its peer", evidence=evidence)]
     best = best_pairs(result)
     median = statistics.median(best.values())
     slow = tuple(n for n, b in sorted(best.items()) if b < BW_PAIR_SLOW * median)
@@ -531,30 +544,35 @@ def pair_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
         # times are latency; a node slow there is not slow in bandwidth. A slow link's sweep
         # reaches its large sizes, and its pairs, however small, are paced by the link.
         behind = "; ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in slow)
-        return [Finding(BW_PAIR, WARN, everyone, f"{len(result.pairs)} node pairs measured at {size_words(size)} only, "
+        return [Finding(check=BW_PAIR, severity=WARN, nodes=everyone,
+                        summary=f"{len(result.pairs)} node pairs measured at {size_words(size)} only, "
                         f"sized from a sweep that stopped at {size_words(swept)} (the budget left no more): a size "
                         "that times latency, not bandwidth; no node is judged slow from them",
-                        evidence + ((f"slowest at that size: {behind}",) if behind else ()),
-                        "give the sweep more time (--bw-budget) once what slowed it is fixed (link.health, "
+                        evidence=evidence + ((f"slowest at that size: {behind}",) if behind else ()),
+                        fix="give the sweep more time (--bw-budget) once what slowed it is fixed (link.health, "
                         "host.busy name a lossy link or a busy CPU)", kind=BW_PAIR_TOO_SMALL)]
     if not slow:
         pairs_median = statistics.median(p.busbw for p in result.pairs)
-        return [Finding(BW_PAIR, PASS, everyone, f"{len(result.pairs)} node pairs, median {rate_text(pairs_median)}; "
+        return [Finding(check=BW_PAIR, severity=PASS, nodes=everyone,
+                        summary=f"{len(result.pairs)} node pairs, median {rate_text(pairs_median)}; "
                         f"every node's best pair within {100 * BW_PAIR_SLOW:.0f}% of the median node's best "
-                        f"({rate_text(median)})", evidence)]
+                        f"({rate_text(median)})", evidence=evidence)]
     findings = []
     if sure:
         detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in sure)
-        findings.append(Finding(BW_PAIR, FAIL, sure, f"{detail}; the median node's best pair reaches "
-                                f"{rate_text(median)}", evidence, "every collective runs at the slowest node's pace: "
+        findings.append(Finding(check=BW_PAIR, severity=FAIL, nodes=sure,
+                                summary=f"{detail}; the median node's best pair reaches "
+                                f"{rate_text(median)}", evidence=evidence,
+                                fix="every collective runs at the slowest node's pace: "
                                 "check that node's link speed and errors (ethtool -S), its cabling and switch port, "
                                 "and the interface its traffic takes (nic.route); or exclude it"))
     if doubtful := tuple(n for n in slow if n not in sure):
         detail = ", ".join(f"{names.node(n)} at best {rate_text(best[n])}" for n in doubtful)
-        findings.append(Finding(BW_PAIR, WARN, doubtful, f"{detail}, below half the median node's best pair "
+        findings.append(Finding(check=BW_PAIR, severity=WARN, nodes=doubtful,
+                                summary=f"{detail}, below half the median node's best pair "
                                 f"({rate_text(median)}), while this run's own figures moved {noise:.0%} as they were "
-                                "measured: slow, but not beyond what the measurement's noise spans", evidence,
-                                "measure again once the machines are quiet (host.busy and bw.busbw say what moved "
+                                "measured: slow, but not beyond what the measurement's noise spans", evidence=evidence,
+                                fix="measure again once the machines are quiet (host.busy and bw.busbw say what moved "
                                 "the figures); a node slow again is slow", kind=BW_PAIR_NOISY))
     return findings
 
@@ -573,7 +591,8 @@ def straggler_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     findings += [f for s in result.sweeps if s.stage == "intra" for f in _slow_intra(s, names)]
     if findings or not any(s.rank_times for s in result.sweeps):
         return findings
-    return [Finding(BW_STRAGGLER, PASS, tuple(range(result.nnodes)), "no rank or node ran more than "
+    return [Finding(check=BW_STRAGGLER, severity=PASS, nodes=tuple(range(result.nnodes)),
+                    summary="no rank or node ran more than "
                     f"{BW_STRAGGLER_RATIO:g}x slower than the median")]
 
 
@@ -584,12 +603,12 @@ def _slow_ranks(sweep: Sweep, names: _Names) -> list[Finding]:
     slow = [t for t in sweep.rank_times if t.time_us > BW_STRAGGLER_RATIO * median]
     if not slow:
         return []
-    return [Finding(BW_STRAGGLER, WARN, tuple(sorted({t.node for t in slow})),
-                    f"{len(slow)} rank(s) took over {BW_STRAGGLER_RATIO:g}x the median time in "
+    return [Finding(check=BW_STRAGGLER, severity=WARN, nodes=tuple(sorted({t.node for t in slow})),
+                    summary=f"{len(slow)} rank(s) took over {BW_STRAGGLER_RATIO:g}x the median time in "
                     f"{sweep.op} at {sweep.rows[-1].size} B",
-                    tuple(f"rank {t.rank} ({names.node(t.node)}): {t.time_us:.1f} us, median "
-                          f"{median:.1f} us" for t in slow),
-                    "a slow rank holds every collective back: check its CPU/GPU load, clocks "
+                    evidence=tuple(f"rank {t.rank} ({names.node(t.node)}): {t.time_us:.1f} us, median "
+                                   f"{median:.1f} us" for t in slow),
+                    fix="a slow rank holds every collective back: check its CPU/GPU load, clocks "
                     "and NUMA placement")]
 
 
@@ -600,11 +619,12 @@ def _slow_intra(sweep: Sweep, names: _Names) -> list[Finding]:
     slow = {int(n): b for n, b in sweep.node_busbw.items() if b < BW_PAIR_SLOW * median}
     if not slow:
         return []
-    return [Finding(BW_STRAGGLER, WARN, tuple(sorted(slow)),
-                    f"intra-node {sweep.op} busbw on {', '.join(names.node(n) for n in sorted(slow))} "
+    return [Finding(check=BW_STRAGGLER, severity=WARN, nodes=tuple(sorted(slow)),
+                    summary=f"intra-node {sweep.op} busbw on {', '.join(names.node(n) for n in sorted(slow))} "
                     f"is below {100 * BW_PAIR_SLOW:.0f}% of the median node ({rate_text(median)})",
-                    tuple(f"{names.node(int(n))}: {rate_text(b)}" for n, b in sorted(sweep.node_busbw.items())),
-                    "inside that node the ranks talk slowly: check GPU topology (nvidia-smi topo -m), "
+                    evidence=tuple(f"{names.node(int(n))}: {rate_text(b)}"
+                                   for n, b in sorted(sweep.node_busbw.items())),
+                    fix="inside that node the ranks talk slowly: check GPU topology (nvidia-smi topo -m), "
                     "PCIe/NVLink state, /dev/shm size and CPU load")]
 
 
@@ -621,13 +641,13 @@ def busy_findings(result: BandwidthResult, names: _Names) -> list[Finding]:
     by_host: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for node, procs in sorted(by_node.items()):
         by_host.setdefault((result.hostname(node), tuple(_busy_text(p) for p in procs)), []).append(node)
-    return [Finding(HOST_BUSY, WARN, tuple(nodes), f"{host}: {lines[0]}"
+    return [Finding(check=HOST_BUSY, severity=WARN, nodes=tuple(nodes), summary=f"{host}: {lines[0]}"
                     + (f" and {len(lines) - 1} more process(es)" if len(lines) > 1 else "")
                     + f"; {'they' if len(lines) > 1 else 'it'} {_what_they_used(by_node[nodes[0]])} while bandwidth "
                     "was measured: the figures are affected",
-                    lines,
-                    "stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the node: "
-                    "every collective waits for that node's slowest rank", )
+                    evidence=lines,
+                    fix="stop it if it is a leftover of an earlier job (kill the pid), or move it, or exclude the "
+                    "node: every collective waits for that node's slowest rank")
             for (host, lines), nodes in by_host.items()]
 
 

@@ -28,7 +28,6 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from netcheck.core.constants import CONNTRACK_WARN_SHARE
 from netcheck.core.fields import MAX_ITEMS
 from netcheck.core.meshrecords import FILTERED, Attempt, FullTable
 from netcheck.core.model import (
@@ -50,6 +49,11 @@ from netcheck.rules.pernode import name_of, node_names, per_pair, ranks_note
 from netcheck.rules.ports import nccl_sockets
 from netcheck.rules.rdma import used_ports
 from netcheck.rules.registry import CONNTRACK_FULL, CONNTRACK_NEARLY_FULL, CONNTRACK_NO_ROOM, HOST_CONNTRACK
+
+# host.conntrack: a node's connection-tracking table that holds the job's connections beside its
+# count only above this share of its limit warns (monitoring's usual line: netdata warns at 90%,
+# a burst of other connections or NCCL's sockets beside those counted fills the rest).
+CONNTRACK_WARN_SHARE = 0.9
 
 EMPTY = ConntrackTable(0, 0)
 READ_AFTER_MESH = "after the mesh's"                      # when the second reading was taken
@@ -149,30 +153,33 @@ def table_findings(members: tuple[Member, ...], after: Mapping[int, ConntrackTab
         first = full[0]
         said = f"; {len(failed)} of netcheck's own connects there went unanswered so" if failed else ""
         findings.append(Finding(
-            HOST_CONNTRACK, FAIL, at, f"the connection-tracking table of {node_names(at, names)} {_fullness(first)}: "
+            check=HOST_CONNTRACK, severity=FAIL, nodes=at,
+            summary=f"the connection-tracking table of {node_names(at, names)} {_fullness(first)}: "
             "the kernel drops every new connection into and out of it unanswered, as a firewall's DROP looks from "
             f"its peers; the job's store, gloo and NCCL connections there fail or hang ({job}){said}",
-            tuple(_line(j, names, read) for j in full) + failed, _fix(full, members), CONNTRACK_FULL))
+            evidence=tuple(_line(j, names, read) for j in full) + failed, fix=_fix(full, members), kind=CONNTRACK_FULL))
     if short := [j for j in every if j.short]:
         at, first = tuple(r for j in short for r in j.ranks), short[0]
         findings.append(Finding(
-            HOST_CONNTRACK, FAIL, at, f"the connection-tracking table of {node_names(at, names)} has room for "
+            check=HOST_CONNTRACK, severity=FAIL, nodes=at,
+            summary=f"the connection-tracking table of {node_names(at, names)} has room for "
             f"{first.limit - first.count} more entries ({first.count} of {first.limit}), fewer than the job's "
             f"connections take there (at least {first.need}; {job}): the kernel drops those past its room unanswered, "
-            "and they fail or hang until older entries expire", tuple(_line(j, names, read) for j in short),
-            _fix(short, members), CONNTRACK_NO_ROOM))
+            "and they fail or hang until older entries expire", evidence=tuple(_line(j, names, read) for j in short),
+            fix=_fix(short, members), kind=CONNTRACK_NO_ROOM))
     if tight := [j for j in every if j.tight]:
         at, first = tuple(r for j in tight for r in j.ranks), tight[0]
         findings.append(Finding(
-            HOST_CONNTRACK, WARN, at, f"the connection-tracking table of {node_names(at, names)} holds the job's "
+            check=HOST_CONNTRACK, severity=WARN, nodes=at,
+            summary=f"the connection-tracking table of {node_names(at, names)} holds the job's "
             f"connections (at least {first.need} entries beside {first.count} of {first.limit}; {job}) only within "
             f"{CONNTRACK_WARN_SHARE:.0%} of its limit: a burst of other connections, or NCCL's sockets beside the "
             "ones counted, fills it, and new connections are then dropped unanswered",
-            tuple(_line(j, names, read) for j in tight), _fix(tight, members), CONNTRACK_NEARLY_FULL))
+            evidence=tuple(_line(j, names, read) for j in tight), fix=_fix(tight, members), kind=CONNTRACK_NEARLY_FULL))
     if not findings:
-        findings.append(Finding(HOST_CONNTRACK, PASS, tuple(r for j in every for r in j.ranks),
-                                f"the connection-tracking tables hold the job's connections ({job})",
-                                tuple(_line(j, names, read) for j in every)))
+        findings.append(Finding(check=HOST_CONNTRACK, severity=PASS, nodes=tuple(r for j in every for r in j.ranks),
+                                summary=f"the connection-tracking tables hold the job's connections ({job})",
+                                evidence=tuple(_line(j, names, read) for j in every)))
     return findings
 
 
@@ -212,12 +219,13 @@ def told_findings(names: dict[int, str], full: tuple[FullTable, ...], attempts: 
                      + (f", {f.dropped} packet(s) dropped for want of an entry during netcheck's run" if f.dropped
                         else "") for f in full) + failed
     how = "is full" if first.count >= first.limit else "filled during netcheck's run"
-    return [Finding(HOST_CONNTRACK, FAIL, at, f"the connection-tracking table of {node_names(at, names)} {how} "
+    return [Finding(check=HOST_CONNTRACK, severity=FAIL, nodes=at,
+                    summary=f"the connection-tracking table of {node_names(at, names)} {how} "
                     f"({first.count} of {first.limit} entries, the host's word): the kernel drops every new "
                     "connection into and out of it unanswered, as a firewall's DROP looks from its peers; "
-                    f"{len(failed)} of this node's connects went unanswered so", evidence,
-                    _fix_text(node_names(at, names), first.count, first.limit, 0,
-                              subnet_of(facts) if facts else "SUBNET"), CONNTRACK_FULL)]
+                    f"{len(failed)} of this node's connects went unanswered so", evidence=evidence,
+                    fix=_fix_text(node_names(at, names), first.count, first.limit, 0,
+                                  subnet_of(facts) if facts else "SUBNET"), kind=CONNTRACK_FULL)]
 
 
 def failed_lines(names: dict[int, str], full: set[int], attempts: tuple[Attempt, ...]) -> tuple[str, ...]:

@@ -71,15 +71,17 @@ def endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: Nod
     nothing = f"and nothing listens on port {endpoint.port} here"
     mine = [a for a in addresses if a in own and not is_loopback(a)]
     if not mine:
-        return [Finding(LAUNCH_ENDPOINT, FAIL, nodes, f"{shown}: loopback, while {launch.nnodes_max} nodes "
+        return [Finding(check=LAUNCH_ENDPOINT, severity=FAIL, nodes=nodes,
+                        summary=f"{shown}: loopback, while {launch.nnodes_max} nodes "
                         f"are expected; a loopback endpoint reaches only this machine, {nothing}",
-                        (), f"{FIX}; if rank 0 does run on this machine, it listens on another port: give every "
-                        f"node rank 0's port (this one was given {endpoint.port})", ENDPOINT_LOOPBACK)]
-    return [Finding(LAUNCH_ENDPOINT, FAIL, nodes, f"{shown}, an address of this node ({facts.hostname}, "
+                        fix=f"{FIX}; if rank 0 does run on this machine, it listens on another port: give every "
+                        f"node rank 0's port (this one was given {endpoint.port})", kind=ENDPOINT_LOOPBACK)]
+    return [Finding(check=LAUNCH_ENDPOINT, severity=FAIL, nodes=nodes,
+                    summary=f"{shown}, an address of this node ({facts.hostname}, "
                     f"{own[mine[0]]}), but this node is node rank {rank}: rank 0 hosts the rendezvous "
-                    f"at the endpoint, {nothing}", tuple(f"{a} on {own[a]}" for a in mine),
-                    f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
-                    "own ranks", ENDPOINT_NOT_RANK0)]
+                    f"at the endpoint, {nothing}", evidence=tuple(f"{a} on {own[a]}" for a in mine),
+                    fix=f"{FIX}; or start this node as rank 0 (--node-rank 0) and the others with their "
+                    "own ranks", kind=ENDPOINT_NOT_RANK0)]
 
 
 def host_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts: NodeFacts,
@@ -92,14 +94,17 @@ def host_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], facts
     own = address_owners(facts.nics)
     shown = f"{endpoint.host} resolves to {', '.join(addresses)}"
     if any(is_loopback(a) for a in addresses):
-        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"{shown}: loopback; nodes on other machines cannot "
+        return [Finding(check=LAUNCH_ENDPOINT, severity=WARN, nodes=(0,),
+                        summary=f"{shown}: loopback; nodes on other machines cannot "
                         "reach rank 0 there, which would explain the nodes that never joined",
-                        tuple(f"{a}: loopback" for a in addresses if is_loopback(a)), FIX, ENDPOINT_LOOPBACK)]
+                        evidence=tuple(f"{a}: loopback" for a in addresses if is_loopback(a)), fix=FIX,
+                        kind=ENDPOINT_LOOPBACK)]
     if not any(a in own for a in addresses):
-        return [Finding(LAUNCH_ENDPOINT, WARN, (0,), f"this node is rank 0 and hosts the rendezvous, but "
+        return [Finding(check=LAUNCH_ENDPOINT, severity=WARN, nodes=(0,),
+                        summary=f"this node is rank 0 and hosts the rendezvous, but "
                         f"{shown}, which no interface of {facts.hostname} holds: the nodes that never "
-                        "joined looked for rank 0 there", tuple(f"{a} on {i}" for a, i in sorted(own.items())),
-                        f"{FIX}; or give --node-rank 0 to the node that holds it", ENDPOINT_ELSEWHERE)]
+                        "joined looked for rank 0 there", evidence=tuple(f"{a} on {i}" for a, i in sorted(own.items())),
+                        fix=f"{FIX}; or give --node-rank 0 to the node that holds it", kind=ENDPOINT_ELSEWHERE)]
     return []
 
 
@@ -121,28 +126,32 @@ def own_endpoint_findings(endpoint: Endpoint, addresses: tuple[str, ...], resolv
     if not addresses:
         why = f"getaddrinfo({endpoint.host!r}): {resolve_error or 'no address'}"
         if silent:
-            return [Finding(RDZV_RESOLVE, FAIL, (0,), f"{endpoint.host} does not resolve on this node, rank 0: its "
+            return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=(0,),
+                            summary=f"{endpoint.host} does not resolve on this node, rank 0: its "
                             f"nameserver {', '.join(s.address for s in silent)} did not answer; {OWN_CLIENT}, and the "
-                            "other nodes look the name up too", (why,),
-                            f"repair the nameserver, or list {endpoint.host} in /etc/hosts on every node; or {instead}",
-                            RESOLVE_SILENT)]
+                            "other nodes look the name up too", evidence=(why,),
+                            fix=f"repair the nameserver, or list {endpoint.host} in /etc/hosts on every node; "
+                            f"or {instead}",
+                            kind=RESOLVE_SILENT)]
         if cut := cut_short(endpoint.host, resolve_error, slow, (0,), on_rank0=True):
             return cut
-        return [Finding(RDZV_RESOLVE, FAIL, (0,), f"{endpoint.host} does not resolve on this node, rank 0, which "
+        return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=(0,),
+                        summary=f"{endpoint.host} does not resolve on this node, rank 0, which "
                         f"hosts the rendezvous: {OWN_CLIENT}, and the other nodes cannot find it by that name either",
-                        (why,), f"make {endpoint.host} resolve to this node ({facts.hostname}"
+                        evidence=(why,), fix=f"make {endpoint.host} resolve to this node ({facts.hostname}"
                         f"{', ' + mine if mine else ''}) on every node (DNS, or /etc/hosts), or {instead}",
-                        RESOLVE_ON_HOST)]
+                        kind=RESOLVE_ON_HOST)]
     if not probes or any(p.outcome == "open" for p in probes):
         return []
     own = address_owners(facts.nics)
-    return [Finding(LAUNCH_ENDPOINT, FAIL, (0,), f"this node is rank 0 and hosts the rendezvous, but {endpoint.host} "
+    return [Finding(check=LAUNCH_ENDPOINT, severity=FAIL, nodes=(0,),
+                    summary=f"this node is rank 0 and hosts the rendezvous, but {endpoint.host} "
                     f"resolves to {', '.join(addresses)}, which no interface of {facts.hostname} holds, and nothing "
                     f"answers on port {endpoint.port} there from this node: {OWN_CLIENT}, and the other nodes look "
-                    "for rank 0 there", tuple(f"{p.address}: {p.outcome}, {p.detail}" for p in probes)
+                    "for rank 0 there", evidence=tuple(f"{p.address}: {p.outcome}, {p.detail}" for p in probes)
                     + tuple(f"this node: {a} on {i}" for a, i in sorted(own.items()) if not is_loopback(a)),
-                    f"{instead}; or give --node-rank 0 to the node that holds {', '.join(addresses)}",
-                    ENDPOINT_UNREACHED)]
+                    fix=f"{instead}; or give --node-rank 0 to the node that holds {', '.join(addresses)}",
+                    kind=ENDPOINT_UNREACHED)]
 
 
 def _own_address(facts: NodeFacts) -> str:
@@ -161,11 +170,12 @@ def reached_addresses(members: tuple[Member, ...]) -> list[Finding]:
     if len(set(used.values())) <= 1:
         return []
     names, host = hostnames(members), next(m.facts.reach.host for m in members if m.facts.reach)
-    return [Finding(LAUNCH_ENDPOINT, WARN, split(used).odd, f"{host} resolves to several addresses and "
+    return [Finding(check=LAUNCH_ENDPOINT, severity=WARN, nodes=split(used).odd,
+                    summary=f"{host} resolves to several addresses and "
                     f"the nodes reached different ones: {', '.join(sorted(set(used.values())))}",
-                    per_node(sorted(used.items()), names),
-                    "use one address in --rdzv (MASTER_ADDR), or one answer for the name everywhere",
-                    ENDPOINT_SEVERAL)]
+                    evidence=per_node(sorted(used.items()), names),
+                    fix="use one address in --rdzv (MASTER_ADDR), or one answer for the name everywhere",
+                    kind=ENDPOINT_SEVERAL)]
 
 
 def flags_findings(endpoint: Endpoint, endpoint_addresses: tuple[str, ...],
@@ -183,13 +193,13 @@ def flags_findings(endpoint: Endpoint, endpoint_addresses: tuple[str, ...],
         return []
     master = f"{variables['MASTER_ADDR']}:{port}" if port else variables["MASTER_ADDR"]
     rank = facts.launch.node_rank
-    return [Finding(LAUNCH_ENV, WARN, () if rank is None else (rank,),
-                    f"this node checks {endpoint} (--rdzv), but its MASTER_ADDR/MASTER_PORT say {master}: "
-                    "init_process_group uses those", (f"--rdzv {endpoint}: {', '.join(endpoint_addresses)}",
+    return [Finding(check=LAUNCH_ENV, severity=WARN, nodes=() if rank is None else (rank,),
+                    summary=f"this node checks {endpoint} (--rdzv), but its MASTER_ADDR/MASTER_PORT say {master}: "
+                    "init_process_group uses those", evidence=(f"--rdzv {endpoint}: {', '.join(endpoint_addresses)}",
                                                      f"MASTER_ADDR {variables['MASTER_ADDR']}: "
                                                      f"{', '.join(master_addresses) or 'does not resolve'}"),
-                    "check the endpoint the job will use: drop --rdzv (netcheck then reads MASTER_ADDR and "
-                    "MASTER_PORT), or fix the variables", ENV_FLAGS)]
+                    fix="check the endpoint the job will use: drop --rdzv (netcheck then reads MASTER_ADDR and "
+                    "MASTER_PORT), or fix the variables", kind=ENV_FLAGS)]
 
 
 def shared_variable_findings(members: tuple[Member, ...]) -> list[Finding]:
@@ -203,8 +213,9 @@ def shared_variable_findings(members: tuple[Member, ...]) -> list[Finding]:
             continue
         others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
         findings.append(Finding(
-            LAUNCH_ENV, FAIL, views.odd, f"nodes disagree about {var}: {node_names(views.odd, names)} "
+            check=LAUNCH_ENV, severity=FAIL, nodes=views.odd,
+            summary=f"nodes disagree about {var}: {node_names(views.odd, names)} "
             f"say {', '.join(sorted({values[r] for r in views.odd}))}{others}",
-            per_node(((r, f"{var}={v}") for r, v in sorted(values.items())), names),
-            f"export the same {var} on every node (the launch script's line that sets it)", ENV_DISAGREE))
+            evidence=per_node(((r, f"{var}={v}") for r, v in sorted(values.items())), names),
+            fix=f"export the same {var} on every node (the launch script's line that sets it)", kind=ENV_DISAGREE))
     return findings

@@ -18,17 +18,25 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from netcheck.core.bwtext import size_words
-from netcheck.core.constants import SHM_FAIL_PER_GPU_BYTES, SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES
 from netcheck.core.envfacts import ABSENT, UNREADABLE, EnvFacts
 from netcheck.core.model import FAIL, PASS, WARN, EnvRow, Finding
 from netcheck.rules import majority
 from netcheck.rules.pernode import every_node, hosts, node_names, per_node
 from netcheck.rules.registry import ENV_HASH_UNREADABLE, ENV_MISMATCH, HOST_SHM
+
+# host.shm: NCCL's intra-node SHM transport allocates ~9.2 MiB per connection (the
+# "nccl-shm-recv-... (size 9637888)" segments), at least a send and a receive for each of
+# at least 2 channels per GPU; below 32 MiB per GPU it cannot even set those up (nccl#1518:
+# 4 GPUs failed in Docker's default 64 MiB, 2 GPUs passed). NCCL's troubleshooting guide
+# asks containers for --shm-size=1g; more channels and peers take more, so 128 MiB per GPU.
+SHM_FAIL_PER_GPU_BYTES = 32 << 20
+SHM_WARN_FLOOR_BYTES = 1 << 30
+SHM_WARN_PER_GPU_BYTES = 128 << 20
 
 INFO = "info"     # differs legitimately per node: shown in the table, never flagged
 SAME = "same"     # (table rows only) every node has this value
@@ -214,7 +222,7 @@ def _split(key: str, alike: list[tuple[Mapping[str, str], list[int]]]) -> Split:
     return Split(key, _severity(key, groups), groups, top)
 
 
-def _severity(key: str, groups) -> str:
+def _severity(key: str, groups: Sequence[tuple[str, Sequence[int]]]) -> str:
     severity = severity_of(key)
     if severity == FAIL and key.startswith("hash.") and any(
             v.startswith("incomplete") for v, _ in groups):
@@ -234,7 +242,7 @@ def env_findings(facts_by_rank: Mapping[int, EnvFacts],
     """
     ranks = tuple(sorted(facts_by_rank))
     if len(ranks) < 2:
-        return [Finding(ENV_MISMATCH, PASS, ranks, "one node: no environment to compare")]
+        return [Finding(check=ENV_MISMATCH, severity=PASS, nodes=ranks, summary="one node: no environment to compare")]
     # Under torchrun every worker process is a rank: the counts said are of nodes.
     splits = compare(facts_by_rank)
     flagged: dict[tuple, list[Split]] = defaultdict(list)
@@ -258,11 +266,13 @@ def hash_findings(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int,
         ranks = tuple(sorted(r for value, rs in s.groups if value.startswith(UNREADABLE) for r in rs))
         path = s.key.removeprefix("hash.")
         others = " (the other nodes read it)" if len(ranks) < len(facts_by_rank) else ""
-        findings.append(Finding(ENV_MISMATCH, FAIL, ranks, f"--hash {path}: {node_names(ranks, hostnames)} cannot "
+        findings.append(Finding(check=ENV_MISMATCH, severity=FAIL, nodes=ranks,
+                                summary=f"--hash {path}: {node_names(ranks, hostnames)} cannot "
                                 f"read it{others}, so nothing was compared there",
-                                per_node(((r, facts_by_rank[r].values.get(s.key, "")) for r in ranks), hostnames),
-                                f"check the path on {node_names(ranks, hostnames)}: a typo, a shared filesystem not "
-                                "mounted there, or permissions netcheck's user lacks", ENV_HASH_UNREADABLE))
+                                evidence=per_node(((r, facts_by_rank[r].values.get(s.key, "")) for r in ranks),
+                                                  hostnames),
+                                fix=f"check the path on {node_names(ranks, hostnames)}: a typo, a shared filesystem "
+                                "not mounted there, or permissions netcheck's user lacks", kind=ENV_HASH_UNREADABLE))
     return findings
 
 
@@ -281,7 +291,8 @@ def _finding(splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
                      for s in splits for value, r in _odd_first(s))
     nodes = head.odd_ranks if head.majority is not None else tuple(sorted(
         r for _, ranks in head.groups for r in ranks))
-    return Finding(ENV_MISMATCH, head.severity, nodes, summary, evidence, fix_for(head))
+    return Finding(check=ENV_MISMATCH, severity=head.severity, nodes=nodes, summary=summary, evidence=evidence,
+                   fix=fix_for(head))
 
 
 def _agree(ranks: tuple[int, ...], splits: list[Split], hostnames: Mapping[int, str]) -> Finding:
@@ -292,8 +303,8 @@ def _agree(ranks: tuple[int, ...], splits: list[Split], hostnames: Mapping[int, 
     summary = f"{who} agree on {len(splits) - len(info)} environment keys"
     if info:
         summary += f"; {len(info)} more differ as expected per node"
-    return Finding(ENV_MISMATCH, PASS, ranks, summary,
-                   tuple(f"differs per node, not flagged: {k}" for k in info))
+    return Finding(check=ENV_MISMATCH, severity=PASS, nodes=ranks, summary=summary,
+                   evidence=tuple(f"differs per node, not flagged: {k}" for k in info))
 
 
 def fix_for(split: Split) -> str:
@@ -344,7 +355,7 @@ def _has(ranks: tuple[int, ...], hostnames: Mapping[int, str]) -> str:
     return "has" if hosts(ranks, hostnames) == 1 else "have"
 
 
-def _odd_first(split: Split):
+def _odd_first(split: Split) -> list[tuple[str, tuple[int, ...]]]:
     return sorted(split.groups, key=lambda g: g[0] == split.majority)
 
 
@@ -384,7 +395,7 @@ def shm_thresholds(gpus: int) -> tuple[int, int]:
     return SHM_FAIL_PER_GPU_BYTES * gpus, max(SHM_WARN_FLOOR_BYTES, SHM_WARN_PER_GPU_BYTES * gpus)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Shm:
     severity: str
     name: str
@@ -407,8 +418,9 @@ def shm_findings(facts_by_rank: Mapping[int, EnvFacts],
         if ranks:
             findings.append(_shm_finding(severity, ranks, verdicts, names))
     if not findings and verdicts:
-        findings.append(Finding(HOST_SHM, PASS, tuple(verdicts), _shm_pass(verdicts, names),
-                                per_node(((r, v.line) for r, v in verdicts.items()), names)))
+        findings.append(Finding(check=HOST_SHM, severity=PASS, nodes=tuple(verdicts),
+                                summary=_shm_pass(verdicts, names),
+                                evidence=per_node(((r, v.line) for r, v in verdicts.items()), names)))
     return findings
 
 
@@ -430,19 +442,20 @@ def _shm_pass(verdicts: dict[int, _Shm], names: dict[int, str]) -> str:
 def _shm_verdict(values: Mapping[str, str], name: str) -> _Shm:
     gpus, shm = _count(values.get("gpu.count")) or 0, _count(values.get("shm.bytes"))
     if gpus == 0:
-        return _Shm(PASS, name, "", "no GPUs, NCCL's shared memory is not needed", 0)
+        return _Shm(severity=PASS, name=name, summary="", line="no GPUs, NCCL's shared memory is not needed",
+                    warn_below=0)
     if shm is None:
         reading = values.get("shm.bytes", "not recorded")
-        return _Shm(WARN, name, f"the size of /dev/shm on {name} is unknown ({reading})",
-                    f"/dev/shm {reading}", 0, gpus)
+        return _Shm(severity=WARN, name=name, summary=f"the size of /dev/shm on {name} is unknown ({reading})",
+                    line=f"/dev/shm {reading}", warn_below=0, gpus=gpus)
     fail_below, warn_below = shm_thresholds(gpus)
     severity = FAIL if shm < fail_below else WARN if shm < warn_below else PASS
     have, need, floor = size_words(shm), size_words(warn_below), size_words(fail_below)
-    return _Shm(severity, name,
-                f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
+    return _Shm(severity=severity, name=name,
+                summary=f"/dev/shm on {name} is {have}; its {gpus} GPUs need {need} for NCCL "
                 f"(fails below {floor})",
-                f"/dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
-                warn_below, gpus)
+                line=f"/dev/shm {have}, {gpus} GPUs: fails below {floor}, {need} recommended",
+                warn_below=warn_below, gpus=gpus)
 
 
 def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts: dict[int, _Shm], names: dict[int, str]) -> Finding:
@@ -452,8 +465,9 @@ def _shm_finding(severity: str, ranks: tuple[int, ...], verdicts: dict[int, _Shm
     summary = nodes[0].summary if count == 1 else (
         f"/dev/shm is too small for NCCL{unknown} on {count} nodes: {node_names(ranks, names)}")
     size = max(1, -(-max(n.warn_below for n in nodes) // SHM_WARN_FLOOR_BYTES))   # GiB, rounded up
-    return Finding(HOST_SHM, severity, ranks, summary, per_node(((r, verdicts[r].line) for r in ranks), names),
-                   f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
+    return Finding(check=HOST_SHM, severity=severity, nodes=ranks, summary=summary,
+                   evidence=per_node(((r, verdicts[r].line) for r in ranks), names),
+                   fix=f"give the node more shared memory: docker run --shm-size={size}g (Kubernetes: "
                    "an emptyDir with medium: Memory mounted at /dev/shm; a host: mount -o "
                    f"remount,size={size}G /dev/shm); NCCL_SHM_DISABLE=1 avoids it at a cost in "
                    "intra-node bandwidth")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from netcheck.core.envfacts import EnvFacts
 from netcheck.core.model import PASS, WARN, Finding
@@ -19,9 +20,12 @@ from netcheck.rules.env import version_key
 from netcheck.rules.pernode import every_node, node_names, per_node
 from netcheck.rules.registry import ENV_FLIGHT_RECORDER, FR_NO_ABORT, FR_NO_DUMP, FR_OFF
 
+T = TypeVar("T")
+
 # Whether a hang would be diagnosable, from the variables torch reads (torch 2.13's
 # c10d/FlightRecorder.hpp, ProcessGroupNCCL.hpp and Utils.hpp): where a setting has two names,
 # the first one set wins; a bool is y/yes/t/true/1 or n/no/f/false/0; anything else stops torch.
+
 FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 ASYNC_ERROR = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
 FR_ENTRIES = 2000               # torch's own default where the recorder is on by default
@@ -32,7 +36,7 @@ DUMP_ON_FROM = (2, 7)           # TORCH_NCCL_DUMP_ON_TIMEOUT's default became tr
 _TRUE, _FALSE = ("y", "yes", "t", "true", "1"), ("n", "no", "f", "false", "0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Gap:
     kind: str
     line: str               # the node's evidence line
@@ -53,7 +57,8 @@ def flight_recorder_findings(facts_by_rank: Mapping[int, EnvFacts],
     findings = [_gap_finding(kind, exports, lines, names) for (kind, exports), lines in groups.items()]
     if not findings and facts_by_rank:
         ranks = tuple(sorted(facts_by_rank))
-        findings.append(Finding(ENV_FLIGHT_RECORDER, PASS, ranks, f"a hang would be diagnosable on "
+        findings.append(Finding(check=ENV_FLIGHT_RECORDER, severity=PASS, nodes=ranks,
+                                summary=f"a hang would be diagnosable on "
                                 f"{every_node(ranks, names)}: flight recorder on, a dump on the NCCL watchdog's "
                                 "timeout, a watchdog able to abort a hung collective"))
     return findings
@@ -65,15 +70,16 @@ def diagnosability_gaps(values: Mapping[str, str]) -> list[_Gap]:
     release = key[0] if key else (0,)
     if (0,) < release < FR_FROM:
         # Nothing to set: no variable makes this torch record or dump (the fix is an upgrade).
-        return [_Gap(FR_OFF, f"{torch} has no flight recorder (torch 2.2 and later have one)", ())] + \
+        return [_Gap(kind=FR_OFF, line=f"{torch} has no flight recorder (torch 2.2 and later have one)",
+                     exports=())] + \
             _abort_gaps(values, ASYNC_ERROR[1:], "1")
     gaps = []
     name, entries = _setting(values, FR_BUFFER, FR_ENTRIES if release >= FR_ON_FROM else 0, _integer)
     if entries is None or entries <= 0:
         what = (f"{name}={values[f'var.{name}']}" if name
                 else f"{' and '.join(FR_BUFFER)} unset ({torch}: off unless set)")
-        gaps.append(_Gap(FR_OFF, what + (", not a number torch reads" if name and entries is None else ""),
-                         (f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
+        gaps.append(_Gap(kind=FR_OFF, line=what + (", not a number torch reads" if name and entries is None else ""),
+                         exports=(f"export {name or _fr_name(release)}={FR_ENTRIES}",)))
     return gaps + _dump_gaps(values, release, torch, entries) + _abort_gaps(values, ASYNC_ERROR, "3")
 
 
@@ -81,8 +87,8 @@ def _abort_gaps(values: Mapping[str, str], names: tuple[str, ...], mode: str) ->
     """The watchdog told to leave a timed-out collective alone; `mode` the one to set instead."""
     name, value = _setting(values, names, None, _integer)
     if name and value == 0:
-        return [_Gap(FR_NO_ABORT, f"{name}=0: no handling of a timed-out or failed collective",
-                     (f"export {names[0]}={mode}",))]
+        return [_Gap(kind=FR_NO_ABORT, line=f"{name}=0: no handling of a timed-out or failed collective",
+                     exports=(f"export {names[0]}={mode}",))]
     return []
 
 
@@ -102,10 +108,11 @@ def _dump_gaps(values: Mapping[str, str], release: tuple[int, ...], torch: str, 
     if name and (nccl_entries or 0) <= 0 and (entries or 0) > 0:
         lines.append(f"{name}={values[f'var.{name}']}: NCCL's process group dumps only when this name is over 0")
         exports.append(f"export {name}={FR_ENTRIES}")
-    return [_Gap(FR_NO_DUMP, "; ".join(lines), tuple(exports))] if lines else []
+    return [_Gap(kind=FR_NO_DUMP, line="; ".join(lines), exports=tuple(exports))] if lines else []
 
 
-def _setting(values: Mapping[str, str], names: tuple[str, ...], default, parse):
+def _setting(values: Mapping[str, str], names: tuple[str, ...], default: T | None,
+             parse: Callable[[str], T | None]) -> tuple[str | None, T | None]:
     """(the name torch reads, its value parsed; None where torch refuses it), or (None, default)."""
     for name in names:
         if f"var.{name}" in values:
@@ -148,5 +155,5 @@ def _gap_finding(kind: str, exports: tuple[str, ...], lines: list[tuple[int, str
     nodes = node_names(ranks, names)
     fix = "; ".join(exports) + " (in the job's environment on those nodes, before torchrun or the job " \
         "starts)" if exports else UPGRADE
-    return Finding(ENV_FLIGHT_RECORDER, WARN, ranks, _GAP_SUMMARY[kind].format(nodes=nodes),
-                   per_node(lines, names), fix, kind)
+    return Finding(check=ENV_FLIGHT_RECORDER, severity=WARN, nodes=ranks,
+                   summary=_GAP_SUMMARY[kind].format(nodes=nodes), evidence=per_node(lines, names), fix=fix, kind=kind)

@@ -13,10 +13,12 @@ whatever netcheck finds, and a run that did not finish (its own failure) changes
 
 from __future__ import annotations
 
-from netcheck.core.constants import DRAIN_PREFIX, DRAIN_REASON_CHARS
+from netcheck.core.constants import DRAIN_PREFIX
 from netcheck.core.gaterecords import DRAIN, NO_REASON, RESUME, NodeAction, SlurmNode
 from netcheck.core.model import FAIL, LOCAL, Finding, Report
 from netcheck.rules.registry import BY_ID
+
+DRAIN_REASON_CHARS = 200     # `scontrol show node` prints it whole; sinfo -R shows the first 20 by default
 
 RUN_PHASE = "run"   # the registry's phase of the checks about netcheck's own run
 

@@ -34,10 +34,11 @@ def build_findings(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int
     if arch:
         ranks = tuple(r for r, _ in arch)
         cc = judged[ranks[0]].get("gpu.0.capability", "").replace(".", "")
-        findings.append(Finding(GPU_BUILD, FAIL, ranks, f"torch's build carries no kernel for the GPUs on "
+        findings.append(Finding(check=GPU_BUILD, severity=FAIL, nodes=ranks,
+                                summary=f"torch's build carries no kernel for the GPUs on "
                                 f"{node_names(ranks, hostnames)}: every CUDA kernel fails there (no kernel image is "
-                                "available for execution on the device)", per_node(arch, hostnames),
-                                ARCH_FIX.format(cc=cc), BUILD_ARCH))
+                                "available for execution on the device)", evidence=per_node(arch, hostnames),
+                                fix=ARCH_FIX.format(cc=cc), kind=BUILD_ARCH))
     if old:
         findings.append(_driver_finding(FAIL, old, judged, hostnames, "older than the CUDA torch was built for: "
                                         "CUDA does not start (CUDA driver version is insufficient)"))
@@ -46,9 +47,10 @@ def build_findings(facts_by_rank: Mapping[int, EnvFacts], hostnames: Mapping[int
                                         "torch's CUDA: minor-version compatibility runs it, but PTX JIT and newer "
                                         "APIs fail"))
     if not findings:
-        findings.append(Finding(GPU_BUILD, PASS, tuple(judged), f"torch's build runs on the GPUs and driver of "
+        findings.append(Finding(check=GPU_BUILD, severity=PASS, nodes=tuple(judged),
+                                summary=f"torch's build runs on the GPUs and driver of "
                                 f"{node_names(tuple(judged), hostnames)}",
-                                per_node(((r, _seen(v)) for r, v in judged.items()), hostnames)))
+                                evidence=per_node(((r, _seen(v)) for r, v in judged.items()), hostnames)))
     return findings
 
 
@@ -56,9 +58,11 @@ def _driver_finding(severity: str, lines: list[tuple[int, str]], judged: Mapping
                     hostnames: Mapping[int, str], why: str) -> Finding:
     ranks = tuple(r for r, _ in lines)
     first = judged[ranks[0]]
-    return Finding(GPU_BUILD, severity, ranks, f"the NVIDIA driver on {node_names(ranks, hostnames)} is {why}",
-                   per_node(lines, hostnames), DRIVER_FIX.format(build=first.get("torch.cuda_build", "?"),
-                                                                  driver=first.get("driver.cuda", "?")), BUILD_DRIVER)
+    return Finding(check=GPU_BUILD, severity=severity, nodes=ranks,
+                   summary=f"the NVIDIA driver on {node_names(ranks, hostnames)} is {why}",
+                   evidence=per_node(lines, hostnames), fix=DRIVER_FIX.format(build=first.get("torch.cuda_build", "?"),
+                                         driver=first.get("driver.cuda", "?")),
+                   kind=BUILD_DRIVER)
 
 
 def _capabilities(values: Mapping[str, str]) -> list[tuple[int, int]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
 
 from netcheck.core.hangrecords import Collective, HangView, RankTrace, Refused
 from netcheck.core.model import FAIL, PASS, WARN, Finding
@@ -45,23 +46,26 @@ def hang_findings(view: HangView) -> list[Finding]:
     findings = [_refused_finding(r) for r in view.refused]
     traced = _one_per_rank(view.traces)
     if not traced:
-        return findings + [Finding(JOB_HANG, WARN, (), f"no flight-recorder trace read from {view.source}",
-                                   _ignored(view), _no_data_fix(), HANG_NO_DATA)]
+        return findings + [Finding(check=JOB_HANG, severity=WARN, nodes=(),
+                                   summary=f"no flight-recorder trace read from {view.source}",
+                                   evidence=_ignored(view), fix=_no_data_fix(), kind=HANG_NO_DATA)]
     groups = _by_group(traced)
     problems = [f for name, ranks in sorted(groups.items()) for f in _group_findings(name, ranks, traced)]
     missing = _missing(view, traced)
     if missing:
         # With the traced ranks in step, the silent ones are all that is left to blame: they
         # are where the others wait. Beside a rank behind, they are named apart.
-        problems.append(Finding(JOB_HANG, WARN if problems else FAIL, tuple(missing),
-                                f"no trace from rank(s) {_ranks(missing)} of {_world(view, traced)}: no dump, "
+        problems.append(Finding(check=JOB_HANG, severity=WARN if problems else FAIL, nodes=tuple(missing),
+                                summary=f"no trace from rank(s) {_ranks(missing)} of {_world(view, traced)}: no dump, "
                                 "no answer, or the process is gone" + ("" if problems else "; the traced ranks "
-                                                                        "are in step, waiting for them"),
-                                (f"traced: rank(s) {_ranks(traced)}",), _no_data_fix(), HANG_NO_DATA))
+                                                                                "are in step, waiting for them"),
+                                evidence=(f"traced: rank(s) {_ranks(traced)}",), fix=_no_data_fix(), kind=HANG_NO_DATA))
     if not problems:
-        problems = [Finding(JOB_HANG, PASS, tuple(sorted(traced)), f"every traced rank ({len(traced)}) issued the "
+        problems = [Finding(check=JOB_HANG, severity=PASS, nodes=tuple(sorted(traced)),
+                            summary=f"every traced rank ({len(traced)}) issued the "
                             f"same last collective in each of {len(groups)} process group(s): none behind or "
-                            "out of step", tuple(_group_line(n, r, traced) for n, r in sorted(groups.items())))]
+                            "out of step",
+                            evidence=tuple(_group_line(n, r, traced) for n, r in sorted(groups.items())))]
     first = problems[0]
     return findings + [dataclasses.replace(first, evidence=first.evidence + _ignored(view))] + problems[1:]
 
@@ -77,8 +81,8 @@ def _ignored(view: HangView) -> tuple[str, ...]:
 
 def unread_finding(why: str) -> Finding:
     """--traces names no folder of dumps that reads (missing, not a folder, unreadable): `why`."""
-    return Finding(JOB_HANG, WARN, (), f"no trace read: {why}", (), "give --traces the folder the job's dumps are in",
-                   HANG_NO_DATA)
+    return Finding(check=JOB_HANG, severity=WARN, nodes=(), summary=f"no trace read: {why}",
+                   fix="give --traces the folder the job's dumps are in", kind=HANG_NO_DATA)
 
 
 def _one_per_rank(traces: tuple[RankTrace, ...]) -> dict[int, RankTrace]:
@@ -110,25 +114,28 @@ def _group_findings(name: str, tails: dict[int, tuple[Collective, ...]],
     if desync:
         seq, sides = desync
         ranks = tuple(sorted(r for rs in sides.values() for r in rs))
-        findings.append(Finding(JOB_HANG, FAIL, ranks, f"ranks issued different collectives as #{seq} of {label}: "
+        findings.append(Finding(check=JOB_HANG, severity=FAIL, nodes=ranks,
+                                summary=f"ranks issued different collectives as #{seq} of {label}: "
                                 + "; ".join(f"rank(s) {_ranks(rs)} {_call(c)}" for c, rs in sides.items()),
-                                tuple(f"rank {r} ({_host(traced, r)}): {_call(c)} at {_line(traced, r, c)}"
-                                      for c, rs in sides.items() for r in rs), DESYNC_FIX, HANG_DESYNC))
+                                evidence=tuple(f"rank {r} ({_host(traced, r)}): {_call(c)} at {_line(traced, r, c)}"
+                                               for c, rs in sides.items() for r in rs),
+                                fix=DESYNC_FIX, kind=HANG_DESYNC))
     if behind:
         first, wait = next(iter(at_front.items()))
         findings.append(Finding(
-            JOB_HANG, FAIL, tuple(sorted(behind)),
-            f"rank(s) {_ranks(behind)} never issued {wait.op} #{front} of {label}, which rank(s) "
+            check=JOB_HANG, severity=FAIL, nodes=tuple(sorted(behind)),
+            summary=f"rank(s) {_ranks(behind)} never issued {wait.op} #{front} of {label}, which rank(s) "
             f"{_ranks(at_front)} wait in ({_line(traced, first, wait)})",
-            tuple(f"rank {r} ({_host(traced, r)}): last issued #{c.seq} {c.op}"
-                  + (f" at {c.where}" if c.where else "")
-                  + (f"; its stack: {traced[r].stack}" if traced[r].stack else "")
-                  for r, c in sorted(behind.items())), BEHIND_FIX, HANG_BEHIND))
+            evidence=tuple(f"rank {r} ({_host(traced, r)}): last issued #{c.seq} {c.op}"
+                           + (f" at {c.where}" if c.where else "")
+                           + (f"; its stack: {traced[r].stack}" if traced[r].stack else "")
+                           for r, c in sorted(behind.items())), fix=BEHIND_FIX, kind=HANG_BEHIND))
     elif not desync and len(at_front) > 1 and all(c.completed is False for c in at_front.values()):
         first, wait = next(iter(at_front.items()))
-        findings.append(Finding(JOB_HANG, FAIL, tuple(sorted(at_front)),
-                                f"every rank of {label} ({_ranks(at_front)}) issued {wait.op} #{front} "
-                                f"({_line(traced, first, wait)}) and none completed it", (), STUCK_FIX, HANG_STUCK))
+        findings.append(Finding(check=JOB_HANG, severity=FAIL, nodes=tuple(sorted(at_front)),
+                                summary=f"every rank of {label} ({_ranks(at_front)}) issued {wait.op} #{front} "
+                                f"({_line(traced, first, wait)}) and none completed it", fix=STUCK_FIX,
+                                kind=HANG_STUCK))
     return findings
 
 
@@ -181,18 +188,19 @@ def _host(traced: dict[int, RankTrace], rank: int) -> str:
     return traced[rank].host or traced[rank].source
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int]) -> str:
     shown = sorted(ranks)
     more = f", ... ({len(shown)} in all)" if len(shown) > SHOWN_RANKS else ""
     return ", ".join(map(str, shown[:SHOWN_RANKS])) + more
 
 
 def _refused_finding(r: Refused) -> Finding:
-    return Finding(JOB_HOSTILE, FAIL, (), f"the trace file {r.source} was refused, not loaded: {r.reason}", (),
-                   "a flight-recorder dump is plain data: a pickle asking for code was written by something else "
+    return Finding(check=JOB_HOSTILE, severity=FAIL, nodes=(),
+                   summary=f"the trace file {r.source} was refused, not loaded: {r.reason}",
+                   fix="a flight-recorder dump is plain data: a pickle asking for code was written by something else "
                    "(do not load it with pickle, or torch's fr_trace); a truncated or garbled one was cut off "
                    "while written (the rank died mid-dump): its rank counts as without a trace",
-                   JOB_HOSTILE_VALUE if r.hostile else JOB_FOREIGN_VALUE)
+                   kind=JOB_HOSTILE_VALUE if r.hostile else JOB_FOREIGN_VALUE)
 
 
 def _no_data_fix() -> str:

@@ -122,7 +122,8 @@ def gid_choice(port: RdmaPort, env: Mapping[str, str], version: tuple[int, ...])
     return _pick(table, index, f"automatic (RoCE v{roce}, {family})")
 
 
-def _update(table: dict[int, Gid], family: str, prefix, roce: int, candidate: int, index: int) -> int:
+def _update(table: dict[int, Gid], family: str, prefix: ipaddress.IPv6Network | None, roce: int, candidate: int,
+            index: int) -> int:
     """ncclUpdateGidIndex, line by line."""
     gid, cand = _text(table, index), _text(table, candidate)
     in_range = prefix is None or _address(cand) in prefix   # matchGidAddrPrefix
@@ -188,7 +189,7 @@ def _address(gid: str) -> ipaddress.IPv6Address:
     return ipaddress.IPv6Address(gid)
 
 
-def _addr_range(value: str | None, family: str):
+def _addr_range(value: str | None, family: str) -> ipaddress.IPv6Network | None:
     """envIbAddrRange: "address/bits" in the chosen family; anything else is no range.
     For AF_INET the GID's last 32 bits are compared, so an IPv4 range holds the mapped address."""
     if not value or "/" not in value:
@@ -199,8 +200,8 @@ def _addr_range(value: str | None, family: str):
         return None
     if (net.version == 4) != (family == "ipv4"):
         return None
-    if net.version == 4:
-        return ipaddress.ip_network(f"::ffff:{net.network_address}/{96 + net.prefixlen}", strict=False)
+    if isinstance(net, ipaddress.IPv4Network):
+        return ipaddress.IPv6Network(f"::ffff:{net.network_address}/{96 + net.prefixlen}", strict=False)
     return net
 
 

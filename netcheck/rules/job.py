@@ -4,8 +4,8 @@ say about who is missing. Facts in (`JobView`, read by `netcheck inspect`), find
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 
-from netcheck.core.constants import KEEP_ALIVE_INTERVAL, KEEP_ALIVE_MAX_ATTEMPTS
 from netcheck.core.jobrecords import JobView, NodeDesc, RasView, RendezvousView, RoundKeys, RoundMember, RunState
 from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import (
@@ -29,6 +29,9 @@ from netcheck.rules.registry import (
     JOB_WAITING_NEXT,
 )
 
+KEEP_ALIVE_INTERVAL = 5.0    # torchrun's defaults (dynamic_rendezvous.create_handler): a node
+KEEP_ALIVE_MAX_ATTEMPTS = 3  # without a heartbeat for interval x attempts is dead to the others
+
 DEAD_AFTER = KEEP_ALIVE_INTERVAL * KEEP_ALIVE_MAX_ATTEMPTS   # torchrun's own rule (dynamic_rendezvous)
 # An agent beats every keep-alive interval (it writes when its last beat is that old, on a timer
 # of that period); past it, plus a little for the write itself and a busy agent, a beat was missed.
@@ -46,25 +49,29 @@ def job_findings(view: JobView) -> list[Finding]:
 
 def store_finding(view: JobView) -> Finding:
     if view.store_error:
-        return Finding(JOB_STORE, FAIL, (), f"no TCPStore answers at {view.endpoint}: {view.store_error}", (),
-                       "the job's rank 0 (under torchrun: the agent on the --rdzv-endpoint node) is not "
+        return Finding(check=JOB_STORE, severity=FAIL, nodes=(),
+                       summary=f"no TCPStore answers at {view.endpoint}: {view.store_error}",
+                       fix="the job's rank 0 (under torchrun: the agent on the --rdzv-endpoint node) is not "
                        "running there, or this is not the job's endpoint: check MASTER_ADDR/MASTER_PORT "
                        "or --rdzv-endpoint, and run `netcheck probe` to it")
     if view.keys is None:
-        return Finding(JOB_STORE, PASS, (), f"the job's store at {view.endpoint} answers (this torch cannot "
+        return Finding(check=JOB_STORE, severity=PASS, nodes=(),
+                       summary=f"the job's store at {view.endpoint} answers (this torch cannot "
                        "list its keys: torch 2.13 or later can)")
     shown = tuple(view.keys[:MAX_KEYS_SHOWN]) + ((f"... and {len(view.keys) - MAX_KEYS_SHOWN} more",)
                                                   if len(view.keys) > MAX_KEYS_SHOWN else ())
     hidden = f" (and {view.hidden_keys} it counts but does not list)" if view.hidden_keys else ""
-    return Finding(JOB_STORE, PASS, (), f"the job's store at {view.endpoint} answers: {len(view.keys)} "
-                   f"key(s){hidden}", shown)
+    return Finding(check=JOB_STORE, severity=PASS, nodes=(),
+                   summary=f"the job's store at {view.endpoint} answers: {len(view.keys)} "
+                   f"key(s){hidden}", evidence=shown)
 
 
 def hostile_findings(runs: tuple[RunState, ...]) -> list[Finding]:
-    return [Finding(JOB_HOSTILE, FAIL, (), f"the value under torch.rendezvous.{r.run_id} was refused, not "
-                    f"loaded: {r.refused}", (), "someone wrote a hostile or foreign value to the job's store: "
+    return [Finding(check=JOB_HOSTILE, severity=FAIL, nodes=(),
+                    summary=f"the value under torch.rendezvous.{r.run_id} was refused, not "
+                    f"loaded: {r.refused}", fix="someone wrote a hostile or foreign value to the job's store: "
                     "the store has no authentication, so keep its port on a private network; torchrun "
-                    "itself will fail to read it too", JOB_HOSTILE_VALUE if r.hostile else JOB_FOREIGN_VALUE)
+                    "itself will fail to read it too", kind=JOB_HOSTILE_VALUE if r.hostile else JOB_FOREIGN_VALUE)
             for r in runs if r.refused]
 
 
@@ -77,23 +84,26 @@ def rendezvous_findings(view: JobView) -> list[Finding]:
 def _no_rendezvous(view: JobView) -> list[Finding]:
     others = view.run_ids
     if view.run_id and others:
-        return [Finding(JOB_RDZV, FAIL, (), f"no rendezvous for run id {view.run_id!r} in this store; it holds "
-                        f"run id(s) {', '.join(map(repr, others))}", (), "give --rdzv-id the job's own "
+        return [Finding(check=JOB_RDZV, severity=FAIL, nodes=(),
+                        summary=f"no rendezvous for run id {view.run_id!r} in this store; it holds "
+                        f"run id(s) {', '.join(map(repr, others))}", fix="give --rdzv-id the job's own "
                         "(torchrun's --rdzv-id, TORCHELASTIC_RUN_ID), or leave it out to read every run",
-                        JOB_NO_SUCH_RUN)]
+                        kind=JOB_NO_SUCH_RUN)]
     if view.arrived_ranks or view.keys is None:
         return []  # a static rendezvous (job.ranks speaks), or keys unknown
     what = f" for run id {view.run_id!r}" if view.run_id else ""
-    return [Finding(JOB_RDZV, WARN, (), f"the store holds no torchrun rendezvous{what} and no process group "
-                    "keys: nothing has arrived yet, or this is not a torch job's store", (),
-                    "check that the endpoint is the job's (--rdzv-endpoint, MASTER_ADDR:MASTER_PORT)",
-                    JOB_NO_RDZV)]
+    return [Finding(check=JOB_RDZV, severity=WARN, nodes=(),
+                    summary=f"the store holds no torchrun rendezvous{what} and no process group "
+                    "keys: nothing has arrived yet, or this is not a torch job's store",
+                    fix="check that the endpoint is the job's (--rdzv-endpoint, MASTER_ADDR:MASTER_PORT)",
+                    kind=JOB_NO_RDZV)]
 
 
 def _round_findings(run_id: str, state: RendezvousView | None, view: JobView) -> list[Finding]:
     if state is None:
-        return [Finding(JOB_RDZV, WARN, (), f"run {run_id!r}: the rendezvous has no round yet (the backend "
-                        "is set up, no node has joined)", (), "start the job's nodes", JOB_NOT_STARTED)]
+        return [Finding(check=JOB_RDZV, severity=WARN, nodes=(),
+                        summary=f"run {run_id!r}: the rendezvous has no round yet (the backend "
+                        "is set up, no node has joined)", fix="start the job's nodes", kind=JOB_NOT_STARTED)]
     joined = len(state.participants)
     evidence = tuple(f"rank {rank}: {node}" for node, rank in sorted(state.participants, key=lambda p: p[1]))
     evidence += tuple(f"waiting for the next round: {node}" for node in state.wait_list)
@@ -101,23 +111,26 @@ def _round_findings(run_id: str, state: RendezvousView | None, view: JobView) ->
     if state.complete:
         evidence += tuple(f"round {r.round}'s agent keys {r.error}" for r in view.rounds
                           if r.run_id == run_id and r.error)
-        findings = [Finding(JOB_RDZV, PASS, (), f"run {run_id!r}: round {state.round} is complete with "
-                            f"{joined} node(s){', closed' if state.closed else ''}", evidence)]
+        findings = [Finding(check=JOB_RDZV, severity=PASS, nodes=(),
+                            summary=f"run {run_id!r}: round {state.round} is complete with "
+                            f"{joined} node(s){', closed' if state.closed else ''}", evidence=evidence)]
         if state.wait_list:
             findings.append(Finding(
-                JOB_RDZV, WARN, (), f"run {run_id!r}: {len(state.wait_list)} node(s) wait for the next round: "
-                f"{', '.join(map(str, state.wait_list))}", evidence, "they joined after round "
+                check=JOB_RDZV, severity=WARN, nodes=(),
+                summary=f"run {run_id!r}: {len(state.wait_list)} node(s) wait for the next round: "
+                f"{', '.join(map(str, state.wait_list))}", evidence=evidence, fix="they joined after round "
                 f"{state.round} closed; torchrun starts a new round only when a member fails or restarts",
-                JOB_WAITING_NEXT))
+                kind=JOB_WAITING_NEXT))
         return findings
     low = view.nnodes[0] if view.nnodes else None
     count = f"{joined} of {low} node(s) joined, {low - joined} missing" if low and low > joined else \
         f"{joined} node(s) joined"
-    return [Finding(JOB_RDZV, FAIL, (), f"run {run_id!r}: round {state.round} is not complete: {count}"
-                    f"{_deadline_text(state.deadline, view.observed_at)}", evidence,
-                    "start the missing nodes with the same --rdzv-endpoint and --rdzv-id; a node that was "
+    return [Finding(check=JOB_RDZV, severity=FAIL, nodes=(),
+                    summary=f"run {run_id!r}: round {state.round} is not complete: {count}"
+                    f"{_deadline_text(state.deadline, view.observed_at)}", evidence=evidence,
+                    fix="start the missing nodes with the same --rdzv-endpoint and --rdzv-id; a node that was "
                     "started and is not listed never reached the store: run `netcheck` on it",
-                    JOB_WAITING)]
+                    kind=JOB_WAITING)]
 
 
 def _deadline_text(deadline: str | None, now: str) -> str:
@@ -174,14 +187,14 @@ def _eviction(run_id: str, state: RendezvousView, keys: RoundKeys | None, remove
     if keys and keys.group_ranks:
         evidence += (f"round {keys.round}'s keys name group ranks {_ranks(keys.group_ranks)}"
                      f"{'' if keys.listed else ' (probed: this torch cannot list keys)'}",)
-    return Finding(JOB_RDZV, FAIL, ranks, f"run {run_id!r}: {who} of round {state.round} "
+    return Finding(check=JOB_RDZV, severity=FAIL, nodes=ranks, summary=f"run {run_id!r}: {who} of round {state.round} "
                    f"{'are' if len(ranks) > 1 else 'is'} no longer among its participants: removed by torchrun "
-                   f"after its heartbeat stopped (no beat for {DEAD_AFTER:g} s)", evidence,
-                   "look at that node now: its torchrun agent stopped beating (hung, stopped, out of memory, "
+                   f"after its heartbeat stopped (no beat for {DEAD_AFTER:g} s)", evidence=evidence,
+                   fix="look at that node now: its torchrun agent stopped beating (hung, stopped, out of memory, "
                    "or cut off from the store), and the job's other workers wait on its ranks until their "
                    "collective timeout (NCCL 10 min, gloo 30 min). Stop the job and start it again without "
                    "the node (or with it, once fixed); with --nnodes MIN:MAX and --max-restarts, torchrun "
-                   "restarts the rest in a new round by itself", JOB_EVICTED)
+                   "restarts the rest in a new round by itself", kind=JOB_EVICTED)
 
 
 def _workers(m: RoundMember | None) -> str:
@@ -219,7 +232,8 @@ def heartbeat_findings(view: JobView) -> list[Finding]:
         if state is None or not state.last_heartbeats:
             continue
         if state.closed:
-            findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run.run_id!r}: the rendezvous is closed "
+            findings.append(Finding(check=JOB_HEARTBEAT, severity=PASS, nodes=(),
+                                    summary=f"run {run.run_id!r}: the rendezvous is closed "
                                     "(the job has ended): its agents no longer beat"))
             continue
         findings += _heartbeats(run.run_id, state, view.observed_at)
@@ -236,22 +250,28 @@ def _heartbeats(run_id: str, state: RendezvousView, now: str) -> list[Finding]:
     late = [(node, age) for node, age in ages if age is not None and LATE_AFTER < age <= DEAD_AFTER]
     findings = []
     if dead:
-        findings.append(Finding(JOB_HEARTBEAT, FAIL, (), f"run {run_id!r}: {', '.join(map(str, dead))}: no "
+        findings.append(Finding(check=JOB_HEARTBEAT, severity=FAIL, nodes=(),
+                                summary=f"run {run_id!r}: {', '.join(map(str, dead))}: no "
                                 f"heartbeat for over {DEAD_AFTER:g} s; torchrun counts such a node dead",
-                                evidence, "that node's torchrun agent is hung or gone (or its clock is far "
-                                "off this one's): look at the node; the others drop it from the round", JOB_DEAD))
+                                evidence=evidence,
+                                fix="that node's torchrun agent is hung or gone (or its clock is far "
+                                "off this one's): look at the node; the others drop it from the round", kind=JOB_DEAD))
     if late:
         findings.append(Finding(
-            JOB_HEARTBEAT, WARN, (), f"run {run_id!r}: " + ", ".join(f"{node}: last heartbeat {age:.0f} s ago"
-                                                                     for node, age in late)
+            check=JOB_HEARTBEAT, severity=WARN, nodes=(),
+            summary=f"run {run_id!r}: " + ", ".join(f"{node}: last heartbeat {age:.0f} s ago"
+                                                    for node, age in late)
             + f", past the {KEEP_ALIVE_INTERVAL:g} s keep-alive; torchrun removes a node at {DEAD_AFTER:g} s",
-            evidence, "that node's agent missed a keep-alive: it is stalled, stopped or starved of CPU, or "
-            "its path to the store is slow; look at it now, before the others evict it", JOB_LATE))
+            evidence=evidence,
+            fix="that node's agent missed a keep-alive: it is stalled, stopped or starved of CPU, or "
+            "its path to the store is slow; look at it now, before the others evict it", kind=JOB_LATE))
     if not findings:
         gone = [node for node, age in ages if node in evicting and (age is None or age > DEAD_AFTER)]
-        findings.append(Finding(JOB_HEARTBEAT, PASS, (), f"run {run_id!r}: every {'other ' if gone else ''}node's "
+        findings.append(Finding(check=JOB_HEARTBEAT, severity=PASS, nodes=(),
+                                summary=f"run {run_id!r}: every {'other ' if gone else ''}node's "
                                 f"agent beat within {LATE_AFTER:g} s (keep-alive {KEEP_ALIVE_INTERVAL:g} s)"
-                                + (f"; {', '.join(map(str, gone))}: evicted (job.rdzv)" if gone else ""), evidence))
+                                + (f"; {', '.join(map(str, gone))}: evicted (job.rdzv)" if gone else ""),
+                                evidence=evidence))
     return findings
 
 
@@ -263,20 +283,23 @@ def ranks_findings(view: JobView) -> list[Finding]:
         return []
     size = view.world_size
     if size is None:
-        return [Finding(JOB_RANKS, WARN, (), f"rank(s) {_ranks(arrived)} of the default process group arrived; "
-                        "give --world-size (WORLD_SIZE) to name the missing ones", ())]
+        return [Finding(check=JOB_RANKS, severity=WARN, nodes=(),
+                        summary=f"rank(s) {_ranks(arrived)} of the default process group arrived; "
+                        "give --world-size (WORLD_SIZE) to name the missing ones")]
     missing = sorted(set(range(1, size)) - arrived) if 0 not in arrived else sorted(set(range(size)) - arrived)
     if not missing:
-        return [Finding(JOB_RANKS, PASS, tuple(range(size)), f"all {size} ranks of the default process group "
+        return [Finding(check=JOB_RANKS, severity=PASS, nodes=tuple(range(size)),
+                        summary=f"all {size} ranks of the default process group "
                         "arrived")]
-    return [Finding(JOB_RANKS, FAIL, tuple(missing), f"rank(s) {_ranks(missing)} of {size} never arrived at the "
+    return [Finding(check=JOB_RANKS, severity=FAIL, nodes=tuple(missing),
+                    summary=f"rank(s) {_ranks(missing)} of {size} never arrived at the "
                     f"default process group; rank 0 hosts the store and waits for them",
-                    (f"arrived: rank(s) {_ranks(arrived | {0})}",),
-                    "start those ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; one that was "
+                    evidence=(f"arrived: rank(s) {_ranks(arrived | {0})}",),
+                    fix="start those ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; one that was "
                     "started and is missing cannot reach MASTER_ADDR:MASTER_PORT: run `netcheck` there")]
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, sorted(ranks)))
 
 
@@ -292,14 +315,16 @@ def ras_findings(ras: RasView | None) -> list[Finding]:
                      f"{r.state}" for r in bad]
         trouble += bad
     if not trouble:
-        return [Finding(JOB_NCCL, PASS, (), f"NCCL {ras.nccl_version} (RAS at {ras.address}): "
+        return [Finding(check=JOB_NCCL, severity=PASS, nodes=(),
+                        summary=f"NCCL {ras.nccl_version} (RAS at {ras.address}): "
                         f"{len(ras.communicators)} communicator(s), every rank present, no errors")]
     missing = [r for r in trouble if r.state in ("missing", "dead")]
     kind = JOB_RAS_MISSING if missing else JOB_RAS_ERRORS
     what = f"{len(missing)} rank(s) missing" if missing else f"{len(trouble)} rank(s) in error or still initialising"
-    return [Finding(JOB_NCCL, FAIL, (), f"NCCL (RAS at {ras.address}): {what}", tuple(evidence),
-                    "look at the named ranks' processes and GPUs (a missing rank never joined the "
-                    "communicator; a dead one stopped answering)", kind)]
+    return [Finding(check=JOB_NCCL, severity=FAIL, nodes=(), summary=f"NCCL (RAS at {ras.address}): {what}",
+                    evidence=tuple(evidence),
+                    fix="look at the named ranks' processes and GPUs (a missing rank never joined the "
+                    "communicator; a dead one stopped answering)", kind=kind)]
 
 
 def _ras_text(ras: RasView) -> list[Finding]:
@@ -307,6 +332,7 @@ def _ras_text(ras: RasView) -> list[Finding]:
     words = ("INCOMPLETE", "MISMATCH", "ERROR", "DEAD", "TIMEOUT", "ABORT")
     lines = [ln.strip() for ln in ras.text.splitlines() if any(w in ln for w in words) and ln.strip()]
     if not lines:
-        return [Finding(JOB_NCCL, PASS, (), f"NCCL (RAS at {ras.address}) reports no errors", ())]
-    return [Finding(JOB_NCCL, FAIL, (), f"NCCL (RAS at {ras.address}) reports trouble", tuple(lines[:20]),
-                    "look at the named ranks' processes and GPUs", JOB_RAS_ERRORS)]
+        return [Finding(check=JOB_NCCL, severity=PASS, nodes=(),
+                        summary=f"NCCL (RAS at {ras.address}) reports no errors")]
+    return [Finding(check=JOB_NCCL, severity=FAIL, nodes=(), summary=f"NCCL (RAS at {ras.address}) reports trouble",
+                    evidence=tuple(lines[:20]), fix="look at the named ranks' processes and GPUs", kind=JOB_RAS_ERRORS)]

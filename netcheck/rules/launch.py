@@ -11,6 +11,7 @@ disagreeing about --nnodes, LOCAL_RANK used where a device index does not exist
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 from netcheck.core.model import FAIL, PASS, WARN, Finding, NodeFacts, is_torchrun_worker
 from netcheck.rules.majority import split
@@ -25,11 +26,13 @@ from netcheck.rules.registry import (
     LAUNCH_TORCHRUN,
 )
 
+Processes = Sequence[tuple[int | None, NodeFacts]]   # (seated rank or None, facts) per arrival
+
 ONE_TASK_FIX = ("start one netcheck (and one torchrun) per node: under Slurm "
                 "`srun --ntasks-per-node=1`; torchrun then starts the per-GPU processes itself")
 
 
-def launch_findings(processes: list[tuple[int | None, NodeFacts]],
+def launch_findings(processes: Processes,
                     devices: dict[int, str] | None = None) -> list[Finding]:
     """`processes`: (seated rank or None, facts) for every arrival; `devices`: seated rank ->
     UUID of the GPU it would drive (`device_uuid`), where the env phase learnt it."""
@@ -40,7 +43,8 @@ def launch_findings(processes: list[tuple[int | None, NodeFacts]],
         return findings
     seated = tuple(sorted(r for r, _ in processes if r is not None))
     hosts = len({f.hostname for _, f in processes})
-    return [Finding(LAUNCH_TOPOLOGY, PASS, seated, f"{len(processes)} process(es) on {hosts} "
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=PASS, nodes=seated,
+                    summary=f"{len(processes)} process(es) on {hosts} "
                     "host(s), laid out as the launcher says; all agree on the cluster's size")]
 
 
@@ -51,12 +55,12 @@ def task_findings(facts: NodeFacts) -> list[Finding]:
     if facts.launch.source != "slurm" or not tasks.isdigit() or int(tasks) <= 1:
         return []
     rank = facts.launch.node_rank
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, () if rank is None else (rank,),
-                    f"Slurm starts {tasks} tasks per node (SLURM_NTASKS_PER_NODE={tasks}): {tasks} netchecks "
-                    f"on {facts.hostname} claim node rank {rank}", (), ONE_TASK_FIX, LAUNCH_CROWDED)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=() if rank is None else (rank,),
+                    summary=f"Slurm starts {tasks} tasks per node (SLURM_NTASKS_PER_NODE={tasks}): {tasks} netchecks "
+                    f"on {facts.hostname} claim node rank {rank}", fix=ONE_TASK_FIX, kind=LAUNCH_CROWDED)]
 
 
-def _torchrun_layout(processes) -> list[Finding]:
+def _torchrun_layout(processes: Processes) -> list[Finding]:
     """torchrun workers: each host's ranks contiguous, LOCAL_RANKs unique, as many as
     LOCAL_WORLD_SIZE, one GROUP_RANK per host (the real per-process data; docs/contract.md, launch.topology)."""
     per_host = defaultdict(list)
@@ -69,9 +73,10 @@ def _torchrun_layout(processes) -> list[Finding]:
         return []
     # The ranks of the hosts laid out wrong only: another host's (a client posing as one) blames none here.
     ranks = tuple(sorted(r for host, texts in laid_out.items() if texts for r, _ in per_host[host] if r is not None))
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, ranks, f"{len(problems)} problem(s) in how torchrun laid "
-                    "out the workers", tuple(problems), "one torchrun per node with the same "
-                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", LAUNCH_TORCHRUN)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=ranks,
+                    summary=f"{len(problems)} problem(s) in how torchrun laid "
+                    "out the workers", evidence=tuple(problems), fix="one torchrun per node with the same "
+                    "--nproc-per-node, and LOCAL_RANK (not RANK) as the device index", kind=LAUNCH_TORCHRUN)]
 
 
 def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> list[str]:
@@ -92,7 +97,7 @@ def _host_layout(host: str, procs: list[tuple[int | None, dict[str, str]]]) -> l
     return problems
 
 
-def _crowded_hosts(processes) -> list[Finding]:
+def _crowded_hosts(processes: Processes) -> list[Finding]:
     """Several netchecks from one host claiming one node rank: the launcher started one per
     task, not per node. (Distinct ranks on one host are a deliberate single-machine test.)"""
     per_claim = defaultdict(list)
@@ -104,14 +109,15 @@ def _crowded_hosts(processes) -> list[Finding]:
             tasks = procs[0][1].launch.variables.get("SLURM_NTASKS_PER_NODE")
             why = f" (SLURM_NTASKS_PER_NODE={tasks})" if tasks else ""
             findings.append(Finding(
-                LAUNCH_TOPOLOGY, FAIL, _ranks(procs), f"{len(procs)} netcheck processes on {host}{why}: "
+                check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=_ranks(procs),
+                summary=f"{len(procs)} netcheck processes on {host}{why}: "
                 "the launcher started one per task, not one per node",
-                tuple(f"{host}: node rank {f.launch.node_rank}, from {f.launch.source}" for _, f in procs),
-                ONE_TASK_FIX, LAUNCH_CROWDED))
+                evidence=tuple(f"{host}: node rank {f.launch.node_rank}, from {f.launch.source}" for _, f in procs),
+                fix=ONE_TASK_FIX, kind=LAUNCH_CROWDED))
     return findings
 
 
-def _nnodes_disagree(processes) -> list[Finding]:
+def _nnodes_disagree(processes: Processes) -> list[Finding]:
     views = {(f.launch.nnodes_min, f.launch.nnodes_max) for _, f in processes if f.launch.nnodes_max}
     if len(views) <= 1:
         return []
@@ -125,7 +131,7 @@ def _nnodes_text(f: NodeFacts) -> str:
     return "unset" if high is None else str(high) if low == high else f"{low}:{high}"
 
 
-def _nproc_disagree(processes) -> list[Finding]:
+def _nproc_disagree(processes: Processes) -> list[Finding]:
     if len({f.launch.nproc_per_node for _, f in processes}) <= 1:
         return []
     return [_disagreement(processes, lambda f: str(f.launch.nproc_per_node), "processes per node",
@@ -133,7 +139,8 @@ def _nproc_disagree(processes) -> list[Finding]:
                           LAUNCH_NPROC, WARN)]
 
 
-def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str) -> Finding:
+def _disagreement(processes: Processes, view: Callable[[NodeFacts], str], what: str, fix: str, kind: str,
+                  severity: str) -> Finding:
     """Only the seated vote: the majority is theirs. A process that got no seat (a rank past
     --nnodes, a latecomer, or another client posing as one) is named where it differs from
     them, by hostname only: sixteen arrivals of one client saying another --nnodes would
@@ -143,14 +150,14 @@ def _disagreement(processes, view, what: str, fix: str, kind: str, severity: str
            if (r in views.odd if r is not None else view(f) != views.majority)]
     others = f"; the others {views.majority}" if views.has_majority else ": no value is the majority"
     # A line per host and view: torchrun's ranks of one host see one launcher.
-    lines: dict[tuple[str, str], list[int]] = {}
+    lines: dict[tuple[str, str], list[int | None]] = {}
     for rank, f in processes:
         lines.setdefault((f.hostname, view(f)), []).append(rank)
-    return Finding(LAUNCH_TOPOLOGY, severity, _ranks(odd),
-                   f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
+    return Finding(check=LAUNCH_TOPOLOGY, severity=severity, nodes=_ranks(odd),
+                   summary=f"nodes disagree about {what}: {', '.join(dict.fromkeys(f.hostname for _, f in odd))} say "
                    f"{', '.join(sorted({view(f) for _, f in odd}))}{others}",
-                   tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
-                         for (host, seen), ranks in lines.items()), fix, kind)
+                   evidence=tuple(f"{host}{ranks_note(r for r in ranks if r is not None)}: {seen}"
+                                  for (host, seen), ranks in lines.items()), fix=fix, kind=kind)
 
 
 def visible_devices(facts: NodeFacts) -> int | None:
@@ -162,7 +169,7 @@ def visible_devices(facts: NodeFacts) -> int | None:
     return facts.gpus or None
 
 
-def _device_problems(processes) -> list[Finding]:
+def _device_problems(processes: Processes) -> list[Finding]:
     bad = []
     for rank, f in processes:
         devices = visible_devices(f)
@@ -175,11 +182,11 @@ def _device_problems(processes) -> list[Finding]:
                                  f"{f.gpus} GPU(s): two ranks would share a GPU"))
     if not bad:
         return []
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, _ranks([(r, f) for r, f, _ in bad]),
-                    f"{len(bad)} process(es) would address a GPU that is not there, or share one",
-                    tuple(text for _, _, text in bad),
-                    "use LOCAL_RANK (not RANK) as the device index, and at most one process per "
-                    "visible GPU", LAUNCH_DEVICE)]
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL, nodes=_ranks([(r, f) for r, f, _ in bad]),
+                    summary=f"{len(bad)} process(es) would address a GPU that is not there, or share one",
+                    evidence=tuple(text for _, _, text in bad),
+                    fix="use LOCAL_RANK (not RANK) as the device index, and at most one process per "
+                    "visible GPU", kind=LAUNCH_DEVICE)]
 
 
 def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
@@ -194,7 +201,7 @@ def device_uuid(facts: NodeFacts, env: dict[str, str]) -> str | None:
     return uuid if uuid and uuid != "unknown" else None
 
 
-def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
+def _shared_gpus(processes: Processes, devices: dict[int, str]) -> list[Finding]:
     """(host, GPU) unique: two processes on one GPU fail NCCL's init with `Duplicate GPU
     detected` (docs/contract.md, launch.topology)."""
     hosts = {r: f.hostname for r, f in processes if r is not None}
@@ -205,14 +212,16 @@ def _shared_gpus(processes, devices: dict[int, str]) -> list[Finding]:
     shared = {key: sorted(ranks) for key, ranks in sorted(users.items()) if len(ranks) > 1}
     if not shared:
         return []
-    return [Finding(LAUNCH_TOPOLOGY, FAIL, tuple(sorted(r for ranks in shared.values() for r in ranks)),
-                    f"{len(shared)} GPU(s) would be driven by more than one process: "
+    return [Finding(check=LAUNCH_TOPOLOGY, severity=FAIL,
+                    nodes=tuple(sorted(r for ranks in shared.values() for r in ranks)),
+                    summary=f"{len(shared)} GPU(s) would be driven by more than one process: "
                     "`Duplicate GPU detected`",
-                    tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
-                          for (host, uuid), ranks in shared.items()),
-                    "one GPU per process: LOCAL_RANK as the device index, and the same "
-                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)", LAUNCH_SHARED_GPU)]
+                    evidence=tuple(f"{host}: ranks {', '.join(map(str, ranks))} on {uuid}"
+                                   for (host, uuid), ranks in shared.items()),
+                    fix="one GPU per process: LOCAL_RANK as the device index, and the same "
+                    "CUDA_VISIBLE_DEVICES for every process of a node (or one GPU bound to each)",
+                    kind=LAUNCH_SHARED_GPU)]
 
 
-def _ranks(procs) -> tuple[int, ...]:
+def _ranks(procs: Processes) -> tuple[int, ...]:
     return tuple(sorted({r for r, *_ in procs if r is not None}))

@@ -60,12 +60,13 @@ def _peer_socket_findings(read: tuple[Read, ...], ranks: int, names: dict[int, s
     if not short or ranks < 2:
         return []
     nodes = tuple(m.rank for m, _, _ in short)
-    return [Finding(HOST_LIMITS, WARN, nodes, f"the soft descriptor limit on {node_names(nodes, names)} is below a "
+    return [Finding(check=HOST_LIMITS, severity=WARN, nodes=nodes,
+                    summary=f"the soft descriptor limit on {node_names(nodes, names)} is below a "
                     f"connection to each of the job's {ranks - 1} other ranks: gloo, and NCCL's all-to-all or "
                     "send/recv over sockets, fail with EMFILE there",
-                    per_node(((m.rank, f"soft {limits.nofile}, about {need} for a socket to every peer")
-                              for m, limits, need in short), names),
-                    NOFILE_FIX.format(need=max(need for _, _, need in short)), LIMIT_PEER_SOCKETS)]
+                    evidence=per_node(((m.rank, f"soft {limits.nofile}, about {need} for a socket to every peer")
+                                       for m, limits, need in short), names),
+                    fix=NOFILE_FIX.format(need=max(need for _, _, need in short)), kind=LIMIT_PEER_SOCKETS)]
 
 
 def _sockets_per_peer(m: Member) -> int:
@@ -97,19 +98,24 @@ def _descriptor_findings(read: Read, ranks: int, nodes: int) -> list[Finding]:
              f"holds {ranks} rank(s) + {nodes} torchrun agent(s), beside {BARE_DESCRIPTORS} (a bare store) to "
              f"{PROCESS_DESCRIPTORS} (a training process) of its process's own",)
     if limits.nofile == -1 or limits.nofile >= need:
-        return [Finding(HOST_LIMITS, PASS, (host.rank,), f"the rendezvous host's descriptor limit "
-                        f"({_text(limits.nofile)}) holds the job's store ({ranks} ranks on {nodes} node(s))", shown)]
+        return [Finding(check=HOST_LIMITS, severity=PASS, nodes=(host.rank,),
+                        summary=f"the rendezvous host's descriptor limit "
+                        f"({_text(limits.nofile)}) holds the job's store ({ranks} ranks on {nodes} node(s))",
+                        evidence=shown)]
     fix = NOFILE_FIX.format(need=need)
     if limits.nofile_hard != -1 and limits.nofile_hard < need:
         fix = HARD_FIX.format(hard=limits.nofile_hard, need=need)
     if limits.nofile < least:
-        return [Finding(HOST_LIMITS, FAIL, (host.rank,), f"the rendezvous host's soft descriptor limit is "
+        return [Finding(check=HOST_LIMITS, severity=FAIL, nodes=(host.rank,),
+                        summary=f"the rendezvous host's soft descriptor limit is "
                         f"{limits.nofile}, below the {least} the job's store needs ({ranks} ranks on {nodes} node(s) "
-                        "connect to it): the clients past the limit are refused (EMFILE)", shown, fix, LIMIT_NOFILE)]
-    return [Finding(HOST_LIMITS, WARN, (host.rank,), f"the rendezvous host's soft descriptor limit ({limits.nofile}) "
+                        "connect to it): the clients past the limit are refused (EMFILE)", evidence=shown, fix=fix,
+                        kind=LIMIT_NOFILE)]
+    return [Finding(check=HOST_LIMITS, severity=WARN, nodes=(host.rank,),
+                    summary=f"the rendezvous host's soft descriptor limit ({limits.nofile}) "
                     f"holds the job's store ({ranks} ranks on {nodes} node(s)) only if its process opens under "
                     f"{limits.nofile - ranks - nodes} files of its own; a training process (CUDA, NCCL, data "
-                    f"loaders) takes about {PROCESS_DESCRIPTORS}", shown, fix, LIMIT_NOFILE)]
+                    f"loaders) takes about {PROCESS_DESCRIPTORS}", evidence=shown, fix=fix, kind=LIMIT_NOFILE)]
 
 
 def _backlog_findings(read: Read, ranks: int, nodes: int) -> list[Finding]:
@@ -119,11 +125,12 @@ def _backlog_findings(read: Read, ranks: int, nodes: int) -> list[Finding]:
     caps = [c for c in (limits.somaxconn, limits.syn_backlog) if c is not None]
     if not caps or ranks + nodes <= min(caps):
         return []
-    return [Finding(HOST_LIMITS, WARN, (host.rank,), f"the rendezvous host's accept queue is capped at {min(caps)} "
+    return [Finding(check=HOST_LIMITS, severity=WARN, nodes=(host.rank,),
+                    summary=f"the rendezvous host's accept queue is capped at {min(caps)} "
                     f"(net.core.somaxconn {limits.somaxconn}, net.ipv4.tcp_max_syn_backlog {limits.syn_backlog}), "
                     f"and {ranks + nodes} connections come at once at start-up: the rest are reset and retry",
-                    (), f"sysctl -w net.core.somaxconn={ranks + nodes} net.ipv4.tcp_max_syn_backlog={ranks + nodes} "
-                    "on the rendezvous host (and in /etc/sysctl.d to keep it)", LIMIT_BACKLOG)]
+                    fix=f"sysctl -w net.core.somaxconn={ranks + nodes} net.ipv4.tcp_max_syn_backlog={ranks + nodes} "
+                    "on the rendezvous host (and in /etc/sysctl.d to keep it)", kind=LIMIT_BACKLOG)]
 
 
 def _memlock_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Finding]:
@@ -139,12 +146,14 @@ def _memlock_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Fin
 
 def _memlock_finding(severity: str, group: list[Read], names: dict[int, str]) -> Finding:
     ranks = tuple(m.rank for m, _ in group)
-    return Finding(HOST_LIMITS, severity, ranks, f"locked memory is limited on {node_names(ranks, names)}, whose "
+    return Finding(check=HOST_LIMITS, severity=severity, nodes=ranks,
+                   summary=f"locked memory is limited on {node_names(ranks, names)}, whose "
                    "NCCL would use RDMA: registering its buffers fails (ibv_reg_mr, ibv_create_cq) where they "
-                   "exceed it", per_node(((m.rank, f"memlock {_text(limits.memlock)}") for m, limits in group), names),
-                   "`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
+                   "exceed it",
+                   evidence=per_node(((m.rank, f"memlock {_text(limits.memlock)}") for m, limits in group), names),
+                   fix="`ulimit -l unlimited` where the job starts (limits.conf `memlock`, LimitMEMLOCK=infinity for "
                    "systemd or slurmd, PropagateResourceLimits=MEMLOCK, `docker run --ulimit memlock=-1`)",
-                   LIMIT_MEMLOCK)
+                   kind=LIMIT_MEMLOCK)
 
 
 def _stack_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Finding]:
@@ -160,10 +169,13 @@ def _stack_findings(read: tuple[Read, ...], names: dict[int, str]) -> list[Findi
 
 def _stack_finding(severity: str, group: list[Member], verb: str, names: dict[int, str]) -> Finding:
     ranks = tuple(m.rank for m in group)
-    return Finding(HOST_LIMITS, severity, ranks, f"the stack is unlimited on {node_names(ranks, names)}, whose NCCL "
+    return Finding(check=HOST_LIMITS, severity=severity, nodes=ranks,
+                   summary=f"the stack is unlimited on {node_names(ranks, names)}, whose NCCL "
                    f"{verb} older than 2.28: it crashes there (glibc gives its threads 2 MiB stacks)",
-                   per_node(((m.rank, f"stack unlimited, libnccl {_libnccl(m) or 'not found'}") for m in group), names),
-                   "a finite stack where the job starts (`ulimit -s 8192`), or NCCL 2.28 or newer", LIMIT_STACK)
+                   evidence=per_node(((m.rank, f"stack unlimited, libnccl {_libnccl(m) or 'not found'}")
+                                      for m in group), names),
+                   fix="a finite stack where the job starts (`ulimit -s 8192`), or NCCL 2.28 or newer",
+                   kind=LIMIT_STACK)
 
 
 def _libnccl(m: Member) -> str:

@@ -17,6 +17,7 @@ plateau below --expect-busbw). Rules never print and never touch the network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from netcheck.core.bwrecords import (
@@ -36,6 +37,8 @@ from netcheck.core.model import FAIL, PASS, WARN, Finding
 from netcheck.rules.registry import LINK_ERRORS, LINK_FLAP, LINK_HEALTH, LINK_LOSSY_NODE, LINK_LOSSY_PATH
 
 Pair = tuple[int, int]   # (sender, receiver) in a direction; (lower, higher) in a pair
+Directions = dict[Pair, tuple[int, int]]   # (sender, receiver) -> (segments sent, resent): link_directions
+Names = Callable[[int], str]   # node -> its name
 # The counters that say a link went down: an interface's carrier, an InfiniBand port's link.
 FLAP_COUNTERS = ("carrier_changes", "link_downed")
 DROP_COUNTERS = ("rx_dropped", "tx_dropped")
@@ -50,7 +53,7 @@ FIX_ERRORS = ("the link counted errors while bandwidth was measured: check the c
               "port (ethtool -S, the switch's port counters; perfquery on InfiniBand)")
 
 
-def link_findings(result: BandwidthResult, names) -> list[Finding]:
+def link_findings(result: BandwidthResult, names: Names) -> list[Finding]:
     """link.health over every node's counters, a fault a warning (raised() makes it a failure
     where it spoiled a figure). names: node -> hostname."""
     if not result.links:
@@ -88,7 +91,7 @@ def _either_way(direction: Pair) -> Pair:
     return (a, b) if a <= b else (b, a)
 
 
-def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair]]:
+def _pairs(directions: Directions) -> tuple[set[Pair], set[Pair]]:
     """The node pairs a direction of which lost segments, and those judged clean both ways. One
     clean direction says nothing of the other: a node that loses what it receives sends cleanly
     (chaos seed 1, schedule 1041: node2's one judged direction, out, made its pair with node1
@@ -101,7 +104,7 @@ def _pairs(directions: dict[Pair, tuple[int, int]]) -> tuple[set[Pair], set[Pair
     return lossy_pairs, {p for p, ways in judged_ways.items() if ways == 2} - lossy_pairs
 
 
-def _lossy_receivers(directions: dict[Pair, tuple[int, int]]) -> list[int]:
+def _lossy_receivers(directions: Directions) -> list[int]:
     """Nodes whose inbound directions together lost segments, from two peers or more, where none
     into them was judged clean: a node losing what it receives, told where no single direction
     moved enough to tell (chaos seed 1, schedule 1041: 5% lost, a sweep that crawled, 4 of 177
@@ -131,7 +134,8 @@ def _lossy_nodes(lossy_pairs: set[Pair], clean_pairs: set[Pair]) -> list[int]:
     return named
 
 
-def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[Pair], links, names) -> Finding:
+def _node_finding(n: int, directions: Directions, lossy_pairs: set[Pair], clean_pairs: set[Pair],
+                  links: tuple[NodeLinks, ...], names: Names) -> Finding:
     peers = sorted({b if a == n else a for (a, b), (_, r) in directions.items() if n in (a, b) and r})
     into = [(p, directions.get((p, n), (0, 0))) for p in peers]
     out = [(p, directions.get((n, p), (0, 0))) for p in peers]
@@ -143,10 +147,11 @@ def _node_finding(n: int, directions, lossy_pairs: set[Pair], clean_pairs: set[P
                f"exchanged with ({', '.join(names(p) for p in peers)}){beside}")
     evidence = tuple(_direction_text(p, n, s, names) for p, s in into if s[0]) \
         + tuple(_direction_text(n, p, s, names) for p, s in out if s[0]) + _stage_lines(n, links, names)
-    return Finding(LINK_HEALTH, WARN, (n,), summary, evidence, FIX_NODE, LINK_LOSSY_NODE)
+    return Finding(check=LINK_HEALTH, severity=WARN, nodes=(n,), summary=summary, evidence=evidence, fix=FIX_NODE,
+                   kind=LINK_LOSSY_NODE)
 
 
-def _path_finding(paths: list[Pair], directions, names) -> Finding:
+def _path_finding(paths: list[Pair], directions: Directions, names: Names) -> Finding:
     shown = ", ".join(f"{names(a)} <-> {names(b)}" for a, b in paths[:SHOWN_PAIRS])
     more = f" and {len(paths) - SHOWN_PAIRS} more" if len(paths) > SHOWN_PAIRS else ""
     nodes = sorted({n for p in paths for n in p})
@@ -154,11 +159,11 @@ def _path_finding(paths: list[Pair], directions, names) -> Finding:
                "between them loses them")
     evidence = tuple(_direction_text(a, b, directions[(a, b)], names)
                      for pair in paths for a, b in (pair, pair[::-1]) if directions.get((a, b), (0, 0))[0])
-    return Finding(LINK_HEALTH, WARN, tuple(nodes), summary, evidence, FIX_PATH,
-                   LINK_LOSSY_PATH)
+    return Finding(check=LINK_HEALTH, severity=WARN, nodes=tuple(nodes), summary=summary, evidence=evidence,
+                   fix=FIX_PATH, kind=LINK_LOSSY_PATH)
 
 
-def _direction_text(a: int, b: int, sent: tuple[int, int], names) -> str:
+def _direction_text(a: int, b: int, sent: tuple[int, int], names: Names) -> str:
     return f"{names(a)} -> {names(b)}: {rate_text(*sent)}"
 
 
@@ -166,7 +171,7 @@ def _share(segments: int, retransmitted: int) -> float:
     return retransmitted / segments if segments else 0.0
 
 
-def _stage_lines(n: int, links: tuple[NodeLinks, ...], names) -> tuple[str, ...]:
+def _stage_lines(n: int, links: tuple[NodeLinks, ...], names: Names) -> tuple[str, ...]:
     """A node's own totals in each timed stage where it resent something (every connection of
     its namespace: a node that loses what it receives resends little itself)."""
     mine = next((node for node in links if node.node == n), None)
@@ -182,7 +187,7 @@ def _flapped(links: tuple[NodeLinks, ...]) -> set[int]:
     return {node.node for node in links for s in node.stages for m in s.moved if m.counter in FLAP_COUNTERS}
 
 
-def _moved_findings(links: tuple[NodeLinks, ...], names) -> list[Finding]:
+def _moved_findings(links: tuple[NodeLinks, ...], names: Names) -> list[Finding]:
     """A carrier change or an error counter that rose on a node's link, per node."""
     findings = []
     for node in links:
@@ -191,14 +196,16 @@ def _moved_findings(links: tuple[NodeLinks, ...], names) -> list[Finding]:
                   if m.counter not in FLAP_COUNTERS and _error(m)]
         if flaps:
             where = ", ".join(dict.fromkeys(m.where for _, m in flaps))
-            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
-                                    f"{names(node.node)}'s {where} went down and up while bandwidth was measured "
-                                    f"({_moves_text(flaps)})", _moved_lines(flaps), FIX_FLAP, LINK_FLAP))
+            findings.append(Finding(check=LINK_HEALTH, severity=WARN, nodes=(node.node,),
+                                    summary=f"{names(node.node)}'s {where} went down and up while bandwidth was "
+                                    f"measured ({_moves_text(flaps)})", evidence=_moved_lines(flaps), fix=FIX_FLAP,
+                                    kind=LINK_FLAP))
         if errors:
             where = ", ".join(dict.fromkeys(m.where for _, m in errors))
-            findings.append(Finding(LINK_HEALTH, WARN, (node.node,),
-                                    f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
-                                    f"({_moves_text(errors)})", _moved_lines(errors), FIX_ERRORS, LINK_ERRORS))
+            findings.append(Finding(check=LINK_HEALTH, severity=WARN, nodes=(node.node,),
+                                    summary=f"{names(node.node)}'s {where} counted errors while bandwidth was measured "
+                                    f"({_moves_text(errors)})", evidence=_moved_lines(errors), fix=FIX_ERRORS,
+                                    kind=LINK_ERRORS))
     return findings
 
 
@@ -221,10 +228,10 @@ def _moved_lines(moves: list[tuple[str, Moved]]) -> tuple[str, ...]:
                  + (f" of {m.packets:,} packets" if m.counter in DROP_COUNTERS else "") for stage, m in moves)
 
 
-def _pass(links: tuple[NodeLinks, ...], directions, clean_pairs: set[Pair]) -> Finding:
+def _pass(links: tuple[NodeLinks, ...], directions: Directions, clean_pairs: set[Pair]) -> Finding:
     sent = sum(s for s, _ in directions.values())
     resent = sum(r for _, r in directions.values())
     nodes = tuple(sorted(node.node for node in links))
-    return Finding(LINK_HEALTH, PASS, nodes,
-                   f"no lossy link on {len(nodes)} node(s): {rate_text(sent, resent)} over {len(clean_pairs)} node "
-                   f"pair(s) judged, none past {LINK_LOSS_RATE:.1%}; no carrier change or error counter rose")
+    return Finding(check=LINK_HEALTH, severity=PASS, nodes=nodes,
+                   summary=f"no lossy link on {len(nodes)} node(s): {rate_text(sent, resent)} over {len(clean_pairs)} "
+                   f"node pair(s) judged, none past {LINK_LOSS_RATE:.1%}; no carrier change or error counter rose")

@@ -125,7 +125,8 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
             summary += f"; {node_names(sorted(isolated), names)} reach(es) no peer"
         evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
                              for (s, d), tries in sorted(broken.items())), names)
-        return named + [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary, evidence, MESH_FIX,
+        return named + [Finding(check=MESH_CONNECT, severity=FAIL, nodes=tuple(sorted(ranks)), summary=summary,
+                                evidence=evidence, fix=MESH_FIX,
                                 impact=gloodial.nccl_only(names, ends, broken, attempts),
                                 cause_nodes=tuple(sorted(cause)) if cause != ranks else None)]
     rtts = [a.rtt_ms for a in attempts if a.rtt_ms is not None]
@@ -135,14 +136,14 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
         summary += f" and echo full-size frames (up to {max(frames)} bytes)"
     if rtts:
         summary += f"; median connect {median(rtts):.2f} ms"
-    return [Finding(MESH_CONNECT, PASS, tuple(sorted(names)), summary, idle)]
+    return [Finding(check=MESH_CONNECT, severity=PASS, nodes=tuple(sorted(names)), summary=summary, evidence=idle)]
 
 
 def _counted(names: dict[int, str], some: set[tuple[int, int]], tried: set[tuple[int, int]],
              every: bool = False) -> str:
     """`1 of 2 node-to-node directions`, counted between nodes (a path between two ranks of one
     host never leaves it), with the rank pairs where nodes run several ranks (torchrun)."""
-    def between(pairs) -> tuple[set[tuple[str, str]], int]:
+    def between(pairs: Iterable[tuple[int, int]]) -> tuple[set[tuple[str, str]], int]:
         """(the node pairs these rank pairs join, how many rank pairs leave their host): one
         pass over up to 800,000 directions, same_node and name_of written out."""
         nodes, leaving = set(), 0
@@ -246,10 +247,10 @@ def blackhole_findings(names: dict[int, str], attempts: tuple[Attempt, ...]) -> 
     summary = (f"path-MTU blackhole {where}: {len(shown)} path(s) connect and carry small messages, but "
                f"full-size frames ({full} bytes) vanish; " + (f"{passed}-byte frames pass" if passed else
                                                              "smaller frames too"))
-    return [Finding(MESH_CONNECT, FAIL, tuple(sorted(ranks)), summary,
-                    shown, _blackhole_fix(names, holes, blamed or ranks,
-                                                                              bool(blamed), full, passed),
-                    MESH_BLACKHOLE)]
+    return [Finding(check=MESH_CONNECT, severity=FAIL, nodes=tuple(sorted(ranks)), summary=summary,
+                    evidence=shown, fix=_blackhole_fix(names, holes, blamed or ranks,
+                                                                                           bool(blamed), full, passed),
+                    kind=MESH_BLACKHOLE)]
 
 
 # The two halves of every blackhole's fix, the mesh's and a joiner's that lost the host.
@@ -264,13 +265,13 @@ def _jumbo_along(where: str, mtu: int | None = None) -> str:
 def host_blackhole_finding(ranks: tuple[int, ...], frame: int) -> Finding:
     """A joiner whose store client lost the host, and whose host still answers a small request
     but not one full frame: the path between them is a blackhole (its own report names it)."""
-    return Finding(MESH_CONNECT, FAIL, (0,) + ranks,
-                   f"path-MTU blackhole between this node and the host: the host's store answers a small "
+    return Finding(check=MESH_CONNECT, severity=FAIL, nodes=(0,) + ranks,
+                   summary=f"path-MTU blackhole between this node and the host: the host's store answers a small "
                    f"request but not the same request in one {frame}-byte frame, so every store message "
                    "or collective larger than a frame between them hangs",
-                   (), "set the path's MTU on this node's and the host's interfaces "
+                   fix="set the path's MTU on this node's and the host's interfaces "
                    f"({_MEASURE_MTU.format(peer='HOST')}), or {_jumbo_along('the switch ports between them')}",
-                   MESH_BLACKHOLE)
+                   kind=MESH_BLACKHOLE)
 
 
 def lost_facts_blackhole(lost: tuple[Visitor, ...], tests: tuple[FrameTest, ...], joined: int) -> list[Finding]:
@@ -294,12 +295,12 @@ def lost_facts_blackhole(lost: tuple[Visitor, ...], tests: tuple[FrameTest, ...]
     evidence = tuple(f"{t.hostname} {t.address}: the host's {t.frame}-byte datagrams lost, small ones answered"
                      for t in holes)
     who = "the host's interface" if at_host else "the interfaces of the nodes named"
-    return [Finding(MESH_CONNECT, FAIL, tuple(sorted(nodes)),
-                    f"path-MTU blackhole {where}: {len(holes)} node(s) reached the store but their facts (larger "
-                    f"than a frame) did not, and the host's full-size datagrams ({full} bytes) to them vanish "
-                    "while small ones are answered", evidence,
-                    f"set the path's MTU on {who} ({_MEASURE_MTU.format(peer='PEER')}), or "
-                    f"{_jumbo_along('the switch ports between them')}", MESH_BLACKHOLE)]
+    return [Finding(check=MESH_CONNECT, severity=FAIL, nodes=tuple(sorted(nodes)),
+                    summary=f"path-MTU blackhole {where}: {len(holes)} node(s) reached the store but their facts "
+                    f"(larger than a frame) did not, and the host's full-size datagrams ({full} bytes) to them vanish "
+                    "while small ones are answered", evidence=evidence,
+                    fix=f"set the path's MTU on {who} ({_MEASURE_MTU.format(peer='PEER')}), or "
+                    f"{_jumbo_along('the switch ports between them')}", kind=MESH_BLACKHOLE)]
 
 
 def _hole_lines(names: dict[int, str], holes: list[tuple[Attempt, Transfer]]) -> tuple[str, ...]:

@@ -4,6 +4,10 @@ Input: every node's facts (its NicTable and socket settings) and every mesh atte
 Output: findings and the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME values
 that the mesh showed to carry traffic between every pair, of names that pass the interface-name
 rule (core.names): a person pastes them into a shell. Pure: no I/O, no printing.
+
+Longer than 500 lines: NCCL's, gloo's and TensorPipe's interface checks, nic.speed and the export
+lines all judge one proof, the interfaces the mesh showed to carry traffic (proven_interfaces), and
+read it the same way.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from netcheck.core.meshrecords import BLACKHOLE, Attempt
 from netcheck.core.model import FAIL, PASS, RISKS, WARN, Finding, Impact, Member, hostnames
 from netcheck.core.names import IFNAME_MAX_BYTES, is_safe_ifname
-from netcheck.core.nictable import Nic
+from netcheck.core.nictable import Nic, NicTable
 from netcheck.rules import gloodial, socketchoice, socketsettings
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules.hcachoice import nccl_version
@@ -103,14 +107,14 @@ def unsafe_name_findings(members: tuple[Member, ...], proven: dict[int, list[str
               if (bad := [n for n in ifnames if not is_safe_ifname(n)])}
     if not unsafe:
         return []
-    return [Finding(NIC_ROUTE, FAIL, tuple(unsafe),
-                    f"interface names no *_SOCKET_IFNAME can safely hold on {node_names(sorted(set(unsafe)), names)}: "
-                    "left out of the exports",
-                    per_node(((r, f"{n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-")
-                              for r, bad in unsafe.items() for n in bad), names),
-                    "rename the interface (ip link set dev OLD name NEW); if the node has no such interface, "
+    return [Finding(check=NIC_ROUTE, severity=FAIL, nodes=tuple(unsafe),
+                    summary="interface names no *_SOCKET_IFNAME can safely hold on "
+                    f"{node_names(sorted(set(unsafe)), names)}: left out of the exports",
+                    evidence=per_node(((r, f"{n!r} is not 1 to {IFNAME_MAX_BYTES} letters, digits and ._-")
+                                       for r, bad in unsafe.items() for n in bad), names),
+                    fix="rename the interface (ip link set dev OLD name NEW); if the node has no such interface, "
                     "what it sent is not netcheck's: take the node out of the job and find what runs there",
-                    ROUTE_UNSAFE_NAME)]
+                    kind=ROUTE_UNSAFE_NAME)]
 
 
 def _settings_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -139,27 +143,28 @@ def _settings_judged(members: tuple[Member, ...], attempts: tuple[Attempt, ...])
         lines = per_node(problems, names)
         more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
         where = f"; the line in {', '.join(sorted(files))} on the node named is where it is set" if files else ""
-        return [Finding(NIC_ROUTE, FAIL, tuple(sorted({r for r, _ in problems})), lines[0] + more, lines,
-                        "set the variables to interface names that exist on every node; a "
+        return [Finding(check=NIC_ROUTE, severity=FAIL, nodes=tuple(sorted({r for r, _ in problems})),
+                        summary=lines[0] + more, evidence=lines,
+                        fix="set the variables to interface names that exist on every node; a "
                         f"cluster run's export lines name ones that work{where}")]
     subnets = per_table(members, shared_subnets)
     shared = [(m.rank, text) for m in members for text in subnets[m.rank]]
     if shared:
-        return [Finding(NIC_ROUTE, WARN, tuple(sorted({r for r, _ in shared})),
-                        "two interfaces on one subnet: the kernel may answer from either",
-                        per_node(shared, names),
-                        "give each interface its own subnet, or pin the libraries to one of "
+        return [Finding(check=NIC_ROUTE, severity=WARN, nodes=tuple(sorted({r for r, _ in shared})),
+                        summary="two interfaces on one subnet: the kernel may answer from either",
+                        evidence=per_node(shared, names),
+                        fix="give each interface its own subnet, or pin the libraries to one of "
                         "them with the exports below (nccl#913)")]
     where, routes = every_node(names, names), _routes(names, attempts)
     summary = (f"the interface settings on {where} name interfaces that exist there"
                if any(var in m.facts.socket_env for m in members for var in SETTINGS) else
                f"no *_SOCKET_IFNAME is set on {'any node' if where == 'every node' else where}: each library "
                "picks its own interface")
-    return [Finding(NIC_ROUTE, PASS, tuple(m.rank for m in members),
-                    summary + ("; -v lists each node's route to its peers" if routes else ""), routes)]
+    return [Finding(check=NIC_ROUTE, severity=PASS, nodes=tuple(m.rank for m in members),
+                    summary=summary + ("; -v lists each node's route to its peers" if routes else ""), evidence=routes)]
 
 
-def shared_subnets(table) -> list[str]:
+def shared_subnets(table: NicTable) -> list[str]:
     """Running interfaces with addresses in one IPv4 subnet, as "eth0, eth1 on 10.0.0.0/24"."""
     by_net = defaultdict(list)
     for nic in table.nics:
@@ -208,7 +213,7 @@ def _nccl_version(m: Member) -> tuple[int, ...]:
     return nccl_version(m.facts.rdma.libnccl.version) if m.facts.rdma else socketchoice.NEWEST
 
 
-def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven) -> str | None:
+def _nccl_trouble(m: Member, choice: socketchoice.NcclChoice, proven: dict[int, list[str]] | None) -> str | None:
     picked = [p.name for p in choice.interfaces]
     if choice.bootstrap is None:
         return f"NCCL finds no socket interface ({choice.reason})"
@@ -311,12 +316,14 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
     names = hostnames(members)
     bad = [(m.rank, text) for m, text in troubles if text]
     if bad:
-        return [Finding(check, severity, tuple(r for r, _ in bad),
-                        f"{summary} on {node_names((r for r, _ in bad), names)}", per_node(bad, names), fix)]
+        return [Finding(check=check, severity=severity, nodes=tuple(r for r, _ in bad),
+                        summary=f"{summary} on {node_names((r for r, _ in bad), names)}", evidence=per_node(bad, names),
+                        fix=fix)]
     if proven is None or alone:   # a joiner's own tables; nodes on one machine, where no path leaves it
         why = "one machine: no path leaves it" if alone else "not tested against peers here"
-        return [Finding(check, PASS, tuple(m.rank for m in members),
-                        f"{subject} looks usable on {every_node(names, names)} ({why})", passed_evidence)]
+        return [Finding(check=check, severity=PASS, nodes=tuple(m.rank for m in members),
+                        summary=f"{subject} looks usable on {every_node(names, names)} ({why})",
+                        evidence=passed_evidence)]
     # The host passes the nodes some peer's connects were witnessed to, and no other: where the
     # mesh proved nothing of a node (every node reaching none, chaos seed 8306, schedule 9),
     # mesh.connect says why, and a pass would stand on no evidence.
@@ -327,7 +334,7 @@ def _library_finding(check: str, severity: str, members: tuple[Member, ...], pro
     passed = f"{subject} works on {every_node(judged, names) if not unjudged else node_names(judged, names)}" + (
         f"; not tested on {node_names(unjudged, names)}: no peer's connect there was witnessed (mesh.connect)"
         if unjudged else "")
-    return [Finding(check, PASS, tuple(judged), passed, passed_evidence)]
+    return [Finding(check=check, severity=PASS, nodes=tuple(judged), summary=passed, evidence=passed_evidence)]
 
 
 def mtu_findings(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -372,9 +379,11 @@ def _narrow_paths(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) ->
         where = "a router or link between them carries less than the nodes' interfaces"
         fix = (f"raise the MTU of the links between them to the interfaces', or set the interfaces to the path's "
                f"({learnt[0]}): ip link set dev IF mtu {learnt[0]}")
-    return [Finding(NIC_MTU, WARN, tuple(sorted(ranks)), f"{len(paths)} path(s) carry smaller frames than their "
+    return [Finding(check=NIC_MTU, severity=WARN, nodes=tuple(sorted(ranks)),
+                    summary=f"{len(paths)} path(s) carry smaller frames than their "
                     f"interfaces send ({', '.join(map(str, learnt))} bytes, learnt from the network): {where}; TCP "
-                    "resends each full-size frame smaller, RoCE does not adapt", tuple(shown), fix, kind=MTU_PATH)]
+                    "resends each full-size frame smaller, RoCE does not adapt", evidence=tuple(shown), fix=fix,
+                    kind=MTU_PATH)]
 
 
 def _mtu_ends(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> list[Finding]:
@@ -394,13 +403,15 @@ def _mtu_ends(members: tuple[Member, ...], attempts: tuple[Attempt, ...]) -> lis
         holes = len({(names.get(a.src), a.src_ifname, names.get(a.dst), a.ifname)
                      for a in attempts if a.outcome == BLACKHOLE})
         # Agreeing ends prove nothing about a switch port between them: say so where the mesh found one.
-        return [Finding(NIC_MTU, PASS, tuple(names), "both ends of every path agree on MTU" + (
+        return [Finding(check=NIC_MTU, severity=PASS, nodes=tuple(names),
+                        summary="both ends of every path agree on MTU" + (
             f"; {holes} path(s) between them carry less: see mesh.connect" if holes else ""))]
     odd = _odd_nodes(members, {(h, i): mtu for pair in pairs for h, i, mtu in pair})
-    return [Finding(NIC_MTU, WARN, odd, f"MTU differs along {len(pairs)} path(s): small messages "
-                    "work, large ones can stall", tuple(f"{a[0]} {a[1]} mtu {a[2]} <-> {b[0]} {b[1]} "
-                                                        f"mtu {b[2]}" for a, b in sorted(pairs)),
-                    "set the same MTU on every node's interface (ip link set dev IF mtu N) and the "
+    return [Finding(check=NIC_MTU, severity=WARN, nodes=odd,
+                    summary=f"MTU differs along {len(pairs)} path(s): small messages "
+                    "work, large ones can stall", evidence=tuple(f"{a[0]} {a[1]} mtu {a[2]} <-> {b[0]} {b[1]} "
+                                                                 f"mtu {b[2]}" for a, b in sorted(pairs)),
+                    fix="set the same MTU on every node's interface (ip link set dev IF mtu N) and the "
                     "switch ports between them")]
 
 
@@ -420,29 +431,30 @@ def speed_findings(members: tuple[Member, ...], proven: dict[int, list[str]]) ->
     unproven = per_node(((m.rank, "no path proven, so no link to rate (see mesh.connect)")
                          for m in members if m.rank in proven and not proven[m.rank]), names)
 
-    def lines(ranks) -> tuple[str, ...]:
+    def lines(ranks: Iterable[int]) -> tuple[str, ...]:
         return per_node(((r, f"{speeds[r]} Mb/s" if speeds[r] else "speed unknown") for r in ranks), names)
 
     if not speeds:
         return []   # nothing proven: no link to judge, and no pass
     if not known:
-        return [Finding(NIC_SPEED, PASS, tuple(speeds), "link speeds are not reported (virtual "
-                        "interfaces); the bandwidth phase measures them", lines(sorted(speeds)) + unproven)]
+        return [Finding(check=NIC_SPEED, severity=PASS, nodes=tuple(speeds),
+                        summary="link speeds are not reported (virtual "
+                        "interfaces); the bandwidth phase measures them", evidence=lines(sorted(speeds)) + unproven)]
     fastest = max(known.values())
     slower = [r for r, s in sorted(speeds.items()) if s is not None and s < fastest]
     unknown = [r for r, s in sorted(speeds.items()) if s is None]
     if not slower and not unknown:
-        return [Finding(NIC_SPEED, PASS, tuple(speeds), f"{_all_at(names, speeds)} {fastest} Mb/s",
-                        lines(sorted(speeds)) + unproven)]
+        return [Finding(check=NIC_SPEED, severity=PASS, nodes=tuple(speeds),
+                        summary=f"{_all_at(names, speeds)} {fastest} Mb/s", evidence=lines(sorted(speeds)) + unproven)]
     said = []
     if slower:
         said.append(f"{node_names(slower, names)}: link slower than its peers' {fastest} Mb/s")
     if unknown:
         said.append(f"{node_names(unknown, names)}: link speed not reported, beside peers at {fastest} Mb/s")
     odd = slower + unknown
-    return [Finding(NIC_SPEED, WARN, tuple(sorted(odd)), "; ".join(said),
-                    lines(sorted(speeds, key=lambda r: (r not in odd, r))) + unproven,
-                    "check cabling, autonegotiation (ethtool IF) and the switch port")]
+    return [Finding(check=NIC_SPEED, severity=WARN, nodes=tuple(sorted(odd)), summary="; ".join(said),
+                    evidence=lines(sorted(speeds, key=lambda r: (r not in odd, r))) + unproven,
+                    fix="check cabling, autonegotiation (ethtool IF) and the switch port")]
 
 
 def _all_at(names: dict[int, str], speeds: dict[int, int | None]) -> str:
@@ -450,7 +462,7 @@ def _all_at(names: dict[int, str], speeds: dict[int, int | None]) -> str:
     return f"{where}'s link runs at" if where != "every node" else "every node's link runs at"
 
 
-def used_speed(m: Member, names) -> int | None:
+def used_speed(m: Member, names: Iterable[str | None]) -> int | None:
     """Mb/s of the fastest of these interfaces of a node that reports a speed; None: none does."""
     nics = {n.name: n for n in m.facts.nics.nics}
     speeds = [nics[name].speed_mbps for name in names if name in nics]
@@ -467,16 +479,18 @@ def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
     findings = []
     if down:
         lines = per_node(down, names)   # a line per port: a host's ranks share its HCAs
-        findings.append(Finding(NIC_IB, FAIL, tuple(sorted({r for r, _ in down})),
-                                f"{len(lines)} InfiniBand port(s) not active", lines,
-                                "check the cable and the subnet manager (ibstat), or exclude the HCA "
+        findings.append(Finding(check=NIC_IB, severity=FAIL, nodes=tuple(sorted({r for r, _ in down})),
+                                summary=f"{len(lines)} InfiniBand port(s) not active", evidence=lines,
+                                fix="check the cable and the subnet manager (ibstat), or exclude the HCA "
                                 "with NCCL_IB_HCA"))
     odd = split({r: tuple(v) for r, v in active.items()}).odd
     if odd:
-        findings.append(Finding(NIC_IB, WARN, odd, "nodes have different sets of active InfiniBand "
-                                "ports", per_node(((r, f"{len(v)} active {v}") for r, v in sorted(active.items())),
+        findings.append(Finding(check=NIC_IB, severity=WARN, nodes=odd,
+                                summary="nodes have different sets of active InfiniBand "
+                                "ports",
+                                evidence=per_node(((r, f"{len(v)} active {v}") for r, v in sorted(active.items())),
                                                   names),
-                                "uneven HCAs make NCCL fall back or fail: make every node's ports alike"))
+                                fix="uneven HCAs make NCCL fall back or fail: make every node's ports alike"))
     if not findings:
         count = sum({names[r]: len(v) for r, v in active.items()}.values())
         where = every_node(names, names)
@@ -485,7 +499,7 @@ def ib_findings(members: tuple[Member, ...]) -> list[Finding]:
                 "no InfiniBand ports on any node"
         else:
             summary = f"{count} active InfiniBand port(s) on {where}" if count else f"no InfiniBand ports on {where}"
-        findings.append(Finding(NIC_IB, PASS, tuple(names), summary))
+        findings.append(Finding(check=NIC_IB, severity=PASS, nodes=tuple(names), summary=summary))
     return findings
 
 

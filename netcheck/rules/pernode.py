@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from netcheck.core.constants import NAMES_SHOWN
+from netcheck.core.model import Member
 from netcheck.core.nictable import NicTable
 from netcheck.core.seats import rank_runs
 
@@ -113,7 +114,7 @@ def _listed(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-def per_table(members, read: Callable[[NicTable], T]) -> dict[int, T]:
+def per_table(members: Iterable[Member], read: Callable[[NicTable], T]) -> dict[int, T]:
     """rank -> read(its interface table), read once per distinct table: a torchrun node's ranks
     hold one (fields.SHARED), and 100,000 ranks' tables parsed each cost seconds. A table's id
     is its own while the members hold it."""

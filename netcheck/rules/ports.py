@@ -158,28 +158,30 @@ def range_findings(members: tuple[Member, ...], endpoint_port: int | None,
     if short:
         at = tuple(r for j in short for r in j.ranks)
         findings.append(Finding(
-            HOST_PORTS, FAIL, at, f"the ephemeral port range of {node_names(at, names)} cannot hold the job's "
+            check=HOST_PORTS, severity=FAIL, nodes=at,
+            summary=f"the ephemeral port range of {node_names(at, names)} cannot hold the job's "
             f"sockets there ({_job(ranks, nodes, short[0].first.facts)}): {short[0].usable} usable ports, "
             f"{short[0].need.ports} held at once; the job's store clients there fail with EADDRNOTAVAIL (errno 99, "
-            "retried until their timeout) and its listeners with EADDRINUSE", evidence(short),
-            RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
-                             need=max(j.need.ports for j in short)), PORTS_TOO_FEW))
+            "retried until their timeout) and its listeners with EADDRINUSE", evidence=evidence(short),
+            fix=RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
+                                 need=max(j.need.ports for j in short)), kind=PORTS_TOO_FEW))
     if held:
         at, first = tuple(r for j in held for r in j.ranks), held[0]
         findings.append(Finding(
-            HOST_PORTS, WARN, at, f"the ephemeral port range of {node_names(at, names)} holds the job's sockets "
+            check=HOST_PORTS, severity=WARN, nodes=at,
+            summary=f"the ephemeral port range of {node_names(at, names)} holds the job's sockets "
             f"({first.need.ports} at once of {first.usable} ports; {_job(ranks, nodes, first.first.facts)}) "
             f"only without the ports closed connections hold for a minute: {first.ports.closing} now, and about "
             f"{OWN_PORTS} of netcheck's own once it ends; a job started within that minute may be short of ports "
-            "(EADDRNOTAVAIL, errno 99; gloo falls back to the loopback address)", evidence(held),
-            f"start the job a minute after netcheck (TIME-WAIT holds a closed connection's port {TIME_WAIT_SECONDS} "
-            "s, FIN-WAIT-2 up to net.ipv4.tcp_fin_timeout), or widen the range: " +
+            "(EADDRNOTAVAIL, errno 99; gloo falls back to the loopback address)", evidence=evidence(held),
+            fix=f"start the job a minute after netcheck (TIME-WAIT holds a closed connection's port "
+            f"{TIME_WAIT_SECONDS} s, FIN-WAIT-2 up to net.ipv4.tcp_fin_timeout), or widen the range: " +
             RANGE_FIX.format(nodes=node_names(at, names), range=DEFAULT_RANGE,
-                             need=first.need.ports + first.ports.closing + OWN_PORTS), PORTS_HELD))
+                                 need=first.need.ports + first.ports.closing + OWN_PORTS), kind=PORTS_HELD))
     if not findings:
-        findings.append(Finding(HOST_PORTS, PASS, tuple(r for j in every for r in j.ranks),
-                                f"the ephemeral port ranges hold the job's sockets "
-                                f"({_job(ranks, nodes, every[0].first.facts)})", evidence(every)))
+        findings.append(Finding(check=HOST_PORTS, severity=PASS, nodes=tuple(r for j in every for r in j.ranks),
+                                summary=f"the ephemeral port ranges hold the job's sockets "
+                                f"({_job(ranks, nodes, every[0].first.facts)})", evidence=evidence(every)))
     host = next((j for j in every if 0 in j.ranks), None)
     return findings + (_endpoint_findings(host.ports, endpoint_port, names) if host and endpoint_port else [])
 
@@ -190,14 +192,15 @@ def _endpoint_findings(ports: EphemeralPorts, port: int, names: dict[int, str]) 
     if not ports.low <= port <= ports.high or any(s.low <= port <= s.high for s in ports.reserved):
         return []
     host = node_names((0,), names)
-    return [Finding(HOST_PORTS, WARN, (0,), f"the endpoint's port {port} lies in the ephemeral port range of "
+    return [Finding(check=HOST_PORTS, severity=WARN, nodes=(0,),
+                    summary=f"the endpoint's port {port} lies in the ephemeral port range of "
                     f"{host} ({ports.low}-{ports.high}) and is not reserved: any connection there may take it "
                     "before the job's store listens on it, which then fails: Address already in use",
-                    (f"{host}: ip_local_port_range {ports.low}-{ports.high}, the endpoint's port {port} not in "
-                     "ip_local_reserved_ports",),
-                    f"reserve it on {host}: `sysctl -w net.ipv4.ip_local_reserved_ports={port}` (and in "
+                    evidence=(f"{host}: ip_local_port_range {ports.low}-{ports.high}, the endpoint's port {port} "
+                              "not in ip_local_reserved_ports",),
+                    fix=f"reserve it on {host}: `sysctl -w net.ipv4.ip_local_reserved_ports={port}` (and in "
                     f"/etc/sysctl.d to keep it), or give --rdzv and the job a port outside {ports.low}-{ports.high}",
-                    PORTS_ENDPOINT)]
+                    kind=PORTS_ENDPOINT)]
 
 
 def sweep_short(members: tuple[Member, ...]) -> str:

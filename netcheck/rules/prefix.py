@@ -89,12 +89,13 @@ def wrong_prefix_findings(names: dict[int, str], wrong: tuple[WrongPrefix, ...],
                   "answers" if side == "wider" else "sends what it owes on-link peers to a router instead")
         name = name_of(names, w.rank)
         findings.append(Finding(
-            MESH_CONNECT, FAIL, (w.rank,),
-            f"{name}'s {w.interface} is configured {w.address}, a prefix {side} than its peers' /{w.peers_prefix}: "
-            f"it {effect}; {len(ways)} direction(s) between it and {node_names(w.peers, names)} connect on no "
-            "interface", _evidence(names, ways, broken),
-            f"give {name}'s {w.interface} its peers' prefix ({w.address.rsplit('/', 1)[0]}/{w.peers_prefix}) in its "
-            "network configuration (netplan, ifcfg, DHCP); nothing on the path drops this traffic", MESH_WRONG_PREFIX))
+            check=MESH_CONNECT, severity=FAIL, nodes=(w.rank,),
+            summary=f"{name}'s {w.interface} is configured {w.address}, a prefix {side} than its peers' "
+            f"/{w.peers_prefix}: it {effect}; {len(ways)} direction(s) between it and "
+            f"{node_names(w.peers, names)} connect on no interface", evidence=_evidence(names, ways, broken),
+            fix=f"give {name}'s {w.interface} its peers' prefix ({w.address.rsplit('/', 1)[0]}/{w.peers_prefix}) in "
+            "its network configuration (netplan, ifcfg, DHCP); nothing on the path drops this traffic",
+            kind=MESH_WRONG_PREFIX))
     return findings
 
 

@@ -11,7 +11,7 @@ without an RDMA device, one line says so:
 from __future__ import annotations
 
 from netcheck.core.model import FAIL, PASS, WARN, Finding, Member, hostnames
-from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, PciPlace, RdmaFacts, RdmaPort
+from netcheck.core.rdmarecords import ACS_ON, ETHERNET, ROCE_V2, Bridge, PciPlace, RdmaFacts, RdmaPort
 from netcheck.rules.hcachoice import GidPick, gid_choice, gid_family, ib_ports, nccl_version, valid_gid
 from netcheck.rules.majority import split
 from netcheck.rules.nic import Recommendation
@@ -72,31 +72,34 @@ def port_findings(members: tuple[Member, ...]) -> list[Finding]:
     used = {m.rank: used_ports(m) for m in members if m.rank in read}
     if not any(f.ports for f in read.values()):
         where = every_node(read, names).replace("every node", "any node")
-        return [Finding(RDMA_PORT, PASS, tuple(sorted(read)), f"no RDMA device on {where}: "
+        return [Finding(check=RDMA_PORT, severity=PASS, nodes=tuple(sorted(read)),
+                        summary=f"no RDMA device on {where}: "
                         "NCCL will use its socket transport")]
     findings = _link_layer_findings(used, names) + _slower_findings(used, names)
     if findings:
         return findings
     count = {len(p) for p in used.values()}
-    return [Finding(RDMA_PORT, PASS, tuple(sorted(used)), f"NCCL would use {'/'.join(map(str, sorted(count)))} "
+    return [Finding(check=RDMA_PORT, severity=PASS, nodes=tuple(sorted(used)),
+                    summary=f"NCCL would use {'/'.join(map(str, sorted(count)))} "
                     f"active RDMA port(s) on {every_node(used, names)}, alike in link layer and rate",
-                    per_node(((r, _ports_text(p)) for r, p in sorted(used.items())), names))]
+                    evidence=per_node(((r, _ports_text(p)) for r, p in sorted(used.items())), names))]
 
 
-def _link_layer_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[Finding]:
+def _link_layer_findings(used: dict[int, tuple[RdmaPort, ...]], names: dict[int, str]) -> list[Finding]:
     layers = {r: "+".join(sorted({p.link_layer for p in ports})) or "none" for r, ports in used.items()}
     odd = split(layers).odd
     if not odd and all("+" not in v for v in layers.values()):
         return []
     odd = odd or tuple(r for r, v in layers.items() if "+" in v)
-    return [Finding(RDMA_PORT, FAIL, odd, f"the RDMA ports NCCL would use differ in link layer: "
+    return [Finding(check=RDMA_PORT, severity=FAIL, nodes=odd,
+                    summary=f"the RDMA ports NCCL would use differ in link layer: "
                     f"{node_names(odd, names)} unlike the rest (InfiniBand and RoCE do not talk to each other)",
-                    per_node(((r, f"{layers[r]}: {_ports_text(used[r])}") for r in sorted(used)), names),
-                    "give every node ports of one link layer, or pick them with NCCL_IB_HCA (the recommendation)",
-                    PORT_LINK_LAYER)]
+                    evidence=per_node(((r, f"{layers[r]}: {_ports_text(used[r])}") for r in sorted(used)), names),
+                    fix="give every node ports of one link layer, or pick them with NCCL_IB_HCA (the recommendation)",
+                    kind=PORT_LINK_LAYER)]
 
 
-def _slower_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[Finding]:
+def _slower_findings(used: dict[int, tuple[RdmaPort, ...]], names: dict[int, str]) -> list[Finding]:
     best: dict[tuple[str, int], float] = {}
     for ports in used.values():
         for p in ports:
@@ -104,13 +107,13 @@ def _slower_findings(used: dict[int, tuple[RdmaPort, ...]], names) -> list[Findi
     slow = [(r, p) for r, ports in used.items() for p in ports if (p.rate_gbps or 0.0) < best[(p.device, p.port)]]
     if not slow:
         return []
-    return [Finding(RDMA_PORT, WARN, tuple(sorted({r for r, _ in slow})),
-                    f"{len(slow)} RDMA port(s) run slower than the same port on their peers: a degraded rail "
+    return [Finding(check=RDMA_PORT, severity=WARN, nodes=tuple(sorted({r for r, _ in slow})),
+                    summary=f"{len(slow)} RDMA port(s) run slower than the same port on their peers: a degraded rail "
                     "(NCCL runs at its pace, without an error)",
-                    per_node(((r, f"{p.device} port {p.port}: {p.rate} beside {best[(p.device, p.port)]:g} Gb/s")
-                              for r, p in slow), names),
-                    "reseat or replace the cable or transceiver, check the switch port (ibstat, mlxlink), or "
-                    "leave the port out with NCCL_IB_HCA on every node", PORT_SLOWER)]
+                    evidence=per_node(((r, f"{p.device} port {p.port}: {p.rate} beside "
+                                          f"{best[(p.device, p.port)]:g} Gb/s") for r, p in slow), names),
+                    fix="reseat or replace the cable or transceiver, check the switch port (ibstat, mlxlink), or "
+                    "leave the port out with NCCL_IB_HCA on every node", kind=PORT_SLOWER)]
 
 
 def _ports_text(ports: tuple[RdmaPort, ...]) -> str:
@@ -133,25 +136,29 @@ def gid_findings(members: tuple[Member, ...]) -> list[Finding]:
     fix = _gid_fix(members)
     bad = [(r, p, g) for r, pairs in picks.items() for p, g in pairs if g.problem]
     if bad:
-        return [Finding(RDMA_GID, FAIL, tuple(sorted({r for r, _, _ in bad})),
-                        f"NCCL would use a GID no peer can reach on {len(bad)} RoCE port(s): RoCE v1, link-local "
-                        "or empty (the job times out in connect)",
-                        per_node(((r, _gid_text(p, g)) for r, p, g in bad), names), fix, GID_BAD)]
+        return [Finding(check=RDMA_GID, severity=FAIL, nodes=tuple(sorted({r for r, _, _ in bad})),
+                        summary=f"NCCL would use a GID no peer can reach on {len(bad)} RoCE port(s): RoCE v1, "
+                        "link-local or empty (the job times out in connect)",
+                        evidence=per_node(((r, _gid_text(p, g)) for r, p, g in bad), names), fix=fix, kind=GID_BAD)]
     families = {r: "/".join(sorted({g.family for _, g in pairs})) for r, pairs in picks.items()}
     odd = split(families).odd
     if odd:
-        return [Finding(RDMA_GID, FAIL, odd, f"NCCL would use GIDs of another address family on "
-                        f"{node_names(odd, names)} than on its peers", per_node(
+        return [Finding(check=RDMA_GID, severity=FAIL, nodes=odd,
+                        summary=f"NCCL would use GIDs of another address family on "
+                        f"{node_names(odd, names)} than on its peers", evidence=per_node(
                             ((r, _gid_text(p, g)) for r, pairs in sorted(picks.items()) for p, g in pairs), names),
-                        fix, GID_FAMILY)]
+                        fix=fix, kind=GID_FAMILY)]
     indexes = {r: tuple(g.index for _, g in pairs) for r, pairs in picks.items()}
     odd = split(indexes).odd
     evidence = per_node(((r, _gid_text(p, g)) for r, pairs in sorted(picks.items()) for p, g in pairs), names)
     if odd:
-        return [Finding(RDMA_GID, WARN, odd, f"NCCL would pick another GID index on {node_names(odd, names)} than "
-                        "on its peers: each is a RoCE v2 GID, but the tables differ", evidence, fix, GID_DIFFERS)]
-    return [Finding(RDMA_GID, PASS, tuple(sorted(picks)), f"NCCL would use RoCE v2 GIDs of one family, at "
-                    f"one index, on {every_node(picks, names)}", evidence)]
+        return [Finding(check=RDMA_GID, severity=WARN, nodes=odd,
+                        summary=f"NCCL would pick another GID index on {node_names(odd, names)} than "
+                        "on its peers: each is a RoCE v2 GID, but the tables differ", evidence=evidence, fix=fix,
+                        kind=GID_DIFFERS)]
+    return [Finding(check=RDMA_GID, severity=PASS, nodes=tuple(sorted(picks)),
+                    summary=f"NCCL would use RoCE v2 GIDs of one family, at "
+                    f"one index, on {every_node(picks, names)}", evidence=evidence)]
 
 
 def _gid_text(port: RdmaPort, g: GidPick) -> str:
@@ -202,12 +209,13 @@ def mtu_findings(members: tuple[Member, ...]) -> list[Finding]:
     top = max(mtus.values())
     low = tuple(sorted(r for r, v in mtus.items() if v < top))
     if not low:
-        return [Finding(RDMA_MTU, PASS, tuple(sorted(mtus)), f"RoCE active MTU {top} on {every_node(mtus, names)}",
-                        evidence)]
-    return [Finding(RDMA_MTU, WARN, low, f"the RoCE active MTU is lower on {node_names(low, names)} than on its "
+        return [Finding(check=RDMA_MTU, severity=PASS, nodes=tuple(sorted(mtus)),
+                        summary=f"RoCE active MTU {top} on {every_node(mtus, names)}", evidence=evidence)]
+    return [Finding(check=RDMA_MTU, severity=WARN, nodes=low,
+                    summary=f"the RoCE active MTU is lower on {node_names(low, names)} than on its "
                     f"peers ({top}): NCCL takes the smaller of the two ends, and where a switch holds less, "
-                    "large messages are lost (IBV_WC_LOC_LEN_ERR, a hang)", evidence,
-                    "set one MTU on every RoCE netdev and switch port (9000 gives the IB MTU 4096)")]
+                    "large messages are lost (IBV_WC_LOC_LEN_ERR, a hang)", evidence=evidence,
+                    fix="set one MTU on every RoCE netdev and switch port (9000 gives the IB MTU 4096)")]
 
 
 # --- rdma.gpudirect -----------------------------------------------------------------------
@@ -220,11 +228,14 @@ def gpudirect_findings(members: tuple[Member, ...]) -> list[Finding]:
     without = tuple(sorted(r for r, f in both.items() if not f.peermem and not dmabuf_capable(f)))
     evidence = per_node(((r, _gdr_text(f)) for r, f in sorted(both.items())), names)
     if not without:
-        return [Finding(RDMA_GPUDIRECT, PASS, tuple(sorted(both)), "GPUDirect RDMA available on "
-                        f"{every_node(both, names)}", evidence)]
-    return [Finding(RDMA_GPUDIRECT, WARN, without, f"GPUDirect RDMA unavailable on {node_names(without, names)}: "
-                    "NCCL stages every transfer through host memory (a fraction of the fabric's rate)", evidence,
-                    "load nvidia-peermem (modprobe nvidia-peermem), or use NVIDIA's open kernel modules (515+) "
+        return [Finding(check=RDMA_GPUDIRECT, severity=PASS, nodes=tuple(sorted(both)),
+                        summary="GPUDirect RDMA available on "
+                        f"{every_node(both, names)}", evidence=evidence)]
+    return [Finding(check=RDMA_GPUDIRECT, severity=WARN, nodes=without,
+                    summary=f"GPUDirect RDMA unavailable on {node_names(without, names)}: "
+                    "NCCL stages every transfer through host memory (a fraction of the fabric's rate)",
+                    evidence=evidence,
+                    fix="load nvidia-peermem (modprobe nvidia-peermem), or use NVIDIA's open kernel modules (515+) "
                     "on a kernel of 5.12+ for dma-buf")]
 
 
@@ -255,7 +266,9 @@ def _release(kernel: str) -> tuple[int, ...]:
 
 def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
     names = hostnames(members)
-    acs, far, checked = [], [], []
+    acs: list[tuple[int, str]] = []
+    far: list[tuple[int, str]] = []
+    checked: list[int] = []
     for m in members:
         f = m.facts.rdma
         hcas = [h for h in f.hcas if h.name in {p.device for p in used_ports(m)}] if f else []
@@ -272,7 +285,8 @@ def pcie_findings(members: tuple[Member, ...]) -> list[Finding]:
     return _pcie(acs, far, checked, names)
 
 
-def _pcie(acs, far, checked, names) -> list[Finding]:
+def _pcie(acs: list[tuple[int, str]], far: list[tuple[int, str]], checked: list[int],
+          names: dict[int, str]) -> list[Finding]:
     warnings = (
         (PCIE_ACS, acs, "PCIe ACS redirects GPU-NIC traffic through the root complex (slow, or hangs)",
          "disable ACS on those bridges (the BIOS, or setpci ECAP_ACS+0x6.w=0000 at boot) on bare metal; in a VM "
@@ -280,11 +294,13 @@ def _pcie(acs, far, checked, names) -> list[Finding]:
         (PCIE_FAR, far, "a GPU's nearest RDMA NIC is behind the root complex or on another NUMA node",
          "put a NIC under each GPU's PCIe switch (the system's reference layout), or accept the lower GPUDirect "
          "rate; NCCL_NET_GDR_LEVEL decides whether NCCL uses it"))
-    findings = [Finding(RDMA_PCIE, WARN, tuple(sorted({r for r, _ in lines})),
-                        f"{what} on {node_names([r for r, _ in lines], names)}", per_node(lines, names), fix, kind)
+    findings = [Finding(check=RDMA_PCIE, severity=WARN, nodes=tuple(sorted({r for r, _ in lines})),
+                        summary=f"{what} on {node_names([r for r, _ in lines], names)}",
+                        evidence=per_node(lines, names), fix=fix, kind=kind)
                 for kind, lines, what, fix in warnings if lines]
     if not findings and checked:
-        findings.append(Finding(RDMA_PCIE, PASS, tuple(sorted(set(checked))), "every GPU shares a PCIe switch with "
+        findings.append(Finding(check=RDMA_PCIE, severity=PASS, nodes=tuple(sorted(set(checked))),
+                                summary="every GPU shares a PCIe switch with "
                                 f"an RDMA NIC on its NUMA node, ACS redirect off, on {every_node(checked, names)}"))
     return findings
 
@@ -307,7 +323,7 @@ def _shared(a: PciPlace, b: PciPlace) -> int:
     return count
 
 
-def _between(gpu: PciPlace, hca: PciPlace, shared: int):
+def _between(gpu: PciPlace, hca: PciPlace, shared: int) -> tuple[Bridge, ...]:
     """The bridges below the last one they share: the switch's downstream ports (and deeper)."""
     return gpu.bridges[shared:] + hca.bridges[shared:] if shared else ()
 
@@ -326,19 +342,23 @@ def libnccl_findings(members: tuple[Member, ...]) -> list[Finding]:
     versions = {r: lib.version for r, lib in libs.items() if lib.version}
     odd = split(versions).odd
     if odd:
-        findings.append(Finding(RDMA_LIBNCCL, FAIL, odd, f"a job would load another NCCL version on "
+        findings.append(Finding(check=RDMA_LIBNCCL, severity=FAIL, nodes=odd,
+                                summary=f"a job would load another NCCL version on "
                                 f"{node_names(odd, names)} than on its peers ('Mismatched NCCL version', hangs)",
-                                evidence, "install one NCCL everywhere: unset the LD_PRELOAD / LD_LIBRARY_PATH that "
-                                "names another libnccl, or pin nvidia-nccl-cu* to one version", LIB_VERSIONS))
+                                evidence=evidence,
+                                fix="install one NCCL everywhere: unset the LD_PRELOAD / LD_LIBRARY_PATH that "
+                                "names another libnccl, or pin nvidia-nccl-cu* to one version", kind=LIB_VERSIONS))
     other = tuple(sorted(r for r, lib in libs.items() if lib.source != "torch" and lib.path != lib.torch_path))
     if other:
-        findings.append(Finding(RDMA_LIBNCCL, WARN, other, f"a job would load a libnccl other than torch's own on "
-                                f"{node_names(other, names)}", evidence,
-                                "unset it (torch was built and tested with its own), or set it the same on every "
-                                "node on purpose", LIB_NOT_TORCHS))
-    return findings or [Finding(RDMA_LIBNCCL, PASS, tuple(sorted(libs)), f"torch's own libnccl"
+        findings.append(Finding(check=RDMA_LIBNCCL, severity=WARN, nodes=other,
+                                summary=f"a job would load a libnccl other than torch's own on "
+                                f"{node_names(other, names)}", evidence=evidence,
+                                fix="unset it (torch was built and tested with its own), or set it the same on every "
+                                "node on purpose", kind=LIB_NOT_TORCHS))
+    return findings or [Finding(check=RDMA_LIBNCCL, severity=PASS, nodes=tuple(sorted(libs)),
+                                summary=f"torch's own libnccl"
                                 f"{' ' + next(iter(versions.values())) if versions else ''} on "
-                                f"{every_node(libs, names)}", evidence)]
+                                f"{every_node(libs, names)}", evidence=evidence)]
 
 
 # --- the recommendation -------------------------------------------------------------------

@@ -1,10 +1,14 @@
 """The rendezvous checks (rdzv.join, rdzv.fqdn, host.clock): who joined and who did not, name
 resolution between nodes, clocks; the endpoint's (rdzv.resolve, rdzv.reach, rdzv.listen) are
-rules.reach's. Facts in, findings out."""
+rules.reach's. Facts in, findings out.
+
+Longer than 500 lines: rdzv.join's cases (never joined, lost, unseated, late, from another run, the
+same name twice) are most of it and share the gathering's reading; rdzv.fqdn and host.clock judge
+the same members' results."""
 
 from __future__ import annotations
 
-from netcheck.core.constants import ARRIVAL_MIN_NODES, CLOCK_WARN_SECONDS, MAX_STRANGERS, SLOW_LOOKUP
+from netcheck.core.constants import ARRIVAL_MIN_NODES, MAX_STRANGERS, SLOW_LOOKUP
 from netcheck.core.model import (
     C10D,
     FAIL,
@@ -25,6 +29,7 @@ from netcheck.core.model import (
 )
 from netcheck.core.names import is_loopback
 from netcheck.core.nictable import address_owners
+from netcheck.core.rdzvrecords import Roster
 from netcheck.rules import storetrouble
 from netcheck.rules.pernode import node_count, node_names, per_table, ranks_note, ranks_text
 from netcheck.rules.registry import (
@@ -47,6 +52,8 @@ from netcheck.rules.registry import (
     lost_in,
 )
 
+CLOCK_WARN_SECONDS = 2.0     # elastic agents start evicting around a few seconds of skew
+
 # A run id that differs between nodes keeps apart torchrun's c10d rendezvous alone.
 OTHER_RUN = Impact((LAUNCH,), STOPS, "torchrun's c10d rendezvous keys its nodes by --rdzv-id: a node given another "
                    "id waits in a rendezvous of its own until it times out; a launch given the master's address "
@@ -67,10 +74,11 @@ def join_findings(g: Gathering) -> list[Finding]:
     findings += [_other_run_missing(r, v) for r, v in sorted(other_run.items())]
     for claimed, claimants in sorted(g.duplicates.items()):
         findings.append(Finding(
-            RDZV_JOIN, FAIL, (int(claimed),), f"node rank {claimed} was claimed by {len(claimants)} nodes: "
+            check=RDZV_JOIN, severity=FAIL, nodes=(int(claimed),),
+            summary=f"node rank {claimed} was claimed by {len(claimants)} nodes: "
             f"{', '.join(claimants)}; only the first was seated",
-            tuple(f"{h} claims node rank {claimed}" for h in claimants),
-            "give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
+            evidence=tuple(f"{h} claims node rank {claimed}" for h in claimants),
+            fix="give every node a distinct --node-rank (torchrun: --node_rank; Slurm: one task "
             "per node)", kind=JOIN_DUPLICATE))
     findings += _unseated_findings(g.unseated)
     findings += storetrouble.foreign_findings(tuple(v for v in g.foreign if v not in other_run.values()))
@@ -81,8 +89,8 @@ def join_findings(g: Gathering) -> list[Finding]:
     findings += lost_findings("rendezvous", hostnames(g.members), lost)
     findings += _copy_took_the_seat([m for m in g.members if m.results is None and m.rank in g.copied])
     if not any(f.severity != PASS for f in findings):
-        findings.append(Finding(RDZV_JOIN, PASS, tuple(m.rank for m in g.members),
-                                f"{members_count(g.members)} joined in "
+        findings.append(Finding(check=RDZV_JOIN, severity=PASS, nodes=tuple(m.rank for m in g.members),
+                                summary=f"{members_count(g.members)} joined in "
                                 f"{g.waited:.1f} s{_coverage(g)}"))
     return findings
 
@@ -100,9 +108,10 @@ def _came_as_other_run(g: Gathering) -> dict[int, Visitor]:
 
 
 def _other_run_missing(rank: int, v: Visitor) -> Finding:
-    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({v.hostname}) came with run id {v.run_id!r}, "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=(rank,),
+                   summary=f"node rank {rank} ({v.hostname}) came with run id {v.run_id!r}, "
                    "another run's: it was not tested with these nodes",
-                   (f"{v.hostname} joined this store with run id {v.run_id!r}",), OTHER_RUN_FIX,
+                   evidence=(f"{v.hostname} joined this store with run id {v.run_id!r}",), fix=OTHER_RUN_FIX,
                    kind=JOIN_MISSING, impact=OTHER_RUN)
 
 
@@ -117,18 +126,20 @@ def _copy_took_the_seat(silent: list[Member]) -> list[Finding]:
     copy, read in the same poll as them and first): the seat went to the copy, which no
     netcheck process holds, and the node itself was turned away as the copy. The run was
     denied, no node is at fault: without --token the two cannot be told apart."""
-    return [Finding(RDZV_JOIN, FAIL, (), f"node rank {m.rank} ({m.facts.hostname}) was seated on a copy of its "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                    summary=f"node rank {m.rank} ({m.facts.hostname}) was seated on a copy of its "
                     "facts that another client wrote under an arrival of its own, and never reported back: the "
-                    "node itself was turned away as the copy", (f"rank {m.rank}: {m.facts.hostname}",),
-                    storetrouble.INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for m in silent]
+                    "node itself was turned away as the copy", evidence=(f"rank {m.rank}: {m.facts.hostname}",),
+                    fix=storetrouble.INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for m in silent]
 
 
 def _refused_facts(rank: int, sent: str) -> Finding:
     """A node that came (its visitor record names it) and sent facts netcheck refused."""
     hostname, _, why = sent.partition(": ")
-    return Finding(RDZV_JOIN, FAIL, (rank,), f"node rank {rank} ({hostname}) reached the store, but netcheck "
-                   "refused the facts it sent, so it was not seated", (why,),
-                   "read that node's own report; it runs another netcheck version, or sends a value out of "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=(rank,),
+                   summary=f"node rank {rank} ({hostname}) reached the store, but netcheck "
+                   "refused the facts it sent, so it was not seated", evidence=(why,),
+                   fix="read that node's own report; it runs another netcheck version, or sends a value out of "
                    "range (an address, a rank or a launcher variable): the same netcheck everywhere, and "
                    "--token (NETCHECK_TOKEN) if something else writes to the port", kind=JOIN_MALFORMED)
 
@@ -146,11 +157,11 @@ def _facts_lost(lost: tuple[Visitor, ...], waited: float) -> list[Finding]:
     which = node_names(range(len(lost)), names)
     if ranks and len(ranks) == len(lost):
         which = f"node rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} ({which})"
-    return [Finding(RDZV_JOIN, FAIL, ranks, f"{which} reached the store, but "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks, summary=f"{which} reached the store, but "
                     f"{'its facts' if len(lost) == 1 else 'their facts'} never arrived in {waited:.0f} s, so "
                     f"{'it was' if len(lost) == 1 else 'they were'} not seated",
-                    _facts_lost_lines(lost),
-                    "read that node's own report: a path between it and the host that drops full-size frames "
+                    evidence=_facts_lost_lines(lost),
+                    fix="read that node's own report: a path between it and the host that drops full-size frames "
                     "(mesh.connect blackhole there: an MTU larger than a switch port's) loses exactly this; else "
                     "its netcheck stopped right after arriving, or was too slow to publish them inside the host's "
                     "join window (a loaded machine, a --timeout near its least: give it more)", kind=JOIN_FACTS_LOST)]
@@ -186,21 +197,24 @@ def _unseated_findings(unseated: tuple[str, ...]) -> list[Finding]:
     """The first MAX_STRANGERS nodes that came but got no seat one by one, the rest in one
     count: arrivals past --nnodes (a flood of them) do not become the report."""
     fix = "every node's --node-rank must be below --nnodes, and no more nodes may come than --nnodes says"
-    findings = [Finding(RDZV_JOIN, FAIL, (), text, (), fix, kind=JOIN_UNSEATED) for text in unseated[:MAX_STRANGERS]]
+    findings = [Finding(check=RDZV_JOIN, severity=FAIL, nodes=(), summary=text, fix=fix,
+                        kind=JOIN_UNSEATED) for text in unseated[:MAX_STRANGERS]]
     if rest := unseated[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{len(rest)} more arrivals were not seated", rest[:MAX_STRANGERS],
-                                fix, kind=JOIN_UNSEATED))
+        findings.append(Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                                summary=f"{len(rest)} more arrivals were not seated", evidence=rest[:MAX_STRANGERS],
+                                fix=fix, kind=JOIN_UNSEATED))
     return findings
 
 
 def endpoint_name_taken(host: str, addresses: tuple[str, ...]) -> Finding:
     """This node is called like the endpoint, which resolves to another machine: two nodes
     share the rendezvous host's name, and torchrun would host a store of its own here."""
-    return Finding(RDZV_JOIN, FAIL, (), f"this node is called {host}, the endpoint's name, but {host} "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                   summary=f"this node is called {host}, the endpoint's name, but {host} "
                    f"resolves to {', '.join(addresses)}, none of them this node's: another node has "
                    "this hostname, and torchrun would host a rendezvous store here, apart from the "
-                   "others", tuple(f"{host} -> {a}" for a in addresses),
-                   "give this node a hostname of its own (hostnamectl set-hostname), or pass the "
+                   "others", evidence=tuple(f"{host} -> {a}" for a in addresses),
+                   fix="give this node a hostname of its own (hostnamectl set-hostname), or pass the "
                    "endpoint as the host's address", kind=JOIN_SAME_NAME)
 
 
@@ -219,10 +233,11 @@ def same_name_findings(members: tuple[Member, ...]) -> list[Finding]:
                 continue  # one FQDN under one hostname was said with the hostname
             ranks = tuple(m.rank for m in alike)
             findings.append(Finding(
-                RDZV_JOIN, FAIL, ranks, f"node ranks {', '.join(map(str, ranks))} all call themselves {name!r} "
+                check=RDZV_JOIN, severity=FAIL, nodes=ranks,
+                summary=f"node ranks {', '.join(map(str, ranks))} all call themselves {name!r} "
                 f"({what}): the job's libraries and scheduler lists cannot tell them apart",
-                tuple(f"rank {m.rank}: {what} {name}, address {m.address}" for m in alike),
-                "give every node its own hostname (hostnamectl set-hostname NAME, and the same in "
+                evidence=tuple(f"rank {m.rank}: {what} {name}, address {m.address}" for m in alike),
+                fix="give every node its own hostname (hostnamectl set-hostname NAME, and the same in "
                 "/etc/hosts and DNS); nodes cloned from one image also share /etc/machine-id "
                 "(systemd-machine-id-setup after removing it)", kind=JOIN_SAME_NAME))
     return findings
@@ -242,9 +257,9 @@ def _alone(g: Gathering) -> list[Finding]:
     away is theirs to say): the finding names no node, so no exclude list names the host."""
     if g.expected is not None or len(g.members) >= ARRIVAL_MIN_NODES or g.facts_lost:
         return []   # with facts lost, some came: those are named (_facts_lost)
-    return [Finding(RDZV_JOIN, FAIL, (),
-                    f"no other node joined in the {g.waited:.0f} s the host waited", (),
-                    "start netcheck with the same --rdzv on the other nodes (or give --nnodes); "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                    summary=f"no other node joined in the {g.waited:.0f} s the host waited",
+                    fix="start netcheck with the same --rdzv on the other nodes (or give --nnodes); "
                     "if they were started, read their reports: rdzv.reach and rdzv.resolve say "
                     "why they could not get here", kind=JOIN_ALONE)]
 
@@ -260,9 +275,11 @@ def _never_joined(g: Gathering, ranks: list[int]) -> list[Finding]:
     names = {r: g.expected_hostnames[r] for r in ranks if r < len(g.expected_hostnames)}
     which = (f"{unit} {ranks[0]}" if len(ranks) == 1 else f"{unit}s {ranks_text(ranks)}") + f" ({_known(ranks, names)})"
     listed = _never_joined_lines(unit, ranks, names) if len(ranks) > 1 else ()
-    return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{which} never joined in {g.waited:.0f} s; {len(g.members)} of "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=tuple(ranks),
+                    summary=f"{which} never joined in {g.waited:.0f} s; {len(g.members)} of "
                     f"{g.expected} {noun} joined",
-                    listed + _joined_lines(g.members), _never_joined_fix(workers, len(ranks)), kind=JOIN_MISSING)]
+                    evidence=listed + _joined_lines(g.members), fix=_never_joined_fix(workers, len(ranks)),
+                    kind=JOIN_MISSING)]
 
 
 def _never_joined_lines(unit: str, ranks: list[int], names: dict[int, str]) -> tuple[str, ...]:
@@ -314,7 +331,7 @@ def _known(ranks: list[int], names: dict[int, str]) -> str:
     return node_names(list(names), names) + (f"; {unknown} hostname(s) unknown" if unknown else "")
 
 
-def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Finding]:
+def latecomer_findings(late: list[tuple[str, int | None]], roster: Roster) -> list[Finding]:
     """Processes that came after the roster was posted, (hostname, the node rank it claims):
     never seated. The first MAX_STRANGERS are named one by one, the rest in one count, as
     arrivals not seated while seating are: a client posting arrivals after the roster does
@@ -327,10 +344,12 @@ def latecomer_findings(late: list[tuple[str, int | None]], roster) -> list[Findi
             f"node rank {claimed} was already taken by {seated[claimed]}" if claimed in seated
             else "the rendezvous had closed")
     told = [why(*came) for came in late[:2 * MAX_STRANGERS]]
-    findings = [Finding(RDZV_JOIN, FAIL, (), text, (), fix, kind=JOIN_LATE) for text in told[:MAX_STRANGERS]]
+    findings = [Finding(check=RDZV_JOIN, severity=FAIL, nodes=(), summary=text, fix=fix,
+                        kind=JOIN_LATE) for text in told[:MAX_STRANGERS]]
     if rest := late[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, FAIL, (), f"{len(rest)} more came late and were not seated",
-                                tuple(told[MAX_STRANGERS:]), fix, kind=JOIN_LATE))
+        findings.append(Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                                summary=f"{len(rest)} more came late and were not seated",
+                                evidence=tuple(told[MAX_STRANGERS:]), fix=fix, kind=JOIN_LATE))
     return findings
 
 
@@ -339,14 +358,14 @@ def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks:
     """A joiner that came to sign in past the host's join deadline and found its store gone;
     `lookup_seconds`, its own lookup of the endpoint, where that was slow: the likely cause."""
     slow = lookup_seconds >= SLOW_LOOKUP
-    return Finding(RDZV_JOIN, FAIL, ranks,
-                   f"this node came to sign in {took:.1f} s after it started, past the host's join "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks,
+                   summary=f"this node came to sign in {took:.1f} s after it started, past the host's join "
                    f"deadline ({join_seconds:g} s after its start with --timeout {timeout:g}), and the "
                    "host's store was gone: the host had closed the rendezvous without it"
                    + (f"; its lookups take {lookup_seconds:.1f} s each (a slow resolver: rdzv.resolve "
-                      "resolver_slow), and its store client makes three before it connects" if slow else ""),
-                   (f"this node's store client: {seen}",) if seen else (),
-                   ("repair this node's resolver (rdzv.resolve resolver_slow says how), or " if slow else "")
+                              "resolver_slow), and its store client makes three before it connects" if slow else ""),
+                   evidence=(f"this node's store client: {seen}",) if seen else (),
+                   fix=("repair this node's resolver (rdzv.resolve resolver_slow says how), or " if slow else "")
                    + "start every node within the host's join deadline; a node this slow to start (torch's "
                    "import on a loaded machine) needs a larger --timeout on every node. The host's "
                    "report says whether it ran without this node or died", kind=JOIN_LATE,
@@ -366,8 +385,10 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
     else:
         why, fix = "", ("that node's netcheck died or hung, or the network path to it broke: look at that node "
                         "and its link")
-    return [Finding(RDZV_JOIN, FAIL, tuple(ranks), f"{node_names(ranks, names)} stopped answering during the {phase} "
-                    f"phase{why}", (f"this node's store client: {seen}",) if seen else (), fix, kind=lost_in(phase))]
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=tuple(ranks),
+                    summary=f"{node_names(ranks, names)} stopped answering during the {phase} "
+                    f"phase{why}", evidence=(f"this node's store client: {seen}",) if seen else (), fix=fix,
+                    kind=lost_in(phase))]
 
 
 def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> Finding:
@@ -376,9 +397,10 @@ def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> 
     lost it too. Named under the phase the joiners name it in (the host's nic phase asks the
     env phase's go: the env phase's kind)."""
     kind = lost_in(phase if phase in LOST_PHASES else "env")
-    return Finding(RDZV_JOIN, FAIL, ranks, f"this node's own store on port {port} stopped answering it during the "
-                   f"{phase} phase: the joiners lost it too", (f"this node's store client: {seen}",),
-                   f"look at this node's firewall for port {port} (a rule added since netcheck started, INPUT or "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks,
+                   summary=f"this node's own store on port {port} stopped answering it during the "
+                   f"{phase} phase: the joiners lost it too", evidence=(f"this node's store client: {seen}",),
+                   fix=f"look at this node's firewall for port {port} (a rule added since netcheck started, INPUT or "
                    "OUTPUT, loopback included) and at what else holds this machine up; run netcheck again",
                    kind=kind)
 
@@ -388,10 +410,11 @@ def own_link_down(phase: str, ranks: tuple[int, ...], ifnames: tuple[str, ...], 
     for it, not for anything of theirs."""
     links = ", ".join(ifnames)
     kind = lost_in(phase if phase in LOST_PHASES else "env")
-    return Finding(RDZV_JOIN, FAIL, ranks, f"this node's link ({links}) went down during the {phase} phase: its "
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks,
+                   summary=f"this node's link ({links}) went down during the {phase} phase: its "
                    f"{joiners} joiner(s) went quiet for it, not for anything of theirs",
-                   (f"this node: {links} down (operstate) when the joiners stopped answering",),
-                   f"look at this node's cable, switch port and NIC ({links}: `ip link show`, the switch's port "
+                   evidence=(f"this node: {links} down (operstate) when the joiners stopped answering",),
+                   fix=f"look at this node's cable, switch port and NIC ({links}: `ip link show`, the switch's port "
                    "log); run netcheck again once it is up", kind=kind)
 
 
@@ -417,16 +440,18 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
         if not looked_up:
             return []  # nobody to look up: no evidence, so no pass
         if looked_up >= len(members) * (len(members) - 1):
-            return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), "every node resolves every other node's FQDN")]
-        return [Finding(RDZV_FQDN, PASS, tuple(sorted(own)), f"every node resolves the FQDNs it looked up "
+            return [Finding(check=RDZV_FQDN, severity=PASS, nodes=tuple(sorted(own)),
+                            summary="every node resolves every other node's FQDN")]
+        return [Finding(check=RDZV_FQDN, severity=PASS, nodes=tuple(sorted(own)),
+                        summary=f"every node resolves the FQDNs it looked up "
                         f"({looked_up}: the host's and a sample of peers', in a cluster this large)")]
     lines = _lookup_lines(evidence, hostname)
     first = c10d_rank0(members)
     stops = any(name == first for _, _, name, _ in evidence)
     causes = _fqdn_causes(evidence, right)
-    return [Finding(RDZV_FQDN, FAIL if stops else WARN, tuple(sorted(problems)),
-                    f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
-                    lines, "torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
+    return [Finding(check=RDZV_FQDN, severity=FAIL if stops else WARN, nodes=tuple(sorted(problems)),
+                    summary=f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
+                    evidence=lines, fix="torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
                     "node's FQDN to DNS or /etc/hosts on every node, with its real address",
                     impact=_c10d_impact(first, stops), cause_nodes=causes if set(causes) != problems else None)]
 
@@ -491,52 +516,59 @@ def clock_findings(members: tuple[Member, ...]) -> list[Finding]:
     if not measured:
         return []  # the host alone (its own clock is the reference, not a sample)
     if not skewed:
-        return [Finding(HOST_CLOCK, PASS, tuple(m.rank for m in members),
-                        f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]
+        return [Finding(check=HOST_CLOCK, severity=PASS, nodes=tuple(m.rank for m in members),
+                        summary=f"clocks agree with the host's within {CLOCK_WARN_SECONDS:g} s")]
     names = hostnames(members)
     # A host's ranks read one clock: its closest sample speaks for it.
     best: dict[str, ClockSample] = {}
     for m, clock in skewed:
         if names[m.rank] not in best or clock.error < best[names[m.rank]].error:
             best[names[m.rank]] = clock
-    return [Finding(HOST_CLOCK, WARN, tuple(m.rank for m, _ in skewed),
-                    f"{', '.join(best)}: clock off the host's by more than {CLOCK_WARN_SECONDS:g} s",
-                    tuple(f"{host}: {clock.offset:+.3f} s (+/- {clock.error:.3f} s)" for host, clock in best.items()),
-                    "run chrony or ntpd against one time source on every node")]
+    return [Finding(check=HOST_CLOCK, severity=WARN, nodes=tuple(m.rank for m, _ in skewed),
+                    summary=f"{', '.join(best)}: clock off the host's by more than {CLOCK_WARN_SECONDS:g} s",
+                    evidence=tuple(f"{host}: {clock.offset:+.3f} s (+/- {clock.error:.3f} s)"
+                                   for host, clock in best.items()),
+                    fix="run chrony or ntpd against one time source on every node")]
 
 
 def rendezvous_failure(message: str, ranks: tuple[int, ...]) -> Finding:
-    return Finding(RDZV_JOIN, FAIL, ranks, message, (), "see the host's report for the cluster's view", JOIN_FAILED)
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks, summary=message,
+                   fix="see the host's report for the cluster's view", kind=JOIN_FAILED)
 
 
 def other_run_failure(message: str, ranks: tuple[int, ...]) -> Finding:
     """This node was started with another --rdzv-id than the host's: never tested with the others."""
-    return Finding(RDZV_JOIN, FAIL, ranks, message, (), OTHER_RUN_FIX, JOIN_FAILED, impact=OTHER_RUN)
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks, summary=message, fix=OTHER_RUN_FIX, kind=JOIN_FAILED,
+                   impact=OTHER_RUN)
 
 
 def hosts_message_refused(key: str, why: str) -> Finding:
     """A joiner could not read what the host posted under key: said, never silently replaced
     by a guess (the guess may get this node named lost, or blamed for waiting)."""
-    return Finding(RDZV_JOIN, WARN, (), f"this node refused the host's message under {key}", (why,),
-                   "the host runs another netcheck version, or something else writes the run's keys: "
+    return Finding(check=RDZV_JOIN, severity=WARN, nodes=(),
+                   summary=f"this node refused the host's message under {key}", evidence=(why,),
+                   fix="the host runs another netcheck version, or something else writes the run's keys: "
                    "the same netcheck on every node, and --token (NETCHECK_TOKEN)", kind=JOIN_MALFORMED)
 
 
 def left_behind_finding(ranks: tuple[int, ...]) -> Finding:
-    return Finding(RDZV_JOIN, FAIL, ranks, "the host went on without this node: it reported back after "
-                   "the host's deadline", (), "see the host's report for the cluster's view", JOIN_LEFT_BEHIND)
+    return Finding(check=RDZV_JOIN, severity=FAIL, nodes=ranks,
+                   summary="the host went on without this node: it reported back after "
+                   "the host's deadline", fix="see the host's report for the cluster's view", kind=JOIN_LEFT_BEHIND)
 
 
 def seat_finding(rank: int | None, nnodes: int, hostname: str, expected: int | None = None) -> Finding:
     """A joiner's own seat; where the launcher fixed the node count and fewer were seated, the
     count it says is the host's (the host names the missing)."""
     if rank is None:
-        return Finding(RDZV_JOIN, FAIL, (), f"{hostname} was not seated: its rank was taken, or the "
-                       "cluster was full or had already started", (),
-                       "check --node-rank and --nnodes on every node; see the host's report", JOIN_NOT_SEATED)
+        return Finding(check=RDZV_JOIN, severity=FAIL, nodes=(),
+                       summary=f"{hostname} was not seated: its rank was taken, or the "
+                       "cluster was full or had already started",
+                       fix="check --node-rank and --nnodes on every node; see the host's report", kind=JOIN_NOT_SEATED)
     if expected is not None and expected != nnodes:
-        return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank}; {nnodes} of {expected} expected "
+        return Finding(check=RDZV_JOIN, severity=PASS, nodes=(rank,),
+                       summary=f"joined as node rank {rank}; {nnodes} of {expected} expected "
                        "nodes joined (the host's report names the missing)")
-    return Finding(RDZV_JOIN, PASS, (rank,), f"joined as node rank {rank} of {nnodes}")
+    return Finding(check=RDZV_JOIN, severity=PASS, nodes=(rank,), summary=f"joined as node rank {rank} of {nnodes}")
 
 

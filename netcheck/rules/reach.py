@@ -74,21 +74,25 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
     lookup = f"getaddrinfo({reach.host!r}): {reach.resolve_error}"
     if reach.outcome == "dns" and silent:
-        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node: its nameserver "
+        return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=ranks,
+                        summary=f"{reach.host} does not resolve on this node: its nameserver "
                         f"{_servers(silent)} did not answer (not an answer that the name does not exist)",
-                        (lookup, *_silent_lines(silent)), RESOLVER_FIX, RESOLVE_SILENT)]
+                        evidence=(lookup, *_silent_lines(silent)), fix=RESOLVER_FIX, kind=RESOLVE_SILENT)]
     if reach.outcome == "dns" and (cut := cut_short(reach.host, reach.resolve_error, slow, ranks)):
         return cut
     if reach.outcome == "dns":
-        return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{reach.host} does not resolve on this node", (lookup,),
-                        REACH_FIXES["dns"])]
+        return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=ranks,
+                        summary=f"{reach.host} does not resolve on this node", evidence=(lookup,),
+                        fix=REACH_FIXES["dns"])]
     (resolved,) = slow_lookup(reach.host, reach.resolve_seconds, reach.named_in, slow, ranks, launch) or \
-        [Finding(RDZV_RESOLVE, PASS, ranks, f"{reach.host} resolves to {', '.join(reach.addresses)}")]
+        [Finding(check=RDZV_RESOLVE, severity=PASS, nodes=ranks,
+                 summary=f"{reach.host} resolves to {', '.join(reach.addresses)}")]
     evidence = tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
                      for p in reach.probes) + (f"{reach.attempts} attempt(s) over {_seconds(reach.seconds)}",) + \
         tuple(_route_line(p.address, p.route) for p in reach.probes if p.route)
     if reach.outcome == "open":
-        return [resolved, Finding(RDZV_REACH, PASS, ranks, f"{endpoint} is open from this node", evidence)]
+        return [resolved, Finding(check=RDZV_REACH, severity=PASS, nodes=ranks,
+                                  summary=f"{endpoint} is open from this node", evidence=evidence)]
     if reach.outcome == "not_store":
         return [resolved, _not_store(reach, endpoint, ranks, evidence, holders)]
     if (route := _nobody_there(reach)) is not None:
@@ -96,10 +100,13 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     summary = _reach_summary(reach, endpoint)
     if reach.outcome == "unreachable" and (routed := _routed(reach)):
         probe, gateway = routed
-        return [resolved, Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} is unreachable from this node: its route "
+        return [resolved, Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
+                                  summary=f"{endpoint} is unreachable from this node: its route "
                                   f"leads via {gateway}, and a router on the way could not deliver to "
-                                  f"{probe.address} ({probe.detail})", evidence, _routed_fix(reach, probe.address))]
-    return [resolved, Finding(RDZV_REACH, FAIL, ranks, summary, evidence, REACH_FIXES[reach.outcome])]
+                                  f"{probe.address} ({probe.detail})", evidence=evidence,
+                                  fix=_routed_fix(reach, probe.address))]
+    return [resolved, Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks, summary=summary, evidence=evidence,
+                              fix=REACH_FIXES[reach.outcome])]
 
 
 def _routed(reach: Reach) -> tuple[Probe, str] | None:
@@ -135,15 +142,18 @@ def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ..
     findings = []
     if silent:
         wait = sum(s.lookup_wait for s in silent)
-        findings.append(Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(silent)} does not "
+        findings.append(Finding(check=RDZV_RESOLVE, severity=WARN, nodes=ranks,
+                                summary=f"this node's nameserver {_servers(silent)} does not "
                                 f"answer: every lookup /etc/hosts cannot answer waits up to {wait:g} s for it, torch's "
-                                "store connections included", _silent_lines(silent), RESOLVER_FIX, RESOLVE_SILENT))
+                                "store connections included", evidence=_silent_lines(silent), fix=RESOLVER_FIX,
+                                kind=RESOLVE_SILENT))
     if slow:
         late = max(s.seconds for s in slow)
-        findings.append(Finding(RDZV_RESOLVE, WARN, ranks, f"this node's nameserver {_servers(slow)} answers "
+        findings.append(Finding(check=RDZV_RESOLVE, severity=WARN, nodes=ranks,
+                                summary=f"this node's nameserver {_servers(slow)} answers "
                                 f"{late:.1f} s late: every lookup /etc/hosts cannot answer waits that long, and "
-                                f"{lookup_cost(host, late, launch, on_rank0)}", _slow_lines(slow), SLOW_FIX,
-                                RESOLVE_SLOW))
+                                f"{lookup_cost(host, late, launch, on_rank0)}", evidence=_slow_lines(slow),
+                                fix=SLOW_FIX, kind=RESOLVE_SLOW))
     return findings
 
 
@@ -160,10 +170,11 @@ def slow_lookup(host: str, seconds: float, named_in: str, slow: tuple[SlowNamese
     if seconds < SLOW_LOOKUP:
         return []
     where = f", from {named_in}" if named_in else ""
-    return [Finding(RDZV_RESOLVE, WARN, ranks, f"{host} resolves on this node, but only after {seconds:.1f} s (a slow "
+    return [Finding(check=RDZV_RESOLVE, severity=WARN, nodes=ranks,
+                    summary=f"{host} resolves on this node, but only after {seconds:.1f} s (a slow "
                    f"resolver{_answers_late(slow)}): {lookup_cost(host, seconds, launch, on_rank0)}",
-                   (f"getaddrinfo({host!r}): answered in {seconds:.2f} s{where}", *_slow_lines(slow)),
-                   SLOW_FIX, RESOLVE_SLOW)]
+                   evidence=(f"getaddrinfo({host!r}): answered in {seconds:.2f} s{where}", *_slow_lines(slow)),
+                   fix=SLOW_FIX, kind=RESOLVE_SLOW)]
 
 
 def cut_short(host: str, error: str | None, slow: tuple[SlowNameserver, ...],
@@ -175,10 +186,12 @@ def cut_short(host: str, error: str | None, slow: tuple[SlowNameserver, ...],
         return []
     late = max(s.seconds for s in slow)
     whose = "this node, rank 0" if on_rank0 else "this node"
-    return [Finding(RDZV_RESOLVE, FAIL, ranks, f"{host} was not resolved on {whose} in the time this run had for it: "
+    return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=ranks,
+                    summary=f"{host} was not resolved on {whose} in the time this run had for it: "
                    f"its nameserver {_servers(slow)} answers {late:.1f} s late (not an answer that the name does not "
-                   "exist)", (f"getaddrinfo({host!r}): {error}", *_slow_lines(slow)),
-                   f"{SLOW_FIX}; or give netcheck a longer --timeout, so that the lookup is waited for", RESOLVE_SLOW)]
+                   "exist)", evidence=(f"getaddrinfo({host!r}): {error}", *_slow_lines(slow)),
+                   fix=f"{SLOW_FIX}; or give netcheck a longer --timeout, so that the lookup is waited for",
+                    kind=RESOLVE_SLOW)]
 
 
 def lookup_cost(host: str, seconds: float, launch: Launch | None, on_rank0: bool = False) -> str:
@@ -208,11 +221,14 @@ def slow_lookups(members: tuple[Member, ...]) -> list[Finding]:
     names, worst = hostnames(members), max(reach.resolve_seconds for _, reach in late)
     host, ranks = late[0][1].host, tuple(m.rank for m, _ in late)
     cost = lookup_cost(host, worst, None)
-    return [Finding(RDZV_RESOLVE, WARN, ranks, f"{host} resolves only after up to {worst:.1f} s on "
+    return [Finding(check=RDZV_RESOLVE, severity=WARN, nodes=ranks,
+                    summary=f"{host} resolves only after up to {worst:.1f} s on "
                     f"{node_names(ranks, names)} (a slow resolver): {cost}",
-                    per_node([(m.rank, f"{reach.host} answered in {reach.resolve_seconds:.2f} s"
-                               + (f", from {reach.named_in}" if reach.named_in else "")) for m, reach in late], names),
-                    f"{SLOW_FIX} (each node's own report names its nameserver and its answer time)", RESOLVE_SLOW)]
+                    evidence=per_node([(m.rank, f"{reach.host} answered in {reach.resolve_seconds:.2f} s"
+                                        + (f", from {reach.named_in}" if reach.named_in else ""))
+                                       for m, reach in late], names),
+                    fix=f"{SLOW_FIX} (each node's own report names its nameserver and its answer time)",
+                    kind=RESOLVE_SLOW)]
 
 
 def slow_join_explained(findings: list[Finding], lookup_seconds: float, join_seconds: float) -> list[Finding]:
@@ -224,12 +240,13 @@ def slow_join_explained(findings: list[Finding], lookup_seconds: float, join_sec
     if lookup_seconds < SLOW_LOOKUP:
         return findings
     cost = LOOKUPS_BEFORE_SIGN_IN * lookup_seconds
-    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; this node's lookups take {lookup_seconds:.1f} s each (a "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=f.nodes,
+                    summary=f"{f.summary}; this node's lookups take {lookup_seconds:.1f} s each (a "
                     f"slow resolver), so a node behind it spends about {cost:.0f} s on lookups before it can sign in, "
-                    f"and the host waited {join_seconds:.0f} s", f.evidence,
-                    f"read each such node's own report (rdzv.resolve resolver_slow); {SLOW_FIX}; or give netcheck a "
-                    "longer --timeout (the host takes nodes in for half of it, and longer where lookups are slow)",
-                    JOIN_MISSING) if f.kind == JOIN_MISSING else f for f in findings]
+                    f"and the host waited {join_seconds:.0f} s", evidence=f.evidence,
+                    fix=f"read each such node's own report (rdzv.resolve resolver_slow); {SLOW_FIX}; or give netcheck "
+                    "a longer --timeout (the host takes nodes in for half of it, and longer where lookups are slow)",
+                    kind=JOIN_MISSING) if f.kind == JOIN_MISSING else f for f in findings]
 
 
 def _answers_late(slow: tuple[SlowNameserver, ...]) -> str:
@@ -259,12 +276,15 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
     if holders and holders[0].pid is not None:
         fix = f"stop that process (kill {holders[0].pid}), or pick another port for the job and netcheck"
     if detail.startswith(UNANSWERED_HANDSHAKE) and not holders:   # what it saw, not a cause it cannot see
-        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but did not answer the TCPStore "
-                       f"handshake: {detail}", evidence, "read the host's report: a store held up by other clients' "
+        return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
+                       summary=f"{endpoint} accepts connections but did not answer the TCPStore "
+                       f"handshake: {detail}", evidence=evidence,
+                       fix="read the host's report: a store held up by other clients' "
                        "connections (rdzv.join store_stalled there) answers late, a hung or stopped process never; "
-                       + fix, REACH_NOT_STORE)
-    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
-                   evidence, fix, REACH_NOT_STORE)
+                       + fix, kind=REACH_NOT_STORE)
+    return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
+                   summary=f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
+                   evidence=evidence, fix=fix, kind=REACH_NOT_STORE)
 
 
 def _nobody_there(reach: Reach) -> Route | None:
@@ -295,25 +315,27 @@ def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...
               for lp in route.link)
     if route.shared:
         both = ", ".join((route.interface,) + route.shared)
-        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on the subnet of several "
+        return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
+                       summary=f"{endpoint}: {probe.address} is on the subnet of several "
                        f"interfaces ({both}) and the kernel's route takes {route.interface} (source "
-                       f"{route.source}), where {where}", lines, _shared_fix(route.interface, probe.address),
-                       REACH_SHARED_SUBNET)
+                       f"{route.source}), where {where}", evidence=lines,
+                       fix=_shared_fix(route.interface, probe.address), kind=REACH_SHARED_SUBNET)
     named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
     if (link := wider_than_link(route, probe.address)) is not None:
         subnet, said = link
         beyond = f"behind its router ({route.router})" if route.router else "on another link"
         own = f"{route.source}/{subnet.prefixlen}" if route.source else f"its address with /{subnet.prefixlen}"
-        return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {probe.address} is on {route.interface}'s own link "
+        return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
+                       summary=f"{endpoint}: {probe.address} is on {route.interface}'s own link "
                        f"only by this node's prefix ({route.subnet}) and no machine answered {asked} for it there, "
                        f"while the link's subnet is {subnet} ({said}), which does not hold it: a prefix wider than the "
-                       f"subnet's takes an address {beyond} for the local link{named}", lines,
-                       f"give {route.interface} the subnet's prefix ({own}) in this node's network configuration "
+                       f"subnet's takes an address {beyond} for the local link{named}", evidence=lines,
+                       fix=f"give {route.interface} the subnet's prefix ({own}) in this node's network configuration "
                        "(netplan, ifcfg, NetworkManager; where DHCP gives the address, drop the static one), so that "
                        f"the address goes to the router; if it still does not answer, {_no_machine_fix(reach)}",
-                       REACH_WRONG_PREFIX)
-    return Finding(RDZV_REACH, FAIL, ranks, f"{endpoint}: {where}{named}", lines,
-                   _no_machine_fix(reach) + _prefix_next(route), REACH_NO_MACHINE)
+                       kind=REACH_WRONG_PREFIX)
+    return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks, summary=f"{endpoint}: {where}{named}", evidence=lines,
+                   fix=_no_machine_fix(reach) + _prefix_next(route), kind=REACH_NO_MACHINE)
 
 
 def wider_than_link(route: Route, address: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str] | None:
@@ -388,14 +410,15 @@ def firewalled_finding(port: int, probes: tuple[Probe, ...]) -> Finding:
     on the host for the port, which keeps out the store's own client as well as every joiner."""
     blocked = [p for p in probes if p.outcome != "open"]
     seen = " / ".join(sorted({p.outcome for p in blocked}))
-    return Finding(RDZV_LISTEN, FAIL, (0,),
-                   f"the host listens on port {port} but cannot reach it through its own address "
+    return Finding(check=RDZV_LISTEN, severity=FAIL, nodes=(0,),
+                   summary=f"the host listens on port {port} but cannot reach it through its own address "
                    f"{', '.join(p.address for p in blocked)} ({seen}): its firewall blocks the port, so joiners "
                    f"will find it {seen} too",
-                   tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s" for p in probes),
-                   f"open port {port} in the host's firewall, for the job's nodes and for the host itself "
+                   evidence=tuple(f"{p.address} ({p.family}): {p.outcome}, {p.detail}, {p.seconds:.2f} s"
+                                  for p in probes),
+                   fix=f"open port {port} in the host's firewall, for the job's nodes and for the host itself "
                    f"(iptables -I INPUT -p tcp --dport {port} -j ACCEPT, or the nftables / firewalld / "
-                   "security-group equivalent)", LISTEN_FIREWALLED)
+                   "security-group equivalent)", kind=LISTEN_FIREWALLED)
 
 
 def _reach_summary(reach: Reach, endpoint: str) -> str:
@@ -416,18 +439,21 @@ def _seconds(seconds: float) -> str:
 def listen_finding(port: int, holders: list[Holder], error: str) -> Finding:
     hosts = [h for h in holders if "netcheck" in h.cmdline]
     if hosts:   # a second rank 0, not a squatter: killing the first would only swap them
-        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already held by another netcheck on this machine "
+        return Finding(check=RDZV_LISTEN, severity=FAIL, nodes=(0,),
+                       summary=f"port {port} is already held by another netcheck on this machine "
                        f"(pid {hosts[0].pid}), hosting the rendezvous: two processes were given node rank 0",
-                       (f"bind: {error}", _named(hosts)),
-                       "give each node its own --node-rank (one rank 0 per cluster, on the --rdzv host); if that "
-                       "netcheck is left over from an earlier run, stop it first", LISTEN_TWO_HOSTS)
+                       evidence=(f"bind: {error}", _named(hosts)),
+                       fix="give each node its own --node-rank (one rank 0 per cluster, on the --rdzv host); if that "
+                       "netcheck is left over from an earlier run, stop it first", kind=LISTEN_TWO_HOSTS)
     if holders:
         stop = f"kill {holders[0].pid}" if holders[0].pid is not None else "run netcheck as root to name it"
-        return Finding(RDZV_LISTEN, FAIL, (0,), f"port {port} is already in use on the host by {_named(holders)}",
-                       (f"bind: {error}",), f"stop that process ({stop}) or pick another "
+        return Finding(check=RDZV_LISTEN, severity=FAIL, nodes=(0,),
+                       summary=f"port {port} is already in use on the host by {_named(holders)}",
+                       evidence=(f"bind: {error}",), fix=f"stop that process ({stop}) or pick another "
                        "port for the job and netcheck")
-    return Finding(RDZV_LISTEN, FAIL, (0,), f"the host cannot listen on port {port}: {error}",
-                   (), "pick a free port, or run as a user allowed to bind it")
+    return Finding(check=RDZV_LISTEN, severity=FAIL, nodes=(0,),
+                   summary=f"the host cannot listen on port {port}: {error}",
+                   fix="pick a free port, or run as a user allowed to bind it")
 
 
 def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
@@ -437,13 +463,13 @@ def reach_summary(members: tuple[Member, ...]) -> list[Finding]:
         return []
     joiners = tuple(m for m, _ in reached)
     slowest, reach = max(reached, key=lambda mr: mr[1].seconds)
-    return [Finding(RDZV_REACH, PASS, tuple(m.rank for m in joiners),
-                    f"{members_count(joiners)} reached {reach.host}:{reach.port}; slowest "
+    return [Finding(check=RDZV_REACH, severity=PASS, nodes=tuple(m.rank for m in joiners),
+                    summary=f"{members_count(joiners)} reached {reach.host}:{reach.port}; slowest "
                     f"{slowest.facts.hostname} in {reach.seconds:.2f} s")]
 
 
 def listen_pass(port: int) -> Finding:
-    return Finding(RDZV_LISTEN, PASS, (0,), f"the host listens on port {port}")
+    return Finding(check=RDZV_LISTEN, severity=PASS, nodes=(0,), summary=f"the host listens on port {port}")
 
 
 
@@ -454,10 +480,10 @@ def resolve_consistency(members: tuple[Member, ...]) -> list[Finding]:
     if not odd:
         return []
     hostname = hostnames(members)
-    return [Finding(RDZV_RESOLVE, WARN, odd,
-                    "the rendezvous host resolves to different address families across nodes",
-                    per_node(sorted(families.items()), hostname),
-                    "give the host one address family everywhere (use an address, or fix "
+    return [Finding(check=RDZV_RESOLVE, severity=WARN, nodes=odd,
+                    summary="the rendezvous host resolves to different address families across nodes",
+                    evidence=per_node(sorted(families.items()), hostname),
+                    fix="give the host one address family everywhere (use an address, or fix "
                     "/etc/hosts and DNS so every node gets the same answer)")]
 
 

@@ -44,7 +44,8 @@ NO_PEER_FIX = ("run netcheck on every node of the job at once (--nnodes N makes 
 
 def skipped_finding(phase: str, why: str, fix: str = "fix the failures above, then run again") -> Finding:
     """A phase left out: an earlier failure makes it moot, or --timeout has run out."""
-    return Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was skipped: {why}", (), fix, SKIPPED_PHASE)
+    return Finding(check=RUN_SKIPPED, severity=WARN, nodes=(), summary=f"the {phase} phase was skipped: {why}", fix=fix,
+                   kind=SKIPPED_PHASE)
 
 
 NO_PEER_LEFT_OUT = {"bandwidth": "no bandwidth between nodes was measured (a sweep on one node's ranks "
@@ -53,9 +54,10 @@ NO_PEER_LEFT_OUT = {"bandwidth": "no bandwidth between nodes was measured (a swe
 
 def no_peer_findings(phases: Sequence[str]) -> list[Finding]:
     """Checks between nodes with no other node to check against: said, never passed."""
-    return [Finding(RUN_SKIPPED, WARN, (), f"the {phase} phase was not run: no other node is in the run, "
-                    f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", (), NO_PEER_FIX,
-                    SKIPPED_NO_PEER)
+    return [Finding(check=RUN_SKIPPED, severity=WARN, nodes=(),
+                    summary=f"the {phase} phase was not run: no other node is in the run, "
+                    f"so {NO_PEER_LEFT_OUT.get(phase, 'no path between nodes was tested')}", fix=NO_PEER_FIX,
+                    kind=SKIPPED_NO_PEER)
             for phase in phases]
 
 
@@ -63,33 +65,37 @@ def unheard_goodbyes(names: dict[int, str]) -> list[Finding]:
     """Goodbyes the host had no time left to wait for: not counted as lost nodes."""
     if not names:
         return []
-    return [Finding(RUN_SKIPPED, WARN, (), f"--timeout was spent before {node_names(names, names)} "
-                    "said goodbye; not counted as lost", (), SHORT_OF_TIME_FIX, SKIPPED_GOODBYE)]
+    return [Finding(check=RUN_SKIPPED, severity=WARN, nodes=(),
+                    summary=f"--timeout was spent before {node_names(names, names)} "
+                    "said goodbye; not counted as lost", fix=SHORT_OF_TIME_FIX, kind=SKIPPED_GOODBYE)]
 
 
 def timeout_finding(phase: str, seconds: float) -> Finding:
-    return Finding(RUN_TIMEOUT, FAIL, (), f"the {phase} phase did not finish within --timeout "
-                   f"({seconds:g} s)", (), "the findings above say what was missing; raise --timeout "
+    return Finding(check=RUN_TIMEOUT, severity=FAIL, nodes=(),
+                   summary=f"the {phase} phase did not finish within --timeout "
+                   f"({seconds:g} s)", fix="the findings above say what was missing; raise --timeout "
                    "only if the cluster is merely slow")
 
 
 def torch_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
     """The node's own torch is the problem: said as such, not as a netcheck bug or a peer's fault."""
-    return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
-                   "install a working torch 2.1 or newer in this environment (pip install "
+    return Finding(check=RUN_TORCH, severity=FAIL, nodes=ranks,
+                   summary=f"the {phase} phase needs torch.distributed: {why}",
+                   fix="install a working torch 2.1 or newer in this environment (pip install "
                    "'torch>=2.1'; the README's compatibility table lists the releases tested)")
 
 
 def torch_slow_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
     """torch loads, but not inside the run's time: the node's load is the cause, not its torch."""
-    return Finding(RUN_TORCH, FAIL, ranks, f"the {phase} phase needs torch.distributed: {why}", (),
-                   "see what else runs on this node (top; netcheck's own host.busy names such processes once "
-                   "the bandwidth phase runs), or give every node a larger --timeout", TORCH_SLOW)
+    return Finding(check=RUN_TORCH, severity=FAIL, nodes=ranks,
+                   summary=f"the {phase} phase needs torch.distributed: {why}",
+                   fix="see what else runs on this node (top; netcheck's own host.busy names such processes once "
+                   "the bandwidth phase runs), or give every node a larger --timeout", kind=TORCH_SLOW)
 
 
 def internal_finding(phase: str, error: BaseException) -> Finding:
-    return Finding(RUN_INTERNAL, FAIL, (), f"netcheck could not run the {phase} phase: "
-                   f"{type(error).__name__}: {error}", (), "this is a netcheck bug: please report it "
+    return Finding(check=RUN_INTERNAL, severity=FAIL, nodes=(), summary=f"netcheck could not run the {phase} phase: "
+                   f"{type(error).__name__}: {error}", fix="this is a netcheck bug: please report it "
                    "with the JSON report")
 
 
@@ -104,18 +110,20 @@ STOPPED_FIX = ("run netcheck again and let it finish (scancel, a deleted pod or 
 
 def stopped_finding(signal_name: str, phase: str | None, ranks: tuple[int, ...]) -> Finding:
     """A run ended by a signal proved nothing about what it did not finish: never a pass."""
-    return Finding(RUN_STOPPED, FAIL, ranks, f"this node's run was {_stopped_how(signal_name, phase)}: what it "
-                   "had learnt is above; nothing after it was checked", (), STOPPED_FIX,
-                   STOPPED_SIGTERM if signal_name == "SIGTERM" else STOPPED_SIGINT)
+    return Finding(check=RUN_STOPPED, severity=FAIL, nodes=ranks,
+                   summary=f"this node's run was {_stopped_how(signal_name, phase)}: what it "
+                   "had learnt is above; nothing after it was checked", fix=STOPPED_FIX,
+                   kind=STOPPED_SIGTERM if signal_name == "SIGTERM" else STOPPED_SIGINT)
 
 
 def host_stopped_finding(told: ClusterVerdict) -> Finding:
     """A joiner that heard the host say a signal stopped it: the run did not finish, so not a
     pass; but nothing was found wrong with any node for it, so a warning that names none (a
     launcher's gate drains no healthy node for a person's Ctrl-C on the host)."""
-    return Finding(RUN_STOPPED, WARN, (), f"the host's run was {_stopped_how(told.stopped, told.stopped_in or None)}, "
+    return Finding(check=RUN_STOPPED, severity=WARN, nodes=(),
+                   summary=f"the host's run was {_stopped_how(told.stopped, told.stopped_in or None)}, "
                    "and this node's ended with it: what it had checked is above; nothing after it was checked, "
-                   "and no node is at fault for the stop", (), STOPPED_FIX, STOPPED_HOST)
+                   "and no node is at fault for the stop", fix=STOPPED_FIX, kind=STOPPED_HOST)
 
 
 def told_stop(findings: list[Finding], heard: str, unheard: str) -> list[Finding]:
@@ -183,7 +191,8 @@ def with_host_verdict(told: ClusterVerdict, ranks: tuple[int, ...],
 
 def verdict_unheard(seconds: float) -> Finding:
     """A joiner that left without the host's verdict cannot vouch that the host found it healthy."""
-    return Finding(RUN_CLUSTER, WARN, (), f"the host's verdict did not reach this node in {seconds:.0f} s; "
-                   "this report is only this node's own view", (),
-                   "read the host's report: it may name this node; raise --timeout if the host "
+    return Finding(check=RUN_CLUSTER, severity=WARN, nodes=(),
+                   summary=f"the host's verdict did not reach this node in {seconds:.0f} s; "
+                   "this report is only this node's own view",
+                   fix="read the host's report: it may name this node; raise --timeout if the host "
                    "was still busy")

@@ -26,13 +26,14 @@ getaddrinfo answer. On a node with lo, eno1 and a down ib0, whose hostname resol
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from netcheck.core.nictable import Address, Nic, NicTable
 
 T = TypeVar("T")
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
@@ -72,7 +73,7 @@ class NcclChoice:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GlooDevice:
     interface: str | None
     address: str | None
@@ -88,7 +89,7 @@ class GlooChoice:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TpChoice:
     interface: str | None
     address: str | None
@@ -160,7 +161,8 @@ def nccl_find(table: NicTable, spec: NcclIfSpec, family: str | None, running_onl
     return tuple(picks)
 
 
-def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None, running_only: bool):
+def _nccl_default(table: NicTable, env: Mapping[str, str], family: str | None,
+                  running_only: bool) -> tuple[str, tuple[Pick, ...], str]:
     for rule in NCCL_DEFAULT_RULES:
         if rule == "NCCL_COMM_ID":
             pick = comm_id_subnet_pick(table, env)
@@ -200,7 +202,7 @@ def comm_id_subnet_pick(table: NicTable, env: Mapping[str, str]) -> Pick | None:
     return None
 
 
-def _comm_id_host(value: str):
+def _comm_id_host(value: str) -> tuple[IpAddress, str] | None:
     # socket.cc ncclSocketGetAddrFromString: "[v6%scope]:port", else "<host>:port".
     if value.startswith("["):
         host, _, scope = value[1:].partition("]")[0].partition("%")
@@ -212,7 +214,7 @@ def _comm_id_host(value: str):
         return None
 
 
-def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]):
+def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, ...]) -> Pick | None:
     # bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, bootstrap uses the subnet match
     # alone and never reads NCCL_SOCKET_IFNAME; otherwise the first interface found.
     if "NCCL_COMM_ID" in env:
@@ -220,7 +222,7 @@ def _nccl_bootstrap(table: NicTable, env: Mapping[str, str], picks: tuple[Pick, 
     return picks[0] if picks else None
 
 
-def _nccl_reason(why: str, picks, bootstrap: Pick | None, env: Mapping[str, str]) -> str:
+def _nccl_reason(why: str, picks: tuple[Pick, ...], bootstrap: Pick | None, env: Mapping[str, str]) -> str:
     found = f"picks {_picks(picks)}" if picks else "finds no running interface with an address"
     if "NCCL_COMM_ID" in env:
         listen = _picks([bootstrap]) if bootstrap else "none, so NCCL fails at init " \
@@ -231,7 +233,7 @@ def _nccl_reason(why: str, picks, bootstrap: Pick | None, env: Mapping[str, str]
     return f"{why} {found}"
 
 
-def _picks(picks) -> str:
+def _picks(picks: Iterable[Pick]) -> str:
     return ", ".join(f"{p.name} ({p.address})" for p in picks)
 
 
@@ -266,13 +268,14 @@ def _gloo_iface_device(table: NicTable, name: str, hostname_addresses: Sequence[
     # either family, whatever the link state.
     found = next(((n, a) for n, a in getifaddrs_walk(table) if n.name == name), None)
     if found is None:
-        return GlooDevice(name, None, False, f"Unable to find address for: {name}",
-                          f"no interface named {name!r} with an IP address ({interface_names(table)})")
+        return GlooDevice(interface=name, address=None, loopback=False, error=f"Unable to find address for: {name}",
+                          reason=f"no interface named {name!r} with an IP address ({interface_names(table)})")
     nic, addr = found
     state = f"{name}'s first address"
     if not nic.running:
         state = f"{name} is not running, so peers cannot reach it"
-    return GlooDevice(name, addr.address, _is_loopback(addr.address), None, state)
+    return GlooDevice(interface=name, address=addr.address, loopback=_is_loopback(addr.address), error=None,
+                      reason=state)
 
 
 def _hostname_device(table: NicTable, addresses: Sequence[str], torch_fallback: bool) -> GlooDevice:
@@ -284,12 +287,13 @@ def _hostname_device(table: NicTable, addresses: Sequence[str], torch_fallback: 
         found = first_bindable(table, [LOOPBACK_V4])
         why = f"the hostname has no address here, so torch falls back to {LOOPBACK_V4}, which"
     if found is None:
-        return GlooDevice(None, None, False, "Unable to find address for the hostname",
-                          "the hostname resolves to no address of this node")
+        return GlooDevice(interface=None, address=None, loopback=False, error="Unable to find address for the hostname",
+                          reason="the hostname resolves to no address of this node")
     nic, address = found
     if not _is_loopback(address):
-        return GlooDevice(nic.name, address, False, None, why)
-    return GlooDevice(nic.name, address, True, None, _loopback_trap(table, nic, why, "GLOO"))
+        return GlooDevice(interface=nic.name, address=address, loopback=False, error=None, reason=why)
+    return GlooDevice(interface=nic.name, address=address, loopback=True, error=None,
+                      reason=_loopback_trap(table, nic, why, "GLOO"))
 
 
 def _loopback_trap(table: NicTable, nic: Nic, why: str, lib: str) -> str:
@@ -314,7 +318,8 @@ def tp_interface(
     if "TP_SOCKET_IFNAME" in env:
         return _tp_named(table, env["TP_SOCKET_IFNAME"])
     if hostname_addresses is None:
-        return TpChoice(None, None, False, False, "TP_SOCKET_IFNAME unset: the hostname's "
+        return TpChoice(interface=None, address=None, loopback=False, fallback=False,
+                        reason="TP_SOCKET_IFNAME unset: the hostname's "
                         "first bindable address (hostname not resolved here)")
     found = first_bindable(table, hostname_addresses)
     if found is None:
@@ -322,8 +327,9 @@ def tp_interface(
     nic, address = found
     why = "the hostname's first bindable address"
     if _is_loopback(address):
-        return TpChoice(nic.name, address, True, False, _loopback_trap(table, nic, why, "TP"))
-    return TpChoice(nic.name, address, False, False, why)
+        return TpChoice(interface=nic.name, address=address, loopback=True, fallback=False,
+                        reason=_loopback_trap(table, nic, why, "TP"))
+    return TpChoice(interface=nic.name, address=address, loopback=False, fallback=False, reason=why)
 
 
 def _tp_named(table: NicTable, name: str) -> TpChoice:
@@ -333,13 +339,14 @@ def _tp_named(table: NicTable, name: str) -> TpChoice:
     hit = next((a for n, a in walk if n.name == name and n.up and n.running), None)
     if hit is None:
         return _tp_fallback(table, f"no up and running interface named {name!r} ({interface_names(table)})")
-    return TpChoice(name, hit.address, _is_loopback(hit.address), False, f"TP_SOCKET_IFNAME={name}")
+    return TpChoice(interface=name, address=hit.address, loopback=_is_loopback(hit.address), fallback=False,
+                    reason=f"TP_SOCKET_IFNAME={name}")
 
 
 def _tp_fallback(table: NicTable, why: str) -> TpChoice:
     found = first_bindable(table, [LOOPBACK_V4])
-    return TpChoice(found[0].name if found else None, LOOPBACK_V4, True, True,
-                    f"{why}: TensorPipe silently falls back to {LOOPBACK_V4}")
+    return TpChoice(interface=found[0].name if found else None, address=LOOPBACK_V4, loopback=True, fallback=True,
+                    reason=f"{why}: TensorPipe silently falls back to {LOOPBACK_V4}")
 
 
 # --------------------------------------------------------------------------------------
@@ -399,7 +406,7 @@ def _network(addr: Address) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(f"{addr.address}/{addr.prefixlen}", strict=False)
 
 
-def as_ip(text: str):
+def as_ip(text: str) -> IpAddress | None:
     try:
         return ipaddress.ip_address(text)
     except ValueError:

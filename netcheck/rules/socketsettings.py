@@ -24,7 +24,7 @@ from netcheck.rules.socketchoice import (
 
 # src/include/socket.h: NCCL parses at most this many list entries and keeps at most this
 # many interfaces.
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     var: str
     value: str
@@ -37,7 +37,7 @@ def validate_setting(var: str, value: str, table: NicTable) -> Problem | None:
     if var not in checks:
         raise ValueError(f"cannot validate {var}; known: {', '.join(checks)}")
     reason = checks[var](value, table)
-    return Problem(var, value, reason) if reason else None
+    return Problem(var=var, value=value, reason=reason) if reason else None
 
 
 def _check_nccl(value: str, table: NicTable) -> str | None:
@@ -140,7 +140,7 @@ def _cover(names_per_node: Sequence[Sequence[str]], safe: list[str]) -> list[str
     return chosen
 
 
-def _plain_prefix_ok(name: str, names_per_node, known) -> bool:
+def _plain_prefix_ok(name: str, names_per_node: Sequence[Sequence[str]], known: Sequence[Sequence[str]]) -> bool:
     # A plain value is a prefix (utils.cc matchIf) and must be 2+ characters to be read.
     caught = ((works, n) for works, names in zip(names_per_node, known) for n in names)
     return len(name) > 1 and all(n in works for works, n in caught if n.startswith(name))

@@ -36,11 +36,14 @@ def interference_findings(interference: tuple[str, ...], severity: str = WARN) -
     """What another client did to the run's keys ("KEY what was seen"), one finding per key
     (the first MAX_STRANGERS; the rest in one): named as such and blaming no node. A warning
     where the run went on; a failure where it kept this node out."""
-    findings = [Finding(RDZV_JOIN, severity, (), f"another client interfered with the store key {text.split(' ')[0]}",
-                        (text,), INTERFERENCE_FIX, kind=JOIN_INTERFERENCE) for text in interference[:MAX_STRANGERS]]
+    findings = [Finding(check=RDZV_JOIN, severity=severity, nodes=(),
+                        summary=f"another client interfered with the store key {text.split(' ')[0]}",
+                        evidence=(text,), fix=INTERFERENCE_FIX,
+                        kind=JOIN_INTERFERENCE) for text in interference[:MAX_STRANGERS]]
     if rest := interference[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, severity, (), f"another client interfered with {len(rest)} more store keys",
-                                rest[:MAX_STRANGERS], INTERFERENCE_FIX, kind=JOIN_INTERFERENCE))
+        findings.append(Finding(check=RDZV_JOIN, severity=severity, nodes=(),
+                                summary=f"another client interfered with {len(rest)} more store keys",
+                                evidence=rest[:MAX_STRANGERS], fix=INTERFERENCE_FIX, kind=JOIN_INTERFERENCE))
     return findings
 
 
@@ -71,10 +74,10 @@ def store_stall_findings(stalls: tuple[StoreStall, ...], members: tuple[Member, 
     if not strangers:
         return []
     named = ", ".join(sorted(strangers)[:MAX_STRANGERS]) + (" and more" if len(strangers) > MAX_STRANGERS else "")
-    return [Finding(RDZV_JOIN, WARN, (), f"the host's store stalled for "
+    return [Finding(check=RDZV_JOIN, severity=WARN, nodes=(), summary=f"the host's store stalled for "
                     f"{sum(s.seconds for s in stalls):g} s while {named}, no node of this run, "
                     f"{'was' if len(strangers) == 1 else 'were'} connected to its port",
-                    tuple(lines[:MAX_STRANGERS]), STALL_FIX, kind=JOIN_STORE_STALLED)]
+                    evidence=tuple(lines[:MAX_STRANGERS]), fix=STALL_FIX, kind=JOIN_STORE_STALLED)]
 
 
 def held_up_findings(waits: tuple[float, ...]) -> list[Finding]:
@@ -83,10 +86,11 @@ def held_up_findings(waits: tuple[float, ...]) -> list[Finding]:
     up (the host's report names by whom), not lost. A warning naming no node."""
     if not waits:
         return []
-    return [Finding(RDZV_JOIN, WARN, (), f"the host's store held this node's requests up {len(waits)} time(s), "
+    return [Finding(check=RDZV_JOIN, severity=WARN, nodes=(),
+                    summary=f"the host's store held this node's requests up {len(waits)} time(s), "
                     f"{max(waits):g} s at the longest, while its port still took connections: waited out on a new "
                     "connection (the host's report names who was connected)",
-                    tuple(f"a request answered after {w:g} s" for w in waits[:MAX_STRANGERS]), STALL_FIX,
+                    evidence=tuple(f"a request answered after {w:g} s" for w in waits[:MAX_STRANGERS]), fix=STALL_FIX,
                     kind=JOIN_STORE_STALLED)]
 
 
@@ -100,42 +104,48 @@ def stall_explained(findings: list[Finding], stalled: list[Finding]) -> list[Fin
     if not stalled:
         return findings
     explained = [f for f in findings if f.kind == JOIN_MISSING or f.kind.startswith(LOST_PREFIX)]
-    return [Finding(RDZV_JOIN, FAIL, f.nodes, f"{f.summary}; meanwhile {stalled[0].summary}, which kept "
-                    f"{'it' if len(f.nodes) == 1 else 'them'} out", f.evidence,
-                    "read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it late); "
-                    + STALL_FIX, kind=JOIN_KEPT_OUT, cause_nodes=()) if f in explained else f for f in findings]
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=f.nodes,
+                    summary=f"{f.summary}; meanwhile {stalled[0].summary}, which kept "
+                    f"{'it' if len(f.nodes) == 1 else 'them'} out", evidence=f.evidence,
+                    fix="read each such node's own report (rdzv.reach or rdzv.join: whether the store answered it "
+                    "late); " + STALL_FIX, kind=JOIN_KEPT_OUT, cause_nodes=())
+            if f in explained else f for f in findings]
 
 
 def foreign_findings(foreign: tuple[Visitor, ...]) -> list[Finding]:
     """The first MAX_STRANGERS visitors of other runs one by one, the rest in one count: a
     flood of foreign records is named, and does not become the report."""
     fix = "two runs share this port: give each job its own port, or the same --rdzv-id if the node belongs here"
-    findings = [Finding(RDZV_JOIN, WARN, (), f"{v.hostname} joined this store with run id {v.run_id!r}; "
-                        "not mixed into this run", (), fix, kind=JOIN_FOREIGN) for v in foreign[:MAX_STRANGERS]]
+    findings = [Finding(check=RDZV_JOIN, severity=WARN, nodes=(),
+                        summary=f"{v.hostname} joined this store with run id {v.run_id!r}; "
+                        "not mixed into this run", fix=fix, kind=JOIN_FOREIGN) for v in foreign[:MAX_STRANGERS]]
     if rest := foreign[MAX_STRANGERS:]:
         runs = sorted({v.run_id for v in rest})
-        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more visitors of {len(runs)} other "
+        findings.append(Finding(check=RDZV_JOIN, severity=WARN, nodes=(),
+                                summary=f"{len(rest)} more visitors of {len(runs)} other "
                                 "run id(s) joined this store; not mixed into this run",
-                                tuple(f"run id {r!r}" for r in runs[:MAX_STRANGERS]), fix, kind=JOIN_FOREIGN))
+                                evidence=tuple(f"run id {r!r}" for r in runs[:MAX_STRANGERS]), fix=fix,
+                                kind=JOIN_FOREIGN))
     return findings
 
 
 def malformed_findings(malformed: tuple[str, ...]) -> list[Finding]:
     fix = "something other than netcheck writes to this port"
-    findings = [Finding(RDZV_JOIN, WARN, (), "a store entry was rejected as malformed",
-                        (text,), fix, kind=JOIN_MALFORMED) for text in malformed[:MAX_STRANGERS]]
+    findings = [Finding(check=RDZV_JOIN, severity=WARN, nodes=(), summary="a store entry was rejected as malformed",
+                        evidence=(text,), fix=fix, kind=JOIN_MALFORMED) for text in malformed[:MAX_STRANGERS]]
     if rest := malformed[MAX_STRANGERS:]:
-        findings.append(Finding(RDZV_JOIN, WARN, (), f"{len(rest)} more store entries were rejected as "
-                                "malformed", rest[:MAX_STRANGERS], fix, kind=JOIN_MALFORMED))
+        findings.append(Finding(check=RDZV_JOIN, severity=WARN, nodes=(),
+                                summary=f"{len(rest)} more store entries were rejected as "
+                                "malformed", evidence=rest[:MAX_STRANGERS], fix=fix, kind=JOIN_MALFORMED))
     return findings
 
 
 def rejected_findings(rejected: list[tuple[int | None, str, str]], names: dict[int, str]) -> list[Finding]:
     """A seated node's value this node refused, as (the sender's rank, the key, why): its
     sender is at fault, not lost (the first MAX_STRANGERS; the rest were refused alike)."""
-    return [Finding(RDZV_JOIN, FAIL, () if rank is None else (rank,),
-                    f"{_sender(rank, names)} sent a value netcheck refused, under {key}", (why,),
-                    "that node runs another netcheck version, or something else writes its keys: give "
+    return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=() if rank is None else (rank,),
+                    summary=f"{_sender(rank, names)} sent a value netcheck refused, under {key}", evidence=(why,),
+                    fix="that node runs another netcheck version, or something else writes its keys: give "
                     "the job --token (NETCHECK_TOKEN) and its own port", kind=JOIN_MALFORMED)
             for rank, key, why in rejected[:MAX_STRANGERS]]
 

@@ -82,10 +82,13 @@ def translated_findings(names: dict[int, str], translated: tuple[Translation, ..
     for t in translated:
         into = sorted(d for d in explained((t,), broken))
         if into:
-            findings.append(Finding(MESH_CONNECT, FAIL, (t.rank,), _summary(names, t, len(into)),
-                                    per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})"
-                                                               for a in broken[(s, d)])) for s, d in into), names),
-                                    FIX, MESH_TRANSLATED, gloodial.nccl_only(names, ends, into, attempts)))
+            findings.append(Finding(check=MESH_CONNECT, severity=FAIL, nodes=(t.rank,),
+                                    summary=_summary(names, t, len(into)),
+                                    evidence=per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} "
+                                                                         f"({a.detail})" for a in broken[(s, d)]))
+                                                       for s, d in into), names),
+                                    fix=FIX, kind=MESH_TRANSLATED,
+                                    impact=gloodial.nccl_only(names, ends, into, attempts)))
     return findings
 
 
