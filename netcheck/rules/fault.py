@@ -8,6 +8,7 @@ the nodes it names, or its cause's where it names one beside nodes that only met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from netcheck.core.model import (
     FAIL,
@@ -23,6 +24,9 @@ from netcheck.rules.registry import (
     JOIN_LATE,
     JOIN_UNSEATED,
     LAUNCH_TOPOLOGY,
+    MESH_CONNECT,
+    NIC_GLOO_DEFAULT,
+    NIC_NCCL_DEFAULT,
     RDZV_JOIN,
     RUN_INTERNAL,
     RUN_TIMEOUT,
@@ -36,6 +40,9 @@ RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT)
 # --nnodes): other nodes', though they have no rank to name; so are its launch.topology failures
 # that name none (processes it did not seat, launched otherwise than the cluster).
 ARRIVAL_KINDS = (JOIN_LATE, JOIN_UNSEATED)
+# The libraries' interface choices the mesh proves: a node's choice unproven only because the
+# directions into it broke is the mesh's failure seen from that node, whose cause is the mesh's.
+MESH_PROVEN = (NIC_NCCL_DEFAULT, NIC_GLOO_DEFAULT)
 
 
 def at_fault(f: Finding) -> tuple[int, ...]:
@@ -56,7 +63,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     any node's), then this node, the cluster as a whole, other nodes, and netcheck's own deadline;
     the host's internal error or deadline is not a joiner's (its own run finished, or says so).
     """
-    failures = [f for f in findings if f.severity == FAIL]
+    failures = mesh_caused([f for f in findings if f.severity == FAIL])
     ours = [f for f in failures if f.check not in RUNS_OWN]
     named = [f for f in ours if at_fault(f)]
     strangers = [f for f in ours if not own_unnamed and not at_fault(f) and _about_arrivals(f)]
@@ -86,6 +93,18 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     if deadline := _first(failures, lambda f: f.check == RUN_TIMEOUT):
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
+
+
+def mesh_caused(failures: list[Finding]) -> list[Finding]:
+    """The failures, those of MESH_PROVEN that name only nodes mesh.connect holds blameless (the
+    far ends of directions a node it names as the cause broke) held to that cause: a node two
+    peers cannot reach because a third drops them is not at fault for its unproven interface."""
+    mesh = next((f for f in failures if f.check == MESH_CONNECT and f.cause_nodes), None)
+    if mesh is None or mesh.cause_nodes is None:
+        return failures
+    blameless = set(mesh.nodes) - set(mesh.cause_nodes)
+    return [replace(f, cause_nodes=mesh.cause_nodes) if f.check in MESH_PROVEN and f.cause_nodes is None
+            and f.nodes and set(f.nodes) <= blameless else f for f in failures]
 
 
 def _about_arrivals(f: Finding) -> bool:
