@@ -46,6 +46,16 @@ def test_an_interface_unproven_only_by_the_meshs_cause_is_that_causes_fault():
         ("this_node", (0, 2), ("node0", "node2")), "node0 is no end of the mesh's broken directions"
 
 
+def test_directions_to_a_node_lost_mid_run_are_that_nodes_fault():
+    """node2's cable is pulled during the mesh: the host names it lost, and the directions between
+    them that broke name both ends; the lost node broke them (issue 65). Where the mesh names two
+    nodes that were not lost, a direction between them may be broken too: both stay named."""
+    lost = fail("rdzv.join", 2, kind="lost_in_mesh")
+    assert said(host_fault(lost, fail("mesh.connect", 0, 2))) == ("other_nodes", (2,), ("node2",))
+    assert said(host_fault(lost, fail("mesh.connect", 0, 1, 2))) == \
+        ("this_node", (0, 1, 2), ("node0", "node1", "node2"))
+
+
 def test_a_node_a_failure_names_is_at_fault_whatever_else_is():
     assert said(host_fault(fail("mesh.connect", 0, 2), fail("nic.gloo_default", 1))) == \
         ("this_node", (0, 1, 2), ("node0", "node1", "node2"))

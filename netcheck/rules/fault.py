@@ -24,6 +24,7 @@ from netcheck.rules.registry import (
     JOIN_LATE,
     JOIN_UNSEATED,
     LAUNCH_TOPOLOGY,
+    LOST_PREFIX,
     MESH_CONNECT,
     NIC_GLOO_DEFAULT,
     NIC_NCCL_DEFAULT,
@@ -63,7 +64,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     any node's), then this node, the cluster as a whole, other nodes, and netcheck's own deadline;
     the host's internal error or deadline is not a joiner's (its own run finished, or says so).
     """
-    failures = mesh_caused([f for f in findings if f.severity == FAIL])
+    failures = mesh_caused(lost_caused([f for f in findings if f.severity == FAIL]))
     ours = [f for f in failures if f.check not in RUNS_OWN]
     named = [f for f in ours if at_fault(f)]
     strangers = [f for f in ours if not own_unnamed and not at_fault(f) and _about_arrivals(f)]
@@ -93,6 +94,18 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     if deadline := _first(failures, lambda f: f.check == RUN_TIMEOUT):
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
+
+
+def lost_caused(failures: list[Finding]) -> list[Finding]:
+    """The failures, mesh.connect's held to the nodes lost mid-run (rdzv.join lost_in_*) where
+    every direction it names joins a lost node (one node at most of those it names was not lost,
+    and a direction names both its ends): a node that went quiet broke them, not the node still
+    here at their other end (issue 65: a joiner's cable pulled during the mesh)."""
+    lost = {r for f in failures if f.check == RDZV_JOIN and f.kind.startswith(LOST_PREFIX) and f.cause_nodes is None
+            for r in f.nodes}
+    return [replace(f, cause_nodes=tuple(sorted(lost & set(f.nodes)))) if f.check == MESH_CONNECT
+            and f.cause_nodes is None and lost & set(f.nodes) and len(set(f.nodes) - lost) <= 1 else f
+            for f in failures]
 
 
 def mesh_caused(failures: list[Finding]) -> list[Finding]:

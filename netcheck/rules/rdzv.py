@@ -440,9 +440,14 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
 def _fqdn_causes(failed: list[tuple[int, int, str, str]], right: set[int]) -> tuple[int, ...]:
     """The nodes whose fault the failed lookups are: where another node resolves the same node's
     FQDN right, the node that looked it up (a stale /etc/hosts line, its own resolver: the
-    healthy node whose name it is stays out); otherwise both (its DNS record may be what is
-    missing)."""
-    return tuple(sorted({r for src, dst, _, _ in failed for r in ((src,) if dst in right else (src, dst))}))
+    healthy node whose name it is stays out); where two nodes or more look it up and none gets it
+    right, the node whose name it is (its name is known nowhere: a container's own hostname, a
+    DNS record missing; issue 65); otherwise both."""
+    lookers: dict[int, set[int]] = {}
+    for src, dst, _, _ in failed:
+        lookers.setdefault(dst, set()).add(src)
+    return tuple(sorted({r for src, dst, _, _ in failed for r in (
+        (src,) if dst in right else (dst,) if len(lookers[dst]) >= 2 else (src, dst))}))
 
 
 def c10d_rank0(members: tuple[Member, ...]) -> str:
