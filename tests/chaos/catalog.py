@@ -1414,6 +1414,14 @@ class MidRunFirewall(MidRun):
     def land(self, run):
         land_rules(run.c, self.node, CHAINS[self.param("way")], self.param("ports"), self.param("target"), PORT)
 
+    def expect(self, sched, run):
+        e = super().expect(sched, run)
+        if self.node != 0 and self.cuts_store and "landed" in run.fault_state.get(self, {}):
+            # Its requests or the answers vanish in its own chain, as in a host gone (seed 65102,
+            # schedule 5: "Socket Timeout", its link up): it names the host lost.
+            e.unseen[self.node] = "its own rule drops its store traffic: from its seat the host stopped answering"
+        return e
+
 
 class MidRunLinkDown(MidRun):
     """The victim's link goes down and stays down: its own interface set down (`side=node`: the
