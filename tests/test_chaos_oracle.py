@@ -42,7 +42,17 @@ from chaos.catalog import (
 )
 from chaos.generator import Schedule, draw_schedule, timeout_for
 from chaos.midrun import LINE_LAG, TimedLines
-from chaos.oracle import Blame, Expect, Outcome, _judge_blame, _judge_verdicts, ranks_of, reports_of, said_exit
+from chaos.oracle import (
+    Blame,
+    Expect,
+    Outcome,
+    _judge_blame,
+    _judge_fault,
+    _judge_verdicts,
+    ranks_of,
+    reports_of,
+    said_exit,
+)
 from nodes import NodeRun
 
 
@@ -194,6 +204,42 @@ def test_a_full_conntrack_table_named_as_a_firewall_is_a_violation():
                     host_report=host)
         _judge_verdicts(o, o.expect)
         assert len(o.violations) == violations, o.violations
+
+def _report(party: str, *faulty: int, verdict: str = "fail") -> dict:
+    return {"findings": [], "nodes": [], "verdict": verdict, "fault": {"party": party},
+            "faulty_nodes": [f"node{n}" for n in faulty]}
+
+
+def test_whose_fault_each_node_says_is_judged_against_where_the_fault_was_planted():
+    """Issue 65: a joiner kept out by the host's firewall is no node at fault (it exits 4, naming
+    the host); the host, which cannot see its own rule, may leave itself out (the catalog's
+    documented exception). A healthy node named at fault, or exiting 2, is a violation."""
+    sched = Schedule(1, 0, "ranked", 3, (PathFirewall((2,), (("target", "DROP"),)),))
+    run = SimpleNamespace(runs={i: SimpleNamespace(rc=0) for i in range(3)}, leftovers=[], sched=sched,
+                          c=SimpleNamespace(nodes=[SimpleNamespace(addr=f"198.18.0.{10 + i}", hostname=f"node{i}")
+                                                   for i in range(3)]),
+                          args=lambda i: ["--node-rank", str(i)])
+    cases = (({0: _report("other_nodes"), 1: _report("other_nodes"), 2: _report("other_nodes")}, []),
+             ({0: _report("other_nodes"), 1: _report("other_nodes"), 2: _report("this_node", 2)},
+              ["node2's report: faulty_nodes names node2, not at fault (the faults': node0)",
+               "node2: exits this node's fault (2), though the faults are node0's"]),
+             ({0: _report("this_node", 0, 1), 1: _report("other_nodes"), 2: _report("other_nodes")},
+              ["node0's report: faulty_nodes names node1, not at fault (the faults': node0)"]))
+    for reports, violations in cases:
+        o = Outcome(sched, run, [f.expect(sched, None) for f in sched.faults], reports=reports, host_report=reports[0])
+        _judge_fault(o, o.expect)
+        assert o.violations == violations, o.violations
+    late = {**_report("this_node", 1), "findings": [_finding("rdzv.join", "late", [1])], "node_rank": 1}
+    o = Outcome(sched, run, [f.expect(sched, None) for f in sched.faults],
+                reports={0: _report("other_nodes"), 1: late}, host_report=_report("other_nodes"))
+    _judge_fault(o, o.expect)
+    assert o.violations == [], "a joiner its own report says came late (this machine's load) is its own fault"
+    e = merged(Schedule(1, 0, "ranked", 3, (EphemeralBlocked((1,), (("way", "both"),)),)))
+    o = Outcome(sched, run, [e], reports={0: _report("other_nodes", 2)}, host_report=_report("other_nodes", 2))
+    _judge_fault(o, e)
+    assert o.violations == ["node0's report: faulty_nodes names node2, not at fault (the faults': node1)",
+                            "the host's report: faulty_nodes leaves out node1, at fault"], o.violations
+
 
 def test_a_shaped_link_with_one_peer_left_in_the_phase_is_not_expected_on_bw_pair():
     """Seed 8306, schedule 83: node2's facts lost on its blackhole left node0 and node1, one pair

@@ -266,14 +266,15 @@ def test_link_cut_during_the_mesh(cluster, tmp_path):
     record("link cut (switch port down) during the mesh", "mesh", timeout, list(runs.values()),
            {0: "host", 1: "joiner", 2: "victim: its link cut in the mesh"})
 
-    # The host is one end of a direction the cut broke where the mesh tried it before the cut
-    # (both ends named: nothing tells which): then its own fault too.
-    host = assert_survivor(runs[0], timeout, codes=(2, 4))
+    # The host may be one end of a direction the cut broke, where the mesh tried it before the
+    # cut; node2, lost, broke it: the host is not at fault (issue 65).
+    host = assert_survivor(runs[0], timeout)
     assert lost_in(host) == {"mesh": {2}}, host["findings"]
-    assert "node2" in host["faulty_nodes"], host["faulty_nodes"]
-    # node2 cannot tell its own cut link from a host that stopped answering: it names the host
-    cut = assert_survivor(runs[2], timeout)
+    assert host["faulty_nodes"] == ["node2"], host["faulty_nodes"]
+    # node2 names the host lost, and its own link, down then, the cause: its own fault (issue 65)
+    cut = assert_survivor(runs[2], timeout, codes=(2,))
     assert lost_in(cut) == {"mesh": {0}}, cut["findings"]
+    assert cut["faulty_nodes"] == ["node2"] and cut["fault"]["party"] == "this_node", cut["fault"]
     assert_survivor(runs[1], timeout, codes=(0, 1, 2, 4))
 
 
@@ -475,9 +476,11 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     record("link cut (switch port down) during the bandwidth sweep", "bandwidth", timeout, list(runs.values()),
            {0: "host, sweeping", 1: "victim: its link cut mid-sweep"})
 
-    host, cut = assert_survivor(runs[0], timeout), assert_survivor(runs[1], timeout)
+    # The cut node's own link is down as the host goes quiet: its own fault (issue 65).
+    host, cut = assert_survivor(runs[0], timeout), assert_survivor(runs[1], timeout, codes=(2,))
     assert lost_in(host) == {"bandwidth": {1}}, host["findings"]
     assert lost_in(cut) == {"bandwidth": {0}}, cut["findings"]
+    assert (host["faulty_nodes"], cut["faulty_nodes"]) == (["node1"], ["node1"]), (host["fault"], cut["fault"])
     for report in (host, cut):
         assert bw_stage(report)["severity"] == "fail" and report["bandwidth"]["sweeps"][0]["rows"]
     # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT,

@@ -35,6 +35,27 @@ def test_the_healthy_host_beside_a_faulty_node_blames_that_node_not_itself():
     assert fault.why == "nic.gloo_default: nic.gloo_default failed"
 
 
+def test_an_interface_unproven_only_by_the_meshs_cause_is_that_causes_fault():
+    """node2 fails both ways with node0 and node1 (node2 is the cause): gloo's address on node1,
+    which node2 never reached, is unproven because of node2; a node the mesh itself holds at
+    fault, or names for another reason, stays named (issue 65)."""
+    mesh = fail("mesh.connect", 0, 1, 2, cause=(2,))
+    assert said(host_fault(mesh, fail("nic.gloo_default", 0, 1))) == ("other_nodes", (2,), ("node2",))
+    assert said(host_fault(mesh, fail("nic.gloo_default", 2))) == ("other_nodes", (2,), ("node2",))
+    assert said(host_fault(fail("mesh.connect", 1, 2, cause=(2,)), fail("nic.gloo_default", 0))) == \
+        ("this_node", (0, 2), ("node0", "node2")), "node0 is no end of the mesh's broken directions"
+
+
+def test_directions_to_a_node_lost_mid_run_are_that_nodes_fault():
+    """node2's cable is pulled during the mesh: the host names it lost, and the directions between
+    them that broke name both ends; the lost node broke them (issue 65). Where the mesh names two
+    nodes that were not lost, a direction between them may be broken too: both stay named."""
+    lost = fail("rdzv.join", 2, kind="lost_in_mesh")
+    assert said(host_fault(lost, fail("mesh.connect", 0, 2))) == ("other_nodes", (2,), ("node2",))
+    assert said(host_fault(lost, fail("mesh.connect", 0, 1, 2))) == \
+        ("this_node", (0, 1, 2), ("node0", "node1", "node2"))
+
+
 def test_a_node_a_failure_names_is_at_fault_whatever_else_is():
     assert said(host_fault(fail("mesh.connect", 0, 2), fail("nic.gloo_default", 1))) == \
         ("this_node", (0, 1, 2), ("node0", "node1", "node2"))

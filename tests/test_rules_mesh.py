@@ -36,6 +36,25 @@ def test_a_direction_broken_one_way_only_is_its_targets_fault():
     assert (finding.nodes, finding.cause_nodes) == ((1, 2), None), "both ways: nothing tells which end"
 
 
+def test_the_node_common_to_every_broken_pair_is_the_cause():
+    """node3 and two of its peers fail both ways, and node0 reaches everyone: node3 is at an end
+    of every broken direction, and each of its peers connects with the rest (issue 65). With one
+    pair only, both ends are named, and the summary says why."""
+    ranks, names = range(4), {r: f"node{r}" for r in range(4)}
+    attempts = tuple((failed if {s, d} in ({1, 3}, {2, 3}) else ok)(s, d, "eth0")
+                     for s in ranks for d in ranks if s != d)
+    (finding,) = mesh_rules.mesh_findings(names, attempts)
+    assert (finding.nodes, finding.cause_nodes) == ((1, 2, 3), (3,)), finding
+    assert "node3 is at an end of every one" in finding.summary
+    pair = tuple((failed if {s, d} == {1, 2} else ok)(s, d, "eth0") for s in ranks for d in ranks if s != d)
+    (finding,) = mesh_rules.mesh_findings(names, pair)
+    assert (finding.nodes, finding.cause_nodes) == ((1, 2), None), finding
+    assert "nothing tells which end drops the other" in finding.summary
+    apart = tuple((failed if {s, d} in ({0, 1}, {2, 3}) else ok)(s, d, "eth0") for s in ranks for d in ranks if s != d)
+    (finding,) = mesh_rules.mesh_findings(names, apart)
+    assert (finding.nodes, finding.cause_nodes) == ((0, 1, 2, 3), None), "no node common to both pairs"
+
+
 def test_a_node_that_reaches_no_peer_is_named_alone_and_a_broken_pair_between_others_names_both():
     ranks = range(6)
     attempts = tuple((failed if s == 3 or {s, d} == {0, 1} else ok)(s, d, "eth0")

@@ -306,12 +306,15 @@ def test_fqdn_unresolvable():
         cause_nodes=(1,))]   # node2 resolves node0 right: node1's lookup is at fault, not node0
 
 
-def test_a_name_no_peer_resolves_holds_both_ends_at_fault():
-    """Every peer fails on node0's name: its DNS record may be what is missing, or each looker's
-    resolver; nothing tells which, so the node whose name it is stays at fault beside them."""
+def test_a_name_no_peer_resolves_is_the_fault_of_the_node_whose_name_it_is():
+    """Every peer fails on node0's name, and two look it up: the name is what the failed lookups
+    have in common (its DNS record missing, a container's own hostname), so node0 is at fault and
+    the lookers are not (issue 65). With one looker, nothing tells: both ends stay at fault."""
     unknown = resolving(0, error="Name or service not known")
     (finding,) = rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown}), member(2, lookups={0: unknown})))
-    assert (finding.nodes, finding.cause_nodes) == ((0, 1, 2), None)
+    assert (finding.nodes, finding.cause_nodes) == ((0, 1, 2), (0,))
+    (finding,) = rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown})))
+    assert finding.cause_nodes is None, finding
 
 
 def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendezvous():
@@ -512,6 +515,17 @@ def test_under_torchrun_a_skewed_clock_is_said_once_per_host():
     (clock,) = rdzv_rules.clock_findings(members)
     assert clock.nodes == (2, 3) and clock.summary.startswith("node1: clock off")
     assert clock.evidence == ("node1: +5.020 s (+/- 0.020 s)",)
+
+
+def test_a_host_lost_while_this_nodes_own_link_is_down_is_this_nodes_fault():
+    """A joiner's cable pulled: the host goes quiet for it, and its own link, down, is the cause
+    (issue 65), named in the summary and the fix."""
+    (lost,) = rdzv_rules.lost_findings("mesh", {0: "the host"}, [0], own_down=("eth0",), mine=(2,))
+    assert (lost.nodes, lost.cause_nodes, lost.kind) == ((0,), (2,), "lost_in_mesh"), lost
+    assert lost.summary == "the host stopped answering during the mesh phase: this node's own link (eth0) is down"
+    assert "this node's cable" in lost.fix
+    (up,) = rdzv_rules.lost_findings("mesh", {0: "the host"}, [0], mine=(2,))
+    assert up.cause_nodes is None, "its link up: nothing says it is its own"
 
 
 def test_a_lost_host_is_named_with_what_the_store_client_saw_once():

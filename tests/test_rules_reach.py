@@ -48,8 +48,17 @@ def test_reach_refused_counts_the_seconds_it_kept_trying():
         "listens there",
         evidence=("10.0.0.4 (ipv4): refused, connection refused: nothing listens there, or a REJECT rule, 0.00 s",
                   "58 attempt(s) over 29.6 s"),
-        fix=REACH_FIXES["refused"])
+        fix=REACH_FIXES["refused"], cause_nodes=(0,))
     assert "start netcheck on the host node first" in found[1].fix
+
+
+@pytest.mark.parametrize("state, host", [("REACHABLE", (0,)), ("STALE", (0,)), ("", None)])
+def test_a_connect_the_hosts_machine_drops_is_the_hosts_fault(state, host):
+    """ARP answered for the host and its port went unanswered: this node's link works as far as
+    the host's machine, so what drops it is there (issue 65); without the neighbour's word
+    nothing tells, and the finding stays this node's."""
+    (_, dropped) = reach_rules.reach_findings(reach("filtered", (unanswered(state),)), (2,))
+    assert (dropped.nodes, dropped.cause_nodes) == ((2,), host), dropped
 
 
 def test_reach_filtered_says_how_long_it_waited():

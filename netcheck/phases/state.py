@@ -223,7 +223,8 @@ class Run:
         if not self.host_lost:
             self.host_lost = True
             blackhole = self.ask_host_path(self)
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole)
+            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole,
+                                                      self.own_links_down(), self.my_ranks())
 
     def lose_store(self, phase: str, seen: str) -> None:
         """This node's connection to the host's store broke, or a request went unanswered to

@@ -8,6 +8,7 @@ the nodes it names, or its cause's where it names one beside nodes that only met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from netcheck.core.model import (
     FAIL,
@@ -23,6 +24,10 @@ from netcheck.rules.registry import (
     JOIN_LATE,
     JOIN_UNSEATED,
     LAUNCH_TOPOLOGY,
+    LOST_PREFIX,
+    MESH_CONNECT,
+    NIC_GLOO_DEFAULT,
+    NIC_NCCL_DEFAULT,
     RDZV_JOIN,
     RUN_INTERNAL,
     RUN_TIMEOUT,
@@ -36,6 +41,9 @@ RUNS_OWN = (RUN_INTERNAL, RUN_TIMEOUT)
 # --nnodes): other nodes', though they have no rank to name; so are its launch.topology failures
 # that name none (processes it did not seat, launched otherwise than the cluster).
 ARRIVAL_KINDS = (JOIN_LATE, JOIN_UNSEATED)
+# The libraries' interface choices the mesh proves: a node's choice unproven only because the
+# directions into it broke is the mesh's failure seen from that node, whose cause is the mesh's.
+MESH_PROVEN = (NIC_NCCL_DEFAULT, NIC_GLOO_DEFAULT)
 
 
 def at_fault(f: Finding) -> tuple[int, ...]:
@@ -56,7 +64,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
     any node's), then this node, the cluster as a whole, other nodes, and netcheck's own deadline;
     the host's internal error or deadline is not a joiner's (its own run finished, or says so).
     """
-    failures = [f for f in findings if f.severity == FAIL]
+    failures = mesh_caused(lost_caused([f for f in findings if f.severity == FAIL]))
     ours = [f for f in failures if not _runs_own(f, mine, own_unnamed)]
     named = [f for f in ours if at_fault(f)]
     strangers = [f for f in ours if not own_unnamed and not at_fault(f) and _about_arrivals(f)]
@@ -95,6 +103,30 @@ def _runs_own(f: Finding, mine: tuple[int, ...], own_unnamed: bool) -> bool:
     waits minutes for it. A gate must not drain it; a larger --timeout is the fix."""
     own = set(f.nodes) <= set(mine) if f.nodes else own_unnamed   # the host's are strangers: other nodes'
     return f.check in RUNS_OWN or (f.check == RDZV_JOIN and f.kind == JOIN_LATE and f.cause_nodes is None and own)
+
+
+def lost_caused(failures: list[Finding]) -> list[Finding]:
+    """The failures, mesh.connect's held to the nodes lost mid-run (rdzv.join lost_in_*) where
+    every direction it names joins a lost node (one node at most of those it names was not lost,
+    and a direction names both its ends): a node that went quiet broke them, not the node still
+    here at their other end (issue 65: a joiner's cable pulled during the mesh)."""
+    lost = {r for f in failures if f.check == RDZV_JOIN and f.kind.startswith(LOST_PREFIX) and f.cause_nodes is None
+            for r in f.nodes}
+    return [replace(f, cause_nodes=tuple(sorted(lost & set(f.nodes)))) if f.check == MESH_CONNECT
+            and f.cause_nodes is None and lost & set(f.nodes) and len(set(f.nodes) - lost) <= 1 else f
+            for f in failures]
+
+
+def mesh_caused(failures: list[Finding]) -> list[Finding]:
+    """The failures, those of MESH_PROVEN that name only nodes mesh.connect holds blameless (the
+    far ends of directions a node it names as the cause broke) held to that cause: a node two
+    peers cannot reach because a third drops them is not at fault for its unproven interface."""
+    mesh = next((f for f in failures if f.check == MESH_CONNECT and f.cause_nodes), None)
+    if mesh is None or mesh.cause_nodes is None:
+        return failures
+    blameless = set(mesh.nodes) - set(mesh.cause_nodes)
+    return [replace(f, cause_nodes=mesh.cause_nodes) if f.check in MESH_PROVEN and f.cause_nodes is None
+            and f.nodes and set(f.nodes) <= blameless else f for f in failures]
 
 
 def _about_arrivals(f: Finding) -> bool:

@@ -117,12 +117,14 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
         tried, cut = tried_and_broken(attempts)
         unreachable, isolated = cut_off_nodes(tried, cut, names)
         ranks = _at_fault(unreachable | isolated, cut)
-        cause = _causes(unreachable | isolated, cut, tried)
+        common = set() if unreachable | isolated else common_end(cut, names)
+        cause = common or _causes(unreachable | isolated, cut, tried)
         summary = f"{_counted(names, set(broken), directions)} connect on no interface"
         if unreachable:
             summary += f"; no peer reaches {node_names(sorted(unreachable), names)}"
         if isolated:
             summary += f"; {node_names(sorted(isolated), names)} reach(es) no peer"
+        summary += _whose(names, cut, common, cause)
         evidence = per_pair(((s, d, "; ".join(f"{a.ifname} {a.address}: {a.outcome} ({a.detail})" for a in tries))
                              for (s, d), tries in sorted(broken.items())), names)
         return named + [Finding(check=MESH_CONNECT, severity=FAIL, nodes=tuple(sorted(ranks)), summary=summary,
@@ -204,6 +206,29 @@ def _at_fault(blamed: set[int], broken: set[tuple[int, int]]) -> set[int]:
     """A broken direction with a blamed node at one end is that node's fault alone; the rest
     name both ends, as nothing tells which end's firewall (or link) is the cause."""
     return blamed | {r for pair in broken if not blamed & set(pair) for r in pair}
+
+
+def common_end(broken: set[tuple[int, int]], names: dict[int, str]) -> set[int]:
+    """The ranks of the one node at an end of every broken direction, where those join it to
+    two other nodes or more (issue 65): each of those peers connects with the rest, so the
+    node they share is the cause. None where the directions join one pair of nodes only
+    (nothing tells which end drops the other) or no node is common to them all."""
+    pairs = {frozenset((name_of(names, s), name_of(names, d))) for s, d in broken if not same_node(names, s, d)}
+    common = frozenset.intersection(*pairs) if pairs else frozenset()
+    if len(common) != 1 or len({n for p in pairs for n in p} - common) < 2:
+        return set()
+    return {r for pair in broken for r in pair if name_of(names, r) in common}
+
+
+def _whose(names: dict[int, str], broken: set[tuple[int, int]], common: set[int], cause: set[int]) -> str:
+    """Why the nodes at fault are those: the node common to every broken direction, or, where
+    the directions join one pair of nodes both ways, both ends: nothing tells which."""
+    if common:
+        return f"; {node_names(sorted(common), names)} is at an end of every one, and its peers connect with the rest"
+    ends = {name_of(names, r) for r in cause}
+    if len(ends) == 2 and all((d, s) in broken for s, d in broken):
+        return "; both ends named: one pair of nodes fails both ways, and nothing tells which end drops the other"
+    return ""
 
 
 def _causes(blamed: set[int], broken: set[tuple[int, int]], tried: set[tuple[int, int]]) -> set[int]:

@@ -373,22 +373,28 @@ def gone_before_sign_in(took: float, join_seconds: float, timeout: float, ranks:
 
 
 def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str = "",
-                  blackhole: bool = False) -> list[Finding]:
+                  blackhole: bool = False, own_down: tuple[str, ...] = (), mine: tuple[int, ...] = ()) -> list[Finding]:
     """Nodes that were seated, then stopped answering before `phase` was over; `seen`, what
     this node's store client saw of it where it has more than silence (the store's error);
-    `blackhole` where the path to them is known to drop full-size frames (the cause, not them)."""
+    `blackhole` where the path to them is known to drop full-size frames (the cause, not them);
+    `own_down`, this node's (ranks `mine`) interfaces toward them, all down as they went quiet:
+    its own cut link, the cause (issue 65: a cable pulled is not the host's fault)."""
     if not ranks:
         return []
     if blackhole:
         why, fix = (": the path to it drops full-size frames", "the path, not the node: set its MTU as "
                     "mesh.connect says; the node answers small requests")
+    elif own_down:
+        links = ", ".join(own_down)
+        why, fix = (f": this node's own link ({links}) is down", f"look at this node's cable, switch port and NIC "
+                    f"({links}: `ip link show`, the switch's port log); run netcheck again once it is up")
     else:
         why, fix = "", ("that node's netcheck died or hung, or the network path to it broke: look at that node "
                         "and its link")
     return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=tuple(ranks),
                     summary=f"{node_names(ranks, names)} stopped answering during the {phase} "
                     f"phase{why}", evidence=(f"this node's store client: {seen}",) if seen else (), fix=fix,
-                    kind=lost_in(phase))]
+                    kind=lost_in(phase), cause_nodes=mine if own_down else None)]
 
 
 def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> Finding:
@@ -459,9 +465,14 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
 def _fqdn_causes(failed: list[tuple[int, int, str, str]], right: set[int]) -> tuple[int, ...]:
     """The nodes whose fault the failed lookups are: where another node resolves the same node's
     FQDN right, the node that looked it up (a stale /etc/hosts line, its own resolver: the
-    healthy node whose name it is stays out); otherwise both (its DNS record may be what is
-    missing)."""
-    return tuple(sorted({r for src, dst, _, _ in failed for r in ((src,) if dst in right else (src, dst))}))
+    healthy node whose name it is stays out); where two nodes or more look it up and none gets it
+    right, the node whose name it is (its name is known nowhere: a container's own hostname, a
+    DNS record missing; issue 65); otherwise both."""
+    lookers: dict[int, set[int]] = {}
+    for src, dst, _, _ in failed:
+        lookers.setdefault(dst, set()).add(src)
+    return tuple(sorted({r for src, dst, _, _ in failed for r in (
+        (src,) if dst in right else (dst,) if len(lookers[dst]) >= 2 else (src, dst))}))
 
 
 def c10d_rank0(members: tuple[Member, ...]) -> str:

@@ -47,6 +47,9 @@ from netcheck.rules.registry import (
     RESOLVE_SLOW,
 )
 
+# The host's rank: where this node's connects reach the host's machine and go no further (a
+# refusal, a drop, a process on its port that is no store), what stops them is there (issue 65).
+HOST_AT_FAULT = (0,)
 REACH_FIXES = {
     "refused": "start netcheck on the host node first (it waits for joiners), check the port "
                "number, and remove any REJECT rule for the port on the host",
@@ -106,7 +109,21 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
                                   f"{probe.address} ({probe.detail})", evidence=evidence,
                                   fix=_routed_fix(reach, probe.address))]
     return [resolved, Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks, summary=summary, evidence=evidence,
-                              fix=REACH_FIXES[reach.outcome])]
+                              fix=REACH_FIXES[reach.outcome],
+                              cause_nodes=HOST_AT_FAULT if _host_answered(reach) else None)]
+
+
+def _host_answered(reach: Reach) -> bool:
+    """Whether the host's machine (or the router before it) answered this node, so that its link
+    works that far and what keeps it out is on the host's side (issue 65): a refusal is a reset
+    from there (nothing listens, or a REJECT rule); a filtered connect, where ARP / NDP got the
+    next hop's answer for every address (a DROP rule's machine answers ARP). A node whose own link
+    is cut gets no answer at all (rdzv.reach no_machine, its own fault)."""
+    if reach.outcome == "refused":
+        return True
+    return reach.outcome == "filtered" and bool(reach.probes) and all(
+        p.outcome == "refused" or (p.route is not None and p.route.neighbour_state != "" and
+                                   not p.route.nobody_answered) for p in reach.probes)
 
 
 def _routed(reach: Reach) -> tuple[Probe, str] | None:
@@ -281,10 +298,10 @@ def _not_store(reach: Reach, endpoint: str, ranks: tuple[int, ...], evidence: tu
                        f"handshake: {detail}", evidence=evidence,
                        fix="read the host's report: a store held up by other clients' "
                        "connections (rdzv.join store_stalled there) answers late, a hung or stopped process never; "
-                       + fix, kind=REACH_NOT_STORE)
+                       + fix, kind=REACH_NOT_STORE, cause_nodes=HOST_AT_FAULT)
     return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
                    summary=f"{endpoint} accepts connections but is not a TCPStore: {detail}{held}",
-                   evidence=evidence, fix=fix, kind=REACH_NOT_STORE)
+                   evidence=evidence, fix=fix, kind=REACH_NOT_STORE, cause_nodes=HOST_AT_FAULT)
 
 
 def _nobody_there(reach: Reach) -> Route | None:

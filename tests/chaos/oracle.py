@@ -72,6 +72,14 @@ class Expect:
     # Findings that must not be there (a false cause: a firewall blamed for a full conntrack
     # table), each as a Blame is found: its reporter's report, its checks and kinds.
     never: list[Blame] = field(default_factory=list)
+    # Whose fault it is (issue 65): the nodes where the fault was planted. Every report's
+    # faulty_nodes names none but these, each of them exits "this node" (2) where it fails, every
+    # other node "other nodes" (4), and the host's failing report names them all. The exceptions,
+    # each with its reason: healthy nodes a report may name (`excused`), nodes at fault a report
+    # may leave out and that may exit 4 (`unseen`: the evidence never reached that seat).
+    at_fault: set[int] = field(default_factory=set)
+    excused: dict[int, str] = field(default_factory=dict)
+    unseen: dict[int, str] = field(default_factory=dict)
 
     def merge(self, other: "Expect") -> "Expect":
         return Expect(self.breaks or other.breaks, self.warns or other.warns, self.blame + other.blame,
@@ -79,19 +87,28 @@ class Expect:
                       {**self.exit_codes, **other.exit_codes}, {**self.verdicts, **other.verdicts},
                       self.absent | other.absent, self.no_report | other.no_report,
                       self.resumed | other.resumed, self.may_warn | other.may_warn,
-                      self.speed_ok or other.speed_ok, self.never + other.never)
+                      self.speed_ok or other.speed_ok, self.never + other.never,
+                      self.at_fault | other.at_fault, {**self.excused, **other.excused},
+                      {**self.unseen, **other.unseen})
 
 
 def broken(node: int, *checks: str, kinds: tuple[str, ...] | None = None) -> Expect:
-    """The common case: the job breaks, the host names `node`, which must not exit 0."""
-    return Expect(breaks=True, blame=[Blame(node, checks, kinds)], seers={0, node})
+    """The common case: the job breaks, the host names `node`, which must not exit 0, and
+    which alone is at fault."""
+    return Expect(breaks=True, blame=[Blame(node, checks, kinds)], seers={0, node}, at_fault={node})
+
+
+# Why a node that never reached the store may be left out of faulty_nodes: the host knows its
+# rank at most, never its hostname (unless a launcher lists the hosts, which none here does).
+NEVER_CAME = "it never reached the store: the host knows no hostname of it to list"
 
 
 def missing(node: int, sched: "Schedule") -> Expect:
-    """`node` never reaches the store: with a node count the host names it missing; in one-shot
-    mode it cannot know of it (docs/contract.md, "Phases": the one-shot form counts who came), so only the node
-    itself is held to it, and the host only when nobody else came at all."""
-    expect = Expect(breaks=True, seers={node}, absent={node})
+    """`node` never reaches the store, its own fault: with a node count the host names it
+    missing; in one-shot mode it cannot know of it (docs/contract.md, "Phases": the one-shot form
+    counts who came), so only the node itself is held to it, and the host only when nobody else
+    came at all."""
+    expect = Expect(breaks=True, seers={node}, absent={node}, at_fault={node}, unseen={node: NEVER_CAME})
     if sched.mode != "arrival":
         expect.blame.append(Blame(node, ("rdzv.join",), ("missing",)))
         expect.seers.add(0)
@@ -280,12 +297,71 @@ def _judge_verdicts(o: Outcome, e: Expect) -> None:
                 say(f"node{i}: exit {rc}; nothing in this schedule breaks the job (expected 0)")
     for b in e.blame:
         _judge_blame(o, b)
+    _judge_fault(o, e)
     for b in e.never:
         report = o.host_report if b.reporter is None else o.reports.get(b.reporter)
         held = [f for f in (report or {}).get("findings", ()) if _is(f, b)]
         if held:
             say(f"node{b.reporter or 0}'s report: {held[0]['severity']} {held[0]['check']} "
                 f"{held[0].get('kind', '')} {held[0]['nodes']}, which the fault rules out")
+
+
+def _judge_fault(o: Outcome, e: Expect) -> None:
+    """Whose fault each node says it is, against where the faults were planted (Expect.at_fault):
+    a healthy node named at fault, or exiting "this node", is a violation, and so is a node at
+    fault left out of the host's failing report or exiting "other nodes", each but for the
+    fault's documented exceptions."""
+    say, node_of = o.violations.append, _nodes_by_hostname(o)
+    for i in sorted(o.run.runs):
+        for report in reports_of(o, i):
+            blamable = e.at_fault | set(e.excused) | (_speed_named(o, report) if e.speed_ok else set()) \
+                | _came_late(o, i, report)
+            named = {node_of.get(h, h) for h in report.get("faulty_nodes", ())}
+            if wrong := sorted(n if isinstance(n, str) else f"node{n}" for n in named - blamable):
+                say(f"node{i}'s report: faulty_nodes names {', '.join(wrong)}, not at fault (the faults': "
+                    f"{_listed(e.at_fault)})")
+            party = _party(report)
+            if party == "this_node" and i not in blamable:
+                say(f"node{i}: exits this node's fault (2), though the faults are {_listed(e.at_fault)}'s")
+            if party == "other_nodes" and i in e.at_fault and i not in e.unseen:
+                say(f"node{i}: at fault, and exits other nodes' fault (4)")
+    host = o.host_report
+    if host and host.get("verdict") == "fail":
+        named = {node_of.get(h) for h in host.get("faulty_nodes", ())}
+        if left := sorted(e.at_fault - named - set(e.unseen)):
+            say(f"the host's report: faulty_nodes leaves out {_listed(left)}, at fault")
+
+
+def _came_late(o: Outcome, i: int, report: dict) -> set[int]:
+    """{i} where node i's own report says it came to sign in past the host's join deadline
+    (rdzv.join late, naming it): on this machine's busy cores a joiner's torch import can take
+    that long (seed 65102, schedule 9: 24 s), and a node that slow to start is its own fault."""
+    mine = ranks_of(o, i) | {report.get("node_rank")}
+    late = [f for f in report["findings"] if f["check"] == "rdzv.join" and f.get("kind") == "late"
+            and f["severity"] == "fail" and f["nodes"] and set(f["nodes"]) <= mine]
+    return {i} if late else set()
+
+
+def _speed_named(o: Outcome, report: dict) -> set[int]:
+    """The nodes a report's failing speed verdicts name: on this machine's two busy cores a sweep
+    may find any node slow (Expect.speed_ok), which names it at fault."""
+    ranks = {r for f in report["findings"] if f["severity"] == "fail" and f["check"] in SPEED_VERDICTS
+             for r in f["nodes"]}
+    return {i for i in range(o.sched.n) if ranks_of(o, i) & ranks}
+
+
+def _nodes_by_hostname(o: Outcome) -> dict[str, int]:
+    """Cluster node index by the hostname the reports give it: each node's own, and where a fault
+    gave it another (a container's), the host report's for its ranks."""
+    node_of = {n.hostname: i for i, n in enumerate(o.run.c.nodes)}
+    for i in range(o.sched.n):
+        ranks = ranks_of(o, i) if o.host_report else set()
+        node_of.update({n["hostname"]: i for n in (o.host_report or {}).get("nodes", ()) if n["rank"] in ranks})
+    return node_of
+
+
+def _listed(nodes) -> str:
+    return ", ".join(f"node{n}" for n in sorted(nodes)) or "nobody"
 
 
 def _is(f: dict, b: Blame) -> bool:
