@@ -314,8 +314,7 @@ def _judge_fault(o: Outcome, e: Expect) -> None:
     say, node_of = o.violations.append, _nodes_by_hostname(o)
     for i in sorted(o.run.runs):
         for report in reports_of(o, i):
-            blamable = e.at_fault | set(e.excused) | (_speed_named(o, report) if e.speed_ok else set()) \
-                | _came_late(o, i, report)
+            blamable = e.at_fault | set(e.excused) | (_speed_named(o, report) if e.speed_ok else set())
             named = {node_of.get(h, h) for h in report.get("faulty_nodes", ())}
             if wrong := sorted(n if isinstance(n, str) else f"node{n}" for n in named - blamable):
                 say(f"node{i}'s report: faulty_nodes names {', '.join(wrong)}, not at fault (the faults': "
@@ -330,16 +329,6 @@ def _judge_fault(o: Outcome, e: Expect) -> None:
         named = {node_of.get(h) for h in host.get("faulty_nodes", ())}
         if left := sorted(e.at_fault - named - set(e.unseen)):
             say(f"the host's report: faulty_nodes leaves out {_listed(left)}, at fault")
-
-
-def _came_late(o: Outcome, i: int, report: dict) -> set[int]:
-    """{i} where node i's own report says it came to sign in past the host's join deadline
-    (rdzv.join late, naming it): on this machine's busy cores a joiner's torch import can take
-    that long (seed 65102, schedule 9: 24 s), and a node that slow to start is its own fault."""
-    mine = ranks_of(o, i) | {report.get("node_rank")}
-    late = [f for f in report["findings"] if f["check"] == "rdzv.join" and f.get("kind") == "late"
-            and f["severity"] == "fail" and f["nodes"] and set(f["nodes"]) <= mine]
-    return {i} if late else set()
 
 
 def _speed_named(o: Outcome, report: dict) -> set[int]:
