@@ -33,6 +33,7 @@ from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.bwtext import size_words
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, LOCAL_TIMEOUT, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import UserError
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
@@ -138,7 +139,7 @@ def test_sizes_read_back_as_nccl_tests_reads_them(n, unit, lower, with_b, space)
     if expected <= BW_MAX_BYTES:
         assert parse_size("-e", text) == expected
     else:
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError):
             parse_size("-e", text)
 
 

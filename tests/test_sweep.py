@@ -66,6 +66,7 @@ from netcheck.core.bwrecords import (
 )
 from netcheck.core.bwtext import plateau_text, step_text
 from netcheck.core.constants import BW_AUTO_MAXBYTES, BW_MIN_ITERS
+from netcheck.core.errors import UserError
 
 
 def parse(*argv: str) -> SweepOptions:
@@ -121,7 +122,7 @@ def test_sizes_take_nccl_tests_suffixes(text, value):
 
 @pytest.mark.parametrize("text", ["12X", "", "0", "-1", "1.5M", "2T", "M", "99999999999999999G"])
 def test_bad_sizes_name_the_flag_and_value(text):
-    with pytest.raises(ValueError, match=rf"^-e {text!r}: expected a byte count"):
+    with pytest.raises(UserError, match=rf"^-e {text!r}: expected a byte count"):
         parse_size("-e", text)
 
 
@@ -162,7 +163,7 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
 def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
     """A value that does not parse fails in options_from_args, one out of bounds in
     config.check_sweep (a UsageError is a ValueError): one line either way."""
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(UserError) as e:
         check_sweep(parse(*argv))
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
@@ -523,7 +524,7 @@ def test_the_reason_names_which_ranks_cannot_run_nccl_and_why():
 
 
 def test_nccl_asked_for_without_cuda_names_the_node():
-    with pytest.raises(ValueError, match=r"--backend nccl, but no CUDA on node 1 \(rank 3\)"):
+    with pytest.raises(UserError, match=r"--backend nccl, but no CUDA on node 1 \(rank 3\)"):
         choose_backend("nccl", [0, 0, 0, NO_CUDA], 2)
 
 

@@ -8,11 +8,12 @@ import io
 
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult
 from netcheck.core.bwtext import gbps_cell, size_words, time_text
+from netcheck.core.errors import UserError
 
 HEATMAP_VALUES_UP_TO = 16   # nodes: beyond, the cells are too small for their numbers
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(UserError):
     """matplotlib is not installed; the message says how to get it."""
 
 
