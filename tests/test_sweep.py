@@ -524,7 +524,7 @@ def test_the_reason_names_which_ranks_cannot_run_nccl_and_why():
 
 
 def test_nccl_asked_for_without_cuda_names_the_node():
-    with pytest.raises(UserError, match=r"--backend nccl, but no CUDA on node 1 \(rank 3\)"):
+    with pytest.raises(ValueError, match=r"--backend nccl, but no CUDA on node 1 \(rank 3\)"):
         choose_backend("nccl", [0, 0, 0, NO_CUDA], 2)
 
 

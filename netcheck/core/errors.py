@@ -21,6 +21,13 @@ class UserError(NetcheckError):
     """An unusable command line or input the user gave: one line, exit 64."""
 
 
+def described(error: BaseException) -> str:
+    """'Type: message (at module:function:line)', on one line; the place where it is known."""
+    message = " ".join(str(error).split())
+    place = where(error)
+    return f"{type(error).__name__}: {message}" + (f" (at {place})" if place else "")
+
+
 def where(error: BaseException) -> str | None:
     """module:function:line of the innermost netcheck frame the error passed through (None when
     it carries no traceback): the place to look, even where a library raised it."""
