@@ -238,7 +238,7 @@ def run_in_process(plan: dict, argv: list[str], variables: dict[str, str], soft_
     host = host_facts(plan, soft_nofile)
     config = host_config(argv, variables)
     ranks = plan["nodes"] * plan["nproc"]
-    sample = mesh.parse_mode(config.mesh) if config.mesh else mesh.default_mode(ranks)
+    sample = config.mesh.sample if config.mesh else mesh.default_mode(ranks)
     records = make_records(plan, host, sample)
     records_s = round(time.process_time() - started, 2)
     run = Run(config, lambda _: None, hostpath.ask_host_path)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from netcheck.cluster import mesh, rendezvous  # noqa: E402
 from netcheck.cluster.compat import import_distributed  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
+from netcheck.config import parse_mesh  # noqa: E402
 from netcheck.core import codec  # noqa: E402
 from netcheck.core import storekeys as keys
 from netcheck.core.constants import CLOCK_PINGS, MAX_FACTS_BYTES, PING_RETRY, SEAT_BLOCK  # noqa: E402
@@ -97,6 +98,12 @@ def launch_of(plan: dict, rank: int) -> Launch:
                  "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(rank // nproc), "MASTER_ADDR": "node0",
                  "MASTER_PORT": str(plan["port"]), "TORCHELASTIC_RUN_ID": plan["run_id"]}
     return Launch("torchrun", rank, world, world, nproc, variables=variables)
+
+
+def _sample(text: str) -> int | None:
+    """The plan's --mesh ("full" or "sample:K") as mesh.targets takes it."""
+    plan = parse_mesh(text)
+    return plan.sample if plan else None
 
 
 def hostname_of(plan: dict, rank: int) -> str:
@@ -219,7 +226,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     address = member_address(plan, rank)
     port = 1 if rank == faults["mesh"] else greeters.listen(address, f"{mesh.GREETING} {rank} {token}\n".encode())
     ex.post(keys.MESH_OFFER, rank, Offer(rank, token, (Candidate(plan["ifname"], address, port),)))
-    targets = mesh.targets(rank, alive, mesh.parse_mode(plan["mesh"]), plan["run_id"])
+    targets = mesh.targets(rank, alive, _sample(plan["mesh"]), plan["run_id"])
     attempts = []
     yield [ex.key(keys.MESH_OFFER, t) for t in targets]
     offers = ex.read_many(Offer, [ex.key(keys.MESH_OFFER, t) for t in targets])

@@ -1,38 +1,42 @@
-"""Command line: parse, validate, run, render. No diagnosis happens here.
+"""Command line: parse, build the sub-command's checked settings (config), run, render. No
+diagnosis happens here, and no flag's value is checked here: config does that.
 
     netcheck --rdzv HOST:PORT [--nnodes N|MIN:MAX] [--node-rank K] [--json PATH|-]
     netcheck local                 this node only, no network
     netcheck probe HOST:PORT       the endpoint probe only, without torch
     netcheck report REPORT.json    a saved JSON report rendered again: text, or a page (--html)
+
+Errors are told apart in one place (main): a UserError is one line and exit 64; anything else
+is netcheck's own, one line naming where it was raised and exit 3, its traceback in --debug's log.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import socket
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence, TextIO, TypeAlias
 
 from netcheck import __version__
 from netcheck.bandwidth import flags
 from netcheck.config import (
-    NO_ENDPOINT,
-    NO_RDZV_IN_ENV,
-    BaselineError,
+    ChecksConfig,
     Config,
+    InspectConfig,
+    LocalConfig,
     Outputs,
+    ProbeConfig,
+    ReportConfig,
+    Settings,
     UsageError,
-    check_config,
-    check_look_timeout,
-    load_report,
-    parse_endpoint,
-    select_phases,
+    config_from_args,
+    settings,
 )
 from netcheck.core.budget import timeout_help
-from netcheck.core.bwrecords import SweepOptions
 from netcheck.core.constants import (
     DEFAULT_JOIN_WINDOW,
     DEFAULT_PORT,
@@ -51,9 +55,8 @@ from netcheck.core.constants import (
     SLURM_CALL_TIMEOUT,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, REACH_OUTCOMES, exit_of, is_torchrun_worker
-from netcheck.facts.launcher import LaunchError, default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
-from netcheck.facts.local import usable_gpus
+from netcheck.core.errors import UserError, described
+from netcheck.core.model import HOST, REACH_OUTCOMES, Report, exit_of, is_torchrun_worker
 from netcheck.facts.probe import error_text
 from netcheck.facts.started import seconds_since_start
 from netcheck.phases import stop
@@ -61,6 +64,10 @@ from netcheck.render import export, plot
 from netcheck.render import text as report
 from netcheck.render.checks import render_checks_json, render_checks_text
 from netcheck.render.escape import printable
+
+__all__ = ["build_parser", "config_from_args", "entry", "main"]   # config_from_args: the run's record, for tests
+
+log = logging.getLogger(__name__)
 
 EPILOG = """\
 exit codes, the same on every node and in every mode (the JSON's `fault` says it too): 0 all
@@ -82,15 +89,58 @@ subcommands: `netcheck local` (this node only; with --drain, Slurm's HealthCheck
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting 2: bad command lines exit 64, in one line."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
+USAGE = ("netcheck [--rdzv HOST:PORT] [--nnodes N] [--node-rank K] [options]   (on every node)\n"
+         "       netcheck {local,probe,inspect,checks,report} ...                   (each with -h)")
+JSON_HELP = ("write the JSON report there ('-': stdout, and the text report goes to stderr). In the run on "
+             "every node, '{rank}' in PATH becomes the node rank; under torchrun, only rank 0 writes unless PATH "
+             "has '{rank}'")
+PROM_HELP = ("write the verdicts, each check's severity, the faulty nodes and the phase timings there as "
+             "Prometheus text-format metrics (netcheck_*), e.g. into the node exporter's textfile collector "
+             "directory as netcheck.prom; '{rank}' in PATH as for --json")
+HTML_HELP = ("write the report there as one self-contained web page (nothing fetched when opened): findings "
+             "by check, a node table to sort and filter, the node-pair heatmap, busbw and latency against size, "
+             "each rank's time, where the environments differ, the export lines; '{rank}' in PATH as for --json")
+DEBUG_HELP = ("netcheck's own log on stderr, for a bug report: each phase's start and end with its seconds, and "
+              "an internal error's traceback (without it, an internal error is one line naming where it happened)")
+
+
+def output_flags() -> _Parser:
+    """The one parent parser of every sub-command that writes a report: its files, how much the
+    terminal shows, and netcheck's own log."""
+    p = _Parser(add_help=False)
+    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
+    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
+    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
+    p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
+    p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too (local, probe "
+                   "and inspect always show it)")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The run's flags (netcheck with no sub-command) and each sub-command's parser."""
+    outputs = output_flags()
     p = _Parser(prog="netcheck", usage=USAGE, description="Preflight network check for multi-node PyTorch: "
-                "run the same command on every node.", epilog=EPILOG,
+                "run the same command on every node.", epilog=EPILOG, parents=[outputs],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"netcheck {__version__}")
+    add_run_flags(p)
+    commands = p.add_subparsers(dest="command", metavar="{local,probe,inspect,checks,report}",
+                                help="a sub-command instead of the run (each with -h; see below)")
+    add_local(commands, outputs)
+    add_probe(commands, outputs)
+    add_inspect(commands, outputs)
+    add_checks(commands)
+    add_report(commands, outputs)
+    return p
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rdzv", metavar="HOST:PORT", help="the endpoint the job will use "
                    f"(torchrun's --rdzv-endpoint, or MASTER_ADDR:MASTER_PORT); default port "
                    f"{DEFAULT_PORT}; [v6addr]:port accepted. Default: MASTER_ADDR/MASTER_PORT "
@@ -123,79 +173,83 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder whose content must be the same on every node (code, configs); repeatable")
     p.add_argument("--baseline", metavar="REPORT.json", help="a known-good earlier JSON report: "
                    "say what drifted since (versions, variables, hashes, interfaces, settings)")
-    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP + ". '{rank}' in PATH becomes the node "
-                   "rank; under torchrun, only rank 0 writes unless PATH has '{rank}'")
     p.add_argument("--exclude-file", metavar="PATH", help="write the faulty hostnames there, "
                    "comma-separated on one line (empty when none), as `sbatch --exclude` "
                    "takes them: sbatch --exclude=\"$(cat PATH)\" ...")
-    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
     p.add_argument("--drain", action="store_true", help=DRAIN_HELP)
     flags.add_arguments(p)
     p.add_argument("--plot", metavar="PATH.png", help="busbw against size and the node-pair "
                    "matrix as a picture (needs matplotlib: pip install 'netcheck[plot]')")
-    p.add_argument("--html", metavar="PATH", help=HTML_HELP + "; '{rank}' in PATH as for --json")
-    p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
-    p.add_argument("-v", "--verbose", action="store_true", help="evidence for passing checks too")
-    return p
 
 
-USAGE = ("netcheck [--rdzv HOST:PORT] [--nnodes N] [--node-rank K] [options]   (on every node)\n"
-         "       netcheck {local,probe,inspect,checks,report} ...                   (each with -h)")
-JSON_HELP = "write the JSON report there ('-': stdout, and the text report goes to stderr)"
-PROM_HELP = ("write the verdicts, each check's severity, the faulty nodes and the phase timings there as "
-             "Prometheus text-format metrics (netcheck_*), e.g. into the node exporter's textfile collector "
-             "directory as netcheck.prom")
-HTML_HELP = ("write the report there as one self-contained web page (nothing fetched when opened): findings "
-             "by check, a node table to sort and filter, the node-pair heatmap, busbw and latency against size, "
-             "each rank's time, where the environments differ, the export lines")
+Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
 
 
-def config_from_args(args: argparse.Namespace, env: os._Environ | dict) -> Config:
-    """The validated Config. Every other mistake is found before a missing endpoint: a typo in
-    --nnodes is named as such, not as 'no --rdzv' (check_config asks for the endpoint last)."""
-    rdzv = args.rdzv if args.rdzv is not None else rdzv_from_env(env)   # --rdzv "" is refused as empty
-    try:
-        launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node,
-                               local_gpus=usable_gpus())
-    except LaunchError as e:
-        raise UsageError(str(e)) from None
-    return check_config(Config(
-        rdzv=parse_endpoint(rdzv) if rdzv is not None else NO_ENDPOINT, launch=launch,
-        run_id=args.rdzv_id or default_run_id(env),
-        timeout=args.timeout, join_window=args.join_window,
-        phases=select_phases(args.skip, args.only), mesh=args.mesh, hash_paths=tuple(args.hash),
-        sweep=_sweep_options(args),
-        baseline=_baseline(args.baseline), token=args.token or env.get("NETCHECK_TOKEN") or None,
-        outputs=Outputs(args.json, args.exclude_file, args.prom, _plot_path(args.plot), args.html),
-        quiet=args.quiet, verbose=args.verbose))
+def add_local(commands: Commands, outputs: _Parser) -> None:
+    p = commands.add_parser("local", prog="netcheck local", parents=[outputs], help="this node only", description=(
+        "This node only, what it alone can know: interfaces and what NCCL, gloo and TensorPipe would pick, RDMA "
+        "ports, the job's process limits (this process's, as the shell, slurmd or the container gives them), its "
+        "resolver, its kernel's port range and connection table, and where it has GPUs, torch's build against "
+        "them and /dev/shm. No traffic but a query to each nameserver; within --timeout. As Slurm's "
+        "HealthCheckProgram: `netcheck local -q --drain`."))
+    p.add_argument("--timeout", type=float, default=LOCAL_TIMEOUT, metavar="S", help="bounds the look, "
+                   f"seconds (default {LOCAL_TIMEOUT:g}); --drain's Slurm commands take up to "
+                   f"{2 * SLURM_CALL_TIMEOUT:g} s more (slurmd kills a HealthCheckProgram at 60 s)")
+    p.add_argument("--drain", action="store_true", help=DRAIN_LOCAL_HELP)
 
 
-def _sweep_options(args: argparse.Namespace) -> SweepOptions:
-    try:
-        return flags.options_from_args(args)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+def add_probe(commands: Commands, outputs: _Parser) -> None:
+    p = commands.add_parser("probe", prog="netcheck probe", parents=[outputs], help="the endpoint's reach alone",
+                            description="TCP-connect to HOST:PORT, speak the TCPStore handshake, and classify "
+                            f"the answer: {', '.join(REACH_OUTCOMES)}. No torch.")
+    p.add_argument("endpoint", metavar="HOST:PORT")
+    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
+                   help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")
 
 
-def _plot_path(path: str | None) -> str | None:
-    if path is not None:
-        try:
-            plot.check_available()
-        except plot.PlotUnavailable as e:
-            raise UsageError(str(e)) from None
-    return path
+def add_inspect(commands: Commands, outputs: _Parser) -> None:
+    p = commands.add_parser("inspect", prog="netcheck inspect", parents=[outputs], help="a job that hangs now",
+                            description="A job that hangs now: read its TCPStore (never writing to it), decode "
+                            "torchrun's rendezvous state safely, ask this node's NCCL RAS, and say who is missing. "
+                            "From any node that reaches the endpoint.")
+    p.add_argument("--rdzv", metavar="HOST:PORT", help="the job's endpoint: torchrun's --rdzv-endpoint, "
+                   "or MASTER_ADDR:MASTER_PORT for init_process_group (default: from the environment)")
+    p.add_argument("--rdzv-id", metavar="ID", help="torchrun's --rdzv-id (default: $TORCHELASTIC_RUN_ID, "
+                   "else every run the store holds)")
+    p.add_argument("--nnodes", metavar="N|MIN:MAX", help="the job's --nnodes, to count the missing nodes "
+                   "(default: $PET_NNODES)")
+    p.add_argument("--world-size", type=int, metavar="N", help="init_process_group's world size, to name "
+                   "the missing ranks of a static rendezvous (default: $WORLD_SIZE)")
+    p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
+                   help=f"bounds the whole look, seconds (default {INSPECT_TIMEOUT:g}): torch's import, the store, "
+                   "the ranks' debug servers and the dumps")
+    p.add_argument("--traces", metavar="DIR", help="a folder of the job's flight-recorder dumps (pickle or "
+                   "JSON, one per rank, the rank in the file's name): who is behind, out of step, or silent; "
+                   "read without torch and without running anything in them")
+    p.add_argument("--prefix", metavar="PREFIX", help="--traces: the dumps' file names before the rank, as torch's "
+                   "analyzer takes -p (default: the prefix most files ending in a number share); other files "
+                   "are counted, not read")
+    p.add_argument("--preflight", metavar="REPORT.json", help="the job's preflight report (netcheck --json), "
+                   "to name each rank of --traces by its host")
 
 
-def _baseline(path: str | None, flag: str = "--baseline"):
-    if path is None:
-        return None
-    try:
-        return load_report(flag, path)
-    except BaselineError as e:
-        raise UsageError(str(e)) from None
+def add_checks(commands: Commands) -> None:
+    p = commands.add_parser("checks", prog="netcheck checks", help="every check netcheck can report",
+                            description="Every check netcheck can report: its id, phase, severities, whom its "
+                            "findings stop, meaning and kinds (the exact cases, in a finding's `kind`).")
+    p.add_argument("--json", action="store_true", help="as JSON, with the rule, facts and tests of each")
 
 
-def progress_printer(quiet: bool):
+def add_report(commands: Commands, outputs: _Parser) -> None:
+    p = commands.add_parser("report", prog="netcheck report", parents=[outputs], help="a saved report again",
+                            description="A saved JSON report (--json: the host's, a joiner's, inspect's) rendered "
+                            "again, here or elsewhere: as text, or as a web page with --html. The exit code is the "
+                            "report's verdict.")
+    p.add_argument("report", metavar="REPORT.json")
+    p.add_argument("--text", action="store_true", help="the text report too (without --html, it is the default)")
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
     """Progress lines on stderr, only for a person at a terminal."""
     if quiet or not sys.stderr.isatty():
         return lambda message: None
@@ -208,35 +262,67 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
-def write_text(stream, text: str) -> None:
+def write_text(stream: TextIO, text: str) -> None:
     """Write what the stream's encoding can carry, the rest as escapes: a name in a script an
     ASCII terminal cannot show is no reason to lose the report to a UnicodeEncodeError."""
     encoding = getattr(stream, "encoding", None) or "utf-8"
     stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
+def start_log(debug: bool) -> None:
+    """--debug: netcheck's loggers on stderr; else they go nowhere (not even logging's last-resort
+    handler). torch's loggers are left as they are: the terminal holds netcheck's words alone."""
+    root = logging.getLogger("netcheck")
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.propagate = False
+    to: logging.Handler = logging.NullHandler()
+    if debug:
+        to = logging.StreamHandler(sys.stderr)
+        to.setFormatter(logging.Formatter("netcheck debug: %(asctime)s %(name)s: %(message)s"))
+    root.addHandler(to)
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
-    """The command line's answer; --timeout counts from `started` (monotonic), else from now."""
+    """The command line's answer; --timeout counts from `started` (monotonic), else from now.
+    The one place an error becomes a line and an exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     started = time.monotonic() if started is None else started
     try:
-        if argv[:1] == ["local"]:
-            return run_local(argv[1:], started)
-        if argv[:1] == ["probe"]:
-            return run_probe(argv[1:])
-        if argv[:1] == ["checks"]:
-            return run_checks(argv[1:])
-        if argv[:1] == ["inspect"]:
-            return run_inspect(argv[1:], started)
-        if argv[:1] == ["report"]:
-            return run_report(argv[1:])
         args = build_parser().parse_args(argv)
-        config = config_from_args(args, os.environ)
-        _check_drain(args.drain)
-    except UsageError as e:
+        start_log(getattr(args, "debug", False))   # `checks` has no log to keep
+        _command_first(argv, args.command)
+        return run(settings(args), started)
+    except UserError as e:
         say(f"error: {e}")
         return EXIT_USAGE
-    return run_and_render(config, args.drain, started)
+    except Exception as e:  # noqa: BLE001 - the command line's boundary: netcheck's own error, said in one line
+        log.debug("internal error", exc_info=e)
+        say(f"error: internal error: {described(e)}; a netcheck bug: please report it with this line "
+            "and the log of the same command with --debug")
+        return EXIT_INTERNAL
+
+
+def _command_first(argv: list[str], command: str | None) -> None:
+    """A sub-command's flags follow it: the run's flags before it would be dropped unsaid."""
+    if command is not None and argv[0] != command:
+        raise UsageError(f"{command}: the sub-command comes first: netcheck {command} [options]")
+
+
+def run(config: Settings, started: float) -> int:
+    """The sub-command's run, by its settings' record."""
+    if isinstance(config, Config):
+        return run_and_render(config, started)
+    if isinstance(config, LocalConfig):
+        return run_local(config, started)
+    if isinstance(config, ProbeConfig):
+        return run_probe(config)
+    if isinstance(config, InspectConfig):
+        return run_inspect(config, started)
+    if isinstance(config, ReportConfig):
+        return run_report(config)
+    return run_checks(config)
 
 
 def entry() -> None:
@@ -252,7 +338,7 @@ def entry() -> None:
     os._exit(code)
 
 
-def run_and_render(config: Config, drain: bool, started: float) -> int:
+def run_and_render(config: Config, started: float) -> int:
     from netcheck.phases.runner import run_check
 
     signal.signal(signal.SIGTERM, stop.on_sigterm)
@@ -266,7 +352,7 @@ def run_and_render(config: Config, drain: bool, started: float) -> int:
     outputs = config.outputs.for_node(rep.node_rank, socket.gethostname(), worker)
     failed = emit(rep, outputs, quiet, config.verbose)
     outcome.report_out()
-    failed += _gate(rep) if drain else []
+    failed += _gate(rep) if config.drain else []
     if outcome.stopped_by is not None:
         how = "terminated" if outcome.stopped_by == signal.SIGTERM else "interrupted"
         say(f"{how}; the report above holds what was learnt, and its verdict is fail")
@@ -281,7 +367,7 @@ def delivered(code: int, failed: list[str]) -> int:
     return EXIT_INTERNAL if failed and code < EXIT_SIGNALLED else code
 
 
-def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
+def emit(rep: Report, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
     """The report: its files and, unless quiet, the text on the terminal. A file that cannot be
     written (its place became unwritable during the run) loses nothing: the text is printed,
     quiet or not, and one line per file says which was not written. Returns those lines."""
@@ -309,7 +395,7 @@ def emit(rep, outputs: Outputs, quiet: bool, verbose: bool) -> list[str]:
     return failed
 
 
-def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], str | bytes]]]:
+def _report_files(rep: Report, outputs: Outputs) -> list[tuple[str, str, Callable[[], str | bytes]]]:
     """(flag, path, renderer) of each file asked for; the plot where the bandwidth phase swept."""
     files: list[tuple[str, str, Callable[[], str | bytes]]] = []
     if outputs.json and outputs.json != "-":
@@ -319,7 +405,8 @@ def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], st
     if outputs.prom:
         files.append(("--prom", outputs.prom, lambda: export.render_prom(rep)))
     if outputs.plot and rep.bandwidth and rep.bandwidth.sweeps:
-        files.append(("--plot", outputs.plot, lambda: plot.render_png(rep.bandwidth)))
+        bandwidth = rep.bandwidth
+        files.append(("--plot", outputs.plot, lambda: plot.render_png(bandwidth)))
     if outputs.html:
         def page() -> str:
             from netcheck.render.html import render_html  # Jinja2's import only where a page is asked for
@@ -329,33 +416,12 @@ def _report_files(rep, outputs: Outputs) -> list[tuple[str, str, Callable[[], st
     return files
 
 
-def run_local(argv: list[str], started: float) -> int:
-    p = _Parser(prog="netcheck local", description="This node only, what it alone can know: interfaces and "
-                "what NCCL, gloo and TensorPipe would pick, RDMA ports, the job's process limits (this process's, "
-                "as the shell, slurmd or the container gives them), its resolver, its kernel's port range and "
-                "connection table, and where it has GPUs, torch's build against them and /dev/shm. No traffic "
-                "but a query to each nameserver; within --timeout. As Slurm's HealthCheckProgram: "
-                "`netcheck local -q --drain`.")
-    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
-    p.add_argument("-q", "--quiet", action="store_true", help="no text report; the exit code says it")
-    p.add_argument("-v", "--verbose", action="store_true", help="accepted as by netcheck itself: "
-                   "this report always shows the evidence of passing checks")
-    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
-    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
-    p.add_argument("--timeout", type=float, default=LOCAL_TIMEOUT, metavar="S", help="bounds the look, "
-                   f"seconds (default {LOCAL_TIMEOUT:g}); --drain's Slurm commands take up to "
-                   f"{2 * SLURM_CALL_TIMEOUT:g} s more (slurmd kills a HealthCheckProgram at 60 s)")
-    p.add_argument("--drain", action="store_true", help=DRAIN_LOCAL_HELP)
-    args = p.parse_args(argv)
-    outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
-    outputs.check()
-    timeout = check_look_timeout(args.timeout)
-    _check_drain(args.drain)
+def run_local(config: LocalConfig, started: float) -> int:
     from netcheck.phases.assemble import local_only
 
-    rep = local_only(os.environ, Deadline(timeout, start=started))
-    failed = emit(rep, outputs, args.quiet, True)
-    return delivered(exit_of(rep), failed + (_gate(rep) if args.drain else []))
+    rep = local_only(os.environ, Deadline(config.timeout, start=started))
+    failed = emit(rep, config.outputs, config.quiet, True)
+    return delivered(exit_of(rep), failed + (_gate(rep) if config.drain else []))
 
 
 DRAIN_LOCAL_HELP = (f"Slurm's gate: drain this node (scontrol update State=DRAIN Reason=\"{DRAIN_PREFIX} ...\") "
@@ -367,15 +433,7 @@ DRAIN_HELP = (f"Slurm's gate: the host drains each node the report puts at fault
               "another reason is left alone")
 
 
-def _check_drain(drain: bool) -> None:
-    """--drain where Slurm's commands are: else one line, before anything runs."""
-    from netcheck.facts.slurmctl import missing_commands
-
-    if drain and (missing := missing_commands(os.environ)):
-        raise UsageError(f"--drain: {missing}: run it where Slurm's commands are")
-
-
-def _gate(rep) -> list[str]:
+def _gate(rep: Report) -> list[str]:
     """--drain: what the gate did, said; what it could not do, returned as a failure (exit 3)."""
     from netcheck.facts.slurmctl import SlurmError
     from netcheck.phases.gate import gate
@@ -389,122 +447,41 @@ def _gate(rep) -> list[str]:
     return []
 
 
-def run_probe(argv: list[str]) -> int:
-    p = _Parser(prog="netcheck probe", description="TCP-connect to HOST:PORT, speak the TCPStore "
-                f"handshake, and classify the answer: {', '.join(REACH_OUTCOMES)}. No torch.")
-    p.add_argument("endpoint", metavar="HOST:PORT")
-    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="S",
-                   help=f"probe timeout, after which no answer means filtered (default {PROBE_TIMEOUT:g})")
-    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
-    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
-    args = p.parse_args(argv)
-    outputs = Outputs(json=args.json, html=args.html)
-    outputs.check()
-    endpoint = parse_endpoint(args.endpoint, "netcheck probe")   # an argument here, not --rdzv
-    timeout = check_look_timeout(args.timeout)
+def run_probe(config: ProbeConfig) -> int:
     from netcheck.phases.assemble import probe_only
 
-    rep = probe_only(endpoint.host, endpoint.port, timeout)
-    return delivered(exit_of(rep), emit(rep, outputs, False, True))
+    rep = probe_only(config.endpoint.host, config.endpoint.port, config.timeout)
+    return delivered(exit_of(rep), emit(rep, config.outputs, config.quiet, True))
 
 
-def run_inspect(argv: list[str], started: float) -> int:
-    p = _Parser(prog="netcheck inspect", description="A job that hangs now: read its TCPStore (never "
-                "writing to it), decode torchrun's rendezvous state safely, ask this node's NCCL RAS, "
-                "and say who is missing. From any node that reaches the endpoint.")
-    p.add_argument("--rdzv", metavar="HOST:PORT", help="the job's endpoint: torchrun's --rdzv-endpoint, "
-                   "or MASTER_ADDR:MASTER_PORT for init_process_group (default: from the environment)")
-    p.add_argument("--rdzv-id", metavar="ID", help="torchrun's --rdzv-id (default: $TORCHELASTIC_RUN_ID, "
-                   "else every run the store holds)")
-    p.add_argument("--nnodes", metavar="N|MIN:MAX", help="the job's --nnodes, to count the missing nodes "
-                   "(default: $PET_NNODES)")
-    p.add_argument("--world-size", type=int, metavar="N", help="init_process_group's world size, to name "
-                   "the missing ranks of a static rendezvous (default: $WORLD_SIZE)")
-    p.add_argument("--timeout", type=float, default=INSPECT_TIMEOUT, metavar="S",
-                   help=f"bounds the whole look, seconds (default {INSPECT_TIMEOUT:g}): torch's import, the store, "
-                   "the ranks' debug servers and the dumps")
-    p.add_argument("--traces", metavar="DIR", help="a folder of the job's flight-recorder dumps (pickle or "
-                   "JSON, one per rank, the rank in the file's name): who is behind, out of step, or silent; "
-                   "read without torch and without running anything in them")
-    p.add_argument("--prefix", metavar="PREFIX", help="--traces: the dumps' file names before the rank, as torch's "
-                   "analyzer takes -p (default: the prefix most files ending in a number share); other files "
-                   "are counted, not read")
-    p.add_argument("--preflight", metavar="REPORT.json", help="the job's preflight report (netcheck --json), "
-                   "to name each rank of --traces by its host")
-    p.add_argument("--json", metavar="PATH|-", help=JSON_HELP)
-    p.add_argument("--prom", metavar="PATH", help=PROM_HELP)
-    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
-    args = p.parse_args(argv)
-    outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
-    outputs.check()
-    env = os.environ
-    rdzv = args.rdzv if args.rdzv is not None else None if args.traces else rdzv_from_env(env)
-    if rdzv is not None:
-        parse_endpoint(rdzv)   # an empty or malformed --rdzv is named before anything is read
-    preflight = _baseline(args.preflight, "--preflight")
-    timeout = check_look_timeout(args.timeout)
-    try:
-        nnodes = parse_nnodes(args.nnodes or env["PET_NNODES"]) if args.nnodes or env.get("PET_NNODES") else None
-        world = args.world_size if args.world_size is not None else \
-            int_var(env, "WORLD_SIZE") if "WORLD_SIZE" in env else None
-    except LaunchError as e:
-        raise UsageError(str(e)) from None
-    if world is not None and world < 1:
-        raise UsageError(f"--world-size {world}: must be 1 or more")
-    if args.traces is not None:
-        _check_traces(args.traces)
-    if rdzv is None and not args.traces:   # last: any other mistake is the one to name
-        raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
+def run_inspect(config: InspectConfig, started: float) -> int:
+    """One look, one --timeout: the store, the live view and the dumps share it."""
     from netcheck.inspect.job import inspect_job
     from netcheck.inspect.traces import inspect_live, inspect_traces
 
-    rep, deadline = None, Deadline(timeout, start=started)   # one look, one --timeout: store, live view and dumps
-    if rdzv:
-        endpoint = parse_endpoint(rdzv)
-        rep = inspect_job(endpoint, args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes, world, deadline, env)
-        rep = inspect_live(rep, endpoint, deadline) if not args.traces else rep
-    if args.traces:
-        hosts = {n.rank: n.hostname for n in preflight.nodes} if preflight else {}
-        rep = inspect_traces(args.traces, world, deadline, rep, hosts, args.prefix)
-    assert rep is not None, "neither --rdzv nor --traces: refused above"
-    return delivered(exit_of(rep), emit(rep, outputs, False, True))
+    rep, deadline = None, Deadline(config.timeout, start=started)
+    if config.rdzv is not None:
+        rep = inspect_job(config.rdzv, config, deadline, os.environ)
+        rep = inspect_live(rep, config.rdzv, deadline) if not config.traces else rep
+    if config.traces:
+        hosts = {n.rank: n.hostname for n in config.preflight.nodes} if config.preflight else {}
+        rep = inspect_traces(config.traces, config.world_size, deadline, rep, hosts, config.prefix)
+    assert rep is not None, "neither --rdzv nor --traces: config refused it"
+    return delivered(exit_of(rep), emit(rep, config.outputs, config.quiet, True))
 
 
-def _check_traces(path: str) -> None:
-    """--traces names a folder that is there: a typo is a usage error, not a finding."""
-    if not os.path.exists(path):
-        raise UsageError(f"--traces {path!r}: no such folder")
-    if not os.path.isdir(path):
-        raise UsageError(f"--traces {path!r}: not a folder: give the folder the ranks' dumps are in")
+def run_report(config: ReportConfig) -> int:
+    quiet = config.quiet or not config.text
+    failed = emit(config.report, config.outputs, quiet=quiet, verbose=config.verbose)
+    if quiet and not config.quiet and not failed:   # emit says where the page is only beside the text
+        say(f"the HTML report is in {config.outputs.html}")
+    return delivered(exit_of(config.report), failed)
 
 
-def run_report(argv: list[str]) -> int:
-    p = _Parser(prog="netcheck report", description="A saved JSON report (--json: the host's, a joiner's, "
-                "inspect's) rendered again, here or elsewhere: as text, or as a web page with --html. The exit "
-                "code is the report's verdict.")
-    p.add_argument("report", metavar="REPORT.json")
-    p.add_argument("--html", metavar="PATH", help=HTML_HELP)
-    p.add_argument("--text", action="store_true", help="the text report too (without --html, it is the default)")
-    args = p.parse_args(argv)
-    outputs = Outputs(html=args.html)
-    outputs.check()
-    rep = _baseline(args.report, "netcheck report")
-    text = args.text or not args.html
-    failed = emit(rep, outputs, quiet=not text, verbose=False)
-    if not text and not failed:   # emit says where the page is only beside the text
-        say(f"the HTML report is in {args.html}")
-    return delivered(exit_of(rep), failed)
-
-
-def run_checks(argv: list[str]) -> int:
-    p = _Parser(prog="netcheck checks", description="Every check netcheck can report: its id, "
-                "phase, severities, whom its findings stop, meaning and kinds (the exact cases, in a finding's "
-                "`kind`).")
-    p.add_argument("--json", action="store_true", help="as JSON, with the rule, facts and tests of each")
-    args = p.parse_args(argv)
+def run_checks(config: ChecksConfig) -> int:
     from netcheck.rules.registry import CHECKS
 
-    sys.stdout.write(render_checks_json(CHECKS) if args.json else render_checks_text(CHECKS))
+    sys.stdout.write(render_checks_json(CHECKS) if config.json else render_checks_text(CHECKS))
     return EXIT_PASS
 
 

@@ -1,16 +1,21 @@
-"""The validated run configuration: one dataclass, checked in one place.
+"""Every sub-command's settings: one frozen record each, built from the parsed command line and
+the environment and checked here, once (`settings`); the modules that run them take checked values.
 
-Messages carry the offending values, so a user-caused error reads as one clear line.
+Messages carry the offending values, so a user-caused error reads as one clear line (a
+UsageError: cli says it and exits 64).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import re
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
+from netcheck.bandwidth import flags
 from netcheck.bandwidth.flags import BACKENDS, size_text
-from netcheck.cluster.mesh import parse_mode
 from netcheck.core import codec
 from netcheck.core.budget import PHASE_SECONDS, REPORT_RESERVE, WAITING_PHASES, minimum_timeout
 from netcheck.core.bwrecords import SweepOptions
@@ -23,13 +28,19 @@ from netcheck.core.constants import (
     PHASES,
     REPORT_SCHEMA,
 )
+from netcheck.core.errors import UserError
 from netcheck.core.fields import MAX_PROCS_PER_NODE, MAX_RUN_ID_CHARS, MAX_SECONDS, is_run_id
 from netcheck.core.model import Endpoint, Launch, Report, is_torchrun_worker
+from netcheck.facts.launcher import default_run_id, detect_launch, int_var, parse_nnodes, rdzv_from_env
+from netcheck.facts.local import usable_gpus
 from netcheck.facts.probe import error_text
-from netcheck.render import outfile
+from netcheck.facts.slurmctl import missing_commands
+from netcheck.render import outfile, plot
+
+Env = Mapping[str, str]
 
 
-class UsageError(ValueError):
+class UsageError(UserError):
     """An unusable command line: printed as one line, exit 64."""
 
 
@@ -83,14 +94,23 @@ class Outputs:
 
 
 @dataclass(frozen=True)
+class MeshPlan:
+    """--mesh, parsed: which node pairs the mesh phase connects."""
+
+    sample: int | None   # "sample:K": ring neighbours plus K random peers; None ("full"): every pair
+
+
+@dataclass(frozen=True)
 class Config:
+    """`netcheck --rdzv HOST:PORT ...`, the run on every node."""
+
     rdzv: Endpoint          # NO_ENDPOINT until check_config, which refuses it last
     launch: Launch
     run_id: str
     timeout: float          # bounds the whole run
     join_window: float      # arrival numbering: the host waits until nobody joined for this long
     phases: tuple[str, ...]  # the phases to run, in order
-    mesh: str | None        # "full" | "sample:K"; None: full up to MESH_FULL_UP_TO nodes
+    mesh: MeshPlan | None   # None: every pair up to MESH_FULL_UP_TO nodes, sampled above
     hash_paths: tuple[str, ...]  # files or folders whose content is compared across nodes
     sweep: SweepOptions     # the bandwidth phase's flags, nccl-tests' names and meaning
     baseline: Report | None  # a known-good earlier report to compare this run with
@@ -98,6 +118,176 @@ class Config:
     outputs: Outputs
     quiet: bool
     verbose: bool
+    drain: bool = False     # --drain: the host drains the nodes at fault (checked: Slurm's commands are there)
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """`netcheck local`: this node alone."""
+
+    timeout: float
+    outputs: Outputs
+    quiet: bool
+    drain: bool
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """`netcheck probe HOST:PORT`: the reach probe alone."""
+
+    endpoint: Endpoint
+    timeout: float
+    outputs: Outputs
+    quiet: bool
+
+
+@dataclass(frozen=True)
+class InspectConfig:
+    """`netcheck inspect`: a running job's store (rdzv), its flight-recorder dumps (traces), or both."""
+
+    rdzv: Endpoint | None   # None: --traces alone
+    run_id: str | None      # None: every run the store holds
+    nnodes: tuple[int, int] | None
+    world_size: int | None
+    timeout: float
+    traces: str | None      # a folder that is there
+    prefix: str | None
+    preflight: Report | None
+    outputs: Outputs
+    quiet: bool
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """`netcheck report REPORT.json`: a saved report rendered again."""
+
+    report: Report
+    outputs: Outputs
+    text: bool              # the text report on the terminal: without --html, or with --text
+    quiet: bool
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class ChecksConfig:
+    """`netcheck checks`: the registry's checks."""
+
+    json: bool
+
+
+Settings = Config | LocalConfig | ProbeConfig | InspectConfig | ReportConfig | ChecksConfig
+
+
+def config_from_args(args: argparse.Namespace, env: Env) -> Config:
+    """The run's Config. Every other mistake is found before a missing endpoint: a typo in
+    --nnodes is named as such, not as 'no --rdzv' (check_config asks for the endpoint last)."""
+    rdzv = args.rdzv if args.rdzv is not None else rdzv_from_env(env)   # --rdzv "" is refused as empty
+    launch = detect_launch(env, args.nnodes, args.node_rank, args.nproc_per_node, local_gpus=usable_gpus())
+    return check_config(Config(
+        rdzv=parse_endpoint(rdzv) if rdzv is not None else NO_ENDPOINT, launch=launch,
+        run_id=args.rdzv_id or default_run_id(env),
+        timeout=args.timeout, join_window=args.join_window,
+        phases=select_phases(args.skip, args.only), mesh=parse_mesh(args.mesh), hash_paths=tuple(args.hash),
+        sweep=flags.options_from_args(args),
+        baseline=load_report("--baseline", args.baseline) if args.baseline is not None else None,
+        token=args.token or env.get("NETCHECK_TOKEN") or None,
+        outputs=Outputs(args.json, args.exclude_file, args.prom, _plot_path(args.plot), args.html),
+        quiet=args.quiet, verbose=args.verbose, drain=check_drain(args.drain, env)))
+
+
+def local_config(args: argparse.Namespace, env: Env) -> LocalConfig:
+    return LocalConfig(timeout=check_look_timeout(args.timeout), outputs=_outputs(args),
+                       quiet=args.quiet, drain=check_drain(args.drain, env))
+
+
+def probe_config(args: argparse.Namespace, env: Env) -> ProbeConfig:
+    outputs = _outputs(args)
+    return ProbeConfig(endpoint=parse_endpoint(args.endpoint, "netcheck probe"),   # an argument here, not --rdzv
+                       timeout=check_look_timeout(args.timeout), outputs=outputs, quiet=args.quiet)
+
+
+def inspect_config(args: argparse.Namespace, env: Env) -> InspectConfig:
+    """Every mistake named before a missing endpoint, as for the run."""
+    outputs = _outputs(args)
+    rdzv = args.rdzv if args.rdzv is not None else None if args.traces else rdzv_from_env(env)
+    endpoint = parse_endpoint(rdzv) if rdzv is not None else None   # an empty --rdzv is named, not skipped
+    preflight = load_report("--preflight", args.preflight) if args.preflight is not None else None
+    timeout = check_look_timeout(args.timeout)
+    nnodes_text = args.nnodes or env.get("PET_NNODES")
+    nnodes = parse_nnodes(nnodes_text) if nnodes_text else None
+    world = args.world_size if args.world_size is not None else \
+        int_var(env, "WORLD_SIZE") if "WORLD_SIZE" in env else None
+    if world is not None and world < 1:
+        raise UsageError(f"--world-size {world}: must be 1 or more")
+    if args.traces is not None:
+        _check_traces(args.traces)
+    if endpoint is None and not args.traces:   # last: any other mistake is the one to name
+        raise UsageError(f"--rdzv HOST:PORT or --traces DIR is required {NO_RDZV_IN_ENV}")
+    return InspectConfig(rdzv=endpoint, run_id=args.rdzv_id or env.get("TORCHELASTIC_RUN_ID"), nnodes=nnodes,
+                         world_size=world, timeout=timeout, traces=args.traces or None, prefix=args.prefix,
+                         preflight=preflight, outputs=outputs, quiet=args.quiet)
+
+
+def report_config(args: argparse.Namespace, env: Env) -> ReportConfig:
+    outputs = _outputs(args)
+    return ReportConfig(report=load_report("netcheck report", args.report), outputs=outputs,
+                        text=args.text or not args.html, quiet=args.quiet, verbose=args.verbose)
+
+
+def checks_config(args: argparse.Namespace, env: Env) -> ChecksConfig:
+    return ChecksConfig(json=args.json)
+
+
+# Each sub-command's record from its parsed command line (None: the run itself).
+SETTINGS: dict[str | None, Callable[[argparse.Namespace, Env], Settings]] = {
+    None: config_from_args, "local": local_config, "probe": probe_config, "inspect": inspect_config,
+    "report": report_config, "checks": checks_config}
+
+
+def settings(args: argparse.Namespace, env: Env = os.environ) -> Settings:
+    """The checked record of the sub-command the command line names; a UsageError (or another
+    UserError) in one line where it is unusable."""
+    return SETTINGS[args.command](args, env)
+
+
+def _outputs(args: argparse.Namespace) -> Outputs:
+    """A sub-command's report files (the output flags every sub-command shares), checked writable."""
+    outputs = Outputs(json=args.json, prom=args.prom, html=args.html)
+    outputs.check()
+    return outputs
+
+
+def _plot_path(path: str | None) -> str | None:
+    if path is not None:
+        plot.check_available()
+    return path
+
+
+def check_drain(drain: bool, env: Env) -> bool:
+    """--drain where Slurm's commands are: else one line, before anything runs."""
+    if drain and (missing := missing_commands(env)):
+        raise UsageError(f"--drain: {missing}: run it where Slurm's commands are")
+    return drain
+
+
+def _check_traces(path: str) -> None:
+    """--traces names a folder that is there: a typo is a usage error, not a finding."""
+    if not os.path.exists(path):
+        raise UsageError(f"--traces {path!r}: no such folder")
+    if not os.path.isdir(path):
+        raise UsageError(f"--traces {path!r}: not a folder: give the folder the ranks' dumps are in")
+
+
+def parse_mesh(text: str | None) -> MeshPlan | None:
+    """--mesh: "full" (every pair) or "sample:K" (ring neighbours plus K random peers)."""
+    if text is None or text == "":
+        return None
+    if text == "full":
+        return MeshPlan(None)
+    kind, _, count = text.partition(":")
+    if kind != "sample" or not re.fullmatch(r"[0-9]{1,9}", count) or int(count) < 1:
+        raise UsageError(f"--mesh {text!r}: expected full or sample:K with K >= 1")
+    return MeshPlan(int(count))
 
 
 def parse_endpoint(text: str, named: str = "--rdzv") -> Endpoint:
@@ -194,11 +384,6 @@ def check_config(config: Config) -> Config:
         _check_torchrun_size(launch)
     else:
         _check_node_size(launch)
-    if config.mesh:
-        try:
-            parse_mode(config.mesh)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
     if not is_run_id(config.run_id):
         raise UsageError(f"--rdzv-id {config.run_id!r}: 1-{MAX_RUN_ID_CHARS} characters, no '/'")
     check_sweep(config.sweep)
@@ -256,7 +441,7 @@ def check_writable(flag: str, path: str | None) -> None:
         raise UsageError(f"{flag} {path}: {trouble}" if path else f"{flag} '': {trouble}")
 
 
-class BaselineError(ValueError):
+class BaselineError(UserError):
     """The baseline file cannot be used; the message says why in one line."""
 
 

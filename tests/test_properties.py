@@ -33,6 +33,7 @@ from netcheck.config import BaselineError, UsageError, load_report
 from netcheck.core.bwtext import size_words
 from netcheck.core.constants import BW_MAX_BYTES, EXIT_USAGE, LOCAL_TIMEOUT, MAX_BASELINE_BYTES, REPORT_SCHEMA
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import UserError
 from netcheck.facts.envinfo import gather_env
 from netcheck.facts.hashing import hash_path
 from netcheck.facts.launcher import LaunchError, parse_nnodes
@@ -71,7 +72,7 @@ def config_of(argv: list[str]):
 def test_any_rdzv_and_nnodes_is_a_config_or_a_usage_error(rdzv, nnodes):
     try:
         config = config_of(["--rdzv", rdzv, "--nnodes", nnodes])
-    except UsageError as e:
+    except UserError as e:   # a UsageError, or a launcher's LaunchError
         assert "\n" not in str(e)
         return
     launch = config.launch
@@ -121,10 +122,10 @@ SIZE_TEXT = st.text(alphabet=string.digits + "kKmMgGbB \t.-+x", max_size=24)
 @example("0")
 @example("1T")
 @example(f"{(BW_MAX_BYTES >> 30) + 1}G")
-def test_any_size_is_bytes_in_range_or_one_value_error(text):
+def test_any_size_is_bytes_in_range_or_one_user_error(text):
     try:
         value = parse_size("-b", text)
-    except ValueError as e:
+    except UserError as e:
         assert str(e).startswith("-b ") and "\n" not in str(e)
         return
     assert 1 <= value <= BW_MAX_BYTES
@@ -138,7 +139,7 @@ def test_sizes_read_back_as_nccl_tests_reads_them(n, unit, lower, with_b, space)
     if expected <= BW_MAX_BYTES:
         assert parse_size("-e", text) == expected
     else:
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError):
             parse_size("-e", text)
 
 

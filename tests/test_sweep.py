@@ -68,6 +68,7 @@ from netcheck.core.bwrecords import (
     still_rising,
 )
 from netcheck.core.bwtext import plateau_text, progress_bar, step_text
+from netcheck.core.errors import UserError
 from netcheck.render.tables import pair_matrix, render_text, table_rows
 
 
@@ -124,7 +125,7 @@ def test_sizes_take_nccl_tests_suffixes(text, value):
 
 @pytest.mark.parametrize("text", ["12X", "", "0", "-1", "1.5M", "2T", "M", "99999999999999999G"])
 def test_bad_sizes_name_the_flag_and_value(text):
-    with pytest.raises(ValueError, match=rf"^-e {text!r}: expected a byte count"):
+    with pytest.raises(UserError, match=rf"^-e {text!r}: expected a byte count"):
         parse_size("-e", text)
 
 
@@ -165,7 +166,7 @@ def test_no_flags_give_the_defaults_and_flags_are_read():
 def test_bad_options_fail_in_one_line_naming_the_value(argv, message):
     """A value that does not parse fails in options_from_args, one out of bounds in
     config.check_sweep (a UsageError is a ValueError): one line either way."""
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(UserError) as e:
         check_sweep(parse(*argv))
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 

@@ -1,6 +1,6 @@
 """The bandwidth phase's flags, nccl-tests' names and meaning (-b -e -f -n -w -c, --op, --dtype,
 --backend, --expect-busbw, --bw-budget, --model-params ...): added to a parser and parsed into
-SweepOptions. A value that does not parse fails here in one line; what the values may be
+SweepOptions. A value that does not parse fails here in one line (a UserError); what the values may be
 (bounds, combinations) is config.check_sweep's to say."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from netcheck.core.constants import (
     BW_MAX_BYTES,
     DDP_BUCKET_BYTES,
 )
+from netcheck.core.errors import UserError
 
 MAX_MODEL_PARAMS = 10 ** 15  # --model-params above this is a typo, not a model
 
@@ -74,11 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> SweepOptions:
-    """SweepOptions from parsed flags; ValueError with one line naming a value that does not
+    """SweepOptions from parsed flags; UserError with one line naming a value that does not
     parse. What the values may be is config.check_sweep's to say."""
     d = SweepOptions()
     if args.check not in (None, 0, 1):
-        raise ValueError(f"-c {args.check}: 0 (no check) or 1 (check)")
+        raise UserError(f"-c {args.check}: 0 (no check) or 1 (check)")
     return SweepOptions(
         minbytes=parse_size("-b", args.minbytes) if args.minbytes is not None else d.minbytes,
         maxbytes=parse_size("-e", args.maxbytes) if args.maxbytes is not None else d.maxbytes,
@@ -104,7 +105,7 @@ def _pick(value: T | None, default: T) -> T:
 def parse_bucket(mib: float) -> int:
     """--bucket-mb, in MiB as DDP's bucket_cap_mb counts them -> bytes."""
     if not (math.isfinite(mib) and 1 <= mib * (1 << 20) <= BW_MAX_BYTES):
-        raise ValueError(f"--bucket-mb {mib:g}: a bucket of more than 0 MiB, as DDP's bucket_cap_mb (25 by default)")
+        raise UserError(f"--bucket-mb {mib:g}: a bucket of more than 0 MiB, as DDP's bucket_cap_mb (25 by default)")
     return round(mib * (1 << 20))
 
 
@@ -113,7 +114,7 @@ def parse_size(flag: str, text: str) -> int:
     match = re.fullmatch(r"\s*(\d{1,16})\s*([KMG]?)B?\s*", str(text), re.IGNORECASE)
     value = int(match[1]) * UNITS[match[2].upper()] if match else 0
     if not match or not 1 <= value <= BW_MAX_BYTES:
-        raise ValueError(f"{flag} {text!r}: expected a byte count from 1 to "
+        raise UserError(f"{flag} {text!r}: expected a byte count from 1 to "
                          f"{size_text(BW_MAX_BYTES)}, such as 8, 64K, 32M or 1G")
     return value
 
@@ -124,14 +125,14 @@ def parse_ops(text: str) -> tuple[str, ...]:
         return tuple(COLLECTIVES)
     unknown = [n for n in names if n not in COLLECTIVES]
     if unknown or not names:
-        raise ValueError(f"--op {text!r}: one or more of {', '.join(COLLECTIVES)}, or all")
+        raise UserError(f"--op {text!r}: one or more of {', '.join(COLLECTIVES)}, or all")
     return tuple(dict.fromkeys(names))
 
 
 def parse_dtype(text: str, flag: str = "--dtype") -> str:
     name = DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
     if name not in DTYPES:
-        raise ValueError(f"{flag} {text!r}: one of {', '.join(DTYPES)}")
+        raise UserError(f"{flag} {text!r}: one of {', '.join(DTYPES)}")
     return name
 
 
@@ -144,7 +145,7 @@ def parse_count(flag: str, text: str) -> int:
     match = re.fullmatch(r"\s*(\d{1,16}(?:\.\d{1,6})?(?:e\d{1,2})?)\s*([KMBGT]?)\s*", str(text), re.IGNORECASE)
     value = float(match[1]) * COUNT_UNITS[match[2].upper()] if match else 0.0
     if not match or not 1 <= value <= MAX_MODEL_PARAMS:
-        raise ValueError(f"{flag} {text!r}: expected a positive parameter count such as 7e9, 70B or 1.5T")
+        raise UserError(f"{flag} {text!r}: expected a positive parameter count such as 7e9, 70B or 1.5T")
     return round(value)
 
 

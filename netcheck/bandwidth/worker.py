@@ -64,6 +64,7 @@ from netcheck.bandwidth.sweep import (
 from netcheck.cluster.compat import eager_device, import_distributed
 from netcheck.core import codec
 from netcheck.core.bwrecords import Pair, PeerSegments, RankTime, Sweep, SweepOptions, spread_of
+from netcheck.core.errors import NetcheckError
 from netcheck.core.fields import FEW, Text
 from netcheck.facts.linkcounters import peer_segments, worth_reporting
 
@@ -99,7 +100,7 @@ class Event:
     peers: Annotated[tuple[PeerSegments, ...], FEW] = ()   # links: what its connections sent and resent
 
 
-class StageFailed(Exception):
+class StageFailed(NetcheckError):
     def __init__(self, stage: str, detail: str):
         super().__init__(f"{stage}: {detail}")
         self.stage, self.detail = stage, detail

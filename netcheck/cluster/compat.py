@@ -43,6 +43,7 @@ from types import ModuleType
 from typing import Any
 
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import NetcheckError
 from netcheck.core.storeerrors import ReplyTimedOut, StoreError, StoreLost
 
 # Never a stored value: netcheck stores JSON text and hex MACs, neither holds a NUL.
@@ -56,7 +57,7 @@ _LOST_MESSAGES = ("Connection reset by peer", "Broken pipe", _TIMED_OUT, "Connec
                   "Connection closed", "Failed to recv", "Transport endpoint is not connected")
 
 
-class TorchUnusable(Exception):
+class TorchUnusable(NetcheckError):
     """This node's torch cannot run netcheck's phases; the message says which and why."""
 
 

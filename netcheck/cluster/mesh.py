@@ -98,16 +98,6 @@ def interface_mtus(table: NicTable) -> dict[str, int]:
     return {nic.name: nic.mtu for nic in table.nics}
 
 
-def parse_mode(text: str) -> int | None:
-    """--mesh: "full" -> None (every pair), "sample:K" -> K random peers plus ring neighbours."""
-    if text == "full":
-        return None
-    kind, _, count = text.partition(":")
-    if kind != "sample" or not count.isdigit() or int(count) < 1:
-        raise ValueError(f"--mesh {text!r}: expected full or sample:K with K >= 1")
-    return int(count)
-
-
 def default_mode(nnodes: int) -> int | None:
     return None if nnodes <= MESH_FULL_UP_TO else MESH_SAMPLE_PEERS
 

@@ -20,11 +20,12 @@ from typing import Any, Callable, TypeVar
 
 from netcheck.core import fields
 from netcheck.core.constants import MAX_NODES
+from netcheck.core.errors import NetcheckError
 
 T = TypeVar("T")
 
 
-class DecodeError(ValueError):
+class DecodeError(NetcheckError, ValueError):
     """Received JSON that does not have the expected shape.
 
     The message quotes what was received (keys, types), so control characters in it are

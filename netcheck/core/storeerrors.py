@@ -20,8 +20,10 @@ as `original`.
 
 from __future__ import annotations
 
+from netcheck.core.errors import NetcheckError
 
-class StoreError(Exception):
+
+class StoreError(NetcheckError):
     """A request to the host's TCPStore failed; the message is torch's (or netcheck's own
     reader's), `original` the error it was translated from (itself where none)."""
 
@@ -45,7 +47,7 @@ class ConnectTimedOut(StoreError):
     (or this node's nameserver is silent); the message says which."""
 
 
-class RendezvousError(Exception):
+class RendezvousError(NetcheckError):
     """The rendezvous could not go on; the message says why in one line."""
 
 

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from netcheck.core.errors import NetcheckError
+
 
 def call_with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[Any, BaseException | None]:
     """Run one blocking call on a thread of its own: (result, error), or (None, TimeoutError)
@@ -37,7 +39,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float) -> tuple[Any, BaseE
     return box.get("result"), box.get("error")
 
 
-class Overran(TimeoutError):
+class Overran(NetcheckError, TimeoutError):
     """A call did not return within its bound; its thread was left where it was."""
 
 

@@ -29,6 +29,7 @@ from typing import IO, NoReturn
 
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import NetcheckError
 from netcheck.core.hangrecords import RankTrace, Refused
 from netcheck.facts.frformat import MAX_TRACE_BYTES, NotADump, trace_of
 
@@ -38,7 +39,7 @@ MAX_CHILDREN = 4
 MAX_LINE = 1 << 20            # a child's answer for one file (a rank's tails: a few KB)
 
 
-class CodeInPickle(pickle.UnpicklingError):
+class CodeInPickle(NetcheckError, pickle.UnpicklingError):
     """The dump names a global, a persistent id or an extension: it asks for code."""
 
 

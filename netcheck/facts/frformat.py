@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+from netcheck.core.errors import NetcheckError
 from netcheck.core.hangrecords import HANG_TAIL, Collective, GroupTail, RankTrace
 
 MAX_TRACE_BYTES = 16 << 20      # one rank's dump: a 20,000-entry NCCL ring is about 10 MB
@@ -21,7 +22,7 @@ _LIBRARY = re.compile(r"[/\\](torch|site-packages|dist-packages)[/\\]|^<frozen "
 _COMPLETED: dict[str | None, bool] = {"completed": True, "scheduled": False, "started": False}
 
 
-class NotADump(ValueError):
+class NotADump(NetcheckError, ValueError):
     """A file that is no flight-recorder dump netcheck reads: the message says why."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from netcheck.core.bwtext import size_words
 from netcheck.core.constants import HASH_MAX_BYTES, HASH_MAX_SECONDS
 from netcheck.core.envfacts import UNREADABLE
+from netcheck.core.errors import NetcheckError
 
 CHUNK = 1 << 20
 HASH_SKIP = ("__pycache__", ".git")   # differ between identical checkouts
@@ -28,7 +29,7 @@ def unreadable(error: BaseException | str) -> str:
 
 
 
-class _BoundHit(Exception):
+class _BoundHit(NetcheckError):
     """Hashing stopped at the byte or time bound; the message says which."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from netcheck.core.errors import UserError
 from netcheck.core.fields import valid_text
 from netcheck.core.model import JOB_VARS, Launch
 
@@ -27,7 +28,7 @@ def default_run_id(env: Mapping[str, str]) -> str:
     return env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "netcheck"
 
 
-class LaunchError(ValueError):
+class LaunchError(UserError):
     """The launcher's variables contradict themselves (a user-fixable error)."""
 
 

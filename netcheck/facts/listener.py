@@ -12,6 +12,7 @@ import time
 from typing import cast
 
 from netcheck.core.constants import MAX_MEMBERS, PROBE_TIMEOUT
+from netcheck.core.errors import NetcheckError
 from netcheck.core.model import Holder
 from netcheck.core.storewireops import NOT_READY
 from netcheck.facts.probe import STORE_PROBE
@@ -19,7 +20,7 @@ from netcheck.facts.probe import STORE_PROBE
 _Pending = dict[socket.socket, tuple[bytearray, float]]   # a probe's connection: (bytes read, until when)
 
 
-class PortTaken(OSError):
+class PortTaken(NetcheckError, OSError):
     def __init__(self, port: int, holders: list[Holder], error: OSError):
         super().__init__(error.errno, error.strerror)
         self.port = port

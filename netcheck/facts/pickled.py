@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sized, TypeGuard, TypeVar
 
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import NetcheckError
 
 T = TypeVar("T")
 
@@ -72,7 +73,7 @@ _CODE_OPCODES = {"INST": "a class called in protocol 0's form", "OBJ": "a class 
                  "PERSID": _PERSISTENT, "BINPERSID": _PERSISTENT}
 
 
-class ForeignPickle(ValueError):
+class ForeignPickle(NetcheckError, ValueError):
     """Not a pickle this decoder reads: the message says what, and where, in one line."""
 
 

@@ -16,13 +16,14 @@ from typing import Mapping
 
 from netcheck.core.constants import SLURM_CALL_TIMEOUT
 from netcheck.core.deadline import Deadline
+from netcheck.core.errors import NetcheckError
 from netcheck.core.gaterecords import DRAIN, NodeAction, SlurmNode
 
 COMMANDS = ("sinfo", "scontrol")
 NO_PATH = "/usr/bin:/bin:/usr/local/bin"   # where there is no PATH (slurmd's HealthCheckProgram)
 
 
-class SlurmError(Exception):
+class SlurmError(NetcheckError):
     """A Slurm command that could not be run, did not answer in time, or refused."""
 
 

@@ -15,6 +15,7 @@ from functools import partial
 
 from netcheck.cluster import compat
 from netcheck.cluster.jobstore import StoreRead, arrived_ranks, read_job_store, read_round, rendezvous_runs
+from netcheck.config import InspectConfig
 from netcheck.core.constants import PROBE_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.jobrecords import JobView, RoundKeys, RunState
@@ -36,12 +37,12 @@ DECODE_SECONDS = 2.0  # decoding is given at least this, past a store read that 
 ROUND_SECONDS = 1.0   # and a round's own keys this: a few small values (torchrun's evictions)
 
 
-def inspect_job(endpoint: Endpoint, run_id: str | None, nnodes: tuple[int, int] | None,
-                world_size: int | None, deadline: Deadline, env: Mapping[str, str]) -> Report:
-    """One look at the job's store, torchrun's state in it and NCCL's RAS, all within `deadline`
-    (--timeout's, which the live look after it shares)."""
+def inspect_job(endpoint: Endpoint, job: InspectConfig, deadline: Deadline, env: Mapping[str, str]) -> Report:
+    """One look at the job's store at `endpoint` (job.rdzv), torchrun's state in it and NCCL's RAS,
+    all within `deadline` (--timeout's, which the live look after it shares)."""
     start, timeout = time.monotonic(), deadline.remaining()
-    view = JobView(str(endpoint), run_id, _now(), 0.0, nnodes=nnodes, world_size=world_size)
+    run_id = job.run_id
+    view = JobView(str(endpoint), run_id, _now(), 0.0, nnodes=job.nnodes, world_size=job.world_size)
     findings = []
     # A plain connect first: a store that is not there is said at once, and torch never loads.
     found = reach(endpoint.host, endpoint.port, deadline, min(PROBE_TIMEOUT, timeout), wait_while_refused=False)

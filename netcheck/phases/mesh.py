@@ -42,7 +42,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
     # Every live node offers at once; one that never does must not spend the time the
     # others need to connect and report back (they, not it, would be named lost).
     offers_deadline = deadline.within(deadline.remaining() * MESH_OFFER_SHARE)
-    sample = mesh.parse_mode(run.config.mesh) if run.config.mesh else mesh.default_mode(len(ranks))
+    sample = run.config.mesh.sample if run.config.mesh else mesh.default_mode(len(ranks))
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.local_facts.nics) as listeners:
         ex.post(MESH_OFFER, me, listeners.offer())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from contextlib import contextmanager
@@ -36,6 +37,8 @@ from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules.registry import RUN_TIMEOUT
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -126,6 +129,7 @@ class Run:
     @contextmanager
     def phase(self, name: str):
         self.progress(f"{name}...")
+        log.debug("phase %s: start, %.3f s left", name, self.deadline.remaining())
         start = time.monotonic()
         earlier = self.unfinished  # the first phase that did not finish is the one to name
         self.unfinished = earlier or name
@@ -143,12 +147,14 @@ class Run:
         except compat.TorchUnusable as e:
             self.findings.append(run_rules.torch_finding(name, str(e), self.my_ranks()))
         except Exception as e:  # noqa: BLE001 - the phase boundary: an internal error, reported
+            log.debug("phase %s: %s", name, type(e).__name__, exc_info=e)
             if not compat.store_lost(e):   # a store error named by torch's, as it was
                 self.findings.append(run_rules.internal_finding(name, e.original if isinstance(e, StoreError) else e))
             else:
                 self.lose_store(name, first_line(e))
         finally:
             self.timings[name] = round(time.monotonic() - start, 3)
+            log.debug("phase %s: end, %.3f s", name, self.timings[name])
         if self.seat is not None:
             self.findings += self.stall_findings(self.seat.exchange)
         if self.deadline.expired() and not any(f.check == RUN_TIMEOUT for f in self.findings):

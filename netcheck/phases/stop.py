@@ -11,6 +11,7 @@ import signal
 from types import FrameType
 from typing import NoReturn
 
+from netcheck.core.errors import NetcheckError
 from netcheck.core.model import ClusterVerdict
 
 
@@ -26,7 +27,7 @@ def signal_of(stop: KeyboardInterrupt) -> signal.Signals:
     return signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
 
 
-class HostStopped(Exception):
+class HostStopped(NetcheckError):
     """A joiner heard the host say that a signal stopped it (its verdict, told on its way out):
     raised out of the joiner's wait for the host's word, it ends the joiner's phases at once,
     before the host's store goes, so the host is not named lost for it."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from netcheck.core.bwrecords import STAGE_TITLES, BandwidthResult, Row
 from netcheck.core.bwtext import size_words, time_text
+from netcheck.core.errors import UserError
 from netcheck.render.tables import gbps_cell
 
 if TYPE_CHECKING:   # matplotlib is optional: imported only where a plot is drawn
@@ -19,7 +20,7 @@ if TYPE_CHECKING:   # matplotlib is optional: imported only where a plot is draw
 HEATMAP_VALUES_UP_TO = 16   # nodes: beyond, the cells are too small for their numbers
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(UserError):
     """matplotlib is not installed; the message says how to get it."""
 
 

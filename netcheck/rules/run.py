@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from netcheck.core.errors import where
 from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, Attribution, ClusterVerdict, Finding, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
@@ -94,9 +95,13 @@ def torch_slow_finding(phase: str, why: str, ranks: tuple[int, ...]) -> Finding:
 
 
 def internal_finding(phase: str, error: BaseException) -> Finding:
+    """netcheck's own error in a phase: its evidence names where it was raised (the innermost
+    netcheck frame), as the JSON report keeps it; --debug's log keeps the traceback."""
+    place = where(error)
     return Finding(check=RUN_INTERNAL, severity=FAIL, nodes=(), summary=f"netcheck could not run the {phase} phase: "
-                   f"{type(error).__name__}: {error}", fix="this is a netcheck bug: please report it "
-                   "with the JSON report")
+                   f"{type(error).__name__}: {error}", evidence=(f"raised at {place}",) if place else (),
+                   fix="this is a netcheck bug: please report it with the JSON report and the log of the same "
+                   "command with --debug (its traceback)")
 
 
 def _stopped_how(signal_name: str, phase: str | None) -> str:
