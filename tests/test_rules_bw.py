@@ -108,6 +108,17 @@ def test_a_reset_from_a_live_peer_names_the_pair_as_a_path_that_cuts_long_flows(
         assert "node1 and node2" in stage.summary and "cuts long flows" in stage.summary
 
 
+def test_a_live_peer_that_ends_after_the_cut_closes_its_other_connections_the_reset_is_the_cut():
+    """node3 reset node1's connection on the way (the pairs stage); its own worker then ended with
+    the run, closing its idle connections to node0 and node2 (campaign 63203 #60 named node0's)."""
+    links = tuple(NodeLinks(n, (), (), (f"198.18.0.1{n}",)) for n in range(4))
+    closed, reset = CLOSED.replace("198.18.0.11", "198.18.0.13"), RESET.replace("198.18.0.12", "198.18.0.13")
+    faults = (Fault(0, 0, 0, "pairs", "failed", closed), Fault(1, 1, 0, "pairs", "failed", reset),
+              Fault(2, 2, 0, "pairs", "failed", closed))
+    (stage,) = by_check(findings_of(result(nnodes=4, faults=faults, failed="pairs", links=links)), registry.BW_STAGE)
+    assert (stage.kind, stage.nodes) == ("cut_flow", (1, 3)) and "node1 and node3" in stage.summary, stage
+
+
 def test_where_every_worker_failed_the_one_reset_among_closes_is_the_cut():
     """node1's connection reset on the way, node1's worker ended (closing node0's), node0's
     ended (closing node2's): every node has a fault, the cut is the reset."""

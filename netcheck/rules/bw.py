@@ -303,7 +303,12 @@ def cut_flow(result: BandwidthResult) -> tuple[int, int] | None:
     first = [(node, peer) for node, peer, _ in resets if peer not in reset]
     timed = sorted((at, node, peer) for node, peer, at in resets if at is not None)
     if unfaulted:
-        return unfaulted[0]
+        # The live peer's worker ends in turn (the run stops), closing its other connections: the
+        # cut among them is the one reset, the earliest where several were (campaign 63203 #60:
+        # node3 reset node2's in the pairs stage, then closed node0's and node1's idle ones).
+        cut = sorted((at is None, at or 0.0, node, peer) for node, peer, reset, at in ended
+                     if reset and peer not in faulted)
+        return (cut[0][2], cut[0][3]) if cut else unfaulted[0]
     if len(resets) == 1:
         return resets[0][:2]
     if len(first) == 1:
