@@ -18,7 +18,7 @@ from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
 from netcheck.phases.assemble import build_report, run_fault
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run, fold
 from netcheck.rules import baseline
 from netcheck.rules import buffers as buffers_rules
 from netcheck.rules import bw as bw_rules
@@ -28,52 +28,50 @@ from netcheck.rules import run as run_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 
 
-def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> None:
+def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> Learnt:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""
     hostgather.poll_arrivals(ex, arrivals)
-    judge_launch(run, arrivals, roster)
+    return judge_launch(run, arrivals, roster)
 
 
-def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> None:
+def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> Learnt:
     """launch.topology and the latecomers, over every process the host read (arrivals)."""
     ranks = {e.arrival: e.rank for e in roster.entries}
-    run.findings += rdzv_rules.latecomer_findings(arrivals.latecomers, roster)
     devices = {m.rank: uuid for m in run.members
                if m.env and (uuid := launch_rules.device_uuid(m.facts, m.env.values))}
-    run.findings += launch_rules.launch_findings(
-        [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)
+    return Learnt(tuple(rdzv_rules.latecomer_findings(arrivals.latecomers, roster) + launch_rules.launch_findings(
+        [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)))
 
 
-def judge_baseline(run: Run) -> None:
+def judge_baseline(run: Run) -> Learnt:
     """--baseline, once: on the host before it tells its verdict, so that the joiners it names
     hear the drift (and a joiner's own comparison is there to meet the host's); where no
     goodbye is said (a node never seated), at the end of the run."""
     if run.config.baseline is None or run.baseline_judged:
-        return
-    run.baseline_judged = True
+        return Learnt()
     draft = build_report(run)
-    run.findings += baseline.drift_findings(run.config.baseline, draft.nodes, draft.recommend, draft.bandwidth,
-                                            whole=run.role == HOST)
+    return Learnt(tuple(baseline.drift_findings(run.config.baseline, draft.nodes, draft.recommend, draft.bandwidth,
+                                                whole=run.role == HOST)), baseline_judged=True)
 
 
-def judge_buffers(run: Run) -> None:
+def judge_buffers(run: Run) -> Learnt:
     """host.buffers, on the host before it tells its verdict: every node's buffers against its
     paths need what every phase measured (the mesh's round trips, the interfaces' rates, the pair
     test and the figures that fell short), and the joiners it names hear it."""
     result = run.bandwidth
     measured = bw_rules.pair_yardstick(result) if result is not None and result.pairs else None
-    run.findings += buffers_rules.buffer_findings(run.members, run.attempts, run.findings, measured)
+    return Learnt(tuple(buffers_rules.buffer_findings(run.members, run.attempts, run.findings, measured)))
 
 
 def leave(run: Run, seat: rendezvous.Seat) -> None:
     """The host tells its verdict, then keeps the store up until every joiner has said
     goodbye (docs/contract.md, "By design"); a joiner hears the verdict before it says goodbye."""
     run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
-    judge_baseline(run)
+    fold(run, judge_baseline(run))
     if run.role == HOST:
-        judge_buffers(run)
+        fold(run, judge_buffers(run))
     if run.role != HOST:
         if not run.host_lost and run.stopped_by is None and run.cluster is None:
             with run.phase("goodbye"):
@@ -92,7 +90,7 @@ def leave(run: Run, seat: rendezvous.Seat) -> None:
         if run.stopped_by is not None:
             _tell_stopped(run, seat, roster, arrivals)
             return
-        _judge_launch(run, seat.exchange, run.arrivals, roster)
+        fold(run, _judge_launch(run, seat.exchange, run.arrivals, roster))
         seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings, fault=run_fault(run)))
         deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
         # Joiners started their --timeout a little after the host: with the host's time

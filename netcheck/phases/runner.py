@@ -16,25 +16,24 @@ from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_SIGNALLED
 from netcheck.core.model import HOST, Member, exit_of
-from netcheck.facts.local import gather_facts
+from netcheck.facts.local import gather_facts, hosts_file_names
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
-from netcheck.phases.state import Outcome, Run
-from netcheck.rules import conntrack as conntrack_rules
-from netcheck.rules import launch as launch_rules
+from netcheck.phases.state import Learnt, Outcome, Run, fold
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
+from netcheck.rules.registry_judges import LocalRecords, judged
 
 
 def run_check(config: Config, progress: Callable[[str], None], started: float) -> Outcome:
-    run = Run(config, progress, hostpath.ask_host_path, started)
+    run = Run(config, progress, hostpath.ask_host_path, started, hosts_file_names())
     try:
         _run_phases(run)
     except KeyboardInterrupt as e:
         run.stop(e)
-    goodbye.judge_baseline(run)   # where no goodbye judged it
+    fold(run, goodbye.judge_baseline(run))   # where no goodbye judged it
     report = build_report(run)
     code = EXIT_SIGNALLED + run.stopped_by if run.stopped_by is not None else exit_of(report)
     return Outcome(report, code, run.stopped_by, goodbye.report_out(run, code))
@@ -44,12 +43,10 @@ def run_check(config: Config, progress: Callable[[str], None], started: float) -
 def _run_phases(run: Run) -> None:
     with run.phase("local"):
         run.facts = gather_facts(run.config.run_id, run.config.launch)
-        run.findings += launch_rules.task_findings(run.facts)
         # Said before any phase opens a socket: a node too short of ports for the job is named
         # by itself, whatever becomes of the phases after (the host judges every node's again).
         me = (Member(-1 if run.rank is None else run.rank, run.facts),)
-        run.findings += ports_rules.range_findings(me, None, ports_rules.own_size(run.facts.launch))
-        run.findings += conntrack_rules.table_findings(me, None, ports_rules.own_size(run.facts.launch))
+        fold(run, Learnt(tuple(judged("local", LocalRecords(run.facts, me, ports_rules.own_size(run.facts.launch))))))
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
     if run.listener is None and not reach.reached(run):
@@ -95,11 +92,11 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
                 # Said before the nic rules (2 s at 4,096 nodes): the nodes post their env facts
                 # while the host judges interfaces, and it finds them there when it collects.
                 env_go = env_agreed()
-            nic.judge_interfaces(run)
+            fold(run, nic.judge_interfaces(run))
     if "env" in run.config.phases:
         with run.phase("env"):
             if env_go if env_go is not None else env_agreed():
-                env.compare_env(run, seat, dict(run.alive))
+                fold(run, env.compare_env(run, seat, dict(run.alive)))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
             bandwidth.measure_bandwidth(run, seat)

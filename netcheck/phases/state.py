@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 from netcheck.cluster import hostgather, rendezvous
@@ -30,7 +30,6 @@ from netcheck.core.model import (
 from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.linkcounters import link_down
 from netcheck.facts.listener import Listener
-from netcheck.facts.local import hosts_file_names
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
@@ -44,6 +43,31 @@ class Outcome:
     exit_code: int
     stopped_by: signal.Signals | None = None  # SIGINT or SIGTERM: the exit code is 128 + it
     report_out: Callable[[], None] = lambda: None  # called once the report is written
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Nodes that stopped answering in a phase (Run.lose names them, and they are not waited for again)."""
+    phase: str
+    names: dict[int, str]    # rank -> hostname of every node the phase asked
+    ranks: tuple[int, ...]   # those it never heard
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What a phase (or a step of one) hands back: its findings and whatever else it learnt. The
+    runner alone folds it into the run (runner.fold); None: the phase did not learn that."""
+
+    findings: tuple[Finding, ...] = ()
+    withdrawn: frozenset[str] = frozenset()   # checks whose earlier findings these replace
+    members: tuple[Member, ...] | None = None
+    causes: PathCauses | None = None
+    unranked_faulty: tuple[str, ...] | None = None
+    lost_names: dict[int, str] | None = None
+    recommendation: nic_rules.Recommendation | None = None
+    env_table: tuple[EnvRow, ...] | None = None
+    baseline_judged: bool | None = None
+    lost: Lost | None = None
 
 
 def seated_rank(seat: rendezvous.Seat) -> int:
@@ -63,6 +87,8 @@ class Run:
     # state leaves to the phases, as it leaves printing to `progress`.
     ask_host_path: Callable[[Run], bool]  # whether the path to the host drops full-size frames
     started: float = field(default_factory=time.monotonic)   # when --timeout began counting (monotonic)
+    hosts_file: dict[str, str] = field(default_factory=dict)  # address -> name in this node's /etc/hosts
+                                              # (facts.local.hosts_file_names, read once at the start)
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None
@@ -204,7 +230,6 @@ class Run:
         if ex.watch is not None:
             stalls = ex.watch.stalls[self.stalls_named:]
             self.stalls_named += len(stalls)
-            # /etc/hosts read only where a stall is to be judged, not in every phase.
             return storetrouble_rules.store_stall_findings(tuple(stalls), self.members,
                                                    self.known_addresses()) if stalls else []
         waits = ex.held_up[self.stalls_named:]
@@ -215,7 +240,7 @@ class Run:
         """address -> name of the machines the host knows of beside the seated nodes: its
         /etc/hosts, and the addresses the visitors' records give (a node kept out is known)."""
         visitors = self.arrivals.visitors.values() if self.arrivals else ()
-        return hosts_file_names() | {v.address: v.hostname for v in visitors if v and v.address}
+        return self.hosts_file | {v.address: v.hostname for v in visitors if v and v.address}
 
     def lose_host(self, phase: str, seen: str = "") -> None:
         """The host died, or the path to it: named once, in the phase it happened, with what
@@ -237,3 +262,20 @@ class Run:
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)
+
+
+# Learnt's fields that set the run's field of their name; findings, withdrawn and lost are folded apart.
+_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "lost"))
+
+
+def fold(run: Run, learnt: Learnt) -> None:
+    """What a phase learnt, into the run: its findings after the earlier ones (less those it
+    withdrew), what else it learnt in place of the run's, and the nodes it lost named there."""
+    if learnt.withdrawn:
+        run.findings = [f for f in run.findings if f.check not in learnt.withdrawn]
+    run.findings += learnt.findings
+    for name in _SET:
+        if (value := getattr(learnt, name)) is not None:
+            setattr(run, name, value)
+    if learnt.lost is not None:
+        run.lose(learnt.lost.phase, learnt.lost.names, list(learnt.lost.ranks))
