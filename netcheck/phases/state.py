@@ -6,7 +6,7 @@ import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Callable
+from typing import Callable, Iterator
 
 from netcheck.cluster import hostgather, rendezvous
 from netcheck.cluster.store import Exchange
@@ -119,7 +119,7 @@ class Run:
     stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
     baseline_judged: bool = False   # --baseline compared (goodbye.judge_baseline): once, before the verdict is told
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.budget = TimeBudget(self.config.timeout, self.started)
         self.rank = self.config.launch.node_rank
 
@@ -150,7 +150,7 @@ class Run:
         return self.budget.goodbye
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str) -> Iterator[None]:
         self.progress(f"{name}...")
         start = time.monotonic()
         earlier = self.unfinished  # the first phase that did not finish is the one to name
