@@ -207,9 +207,9 @@ def host_work(run: Run, records: Records, stages: Stages, folder: Path) -> tuple
     names = dict(run.alive)
     with stages.stage("mesh"), run.phase("mesh"):
         mine = {r: codec.loads(MeshResults, records.mesh[r], MAX_FACTS_BYTES) for r in names if r in records.mesh}
-        run.attempts = mesh_phase.judge_attempts(run, names, mine)
-        encoded.append(codec.dumps(MeshDone(run.flagged, run.causes)))
-        mesh_phase.judge_mesh(run, names, run.attempts, [r for r in sorted(names) if r not in mine])
+        paths = mesh_phase.judge_attempts(run, names, mine)
+        encoded.append(codec.dumps(MeshDone(paths.flagged, paths.causes)))
+        fold(run, mesh_phase.judge_mesh(run, names, paths, [r for r in sorted(names) if r not in mine]))
     with stages.stage("nic"), run.phase("nic"):
         fold(run, nic.judge_interfaces(run))
     with stages.stage("env"), run.phase("env"):

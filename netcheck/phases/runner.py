@@ -15,7 +15,7 @@ from netcheck.config import Config
 from netcheck.core import compat, stop
 from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_SIGNALLED
-from netcheck.core.model import HOST, Member, exit_of
+from netcheck.core.model import HOST, Finding, Member, exit_of
 from netcheck.facts.local import gather_facts, hosts_file_names
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous
 from netcheck.phases.agree import agreed
@@ -80,40 +80,43 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
         between_nodes = []
     if "mesh" in between_nodes:
         with run.phase("mesh"):
-            if agreed(run, seat, "mesh", lambda: _time_for(run, "mesh")):
-                run.attempts = mesh.connect_mesh(run, seat, dict(run.alive))
-    def env_agreed() -> bool:
-        return agreed(run, seat, "env", lambda: _time_for(run, "env"))
-
+            if _agreed(run, seat, "mesh"):
+                fold(run, mesh.connect_mesh(run, seat, dict(run.alive)))
     env_go = None
     if "nic" in between_nodes:
         with run.phase("nic"):
             if run.role == HOST and "env" in run.config.phases:
                 # Said before the nic rules (2 s at 4,096 nodes): the nodes post their env facts
                 # while the host judges interfaces, and it finds them there when it collects.
-                env_go = env_agreed()
+                env_go = _agreed(run, seat, "env")
             fold(run, nic.judge_interfaces(run))
     if "env" in run.config.phases:
         with run.phase("env"):
-            if env_go if env_go is not None else env_agreed():
+            if env_go if env_go is not None else _agreed(run, seat, "env"):
                 fold(run, env.compare_env(run, seat, dict(run.alive)))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
-            bandwidth.measure_bandwidth(run, seat)
+            fold(run, bandwidth.measure_bandwidth(run, seat))
 
 
-def _time_for(run: Run, phase: str) -> bool:
-    """Whether --timeout leaves a phase the time to finish: one started with nothing left
-    would name live nodes lost for the host's own lack of time. Asked of the host alone: its
-    answer is every node's (agreed)."""
+def _agreed(run: Run, seat: Seat, phase: str) -> bool:
+    """Whether every node runs `phase` (agreed: the host's word on its time left), the reason
+    where not said."""
+    skipped = agreed(run, seat, phase, lambda: _short_of_time(run, phase))
+    if skipped is not None:
+        fold(run, Learnt((skipped,)))
+    return skipped is None
+
+
+def _short_of_time(run: Run, phase: str) -> Finding | None:
+    """Why --timeout leaves a phase too little time to finish (None: it leaves enough): one
+    started with nothing left would name live nodes lost for the host's own lack of time. Asked
+    of the host alone: its answer is every node's (agreed)."""
     left = run.phase_deadline().remaining()
     if left >= PHASE_SECONDS[phase]:
-        return True
+        return None
     if len(run.alive) < 2:   # the time went to waiting for nodes that never came: that is the cause
-        run.findings.append(run_rules.skipped_finding(
+        return run_rules.skipped_finding(
             phase, f"only {left:.1f} s of --timeout left: no other node came, and the rendezvous waited for them "
-            f"({run.timings.get('rendezvous', 0.0):.1f} s, its share {run.join_seconds:g} s)", run_rules.NO_PEER_FIX))
-    else:
-        run.findings.append(run_rules.skipped_finding(phase, f"only {left:.1f} s of --timeout left",
-                                                     run_rules.SHORT_OF_TIME_FIX))
-    return False
+            f"({run.timings.get('rendezvous', 0.0):.1f} s, its share {run.join_seconds:g} s)", run_rules.NO_PEER_FIX)
+    return run_rules.skipped_finding(phase, f"only {left:.1f} s of --timeout left", run_rules.SHORT_OF_TIME_FIX)

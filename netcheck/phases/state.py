@@ -61,11 +61,16 @@ class Learnt:
     findings: tuple[Finding, ...] = ()
     withdrawn: frozenset[str] = frozenset()   # checks whose earlier findings these replace
     members: tuple[Member, ...] | None = None
+    attempts: tuple[Attempt, ...] | None = None
+    flagged: FlaggedPaths | None = None
     causes: PathCauses | None = None
+    tables_after: dict[int, ConntrackTable | None] | None = None
     unranked_faulty: tuple[str, ...] | None = None
     lost_names: dict[int, str] | None = None
     recommendation: nic_rules.Recommendation | None = None
     env_table: tuple[EnvRow, ...] | None = None
+    bandwidth: BandwidthResult | None = None
+    host_lost: bool | None = None             # the host, or the host's own store, named lost
     baseline_judged: bool | None = None
     lost: Lost | None = None
 
@@ -85,7 +90,8 @@ class Run:
     progress: Callable[[str], None]
     # What a lost host's joiner asks of the path to it (phases.hostpath): I/O, which the run's
     # state leaves to the phases, as it leaves printing to `progress`.
-    ask_host_path: Callable[[Run], bool]  # whether the path to the host drops full-size frames
+    ask_host_path: Callable[[Run], tuple[bool, tuple[Finding, ...]]]  # whether the path to the host drops
+                                              # full-size frames, and what this node says of it
     started: float = field(default_factory=time.monotonic)   # when --timeout began counting (monotonic)
     hosts_file: dict[str, str] = field(default_factory=dict)  # address -> name in this node's /etc/hosts
                                               # (facts.local.hosts_file_names, read once at the start)
@@ -243,22 +249,33 @@ class Run:
         return self.hosts_file | {v.address: v.hostname for v in visitors if v and v.address}
 
     def lose_host(self, phase: str, seen: str = "") -> None:
-        """The host died, or the path to it: named once, in the phase it happened, with what
-        this node's store client saw of it; the path to it is asked at once (ask_host_path)."""
-        if not self.host_lost:
-            self.host_lost = True
-            blackhole = self.ask_host_path(self)
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole)
+        """The host died, or the path to it: named once, in the phase it happened (host_lost_findings)."""
+        self.findings += self.host_lost_findings(phase, seen)
+        self.host_lost = True
 
     def lose_store(self, phase: str, seen: str) -> None:
         """This node's connection to the host's store broke, or a request went unanswered to
+        the run's end: named once, in the phase it happened (store_lost_findings)."""
+        self.findings += self.store_lost_findings(phase, seen)
+        self.host_lost = True
+
+    def host_lost_findings(self, phase: str, seen: str = "") -> tuple[Finding, ...]:
+        """The host died, or the path to it: what this node's store client saw of it, and the path
+        to it asked at once (ask_host_path); () where the host was named lost already."""
+        if self.host_lost:
+            return ()
+        blackhole, said = self.ask_host_path(self)
+        return said + tuple(rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole))
+
+    def store_lost_findings(self, phase: str, seen: str) -> tuple[Finding, ...]:
+        """This node's connection to the host's store broke, or a request went unanswered to
         the run's end (Exchange): on a joiner the host is lost; on the host its own store stopped
-        answering it, and the joiners lost it too. Named once, in the phase it happened."""
+        answering it, and the joiners lost it too. () where that was said already."""
         if self.role != HOST:
-            self.lose_host(phase, seen)
-        elif not self.host_lost:
-            self.host_lost = True
-            self.findings.append(rdzv_rules.own_store_lost(phase, self.my_ranks(), self.config.rdzv.port, seen))
+            return self.host_lost_findings(phase, seen)
+        if self.host_lost:
+            return ()
+        return (rdzv_rules.own_store_lost(phase, self.my_ranks(), self.config.rdzv.port, seen),)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)
@@ -270,12 +287,13 @@ _SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withd
 
 def fold(run: Run, learnt: Learnt) -> None:
     """What a phase learnt, into the run: its findings after the earlier ones (less those it
-    withdrew), what else it learnt in place of the run's, and the nodes it lost named there."""
+    withdrew), the nodes it lost named there, and what else it learnt in place of the run's (after
+    the loss: a host whose own links went down is judged by the interfaces of its earlier connects)."""
     if learnt.withdrawn:
         run.findings = [f for f in run.findings if f.check not in learnt.withdrawn]
     run.findings += learnt.findings
+    if learnt.lost is not None:
+        run.lose(learnt.lost.phase, learnt.lost.names, list(learnt.lost.ranks))
     for name in _SET:
         if (value := getattr(learnt, name)) is not None:
             setattr(run, name, value)
-    if learnt.lost is not None:
-        run.lose(learnt.lost.phase, learnt.lost.names, list(learnt.lost.ranks))
