@@ -67,7 +67,28 @@ def _run_phases(run: Run) -> None:
     except stop.HostStopped:
         pass   # heard in the phase it came in (Run.phase); this node says goodbye and ends
     finally:
-        goodbye.leave(run, seat)
+        _leave(run, seat)
+
+
+def _leave(run: Run, seat: Seat) -> None:
+    """The host tells its verdict, then keeps the store up until every joiner has said goodbye;
+    a joiner hears the verdict before it says goodbye (phases.goodbye). What needs every phase
+    (--baseline, host.buffers) is judged first, so that the joiners it names hear it."""
+    fold(run, goodbye.rejected(seat))
+    fold(run, goodbye.judge_baseline(run))
+    if run.role != HOST:
+        if not run.host_lost and run.stopped_by is None and run.cluster is None:
+            with run.phase("goodbye"):
+                fold(run, goodbye.hear_verdict(run, seat))
+        seat.goodbye()
+        return
+    fold(run, goodbye.judge_buffers(run))
+    if run.host_lost:   # its own store stopped answering it: no joiner can hear its verdict
+        return
+    with run.phase("goodbye"):
+        if run.stopped_by is None:
+            fold(run, goodbye.launch_judged(run, seat))
+        fold(run, goodbye.tell_verdict(run, seat))
 
 
 def _after_rendezvous(run: Run, seat: Seat) -> None:

@@ -60,6 +60,9 @@ class Learnt:
 
     findings: tuple[Finding, ...] = ()
     withdrawn: frozenset[str] = frozenset()   # checks whose earlier findings these replace
+    earlier: tuple[Finding, ...] | None = None   # the earlier findings as they stand now (the host's verdict
+                                                 # merged in, its stop told): in place of the run's
+    cluster: ClusterVerdict | None = None     # a joiner's: the host's verdict about it
     members: tuple[Member, ...] | None = None
     attempts: tuple[Attempt, ...] | None = None
     flagged: FlaggedPaths | None = None
@@ -199,8 +202,7 @@ class Run:
         """A joiner heard the host say a signal stopped it: its verdict is kept (its findings about
         this node are this node's own), and the stop said once, naming no node."""
         if self.cluster is None:
-            self.cluster, self.findings = run_rules.with_host_verdict(told, self.my_ranks(), self.findings)
-            self.findings.append(run_rules.host_stopped_finding(told))
+            fold(self, heard_verdict(self, told))
 
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
         """Nodes that stopped answering in `phase`: named there, and not waited for again;
@@ -282,13 +284,15 @@ class Run:
 
 
 # Learnt's fields that set the run's field of their name; findings, withdrawn and lost are folded apart.
-_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "lost"))
+_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "earlier", "lost"))
 
 
 def fold(run: Run, learnt: Learnt) -> None:
     """What a phase learnt, into the run: its findings after the earlier ones (less those it
     withdrew), the nodes it lost named there, and what else it learnt in place of the run's (after
     the loss: a host whose own links went down is judged by the interfaces of its earlier connects)."""
+    if learnt.earlier is not None:
+        run.findings = list(learnt.earlier)
     if learnt.withdrawn:
         run.findings = [f for f in run.findings if f.check not in learnt.withdrawn]
     run.findings += learnt.findings
@@ -297,3 +301,12 @@ def fold(run: Run, learnt: Learnt) -> None:
     for name in _SET:
         if (value := getattr(learnt, name)) is not None:
             setattr(run, name, value)
+
+
+def heard_verdict(run: Run, told: ClusterVerdict) -> Learnt:
+    """A joiner heard the host's verdict: its findings about this node become this node's own
+    (the attributions the host made better in place of its own); where a signal stopped the host,
+    that is said once, naming no node."""
+    cluster, findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
+    stopped = (run_rules.host_stopped_finding(told),) if told.stopped else ()
+    return Learnt(stopped, earlier=tuple(findings), cluster=cluster)
