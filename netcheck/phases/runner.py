@@ -1,7 +1,7 @@
 """The phases in order, each under its own deadline inside --timeout.
 
-Each phase module gathers its facts, exchanges them and asks the rules for findings; the
-runner only orders them. It prints nothing itself (progress goes through the callback the
+Each phase module gathers its facts, exchanges them and asks the rules for findings, and hands
+back what it learnt (state.Learnt); the runner orders them and folds what they hand back. It prints nothing itself (progress goes through the callback the
 CLI hands it) and always returns a report, also when a phase fails, times out or is
 interrupted.
 """

@@ -1,4 +1,5 @@
-"""What one run has learnt so far, and the deadlines its phases share."""
+"""What one run has learnt so far, and the deadlines its phases share; what a phase hands back
+(Learnt) and the one way it is folded into the run (fold, called by the runner)."""
 
 from __future__ import annotations
 
