@@ -1,9 +1,9 @@
 """The phases in order, each under its own deadline inside --timeout.
 
 Each phase module gathers its facts, exchanges them and asks the rules for findings, and hands
-back what it learnt (state.Learnt); the runner orders them and folds what they hand back. It prints nothing itself (progress goes through the callback the
-CLI hands it) and always returns a report, also when a phase fails, times out or is
-interrupted.
+back what it learnt (state.Learnt); the runner orders them and folds what they hand back. It
+prints nothing itself (progress goes through the callback the CLI hands it) and always returns
+a report, also when a phase fails, times out or is interrupted.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _run_phases(run: Run) -> None:
         fold(run, Learnt(tuple(judged("local", LocalRecords(run.facts, me, ports_rules.own_size(run.facts.launch))))))
     if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
         return
-    if run.listener is None and not reach.reached(run):
+    if run.listener is None and not _reached(run):
         return
     if "rendezvous" not in run.config.phases:
         if run.listener is not None:
@@ -68,6 +68,15 @@ def _run_phases(run: Run) -> None:
         pass   # heard in the phase it came in (Run.phase); this node says goodbye and ends
     finally:
         _leave(run, seat)
+
+
+def _reached(run: Run) -> bool:
+    """A joiner's probe of the endpoint (the reach phase): whether it goes on to the rendezvous."""
+    with run.phase("reach"):
+        through, learnt = reach.reached(run)
+        fold(run, learnt)
+        return through
+    return False   # the phase failed: named in it
 
 
 def _leave(run: Run, seat: Seat) -> None:

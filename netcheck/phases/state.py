@@ -64,6 +64,8 @@ class Learnt:
     earlier: tuple[Finding, ...] | None = None   # the earlier findings as they stand now (the host's verdict
                                                  # merged in, its stop told): in place of the run's
     cluster: ClusterVerdict | None = None     # a joiner's: the host's verdict about it
+    facts: NodeFacts | None = None
+    budget: TimeBudget | None = None
     members: tuple[Member, ...] | None = None
     attempts: tuple[Attempt, ...] | None = None
     flagged: FlaggedPaths | None = None
