@@ -27,7 +27,7 @@ from netcheck.rules import run as run_rules
 def joiner_on(ex: Exchange, seconds_left: float) -> Run:
     config = config_from_args(build_parser().parse_args(["--rdzv", "127.0.0.1:29500", "--nnodes", "2",
                                                          "--node-rank", "1", "--only", "reach,rendezvous,env"]), {})
-    run = Run(config, lambda line: None, lambda run: False)
+    run = Run(config, lambda line: None, lambda run: (False, ()))
     # Started long enough ago that its phases have `seconds_left`.
     spent = run.budget.phases.remaining() - seconds_left
     run.budget = dataclasses.replace(run.budget, start=run.budget.start - spent)
@@ -40,10 +40,10 @@ def test_a_joiner_follows_the_hosts_word_and_skips_a_phase_its_own_time_ran_out_
     ex = Exchange(server, "netcheck", end=Deadline(60))
     ex.put(ex.key(GO, "mesh"), True)
     run = joiner_on(ex, 5.0)
-    assert agreed(run, Seat(ex, 1), "mesh", lambda: False) and not run.findings
+    assert agreed(run, Seat(ex, 1), "mesh", lambda: None) is None
     run = joiner_on(ex, 0.3)
-    assert not agreed(run, Seat(ex, 1), "env", lambda: True)   # the host never posted it
-    (skipped,) = run.findings
+    skipped = agreed(run, Seat(ex, 1), "env", lambda: None)   # the host never posted it
+    assert skipped is not None
     assert (skipped.check, skipped.severity, skipped.kind) == ("run.skipped", "warn", "phase_skipped")
     assert "this node's --timeout ran out before the host's word" in skipped.summary
 
@@ -66,7 +66,7 @@ def test_a_joiner_waiting_for_the_hosts_word_hears_that_a_signal_stopped_the_hos
     run, began = joiner_on(ex, 30.0), time.monotonic()
     run.rank = 1
     with pytest.raises(HostStopped), run.phase("env"):
-        agreed(run, Seat(ex, 1), "env", lambda: True)
+        agreed(run, Seat(ex, 1), "env", lambda: None)
     assert time.monotonic() - began < HOST_WORD_LOOK + 1.0, "within a look, not at the deadline"
     assert run.cluster is not None and run.cluster.stopped == "SIGINT"
     assert [(f.check, f.severity, f.kind, f.nodes) for f in run.findings] == [

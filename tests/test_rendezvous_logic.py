@@ -54,7 +54,6 @@ from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, lost_findings
 from netcheck.rules.storetrouble import held_up_findings, stall_explained, store_stall_findings
 from nodes import scaled
-from test_state import joiner
 
 
 def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), default: str | None = None,
@@ -576,9 +575,8 @@ def test_a_go_ahead_of_the_hosts_that_a_joiner_cannot_read_is_said_not_swallowed
     own connects' paths, and says it refused the host's message, naming the key."""
     _, ex = local_store()
     ex.put(ex.key(MESH_DONE), {"flagged": {"cut_off": list(range(MAX_MEMBERS + 1))}})
-    run = joiner([])
-    assert _host_word(run, ex, Deadline(5.0)) is None
-    [finding] = run.findings
+    done, [finding] = _host_word(ex, Deadline(5.0))
+    assert done is None
     assert (finding.check, finding.kind) == ("rdzv.join", "malformed") and ex.key(MESH_DONE) in finding.summary
     assert f"{MAX_MEMBERS + 1} items, expected at most {MAX_MEMBERS}" in finding.evidence[0]
 

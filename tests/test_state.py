@@ -5,6 +5,7 @@ to the host to the phases (Run.ask_host_path, phases.hostpath) at that moment, o
 from __future__ import annotations
 
 from netcheck.cli import build_parser, config_from_args
+from netcheck.core.model import Finding
 from netcheck.phases.state import Run
 from netcheck.rules.registry import RDZV_JOIN
 
@@ -12,7 +13,10 @@ from netcheck.rules.registry import RDZV_JOIN
 def joiner(asked: list[Run]) -> Run:
     config = config_from_args(build_parser().parse_args(["--rdzv", "node0:29500", "--nnodes", "2",
                                                          "--node-rank", "1"]), {})
-    return Run(config, lambda line: None, asked.append)
+    def ask(run: Run) -> tuple[bool, tuple[Finding, ...]]:
+        asked.append(run)
+        return False, ()
+    return Run(config, lambda line: None, ask)
 
 
 def lost(run: Run) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -37,7 +41,7 @@ def test_a_host_lost_in_a_phase_is_named_there_and_the_path_asked_once_at_that_m
 def test_a_host_lost_behind_a_path_that_drops_full_size_frames_blames_the_path_not_the_host():
     config = config_from_args(build_parser().parse_args(["--rdzv", "node0:29500", "--nnodes", "2",
                                                          "--node-rank", "1"]), {})
-    run = Run(config, lambda line: None, lambda run: True)   # the path was found to drop full frames
+    run = Run(config, lambda line: None, lambda run: (True, ()))   # the path was found to drop full frames
     run.lose_host("rendezvous", "Socket Timeout")
     (lost,) = [f for f in run.findings if f.check == RDZV_JOIN]
     assert lost.kind == "lost_in_rendezvous" and "drops full-size frames" in lost.summary

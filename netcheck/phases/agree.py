@@ -19,7 +19,7 @@ from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.constants import HOST_WORD_LOOK, HOST_WORD_PACES
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, ClusterVerdict
+from netcheck.core.model import HOST, ClusterVerdict, Finding
 from netcheck.core.storekeys import GO, VERDICT
 from netcheck.phases.state import Run
 from netcheck.phases.stop import HostStopped
@@ -73,18 +73,18 @@ def stopped_word(ex: Exchange) -> ClusterVerdict | None:
     return told if told.stopped else None
 
 
-def agreed(run: Run, seat: Seat, phase: str, decide: Callable[[], bool]) -> bool:
-    """Whether every node runs `phase`: decide() on the host, posted; read on a joiner."""
+def agreed(run: Run, seat: Seat, phase: str, against: Callable[[], Finding | None]) -> Finding | None:
+    """None where every node runs `phase`; else the finding that says why not. The host asks
+    against() (its reason not to, None: none) and posts its decision; a joiner reads it."""
     ex = seat.exchange
     if run.role == HOST:
-        go = decide()
-        ex.put(ex.key(GO, phase), go)
-        return go
+        why_not = against()
+        ex.put(ex.key(GO, phase), why_not is None)
+        return why_not
     try:
         if host_word(ex, bool, ex.key(GO, phase), run.phase_deadline()):
-            return True
+            return None
         why, fix = "the host decided against it", "the host's report says why (its time left, a node's ports)"
     except TimeoutError:   # this node started first, and its time ran out before the host's word
         why, fix = "this node's --timeout ran out before the host's word on it", "raise --timeout on every node"
-    run.findings.append(run_rules.skipped_finding(phase, why, fix))
-    return False
+    return run_rules.skipped_finding(phase, why, fix)

@@ -4,7 +4,7 @@ and `netcheck probe`."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from netcheck.core.codec import field_names
 from netcheck.core.constants import PHASES
@@ -96,7 +96,7 @@ def _mine(run: Run, members: tuple[Member, ...]) -> tuple[int, ...]:
     return (run.rank,)
 
 
-def _hosts(names) -> tuple[str, ...]:
+def _hosts(names: Iterable[str]) -> tuple[str, ...]:
     """Hostnames for a scheduler's exclude list, each once: under torchrun a host runs several
     ranks, and one faulty rank makes its host faulty (the host is what a scheduler excludes)."""
     return tuple(dict.fromkeys(names))
@@ -139,7 +139,7 @@ def _rdma(facts: NodeFacts) -> RdmaFacts | None:
     return None if facts.rdma is None else dataclasses.replace(facts.rdma, seconds=0.0)
 
 
-def local_only(env, deadline: Deadline) -> Report:
+def local_only(env: Mapping[str, str], deadline: Deadline) -> Report:
     """`netcheck local`: what this node alone can know, judged for it alone (nothing is tested
     against peers): its interfaces and what each library would pick here, its RDMA ports, the
     job's limits (this process's: what the shell, slurmd or the container gives what it starts),
@@ -167,7 +167,7 @@ def local_only(env, deadline: Deadline) -> Report:
                      nodes=entries(me), unfinished=unfinished, fault=fault, faulty_nodes=fault.hostnames)
 
 
-def _gpu_env(facts: NodeFacts, env, deadline: Deadline) -> tuple[EnvFacts | None, str | None]:
+def _gpu_env(facts: NodeFacts, env: Mapping[str, str], deadline: Deadline) -> tuple[EnvFacts | None, str | None]:
     """The env facts gpu.build and host.shm judge, where the node has GPUs (torch's import and
     CUDA's start: seconds, and a GPU that hangs there must not hold the look past its deadline),
     and the phase left unfinished where they did not come in time."""

@@ -1,5 +1,6 @@
 """After the phases: joiners say goodbye, the host waits for them and judges the launch over
-every process that came, and what needs every phase's measurements (host.buffers)."""
+every process that came, and what needs every phase's measurements (host.buffers). The runner
+says the goodbye in this order (runner._leave) and folds what each step hands back."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Callable
 
 from netcheck.cluster import hostgather, rendezvous
 from netcheck.cluster.collect import collect
-from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT, HOST_WORD_LOOK, HOST_WORD_PACES, STOPPED_GOODBYE_WAIT
@@ -18,7 +18,7 @@ from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
 from netcheck.phases.assemble import build_report, run_fault
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run, heard_verdict
 from netcheck.rules import baseline
 from netcheck.rules import buffers as buffers_rules
 from netcheck.rules import bw as bw_rules
@@ -28,84 +28,79 @@ from netcheck.rules import run as run_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 
 
-def _judge_launch(run: Run, ex: Exchange, arrivals: hostgather.HostState, roster: Roster) -> None:
+def launch_judged(run: Run, seat: rendezvous.Seat) -> Learnt:
     """launch.topology over every process that came, latecomers after the roster included:
     the extra processes of an `srun --ntasks-per-node=8` arrive in no particular order.
     Latecomers are all named, but kept whole (for these checks) only up to a count."""
-    hostgather.poll_arrivals(ex, arrivals)
-    judge_launch(run, arrivals, roster)
+    roster, arrivals = _seated(run, seat)
+    hostgather.poll_arrivals(seat.exchange, arrivals)
+    return judge_launch(run, arrivals, roster)
 
 
-def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> None:
+def _seated(run: Run, seat: rendezvous.Seat) -> tuple[Roster, hostgather.HostState]:
+    """The host's roster and what came: the host is seated (runner: no goodbye for a node without
+    a rank) by post_roster, after host_gather, so both are there."""
+    assert seat.roster is not None and run.arrivals is not None, "the host said goodbye before its roster"
+    return seat.roster, run.arrivals
+
+
+def judge_launch(run: Run, arrivals: hostgather.HostState, roster: Roster) -> Learnt:
     """launch.topology and the latecomers, over every process the host read (arrivals)."""
     ranks = {e.arrival: e.rank for e in roster.entries}
-    run.findings += rdzv_rules.latecomer_findings(arrivals.latecomers, roster)
     devices = {m.rank: uuid for m in run.members
                if m.env and (uuid := launch_rules.device_uuid(m.facts, m.env.values))}
-    run.findings += launch_rules.launch_findings(
-        [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)
+    return Learnt(tuple(rdzv_rules.latecomer_findings(arrivals.latecomers, roster) + launch_rules.launch_findings(
+        [(ranks.get(a), f) for a, f in sorted(arrivals.arrivals.items())], devices)))
 
 
-def judge_baseline(run: Run) -> None:
+def judge_baseline(run: Run) -> Learnt:
     """--baseline, once: on the host before it tells its verdict, so that the joiners it names
     hear the drift (and a joiner's own comparison is there to meet the host's); where no
     goodbye is said (a node never seated), at the end of the run."""
     if run.config.baseline is None or run.baseline_judged:
-        return
-    run.baseline_judged = True
+        return Learnt()
     draft = build_report(run)
-    run.findings += baseline.drift_findings(run.config.baseline, draft.nodes, draft.recommend, draft.bandwidth,
-                                            whole=run.role == HOST)
+    return Learnt(tuple(baseline.drift_findings(run.config.baseline, draft.nodes, draft.recommend, draft.bandwidth,
+                                                whole=run.role == HOST)), baseline_judged=True)
 
 
-def judge_buffers(run: Run) -> None:
+def judge_buffers(run: Run) -> Learnt:
     """host.buffers, on the host before it tells its verdict: every node's buffers against its
     paths need what every phase measured (the mesh's round trips, the interfaces' rates, the pair
     test and the figures that fell short), and the joiners it names hear it."""
     result = run.bandwidth
     measured = bw_rules.pair_yardstick(result) if result is not None and result.pairs else None
-    run.findings += buffers_rules.buffer_findings(run.members, run.attempts, run.findings, measured)
+    return Learnt(tuple(buffers_rules.buffer_findings(run.members, run.attempts, run.findings, measured)))
 
 
-def leave(run: Run, seat: rendezvous.Seat) -> None:
-    """The host tells its verdict, then keeps the store up until every joiner has said
-    goodbye (docs/contract.md, "By design"); a joiner hears the verdict before it says goodbye."""
-    run.findings += storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)
-    judge_baseline(run)
-    if run.role == HOST:
-        judge_buffers(run)
-    if run.role != HOST:
-        if not run.host_lost and run.stopped_by is None and run.cluster is None:
-            with run.phase("goodbye"):
-                _hear_verdict(run, seat)
-        seat.goodbye()
-        return
-    if run.host_lost:   # its own store stopped answering it: no joiner can hear its verdict
-        return
-    with run.phase("goodbye"):
-        roster = seat.roster
-        # The host is seated (runner: no goodbye for a node without a rank) by post_roster,
-        # after host_gather: both the roster and what came are there.
-        assert roster is not None and run.arrivals is not None, "the host said goodbye before its roster"
-        arrivals = [e.arrival for e in roster.entries
-                    if e.arrival != seat.arrival and e.rank in run.alive]
-        if run.stopped_by is not None:
-            _tell_stopped(run, seat, roster, arrivals)
-            return
-        _judge_launch(run, seat.exchange, run.arrivals, roster)
-        seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings, fault=run_fault(run)))
-        deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
-        # Joiners started their --timeout a little after the host: with the host's time
-        # all but spent, a goodbye not yet in says nothing about the node.
-        fair = deadline.remaining() >= MIN_PHASE_SECONDS
-        gone = collect(seat.exchange, int, BYE, arrivals, deadline)
-        unheard = set(arrivals) - set(gone)   # once: per entry it was 0.7 s at 4,096 nodes
-        silent = {e.rank: e.hostname for e in roster.entries if e.arrival in unheard}
-        run.findings += (rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
-                         else run_rules.unheard_goodbyes(silent))
+def rejected(seat: rendezvous.Seat) -> Learnt:
+    """The values this node refused, each sender named: said before the goodbye."""
+    return Learnt(tuple(storetrouble_rules.rejected_findings(_rejected(seat), seat.hostnames)))
 
 
-def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: list[int]) -> None:
+def tell_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
+    """The host tells its verdict (launch_judged's findings in it), then keeps the store up until
+    every joiner has said goodbye (docs/contract.md, "By design"); those that did not are lost in
+    the goodbye, or, where the host's time was all but spent, unheard. A host a signal stopped
+    tells that instead."""
+    roster, _ = _seated(run, seat)
+    arrivals = [e.arrival for e in roster.entries
+                if e.arrival != seat.arrival and e.rank in run.alive]
+    if run.stopped_by is not None:
+        return _tell_stopped(run, seat, roster, arrivals)
+    seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings, fault=run_fault(run)))
+    deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
+    # Joiners started their --timeout a little after the host: with the host's time
+    # all but spent, a goodbye not yet in says nothing about the node.
+    fair = deadline.remaining() >= MIN_PHASE_SECONDS
+    gone = collect(seat.exchange, int, BYE, arrivals, deadline)
+    unheard = set(arrivals) - set(gone)   # once: per entry it was 0.7 s at 4,096 nodes
+    silent = {e.rank: e.hostname for e in roster.entries if e.arrival in unheard}
+    return Learnt(tuple(rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
+                        else run_rules.unheard_goodbyes(silent)))
+
+
+def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: list[int]) -> Learnt:
     """A host a signal stopped tells the joiners so on its way out (its verdict, saying the
     stop), and keeps its store up, briefly, until they have said goodbye: each ends its phases
     at its next look (agree.host_word), names nobody for the stop, and is not named lost here.
@@ -119,7 +114,7 @@ def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: lis
     names = {e.arrival: e.hostname for e in roster.entries}
     heard = [names[a] for a in arrivals if a in gone]
     unheard = [names[a] for a in arrivals if a not in gone]
-    run.findings = run_rules.told_stop(run.findings, _listed(heard), _listed(unheard))
+    return Learnt(earlier=tuple(run_rules.told_stop(run.findings, _listed(heard), _listed(unheard))))
 
 
 def _listed(names: list[str]) -> str:
@@ -140,7 +135,7 @@ def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
             for (name, i), why in ex.rejected.items()]
 
 
-def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
+def hear_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
     """The host's findings about this node become its own: a node the host names faulty
     never exits 0 (under Kubernetes each pod's status is what an operator sees)."""
     # As long as the run allows: the host may still be waiting out nodes lost in a phase, and
@@ -149,12 +144,10 @@ def _hear_verdict(run: Run, seat: rendezvous.Seat) -> None:
     try:
         told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
-        run.findings.append(run_rules.verdict_unheard(time.monotonic() - since))
-        return
-    if told.stopped:   # the phases ended here without word of it (the bandwidth phase's own abort)
-        run.hear_host_stopped(told)
-        return
-    run.cluster, run.findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
+        return Learnt((run_rules.verdict_unheard(time.monotonic() - since),))
+    # One that says a signal stopped the host: the phases ended here without word of it (the
+    # bandwidth phase's own abort), and the stop is said.
+    return heard_verdict(run, told)
 
 
 def report_out(run: Run, exit_code: int) -> Callable[[], None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.collect import collect, posted_by
 from netcheck.cluster.store import Exchange
@@ -14,12 +16,12 @@ from netcheck.core.constants import (
     MESH_RESULTS_MARGIN,
 )
 from netcheck.core.deadline import Deadline
-from netcheck.core.meshrecords import Attempt, MeshDone, MeshResults, Offer, PathCauses
-from netcheck.core.model import HOST, ConntrackTable, Member
+from netcheck.core.meshrecords import Attempt, FlaggedPaths, MeshDone, MeshResults, Offer, PathCauses
+from netcheck.core.model import HOST, ConntrackTable, Finding, Member
 from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
 from netcheck.facts.conntrack import read_conntrack
 from netcheck.phases.agree import host_word
-from netcheck.phases.state import Run, seated_rank
+from netcheck.phases.state import Learnt, Lost, Run, seated_rank
 from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import ports as ports_rules
@@ -27,7 +29,7 @@ from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules.registry import HOST_CONNTRACK
 
 
-def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tuple[Attempt, ...]:
+def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Learnt:
     """Listen on every candidate and connect to each target peer's; listeners stay open until
     the host has every node's results, since someone may still be connecting to them.
 
@@ -53,57 +55,64 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> tupl
         table = read_conntrack()
         ex.post(MESH_RESULT, me, MeshResults(me, mine, table))
         if run.role != HOST:
-            done = _host_word(run, ex, deadline)
-            run.flagged = done.flagged if done else mesh_rules.flagged_paths(names, mine)
-            run.causes = done.causes if done else PathCauses()
-            _own_table(run, names, me, mine, table)
-            run.findings += mesh_rules.mesh_findings(names, mine, run.causes, run.members)
-            run.findings += rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
-            return mine
+            done, refused = _host_word(ex, deadline)
+            causes = done.causes if done else PathCauses()
+            findings = refused + _own_table(run, names, me, mine, table, causes) \
+                + mesh_rules.mesh_findings(names, mine, causes, run.members) \
+                + rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
+            return Learnt(tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)), attempts=mine, causes=causes,
+                          flagged=done.flagged if done else mesh_rules.flagged_paths(names, mine))
         # A node that never offered will not report: waiting for its results would make the
         # nodes that did report late for the go-ahead. One is not taken for it before the
         # offers' deadline, though: every node sees the host's list at its own poll, and at
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
         results = collect(ex, MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
-        attempts = judge_attempts(run, names, results)
-        ex.put(ex.key(MESH_DONE), MeshDone(run.flagged, run.causes))
-    judge_mesh(run, names, attempts, _unheard(ex, MESH_RESULT, ranks, results))
-    return attempts
+        paths = judge_attempts(run, names, results)
+        ex.put(ex.key(MESH_DONE), MeshDone(paths.flagged, paths.causes))
+    return judge_mesh(run, names, paths, _unheard(ex, MESH_RESULT, ranks, results))
 
 
-def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResults]) -> tuple[Attempt, ...]:
-    """Every node's connects, as the host takes them from their results; the failed paths and
-    what explains them (the host's word to every node, MeshDone) set on the run."""
+@dataclass(frozen=True)
+class Paths:
+    """Every node's connects as the host takes them, the failed paths and what explains them
+    (the host's word to every node, MeshDone), and each node's table after its connects."""
+    attempts: tuple[Attempt, ...]
+    flagged: FlaggedPaths
+    causes: PathCauses
+    tables_after: dict[int, ConntrackTable | None]
+
+
+def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResults]) -> Paths:
+    """Every node's connects, as the host takes them from their results, with the failed paths
+    and what explains them."""
     # Trust nothing: a node speaks only for the connects it made itself.
     attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
-    run.flagged = mesh_rules.flagged_paths(names, attempts)
-    run.tables_after = {r: res.conntrack for r, res in results.items()}
-    run.causes = mesh_rules.path_causes(run.members, attempts, run.causes.translated,
-                                        conntrack_rules.full_tables(run.members, run.tables_after))
-    return attempts
+    tables = {r: res.conntrack for r, res in results.items()}
+    return Paths(attempts, mesh_rules.flagged_paths(names, attempts), mesh_rules.path_causes(
+        run.members, attempts, run.causes.translated, conntrack_rules.full_tables(run.members, tables)), tables)
 
 
-def judge_mesh(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...], unheard: list[int]) -> None:
+def judge_mesh(run: Run, names: dict[int, str], paths: Paths, unheard: list[int]) -> Learnt:
     """The host's mesh.connect findings, and every node's connection-tracking table judged again
     with its reading after the mesh (in place of the rendezvous's), the connects a full one left
     unanswered quoted; the nodes whose results never came (unheard) lost in the mesh."""
-    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK] + \
-        conntrack_rules.table_findings(run.members, run.tables_after, attempts=attempts)
-    run.findings += mesh_rules.mesh_findings(names, attempts, run.causes, run.members)
-    run.lose("mesh", names, unheard)
+    findings = conntrack_rules.table_findings(run.members, paths.tables_after, attempts=paths.attempts) \
+        + mesh_rules.mesh_findings(names, paths.attempts, paths.causes, run.members)
+    return Learnt(tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)), attempts=paths.attempts,
+                  flagged=paths.flagged, causes=paths.causes, tables_after=paths.tables_after,
+                  lost=Lost("mesh", names, tuple(unheard)))
 
 
 def _own_table(run: Run, names: dict[int, str], me: int, mine: tuple[Attempt, ...],
-               table: ConntrackTable | None) -> None:
+               table: ConntrackTable | None, causes: PathCauses) -> list[Finding]:
     """A joiner's table after its connects, judged for itself (in place of its local phase's
-    view) with the connects it left unanswered; and the full tables the host told of, where
-    they explain this node's own connects."""
-    told = tuple(f for f in run.causes.full_tables if f.rank != me)
+    view) with the connects it left unanswered; and the full tables the host told of (causes),
+    where they explain this node's own connects."""
+    told = tuple(f for f in causes.full_tables if f.rank != me)
     own = conntrack_rules.table_findings((Member(me, run.local_facts),), {me: table},
                                          ports_rules.own_size(run.local_facts.launch), attempts=mine)
-    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK] + own + \
-        conntrack_rules.told_findings(names, told, mine, run.local_facts)
+    return own + conntrack_rules.told_findings(names, told, mine, run.local_facts)
 
 
 def _usable(ex: Exchange, offers: dict[int, Offer]) -> dict[int, Offer]:
@@ -126,15 +135,14 @@ def _unheard(ex: Exchange, name: str, ids: list[int], heard: dict) -> list[int]:
     return [i for i in ids if i not in heard and (name, i) not in ex.rejected]
 
 
-def _host_word(run: Run, ex: Exchange, deadline: Deadline) -> MeshDone | None:
+def _host_word(ex: Exchange, deadline: Deadline) -> tuple[MeshDone | None, list[Finding]]:
     """The host's go-ahead, waited for until the deadline (None: it did not come, or did not
     decode); a host that died raises instead. One this node cannot read is said: the paths it
     then goes on with are its own connects', not the cluster's."""
     key = ex.key(MESH_DONE)
     try:
-        return host_word(ex, MeshDone, key, deadline)
+        return host_word(ex, MeshDone, key, deadline), []
     except TimeoutError:
-        return None
+        return None, []
     except codec.DecodeError as e:
-        run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
-        return None
+        return None, [rdzv_rules.hosts_message_refused(key, str(e))]

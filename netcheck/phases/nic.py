@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from netcheck.core.model import HOST
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import nic as nic_rules
+from netcheck.rules.registry_judges import InterfaceRecords, judged
 
 
-def judge_interfaces(run: Run) -> None:
+def judge_interfaces(run: Run) -> Learnt:
     """Each library's choice on each node, held against what the mesh proved."""
     members = run.members
     # Only the host hears every node's connects, so only it can prove an interface works;
@@ -17,14 +18,12 @@ def judge_interfaces(run: Run) -> None:
     attempts = mesh_rules.judged_attempts(run.attempts, run.causes)
     seen = nic_rules.proven_interfaces(members, attempts)   # a joiner's: its own connects only
     proven = seen if host and attempts else None
-    run.findings += nic_rules.route_findings(members, attempts, seen)
-    run.findings += nic_rules.nccl_findings(members, proven)
-    run.findings += nic_rules.gloo_findings(members, proven, attempts)
-    run.findings += nic_rules.tp_findings(members, proven, attempts)
+    records = InterfaceRecords(members, attempts, seen, proven)
+    findings = judged("nic", records)
     if not host:
-        return
-    run.findings += nic_rules.ib_findings(members)
-    if proven is not None:
-        run.findings += nic_rules.mtu_findings(members, attempts)
-        run.findings += nic_rules.speed_findings(members, proven)
-        run.recommendation = nic_rules.recommendation(members, proven)
+        return Learnt(tuple(findings))
+    findings += judged("nic.host", records)
+    if proven is None:
+        return Learnt(tuple(findings))
+    findings += judged("nic.proven", records)
+    return Learnt(tuple(findings), recommendation=nic_rules.recommendation(members, proven))

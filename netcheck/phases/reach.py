@@ -7,6 +7,7 @@ import dataclasses
 import ipaddress
 import socket
 
+from netcheck.core.budget import TimeBudget
 from netcheck.core.constants import LOCAL_HOST_GRACE, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
@@ -14,6 +15,7 @@ from netcheck.core.model import (
     JOINER,
     Finding,
     Member,
+    NodeFacts,
     Probe,
     SilentNameserver,
     SlowNameserver,
@@ -25,7 +27,7 @@ from netcheck.facts.conntrack import read_conntrack
 from netcheck.facts.listener import PortTaken, listen, port_holders
 from netcheck.facts.nameservers import ask_nameservers, lookup_bound, nameserver_look
 from netcheck.facts.probe import Lookup, lookup, named_in, probe_all, reach, resolve_addresses
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run
 from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import ports as ports_rules
@@ -34,33 +36,34 @@ from netcheck.rules import reach as reach_rules
 from netcheck.rules.registry import CONNTRACK_FULL, HOST_CONNTRACK, RDZV_REACH, RESOLVE_SILENT, RESOLVE_SLOW
 
 
-def reached(run: Run) -> bool:
-    """A joiner's probe of the endpoint. One that points at this very node (its own address,
-    or loopback) while it is not rank 0 waits only as long as a host on this machine needs
-    to start listening: past that, the launch line is wrong, and waiting cannot fix it."""
+def reached(run: Run) -> tuple[bool, Learnt]:
+    """A joiner's probe of the endpoint, run under the reach phase: whether it goes on to the
+    rendezvous, and what it learnt. One that points at this very node (its own address, or
+    loopback) while it is not rank 0 waits only as long as a host on this machine needs to start
+    listening: past that, the launch line is wrong, and waiting cannot fix it."""
     rdzv = run.config.rdzv
-    with run.phase("reach"):
-        ask_nameservers()   # answered while the endpoint is looked up and probed
-        resolved = lookup(rdzv.host, rdzv.port, lookup_bound(run.join_deadline))
-        itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.local_facts)
-        found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
-                      resolved=resolved, answer_by=_answer_by(run))
-        run.facts = dataclasses.replace(run.local_facts, reach=found)
-        silent, slow = nameserver_look(run.join_deadline)
-        _slow_lookups(run, found.resolve_seconds, slow)
-        mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, run.local_facts, found.outcome)
-        # What squats on a port of this very machine can be named here.
-        mine = set(found.addresses) & set(address_owners(run.local_facts.nics))
-        holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
-        # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
-        own = reach_rules.reach_findings(found, run.my_ranks(), holders, silent, slow, run.config.launch)
-        if found.outcome == "filtered" and (table := _table_explains(run, found.probes)):
-            own = [f for f in own if f.check != RDZV_REACH] + table   # its own table dropped them
-        run.findings += [f for f in own if not (mistakes and f.check == RDZV_REACH)] + mistakes
-        run.findings += _nameserver_findings(run, own, silent, slow)
-        run.findings += _variables_findings(run, found.addresses)
-    found_now = run.local_facts.reach   # None where the phase failed before the probe
-    return found_now is not None and found_now.outcome == "open" and not mistakes
+    ask_nameservers()   # answered while the endpoint is looked up and probed
+    resolved = lookup(rdzv.host, rdzv.port, lookup_bound(run.join_deadline))
+    itself = endpoint_rules.points_at_itself(tuple(s[0] for _, s in resolved[0]), run.local_facts)
+    found = reach(rdzv.host, rdzv.port, run.join_deadline.within(LOCAL_HOST_GRACE) if itself else run.join_deadline,
+                  resolved=resolved, answer_by=_answer_by(run))
+    facts = dataclasses.replace(run.local_facts, reach=found)
+    silent, slow = nameserver_look(run.join_deadline)
+    budget = _slower(run, found.resolve_seconds, slow)
+    mistakes = endpoint_rules.endpoint_findings(rdzv, found.addresses, facts, found.outcome)
+    # What squats on a port of this very machine can be named here.
+    mine = set(found.addresses) & set(address_owners(facts.nics))
+    holders = tuple(port_holders(rdzv.port)) if mine and found.outcome == "not_store" else ()
+    # A refusal the launch line explains gets its fix, not rdzv.reach's "start the host first".
+    own = reach_rules.reach_findings(found, run.my_ranks(), holders, silent, slow, run.config.launch)
+    table = _table_explains(run, facts, found.probes) if found.outcome == "filtered" else []
+    if table:
+        own = [f for f in own if f.check != RDZV_REACH] + table   # its own table dropped them
+    findings = [f for f in own if not (mistakes and f.check == RDZV_REACH)] + mistakes \
+        + _nameserver_findings(run, own, silent, slow) \
+        + _variables_findings(run, facts, found.addresses, (budget or run.budget).join)
+    return found.outcome == "open" and not mistakes, Learnt(
+        tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)) if table else frozenset(), facts=facts, budget=budget)
 
 
 def _nameserver_findings(run: Run, endpoint: list[Finding], silent: tuple[SilentNameserver, ...],
@@ -73,12 +76,12 @@ def _nameserver_findings(run: Run, endpoint: list[Finding], silent: tuple[Silent
                                          run.config.launch, on_rank0=run.role == HOST)
 
 
-def _slow_lookups(run: Run, lookup_seconds: float, slow: tuple[SlowNameserver, ...]) -> None:
-    """Where this node's lookups are slow (the endpoint's, or its nameserver's answer), the
-    join lasts longer: the joiners behind that resolver come later (TimeBudget.slow_lookups)."""
+def _slower(run: Run, lookup_seconds: float, slow: tuple[SlowNameserver, ...]) -> TimeBudget | None:
+    """Where this node's lookups are slow (the endpoint's, or its nameserver's answer), the join
+    lasts longer: the joiners behind that resolver come later (TimeBudget.slow_lookups). None:
+    they are not slow."""
     seconds = max([lookup_seconds, *(s.seconds for s in slow)])
-    if seconds >= SLOW_LOOKUP:
-        run.budget = run.budget.slow_lookups(seconds, run.config.phases)
+    return run.budget.slow_lookups(seconds, run.config.phases) if seconds >= SLOW_LOOKUP else None
 
 
 def _answer_by(run: Run) -> Deadline:
@@ -122,17 +125,20 @@ def take_role(run: Run) -> bool:
                 run.listener.close()
                 run.listener = None
                 # Its own full table, where that is why, in place of the local phase's word on it.
-                said = _table_explains(run, own) or [reach_rules.firewalled_finding(run.config.rdzv.port, own)]
-                run.findings += said
+                table = _table_explains(run, run.local_facts, own)
+                if table:
+                    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK]
+                run.findings += table or [reach_rules.firewalled_finding(run.config.rdzv.port, own)]
                 return False
             run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
             silent, slow = nameserver_look(run.join_deadline)
-            _slow_lookups(run, resolved[2], slow)
+            run.budget = _slower(run, resolved[2], slow) or run.budget
             own_endpoint = _own_endpoint_findings(run, resolved, silent, slow)
             late = reach_rules.slow_lookup(run.config.rdzv.host, resolved[2], named_in(run.config.rdzv.host), slow,
                                            run.my_ranks(), run.config.launch, on_rank0=True) if resolved[0] else []
             run.findings += _nameserver_findings(run, late + own_endpoint, silent, slow) + late + own_endpoint
-            run.findings += _variables_findings(run, tuple(s[0] for _, s in resolved[0]))
+            run.findings += _variables_findings(run, run.local_facts, tuple(s[0] for _, s in resolved[0]),
+                                                run.join_deadline)
             return True
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
@@ -142,19 +148,17 @@ def take_role(run: Run) -> bool:
     return False
 
 
-def _table_explains(run: Run, probes: tuple[Probe, ...]) -> list[Finding]:
+def _table_explains(run: Run, facts: NodeFacts, probes: tuple[Probe, ...]) -> list[Finding]:
     """This node's own connects went unanswered: where its connection-tracking table is full
     (read now, or before netcheck's first socket) and nothing but silence came, the table is the
-    cause, named with them in place of the local phase's view of it; [] where it is not."""
+    cause, named with them, to stand in place of the local phase's view of it (host.conntrack's
+    earlier findings withdrawn); [] where it is not."""
     if not conntrack_rules.unanswered_probes(probes):
         return []
-    me = (Member(-1 if run.rank is None else run.rank, run.local_facts),)
+    me = (Member(-1 if run.rank is None else run.rank, facts),)
     found = conntrack_rules.table_findings(me, {me[0].rank: read_conntrack()}, ports_rules.own_size(run.config.launch),
                                            probes=probes, read=conntrack_rules.READ_AT_REACH)
-    if not any(f.kind == CONNTRACK_FULL for f in found):
-        return []
-    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK]
-    return found
+    return found if any(f.kind == CONNTRACK_FULL for f in found) else []
 
 
 def _own_endpoint_findings(run: Run, resolved: Lookup, silent: tuple[SilentNameserver, ...],
@@ -203,9 +207,11 @@ def _loopback(addresses: tuple[str, ...]) -> bool:
     return any(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
-def _variables_findings(run: Run, endpoint_addresses: tuple[str, ...]) -> list[Finding]:
-    """launch.env on this node: MASTER_ADDR looked up only when it is spelt differently."""
-    master = run.local_facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
+def _variables_findings(run: Run, facts: NodeFacts, endpoint_addresses: tuple[str, ...],
+                        join: Deadline) -> list[Finding]:
+    """launch.env on this node: MASTER_ADDR looked up (within the join's deadline) only when it is
+    spelt differently."""
+    master = facts.launch.variables.get("MASTER_ADDR", "").strip("[]")
     same = not master or master == run.config.rdzv.host
-    master_addresses = endpoint_addresses if same else resolve_addresses(master, lookup_bound(run.join_deadline))[0]
-    return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, run.local_facts)
+    master_addresses = endpoint_addresses if same else resolve_addresses(master, lookup_bound(join))[0]
+    return endpoint_rules.flags_findings(run.config.rdzv, endpoint_addresses, master_addresses, facts)

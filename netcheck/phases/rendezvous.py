@@ -19,10 +19,9 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.storepeers import StallWatch, port_peers
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run, fold
 from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import endpoint as endpoint_rules
-from netcheck.rules import limits as limits_rules
 from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
@@ -30,6 +29,7 @@ from netcheck.rules import reach as reach_rules
 from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules import translation as translation_rules
 from netcheck.rules.registry import ENDPOINT_UNREACHED, HOST_CONNTRACK, HOST_PORTS
+from netcheck.rules.registry_judges import SeatedRecords, judged
 
 
 def host(run: Run) -> rendezvous.Seat | None:
@@ -64,43 +64,38 @@ def host(run: Run) -> rendezvous.Seat | None:
         frames = _frames_to(run, gathered.facts_lost)
         # Read while every joiner waits on the store for the alive list: each one's connection is there.
         peers = port_peers(cfg.rdzv.port)
-        judge_rendezvous(run, gathered, frames, peers, lambda: run.stall_findings(ex),
-                         lambda: _endpoint_findings(run, gathered.missing_ranks))
+        fold(run, judge_rendezvous(run, gathered, frames, peers, lambda: run.stall_findings(ex),
+                                   lambda: _endpoint_findings(run, gathered.missing_ranks)))
     return seat
 
 
 def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...], peers: dict[str, int],
-                     stalls: Callable[[], list[Finding]], endpoint: Callable[[], list[Finding]]) -> None:
-    """The host's rendezvous rules over what it gathered, in the report's order. What only the
-    network tells comes in: the datagram tests of the paths to the nodes whose facts never came
-    (frames), the addresses connected to the store's port (peers), and, asked at their turn,
-    what held the store up (stalls) and where the missing nodes may have gone (endpoint)."""
-    holes = mesh_rules.lost_facts_blackhole(gathered.facts_lost, frames, len(gathered.members))
-    run.findings += holes
+                     stalls: Callable[[], list[Finding]], endpoint: Callable[[], list[Finding]]) -> Learnt:
+    """The host's rendezvous rules over what it gathered (gathered.members), in the report's order.
+    What only the network tells comes in: the datagram tests of the paths to the nodes whose facts
+    never came (frames), the addresses connected to the store's port (peers), and, asked at their
+    turn, what held the store up (stalls) and where the missing nodes may have gone (endpoint)."""
+    members = gathered.members
+    holes = mesh_rules.lost_facts_blackhole(gathered.facts_lost, frames, len(members))
     visitors = tuple(v for v in run.arrivals.visitors.values() if v) if run.arrivals else ()
-    run.causes = PathCauses(translation_rules.translations(run.members, peers, visitors))
-    run.unranked_faulty = rdzv_rules.unranked_at_fault(gathered.facts_lost, holes)
-    run.lost_names = {v.node_rank: v.hostname for v in gathered.facts_lost if v.node_rank is not None}
-    run.findings += reach_rules.reach_summary(run.members)
-    run.findings += reach_rules.slow_lookups(run.members)
+    # Said before the join's findings and the endpoint's, which need more than the members.
+    findings = holes + reach_rules.reach_summary(members) + reach_rules.slow_lookups(members)
     stalled = stalls()
     joined = reach_rules.slow_join_explained(rdzv_rules.join_findings(gathered), run.budget.slow_lookup,
                                              run.join_seconds)
-    run.findings += storetrouble_rules.stall_explained(joined, stalled) + stalled
-    run.findings += endpoint_rules.reached_addresses(run.members)
-    run.findings += endpoint()
-    run.findings += endpoint_rules.shared_variable_findings(run.members)
-    run.findings += reach_rules.resolve_consistency(run.members)
-    run.findings += rdzv_rules.fqdn_findings(run.members)
-    run.findings += rdzv_rules.clock_findings(run.members)
-    run.findings += limits_rules.limit_findings(run.members)
+    findings += storetrouble_rules.stall_explained(joined, stalled) + stalled
+    findings += endpoint_rules.reached_addresses(members) + endpoint()
+    findings += judged("rendezvous", SeatedRecords(members))
     # Every node's range and connection-tracking table, and the endpoint's port in the host's, in
     # place of the host's own view of its own (said in the local phase): before the mesh and the
     # sweep open their sockets.
     # Under torchrun the endpoint is the workers' store, listening already: no connection takes it.
     store_port = None if is_torchrun_worker(run.config.launch) else run.config.rdzv.port
-    run.findings = [f for f in run.findings if f.check not in (HOST_PORTS, HOST_CONNTRACK)] + \
-        ports_rules.range_findings(run.members, store_port) + conntrack_rules.table_findings(run.members)
+    findings += ports_rules.range_findings(members, store_port) + conntrack_rules.table_findings(members)
+    return Learnt(tuple(findings), withdrawn=frozenset((HOST_PORTS, HOST_CONNTRACK)),
+                  causes=PathCauses(translation_rules.translations(members, peers, visitors)),
+                  unranked_faulty=rdzv_rules.unranked_at_fault(gathered.facts_lost, holes),
+                  lost_names={v.node_rank: v.hostname for v in gathered.facts_lost if v.node_rank is not None})
 
 
 def joiner(run: Run) -> rendezvous.Seat | None:

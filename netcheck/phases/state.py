@@ -1,4 +1,5 @@
-"""What one run has learnt so far, and the deadlines its phases share."""
+"""What one run has learnt so far, and the deadlines its phases share; what a phase hands back
+(Learnt) and the one way it is folded into the run (fold, called by the runner)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import logging
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Callable, Iterator
 
 from netcheck.cluster import compat, hostgather, rendezvous
 from netcheck.cluster.store import Exchange
@@ -30,7 +31,6 @@ from netcheck.core.model import (
 from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.linkcounters import link_down
 from netcheck.facts.listener import Listener
-from netcheck.facts.local import hosts_file_names
 from netcheck.phases import stop
 from netcheck.rules import nic as nic_rules
 from netcheck.rules import rdzv as rdzv_rules
@@ -49,6 +49,41 @@ class Outcome:
     report_out: Callable[[], None] = lambda: None  # called once the report is written
 
 
+@dataclass(frozen=True)
+class Lost:
+    """Nodes that stopped answering in a phase (Run.lose names them, and they are not waited for again)."""
+    phase: str
+    names: dict[int, str]    # rank -> hostname of every node the phase asked
+    ranks: tuple[int, ...]   # those it never heard
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What a phase (or a step of one) hands back: its findings and whatever else it learnt. The
+    runner alone folds it into the run (runner.fold); None: the phase did not learn that."""
+
+    findings: tuple[Finding, ...] = ()
+    withdrawn: frozenset[str] = frozenset()   # checks whose earlier findings these replace
+    earlier: tuple[Finding, ...] | None = None   # the earlier findings as they stand now (the host's verdict
+                                                 # merged in, its stop told): in place of the run's
+    cluster: ClusterVerdict | None = None     # a joiner's: the host's verdict about it
+    facts: NodeFacts | None = None
+    budget: TimeBudget | None = None
+    members: tuple[Member, ...] | None = None
+    attempts: tuple[Attempt, ...] | None = None
+    flagged: FlaggedPaths | None = None
+    causes: PathCauses | None = None
+    tables_after: dict[int, ConntrackTable | None] | None = None
+    unranked_faulty: tuple[str, ...] | None = None
+    lost_names: dict[int, str] | None = None
+    recommendation: nic_rules.Recommendation | None = None
+    env_table: tuple[EnvRow, ...] | None = None
+    bandwidth: BandwidthResult | None = None
+    host_lost: bool | None = None             # the host, or the host's own store, named lost
+    baseline_judged: bool | None = None
+    lost: Lost | None = None
+
+
 def seated_rank(seat: rendezvous.Seat) -> int:
     """The rank of this node's seat, for the phases after the rendezvous: runner._run_phases
     runs none of them for a node that was not seated (seat.rank is None)."""
@@ -64,8 +99,11 @@ class Run:
     progress: Callable[[str], None]
     # What a lost host's joiner asks of the path to it (phases.hostpath): I/O, which the run's
     # state leaves to the phases, as it leaves printing to `progress`.
-    ask_host_path: Callable[[Run], bool]  # whether the path to the host drops full-size frames
+    ask_host_path: Callable[[Run], tuple[bool, tuple[Finding, ...]]]  # whether the path to the host drops
+                                              # full-size frames, and what this node says of it
     started: float = field(default_factory=time.monotonic)   # when --timeout began counting (monotonic)
+    hosts_file: dict[str, str] = field(default_factory=dict)  # address -> name in this node's /etc/hosts
+                                              # (facts.local.hosts_file_names, read once at the start)
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None
@@ -96,7 +134,7 @@ class Run:
     stalls_named: int = 0   # the host's store stalls (a joiner's held-up requests) named so far
     baseline_judged: bool = False   # --baseline compared (goodbye.judge_baseline): once, before the verdict is told
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.budget = TimeBudget(self.config.timeout, self.started)
         self.rank = self.config.launch.node_rank
 
@@ -127,7 +165,7 @@ class Run:
         return self.budget.goodbye
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str) -> Iterator[None]:
         self.progress(f"{name}...")
         log.debug("phase %s: start, %.3f s left", name, self.deadline.remaining())
         start = time.monotonic()
@@ -173,8 +211,7 @@ class Run:
         """A joiner heard the host say a signal stopped it: its verdict is kept (its findings about
         this node are this node's own), and the stop said once, naming no node."""
         if self.cluster is None:
-            self.cluster, self.findings = run_rules.with_host_verdict(told, self.my_ranks(), self.findings)
-            self.findings.append(run_rules.host_stopped_finding(told))
+            fold(self, heard_verdict(self, told))
 
     def lose(self, phase: str, names: dict[int, str], ranks: list[int]) -> None:
         """Nodes that stopped answering in `phase`: named there, and not waited for again;
@@ -210,7 +247,6 @@ class Run:
         if ex.watch is not None:
             stalls = ex.watch.stalls[self.stalls_named:]
             self.stalls_named += len(stalls)
-            # /etc/hosts read only where a stall is to be judged, not in every phase.
             return storetrouble_rules.store_stall_findings(tuple(stalls), self.members,
                                                    self.known_addresses()) if stalls else []
         waits = ex.held_up[self.stalls_named:]
@@ -221,26 +257,66 @@ class Run:
         """address -> name of the machines the host knows of beside the seated nodes: its
         /etc/hosts, and the addresses the visitors' records give (a node kept out is known)."""
         visitors = self.arrivals.visitors.values() if self.arrivals else ()
-        return hosts_file_names() | {v.address: v.hostname for v in visitors if v and v.address}
+        return self.hosts_file | {v.address: v.hostname for v in visitors if v and v.address}
 
     def lose_host(self, phase: str, seen: str = "") -> None:
-        """The host died, or the path to it: named once, in the phase it happened, with what
-        this node's store client saw of it; the path to it is asked at once (ask_host_path)."""
-        if not self.host_lost:
-            self.host_lost = True
-            blackhole = self.ask_host_path(self)
-            self.findings += rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole,
-                                                      self.own_links_down(), self.my_ranks())
+        """The host died, or the path to it: named once, in the phase it happened (host_lost_findings)."""
+        self.findings += self.host_lost_findings(phase, seen)
+        self.host_lost = True
 
     def lose_store(self, phase: str, seen: str) -> None:
         """This node's connection to the host's store broke, or a request went unanswered to
+        the run's end: named once, in the phase it happened (store_lost_findings)."""
+        self.findings += self.store_lost_findings(phase, seen)
+        self.host_lost = True
+
+    def host_lost_findings(self, phase: str, seen: str = "") -> tuple[Finding, ...]:
+        """The host died, or the path to it: what this node's store client saw of it, and the path
+        to it asked at once (ask_host_path); () where the host was named lost already."""
+        if self.host_lost:
+            return ()
+        blackhole, said = self.ask_host_path(self)
+        return said + tuple(rdzv_rules.lost_findings(phase, {0: "the host"}, [0], seen, blackhole,
+                                                     self.own_links_down(), self.my_ranks()))
+
+    def store_lost_findings(self, phase: str, seen: str) -> tuple[Finding, ...]:
+        """This node's connection to the host's store broke, or a request went unanswered to
         the run's end (Exchange): on a joiner the host is lost; on the host its own store stopped
-        answering it, and the joiners lost it too. Named once, in the phase it happened."""
+        answering it, and the joiners lost it too. () where that was said already."""
         if self.role != HOST:
-            self.lose_host(phase, seen)
-        elif not self.host_lost:
-            self.host_lost = True
-            self.findings.append(rdzv_rules.own_store_lost(phase, self.my_ranks(), self.config.rdzv.port, seen))
+            return self.host_lost_findings(phase, seen)
+        if self.host_lost:
+            return ()
+        return (rdzv_rules.own_store_lost(phase, self.my_ranks(), self.config.rdzv.port, seen),)
 
     def my_ranks(self) -> tuple[int, ...]:
         return () if self.rank is None else (self.rank,)
+
+
+# Learnt's fields that set the run's field of their name; findings, withdrawn and lost are folded apart.
+_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "earlier", "lost"))
+
+
+def fold(run: Run, learnt: Learnt) -> None:
+    """What a phase learnt, into the run: its findings after the earlier ones (less those it
+    withdrew), the nodes it lost named there, and what else it learnt in place of the run's (after
+    the loss: a host whose own links went down is judged by the interfaces of its earlier connects)."""
+    if learnt.earlier is not None:
+        run.findings = list(learnt.earlier)
+    if learnt.withdrawn:
+        run.findings = [f for f in run.findings if f.check not in learnt.withdrawn]
+    run.findings += learnt.findings
+    if learnt.lost is not None:
+        run.lose(learnt.lost.phase, learnt.lost.names, list(learnt.lost.ranks))
+    for name in _SET:
+        if (value := getattr(learnt, name)) is not None:
+            setattr(run, name, value)
+
+
+def heard_verdict(run: Run, told: ClusterVerdict) -> Learnt:
+    """A joiner heard the host's verdict: its findings about this node become this node's own
+    (the attributions the host made better in place of its own); where a signal stopped the host,
+    that is said once, naming no node."""
+    cluster, findings = run_rules.with_host_verdict(told, run.my_ranks(), run.findings)
+    stopped = (run_rules.host_stopped_finding(told),) if told.stopped else ()
+    return Learnt(stopped, earlier=tuple(findings), cluster=cluster)

@@ -1,5 +1,6 @@
 """Every check netcheck reports, in one table: the single source of check ids and kinds.
-(Over 500 lines by design: the table is the point, one place to read every id, kind and test.)
+Longer than 500 lines: the table is the point, one place to read every id, kind, rule and test;
+the judges that run its rules over each stage's records are its other half (registry_judges).
 
 A check id leads here, and from here in one hop each to the rules that build its findings
 (`rules`, functions of netcheck.rules: every function that builds a Finding is listed), the
