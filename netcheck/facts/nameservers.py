@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import LOOKUP_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import SilentNameserver, SlowNameserver
+from netcheck.core.model import Route, SilentNameserver, SlowNameserver
+from netcheck.facts.routes import route_to
 
 RESOLV_CONF = "/etc/resolv.conf"
 NSSWITCH_CONF = "/etc/nsswitch.conf"
@@ -102,6 +103,7 @@ class _Asking:
         self.start = time.monotonic()
         self.answered: dict[str, float | None] = {}
         self.unreachable: set[str] = set()
+        self.routes: dict[str, Route | None] = {}
         self.threads = [threading.Thread(target=_ask_nameserver, daemon=True,
                                          args=(s, self.resolver.server_wait(i), self.answered, self.unreachable))
                         for i, s in enumerate(self.resolver.servers)]
@@ -115,11 +117,19 @@ class _Asking:
             left = until - time.monotonic()
             t.join(max(0.0, min(left, deadline.remaining()) if deadline is not None else left))
         waited = round(time.monotonic() - self.start, 1)
-        silent = tuple(SilentNameserver(s, RESOLV_CONF, min(waited, r.server_wait(i)), r.attempts * r.server_wait(i))
+        silent = tuple(SilentNameserver(s, RESOLV_CONF, min(waited, r.server_wait(i)), r.attempts * r.server_wait(i),
+                                        self.route(s))
                        for i, s in enumerate(r.servers) if self.answered.get(s) is None)
         slow = tuple(SlowNameserver(s, RESOLV_CONF, round(took, 2)) for s in r.servers
                      if (took := self.answered.get(s)) is not None and took >= SLOW_LOOKUP)
         return silent, slow
+
+    def route(self, server: str) -> Route | None:
+        """The kernel's way to a server that did not answer (read once: two `ip` commands),
+        which tells a silent server from an address no machine answers ARP / NDP for."""
+        if server not in self.routes:
+            self.routes[server] = route_to(server)
+        return self.routes[server]
 
     def withheld_wait(self, deadline: Deadline | None) -> float:
         self.look(deadline)
