@@ -1123,7 +1123,10 @@ class SlowResolver(Fault):
         self._serve(run)   # the nameserver still answers late when the job comes
 
     def expect(self, sched, run):
-        present = sorted(taking_part(sched))
+        # A node whose prefix hides the nameserver (wrong_prefix, in the other rack) never hears
+        # it: it names it out of its reach instead (WrongPrefix.expect).
+        hidden = {f.node for f in sched.faults if f.kind == "wrong_prefix" and rack_of(f.node) != rack_of(0)}
+        present = sorted(set(taking_part(sched)) - hidden)
         return Expect(warns=True, blame=[
             b for n in present for b in (Blame(n, ("rdzv.resolve",), ("resolver_slow",), severity="warn"),
                                          Blame(n, ("rdzv.resolve",), ("resolver_slow",), severity="warn",
