@@ -1,4 +1,4 @@
-"""What an interface's link says its subnet is (facts/leases.py, facts/probe.link_prefixes):
+"""What an interface's link says its subnet is (facts/leases.py, facts/routes.link_prefixes):
 DHCP leases as networkd, NetworkManager and dhclient save them, expired ones skipped, and the
 prefixes a router advertises (the kernel's `proto ra` routes), from files and command output
 built here."""
@@ -10,7 +10,7 @@ import socket
 import time
 
 from netcheck.core.model import LinkPrefix
-from netcheck.facts import leases, probe
+from netcheck.facts import leases, routes
 
 NOW = 1_750_000_000.0
 
@@ -77,8 +77,8 @@ def test_the_prefixes_a_router_advertises_are_the_routes_that_expire_with_it(mon
                 "default via fe80::1 proto ra metric 1024 expires 1790sec hoplimit 64 pref medium",
                 "2001:db8:1::/64 via fe80::1 proto ra metric 1024 pref medium"]   # a route option: not on-link
 
-    monkeypatch.setattr(probe, "_ip_lines", ip_lines)
-    found = probe.link_prefixes("eth0", "-6")
+    monkeypatch.setattr(routes, "_ip_lines", ip_lines)
+    found = routes.link_prefixes("eth0", "-6")
     assert asked == [("-6", "route", "show", "table", "main", "dev", "eth0")]
     ra = "its router's advertisement"
     assert found == (LinkPrefix("2001:db8::/64", ra, "ip -6 route: 2001:db8::/64 dev eth0 proto kernel metric 256 "

@@ -41,5 +41,5 @@ def test_a_refusal_on_loopback_is_not_rationed():
     (or it answers: either way no lookup waits for it)."""
     answered: dict[str, float | None] = {}
     unreachable: set[str] = set()
-    _ask_nameserver("127.0.0.1", 2.0, answered, unreachable)
+    _ask_nameserver("127.0.0.1", 2.0, answered, unreachable, {})
     assert unreachable == set() and answered["127.0.0.1"] is not None

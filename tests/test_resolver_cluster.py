@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import NETNS_ETC, _write_in_place
+from cluster import NETNS_ETC, NodeSpec, _write_in_place
 from faults import Agent, assert_survivor, finish_each, nodes, ranked_args
-from nodes import CLUSTER_TIMEOUT, PORT, SKIP_BANDWIDTH, read_report, scaled, start
+from nodes import CLUSTER_TIMEOUT, PORT, SKIP_BANDWIDTH, explain, read_report, scaled, start
 from test_torchrun_cluster import run_both, torchrun
 
 pytestmark = pytest.mark.root_required
@@ -33,7 +33,9 @@ def _dead_nameserver(c) -> None:
 
 
 def _silent_resolver(report: dict) -> list[dict]:
-    return [f for f in report["findings"] if f["check"] == "rdzv.resolve" and f["kind"] == "resolver_silent"]
+    """The node's word on a nameserver that did not answer: silent, or no machine at its address."""
+    return [f for f in report["findings"] if f["check"] == "rdzv.resolve"
+            and f["kind"] in ("resolver_silent", "nameserver_no_machine")]
 
 
 def test_a_healthy_cluster_behind_a_dead_nameserver_passes_and_names_it(cluster, tmp_path):
@@ -47,21 +49,30 @@ def test_a_healthy_cluster_behind_a_dead_nameserver_passes_and_names_it(cluster,
         assert not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
         (silent,) = _silent_resolver(report)
         assert silent["severity"] == "warn" and silent["nodes"] == [report["node_rank"]], silent
+        assert silent["kind"] == "nameserver_no_machine" and "no machine answered at" in silent["summary"], silent
         assert DEAD_NAMESERVER in silent["evidence"][0] and "/etc/resolv.conf" in silent["evidence"][0]
     host = runs[0].report
     assert [n["hostname"] for n in host["nodes"]] == ["node0", "node1", "node2"]
 
 
-def test_a_name_only_dns_knows_behind_a_dead_nameserver_is_said_unanswered(cluster, tmp_path):
+@pytest.mark.parametrize("machine", [False, True], ids=["no_machine", "drops_dns"])
+def test_a_name_only_dns_knows_behind_a_dead_nameserver_is_said_unanswered(cluster, tmp_path, machine):
+    """No machine at the nameserver's address: ARP for it went unanswered, and the node says so;
+    a machine there that drops DNS (it answers ARP): a silent nameserver, to repair."""
     with cluster(nodes(2)) as c:
         _dead_nameserver(c)
+        if machine:
+            assert c.run(0, ["iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "DROP"], 10).returncode == 0
+            for node in c.nodes:
+                _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {c.nodes[0].addr}\n")
         run = start(c, 1, ["--rdzv", f"rdzv.example:{PORT}", "--nnodes", "2", "--node-rank", "1",
                            "--timeout", str(CLUSTER_TIMEOUT)], tmp_path)
         finish_each([run], CLUSTER_TIMEOUT + 10)
     report = assert_survivor(run, CLUSTER_TIMEOUT, codes=(2,))   # its own resolver: this node's fault
     (failed,) = [f for f in report["findings"] if f["check"] == "rdzv.resolve" and f["severity"] == "fail"]
-    assert failed["kind"] == "resolver_silent" and failed["nodes"] == [1], failed
-    assert any(DEAD_NAMESERVER in line for line in failed["evidence"]), failed
+    assert failed["kind"] == ("resolver_silent" if machine else "nameserver_no_machine"), failed
+    assert failed["nodes"] == [1] and ("repair the nameserver" in failed["fix"]) == machine, failed
+    assert any((c.nodes[0].addr if machine else DEAD_NAMESERVER) in line for line in failed["evidence"]), failed
 
 
 UNROUTED_NAMESERVER = "198.19.250.53"   # on no network the nodes' gateway has a route to
@@ -157,3 +168,33 @@ def test_a_nameserver_that_answers_late_is_named_slow_and_every_node_joins(clust
     if late:   # the host's word over its joiners: their seconds, each
         (joiners,) = [f for f in _slow_resolver(host) if f["nodes"] == [1, 2]]
         assert all("node0.cluster answered in 4." in line for line in joiners["evidence"]), joiners
+
+
+def test_a_nameserver_the_nodes_prefix_hides_is_named_with_the_prefix_not_as_silent(cluster, tmp_path):
+    """Campaign 63204 #32 (issue 63): node2, configured /16 where the racks are /24, takes the
+    other rack's addresses for its own link; its nameserver, on node0 in that rack, answers every
+    other node, and ARP for it goes unanswered here. It was "did not answer ... repair the
+    nameserver": it is out of the node's reach, the prefix the thing to compare. Its control,
+    node1 beside it with the rack's prefix, resolves the endpoint's name there and joins."""
+    timeout = CLUSTER_TIMEOUT
+    with cluster([NodeSpec(rack=0), NodeSpec(rack=1), NodeSpec(rack=1, prefixlen=16)], racks=2) as c:
+        nameserver = c.nodes[0].addr
+        for node in c.nodes:
+            _write_in_place(NETNS_ETC / node.ns / "nsswitch.conf", "hosts: files dns\n")
+            _write_in_place(NETNS_ETC / node.ns / "resolv.conf", f"nameserver {nameserver}\n")
+            # node0.cluster, the endpoint's name, only its nameserver knows
+            c.write_hosts(node.index, [*c.hosts_lines(node.index, omit=[0]), f"{nameserver} node0"])
+        Agent.start(c, 0, "late-nameserver", "0.0.0.0:53", f"node0.cluster={nameserver}", "0").wait_for(
+            "^serving$", timeout)
+        runs = [start(c, i, ["--rdzv", f"node0.cluster:{PORT}", "--nnodes", "3", "--node-rank", str(i),
+                             "--timeout", str(timeout), *SKIP_BANDWIDTH], tmp_path) for i in range(3)]
+        finish_each(runs, timeout + 10)
+    assert [r.rc for r in runs] == [4, 4, 2] and runs[2].report["faulty_nodes"] == ["node2"], explain(runs)
+    (hidden,) = runs[2].findings("rdzv.resolve", "fail")
+    assert (hidden["kind"], hidden["nodes"]) == ("nameserver_no_machine", [2]), hidden
+    assert f"its nameserver {nameserver} is out of this node's reach: no machine answered at {nameserver} on eth0 " \
+           "(ARP got no reply" in hidden["summary"], hidden
+    assert "its prefix (198.18.0.0/16)" in hidden["fix"] and "repair the nameserver" not in hidden["fix"], hidden
+    assert not runs[2].findings("rdzv.reach"), runs[2].report["findings"]
+    (resolved,) = runs[1].findings("rdzv.resolve")
+    assert resolved["severity"] == "pass" and nameserver in resolved["summary"], resolved

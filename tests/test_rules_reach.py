@@ -419,3 +419,49 @@ def test_an_address_a_router_could_not_deliver_to_is_not_this_nodes_missing_rout
                               "on the way could not deliver to 10.9.0.4 (Network is unreachable)")
     assert routed.fix.startswith("check the address (node0 comes from /etc/hosts line 4)")
     assert "traceroute 10.9.0.4" in routed.fix
+
+
+def hidden_nameserver(state: str = "FAILED", link: tuple[LinkPrefix, ...] = (),
+                      shared: tuple[str, ...] = ()) -> SilentNameserver:
+    """A nameserver on another rack (10.0.1.53) that this node, configured /16 where the racks
+    are /24, takes for its own link: its query went unanswered, and ARP with it."""
+    route = Route("eth0", "10.0.0.7", None, state, shared, "10.0.0.0/16", "10.0.0.1", link)
+    return SilentNameserver("10.0.1.53", "/etc/resolv.conf", 5.0, 10.0, route)
+
+
+def test_a_nameserver_no_machine_answered_arp_for_is_the_nodes_network_not_the_server():
+    """Issue 63 (campaign 63204 #32): "repair the nameserver" sent the user to a server that
+    answered every other node; this node's prefix put its address on a link where nobody is."""
+    gone = reach("dns", (), addresses=(), host="node0.cluster", error="Temporary failure in name resolution")
+    (failed,) = reach_rules.reach_findings(gone, (7,), silent=(hidden_nameserver(),))
+    assert (failed.check, failed.severity, failed.kind, failed.nodes) == \
+        ("rdzv.resolve", "fail", "nameserver_no_machine", (7,))
+    assert failed.summary.startswith("node0.cluster does not resolve on this node: its nameserver 10.0.1.53 is out "
+                                     "of this node's reach: no machine answered at 10.0.1.53 on eth0 (ARP got no "
+                                     "reply: FAILED)")
+    assert failed.fix.startswith("check the nameserver's address in /etc/resolv.conf")
+    assert "its prefix (10.0.0.0/16)" in failed.fix and "its router (10.0.0.1)" in failed.fix
+    assert "repair the nameserver" not in failed.fix
+    assert "10.0.1.53: route on the interface's subnet, dev eth0, source 10.0.0.7; neighbour FAILED" in failed.evidence
+    (warned,) = reach_rules.resolver_findings((hidden_nameserver(),), (7,))
+    assert (warned.kind, warned.severity) == ("nameserver_no_machine", "warn") and "waits up to 10 s" in warned.summary
+
+
+def test_a_nameserver_hidden_by_a_prefix_wider_than_the_lease_names_the_prefix_first():
+    (wide,) = reach_rules.resolver_findings((hidden_nameserver(link=(LEASE,)),), (7,))
+    assert wide.kind == "nameserver_no_machine" and "only by this node's prefix (10.0.0.0/16)" in wide.summary
+    assert wide.fix.startswith("give eth0 the subnet's prefix (10.0.0.7/24)")
+    assert f"eth0's link: 10.0.0.7/24, from its DHCP lease ({LEASE.detail})" in wide.evidence
+    (taken,) = reach_rules.resolver_findings((hidden_nameserver(shared=("eth1",)),), (7,))
+    assert taken.kind == "nameserver_no_machine" and "several interfaces (eth0, eth1)" in taken.summary
+    assert "metric" in taken.fix
+
+
+@pytest.mark.parametrize("state", ["REACHABLE", "STALE"])
+def test_a_nameserver_whose_machine_answered_arp_is_silent_as_before(state):
+    silent = (hidden_nameserver(state),)
+    (quiet,) = reach_rules.resolver_findings(silent, (7,))
+    assert quiet.kind == "resolver_silent" and quiet.fix == reach_rules.RESOLVER_FIX
+    gone = reach("dns", (), addresses=(), host="node0.cluster", error="Temporary failure in name resolution")
+    (failed,) = reach_rules.reach_findings(gone, (7,), silent=silent)
+    assert (failed.kind, failed.severity) == ("resolver_silent", "fail")

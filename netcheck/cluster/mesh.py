@@ -66,7 +66,8 @@ from netcheck.core.meshrecords import (
 )
 from netcheck.core.model import UNANSWERED
 from netcheck.core.nictable import NicTable, address_owners
-from netcheck.facts.probe import IP_COMMAND_TIMEOUT, error_text, failed_connect, route_to
+from netcheck.facts.probe import error_text, failed_connect
+from netcheck.facts.routes import IP_COMMAND_TIMEOUT, route_to
 
 GREETING = "netcheck-mesh"
 MAX_GREETING = 128

@@ -181,6 +181,9 @@ class SilentNameserver:
     source: Text             # the file that names it
     waited: Seconds          # how long netcheck's query waited
     lookup_wait: Seconds     # what one lookup waits for it: the resolver's timeout x attempts
+    # The kernel's way to it, read once it went unanswered: where ARP / NDP got no reply, no
+    # machine is there to answer (a wrong prefix, a second NIC on its subnet), not a silent server.
+    route: Route | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from netcheck.core.constants import LOOKUP_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import SilentNameserver, SlowNameserver
+from netcheck.core.model import Route, SilentNameserver, SlowNameserver
+from netcheck.facts.routes import route_to
 
 RESOLV_CONF = "/etc/resolv.conf"
 NSSWITCH_CONF = "/etc/nsswitch.conf"
@@ -102,8 +103,10 @@ class _Asking:
         self.start = time.monotonic()
         self.answered: dict[str, float | None] = {}
         self.unreachable: set[str] = set()
+        self.routes: dict[str, Route | None] = {}
         self.threads = [threading.Thread(target=_ask_nameserver, daemon=True,
-                                         args=(s, self.resolver.server_wait(i), self.answered, self.unreachable))
+                                         args=(s, self.resolver.server_wait(i), self.answered, self.unreachable,
+                                               self.routes))
                         for i, s in enumerate(self.resolver.servers)]
         for t in self.threads:
             t.start()
@@ -115,7 +118,8 @@ class _Asking:
             left = until - time.monotonic()
             t.join(max(0.0, min(left, deadline.remaining()) if deadline is not None else left))
         waited = round(time.monotonic() - self.start, 1)
-        silent = tuple(SilentNameserver(s, RESOLV_CONF, min(waited, r.server_wait(i)), r.attempts * r.server_wait(i))
+        silent = tuple(SilentNameserver(s, RESOLV_CONF, min(waited, r.server_wait(i)), r.attempts * r.server_wait(i),
+                                        self.routes.get(s))
                        for i, s in enumerate(r.servers) if self.answered.get(s) is None)
         slow = tuple(SlowNameserver(s, RESOLV_CONF, round(took, 2)) for s in r.servers
                      if (took := self.answered.get(s)) is not None and took >= SLOW_LOOKUP)
@@ -169,13 +173,17 @@ def nameserver_look(deadline: Deadline | None = None) -> Look:
     return _asking.look(deadline) if _asking is not None else ((), ())
 
 
-def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None], unreachable: set[str]) -> None:
+def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None], unreachable: set[str],
+                    routes: dict[str, Route | None]) -> None:
     """answered[server]: seconds to its answer, or to the error that ended the query at once (a
     refusal, no route to it, a router's "network unreachable": the resolver moves on at once,
     and a lookup /etc/hosts answers never waits for it), or None where nothing came in `wait`
     (a silent server), or the error came only after the kernel waited on ARP / NDP for it (an
     address on the link no machine holds: every lookup waits). A server an ICMP error turned
-    away (the error came back for the query: refused, unreachable) is in `unreachable`."""
+    away (the error came back for the query: refused, unreachable) is in `unreachable`. Where
+    nothing came, routes[server]: the kernel's way to it, read at once, while the neighbour
+    table still says whether ARP / NDP was answered (a silent server's machine answers; no
+    machine at the address does not)."""
     start = time.monotonic()
     family = socket.AF_INET6 if ":" in server else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
@@ -190,10 +198,12 @@ def _ask_nameserver(server: str, wait: float, answered: dict[str, float | None],
         try:
             sock.recv(512)
         except socket.timeout:
+            routes[server] = route_to(server)
             answered[server] = None
             return
         except OSError:   # refused, network unreachable: at once
             if time.monotonic() - start >= SLOW_LOOKUP:   # the kernel gave up on ARP / NDP: nobody there
+                routes[server] = route_to(server)
                 answered[server] = None
                 return
             if not ipaddress.ip_address(server.split("%")[0]).is_loopback:   # loopback's errors are not rationed

@@ -16,10 +16,7 @@ listening, or a REJECT rule), filtered (no answer before the probe timeout: a DR
 unreachable (no route), dns (the name does not resolve). Only refused is worth waiting on:
 the host may simply not be up yet. A connect that goes unanswered (filtered, unreachable)
 also reads the kernel's route to the address and the neighbour table's state for the next
-hop (route_to): a DROP rule's machine answers ARP / NDP, an address nobody holds does not.
-Where the address was on-link by the node's own prefix and nobody answered, it also reads what
-the link says its subnet is (link_prefixes: a router's advertised prefix, a DHCP lease), the
-only evidence of a prefix wider than the subnet's that a node has alone: its router is none.
+hop (facts.routes): a DROP rule's machine answers ARP / NDP, an address nobody holds does not.
 
 What accepts is asked in TCPStore's own protocol (torch/csrc/distributed/c10d/
 TCPStoreBackend.hpp, the same for the legacy and the libuv backend): a VALIDATE (query 0 and
@@ -32,33 +29,26 @@ plain sockets, before torch is loaded.
 from __future__ import annotations
 
 import errno
-import functools
 import ipaddress
-import os
 import queue
-import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 
 from netcheck.core.constants import PROBE_RETRY_INTERVAL, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
-    NOBODY_ANSWERED,
     UNANSWERED,
     UNANSWERED_HANDSHAKE,
     UNANSWERED_LOOKUP,
-    LinkPrefix,
     Probe,
     Reach,
-    Route,
 )
 from netcheck.core.storewireops import CHECK, LEGACY_CHECK, STORE_MAGIC, VALIDATE
 from netcheck.facts.bounded import call_with_timeout
-from netcheck.facts.leases import lease_prefixes
 from netcheck.facts.nameservers import hosts_ask_dns, lookup_bound
+from netcheck.facts.routes import route_to
 
 FAMILY_NAMES: dict[int, str] = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6"}   # by family number
 _FILTERED = {errno.ETIMEDOUT, errno.EACCES, errno.EPERM}
@@ -257,81 +247,6 @@ def failed_connect(error: OSError, timeout: float) -> tuple[str, str]:
     if isinstance(error, ConnectionRefusedError):
         return "refused", "connection refused: nothing listens there, or a REJECT rule"
     return ("filtered" if error.errno in _FILTERED else "unreachable"), error_text(error)
-
-
-IP_COMMAND_TIMEOUT = 2.0
-
-
-def route_to(address: str) -> Route | None:
-    """The kernel's way to ADDRESS: the interface and source its route takes, the gateway if
-    any, the neighbour table's state for the next hop, and the other interfaces with a route to
-    the same subnet. None where iproute2 is missing or says nothing."""
-    chosen = _ip_words("route", "get", address)
-    interface, gateway = _after(chosen, "dev"), _after(chosen, "via")
-    if interface is None:
-        return None
-    neighbour = _ip_words("neigh", "show", "to", gateway or address, "dev", interface)
-    state = neighbour[-1] if neighbour and neighbour[-1].isupper() else ""
-    if gateway:
-        return Route(interface, _after(chosen, "src"), gateway, state)
-    family = "-6" if ":" in address else "-4"
-    routes = [line.split() for line in _ip_lines(family, "route", "show", "table", "main", "match", address)]
-    mine = [r[0] for r in routes if _after(r, "dev") == interface and r[0] != "default" and "via" not in r]
-    router = next((_after(r, "via") for r in routes if r[0] == "default" and "via" in r), None)
-    link = link_prefixes(interface, family) if state in NOBODY_ANSWERED else ()
-    return Route(interface, _after(chosen, "src"), None, state, _shared(routes, set(mine), interface),
-                 mine[0] if mine else None, router, link)
-
-
-def link_prefixes(interface: str, family: str) -> tuple[LinkPrefix, ...]:
-    """What INTERFACE's link says its subnet is, besides the node's own prefix: for IPv6 the
-    prefixes its routers advertise (the kernel keeps each as an on-link route that expires with
-    the advertisement; NetworkManager's own are `proto ra`), for IPv4 its DHCP lease
-    (facts.leases)."""
-    if family == "-4":
-        return lease_prefixes(interface)
-    return tuple(LinkPrefix(words[0], "its router's advertisement",
-                            f"ip -6 route: {words[0]} dev {interface} {' '.join(words[1:])}")
-                 for line in _ip_lines("-6", "route", "show", "table", "main", "dev", interface)
-                 if (words := line.split()) and _advertised(words))
-
-
-def _advertised(words: list[str]) -> bool:
-    """An on-link prefix route a router's advertisement made: the kernel's expire with it."""
-    return words[0] not in ("default", "fe80::/64") and "via" not in words and \
-        ("expires" in words or _after(words, "proto") == "ra")
-
-
-def _shared(routes: list[list[str]], subnets: set[str], interface: str) -> tuple[str, ...]:
-    """Interfaces besides INTERFACE with a link route to a subnet of SUBNETS, INTERFACE's."""
-    return tuple(sorted({dev for r in routes if r[0] in subnets and "via" not in r
-                         and (dev := _after(r, "dev")) is not None} - {interface}))
-
-
-def _ip_words(*args: str) -> list[str]:
-    lines = _ip_lines(*args)
-    return lines[0].split() if lines else []
-
-
-@functools.cache
-def _ip_command() -> str | None:
-    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if os.path.exists(p)), None)
-
-
-def _ip_lines(*args: str) -> list[str]:
-    """What `ip ARGS` prints, by line; nothing where iproute2 is missing or fails."""
-    ip = _ip_command()
-    if ip is None:
-        return []
-    try:
-        done = subprocess.run([ip, "-o", *args], capture_output=True, text=True, timeout=IP_COMMAND_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return done.stdout.splitlines() if done.returncode == 0 else []
-
-
-def _after(words: list[str], key: str) -> str | None:
-    return words[words.index(key) + 1] if key in words[:-1] else None
 
 
 HOSTS_FILE = "/etc/hosts"

@@ -33,7 +33,14 @@ from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import reach as reach_rules
-from netcheck.rules.registry import CONNTRACK_FULL, HOST_CONNTRACK, RDZV_REACH, RESOLVE_SILENT, RESOLVE_SLOW
+from netcheck.rules.registry import (
+    CONNTRACK_FULL,
+    HOST_CONNTRACK,
+    RDZV_REACH,
+    RESOLVE_NO_MACHINE,
+    RESOLVE_SILENT,
+    RESOLVE_SLOW,
+)
 
 
 def reached(run: Run) -> tuple[bool, Learnt]:
@@ -71,7 +78,7 @@ def _nameserver_findings(run: Run, endpoint: list[Finding], silent: tuple[Silent
     """This node's silent and slow nameservers, where the endpoint's own findings (its lookup's
     failure, or its late answer) do not name them already."""
     named = {f.kind for f in endpoint}
-    return reach_rules.resolver_findings(() if RESOLVE_SILENT in named else silent, run.my_ranks(),
+    return reach_rules.resolver_findings(() if named & {RESOLVE_SILENT, RESOLVE_NO_MACHINE} else silent, run.my_ranks(),
                                          () if RESOLVE_SLOW in named else slow, run.config.rdzv.host,
                                          run.config.launch, on_rank0=run.role == HOST)
 

@@ -48,6 +48,7 @@ from netcheck.rules.registry import (
     REACH_NOT_STORE,
     REACH_SHARED_SUBNET,
     REACH_WRONG_PREFIX,
+    RESOLVE_NO_MACHINE,
     RESOLVE_SILENT,
     RESOLVE_SLOW,
 )
@@ -81,6 +82,9 @@ def reach_findings(reach: Reach, ranks: tuple[int, ...], holders: tuple[Holder, 
     layout, which a slow lookup costs per rank."""
     endpoint = str(Endpoint(reach.host, reach.port))  # [v6]:port, as --rdzv takes it
     lookup = f"getaddrinfo({reach.host!r}): {reach.resolve_error}"
+    if reach.outcome == "dns" and (hidden := out_of_reach(silent, ranks, FAIL, f"{reach.host} does not resolve on "
+                                                        "this node", (lookup,))):
+        return hidden
     if reach.outcome == "dns" and silent:
         return [Finding(check=RDZV_RESOLVE, severity=FAIL, nodes=ranks,
                         summary=f"{reach.host} does not resolve on this node: its nameserver "
@@ -162,8 +166,11 @@ def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ..
     clients connect to `host`), not a fault of the hosts it slows down. `on_rank0`: this node
     serves the job's store."""
     findings = []
-    if silent:
-        wait = sum(s.lookup_wait for s in silent)
+    wait = sum(s.lookup_wait for s in silent)
+    if hidden := out_of_reach(silent, ranks, WARN, f"every lookup /etc/hosts cannot answer on this node waits up to "
+                              f"{wait:g} s, torch's store connections included"):
+        findings += hidden
+    elif silent:
         findings.append(Finding(check=RDZV_RESOLVE, severity=WARN, nodes=ranks,
                                 summary=f"this node's nameserver {_servers(silent)} does not "
                                 f"answer: every lookup /etc/hosts cannot answer waits up to {wait:g} s for it, torch's "
@@ -177,6 +184,25 @@ def resolver_findings(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ..
                                 f"{lookup_cost(host, late, launch, on_rank0)}", evidence=_slow_lines(slow),
                                 fix=SLOW_FIX, kind=RESOLVE_SLOW))
     return findings
+
+
+def out_of_reach(silent: tuple[SilentNameserver, ...], ranks: tuple[int, ...], severity: str, lead: str,
+                 head: tuple[str, ...] = ()) -> list[Finding]:
+    """A silent nameserver where no machine answered ARP / NDP for its address (or its gateway):
+    this node's own network keeps it out (its prefix, a second NIC on the subnet), and "repair
+    the nameserver" would send its owner to a server that answers everyone else. None where
+    every silent nameserver's next hop answered (a server silent indeed). `lead`: what it
+    costs here; `head`: evidence before the nameservers'."""
+    server = next((s for s in silent if s.route is not None and s.route.nobody_answered), None)
+    if server is None or server.route is None:
+        return []
+    route = server.route
+    what, fix = unreached(server.address, route, f"check the nameserver's address in {server.source} (no machine "
+                             "holds it: a typo, a server moved or down), or name one that answers", "the nameserver")
+    return [Finding(check=RDZV_RESOLVE, severity=severity, nodes=ranks,
+                    summary=f"{lead}: its nameserver {server.address} is out of this node's reach: {what}",
+                    evidence=(*head, *_silent_lines(silent), _route_line(server.address, route), *_link_lines(route)),
+                    fix=fix, kind=RESOLVE_NO_MACHINE)]
 
 
 SLOW_FIX = ("repair the nameserver, or name one that answers at once in /etc/resolv.conf (torch's store looks up the "
@@ -322,42 +348,50 @@ def _nobody_there(reach: Reach) -> Route | None:
 def _no_machine(reach: Reach, route: Route, endpoint: str, ranks: tuple[int, ...],
                 evidence: tuple[str, ...]) -> Finding:
     """No machine answered at the endpoint's address (or its gateway) on the interface the
-    kernel's route takes (`route`, the first address's); where another interface shares the
-    subnet, the route's pick is the cause. An address on the node's own subnet that nobody
-    answers is a stale or wrong address first; a prefix wider than the subnet's only where the
-    link says its subnet is narrower and does not hold the address (wider_than_link), never
-    for the node's router alone: every node has one."""
-    probe = reach.probes[0]
-    asked = "NDP" if probe.family == "ipv6" else "ARP"
-    at = f"{route.gateway} (the gateway)" if route.gateway else probe.address
+    kernel's route takes (`route`, the first address's): unreached says why."""
+    address = reach.probes[0].address
+    lines = evidence + ((f"{reach.host}: {reach.named_in}",) if reach.named_in else ()) + _link_lines(route)
+    what, fix = unreached(address, route, _no_machine_fix(reach), "the host node")
+    kind = REACH_SHARED_SUBNET if route.shared else REACH_WRONG_PREFIX if wider_than_link(route, address) else \
+        REACH_NO_MACHINE
+    named = f"; {reach.host} resolves to {address} from {_source(reach)}" \
+        if reach.named_in and kind != REACH_SHARED_SUBNET else ""
+    return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks, summary=f"{endpoint}: {what}{named}", evidence=lines,
+                   fix=fix, kind=kind)
+
+
+def unreached(address: str, route: Route, address_fix: str, holder: str) -> tuple[str, str]:
+    """(what, the fix) where no machine answered ARP / NDP at ADDRESS (or its
+    gateway) on the interface ROUTE takes; `address_fix`: the fix where the address itself is
+    wrong; `holder`: the machine meant to hold it. Where another interface shares the subnet,
+    the route's pick is the cause. An address on the node's own subnet that nobody answers is a
+    stale or wrong address first; a prefix wider than the subnet's only where the link says its
+    subnet is narrower and does not hold the address (wider_than_link), never for the node's
+    router alone: every node has one."""
+    asked = "NDP" if ":" in address else "ARP"
+    at = f"{route.gateway} (the gateway)" if route.gateway else address
     where = (f"no machine answered at {at} on {route.interface} ({asked} got no reply: {route.neighbour_state}), "
              "so nothing there can listen or filter")
-    lines = evidence + ((f"{reach.host}: {reach.named_in}",) if reach.named_in else ()) + \
-        tuple(f"{route.interface}'s link: {lp.network}, from {lp.source}" + (f" ({lp.detail})" if lp.detail else "")
-              for lp in route.link)
     if route.shared:
         both = ", ".join((route.interface,) + route.shared)
-        return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
-                       summary=f"{endpoint}: {probe.address} is on the subnet of several "
-                       f"interfaces ({both}) and the kernel's route takes {route.interface} (source "
-                       f"{route.source}), where {where}", evidence=lines,
-                       fix=_shared_fix(route.interface, probe.address), kind=REACH_SHARED_SUBNET)
-    named = f"; {reach.host} resolves to {probe.address} from {_source(reach)}" if reach.named_in else ""
-    if (link := wider_than_link(route, probe.address)) is not None:
+        return (f"{address} is on the subnet of several interfaces ({both}) and the kernel's route takes "
+                f"{route.interface} (source {route.source}), where {where}", _shared_fix(route.interface, address))
+    if (link := wider_than_link(route, address)) is not None:
         subnet, said = link
         beyond = f"behind its router ({route.router})" if route.router else "on another link"
         own = f"{route.source}/{subnet.prefixlen}" if route.source else f"its address with /{subnet.prefixlen}"
-        return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks,
-                       summary=f"{endpoint}: {probe.address} is on {route.interface}'s own link "
-                       f"only by this node's prefix ({route.subnet}) and no machine answered {asked} for it there, "
-                       f"while the link's subnet is {subnet} ({said}), which does not hold it: a prefix wider than the "
-                       f"subnet's takes an address {beyond} for the local link{named}", evidence=lines,
-                       fix=f"give {route.interface} the subnet's prefix ({own}) in this node's network configuration "
-                       "(netplan, ifcfg, NetworkManager; where DHCP gives the address, drop the static one), so that "
-                       f"the address goes to the router; if it still does not answer, {_no_machine_fix(reach)}",
-                       kind=REACH_WRONG_PREFIX)
-    return Finding(check=RDZV_REACH, severity=FAIL, nodes=ranks, summary=f"{endpoint}: {where}{named}", evidence=lines,
-                   fix=_no_machine_fix(reach) + _prefix_next(route), kind=REACH_NO_MACHINE)
+        return (f"{address} is on {route.interface}'s own link only by this node's prefix ({route.subnet}) and no "
+                f"machine answered {asked} for it there, while the link's subnet is {subnet} ({said}), which does not "
+                f"hold it: a prefix wider than the subnet's takes an address {beyond} for the local link",
+                f"give {route.interface} the subnet's prefix ({own}) in this node's network configuration (netplan, "
+                "ifcfg, NetworkManager; where DHCP gives the address, drop the static one), so that the address goes "
+                f"to the router; if it still does not answer, {address_fix}")
+    return where, address_fix + _prefix_next(route, holder)
+
+
+def _link_lines(route: Route) -> tuple[str, ...]:
+    return tuple(f"{route.interface}'s link: {lp.network}, from {lp.source}" + (f" ({lp.detail})" if lp.detail else "")
+                 for lp in route.link)
 
 
 def wider_than_link(route: Route, address: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str] | None:
@@ -384,13 +418,13 @@ def wider_than_link(route: Route, address: str) -> tuple[ipaddress.IPv4Network |
     return None
 
 
-def _prefix_next(route: Route) -> str:
+def _prefix_next(route: Route, holder: str) -> str:
     """Where the address is on-link by the node's own prefix and the node has a router: the
     prefix is the next thing to compare, once the address is known right (no evidence read
     here said the prefix was wrong, or it would be named first)."""
     if route.gateway is not None or not route.router or not route.subnet:
         return ""
-    return (f"; where the address is right (the host node holds it), this node takes it for {route.interface}'s own "
+    return (f"; where the address is right ({holder} holds it), this node takes it for {route.interface}'s own "
             f"link by its prefix ({route.subnet}) rather than sending it to its router ({route.router}): compare "
             "that prefix with a neighbour's on the same switch (ip -br addr), and where theirs is longer give this "
             "node the same (netplan, ifcfg, DHCP)")

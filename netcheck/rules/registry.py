@@ -115,6 +115,7 @@ LOST_PHASES = ("rendezvous", "mesh", "env", "bandwidth", "goodbye")
 RESOLVE_SILENT = "resolver_silent"
 RESOLVE_SLOW = "resolver_slow"
 RESOLVE_ON_HOST = "unresolved_on_rank0"
+RESOLVE_NO_MACHINE = "nameserver_no_machine"
 REACH_NOT_STORE = "not_store"
 REACH_NO_MACHINE = "no_machine"
 REACH_WRONG_PREFIX = "prefix_too_wide"
@@ -320,7 +321,7 @@ CHECKS: tuple[Check, ...] = (
           "the endpoint's name does not resolve on a node, or to different address families on different nodes, "
           "or only after seconds, or a node's nameserver does not answer or answers late",
           ("reach.reach_findings", "reach.resolve_consistency", "reach.resolver_findings", "reach.slow_lookup",
-           "reach.cut_short", "reach.slow_lookups", "endpoint.own_endpoint_findings"),
+           "reach.cut_short", "reach.slow_lookups", "reach.out_of_reach", "endpoint.own_endpoint_findings"),
           "Reach (each joiner's lookup of HOST, timed), rank 0's own lookup of HOST, SilentNameserver and "
           "SlowNameserver (each node's query to its nameservers, given the resolver's own wait)",
           ("test_rules_reach.py", "test_rules_endpoint.py", "test_rendezvous_cluster.py", "test_resolver_cluster.py",
@@ -334,7 +335,12 @@ CHECKS: tuple[Check, ...] = (
                                          "of the node's resolv.conf): torch's store looks up every connection's "
                                          "address, so the job starts that much slower per rank (fail where netcheck "
                                          "could not wait for the endpoint's name in the run's time)",
-                                         Impact(RENDEZVOUS, SLOWS))},
+                                         Impact(RENDEZVOUS, SLOWS)),
+           RESOLVE_NO_MACHINE: Kind(WARN_FAIL, "a nameserver of the node's resolv.conf went unanswered, and no "
+                                               "machine answered ARP / NDP for its address (or its gateway): the "
+                                               "node's own network keeps it out (its prefix, a second NIC on the "
+                                               "subnet, a wrong address), not a silent server (fail where the "
+                                               "endpoint's name was one)", Impact(RENDEZVOUS, SLOWS))},
           impact=Impact(RENDEZVOUS, STOPS)),
     Check(RDZV_REACH, "reach", (PASS, FAIL),
           "a joiner's TCP connect to HOST:PORT and the TCPStore handshake: open, not a store, "
