@@ -313,8 +313,21 @@ def test_a_name_no_peer_resolves_is_the_fault_of_the_node_whose_name_it_is():
     unknown = resolving(0, error="Name or service not known")
     (finding,) = rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown}), member(2, lookups={0: unknown})))
     assert (finding.nodes, finding.cause_nodes) == ((0, 1, 2), (0,))
-    (finding,) = rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown})))
+    (finding,) = [f for f in rdzv_rules.fqdn_findings((member(0), member(1, lookups={0: unknown})))
+                  if f.severity == "fail"]
     assert finding.cause_nodes is None, finding
+
+
+def test_rank_0s_unknown_name_fails_apart_from_a_stale_line_for_another_peer_which_warns():
+    """Campaign 63204 #65: every peer fails on node0's name (c10d's rank 0: a container's
+    hostname), and node2 alone has a stale line for node1. The failure is node0's name, its own
+    fault; node2's stale line only risks the launch, and is not held at fault for the failure."""
+    unknown = resolving(0, error="Name or service not known")
+    stale = resolving(1, error="Name or service not known")
+    members = (member(0), member(1, lookups={0: unknown}), member(2, lookups={0: unknown, 1: stale}))
+    fail, warn = rdzv_rules.fqdn_findings(members)
+    assert (fail.severity, fail.nodes, fail.cause_nodes) == ("fail", (0, 1, 2), (0,))
+    assert (warn.severity, warn.nodes, warn.impact.effect) == ("warn", (1, 2), "risks")
 
 
 def test_a_stale_name_of_a_node_c10d_does_not_make_rank_0_risks_torchruns_rendezvous():

@@ -430,14 +430,14 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
     own = per_table(members, lambda table: frozenset(address_owners(table)))
     routable = per_table(members, lambda table: frozenset(a for a in address_owners(table) if not is_loopback(a)))
     hostname = hostnames(members)
-    problems, evidence, right = set(), [], set()
+    evidence: list[tuple[int, int, str, str]] = []
+    right: set[int] = set()
     for m in members:
         for r in (m.results.resolutions if m.results else ()):
             if own.get(r.rank) == own[m.rank]:
                 continue  # two nodes on one machine (a loopback run): loopback is right there
             bad = _bad_resolution(r.addresses, r.error, routable.get(r.rank, frozenset()))
             if bad:
-                problems.update({m.rank, r.rank})
                 evidence.append((m.rank, r.rank, r.name, bad))
             else:
                 right.add(r.rank)
@@ -451,15 +451,27 @@ def fqdn_findings(members: tuple[Member, ...]) -> list[Finding]:
         return [Finding(check=RDZV_FQDN, severity=PASS, nodes=tuple(sorted(own)),
                         summary=f"every node resolves the FQDNs it looked up "
                         f"({looked_up}: the host's and a sample of peers', in a cluster this large)")]
-    lines = _lookup_lines(evidence, hostname)
+    # The lookups of c10d's rank 0's FQDN stop that launch; the others only risk it (a later
+    # rank 0): said apart, so that a stale line for a peer is not held at fault for a FAIL that
+    # another node's name makes (campaign 63204 #65).
     first = c10d_rank0(members)
-    stops = any(name == first for _, _, name, _ in evidence)
-    causes = _fqdn_causes(evidence, right)
-    return [Finding(check=RDZV_FQDN, severity=FAIL if stops else WARN, nodes=tuple(sorted(problems)),
-                    summary=f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
-                    evidence=lines, fix="torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
-                    "node's FQDN to DNS or /etc/hosts on every node, with its real address",
-                    impact=_c10d_impact(first, stops), cause_nodes=causes if set(causes) != problems else None)]
+    stopping = [e for e in evidence if e[2] == first]
+    return [_fqdn_finding(part, stops, first, right, hostname)
+            for part, stops in ((stopping, True), ([e for e in evidence if e[2] != first], False)) if part]
+
+
+def _fqdn_finding(failed: list[tuple[int, int, str, str]], stops: bool, first: str, right: set[int],
+                  hostname: dict[int, str]) -> Finding:
+    """One rdzv.fqdn finding over the failed lookups (looker, its target, the name, what went
+    wrong): a failure where they are of c10d's rank 0's FQDN, else a warning."""
+    problems = {r for src, dst, _, _ in failed for r in (src, dst)}
+    lines = _lookup_lines(failed, hostname)
+    causes = _fqdn_causes(failed, right)
+    return Finding(check=RDZV_FQDN, severity=FAIL if stops else WARN, nodes=tuple(sorted(problems)),
+                   summary=f"{len(lines)} FQDN lookup(s) between nodes fail or point elsewhere",
+                   evidence=lines, fix="torchrun gives its workers rank 0's FQDN as MASTER_ADDR: add every "
+                   "node's FQDN to DNS or /etc/hosts on every node, with its real address",
+                   impact=_c10d_impact(first, stops), cause_nodes=causes if set(causes) != problems else None)
 
 
 def _fqdn_causes(failed: list[tuple[int, int, str, str]], right: set[int]) -> tuple[int, ...]:
