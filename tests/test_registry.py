@@ -495,17 +495,18 @@ def test_rules_do_no_io(name, path):
 
 
 def inline_store_keys(source: str) -> list[str]:
-    """Store key names written as string literals where the product names a key: the first
-    argument of Exchange.key, .post and collect (their name comes from core.storekeys)."""
+    """Store keys named outside core.storekeys: a Key made (its name and record type said
+    there alone), or a string literal where a key goes (Exchange.key, .post, collect)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        name_arg = node.args[2] if callee == "collect" and len(node.args) > 2 else node.args[0]
-        if callee in ("key", "post", "collect") and isinstance(name_arg, ast.Constant) \
-                and isinstance(name_arg.value, str):
-            found.append(f"line {node.lineno}: {callee}({name_arg.value!r})")
+        name_arg = node.args[1] if callee == "collect" and len(node.args) > 1 else node.args[0]
+        if callee == "Key" or (callee in ("key", "post", "collect") and isinstance(name_arg, ast.Constant)
+                               and isinstance(name_arg.value, str)):
+            shown = name_arg.value if isinstance(name_arg, ast.Constant) else ast.unparse(name_arg)
+            found.append(f"line {node.lineno}: {callee}({shown!r})")
     return found
 
 
@@ -513,8 +514,10 @@ def test_every_store_key_is_named_in_one_place():
     for name, path in modules():
         if name != "netcheck.core.storekeys":
             assert not inline_store_keys(path.read_text()), (name, inline_store_keys(path.read_text()))
-    planted = 'ex.post("bw/node", 1, report)\ncollect(ex, int, "bye", [1], d)\nex.key(keys.ROSTER)\n'
-    assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')"]
+    planted = ('ex.post("bw/node", 1, report)\ncollect(ex, "bye", [1], d)\nex.key(keys.ROSTER)\n'
+               'collect(ex, ENV, [1], d)\nLATE = Key("late", int)\n')
+    assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')",
+                                          "line 5: Key('late')"]
 
 
 def test_the_development_guide_names_every_module():
