@@ -24,6 +24,7 @@ from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core.bounded import Caller  # noqa: E402
 from netcheck.core.compat import import_distributed  # noqa: E402
 from netcheck.core.deadline import Deadline  # noqa: E402
+from netcheck.core.storekeys import Key  # noqa: E402
 
 
 def per_request(call, n: int) -> float:
@@ -42,7 +43,7 @@ def main() -> None:
     dist = import_distributed()
     store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
     ex = Exchange(store, "bench", end=Deadline(3600))
-    key = ex.key("k")
+    key = ex.key(Key("k", int))
     ex.put(key, 1)
     bare = statistics.median(per_request(lambda: store.get(key), n) for _ in range(rounds))
     caller = Caller("bench")
