@@ -426,7 +426,7 @@ def _post_once(ex: Exchange, key: Slot[T], value: T, guard: bool) -> None:
 
 
 def gathering(ex: Exchange, roster: Roster, state: HostState,
-              results: dict[int, NodeResults], duplicates, extras: list[int],
+              results: dict[int, NodeResults], duplicates: dict[str, tuple[str, ...]], extras: list[int],
               expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
               waited: float, deadline: Deadline) -> Gathering:
     """What the rules need of the rendezvous; expected is (MIN, MAX) of --nnodes: ranks below
@@ -441,7 +441,8 @@ def gathering(ex: Exchange, roster: Roster, state: HostState,
                         ex.run_id, interference)
 
 
-def gathering_of(roster: Roster, state: HostState, results: dict[int, NodeResults], duplicates,
+def gathering_of(roster: Roster, state: HostState, results: dict[int, NodeResults],
+                 duplicates: dict[str, tuple[str, ...]],
                  extras: list[int], expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
                  waited: float, run_id: str, interference: tuple[str, ...] = ()) -> Gathering:
     """The Gathering of what the host read (gathering's, once the store is read to the end): the

@@ -28,6 +28,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.store import Exchange
@@ -235,7 +236,7 @@ def report_back(seat: Seat, rank: int, clock: ClockSample | None) -> NodeResults
 
 # --- joiner ---------------------------------------------------------------------------------
 
-def join(store, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str | None = None
+def join(store: Any, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str | None = None
          ) -> tuple[Seat, NodeResults | None]:
     """Take a seat at the host's store; returns once the roster is known (or raises). A
     request the store holds up past its reply timeout is waited out to `deadline`; none is
