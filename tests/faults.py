@@ -327,8 +327,8 @@ def hostile_replay_hello(store, key: _Keys) -> str:
     store.wait([key(keys.HOST, shared=True)])   # over it, not before it
     earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"], end=Deadline(60))
     earlier.signer.adopt("0" * 32)
-    earlier.put(earlier.key(keys.HOST), Hello(key.run_id, "node0", "earlier", earlier.nonce))
-    return f"a hello signed under nonce {earlier.nonce}"
+    earlier.put(earlier.key(keys.HOST), Hello(key.run_id, "node0", "earlier", earlier.signer.nonce))
+    return f"a hello signed under nonce {earlier.signer.nonce}"
 
 
 BIG_VISITORS = (300, 1 << 20)   # foreign visitor records of a MiB each: 300 MiB the host's store held

@@ -379,7 +379,7 @@ def test_a_signed_value_copied_under_another_key_or_run_is_refused():
     with pytest.raises(DecodeError):
         later.read(ex.key(NODE, 0))
     other_run = Exchange(server, "other", token="s3cret", end=Deadline(60))
-    other_run.signer.adopt(ex.nonce)
+    other_run.signer.adopt(ex.signer.nonce)
     with pytest.raises(DecodeError):
         other_run.read(ex.key(NODE, 0))
 

@@ -249,7 +249,7 @@ def _drop_facts(ex: Exchange, a: int) -> None:
     """Arrival a's facts (and MAC) deleted from the host's store, which holds them in the
     host's memory."""
     ex.drop(ex.key(NODE, a))
-    if ex.token:
+    if ex.signer.token:
         ex.drop(ex.key(NODE, a) + MAC_SUFFIX)
 
 
@@ -366,7 +366,7 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
             pongs.append(ex.key(PONG, ticket, ping))
         state.pings_answered += 1
     # One request for them all, stamped once: each ping was read before the stamp.
-    now = Pong(time.time(), ex.nonce)
+    now = Pong(time.time(), ex.signer.nonce)
     ex.put_many(dict.fromkeys(pongs, now), nonce="")
     if not ex.clearing(key) and state.pings_answered == len(asked) and _listed_bytes(asked) > PINGS_KEPT_BYTES:
         # A ping appended since the read is lost with the rest: its node asks again after PING_RETRY.

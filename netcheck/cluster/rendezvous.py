@@ -191,9 +191,9 @@ def _pong(ex: Exchange, ticket: str, k: int, deadline: Deadline) -> tuple[float,
             ex.interference.note(key, f"holds what the host did not write: {e}")
             ex.drop(key)
             continue
-        if pong.nonce != ex.nonce:
+        if pong.nonce != ex.signer.nonce:
             ex.interference.note(ex.key(HOST), (
-                f"holds a hello with nonce {ex.nonce!r}, but the host's clock answers carry {pong.nonce!r}: "
+                f"holds a hello with nonce {ex.signer.nonce!r}, but the host's clock answers carry {pong.nonce!r}: "
                 "a hello of an earlier run, written there by a client that is not this run's host"))
             ex.signer.adopt(pong.nonce)
         return sent, pong.time

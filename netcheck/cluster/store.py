@@ -65,15 +65,6 @@ class Exchange:
         self._clearing: set[str] = set()  # keys a thread of their own keeps deleting (keep_clearing)
 
     @property
-    def token(self) -> str | None:
-        return self.signer.token
-
-    @property
-    def nonce(self) -> str:
-        """The run's, once the host's hello is written or read."""
-        return self.signer.nonce
-
-    @property
     def pause(self) -> float:
         """Between looks for a key (pace)."""
         return self.transport.pause
@@ -231,7 +222,7 @@ class Exchange:
         the one the value names (the hello carries the nonce it is signed under)."""
         data = self._call("get", key)
         value = codec.loads(key.record, data, max_bytes)
-        if self.token and signed:
+        if self.signer.token and signed:
             bound = nonce(value) if callable(nonce) else nonce
             mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
             if not self.signer.verifies(key, data, mac, bound):
@@ -297,7 +288,7 @@ class Exchange:
         for first and the ones there read in one. (A key another client deletes between the
         look and the read holds the read up as a single get's would.)"""
         # Each value typed apart: inferred from the yield, T would take in DecodeError.
-        if self.token:
+        if self.signer.token:
             for k in keys:
                 if self.has(k):
                     value = self._read_or_error(k)
