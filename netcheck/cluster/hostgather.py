@@ -254,7 +254,7 @@ def _drop_facts(ex: Exchange, a: int) -> None:
 
 
 def _counted(ex: Exchange, key: Slot[int]) -> int:
-    """A counter's value as the host polls it (read, never add(): see Exchange.counter); one
+    """A counter's value as the host polls it (read, never add(): see Exchange.read_counter); one
     another client set to text or pushed negative is named, and counts nothing."""
     counted = ex.read_counter(key)
     if isinstance(counted, str):
