@@ -520,6 +520,39 @@ def test_every_store_key_is_named_in_one_place():
                                           "line 5: Key('late')"]
 
 
+def exchange_writes(source: str) -> list[str]:
+    """Assignments into an Exchange's state (`ex.ATTR = `, `ex.interference.x[k] = `,
+    `seat.exchange.ATTR = `): its parts change only through their own methods."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            chain = target
+            names = []
+            while isinstance(chain, (ast.Attribute, ast.Subscript)):
+                names += [chain.attr] if isinstance(chain, ast.Attribute) else []
+                chain = chain.value
+            if names and ("exchange" in names[1:] or (isinstance(chain, ast.Name) and chain.id == "ex")):
+                found.append(f"line {node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+# The Exchange and its parts: the modules that hold its state.
+EXCHANGE_MODULES = {"netcheck.cluster.store", "netcheck.cluster.storetransport", "netcheck.cluster.storesigner",
+                    "netcheck.cluster.interference"}
+
+
+def test_no_module_writes_an_exchanges_state():
+    for name, path in modules():
+        if name not in EXCHANGE_MODULES:
+            assert not exchange_writes(path.read_text()), (name, exchange_writes(path.read_text()))
+    planted = ('ex.nonce = "x"\nex.interfered[k] = "y"\nseat.exchange.watch = w\nex.pause += 1\n'
+               'seat.rank = 1\nex.interference.note(k, "z")\n')
+    assert exchange_writes(planted) == ["line 1: ex.nonce", "line 2: ex.interfered[k]",
+                                        "line 3: seat.exchange.watch", "line 4: ex.pause"]
+
+
 def test_the_development_guide_names_every_module():
     """docs/development.md's table names each module in its layer's rows: a newcomer finds a
     new module where it lives."""
