@@ -46,8 +46,7 @@ from netcheck.core.envfacts import EnvFacts  # noqa: E402
 from netcheck.core.meshrecords import Candidate, MeshResults, Offer
 from netcheck.core.model import JOB_VARS, ClockSample, Launch, NodeResults, Resolution  # noqa: E402
 from netcheck.core.nictable import Address  # noqa: E402
-from netcheck.core.rdzvrecords import Pong
-from netcheck.core.seats import RankRuns, SeatBlock, Seated, rank_in, ranks_of  # noqa: E402
+from netcheck.core.seats import RankRuns, Seated, rank_in, ranks_of  # noqa: E402
 from netcheck.facts.bounded import Caller  # noqa: E402
 from netcheck.facts.envinfo import gather_env  # noqa: E402
 from netcheck.facts.listener import allow_a_connection_per_node  # noqa: E402
@@ -143,7 +142,7 @@ def seated_names(data: bytes) -> tuple:
     return (seated.blocks, *rendezvous.seated_names(seated))
 
 
-def once(decoded: dict, ex: Exchange, name: str, decode):
+def once(decoded: dict, ex: Exchange, name: keys.Key, decode):
     """What the host posted under name, as every node reads it: each node fetches it, and it
     is decoded once per process (the simulated nodes share its CPUs; a real node has its own)."""
     data = ex.raw(ex.key(name))
@@ -157,7 +156,7 @@ def go_ahead(ex: Exchange, phase: str):
     (the host gives it after its own work of the phase before: the mesh's after the rendezvous
     rules, the env's after its nic rules)."""
     yield ex.key(keys.GO, phase)
-    return ex.read(bool, ex.key(keys.GO, phase))
+    return ex.read(ex.key(keys.GO, phase))
 
 
 @dataclasses.dataclass
@@ -188,20 +187,20 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     """One node's rendezvous, mesh, env and goodbye, as the real phases make them."""
     faults = plan["faults"]
     visitor = rendezvous.sign_in(ex, facts)
-    yield ex.key("host", shared=True)
+    yield ex.key(keys.HOST)
     for k in range(CLOCK_PINGS):
         rendezvous.ping(ex, visitor, k)
         # Asked again after PING_RETRY, as measure_clock does: the host drops the pings list it
         # has answered, and a ping appended meanwhile goes with it.
-        yield Asked(ex.key("pong", visitor, k, shared=True), lambda k=k: rendezvous.ping(ex, visitor, k))
-        ex.read(Pong, ex.key("pong", visitor, k, shared=True), signed=False)
+        yield Asked(ex.key(keys.PONG, visitor, k), lambda k=k: rendezvous.ping(ex, visitor, k))
+        ex.read(ex.key(keys.PONG, visitor, k), signed=False)
     seat = rendezvous.Seat(ex, rendezvous.publish_facts(ex, facts))
     stamps["arrived"].append(time.time())
     yield ex.key(keys.SEATED)
     blocks, seat.hostnames, seat.fqdns = once(decoded, ex, keys.SEATED, seated_names)
     block = seat.arrival // SEAT_BLOCK
     if block in blocks:
-        seat.rank = rank_in(ex.read(SeatBlock, ex.key(keys.SEAT, block)), seat.arrival)
+        seat.rank = rank_in(ex.read(ex.key(keys.SEAT, block)), seat.arrival)
     stamps["roster"].append(time.time())
     if seat.rank is None and rank == faults["duplicate"]:
         return  # the claimant of a rank that came second: not seated, it goes
@@ -229,7 +228,7 @@ def script(rank: int, ex: Exchange, facts, env: EnvFacts, plan: dict, greeters: 
     targets = mesh.targets(rank, alive, _sample(plan["mesh"]), plan["run_id"])
     attempts = []
     yield [ex.key(keys.MESH_OFFER, t) for t in targets]
-    offers = ex.read_many(Offer, [ex.key(keys.MESH_OFFER, t) for t in targets])
+    offers = ex.read_many([ex.key(keys.MESH_OFFER, t) for t in targets])
     for t in targets:
         c = offers[ex.key(keys.MESH_OFFER, t)].candidates[0]
         bad = faults["mesh"] in (rank, t)

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from netcheck.cluster.compat import import_distributed  # noqa: E402
 from netcheck.cluster.store import Exchange  # noqa: E402
 from netcheck.core.deadline import Deadline  # noqa: E402
+from netcheck.core.storekeys import Key  # noqa: E402
 from netcheck.facts.bounded import Caller  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def main() -> None:
     dist = import_distributed()
     store = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=30), wait_for_workers=False)
     ex = Exchange(store, "bench", end=Deadline(3600))
-    key = ex.key("k")
+    key = ex.key(Key("k", int))
     ex.put(key, 1)
     bare = statistics.median(per_request(lambda: store.get(key), n) for _ in range(rounds))
     caller = Caller("bench")

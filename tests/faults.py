@@ -114,7 +114,7 @@ def watch(endpoint: str, run_id: str, flood_seconds: float | None = None) -> Non
                     if f"{name}/{i}" not in said and has_key(store, key(name, i)):
                         said.add(f"{name}/{i}")
                         _say(word, i)
-                        if flood and name == "mesh-offer":
+                        if flood and name == keys.MESH_OFFER:
                             _say("flooding", i, flood.start(json.loads(store.get(key(name, i)))))
             time.sleep(POLL)
     except (RuntimeError, OSError) as e:  # the host's store went away
@@ -326,9 +326,9 @@ def hostile_replay_hello(store, key: _Keys) -> str:
 
     store.wait([key(keys.HOST, shared=True)])   # over it, not before it
     earlier = Exchange(store, key.run_id, os.environ["NETCHECK_TOKEN"], end=Deadline(60))
-    earlier.nonce = "0" * 32
-    earlier.put(key(keys.HOST, shared=True), Hello(key.run_id, "node0", "earlier", earlier.nonce))
-    return f"a hello signed under nonce {earlier.nonce}"
+    earlier.signer.adopt("0" * 32)
+    earlier.put(earlier.key(keys.HOST), Hello(key.run_id, "node0", "earlier", earlier.signer.nonce))
+    return f"a hello signed under nonce {earlier.signer.nonce}"
 
 
 BIG_VISITORS = (300, 1 << 20)   # foreign visitor records of a MiB each: 300 MiB the host's store held

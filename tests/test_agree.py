@@ -58,7 +58,7 @@ def test_a_joiner_waiting_for_the_hosts_word_hears_that_a_signal_stopped_the_hos
     ex.put(ex.key(VERDICT), run_rules.cluster_verdict([Finding(check="nic.mtu", severity="warn", nodes=(1,),
                                                                summary="odd MTU")]))
     with pytest.raises(TimeoutError):
-        host_word(ex, bool, ex.key(GO, "env"), Deadline(HOST_WORD_LOOK + 0.5))
+        host_word(ex, ex.key(GO, "env"), Deadline(HOST_WORD_LOOK + 0.5))
     stopped = run_rules.cluster_verdict([run_rules.stopped_finding("SIGINT", "mesh", (0,)),
                                          Finding(check="nic.mtu", severity="warn", nodes=(1,),
                                                  summary="odd MTU")], "SIGINT", "mesh")
@@ -73,4 +73,4 @@ def test_a_joiner_waiting_for_the_hosts_word_hears_that_a_signal_stopped_the_hos
         ("nic.mtu", "warn", "", (1,)), ("run.stopped", "warn", "host_stopped", ())]
     assert run.unfinished == "env"
     ex.put(ex.key(GO, "bandwidth"), True)
-    assert host_word(ex, bool, ex.key(GO, "bandwidth"), Deadline(5)), "a word that came is read first"
+    assert host_word(ex, ex.key(GO, "bandwidth"), Deadline(5)), "a word that came is read first"

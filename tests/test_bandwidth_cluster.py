@@ -207,6 +207,7 @@ def main() -> int:
     from netcheck.cluster.store import Exchange
     from netcheck.cluster.storeconnect import client_store
     from netcheck.core.deadline import Deadline
+    from netcheck.core.storekeys import Key
     from netcheck.facts.probe import reach
 
     server = import_distributed().TCPStore("0.0.0.0", PORT, None, True, datetime.timedelta(seconds=DEADLINE + 20),
@@ -220,9 +221,10 @@ def main() -> int:
     # As netcheck's host does: the store stays up until every node is done with it (or
     # has plainly gone: a node killed by a test never says goodbye).
     try:
-        ex.put(ex.key("driver-bye", args.node), 1)
+        bye = Key("driver-bye", int)
+        ex.put(ex.key(bye, args.node), 1)
         if server is not None:
-            collect(ex, int, "driver-bye", list(range(args.nnodes)), Deadline(5))
+            collect(ex, bye, list(range(args.nnodes)), Deadline(5))
     except (RuntimeError, OSError):
         pass
     return 0

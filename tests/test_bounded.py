@@ -24,6 +24,7 @@ from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
+from netcheck.core.storekeys import Key
 from netcheck.facts.bounded import Caller, Overran
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "netcheck"
@@ -33,7 +34,7 @@ STORE_METHODS = {"set", "get", "add", "multi_get", "multi_set", "append", "check
                  "wait", "compare_set", "set_timeout", "queue_push", "queue_pop", "list_keys"}
 
 # Each place in the package that asks a torch store something or makes one, and what bounds it.
-# Exchange._request asks by the method's name (getattr): it is the Caller's, and not listed.
+# Transport._request asks by the method's name (getattr): it is the Caller's, and not listed.
 BOUNDED_STORE_SITES = {
     ("bandwidth/worker.py", "Harness.control"):
         "a worker process: its node's Watch kills it when silent (BW_STUCK_AFTER) or at the phase's end",
@@ -43,8 +44,8 @@ BOUNDED_STORE_SITES = {
         "inspect's: called only under call_with_timeout (inspect.job)",
     ("cluster/storeconnect.py", "client_try.construct"): "made under call_with_timeout (client_try)",
     ("cluster/compat.py", "server_store"): "made under call_with_timeout (storeconnect.host_store)",
-    ("cluster/compat.py", "has_key"): "called through Exchange._call, or by jobstore's bounded readers",
-    ("cluster/compat.py", "has_keys"): "called through Exchange._call",
+    ("cluster/compat.py", "has_key"): "called through Transport.call, or by jobstore's bounded readers",
+    ("cluster/compat.py", "has_keys"): "called through Transport.call",
     ("cluster/compat.py", "list_keys"): "called by jobstore's bounded readers",
 }
 
@@ -184,22 +185,24 @@ sys.stdin.read()
 # What each method of Exchange that asks the store is called with here; the others ask nothing.
 # torch sends a set or an append and waits for no answer: the kernel takes it, and it returns.
 SENT_UNANSWERED = {"put", "put_many", "post", "enlist"}
-NO_REQUEST = {"key", "interference", "pace", "stalled_seconds", "clearing", "keep_clearing", "within"}
+NO_REQUEST = {"key", "listing", "pace", "stalled_seconds", "clearing", "keep_clearing", "within"}
+# Keys of the walk's own: a value, a counter, a list, a collected name.
+K, N, L, P = Key("k", int), Key("n", int), Key("l", str), Key("p", int)
 
 
 def _calls(ex: Exchange, deadline: Deadline) -> dict:
-    k = ex.key("k")
+    k = ex.key(K)
     return {
         "put": lambda: ex.put(k, 1), "put_many": lambda: ex.put_many({k: 1}),
         "restore": lambda: ex.restore(at_once=True), "has": lambda: ex.has(k),
-        "has_all": lambda: ex.has_all([k]), "add_to": lambda: ex.add_to(ex.key("n"), 1),
-        "read_counter": lambda: ex.read_counter(ex.key("n")), "read": lambda: ex.read(int, k),
-        "post": lambda: ex.post("p", 1, 1), "enlist": lambda: ex.enlist(ex.key("l"), "1"),
-        "listed": lambda: ex.listed(ex.key("l"), 100), "raw": lambda: ex.raw(k), "drop": lambda: ex.drop(k),
-        "posted": lambda: ex.posted("p"), "read_counters": lambda: ex.read_counters([ex.key("n")]),
-        "read_many": lambda: ex.read_many(int, [k]), "read_each": lambda: list(ex.read_each(int, [k])),
-        "wait_read": lambda: ex.wait_read(int, k, deadline),
-        "wait_read_valid": lambda: ex.wait_read_valid(int, k, deadline), "wait": lambda: ex.wait(k, deadline),
+        "has_all": lambda: ex.has_all([k]), "add_to": lambda: ex.add_to(ex.key(N), 1),
+        "read_counter": lambda: ex.read_counter(ex.key(N)), "read": lambda: ex.read(k),
+        "post": lambda: ex.post(P, 1, 1), "enlist": lambda: ex.enlist(ex.key(L), "1"),
+        "listed": lambda: ex.listed(ex.key(L), 100), "raw": lambda: ex.raw(k), "drop": lambda: ex.drop(k),
+        "posted": lambda: ex.posted(P), "read_counters": lambda: ex.read_counters([ex.key(N)]),
+        "read_many": lambda: ex.read_many([k]), "read_each": lambda: list(ex.read_each([k])),
+        "wait_read": lambda: ex.wait_read(k, deadline),
+        "wait_read_valid": lambda: ex.wait_read_valid(k, deadline), "wait": lambda: ex.wait(k, deadline),
     }
 
 
@@ -225,17 +228,17 @@ def test_every_exchange_request_ends_by_the_run_s_end_when_the_store_s_process_i
         for name in _calls(Exchange(None, "netcheck", end=Deadline(1)), Deadline(1)):
             store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=60))
             ex = clients[name] = Exchange(store, "netcheck", end=Deadline(60))
-            ex.put(ex.key("k"), 1, guard=True)   # a value for the reads, and a guarded key for restore
-            ex.put(ex.key("n"), 1)
+            ex.put(ex.key(K), 1, guard=True)   # a value for the reads, and a guarded key for restore
+            ex.put(ex.key(N), 1)
         os.kill(server.pid, signal.SIGSTOP)
         end = Deadline(1.5)
         outcomes: dict[str, object] = {}
 
         def call(name: str) -> None:
             ex = clients[name]
-            ex.end = end
             try:
-                outcomes[name] = _calls(ex, end)[name]()
+                with ex.within(end):
+                    outcomes[name] = _calls(ex, end)[name]()
             except (StoreError, TimeoutError, codec.DecodeError) as e:
                 outcomes[name] = e
 

@@ -163,8 +163,8 @@ def test_an_offer_under_another_ranks_key_or_with_too_many_candidates_is_refused
     offers = {1: Offer(1, "t", one), 2: Offer(1, "t", one),
               3: Offer(3, "t", one * (MESH_MAX_CANDIDATES + 1))}
     assert list(_usable(ex, offers)) == [1]
-    assert sorted(ex.rejected) == [(MESH_OFFER, 2), (MESH_OFFER, 3)]
-    assert "over the 64 a node may offer" in ex.rejected[MESH_OFFER, 3]
+    assert [(key, i) for key, i, _ in ex.interference.refusals()] == [(MESH_OFFER, 2), (MESH_OFFER, 3)]
+    assert "over the 64 a node may offer" in (ex.interference.refused(MESH_OFFER, 3) or "")
     assert _unheard(ex, MESH_OFFER, [1, 2, 3, 4], _usable(ex, offers)) == [4]
 
 

@@ -496,17 +496,18 @@ def test_rules_do_no_io(name, path):
 
 
 def inline_store_keys(source: str) -> list[str]:
-    """Store key names written as string literals where the product names a key: the first
-    argument of Exchange.key, .post and collect (their name comes from core.storekeys)."""
+    """Store keys named outside core.storekeys: a Key made (its name and record type said
+    there alone), or a string literal where a key goes (Exchange.key, .post, collect)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        name_arg = node.args[2] if callee == "collect" and len(node.args) > 2 else node.args[0]
-        if callee in ("key", "post", "collect") and isinstance(name_arg, ast.Constant) \
-                and isinstance(name_arg.value, str):
-            found.append(f"line {node.lineno}: {callee}({name_arg.value!r})")
+        name_arg = node.args[1] if callee == "collect" and len(node.args) > 1 else node.args[0]
+        if callee == "Key" or (callee in ("key", "post", "collect") and isinstance(name_arg, ast.Constant)
+                               and isinstance(name_arg.value, str)):
+            shown = name_arg.value if isinstance(name_arg, ast.Constant) else ast.unparse(name_arg)
+            found.append(f"line {node.lineno}: {callee}({shown!r})")
     return found
 
 
@@ -514,8 +515,43 @@ def test_every_store_key_is_named_in_one_place():
     for name, path in modules():
         if name != "netcheck.core.storekeys":
             assert not inline_store_keys(path.read_text()), (name, inline_store_keys(path.read_text()))
-    planted = 'ex.post("bw/node", 1, report)\ncollect(ex, int, "bye", [1], d)\nex.key(keys.ROSTER)\n'
-    assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')"]
+    planted = ('ex.post("bw/node", 1, report)\ncollect(ex, "bye", [1], d)\nex.key(keys.ROSTER)\n'
+               'collect(ex, ENV, [1], d)\nLATE = Key("late", int)\n')
+    assert inline_store_keys(planted) == ["line 1: post('bw/node')", "line 2: collect('bye')",
+                                          "line 5: Key('late')"]
+
+
+def exchange_writes(source: str) -> list[str]:
+    """Assignments into an Exchange's state (`ex.ATTR = `, `ex.interference.x[k] = `,
+    `seat.exchange.ATTR = `): its parts change only through their own methods."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            chain = target
+            names = []
+            while isinstance(chain, (ast.Attribute, ast.Subscript)):
+                names += [chain.attr] if isinstance(chain, ast.Attribute) else []
+                chain = chain.value
+            if names and ("exchange" in names[1:] or (isinstance(chain, ast.Name) and chain.id == "ex")):
+                found.append(f"line {node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+# The Exchange and its parts: the modules that hold its state.
+EXCHANGE_MODULES = {"netcheck.cluster.store", "netcheck.cluster.storetransport", "netcheck.cluster.storesigner",
+                    "netcheck.cluster.interference"}
+
+
+def test_no_module_writes_an_exchanges_state():
+    for name, path in modules():
+        if name not in EXCHANGE_MODULES:
+            assert not exchange_writes(path.read_text()), (name, exchange_writes(path.read_text()))
+    planted = ('ex.nonce = "x"\nex.interfered[k] = "y"\nseat.exchange.watch = w\nex.pause += 1\n'
+               'seat.rank = 1\nex.interference.note(k, "z")\n')
+    assert exchange_writes(planted) == ["line 1: ex.nonce", "line 2: ex.interfered[k]",
+                                        "line 3: seat.exchange.watch", "line 4: ex.pause"]
 
 
 def test_the_development_guide_names_every_module():

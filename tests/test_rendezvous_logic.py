@@ -45,8 +45,8 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import FlaggedPaths, MeshDone
 from netcheck.core.model import Finding, Launch, Member, NodeFacts, StoreStall, Visitor, node_address
 from netcheck.core.nictable import Nic
-from netcheck.core.seats import RankRuns, rank_runs, ranks_of
-from netcheck.core.storekeys import ALIVE, MESH_DONE, PINGS
+from netcheck.core.seats import rank_runs, ranks_of
+from netcheck.core.storekeys import ALIVE, ARRIVALS, MESH_DONE, NODE, PINGS, PONG, VISITOR, VISITORS, Key
 from netcheck.facts.probe import probe_address
 from netcheck.facts.tcptable import hex_address
 from netcheck.phases.mesh import _host_word
@@ -54,6 +54,10 @@ from netcheck.rules.launch import launch_findings
 from netcheck.rules.rdzv import hosts_message_refused, latecomer_findings, lost_findings
 from netcheck.rules.storetrouble import held_up_findings, stall_explained, store_stall_findings
 from nodes import scaled
+
+# Keys of these tests' own, holding plain numbers: a collected name and a counter.
+INTS = Key("result", int)
+BEAT = Key("beat", int)
 
 
 def facts(hostname: str, rank: int | None = None, nics: tuple[Nic, ...] = (), default: str | None = None,
@@ -183,7 +187,7 @@ def test_a_host_whose_start_spent_the_join_deadline_still_seats_itself_and_who_c
     server, ex = local_store()
     early = Exchange(import_distributed().TCPStore("127.0.0.1", server.port, None, False,
                                                    timedelta(seconds=10)), "netcheck", end=Deadline(60))
-    early.put(early.key("node", early.add_to(early.key("arrivals"), 1) - 1), facts("early", 1))
+    early.put(early.key(NODE, early.add_to(early.key(ARRIVALS), 1) - 1), facts("early", 1))
     seat, state, _ = host_gather(ex, facts("host", 0), (2, 2), WINDOW, Deadline(0.0))
     assert sorted(f.hostname for f in state.arrivals.values()) == ["early", "host"]
     assert assign_ranks(state.arrivals, seat.arrival, 2)[0] == {0: 1, 1: 0}
@@ -204,7 +208,7 @@ def test_the_host_hears_out_a_claimant_still_in_its_handshake_when_the_seats_fil
     ping(second, pinger, 0)
     with ThreadPoolExecutor(1) as pool:
         gathered = pool.submit(host_gather, ex, facts("host", 0), (2, 2), WINDOW, Deadline(30.0))
-        second.wait(second.key("pong", pinger, 0, shared=True), Deadline(30.0))  # the host is polling
+        second.wait(second.key(PONG, pinger, 0), Deadline(30.0))  # the host is polling
         publish_facts(second, facts("second", 1))
         seat, state, _ = gathered.result()
     assert sorted(f.hostname for f in state.arrivals.values()) == ["first", "host", "second"]
@@ -224,12 +228,12 @@ def test_one_ping_scan_answers_every_ping_listed_and_a_cut_short_scan_resumes():
     state = HostState({}, [])
     for v in (1, 2, 3):
         ping(ex, v, 0)
-    server.append(ex.key(PINGS, shared=True), "junk²/0,99999999/0,1/²")  # anyone may append: skipped
+    server.append(ex.key(PINGS), "junk²/0,99999999/0,1/²")  # anyone may append: skipped
     ping(ex, 3, 1)
     _answer_pings(ex, state, Deadline(0.0))     # out of time before the first ping
-    assert not any(ex.has(ex.key("pong", v, 0, shared=True)) for v in (1, 2, 3))
+    assert not any(ex.has(ex.key(PONG, v, 0)) for v in (1, 2, 3))
     _answer_pings(ex, state, Deadline(10.0))
-    assert all(ex.has(ex.key("pong", v, k, shared=True)) for v, k in ((1, 0), (2, 0), (3, 0), (3, 1)))
+    assert all(ex.has(ex.key(PONG, v, k)) for v, k in ((1, 0), (2, 0), (3, 0), (3, 1)))
     assert state.pings_answered == 7
 
 
@@ -241,12 +245,12 @@ def test_collect_reads_what_was_posted_and_a_foreign_listing_does_not_end_the_wa
     server, ex = local_store()
     for i in range(count):
         if i not in (1, 3):
-            ex.post("result", i, i * 10)
-    ex.enlist(ex.key("result", "posted"), "1")  # listed, never written
-    server.append(ex.key("result", "posted"), "²9")  # junk without commas spoils only itself
-    ex.put(ex.key("result", 3), "not an int")
-    ex.enlist(ex.key("result", "posted"), "3")
-    assert collect(ex, int, "result", list(range(count)), Deadline(0.2)) == {
+            ex.post(INTS, i, i * 10)
+    ex.enlist(ex.listing(INTS), "1")  # listed, never written
+    server.append(ex.listing(INTS), "²9")  # junk without commas spoils only itself
+    ex.put(ex.key(INTS, 3), "not an int")
+    ex.enlist(ex.listing(INTS), "3")
+    assert collect(ex, INTS, list(range(count)), Deadline(0.2)) == {
         i: i * 10 for i in range(count) if i not in (1, 3)}
 
 
@@ -263,33 +267,33 @@ def test_collect_with_a_quiet_window_waits_as_long_as_a_few_ids_keep_coming():
     def trickle():
         for i in ids:
             time.sleep(quiet / 2)
-            writer.post("result", i, i)
+            writer.post(INTS, i, i)
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(trickle)
-        assert collect(ex, int, "result", ids, Deadline(10 * quiet), quiet=(quiet, quiet)) == {i: i for i in ids}
+        assert collect(ex, INTS, ids, Deadline(10 * quiet), quiet=(quiet, quiet)) == {i: i for i in ids}
 
 
 def test_collect_waits_its_least_from_the_first_look_however_early_the_last_value_came():
     """(LEAST, SILENCE): every node has LEAST seconds from the roster, so one that is still
     looking itself up is not named lost because the others were quick."""
     _, ex = local_store()
-    ex.post("result", 0, 0)
+    ex.post(INTS, 0, 0)
     least = scaled(1.0)
     started = time.monotonic()
-    assert collect(ex, int, "result", [0, 1], Deadline(10 * least), quiet=(least, least / 10)) == {0: 0}
+    assert collect(ex, INTS, [0, 1], Deadline(10 * least), quiet=(least, least / 10)) == {0: 0}
     assert time.monotonic() - started >= least
 
 
 def test_a_visitor_counted_in_but_not_written_hides_none_after_it_and_is_read_later():
     _, ex = local_store()
     state = HostState({}, [])
-    ex.add_to(ex.key("visitors", shared=True), 3)
-    ex.put(ex.key("visitor", 0, shared=True), Visitor("netcheck", "a", 1), signed=False)
-    ex.put(ex.key("visitor", 2, shared=True), Visitor("other", "c", None), signed=False)
+    ex.add_to(ex.key(VISITORS), 3)
+    ex.put(ex.key(VISITOR, 0), Visitor("netcheck", "a", 1), signed=False)
+    ex.put(ex.key(VISITOR, 2), Visitor("other", "c", None), signed=False)
     read_visitors(ex, state, Deadline(10.0))
     assert (sorted(state.visitors), state.visitors_seen, state.in_flight("netcheck")) == ([0, 2], 1, 1)
-    ex.put(ex.key("visitor", 1, shared=True), Visitor("netcheck", "b", 2), signed=False)
+    ex.put(ex.key(VISITOR, 1), Visitor("netcheck", "b", 2), signed=False)
     read_visitors(ex, state, Deadline(10.0))
     assert (state.visitors_seen, state.in_flight("netcheck")) == (3, 2)
 
@@ -300,11 +304,11 @@ def test_a_visitor_that_drew_its_number_at_random_is_read_from_the_listing():
     record (another run's here) is read, so that it is named."""
     _, ex = local_store()
     state = HostState({}, [])
-    ex.put(ex.key("visitors", shared=True), "x", signed=False)
+    ex.put(ex.key(VISITORS), "x", signed=False)
     sign_in(ex, dataclasses.replace(facts("gpu9"), run_id="other-job"))
     read_visitors(ex, state, Deadline(10.0))
     assert [(v.run_id, v.hostname) for v in state.visitors.values()] == [("other-job", "gpu9")]
-    assert ex.key("visitors", shared=True) in ex.interfered
+    assert ex.interference.noted(ex.key(VISITORS))
 
 
 def test_a_node_whose_facts_never_came_is_told_from_one_whose_facts_came_by_hostname():
@@ -325,11 +329,11 @@ def test_a_node_whose_facts_never_came_is_told_from_one_whose_facts_came_by_host
 @pytest.mark.compat
 def test_counts_reads_every_counter_at_once_and_a_missing_or_foreign_one_as_zero():
     _, ex = local_store()
-    ex.add_to(ex.key("beat", 1), 3)
-    ex.add_to(ex.key("beat", 2), 5)
-    assert ex.read_counters([ex.key("beat", 1), ex.key("beat", 2)]) == [3, 5]
-    ex.put(ex.key("beat", 4), "x")
-    assert ex.read_counters([ex.key("beat", n) for n in (1, 2, 3, 4)]) == [3, 5, 0, 0]
+    ex.add_to(ex.key(BEAT, 1), 3)
+    ex.add_to(ex.key(BEAT, 2), 5)
+    assert ex.read_counters([ex.key(BEAT, 1), ex.key(BEAT, 2)]) == [3, 5]
+    ex.put(ex.key(BEAT, 4), "x")
+    assert ex.read_counters([ex.key(BEAT, n) for n in (1, 2, 3, 4)]) == [3, 5, 0, 0]
 
 
 # --- node_address ------------------------------------------------------------------------------
@@ -363,21 +367,21 @@ def test_a_signed_value_copied_under_another_key_or_run_is_refused():
     ghost seat), or read under another run's nonce, do not decode; the original does."""
     server, _ = local_store()
     ex = Exchange(server, "netcheck", token="s3cret", end=Deadline(60))
-    ex.nonce = "a" * 32
-    ex.put(ex.key("node", 0), facts("real", 1))
+    ex.signer.adopt("a" * 32)
+    ex.put(ex.key(NODE, 0), facts("real", 1))
     for suffix in ("", "#mac"):
-        server.set(ex.key("node", 5) + suffix, server.get(ex.key("node", 0) + suffix))
-    assert ex.read(NodeFacts, ex.key("node", 0)).hostname == "real"
+        server.set(ex.key(NODE, 5) + suffix, server.get(ex.key(NODE, 0) + suffix))
+    assert ex.read(ex.key(NODE, 0)).hostname == "real"
     with pytest.raises(DecodeError, match="copied from another key or run"):
-        ex.read(NodeFacts, ex.key("node", 5))
+        ex.read(ex.key(NODE, 5))
     later = Exchange(server, "netcheck", token="s3cret", end=Deadline(60))
-    later.nonce = "b" * 32       # the same run id, started again: another host, another nonce
+    later.signer.adopt("b" * 32)       # the same run id, started again: another host, another nonce
     with pytest.raises(DecodeError):
-        later.read(NodeFacts, ex.key("node", 0))
+        later.read(ex.key(NODE, 0))
     other_run = Exchange(server, "other", token="s3cret", end=Deadline(60))
-    other_run.nonce = ex.nonce
+    other_run.signer.adopt(ex.signer.nonce)
     with pytest.raises(DecodeError):
-        other_run.read(NodeFacts, ex.key("node", 0))
+        other_run.read(ex.key(NODE, 0))
 
 
 def test_a_pushed_counter_is_scanned_newest_first_and_lazily():
@@ -393,7 +397,7 @@ def test_an_arrival_after_a_pushed_counter_is_read_on_the_next_poll_and_the_push
     the host said the node "never reached the store"."""
     server, ex = local_store()
     state = HostState({}, [])
-    server.add(ex.key("arrivals"), 10_000)
+    server.add(ex.key(ARRIVALS), 10_000)
     publish_facts(ex, facts("late", 1))
     poll_arrivals(ex, state)
     assert [f.hostname for f in state.arrivals.values()] == ["late"]
@@ -405,10 +409,10 @@ def test_values_read_in_a_batch_come_decoded_one_at_a_time_and_a_refusal_keeps_n
     """The host reads arrivals ARRIVALS_READ_BATCH to a request; a refused value's error was
     kept with its frames and json's own error (the whole text): a MiB each, a batch at once."""
     server, ex = local_store()
-    good, bad, absent = (ex.key("node", i) for i in range(3))
+    good, bad, absent = (ex.key(NODE, i) for i in range(3))
     server.set(good, codec.dumps(facts("node1", 1)))
     server.set(bad, b"x" * (512 << 10))   # not JSON, half a MiB
-    read = dict(ex.read_each(NodeFacts, [good, bad, absent]))
+    read = dict(ex.read_each([good, bad, absent]))
     assert list(read) == [good, bad] and read[good].hostname == "node1"
     error = read[bad]
     assert isinstance(error, DecodeError) and str(error).startswith("not JSON")
@@ -435,7 +439,7 @@ def test_arrivals_that_can_never_be_seated_are_kept_whole_only_up_to_a_count():
     kept = sorted(f.hostname for f in state.arrivals.values())
     assert "node1" in kept and "maybe" in kept and len(kept) == 3 + MAX_STRANGERS, kept
     assert len(state.set_aside) == 4 and "late came after all 2 seats were taken: not seated" in state.set_aside
-    assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key("node", a))] == [
+    assert [a for a in claimants + [seated, unranked, late] if not ex.has(ex.key(NODE, a))] == [
         a for a in claimants + [late] if a not in state.arrivals]
     assert assign_ranks(state.arrivals, state.host_arrival, 2)[0] == {0: 0, seated: 1}
 
@@ -462,7 +466,7 @@ def test_latecomers_are_all_named_but_kept_whole_only_up_to_a_count():
             break
     assert state.latecomers == [("late0", 1)] + [(f"late{i}", None) for i in range(1, MAX_STRANGERS + 3)]
     assert len(state.arrivals) == 2 + MAX_STRANGERS
-    assert [a for a in late if not ex.has(ex.key("node", a))] == late[MAX_STRANGERS:]
+    assert [a for a in late if not ex.has(ex.key(NODE, a))] == late[MAX_STRANGERS:]
     found = latecomer_findings(state.latecomers, SimpleNamespace(hostnames=lambda: {0: "host", 1: "node1"}))
     assert [(f.kind, f.severity, f.nodes) for f in found] == [("late", "fail", ())] * (MAX_STRANGERS + 1)
     assert found[0].summary == "late0 came late and was not seated: node rank 1 was already taken by node1"
@@ -516,16 +520,16 @@ def test_answered_pings_are_dropped_once_the_list_outgrows_what_is_kept_and_late
     """Every member pings CLOCK_PINGS times: kept whole, the list was read whole at every poll
     (a MB at 16,384 members) and passed the store's 8 MiB value at 131,072 (issue 51)."""
     _, ex = local_store()
-    state, pings = HostState({}, []), ex.key(PINGS, shared=True)
+    state, pings = HostState({}, []), ex.key(PINGS)
     tickets = [f"{t:016x}" for t in range(PINGS_KEPT_BYTES // 19 + 1)]   # "TICKET/0," is 19 bytes
     for t in tickets:
         ping(ex, t, 0)
     _answer_pings(ex, state, Deadline(10.0))
-    assert all(ex.has(ex.key("pong", t, 0, shared=True)) for t in tickets)
-    assert not ex.has(pings) and state.pings_answered == 0 and not ex.interfered
+    assert all(ex.has(ex.key(PONG, t, 0)) for t in tickets)
+    assert not ex.has(pings) and state.pings_answered == 0 and not ex.interference.notes()
     ping(ex, "ff", 1)
     _answer_pings(ex, state, Deadline(10.0))
-    assert ex.has(ex.key("pong", "ff", 1, shared=True)) and ex.has(pings)   # under the bound: kept
+    assert ex.has(ex.key(PONG, "ff", 1)) and ex.has(pings)   # under the bound: kept
 
 
 @pytest.mark.compat
@@ -535,12 +539,12 @@ def test_a_pings_list_flooded_past_any_clusters_is_cleared_unread_and_named():
     between the host's polls (a live flood grew it by hundreds of MiB between two); a ping
     asked again, as a joiner asks every PING_RETRY, is answered."""
     server, ex = local_store()
-    state, pings, pong = HostState({}, []), ex.key(PINGS, shared=True), ex.key("pong", 1, 0, shared=True)
+    state, pings, pong = HostState({}, []), ex.key(PINGS), ex.key(PONG, 1, 0)
     ping(ex, 1, 0)
     server.append(pings, "x" * (MAX_PINGS_BYTES + 1))
     _answer_pings(ex, state, Deadline(10.0))
     assert not ex.has(pings)
-    assert any("grew past" in m for m in ex.interfered.values()), ex.interfered
+    assert any("grew past" in line for line in ex.interference.lines()), ex.interference.lines()
     server.append(pings, "x" * (MAX_PINGS_BYTES + 1))   # no poll of the host's: cleared all the same
     wait_until(lambda: not ex.has(pings), scaled(5.0), "the flooded list cleared between the host's polls")
     end = time.monotonic() + scaled(5.0)
@@ -558,7 +562,7 @@ def test_the_hosts_list_of_who_is_still_here_reads_back_at_every_cluster_size_ac
     _, ex = local_store()
     alive = tuple(r for r in range(1, nodes) if r % 7)   # every seventh lost: runs of six
     ex.put(ex.key(ALIVE), rank_runs(alive))
-    assert ranks_of(ex.read(RankRuns, ex.key(ALIVE))) == alive
+    assert ranks_of(ex.read(ex.key(ALIVE))) == alive
     flagged = MeshDone(FlaggedPaths(cut_off=alive))
     assert codec.loads(MeshDone, codec.dumps(flagged), MAX_FACTS_BYTES) == flagged
 

@@ -66,7 +66,7 @@ from netcheck.core.bwtext import progress_bar
 from netcheck.core.constants import BW_CUDA_START_AFTER, BW_STUCK_AFTER
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreError
-from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_DOOR, BW_NODE, POSTED
+from netcheck.core.storekeys import BW_ABORT, BW_ALIVE, BW_DOOR, BW_NODE
 from netcheck.facts.busy import busy_processes, cpu_snapshot
 from netcheck.facts.linkcounters import StageCounters, merged, own_addresses, unanswered, worth_reporting
 from netcheck.facts.local import rdma_roots
@@ -174,7 +174,7 @@ def _unreached(ex: Exchange, node_rank: int, nnodes: int, deadline: Deadline) ->
     """The peers whose Door this node's knocks found dark, once its sweep stopped short."""
     peers = knock_targets(node_rank, nnodes, ex.run_id)
     try:
-        found = ex.read_many(Door, [ex.key(BW_DOOR, n) for n in peers])
+        found = ex.read_many([ex.key(BW_DOOR, n) for n in peers])
     except StoreError:
         return ()
     doors = {d.node: d for d in found.values() if isinstance(d, Door) and d.node in peers}
@@ -185,7 +185,7 @@ def _exchange(ex: Exchange, mine: NodeReport, nodes: list[int], deadline: Deadli
     """Post this node's account and read the given nodes', until all are in or the deadline."""
     try:
         ex.post(BW_NODE, mine.node, mine)
-        return collect(ex, NodeReport, BW_NODE, nodes, deadline)
+        return collect(ex, BW_NODE, nodes, deadline)
     except StoreError:  # the host's store is gone: this node's own view must do
         return {mine.node: mine}
 
@@ -367,7 +367,7 @@ class Watch:
     def _beat(self) -> None:
         self.ex.add_to(self.ex.key(BW_ALIVE, self.node), 1)
         if not self.listed:  # the first beat: listed for the host
-            self.ex.enlist(self.ex.key(BW_ALIVE, POSTED), str(self.node))
+            self.ex.enlist(self.ex.listing(BW_ALIVE), str(self.node))
             self.listed = True
 
     def heard_quiet(self, now: float) -> bool:

@@ -4,17 +4,21 @@ posted_by, who has; a look costs one request however many ids are pending."""
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 from netcheck.cluster.store import Exchange
 from netcheck.core import codec
 from netcheck.core.deadline import Deadline
+from netcheck.core.storekeys import Key
+
+T = TypeVar("T")
 
 FEW_IDS = 32       # collect checks up to this many ids at once; beyond, it reads the posted list
 
 
-def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
-            quiet: tuple[float, float] | None = None) -> dict:
-    """Every `name/ID` value (written with Exchange.post) for the given ids, read as they
+def collect(ex: Exchange, key: Key[T], ids: list[int], deadline: Deadline,
+            quiet: tuple[float, float] | None = None) -> dict[int, T]:
+    """Every `KEY/ID` value, as the record the key holds, (written with Exchange.post) for the given ids, read as they
     are posted, until all, the deadline, or (with quiet, (LEAST, SILENCE)) LEAST seconds
     since the first look and SILENCE seconds with none new: thousands of nodes take longer
     than a few to post, but not with long silences. A look costs one request however many
@@ -22,10 +26,10 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     would otherwise ask after each of them on every look.
 
     An id whose value never comes or does not decode is absent; one that does not decode is
-    also kept in ex.rejected, so its sender is named for it and not as lost. The seconds the
+    also refused in ex.interference, so its sender is named for it and not as lost. The seconds the
     host's store stalled (StallWatch) are no silence of the nodes': nobody could post then.
     """
-    found: dict = {}
+    found: dict[int, T] = {}
     pending = set(ids)
     begun = heard = (time.monotonic(), ex.stalled_seconds())
 
@@ -35,15 +39,15 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     while pending:  # one look at least, also past the deadline: what is there counts
         ex.restore()
         over = deadline.expired() or (quiet is not None and since(begun) >= quiet[0] and since(heard) >= quiet[1])
-        new = _ready(ex, name, pending, over, each_counts=quiet is not None)
-        values = ex.read_many(cls, [ex.key(name, i) for i in new]) if new else {}
+        new = _ready(ex, key, pending, over, each_counts=quiet is not None)
+        values = ex.read_many([ex.key(key, i) for i in new]) if new else {}
         for i in new:
-            value = values.get(ex.key(name, i))
+            value = values.get(ex.key(key, i))
             if value is not None:  # listed but not there: a foreign append, looked at again
                 pending.discard(i)
                 heard = (time.monotonic(), ex.stalled_seconds())
                 if isinstance(value, codec.DecodeError):
-                    ex.rejected[name, i] = str(value)
+                    ex.interference.refuse(key, i, str(value))
                 else:
                     found[i] = value
         if not pending or over:
@@ -52,13 +56,13 @@ def collect(ex: Exchange, cls, name: str, ids: list[int], deadline: Deadline,
     return found
 
 
-def posted_by(ex: Exchange, name: str, ids: list[int], deadline: Deadline) -> set[int]:
-    """The ids listed as having posted `name`, waited for until all are or the deadline: for
+def posted_by(ex: Exchange, key: Key[T], ids: list[int], deadline: Deadline) -> set[int]:
+    """The ids listed as having posted `key`, waited for until all are or the deadline: for
     a value every node posts once it sees a go-ahead at its own poll, so not all at once."""
-    pending, found = set(ids), set()
+    pending, found = set(ids), set[int]()
     while pending:
         over = deadline.expired()
-        new = set(_ready(ex, name, pending, over, each_counts=True))
+        new = set(_ready(ex, key, pending, over, each_counts=True))
         found |= new
         pending -= new
         if over:
@@ -67,16 +71,16 @@ def posted_by(ex: Exchange, name: str, ids: list[int], deadline: Deadline) -> se
     return found
 
 
-def _ready(ex: Exchange, name: str, pending: set[int], last_look: bool, each_counts: bool) -> list[int]:
+def _ready(ex: Exchange, key: Key[T], pending: set[int], last_look: bool, each_counts: bool) -> list[int]:
     """The pending ids whose value is there, in one request a look: for many ids, or where
     each new one counts (a quiet window runs from the last), from the posted list; for a
     few, one check of them all, which sees none until all are in. On the last look the ids
     not found so are asked after key by key (a value posted whose listing never came is
     still read)."""
     ids = sorted(pending)
-    keys = [ex.key(name, i) for i in ids]
+    keys = [ex.key(key, i) for i in ids]
     listed = each_counts or len(ids) > FEW_IDS
-    posted = ex.posted(name) if listed else None
+    posted = ex.posted(key) if listed else None
     if posted is not None:
         ready = pending & posted
     elif listed:  # the list was grown past any cluster's: each key is asked after

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import gc
 import itertools
-import secrets
 import time
 from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from netcheck.cluster.rendezvous import TICKET, Seat, publish_facts, sign_in
 from netcheck.cluster.seating import assign_ranks, rendezvous_closed, unseated_reason
@@ -44,13 +44,15 @@ from netcheck.core.storekeys import (
     NODE,
     PINGS,
     PONG,
-    POSTED,
     ROSTER,
     SEAT,
     SEATED,
     VISITOR,
     VISITORS,
+    Slot,
 )
+
+T = TypeVar("T")
 
 # --- host -------------------------------------------------------------------------------------
 
@@ -98,8 +100,8 @@ class HostState:
 def announce(ex: Exchange, facts: NodeFacts) -> None:
     """The host's hello, signed under the run's nonce it carries (fresh before anything is
     signed) and guarded: written again wherever another client writes over it."""
-    ex.nonce = secrets.token_hex(16)
-    ex.put(ex.key(HOST, shared=True), Hello(facts.run_id, facts.hostname, facts.version, ex.nonce), guard=True)
+    nonce = ex.signer.fresh_nonce()
+    ex.put(ex.key(HOST), Hello(facts.run_id, facts.hostname, facts.version, nonce), guard=True)
 
 
 def host_gather(ex: Exchange, facts: NodeFacts, expected: tuple[int | None, int | None],
@@ -167,7 +169,7 @@ def poll_arrivals(ex: Exchange, state: HostState, seating: bool = False) -> None
         # One not written yet (counted, then written) is left for a later poll. Not a reason
         # to stop: a client that counts itself in and never writes must not hide the nodes after it.
         by_key = {ex.key(NODE, a): a for a in batch}
-        for key, facts in ex.read_each(NodeFacts, list(by_key)):
+        for key, facts in ex.read_each(list(by_key)):
             take_arrival(ex, state, by_key[key], facts, seating)
     while state.arrivals_seen in state.read:
         state.arrivals_seen += 1
@@ -205,9 +207,9 @@ def is_copy(ex: Exchange, state: HostState, a: int, facts: NodeFacts) -> bool:
     if first == a:
         return False
     state.copied.add(first)
-    ex.interfered[ex.key(NODE, a)] = (f"holds the facts of arrival {first} ({facts.hostname}, node rank "
-                                      f"{facts.launch.node_rank}), its process's own token included: a copy "
-                                      "written by a client that is not a netcheck node; not seated")
+    ex.interference.note(ex.key(NODE, a), f"holds the facts of arrival {first} ({facts.hostname}, node rank "
+                                          f"{facts.launch.node_rank}), its process's own token included: a copy "
+                                          "written by a client that is not a netcheck node; not seated")
     _drop_facts(ex, a)
     return True
 
@@ -247,20 +249,20 @@ def _drop_facts(ex: Exchange, a: int) -> None:
     """Arrival a's facts (and MAC) deleted from the host's store, which holds them in the
     host's memory."""
     ex.drop(ex.key(NODE, a))
-    if ex.token:
+    if ex.signer.token:
         ex.drop(ex.key(NODE, a) + MAC_SUFFIX)
 
 
-def _counted(ex: Exchange, key: str) -> int:
-    """A counter's value as the host polls it (read, never add(): see Exchange.counter); one
+def _counted(ex: Exchange, key: Slot[int]) -> int:
+    """A counter's value as the host polls it (read, never add(): see Exchange.read_counter); one
     another client set to text or pushed negative is named, and counts nothing."""
     counted = ex.read_counter(key)
     if isinstance(counted, str):
-        ex.interfered[key] = f"holds {counted}, not a counter: set by a client that is not a netcheck node"
+        ex.interference.note(key, f"holds {counted}, not a counter: set by a client that is not a netcheck node")
         return 0
     if counted < 0:
-        ex.interfered[key] = f"counts {counted}: pushed to int64's maximum (add() wraps) by a client that is not " \
-                             "a netcheck node"
+        ex.interference.note(key, f"counts {counted}: pushed to int64's maximum (add() wraps) by a client that "
+                                  "is not a netcheck node")
         return 0
     return counted
 
@@ -270,11 +272,11 @@ def _arrivals_to_read(ex: Exchange, state: HostState, counted: int) -> Iterator[
     pushed it (counted past what was written, or unusable), the listed arrivals first (a
     number taken at random is only listed), then the counter's as before."""
     by_counter = unread(state.arrivals_seen, counted, state.read)
-    if counted - len(state.read) <= MAX_STRANGERS and ex.key(ARRIVALS) not in ex.interfered:
+    if counted - len(state.read) <= MAX_STRANGERS and not ex.interference.noted(ex.key(ARRIVALS)):
         return by_counter
     listed = ex.posted(NODE)
     if listed is None:
-        ex.interfered[ex.key(NODE, POSTED)] = ("grew past any cluster's list: appended to by a client that is "
+        ex.interference.note(ex.listing(NODE), "grew past any cluster's list: appended to by a client that is "
                                                "not a netcheck node")
         return by_counter
     return itertools.chain(sorted(listed.difference(state.read)), by_counter)
@@ -296,7 +298,7 @@ def counter_gaps(ex: Exchange, state: HostState) -> list[str]:
     """The counters pushed past what was written: numbers taken by something that never wrote
     (a node dies between the two only now and then; many at once are not netcheck's)."""
     gaps = ((ex.key(ARRIVALS), state.arrivals_counted, len(state.read)),
-            (ex.key(VISITORS, shared=True), state.visitors_counted, len(state.visitors)))
+            (ex.key(VISITORS), state.visitors_counted, len(state.visitors)))
     return [f"{key} counts {counted} but {written} were written: the rest were counted in by a "
             "client that is not a netcheck node" for key, counted, written in gaps
             if counted - written > MAX_STRANGERS]
@@ -306,16 +308,16 @@ def read_visitors(ex: Exchange, state: HostState, scan: Deadline) -> None:
     """Read the visitor records not read yet, until the scan's deadline (the counter is
     anyone's). One counted but not written yet is looked at again on a later read, and
     does not hide the visitors after it."""
-    counted = _counted(ex, ex.key(VISITORS, shared=True))
+    counted = _counted(ex, ex.key(VISITORS))
     state.visitors_counted = max(state.visitors_counted, counted)
     for v in _visitors_to_read(ex, state, counted):
         if scan.expired() or len(state.visitors) >= MAX_MEMBERS:
             break
-        key = ex.key(VISITOR, v, shared=True)
+        key = ex.key(VISITOR, v)
         if not ex.has(key):
             continue
         try:
-            state.visitors[v] = ex.read(Visitor, key, signed=False, max_bytes=MAX_VISITOR_BYTES)
+            state.visitors[v] = ex.read(key, signed=False, max_bytes=MAX_VISITOR_BYTES)
         except codec.DecodeError:
             state.visitors[v] = None
             state.visitors_refused += 1
@@ -328,12 +330,12 @@ def _visitors_to_read(ex: Exchange, state: HostState, counted: int) -> Iterator[
     """By the counter while it is sane; where another client spoilt or pushed it, the listed
     visitors first (a number taken at random is only listed), then the counter's."""
     by_counter = unread(state.visitors_seen, counted, state.visitors.keys())
-    if counted - len(state.visitors) <= MAX_STRANGERS and ex.key(VISITORS, shared=True) not in ex.interfered:
+    if counted - len(state.visitors) <= MAX_STRANGERS and not ex.interference.noted(ex.key(VISITORS)):
         return by_counter
-    listed = ex.posted(VISITOR, shared=True)
+    listed = ex.posted(VISITOR)
     if listed is None:
-        ex.interfered[ex.key(VISITOR, POSTED, shared=True)] = ("grew past any cluster's list: appended to by a "
-                                                                "client that is not a netcheck node")
+        ex.interference.note(ex.listing(VISITOR), "grew past any cluster's list: appended to by a client that "
+                                                  "is not a netcheck node")
         return by_counter
     return itertools.chain(sorted(listed.difference(state.visitors)), by_counter)
 
@@ -343,16 +345,16 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
     from where the last scan stopped: the list is anyone's to append to. A list grown past
     any cluster's pings is cleared unread and named; the honest pings in it are asked again,
     and a node never answered goes on without its clock sample (measure_clock)."""
-    key = ex.key(PINGS, shared=True)
+    key = ex.key(PINGS)
     asked = ex.listed(key, MAX_PINGS_BYTES)
     if asked is None:
         ex.drop(key)
         ex.keep_clearing(key)
         state.pings_answered = 0
-        ex.interfered[key] = (f"grew past {MAX_PINGS_BYTES} bytes: appended to by a client that is not a netcheck "
-                              "node (cleared unread, and from then on every "
-                              f"{FLOODED_LIST_SWEEP * 1000:g} ms: a node whose pings it held goes on without a "
-                              "clock sample)")
+        ex.interference.note(key, f"grew past {MAX_PINGS_BYTES} bytes: appended to by a client that is not a "
+                                  "netcheck node (cleared unread, and from then on every "
+                                  f"{FLOODED_LIST_SWEEP * 1000:g} ms: a node whose pings it held goes on without "
+                                  "a clock sample)")
         return
     # Once flooded, the list is cleared under the host's feet: each look answers all of it.
     pongs = []
@@ -361,10 +363,10 @@ def _answer_pings(ex: Exchange, state: HostState, scan: Deadline) -> None:
             break
         ticket, _, k = entry.partition("/")
         if TICKET.fullmatch(ticket) and (ping := codec.small_int(k)) is not None and ping < CLOCK_PINGS:
-            pongs.append(ex.key(PONG, ticket, ping, shared=True))
+            pongs.append(ex.key(PONG, ticket, ping))
         state.pings_answered += 1
     # One request for them all, stamped once: each ping was read before the stamp.
-    now = Pong(time.time(), ex.nonce)
+    now = Pong(time.time(), ex.signer.nonce)
     ex.put_many(dict.fromkeys(pongs, now), nonce="")
     if not ex.clearing(key) and state.pings_answered == len(asked) and _listed_bytes(asked) > PINGS_KEPT_BYTES:
         # A ping appended since the read is lost with the rest: its node asks again after PING_RETRY.
@@ -416,30 +418,31 @@ def post_roster(seat: Seat, arrivals: dict[int, NodeFacts], ranks: dict[int, int
     return seat.roster
 
 
-def _post_once(ex: Exchange, key: str, value: object, guard: bool) -> None:
+def _post_once(ex: Exchange, key: Slot[T], value: T, guard: bool) -> None:
     """Only the host posts it, once: a value already there is another client's, named."""
     if ex.has(key):
-        ex.interfered[key] = "held a value before the host posted it (the host wrote over it)"
+        ex.interference.note(key, "held a value before the host posted it (the host wrote over it)")
     ex.put(key, value, guard=guard)
 
 
 def gathering(ex: Exchange, roster: Roster, state: HostState,
-              results: dict[int, NodeResults], duplicates, extras: list[int],
+              results: dict[int, NodeResults], duplicates: dict[str, tuple[str, ...]], extras: list[int],
               expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
               waited: float, deadline: Deadline) -> Gathering:
     """What the rules need of the rendezvous; expected is (MIN, MAX) of --nnodes: ranks below
     MIN are owed, seats up to MAX may be taken. Visitors come from the host's poll, read on
     to the deadline (who came since)."""
     read_visitors(ex, state, deadline)
-    deleted = (f"{ex.key(VISITOR, shared=True)}/* held {state.visitors_refused} records that are no netcheck "
+    deleted = (f"{ex.key(VISITOR)}/* held {state.visitors_refused} records that are no netcheck "
                "visitor's (refused and deleted)",) if state.visitors_refused else ()
-    interference = ex.interference() + tuple(counter_gaps(ex, state)) + deleted
+    interference = ex.interference.lines() + tuple(counter_gaps(ex, state)) + deleted
     poll_arrivals(ex, state)   # facts that came since the roster are a latecomer's, not lost
     return gathering_of(roster, state, results, duplicates, extras, expected, expected_hostnames, waited,
                         ex.run_id, interference)
 
 
-def gathering_of(roster: Roster, state: HostState, results: dict[int, NodeResults], duplicates,
+def gathering_of(roster: Roster, state: HostState, results: dict[int, NodeResults],
+                 duplicates: dict[str, tuple[str, ...]],
                  extras: list[int], expected: tuple[int | None, int | None], expected_hostnames: tuple[str, ...],
                  waited: float, run_id: str, interference: tuple[str, ...] = ()) -> Gathering:
     """The Gathering of what the host read (gathering's, once the store is read to the end): the

@@ -21,7 +21,9 @@ the rendezvous endpoint: torchrun hands it to the workers):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from netcheck.cluster import compat
 from netcheck.cluster.storeconnect import client_store
@@ -53,6 +55,9 @@ DEBUG_SERVER_RANK = re.compile(r"debug_server/rank(\d{1,7})")
 MASTER_KEY = re.compile(r"torch\.rendezvous\.(.+)\.(\d{1,9})/MASTER_ADDR")
 MAX_ROUND_VALUE = 4096        # role_info and assigned_ranks are tens of bytes of JSON
 MAX_URL_BYTES = 512           # http://HOSTNAME:PORT
+
+T = TypeVar("T")
+Exists = Callable[[str], bool]   # whether a key is in the store (listed, or asked)
 MAX_HOSTS_READ = 64           # debug server URLs read per agent asked about (its first workers')
 
 
@@ -93,12 +98,12 @@ def _unread_reason(size: int, max_value: int) -> str:
     return f"{size} bytes, past the {MAX_READ_BYTES} bytes inspect reads of all runs' states together"
 
 
-def rendezvous_runs(keys) -> list[str]:
+def rendezvous_runs(keys: Iterable[str]) -> list[str]:
     """Run ids with a c10d state among the keys (a round's own keys have a '/' in them)."""
     return sorted(k[len(RDZV_PREFIX):] for k in keys if k.startswith(RDZV_PREFIX) and "/" not in k)
 
 
-def arrived_ranks(keys) -> tuple[int, ...]:
+def arrived_ranks(keys: Iterable[str]) -> tuple[int, ...]:
     return tuple(sorted({int(m[1]) for k in keys if (m := RANK_KEY.fullmatch(k))}))
 
 
@@ -106,7 +111,7 @@ def round_prefix(run_id: str, round_: int) -> str:
     return f"{RDZV_PREFIX}{run_id}.{round_}/"
 
 
-def round_group_ranks(keys, run_id: str, round_: int) -> tuple[int, ...]:
+def round_group_ranks(keys: Iterable[str], run_id: str, round_: int) -> tuple[int, ...]:
     """Group ranks with a role_info or assigned_ranks key in that round."""
     prefix = round_prefix(run_id, round_)
     return tuple(sorted({int(m[1]) for k in keys if k.startswith(prefix)
@@ -136,7 +141,7 @@ def read_round(host: str, port: int, run_id: str, round_: int, live: frozenset[i
     return RoundKeys(run_id, round_, ranks, keys is not None, members)
 
 
-def _workers_store(wire: Wire, exists, prefix: str, deadline: Deadline) -> tuple[Wire | None, str]:
+def _workers_store(wire: Wire, exists: Exists, prefix: str, deadline: Deadline) -> tuple[Wire | None, str]:
     """A connection to the workers' store (the round's MASTER_ADDR:MASTER_PORT), or why not."""
     addr, why = _read(wire, exists, f"{prefix}MASTER_ADDR", MAX_URL_BYTES, decode_master_addr, deadline)
     port, why_port = _read(wire, exists, f"{prefix}MASTER_PORT", MAX_URL_BYTES, decode_master_port, deadline)
@@ -145,7 +150,7 @@ def _workers_store(wire: Wire, exists, prefix: str, deadline: Deadline) -> tuple
     return Wire(addr, port), ""
 
 
-def _probe_count(exists, deadline: Deadline) -> int:
+def _probe_count(exists: Callable[[int], bool], deadline: Deadline) -> int:
     """How many of 0, 1, 2, ... exist, when they exist from 0 up without a gap: a doubling
     search, then a halving one (about 2 log2(n) requests)."""
     if not exists(0):
@@ -159,10 +164,10 @@ def _probe_count(exists, deadline: Deadline) -> int:
     return low + 1
 
 
-def _member(wire: Wire, workers: Wire | None, why_not: str, exists, prefix: str, group_rank: int,
+def _member(wire: Wire, workers: Wire | None, why_not: str, exists: Exists, prefix: str, group_rank: int,
             deadline: Deadline) -> RoundMember:
     """What the store holds of one agent: its worker count, first global rank, workers' hosts."""
-    unread, values = [], {}
+    unread, values = [], dict[str, int | None]()
     for name, decode in (("role_info", lambda raw: decode_role_info(raw, group_rank)),
                          ("assigned_ranks", decode_assigned_ranks)):
         key = f"{prefix}torchelastic/{name}/{group_rank}"
@@ -202,7 +207,8 @@ def _worker_hosts(workers: Wire, first: int, count: int, deadline: Deadline) -> 
     return hosts, ""
 
 
-def _read(wire: Wire, exists, key: str, limit: int, decode, deadline: Deadline, absent_ok: bool = False):
+def _read(wire: Wire, exists: Exists, key: str, limit: int, decode: Callable[[bytes], T], deadline: Deadline,
+          absent_ok: bool = False) -> tuple[T | None, str]:
     """(decoded value, "") or (None, why not); a key that is not there is never asked for."""
     if deadline.expired():
         return None, "not read: --timeout was spent"

@@ -174,7 +174,7 @@ class Listeners:
     def _serve(self) -> None:
         serve_greetings(self.selector, self.stop)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(timeout=2.0)
         for _, sock in self.sockets:

@@ -19,7 +19,7 @@ works, the job's can. Keys (all values JSON, size-bounded, validated):
 Every wait has a deadline; nothing received is unpickled or executed. Counters and lists are
 anyone's to write: a number a counter cannot give (text, or pushed past any count) is taken at
 random, every arrival is listed as well as counted, and what another client did is named
-(Exchange.interfered), never taken for a fault of the nodes.
+(Exchange.interference), never taken for a fault of the nodes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from netcheck.cluster.mesh import targets
 from netcheck.cluster.store import Exchange
@@ -45,8 +46,8 @@ from netcheck.core.deadline import Deadline
 from netcheck.core.fields import is_host
 from netcheck.core.model import ClockSample, NodeFacts, NodeResults, Resolution, Visitor
 from netcheck.core.names import is_safe_hostname
-from netcheck.core.rdzvrecords import Hello, Pong, Roster
-from netcheck.core.seats import SeatBlock, Seated, expand, rank_in
+from netcheck.core.rdzvrecords import Roster
+from netcheck.core.seats import Seated, expand, rank_in
 from netcheck.core.storeerrors import HostLost, Interfered, OtherRun, RendezvousError, StoreError, StoreLost, first_line
 from netcheck.core.storekeys import (
     ARRIVALS,
@@ -55,12 +56,12 @@ from netcheck.core.storekeys import (
     NODE,
     PINGS,
     PONG,
-    POSTED,
     RESULT,
     SEAT,
     SEATED,
     VISITOR,
     VISITORS,
+    Slot,
 )
 from netcheck.facts.probe import resolve_many
 
@@ -94,7 +95,7 @@ class Seat:
             pass  # the host is gone already: nobody is waiting for this goodbye
 
 
-def take_number(ex: Exchange, key: str) -> int:
+def take_number(ex: Exchange, key: Slot[int]) -> int:
     """The counter's next number, as every node takes one. Where another client made the
     counter useless (set it to text, pushed it past any count: at int64's maximum add() wraps
     negative) a number at random beyond any count, and the interference named: nodes are
@@ -102,22 +103,23 @@ def take_number(ex: Exchange, key: str) -> int:
     try:
         number = ex.add_to(key, 1) - 1
     except Interfered as e:
-        ex.interfered[key] = e.seen
+        ex.interference.note(key, e.seen)
         return secrets.randbelow(RANDOM_NUMBERS[1] - RANDOM_NUMBERS[0]) + RANDOM_NUMBERS[0]
     if 0 <= number < RANDOM_NUMBERS[0]:
         return number
-    ex.interfered[key] = f"counts {number + 1}: pushed past any cluster's count by a client that is not a netcheck node"
+    ex.interference.note(key, f"counts {number + 1}: pushed past any cluster's count by a client that is not "
+                              "a netcheck node")
     return secrets.randbelow(RANDOM_NUMBERS[1] - RANDOM_NUMBERS[0]) + RANDOM_NUMBERS[0]
 
 
 def sign_in(ex: Exchange, facts: NodeFacts) -> str:
     """Register as a visitor (any run id), so the host can name nodes of other runs; returns
     this node's ticket for clock pings, its own random one: no counter decides who is answered."""
-    visitor = take_number(ex, ex.key(VISITORS, shared=True))
-    ex.put(ex.key(VISITOR, visitor, shared=True), visitor_record(facts), signed=False)
+    visitor = take_number(ex, ex.key(VISITORS))
+    ex.put(ex.key(VISITOR, visitor), visitor_record(facts), signed=False)
     # Listed as well: a number taken at random, where another client spoilt the counter, is
     # found only by its listing (as an arrival's is).
-    ex.enlist(ex.key(VISITOR, POSTED, shared=True), str(visitor))
+    ex.enlist(ex.listing(VISITOR), str(visitor))
     return secrets.token_hex(TICKET_BYTES)
 
 
@@ -135,17 +137,17 @@ def reached_from(facts: NodeFacts) -> str | None:
 def check_run_id(ex: Exchange, deadline: Deadline) -> None:
     """The host's hello: its run id and (--token) its MAC, bound to the nonce it carries. One
     another client left there is waited past while the host writes its own again."""
-    hello = ex.wait_read_valid(Hello, ex.key(HOST, shared=True), deadline, nonce=lambda h: h.nonce)
+    hello = ex.wait_read_valid(ex.key(HOST), deadline, nonce=lambda h: h.nonce)
     if hello.run_id != ex.run_id:
         raise OtherRun(f"the store at this endpoint serves run id {hello.run_id!r} "
                               f"(host {hello.hostname}); this node was started with "
                               f"--rdzv-id {ex.run_id!r}")
-    ex.nonce = hello.nonce
+    ex.signer.adopt(hello.nonce)
 
 
 def ping(ex: Exchange, ticket: str, k: int) -> None:
     """Ask the host for its clock: it answers under pong/TICKET/K on its next poll."""
-    ex.enlist(ex.key(PINGS, shared=True), f"{ticket}/{k}")
+    ex.enlist(ex.key(PINGS), f"{ticket}/{k}")
 
 
 def measure_clock(ex: Exchange, ticket: str, deadline: Deadline) -> ClockSample | None:
@@ -174,26 +176,26 @@ def _pong(ex: Exchange, ticket: str, k: int, deadline: Deadline) -> tuple[float,
     """(when the answered ping was sent, the host's clock in its pong). A ping unanswered
     for PING_RETRY is asked again: the host clears a list flooded by someone else unread;
     an answer another client wrote there is named, dropped and asked again."""
-    key = ex.key(PONG, ticket, k, shared=True)
+    key = ex.key(PONG, ticket, k)
     while True:
         sent = time.time()
         ping(ex, ticket, k)
         try:
             ex.wait(key, deadline.within(PING_RETRY))
-            pong = ex.read(Pong, key, nonce="")
+            pong = ex.read(key, nonce="")
         except TimeoutError:
             if deadline.expired():
                 raise
             continue
         except codec.DecodeError as e:
-            ex.interfered[key] = f"holds what the host did not write: {e}"
+            ex.interference.note(key, f"holds what the host did not write: {e}")
             ex.drop(key)
             continue
-        if pong.nonce != ex.nonce:
-            ex.interfered[ex.key(HOST, shared=True)] = (
-                f"holds a hello with nonce {ex.nonce!r}, but the host's clock answers carry {pong.nonce!r}: "
-                "a hello of an earlier run, written there by a client that is not this run's host")
-            ex.nonce = pong.nonce
+        if pong.nonce != ex.signer.nonce:
+            ex.interference.note(ex.key(HOST), (
+                f"holds a hello with nonce {ex.signer.nonce!r}, but the host's clock answers carry {pong.nonce!r}: "
+                "a hello of an earlier run, written there by a client that is not this run's host"))
+            ex.signer.adopt(pong.nonce)
         return sent, pong.time
 
 
@@ -234,7 +236,7 @@ def report_back(seat: Seat, rank: int, clock: ClockSample | None) -> NodeResults
 
 # --- joiner ---------------------------------------------------------------------------------
 
-def join(store, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str | None = None
+def join(store: Any, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str | None = None
          ) -> tuple[Seat, NodeResults | None]:
     """Take a seat at the host's store; returns once the roster is known (or raises). A
     request the store holds up past its reply timeout is waited out to `deadline`; none is
@@ -255,8 +257,8 @@ def join(store, facts: NodeFacts, deadline: Deadline, end: Deadline, token: str 
     except TimeoutError as e:
         raise RendezvousError(f"the host did not finish the rendezvous in time: {e}") from None
     except codec.DecodeError as e:
-        if ex.interfered:  # what the host guards, written over and never restored in time
-            key, seen = next(reversed(ex.interfered.items()))
+        if notes := ex.interference.notes():  # what the host guards, written over and never restored in time
+            key, seen = notes[-1]
             raise Interfered(key, seen) from None
         raise RendezvousError(f"the store holds data netcheck cannot read: {e}") from None
     except StoreError as e:
@@ -276,11 +278,11 @@ def take_seat(seat: Seat, deadline: Deadline) -> None:
     posted them: a few hundred bytes at 10,000 regularly named nodes, where the whole roster
     was 1.1 MB to each of them (issue 38). Both are guarded and signed as the roster was."""
     ex = seat.exchange
-    seated = ex.wait_read_valid(Seated, ex.key(SEATED), deadline)
+    seated = ex.wait_read_valid(ex.key(SEATED), deadline)
     seat.hostnames, seat.fqdns = seated_names(seated)
     block = seat.arrival // SEAT_BLOCK
     if block in seated.blocks:  # posted before the names: there already
-        seat.rank = rank_in(ex.wait_read_valid(SeatBlock, ex.key(SEAT, block), deadline), seat.arrival)
+        seat.rank = rank_in(ex.wait_read_valid(ex.key(SEAT, block), deadline), seat.arrival)
 
 
 def seated_names(seated: Seated) -> tuple[dict[int, str], dict[int, str]]:

@@ -1,48 +1,36 @@
 """The TCPStore as netcheck talks to it once connected (cluster.storeconnect connects): the
-Exchange, typed, bounded, optionally signed JSON under netcheck's keys, and collect, which
-reads what many nodes post. Every torch workaround for the store lives here, in
-cluster.storeconnect or in cluster.compat."""
+Exchange, typed, bounded, optionally signed JSON under netcheck's keys (core.storekeys: each key
+names the record it holds, so a read returns that record), and its parts: the transport that
+bounds every request (cluster.storetransport), the signer (cluster.storesigner) and the log of
+what other clients did (cluster.interference). cluster.collect reads what many nodes post.
+Every torch workaround for the store lives in these, in cluster.storeconnect or in cluster.compat."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 from netcheck.cluster import compat, storewire
-from netcheck.cluster.storeconnect import client_try, not_listening, store_link
+from netcheck.cluster.interference import Interference
+from netcheck.cluster.storesigner import Signer
+from netcheck.cluster.storetransport import Method, Transport
 from netcheck.core import codec
-from netcheck.core.constants import (
-    CARRIER_POLL,
-    CARRIER_WAIT,
-    FLOODED_LIST_SWEEP,
-    MAX_FACTS_BYTES,
-    MAX_MEMBERS,
-    STORE_LOOKS_PER_SECOND,
-    STORE_POLL_INTERVAL,
-    STORE_REPLY_TIMEOUT,
-)
+from netcheck.core.constants import FLOODED_LIST_SWEEP, MAX_FACTS_BYTES, MAX_MEMBERS, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
-from netcheck.core.storeerrors import ConnectTimedOut, Interfered, StoreError, StoreLost, first_line
-from netcheck.core.storekeys import MAC_SUFFIX, POSTED, ROOT
-from netcheck.facts.bounded import Caller, Overran
-from netcheck.facts.linkcounters import carrier_lost
-from netcheck.facts.storepeers import StallWatch, request_text
+from netcheck.core.storeerrors import Interfered, StoreError
+from netcheck.core.storekeys import MAC_SUFFIX, Key, Slot
+from netcheck.facts.bounded import Caller
+from netcheck.facts.storepeers import StallWatch
 
-# A request made at or past its bound still gets this long: a store that answers takes
-# microseconds, and one given none would be lost for asking late (the sweep's last abort).
-REQUEST_FLOOR = 0.1
-HELD_UP_AFTER = 1.0   # a new client answered sooner: the store was not held up (Exchange._held_up_client_replaced)
+T = TypeVar("T")
 
 GUARD_INTERVAL = 1.0   # the host looks at what it wrote under a guarded key at most this often
 MAX_ID_DIGITS = 18     # an arrival number a node took at random (a counter it could not use) fits
 MAX_POSTED_BYTES = 16 * MAX_MEMBERS  # ",ID," for every node, twice over
-STALL_READS = 4         # the host's bounded read, tried again while its store is stalled (StallWatch)
 
 
 class Exchange:
@@ -58,162 +46,81 @@ class Exchange:
     ticket (a clock pong) is signed without the run's nonce: it is how a joiner learns it.
 
     Anyone who reaches the port can write any key: what another client left where netcheck
-    looks is kept in `interfered` (key -> what was seen), so it is named, not taken for a
-    fault of the nodes; what the host must not lose (its hello, the seats) it guards: written
-    again where it was written over.
+    looks is kept in `interference`, so it is named, not taken for a fault of the nodes; what
+    the host must not lose (its hello, the seats) it guards: written again where it was
+    written over.
+
+    Its parts, each with its own state: `transport` (every request, bounded), `signer` (the
+    token and the run's nonce), `interference`. No other module assigns to any of them.
     """
 
-    def __init__(self, store, run_id: str, token: str | None = None, limit: Deadline | None = None, *,
-                 end: Deadline, caller: Caller | None = None):
-        self._store = store
-        self.end = end  # the run's: no request is waited for past it, whatever torch does (_request)
-        # A thread of its own, unless given one to share (one process simulating thousands of nodes).
-        self._caller = caller or Caller("netcheck-store")
-        self._server = store  # the host's serves the port: kept when a broken client is replaced
+    def __init__(self, store: Any, run_id: str, token: str | None = None, limit: Deadline | None = None, *,
+                 end: Deadline, caller: Caller | None = None, watch: StallWatch | None = None):
         self.run_id = run_id
-        self.token = token
-        self.nonce = ""  # the run's, once the host's hello is written or read
-        self.rejected: dict[tuple[str, int], str] = {}  # (name, id) posted -> why it was refused: its sender is named
-        self._wire: storewire.Wire | None = None  # for reads by length first (listed)
-        self.lost: str | None = None  # why the store connection broke, once it has
-        self.pause = STORE_POLL_INTERVAL  # between looks for a key (pace)
-        self.interfered: dict[str, str] = {}  # key -> what another client left there
+        self.transport = Transport(store, end=end, limit=limit, caller=caller, watch=watch)
+        self.signer = Signer(run_id, token)
+        self.interference = Interference()
         self._guarded: dict[str, tuple[str, str]] = {}  # key -> (value, MAC or ""), as the host wrote it
         self._guard_looked = 0.0
-        self.watch: StallWatch | None = None  # the host's: its store's stalls, and who was connected
-        self.limit = limit  # a joiner's: how long a held-up store is waited out (the phases' end)
-        self.held_up: list[float] = []  # a joiner's: seconds each request waited out a held-up store
-        # A joiner's interface toward the host: a request waits for its carrier (_await_carrier).
-        self.link = store_link(store.port) if limit is not None else None
         self._clearing: set[str] = set()  # keys a thread of their own keeps deleting (keep_clearing)
 
-    def _call(self, method, *args):  # a store method's name, or a compat function of the store
-        # After a broken request (a reply timed out) the stream is out of step: a late
-        # reply would answer the next request. So the first break is final.
-        if self.lost is not None:
-            earlier = f"the host's store was lost earlier: {self.lost}"
-            raise StoreLost(earlier, ConnectionError(earlier))
-        self._started(getattr(method, "__name__", method), args)
-        try:
-            try:
-                self._await_carrier()
-                return self._request(method, args)
-            except Exception as e:
-                if not self._held_up_client_replaced(e):
-                    raise
-            self._await_carrier()
-            return self._request(method, args)   # once, on the new connection: a second break is final
-        except (RuntimeError, OSError) as e:   # torch's, translated here once (core.storeerrors)
-            error = compat.store_error(e)
-            if isinstance(error, StoreLost):
-                self.lost = first_line(error)
-            if error is e:
-                raise
-            raise error from e
-        finally:
-            self._ended()
+    @property
+    def pause(self) -> float:
+        """Between looks for a key (pace)."""
+        return self.transport.pause
 
-    def _await_carrier(self) -> None:
-        """Wait, to CARRIER_WAIT and `limit`, while this node's link toward the host has no
-        carrier (its cable or switch port flapping). A request sent meanwhile is dropped at the
-        node itself and answered only once the carrier is back (TCP resends it then, measured:
-        a request sent into an N-second flap is answered N s later), so a flap past
-        STORE_REPLY_TIMEOUT lost the host, where a job's own store and sockets ride it out.
-        Sent once the carrier is back, it is answered at once. One sysfs read where the link
-        is up."""
-        if self.link is None or self.limit is None or not carrier_lost(self.link):
-            return
-        until = self.limit.within(CARRIER_WAIT)
-        while carrier_lost(self.link) and not until.expired():
-            time.sleep(CARRIER_POLL)
+    @property
+    def lost(self) -> str | None:
+        """Why the store connection broke, once it has."""
+        return self.transport.lost
 
-    @contextmanager
-    def within(self, deadline: Deadline) -> Iterator[None]:
-        """Inside the block, no request is waited for, and no held-up store waited out, past
-        `deadline` where it comes before the run's end: a part of a phase that must leave the
-        phase time for what follows it (the sweep's workers, before the nodes' accounts)."""
-        saved = self.end, self.limit
-        if deadline.at < self.end.at:
-            self.end = deadline
-        if self.limit is not None and deadline.at < self.limit.at:
-            self.limit = deadline
-        try:
-            yield
-        finally:
-            self.end, self.limit = saved
+    @property
+    def held_up(self) -> list[float]:
+        """A joiner's: seconds each request waited out a held-up store."""
+        return self.transport.held_up
 
-    def _request(self, method, args: tuple):
-        """One request, waited for to the run's end (or `within`'s) and no longer: torch's own
-        timeouts do not bound a reply (the host's own client has none; over a port closed since
-        the rendezvous it sat in recv for minutes), so the request runs on this Exchange's Caller
-        thread. One past its bound loses the store: the thread is left in it, and the stream is
-        out of step."""
-        fn, call_args = (method, (self._store, *args)) if callable(method) else (getattr(self._store, method), args)
-        try:
-            return self._caller.call(fn, call_args, max(REQUEST_FLOOR, self.end.remaining()))
-        except Overran as e:
-            name = getattr(method, "__name__", method)
-            self.lost = f"{request_text(name, args[0] if args else '')}: {e}, its deadline"
-            raise StoreLost(self.lost) from None
+    @property
+    def watch(self) -> StallWatch | None:
+        """The host's: its store's stalls, and who was connected."""
+        return self.transport.watch
 
-    def _held_up_client_replaced(self, error: BaseException) -> bool:
-        """A joiner's request unanswered in time while the host's port still takes connections:
-        the store may be held up, not gone (torch 2.13 looks up the name of every client it
-        accepts on its one thread, so a stranger's late reverse zone holds every node's requests
-        up: issue 39). Then a new client, too, is answered only once the store is free again:
-        it replaces the broken connection, waited for to `limit`. The first one answered at once
-        means the store was not held up, but this connection's path lost the request (a
-        blackhole drops its full-size frames; its writes before it are lost with it): False,
-        the host named lost and its path asked, as where nothing listens or nothing ever answers.
-        (One answered at once after a try that timed out: the stall has just ended.)"""
-        if self.limit is None or not compat.reply_timed_out(error):
-            return False
-        host, port, began = self._server.host, self._server.port, time.monotonic()
-        dist = compat.import_distributed(self.limit)
-        first = True
-        while not self.limit.expired() and not_listening(host, port, self.limit) is None:
-            asked = time.monotonic()
-            store, failed = client_try(dist, host, port, self.limit)
-            if store is not None and first and time.monotonic() - asked < HELD_UP_AFTER:
-                return False
-            if store is not None:
-                self._store = store
-                self.held_up.append(round(time.monotonic() - began + STORE_REPLY_TIMEOUT, 1))
-                return True
-            if not isinstance(failed, ConnectTimedOut):
-                return False
-            first = False
-        return False
+    def _call(self, method: Method, *args: object) -> Any:
+        return self.transport.call(method, *args)
 
-    def _started(self, method: str, args: tuple) -> None:
-        if self.watch is not None:  # named only where it stalls (its keys may be thousands)
-            self.watch.request = (method, args[0] if args else "")
-            self.watch.since = time.monotonic()
+    def within(self, deadline: Deadline) -> AbstractContextManager[None]:
+        """Transport.within: no request waited for past `deadline` inside the block."""
+        return self.transport.within(deadline)
 
-    def _ended(self) -> None:
-        if self.watch is not None:
-            self.watch.since = None
+    def pace(self, nodes: int) -> None:
+        self.transport.pace(nodes)
 
-    def key(self, *parts: object, shared: bool = False) -> str:
-        scope = (ROOT,) if shared else (ROOT, self.run_id)
-        return "/".join(scope + tuple(str(p) for p in parts))
+    def stalled_seconds(self) -> float:
+        return self.transport.stalled_seconds()
 
-    def put(self, key: str, value: object, signed: bool = True, nonce: str | None = None,
+    def key(self, key: Key[T], *parts: object) -> Slot[T]:
+        """`key`'s path in this run (or the shared one), its ids after the name."""
+        return key.at(self.run_id, *parts)
+
+    def listing(self, key: Key[T]) -> str:
+        """The list of the ids that posted `key` (post)."""
+        return key.listing(self.run_id)
+
+    def put(self, key: Slot[T], value: T, signed: bool = True, nonce: str | None = None,
             guard: bool = False) -> None:
         """Write a value (with its MAC under --token, bound to `nonce`, the run's by default);
         a guarded one is written again wherever another client writes over it (restore)."""
-        text, mac = self._signed(key, value, nonce) if signed else (codec.dumps(value), "")
+        text, mac = self.signer.signed(key, value, nonce) if signed else (codec.dumps(value), "")
         self._write(key, text, mac)
         if guard:
             self._guarded[key] = (text, mac)
 
-    def put_many(self, values: dict[str, object], nonce: str | None = None) -> None:
+    def put_many(self, values: dict[Slot[T], T], nonce: str | None = None) -> None:
         """put for many keys in one request, each with its MAC before it under --token (the
         store's one thread applies a request whole): the host's clock answers, a request each,
         were 30,000 requests before the roster at 10,000 nodes."""
         keys, texts = [], []
         for key, value in values.items():
-            text, mac = self._signed(key, value, nonce)
+            text, mac = self.signer.signed(key, value, nonce)
             if mac:
                 keys.append(key + MAC_SUFFIX)
                 texts.append(mac)
@@ -221,15 +128,6 @@ class Exchange:
             texts.append(text)
         if keys:
             self._call("multi_set", keys, texts)
-
-    def _signed(self, key: str, value: object, nonce: str | None) -> tuple[str, str]:
-        """value as JSON, and its MAC under --token ("" without)."""
-        text = codec.dumps(value)
-        return text, self._mac(key, text.encode(), nonce) if self.token else ""
-
-    def interference(self) -> tuple[str, ...]:
-        """What other clients did to the keys this node uses, as "KEY what was seen"."""
-        return tuple(f"{key} {seen}" for key, seen in self.interfered.items())
 
     def _write(self, key: str, text: str, mac: str) -> None:
         if mac:  # the MAC first: a value a reader finds is never one without its MAC
@@ -246,37 +144,24 @@ class Exchange:
             return
         self._guard_looked = time.monotonic()
         for key, (text, mac) in self._guarded.items():
-            held = self._bounded(key, len(text.encode())) if self.has(key) else None
+            held = self.transport.bounded(key, len(text.encode())) if self.has(key) else None
             signed = not mac or (self.has(key + MAC_SUFFIX) and self._call("get", key + MAC_SUFFIX) == mac.encode())
             if held is None or held.data != text.encode() or not signed:
-                self.interfered[key] = (f"written over with {shown(held)}, not what the host wrote "
-                                        "(the host wrote it again)")
+                self.interference.note(key, f"written over with {shown(held)}, not what the host wrote "
+                                            "(the host wrote it again)")
                 self._write(key, text, mac)
 
-    def _mac(self, key: str, data: bytes, nonce: str | None = None) -> str:
-        assert self.token is not None, "a MAC only under --token"
-        mac = hmac.new(self.token.encode(), digestmod=hashlib.sha256)
-        nonce = self.nonce if nonce is None else nonce
-        for part in (self.run_id.encode(), nonce.encode(), key.encode(), data):
-            mac.update(len(part).to_bytes(8, "big") + part)  # lengths first: no two splits alike
-        return mac.hexdigest()
-
     def has(self, key: str) -> bool:
-        return self._call(compat.has_key, key)
+        return bool(self._call(compat.has_key, key))
 
-    def has_all(self, keys: list[str]) -> bool:
-        return self._call(compat.has_keys, keys)
+    def has_all(self, keys: Sequence[str]) -> bool:
+        return bool(self._call(compat.has_keys, keys))
 
-    def pace(self, nodes: int) -> None:
-        """Look for keys less often in a large cluster: every node's looks land on the one
-        store, so together they stay near STORE_LOOKS_PER_SECOND."""
-        self.pause = max(STORE_POLL_INTERVAL, nodes / STORE_LOOKS_PER_SECOND)
-
-    def add_to(self, key: str, add: int = 0) -> int:
+    def add_to(self, key: Slot[int], add: int = 0) -> int:
         """add() on a counter; raises Interfered (connected again) where the store broke this
         connection off because another client had set the key to something not a number."""
         try:
-            return self._call("add", key, add)
+            return int(self._call("add", key, add))
         except StoreError:
             seen = self._not_a_counter(key)
             if seen is None:
@@ -284,14 +169,14 @@ class Exchange:
             raise Interfered(key, f"holds {seen}, not a counter: the store closed netcheck's connection "
                                   "on add()") from None
 
-    def read_counter(self, key: str) -> int | str:
+    def read_counter(self, key: Slot[int]) -> int | str:
         """A counter read without add() (which breaks the connection on a key set to text):
         its value (0 where absent), or what the key holds instead, shown."""
         return self._held_count(key) if self.has(key) else 0
 
     def _held_count(self, key: str) -> int | str:
         """A counter known to exist, on the bounded reader's own connection."""
-        held = self._bounded(key, COUNTER_BYTES)
+        held = self.transport.bounded(key, COUNTER_BYTES)
         number = whole_number(held.data, signed=True)
         return shown(held) if number is None else number
 
@@ -302,18 +187,9 @@ class Exchange:
             held = self._held_count(key)
         except storewire.WireError:
             return None
-        if isinstance(held, int):
+        if isinstance(held, int) or not self.transport.reconnected():
             return None
-        deadline = Deadline(STORE_REPLY_TIMEOUT)
-        store, _ = client_try(compat.import_distributed(deadline), self._server.host, self._server.port, deadline)
-        if store is None:
-            return None
-        self._store, self.lost = store, None
         return held
-
-    def stalled_seconds(self) -> float:
-        """How long the host's store has stalled so far (its StallWatch's); 0 on a joiner."""
-        return sum(s.seconds for s in self.watch.stalls) if self.watch is not None else 0.0
 
     def clearing(self, key: str) -> bool:
         """Whether a thread keeps deleting `key` (keep_clearing)."""
@@ -327,7 +203,7 @@ class Exchange:
         if key in self._clearing:
             return
         self._clearing.add(key)
-        wire = storewire.Wire(self._server.host, self._server.port)
+        wire = storewire.Wire(*self.transport.endpoint)
 
         def clear() -> None:
             while True:
@@ -339,48 +215,26 @@ class Exchange:
 
         threading.Thread(target=clear, name="netcheck-list-sweep", daemon=True).start()
 
-    def _bounded(self, key: str, max_bytes: int) -> storewire.StoreValue:
-        """A key known to exist, read only if it holds at most max_bytes (storewire)."""
-        if self._wire is None:
-            self._wire = storewire.Wire(self._server.host, self._server.port)
-        for _ in range(STALL_READS - 1):
-            try:
-                return self._wire_get(key, max_bytes)
-            except storewire.WireError:
-                # The host's own store, alive, may be stalled by another client (StallWatch):
-                # asked again a few times, bounded, rather than taken for a broken host.
-                if self.watch is None or not self.watch.stalls:
-                    raise
-        return self._wire_get(key, max_bytes)
-
-    def _wire_get(self, key: str, max_bytes: int) -> storewire.StoreValue:
-        assert self._wire is not None, "made by _bounded"
-        self._started("get", (key,))
-        try:
-            return self._wire.get(key, max_bytes, self.end.within(STORE_REPLY_TIMEOUT))
-        finally:
-            self._ended()
-
-    def read(self, cls, key: str, signed: bool = True, max_bytes: int = MAX_FACTS_BYTES,
-             nonce: str | Callable[[Any], str] | None = None):
-        """Decode a key known to exist; raises codec.DecodeError for anything malformed. Under
-        --token the MAC is bound to `nonce`: the run's by default, or the one the value names
-        (the hello carries the nonce it is signed under)."""
+    def read(self, key: Slot[T], signed: bool = True, max_bytes: int = MAX_FACTS_BYTES,
+             nonce: str | Callable[[T], str] | None = None) -> T:
+        """Decode a key known to exist as the record it holds; raises codec.DecodeError for
+        anything malformed. Under --token the MAC is bound to `nonce`: the run's by default, or
+        the one the value names (the hello carries the nonce it is signed under)."""
         data = self._call("get", key)
-        value = codec.loads(cls, data, max_bytes)
-        if self.token and signed:
+        value = codec.loads(key.record, data, max_bytes)
+        if self.signer.token and signed:
             bound = nonce(value) if callable(nonce) else nonce
             mac = self._call("get", key + MAC_SUFFIX) if self.has(key + MAC_SUFFIX) else b""
-            if not hmac.compare_digest(mac, self._mac(key, data, bound).encode()):
+            if not self.signer.verifies(key, data, mac, bound):
                 raise codec.DecodeError("not signed for this key and run with this --token (another "
                                         "token, or a value copied from another key or run)")
         return value
 
-    def post(self, name: str, i: int, value: object) -> None:
-        """Put name/i and list i under name/posted, so a reader learns who posted in one
+    def post(self, key: Key[T], i: int, value: T) -> None:
+        """Put KEY/i and list i under KEY/posted, so a reader learns who posted in one
         request (collect), not one per id. The value goes first: a listed id is readable."""
-        self.put(self.key(name, i), value)
-        self.enlist(self.key(name, POSTED), str(i))
+        self.put(self.key(key, i), value)
+        self.enlist(self.listing(key), str(i))
 
     def enlist(self, key: str, entry: str) -> None:
         """Append an entry to a list key, between commas: a foreign append spoils only itself."""
@@ -392,7 +246,7 @@ class Exchange:
         torch's get would read gigabytes whole (storewire reads the length first)."""
         if not self.has(key):
             return []
-        value = self._bounded(key, max_bytes)
+        value = self.transport.bounded(key, max_bytes)
         if value.data is None:
             return None
         return [e for e in value.data.decode("utf-8", "replace").split(",") if e]
@@ -400,18 +254,18 @@ class Exchange:
     def raw(self, key: str) -> bytes:
         """A key known to exist, undecoded and unchecked: for a reader that decodes one value
         once for many simulated nodes (benchmarks/_scale_nodes.py)."""
-        return self._call("get", key)
+        return bytes(self._call("get", key))
 
     def drop(self, key: str) -> None:
         self._call("delete_key", key)
 
-    def posted(self, name: str, shared: bool = False) -> set[int] | None:
-        """The ids listed under name/posted (anyone may append: a listed id is only a hint);
+    def posted(self, key: Key[T]) -> set[int] | None:
+        """The ids listed under KEY/posted (anyone may append: a listed id is only a hint);
         None when the list has grown past any cluster's."""
-        entries = self.listed(self.key(name, POSTED, shared=shared), MAX_POSTED_BYTES)
+        entries = self.listed(self.listing(key), MAX_POSTED_BYTES)
         return None if entries is None else {i for e in entries if (i := whole_number(e)) is not None}
 
-    def read_counters(self, keys: list[str]) -> list[int]:
+    def read_counters(self, keys: list[Slot[int]]) -> list[int]:
         """The counters (Exchange.add_to) under keys: one check and one multi_get where all
         exist; 0 for one that does not, or that holds something else."""
         if self.has_all(keys):
@@ -420,11 +274,12 @@ class Exchange:
             values = [self._call("get", k) if self.has(k) else b"0" for k in keys]
         return [codec.small_int(v) or 0 for v in values]
 
-    def read_many(self, cls, keys: list[str]) -> dict:
+    def read_many(self, keys: list[Slot[T]]) -> dict[Slot[T], T | codec.DecodeError]:
         """key -> value (or the codec.DecodeError it raised) for each of keys that exists."""
-        return dict(self.read_each(cls, keys))
+        each = self.read_each(keys)   # typed apart, as in read_each
+        return dict(each)
 
-    def read_each(self, cls, keys: list[str]) -> Iterator[tuple[str, Any]]:
+    def read_each(self, keys: list[Slot[T]]) -> Iterator[tuple[Slot[T], T | codec.DecodeError]]:
         """(key, value or the codec.DecodeError it raised) for each of keys that exists, each
         decoded as it is taken (a reader that drops each value keeps one decoded at a time).
 
@@ -432,33 +287,38 @@ class Exchange:
         not every key exists (the newest arrival counted, not written yet) each is looked
         for first and the ones there read in one. (A key another client deletes between the
         look and the read holds the read up as a single get's would.)"""
-        if self.token:
-            yield from ((k, self._read_or_error(cls, k)) for k in keys if self.has(k))
+        # Each value typed apart: inferred from the yield, T would take in DecodeError.
+        if self.signer.token:
+            for k in keys:
+                if self.has(k):
+                    value = self._read_or_error(k)
+                    yield k, value
             return
         there = keys if self.has_all(keys) else [k for k in keys if self.has(k)]
         for k, data in zip(there, self._call("multi_get", there) if there else []):
-            yield k, _decode_or_error(cls, data)
+            decoded = _decode_or_error(k, data)
+            yield k, decoded
 
-    def _read_or_error(self, cls, key: str):
+    def _read_or_error(self, key: Slot[T]) -> T | codec.DecodeError:
         try:
-            return self.read(cls, key)
+            return self.read(key)
         except codec.DecodeError as e:
             return _bare(e)
 
-    def wait_read(self, cls, key: str, deadline: Deadline):
+    def wait_read(self, key: Slot[T], deadline: Deadline) -> T:
         self.wait(key, deadline)
-        return self.read(cls, key)
+        return self.read(key)
 
-    def wait_read_valid(self, cls, key: str, deadline: Deadline, nonce: str | Callable[[Any], str] | None = None):
+    def wait_read_valid(self, key: Slot[T], deadline: Deadline, nonce: str | Callable[[T], str] | None = None) -> T:
         """wait_read for a key the host guards (restore): a value that does not decode or is
-        not signed is another client's, named in `interfered`, and waited past until the
+        not signed is another client's, noted in `interference`, and waited past until the
         host has written its own again; raises the last DecodeError at the deadline."""
         while True:
             self.wait(key, deadline)
             try:
-                return self.read(cls, key, nonce=nonce)
+                return self.read(key, nonce=nonce)
             except codec.DecodeError as e:
-                self.interfered[key] = f"holds what the host did not write: {e}"
+                self.interference.note(key, f"holds what the host did not write: {e}")
                 if deadline.expired():
                     raise
             time.sleep(self.pause)
@@ -497,9 +357,9 @@ def shown(held: storewire.StoreValue | None) -> str:
     return f"{held.data[:40]!r}" + (f" ({held.size} bytes)" if held.size > 40 else "")
 
 
-def _decode_or_error(cls, data: bytes):
+def _decode_or_error(key: Slot[T], data: bytes) -> T | codec.DecodeError:
     try:
-        return codec.loads(cls, data, MAX_FACTS_BYTES)
+        return codec.loads(key.record, data, MAX_FACTS_BYTES)
     except codec.DecodeError as e:
         return _bare(e)
 

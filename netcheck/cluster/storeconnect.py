@@ -35,7 +35,7 @@ def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(0.05, seconds))
 
 
-def host_store(listener: Listener, port: int, deadline: Deadline):
+def host_store(listener: Listener, port: int, deadline: Deadline) -> Any:
     """The TCPStore server, on the socket the host has listened on since it started.
 
     The store takes the descriptor over and closes it itself, so Python lets go of it. Made
@@ -53,7 +53,7 @@ def host_store(listener: Listener, port: int, deadline: Deadline):
     return store
 
 
-def client_store(host: str, port: int, deadline: Deadline, addresses: tuple[str, ...] = ()):
+def client_store(host: str, port: int, deadline: Deadline, addresses: tuple[str, ...] = ()) -> Any:
     """A client of a store the reach probe found listening; raises RendezvousError (HostLost
     once it no longer listens; neither where this node has no local port left to connect from)
     rather than wait past the deadline.
@@ -99,7 +99,7 @@ def not_listening(host: str, port: int, deadline: Deadline, addresses: tuple[str
     return found.resolve_error or "; ".join(f"{p.address}: {p.outcome} ({p.detail})" for p in found.probes)
 
 
-def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, StoreError | None]:
+def client_try(dist: Any, host: str, port: int, deadline: Deadline) -> tuple[Any, StoreError | None]:
     """(store, None) or (None, the error as netcheck's: ConnectTimedOut past its bound): one
     TCPStore constructor, given a short timeout (torch retries a refused connect within it),
     abandoned in its thread past twice that: a
@@ -124,7 +124,7 @@ def client_try(dist, host: str, port: int, deadline: Deadline) -> tuple[Any, Sto
         min(2 * compat.connect_timeout(_timedelta(seconds)).total_seconds() + 1.0 + lookups,
             max(0.1, deadline.remaining()))
 
-    def construct():
+    def construct() -> Any:
         before = socket_fds()
         store = dist.TCPStore(host, port, None, False, timeout)
         store.set_timeout(_timedelta(deadline.remaining()))

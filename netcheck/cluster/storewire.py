@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from netcheck.core.constants import PROBE_TIMEOUT, STORE_REPLY_TIMEOUT
 from netcheck.core.deadline import Deadline
 from netcheck.core.storeerrors import StoreLost
 from netcheck.core.storewireops import GET, LEGACY_GET, STORE_MAGIC, VALIDATE
 from netcheck.facts.probe import error_text, resolve
+
+T = TypeVar("T")
 
 _without_validate: set[tuple[str, int]] = set()   # endpoints whose store speaks torch 2.1's protocol
 _KEY_PREFIX = b"/"      # torch's TCPStore puts it before every key it is given
@@ -82,7 +86,7 @@ class Wire:
         self._asked(key, (_DELETE_KEY, _DELETE_KEY), deadline,
                     lambda: _received(self._connection(), _LENGTH.size, deadline))
 
-    def _asked(self, key: str, queries: tuple[int, int], deadline: Deadline, reply):
+    def _asked(self, key: str, queries: tuple[int, int], deadline: Deadline, reply: Callable[[], T]) -> T:
         """reply() to KEY's request of queries[0] (queries[1] in torch 2.1's protocol)."""
         fresh, endpoint = self._sock is None, (self.host, self.port)
         legacy = endpoint in _without_validate
@@ -95,7 +99,7 @@ class Wire:
             _without_validate.add(endpoint)
             return answer
 
-    def _ask(self, key: str, query: int, deadline: Deadline, legacy: bool, reply):
+    def _ask(self, key: str, query: int, deadline: Deadline, legacy: bool, reply: Callable[[], T]) -> T:
         try:
             request = _get_request(key, query)
             if self._sock is None:  # a new connection validates first, in the same packet

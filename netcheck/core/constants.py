@@ -53,7 +53,7 @@ LOOKUP_TIMEOUT = 2.0         # one name lookup, at least (getaddrinfo in a threa
 FRAME_WAIT = 1.0             # the host's wait for a node's kernel to answer one datagram (facts.frames)
 STORE_REPLY_TIMEOUT = 5.0    # a store request unanswered this long: the host or the path to it is gone
 # A joiner's store request waits this long at most for its link toward the host to get its carrier
-# back (Exchange._await_carrier): sent without one, it is dropped at the node and answered only once
+# back (Transport._await_carrier): sent without one, it is dropped at the node and answered only once
 # the carrier is back, so a flap past STORE_REPLY_TIMEOUT lost the host. With the reply timeout after
 # it a flap of ~10 s is ridden out, the host's own bound on a silent node (BW_STUCK_AFTER); a link cut
 # for good is named this much later.

@@ -3,7 +3,7 @@ meets them: cluster/ raises them, bandwidth/ and phases/ catch them.
 
 torch's store raises RuntimeError (DistNetworkError, DistStoreError: its subclasses since 2.4)
 or OSError, worded differently on each release. Those are translated once, where the store is
-called (cluster.store's Exchange, cluster.storeconnect's connect: cluster.compat.store_error
+called (cluster.storetransport's Transport, cluster.storeconnect's connect: cluster.compat.store_error
 reads torch's words), into the StoreError family; callers above catch these:
 
     StoreError          a store request failed, for a reason netcheck does not tell apart

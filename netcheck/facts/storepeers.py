@@ -34,6 +34,14 @@ class StallWatch:
         self._since: float | None = None   # when the request of the last stall was sent
         threading.Thread(target=self._watch, name="netcheck-stall-watch", daemon=True).start()
 
+    def began(self, method: str, keys: object) -> None:
+        """A request of the host's own is sent (its key or keys named only where it stalls)."""
+        self.request = (method, keys)
+        self.since = time.monotonic()
+
+    def ended(self) -> None:
+        self.since = None
+
     def _watch(self) -> None:
         while True:
             time.sleep(STALL_LOOK)

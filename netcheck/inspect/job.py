@@ -52,11 +52,10 @@ def inspect_job(endpoint: Endpoint, job: InspectConfig, deadline: Deadline, env:
         compat.start_import()   # waited for within the deadline: seconds on a loaded node
         compat.import_distributed(deadline)
         read = _bounded_read(endpoint, run_id, deadline)
-        listed = read.keys is not None
         runs = tuple(_decoded(read.states, read.unread, Deadline(max(DECODE_SECONDS, deadline.remaining()))))
         view = dataclasses.replace(
             view, observed_at=_now(), keys=read.keys, hidden_keys=read.hidden,
-            run_ids=tuple(rendezvous_runs(read.keys)) if listed else tuple(read.states),
+            run_ids=tuple(rendezvous_runs(read.keys)) if read.keys is not None else tuple(read.states),
             runs=runs, arrived_ranks=arrived_ranks(read.keys or ()))
         view = dataclasses.replace(view, rounds=_rounds(endpoint, runs, read.keys, view.observed_at,
                                                         Deadline(max(ROUND_SECONDS, deadline.remaining()))))

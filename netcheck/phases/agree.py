@@ -20,7 +20,7 @@ from netcheck.core import codec
 from netcheck.core.constants import HOST_WORD_LOOK, HOST_WORD_PACES
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import HOST, ClusterVerdict, Finding
-from netcheck.core.storekeys import GO, VERDICT
+from netcheck.core.storekeys import GO, VERDICT, Slot
 from netcheck.phases.state import Run
 from netcheck.phases.stop import HostStopped
 from netcheck.rules import run as run_rules
@@ -28,7 +28,7 @@ from netcheck.rules import run as run_rules
 T = TypeVar("T")
 
 
-def host_word(ex: Exchange, cls: type[T], key: str, deadline: Deadline) -> T:
+def host_word(ex: Exchange, key: Slot[T], deadline: Deadline) -> T:
     """A joiner's wait for the host's word under `key`, which also hears the host say that a
     signal stopped it (its verdict, told on its way out): HostStopped then, within a look,
     instead of a wait that ends only when the host's store goes and the host is named lost.
@@ -46,7 +46,7 @@ def host_word(ex: Exchange, cls: type[T], key: str, deadline: Deadline) -> T:
             stop_look = time.monotonic() + look
         time.sleep(pause)
         pause = min(2 * pause, ex.pause)
-    return ex.read(cls, key)
+    return ex.read(key)
 
 
 def wait_stopped_word(ex: Exchange, deadline: Deadline) -> ClusterVerdict | None:
@@ -54,7 +54,7 @@ def wait_stopped_word(ex: Exchange, deadline: Deadline) -> ClusterVerdict | None
     host: for a joiner that saw the host's part of a phase end for a stop (the bandwidth phase's
     own word) and now waits for the host's verdict that says so."""
     try:
-        told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
+        told = ex.wait_read(ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
         return None
     return told if told.stopped else None
@@ -67,7 +67,7 @@ def stopped_word(ex: Exchange) -> ClusterVerdict | None:
     if not ex.has(key):
         return None
     try:
-        told = ex.read(ClusterVerdict, key)
+        told = ex.read(key)
     except codec.DecodeError:
         return None
     return told if told.stopped else None
@@ -82,7 +82,7 @@ def agreed(run: Run, seat: Seat, phase: str, against: Callable[[], Finding | Non
         ex.put(ex.key(GO, phase), why_not is None)
         return why_not
     try:
-        if host_word(ex, bool, ex.key(GO, phase), run.phase_deadline()):
+        if host_word(ex, ex.key(GO, phase), run.phase_deadline()):
             return None
         why, fix = "the host decided against it", "the host's report says why (its time left, a node's ports)"
     except TimeoutError:   # this node started first, and its time ran out before the host's word

@@ -25,7 +25,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Learn
     ex.post(ENV, seated_rank(seat), mine)
     if run.role != HOST:
         return Learnt(members=tuple(dataclasses.replace(m, env=mine) for m in run.members))
-    return judge_env(run, collect(ex, EnvFacts, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT)), names)
+    return judge_env(run, collect(ex, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT)), names)
 
 
 def judge_env(run: Run, envs: dict[int, EnvFacts], names: dict[int, str]) -> Learnt:

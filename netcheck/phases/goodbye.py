@@ -13,7 +13,7 @@ from netcheck.core import codec
 from netcheck.core.budget import MIN_PHASE_SECONDS
 from netcheck.core.constants import GOODBYE_WAIT, HOST_WORD_LOOK, HOST_WORD_PACES, STOPPED_GOODBYE_WAIT
 from netcheck.core.deadline import Deadline
-from netcheck.core.model import HOST, ClusterVerdict, is_torchrun_worker
+from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
@@ -93,7 +93,7 @@ def tell_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
     # Joiners started their --timeout a little after the host: with the host's time
     # all but spent, a goodbye not yet in says nothing about the node.
     fair = deadline.remaining() >= MIN_PHASE_SECONDS
-    gone = collect(seat.exchange, int, BYE, arrivals, deadline)
+    gone = collect(seat.exchange, BYE, arrivals, deadline)
     unheard = set(arrivals) - set(gone)   # once: per entry it was 0.7 s at 4,096 nodes
     silent = {e.rank: e.hostname for e in roster.entries if e.arrival in unheard}
     return Learnt(tuple(rdzv_rules.lost_findings("goodbye", silent, sorted(silent)) if fair
@@ -110,7 +110,7 @@ def _tell_stopped(run: Run, seat: rendezvous.Seat, roster: Roster, arrivals: lis
     ex.put(ex.key(VERDICT), run_rules.cluster_verdict(run.findings, run.stopped_by.name, run.stopped_in or "",
                                                       run_fault(run)))
     wait = max(STOPPED_GOODBYE_WAIT, 2 * max(HOST_WORD_LOOK, HOST_WORD_PACES * ex.pause))
-    gone = set(collect(ex, int, BYE, arrivals, run.goodbye_deadline().within(wait)))
+    gone = set(collect(ex, BYE, arrivals, run.goodbye_deadline().within(wait)))
     names = {e.arrival: e.hostname for e in roster.entries}
     heard = [names[a] for a in arrivals if a in gone]
     unheard = [names[a] for a in arrivals if a not in gone]
@@ -131,8 +131,8 @@ def _rejected(seat: rendezvous.Seat) -> list[tuple[int | None, str, str]]:
     the host reads values posted under an arrival number, and only it holds the roster."""
     ex = seat.exchange
     by_arrival = {e.arrival: e.rank for e in seat.roster.entries} if seat.roster else {}
-    return [(by_arrival.get(i) if name in ARRIVAL_KEYED else i, ex.key(name, i), why)
-            for (name, i), why in ex.rejected.items()]
+    return [(by_arrival.get(i) if key in ARRIVAL_KEYED else i, ex.key(key, i), why)
+            for key, i, why in ex.interference.refusals()]
 
 
 def hear_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
@@ -142,7 +142,7 @@ def hear_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
     # it tells its verdict before its own deadline, which ends before this node's.
     ex, deadline, since = seat.exchange, run.goodbye_deadline(), time.monotonic()
     try:
-        told = ex.wait_read(ClusterVerdict, ex.key(VERDICT), deadline)
+        told = ex.wait_read(ex.key(VERDICT), deadline)
     except (TimeoutError, codec.DecodeError):
         return Learnt((run_rules.verdict_unheard(time.monotonic() - since),))
     # One that says a signal stopped the host: the phases ended here without word of it (the

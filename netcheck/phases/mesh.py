@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
+from typing import TypeVar
 
 from netcheck.cluster import mesh, rendezvous
 from netcheck.cluster.collect import collect, posted_by
@@ -18,7 +20,7 @@ from netcheck.core.constants import (
 from netcheck.core.deadline import Deadline
 from netcheck.core.meshrecords import Attempt, FlaggedPaths, MeshDone, MeshResults, Offer, PathCauses
 from netcheck.core.model import HOST, ConntrackTable, Finding, Member
-from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT
+from netcheck.core.storekeys import MESH_DONE, MESH_OFFER, MESH_RESULT, Key
 from netcheck.facts.conntrack import read_conntrack
 from netcheck.phases.agree import host_word
 from netcheck.phases.state import Learnt, Lost, Run, seated_rank
@@ -27,6 +29,8 @@ from netcheck.rules import mesh as mesh_rules
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules.registry import HOST_CONNTRACK
+
+T = TypeVar("T")
 
 
 def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Learnt:
@@ -48,7 +52,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Lear
     peers = mesh.targets(me, ranks, sample, run.config.run_id)
     with mesh.Listeners(me, run.local_facts.nics) as listeners:
         ex.post(MESH_OFFER, me, listeners.offer())
-        offers = _usable(ex, collect(ex, Offer, MESH_OFFER, peers, offers_deadline))
+        offers = _usable(ex, collect(ex, MESH_OFFER, peers, offers_deadline))
         mine = mesh.probe_peers(me, offers, peers, run.local_facts.nics,
                                 deadline.within(deadline.remaining() - MESH_RESULTS_MARGIN))
         # The table once this node's connects were made: one they filled, or found full, is seen.
@@ -67,7 +71,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Lear
         # offers' deadline, though: every node sees the host's list at its own poll, and at
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
-        results = collect(ex, MeshResults, MESH_RESULT, [r for r in ranks if r in offered], deadline)
+        results = collect(ex, MESH_RESULT, [r for r in ranks if r in offered], deadline)
         paths = judge_attempts(run, names, results)
         ex.put(ex.key(MESH_DONE), MeshDone(paths.flagged, paths.causes))
     return judge_mesh(run, names, paths, _unheard(ex, MESH_RESULT, ranks, results))
@@ -121,18 +125,18 @@ def _usable(ex: Exchange, offers: dict[int, Offer]) -> dict[int, Offer]:
     usable = {}
     for rank, offer in offers.items():
         if offer.rank != rank:
-            ex.rejected[MESH_OFFER, rank] = f"an offer of rank {offer.rank} under rank {rank}'s key"
+            ex.interference.refuse(MESH_OFFER, rank, f"an offer of rank {offer.rank} under rank {rank}'s key")
         elif len(offer.candidates) > MESH_MAX_CANDIDATES:
-            ex.rejected[MESH_OFFER, rank] = (f"{len(offer.candidates)} candidates to connect to, over "
-                                        f"the {MESH_MAX_CANDIDATES} a node may offer")
+            ex.interference.refuse(MESH_OFFER, rank, f"{len(offer.candidates)} candidates to connect to, over "
+                                                     f"the {MESH_MAX_CANDIDATES} a node may offer")
         else:
             usable[rank] = offer
     return usable
 
 
-def _unheard(ex: Exchange, name: str, ids: list[int], heard: dict) -> list[int]:
+def _unheard(ex: Exchange, key: Key[T], ids: list[int], heard: Container[int]) -> list[int]:
     """The ids whose value never came: a refused value's sender is named for that instead."""
-    return [i for i in ids if i not in heard and (name, i) not in ex.rejected]
+    return [i for i in ids if i not in heard and ex.interference.refused(key, i) is None]
 
 
 def _host_word(ex: Exchange, deadline: Deadline) -> tuple[MeshDone | None, list[Finding]]:
@@ -141,7 +145,7 @@ def _host_word(ex: Exchange, deadline: Deadline) -> tuple[MeshDone | None, list[
     then goes on with are its own connects', not the cluster's."""
     key = ex.key(MESH_DONE)
     try:
-        return host_word(ex, MeshDone, key, deadline), []
+        return host_word(ex, key, deadline), []
     except TimeoutError:
         return None, []
     except codec.DecodeError as e:

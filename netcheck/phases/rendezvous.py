@@ -12,7 +12,7 @@ from netcheck.cluster.storeconnect import client_store, host_store
 from netcheck.core import codec, seats
 from netcheck.core.constants import FRAME_WAIT, MAX_STRANGERS, RESULTS_QUIET, RESULTS_WAIT
 from netcheck.core.meshrecords import FrameTest, PathCauses
-from netcheck.core.model import FAIL, Finding, Gathering, Member, NodeResults, Visitor, is_torchrun_worker
+from netcheck.core.model import FAIL, Finding, Gathering, Member, Visitor, is_torchrun_worker
 from netcheck.core.storeerrors import HostLost, Interfered, OtherRun, RendezvousError
 from netcheck.core.storekeys import ALIVE, RESULT
 from netcheck.facts.frames import TRIES, frame_tests
@@ -43,8 +43,8 @@ def host(run: Run) -> rendezvous.Seat | None:
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
-        ex = Exchange(store, cfg.run_id, cfg.token, end=run.deadline)
-        ex.watch = StallWatch(cfg.rdzv.port)   # who held the store up, where something did
+        # The stall watch names who held the store up, where something did.
+        ex = Exchange(store, cfg.run_id, cfg.token, end=run.deadline, watch=StallWatch(cfg.rdzv.port))
         hostgather.announce(ex, run.local_facts)
         seat, run.arrivals, waited = hostgather.host_gather(
             ex, run.local_facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
@@ -53,7 +53,7 @@ def host(run: Run) -> rendezvous.Seat | None:
         roster = hostgather.post_roster(seat, arrivals, ranks)
         if seat.rank is not None:   # unseated where joiners claimed every seat: no results anyone reads
             rendezvous.report_back(seat, seat.rank, None)  # the host's clock is the reference, not a sample
-        results = collect(ex, NodeResults, RESULT, [e.arrival for e in roster.entries],
+        results = collect(ex, RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=(RESULTS_WAIT, RESULTS_QUIET))
         gathered = hostgather.gathering(ex, roster, run.arrivals, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
@@ -130,7 +130,7 @@ def joiner(run: Run) -> rendezvous.Seat | None:
         except RendezvousError as e:
             run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
             return None
-        run.findings += storetrouble_rules.interference_findings(seat.exchange.interference())
+        run.findings += storetrouble_rules.interference_findings(seat.exchange.interference.lines())
         run.findings += run.stall_findings(seat.exchange)
         run.rank = seat.rank
         launch = cfg.launch
@@ -167,7 +167,7 @@ def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
     is said, not swallowed: waiting for every seated node instead may get it named lost."""
     key = seat.exchange.key(ALIVE)
     try:
-        alive = seats.ranks_of(seat.exchange.wait_read(seats.RankRuns, key, run.phase_deadline()))
+        alive = seats.ranks_of(seat.exchange.wait_read(key, run.phase_deadline()))
     except TimeoutError:
         alive = tuple(seat.hostnames)
     except codec.DecodeError as e:
