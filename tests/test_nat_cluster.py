@@ -38,11 +38,12 @@ def test_a_joiner_in_a_bridged_container_is_named_translated_not_firewalled(clus
         job = classify(run_job(c, Launch(3), tmp_path), None)   # gloo dials out of the container: it runs
     assert job.fate == "ok", job.describe()
     host = runs[0]
-    assert host.rc == 2, explain(runs)
+    # The container is at fault (its hostname no peer resolves, its connections translated); the
+    # host and node1 beside it are healthy (issue 65).
+    assert [r.rc for r in runs] == [4, 4, 2], explain(runs)
     found = translated(host)
     assert found["nodes"] == [2] and "198.18.0.12" in found["summary"] and "198.19.200.2" in found["summary"], found
     assert "198.19.200.2: unreachable" in " ".join(found["evidence"]), found
-    assert runs[2].rc == 2, explain(runs)
     for run in runs:
         assert not [f for f in run.report["findings"] if "firewall" in f["fix"]], explain(runs)
 
@@ -52,7 +53,7 @@ def test_a_host_in_a_container_with_its_port_published_is_named_translated(clust
     with cluster([NodeSpec() for _ in range(3)]) as c:
         c.containerize(0, "c0ffee0", publish=PORT)
         runs = finish_all([start(c, i, args(i, 3, timeout), tmp_path) for i in range(3)], timeout + GRACE)
-    assert [r.rc for r in runs] == [2, 2, 2], explain(runs)
+    assert [r.rc for r in runs] == [2, 4, 4], explain(runs)   # the container host's fault alone (issue 65)
     found = translated(runs[0])
     assert found["nodes"] == [0] and "reached at 198.18.0.10" in found["summary"], found
     assert "198.19.200.2: unreachable" in " ".join(found["evidence"]), found

@@ -394,7 +394,18 @@ def lost_findings(phase: str, names: dict[int, str], ranks: list[int], seen: str
     return [Finding(check=RDZV_JOIN, severity=FAIL, nodes=tuple(ranks),
                     summary=f"{node_names(ranks, names)} stopped answering during the {phase} "
                     f"phase{why}", evidence=(f"this node's store client: {seen}",) if seen else (), fix=fix,
-                    kind=lost_in(phase), cause_nodes=mine if own_down else None)]
+                    kind=lost_in(phase), cause_nodes=_lost_cause(ranks, blackhole, own_down, mine))]
+
+
+def _lost_cause(ranks: list[int], blackhole: bool, own_down: tuple[str, ...],
+                mine: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Who is at fault for nodes gone quiet: the path's two ends where it drops full-size frames
+    (mesh.connect names them alike: neither end alone tells which port is short, and the lost node
+    is not blamed alone, which would clear this end); this node where its own link is down; else
+    the nodes themselves (None)."""
+    if blackhole:   # -1: this node before it had a rank, as mesh.connect names it
+        return tuple(sorted({*ranks, *(mine or (-1,))}))
+    return mine if own_down else None
 
 
 def own_store_lost(phase: str, ranks: tuple[int, ...], port: int, seen: str) -> Finding:
