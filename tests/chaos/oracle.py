@@ -315,7 +315,9 @@ def _judge_fault(o: Outcome, e: Expect) -> None:
     for i in sorted(o.run.runs):
         for report in reports_of(o, i):
             blamable = e.at_fault | set(e.excused) | (_speed_named(o, report) if e.speed_ok else set())
-            named = {node_of.get(h, h) for h in report.get("faulty_nodes", ())}
+            # A hostname two nodes carry (duplicate_hostname) names whichever of them is blamable.
+            named = {min(twins & blamable, default=node_of.get(h, h)) if (twins := _carriers(o, h)) else
+                     node_of.get(h, h) for h in report.get("faulty_nodes", ())}
             if wrong := sorted(n if isinstance(n, str) else f"node{n}" for n in named - blamable):
                 say(f"node{i}'s report: faulty_nodes names {', '.join(wrong)}, not at fault (the faults': "
                     f"{_listed(e.at_fault)})")
@@ -337,6 +339,12 @@ def _speed_named(o: Outcome, report: dict) -> set[int]:
     ranks = {r for f in report["findings"] if f["severity"] == "fail" and f["check"] in SPEED_VERDICTS
              for r in f["nodes"]}
     return {i for i in range(o.sched.n) if ranks_of(o, i) & ranks}
+
+
+def _carriers(o: Outcome, hostname: str) -> set[int]:
+    """The nodes that carry `hostname` where more than one does (a duplicated hostname), else none."""
+    carriers = {i for i, n in enumerate(o.run.c.nodes) if n.hostname == hostname}
+    return carriers if len(carriers) > 1 else set()
 
 
 def _nodes_by_hostname(o: Outcome) -> dict[str, int]:
