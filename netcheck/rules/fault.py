@@ -91,7 +91,7 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
         return fault(WHOLE_CLUSTER, _first(unnamed, lambda f: True) or _told(told))
     if hostnames or ranks or strangers:
         return fault(OTHER_NODES, _first(named + unnamed + strangers, lambda f: True) or _told(told))
-    if deadline := _first(failures, lambda f: _runs_own(f, mine, own_unnamed) and f.check != RUN_INTERNAL):
+    if deadline := _first(failures, lambda f: _runs_own(f, mine, own_unnamed)):   # internal errors returned above
         return fault(NETCHECK, deadline)
     return fault(NOBODY, "")
 
