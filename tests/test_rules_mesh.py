@@ -36,6 +36,20 @@ def test_a_direction_broken_one_way_only_is_its_targets_fault():
     assert (finding.nodes, finding.cause_nodes) == ((1, 2), None), "both ways: nothing tells which end"
 
 
+def test_a_node_lost_mid_mesh_is_its_directions_cause_beside_a_node_no_peer_reaches():
+    """node2 was killed once node1 had reached it, and sent no results; node1's firewall drops
+    every connect. node0 and node3 fail into both: node1 is reached by no peer, node2 is lost,
+    and neither node0 nor node3 is named (test_faults_cluster: a joiner killed, another's
+    inbound dropped, during the mesh)."""
+    names = {r: f"node{r}" for r in range(4)}
+    attempts = (failed(0, 1, "eth0"), failed(3, 1, "eth0"), failed(0, 2, "eth0"), failed(3, 2, "eth0"),
+                ok(0, 3, "eth0"), ok(3, 0, "eth0"), ok(1, 0, "eth0"), ok(1, 2, "eth0"), ok(1, 3, "eth0"))
+    (finding,) = mesh_rules.mesh_findings(names, attempts, lost=(2,))
+    assert (finding.nodes, finding.cause_nodes) == ((1, 2), None), finding
+    (finding,) = mesh_rules.mesh_findings(names, attempts)
+    assert finding.nodes == (0, 1, 2, 3), "without the loss, nothing clears the directions into node2"
+
+
 def test_the_node_common_to_every_broken_pair_is_the_cause():
     """node3 and two of its peers fail both ways, and node0 reaches everyone: node3 is at an end
     of every broken direction, and each of its peers connects with the rest (issue 65). With one

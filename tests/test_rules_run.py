@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from netcheck.core.model import Finding, Impact
+from netcheck.core.constants import STALL_FAULT_SECONDS
+from netcheck.core.model import Finding, Impact, Stall
+from netcheck.rules import fault as fault_rules
 from netcheck.rules import run as run_rules
 from netcheck.rules.registry import impacted
 
@@ -33,6 +35,26 @@ def test_a_stopped_run_fails_naming_its_signal_and_phase():
     assert "during the rendezvous phase" in term.summary
     sigint = run_rules.stopped_finding("SIGINT", None, ())
     assert sigint.kind == "sigint" and "before its first phase" in sigint.summary
+
+
+def test_a_node_that_stood_still_and_then_failed_holds_itself_at_fault():
+    lost = Finding(check="rdzv.join", severity="fail", nodes=(0,), summary="the host stopped answering",
+                   kind="lost_in_bandwidth")
+    own = Finding(check="host.limits", severity="fail", nodes=(1,), summary="a limit of this node's")
+    stall = Stall(STALL_FAULT_SECONDS + 7, 12.3)
+    frozen, held, kept = run_rules.stood_still([lost, own], stall, (1,))
+    assert (frozen.check, frozen.kind, frozen.severity, frozen.nodes) == ("run.stopped", "frozen", "fail", (1,))
+    assert "stood still for 12 s, 12 s into it" in frozen.summary
+    assert (held.nodes, held.cause_nodes) == ((0,), (1,)) and kept == own   # what it saw of the host is its own
+    fault = fault_rules.fault_of([frozen, held, kept], (1,), {0: "node0", 1: "node1"}.get, own_unnamed=True)
+    assert (fault.party, fault.nodes, fault.hostnames) == ("this_node", (1,), ("node1",))
+
+
+def test_a_short_stall_or_a_run_that_passed_is_left_as_it_is():
+    lost = Finding(check="rdzv.join", severity="fail", nodes=(0,), summary="lost", kind="lost_in_env")
+    slow = Finding(check="bw.pair", severity="warn", nodes=(0,), summary="slow")
+    assert run_rules.stood_still([lost], Stall(STALL_FAULT_SECONDS - 0.5, 3.0), (1,)) == [lost]
+    assert run_rules.stood_still([slow], Stall(STALL_FAULT_SECONDS + 30, 3.0), (1,)) == [slow]
 
 
 def test_no_peer_means_not_run_never_passed():

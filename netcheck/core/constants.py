@@ -37,6 +37,9 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM")   # what stops a run from outside (phases.s
 STOPPED_GOODBYE_WAIT = 5.0   # a host stopped by one keeps its store up this long at most (longer only where the
                              # joiners' looks are paced further apart) for the joiners to hear that it was: a
                              # look (HOST_WORD_LOOK) after a mesh connect's timeout (2 s), with room
+STALL_TICK = 0.25            # how often the stall watch (facts.stall) looks at the clocks
+STALL_FAULT_SECONDS = 5.0    # a node that stood still this long, and then failed, holds itself at fault: the
+                             # others went on without it (a store wait outlasts a busy machine's hiccup)
 HOST_WORD_LOOK = 1.0         # a joiner waiting for the host's word looks this often for that stop, at least
 HOST_WORD_PACES = 4          # ... or every this many of its paced looks for the word (a quarter more requests)
 RESULTS_WAIT = 5.0           # nodes' results after the roster: waited for this long at least, then until

@@ -467,6 +467,15 @@ FAULT_PARTIES = NOBODY, THIS_NODE, OTHER_NODES, WHOLE_CLUSTER, NETCHECK = (
 
 
 @dataclass(frozen=True)
+class Stall:
+    """The longest stretch this node's run stood still: wall time with no CPU time in it (its
+    processes stopped, its machine paused or starved), and when it began in the run."""
+
+    seconds: float = 0.0
+    at: float = 0.0    # seconds into the run
+
+
+@dataclass(frozen=True)
 class Attribution:
     """Whose fault this run's failures are, from this node's seat: what its exit code says, so
     that a launcher's gate drains only the node at fault (rules.fault decides it)."""

@@ -50,7 +50,7 @@ LOCAL_PHASE = PHASES[0]
 
 
 def build_report(run: Run) -> Report:
-    findings = impacted(run.findings)
+    findings = impacted(judged_findings(run))
     members = _members(run)
     fault = run_fault(run, findings)
     by_rank = hostnames(members)
@@ -66,13 +66,20 @@ def build_report(run: Run) -> Report:
 def run_fault(run: Run, findings: Iterable[Finding] | None = None) -> Attribution:
     """Whose fault the run's failures are, from this node's seat; the nodes at fault by name where
     the run knows it: a member's, a node whose facts never came (its visitor record), a missing
-    rank's where the launcher listed the hosts (Slurm), and the nodes at fault never ranked."""
+    rank's where the launcher listed the hosts (Slurm), a seat's (a joiner's members are itself
+    alone, and the roster names every seat), and the nodes at fault never ranked."""
     members = _members(run)
     listed = dict(enumerate(run.config.launch.hostnames))
-    return fault_rules.fault_of(run.findings if findings is None else findings, _mine(run, members),
-                                fault_rules.names_of(hostnames(members), run.lost_names, listed),
+    seated = run.seat.hostnames if run.seat is not None else {}
+    return fault_rules.fault_of(judged_findings(run) if findings is None else findings, _mine(run, members),
+                                fault_rules.names_of(hostnames(members), run.lost_names, seated, listed),
                                 own_unnamed=run.role != HOST, told=_told(run.cluster),
                                 unranked=run.unranked_faulty)
+
+
+def judged_findings(run: Run) -> list[Finding]:
+    """The run's findings as its verdict takes them: a stall of its own applied (rules.run.stood_still)."""
+    return run_rules.stood_still(run.findings, run.stall(), _mine(run, _members(run)))
 
 
 def _told(told: ClusterVerdict | None) -> Attribution | None:

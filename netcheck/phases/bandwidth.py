@@ -30,14 +30,17 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
     launch = run.config.launch
     seats = sorted(seat.hostnames)
     expected = launch.nnodes_min or len(seats)
-    if seats != list(range(len(seats))) or set(run.alive) != set(seats) or len(seats) < expected:
+    if seats != list(range(len(seats))) or len(seats) < expected:   # the seats: every node's alike
         if run.role == HOST:  # where the missing nodes are named
-            return Learnt((run_rules.skipped_finding("bandwidth", "not every node rank is present"),))
+            return Learnt((_absent(),))
         return Learnt()
     # Every node skips alike: a joiner knows the host's flagged paths (phases.MeshDone).
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
         return Learnt((skipped,))
-    if skipped := agreed(run, seat, "bandwidth", lambda: _ports_short(run) or _short_of_time(run)):
+    # A node lost is the host's to know (a joiner past its own env phase has not heard): its
+    # word says so, or the joiners wait in this phase for a sweep the host never starts.
+    if skipped := agreed(run, seat, "bandwidth", lambda: (_absent() if set(run.alive) != set(seats) else None)
+                         or _ports_short(run) or _short_of_time(run)):
         return Learnt((skipped,))
     # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
     # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
@@ -65,7 +68,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
     store_lost = run.store_lost_findings("bandwidth", lost) if lost else ()
     seats_of = {n: tuple(range(n * per_node, (n + 1) * per_node)) for n in range(nnodes)}
     gone = sorted(r for f in result.faults if f.kind in NODE_GONE for r in seats_of[f.node])
-    if run.role == HOST and gone and (down := run.own_links_down()):   # their silence is the host's link's
+    if gone and (down := run.own_links_down()):   # their silence is this node's link's (the host's too)
         result = dataclasses.replace(result, faults=silenced_by(result.faults, node, f"this node's link "
                                                                  f"({', '.join(down)}) went down"))
     seat_names, rates = seat.hostnames, _line_rates(run)
@@ -84,6 +87,11 @@ def _host_node_stopped(result: BandwidthResult) -> bool:
     """Whether the host's node (bandwidth node 0, whose phase the host runs) told the others
     that it was stopped (orchestrate: a node's account on its way out)."""
     return any(f.node == 0 and f.rank == -1 and f.kind == "stopped" for f in result.faults)
+
+
+def _absent() -> Finding:
+    """The sweep left out for a node lost: its own finding names it."""
+    return run_rules.skipped_finding("bandwidth", "not every node rank is present")
 
 
 def _ports_short(run: Run) -> Finding | None:

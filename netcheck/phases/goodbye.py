@@ -17,7 +17,7 @@ from netcheck.core.model import HOST, is_torchrun_worker
 from netcheck.core.rdzvrecords import Roster
 from netcheck.core.storeerrors import StoreError
 from netcheck.core.storekeys import ARRIVAL_KEYED, BYE, REPORTED, VERDICT
-from netcheck.phases.assemble import build_report, run_fault
+from netcheck.phases.assemble import build_report, judged_findings, run_fault
 from netcheck.phases.state import Learnt, Run, heard_verdict
 from netcheck.rules import baseline
 from netcheck.rules import buffers as buffers_rules
@@ -88,7 +88,7 @@ def tell_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
                 if e.arrival != seat.arrival and e.rank in run.alive]
     if run.stopped_by is not None:
         return _tell_stopped(run, seat, roster, arrivals)
-    seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(run.findings, fault=run_fault(run)))
+    seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(judged_findings(run), fault=run_fault(run)))
     deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
     # Joiners started their --timeout a little after the host: with the host's time
     # all but spent, a goodbye not yet in says nothing about the node.

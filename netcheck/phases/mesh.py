@@ -102,7 +102,7 @@ def judge_mesh(run: Run, names: dict[int, str], paths: Paths, unheard: list[int]
     with its reading after the mesh (in place of the rendezvous's), the connects a full one left
     unanswered quoted; the nodes whose results never came (unheard) lost in the mesh."""
     findings = conntrack_rules.table_findings(run.members, paths.tables_after, attempts=paths.attempts) \
-        + mesh_rules.mesh_findings(names, paths.attempts, paths.causes, run.members)
+        + mesh_rules.mesh_findings(names, paths.attempts, paths.causes, run.members, unheard)
     return Learnt(tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)), attempts=paths.attempts,
                   flagged=paths.flagged, causes=paths.causes, tables_after=paths.tables_after,
                   lost=Lost("mesh", names, tuple(unheard)))

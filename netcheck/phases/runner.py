@@ -17,6 +17,7 @@ from netcheck.core.budget import PHASE_SECONDS
 from netcheck.core.constants import EXIT_SIGNALLED
 from netcheck.core.model import HOST, Finding, Member, exit_of
 from netcheck.facts.local import gather_facts, hosts_file_names
+from netcheck.facts.stall import StallWatch
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous, stop
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
@@ -28,7 +29,7 @@ from netcheck.rules.registry_judges import LocalRecords, judged
 
 
 def run_check(config: Config, progress: Callable[[str], None], started: float) -> Outcome:
-    run = Run(config, progress, hostpath.ask_host_path, started, hosts_file_names())
+    run = Run(config, progress, hostpath.ask_host_path, started, hosts_file_names(), StallWatch(started).longest)
     try:
         _run_phases(run)
     except KeyboardInterrupt as e:

@@ -27,6 +27,7 @@ from netcheck.core.model import (
     Member,
     NodeFacts,
     Report,
+    Stall,
 )
 from netcheck.core.storeerrors import StoreError, first_line
 from netcheck.facts.linkcounters import link_down
@@ -104,6 +105,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)   # when --timeout began counting (monotonic)
     hosts_file: dict[str, str] = field(default_factory=dict)  # address -> name in this node's /etc/hosts
                                               # (facts.local.hosts_file_names, read once at the start)
+    stall: Callable[[], Stall] = Stall        # the run's longest stall so far (facts.stall.StallWatch)
     budget: TimeBudget = field(init=False)   # every deadline below, fixed at the start
     role: str = JOINER
     rank: int | None = None

@@ -9,7 +9,7 @@ every mesh attempt. Pure: no I/O, no printing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from statistics import median
 
 from netcheck.core.constants import MESH_FLAGGED_TOLD
@@ -42,16 +42,19 @@ MESH_FIX = ("open the nodes' firewalls to each other for all TCP ports (NCCL and
 
 
 def mesh_findings(names: dict[int, str], attempts: tuple[Attempt, ...],
-                  causes: PathCauses = NO_CAUSES, members: tuple[Member, ...] = ()) -> list[Finding]:
+                  causes: PathCauses = NO_CAUSES, members: tuple[Member, ...] = (),
+                  lost: Collection[int] = ()) -> list[Finding]:
     """Node pairs (per direction) that connect on no interface at all fail the mesh, those a
     cause explains (a translated address, a wrong prefix) named under it, and those a full
     connection-tracking table left unanswered left to host.conntrack, which names the table
     with them as its evidence; paths that connect but lose full-size frames fail it too.
     `members`: the nodes whose facts are known, for the address gloo binds on each: a failure
-    only in directions gloo never dials stops NCCL alone."""
+    only in directions gloo never dials stops NCCL alone. `lost`: the nodes whose results never
+    came (the host's rdzv.join lost_in_mesh), each its directions' cause, as a node no peer
+    reaches is: its own connects, the other way, are unknown."""
     holes = blackhole_findings(names, attempts)
     # "Every direction connects" is no pass where the connected paths lose large frames.
-    return [f for f in _connect_findings(names, attempts, causes, members)
+    return [f for f in _connect_findings(names, attempts, causes, members, set(lost))
             if not (holes and f.severity == PASS)] + holes
 
 
@@ -102,7 +105,7 @@ def path_causes(members: tuple[Member, ...], attempts: tuple[Attempt, ...],
 
 
 def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], causes: PathCauses,
-                      members: tuple[Member, ...]) -> list[Finding]:
+                      members: tuple[Member, ...], lost: set[int]) -> list[Finding]:
     broken, directions = _broken_directions(attempts), _directions(attempts)[0]
     ends = gloodial.gloo_ends(members) if broken else {}   # read only where some direction failed
     named = (translation.translated_findings(names, causes.translated, broken, ends, attempts)
@@ -116,9 +119,10 @@ def _connect_findings(names: dict[int, str], attempts: tuple[Attempt, ...], caus
     if broken:
         tried, cut = tried_and_broken(attempts)
         unreachable, isolated = cut_off_nodes(tried, cut, names)
-        ranks = _at_fault(unreachable | isolated, cut)
-        common = set() if unreachable | isolated else common_end(cut, names)
-        cause = common or _causes(unreachable | isolated, cut, tried)
+        blamed = unreachable | isolated | (lost & {r for pair in cut for r in pair})
+        ranks = _at_fault(blamed, cut)
+        common = set() if blamed else common_end(cut, names)
+        cause = common or _causes(blamed, cut, tried)
         summary = f"{_counted(names, set(broken), directions)} connect on no interface"
         if unreachable:
             summary += f"; no peer reaches {node_names(sorted(unreachable), names)}"

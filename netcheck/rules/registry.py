@@ -217,6 +217,7 @@ HANG_NO_DATA = "no_trace"
 STOPPED_SIGINT = "sigint"
 STOPPED_SIGTERM = "sigterm"
 STOPPED_HOST = "host_stopped"
+STOPPED_FROZEN = "frozen"
 
 # run.skipped's exact findings.
 SKIPPED_PHASE = "phase_skipped"
@@ -774,13 +775,17 @@ CHECKS: tuple[Check, ...] = (
           impact=NO_IMPACT),
     Check(RUN_STOPPED, "run", (WARN, FAIL),
           "a signal ended the node's run before it finished (exit 130 or 143), or ended the host's and the "
-          "joiner heard it: never a pass",
-          ("run.stopped_finding", "run.host_stopped_finding", "run.told_stop"), "the signal; the host's ClusterVerdict",
+          "joiner heard it, or the node's run stood still (stopped, paused) while the others went on: never a pass",
+          ("run.stopped_finding", "run.host_stopped_finding", "run.told_stop", "run.stood_still"),
+          "the signal; the host's ClusterVerdict; the run's longest Stall (facts.stall)",
           ("test_rules_run.py", "test_faults_cluster.py", "test_verdict_cluster.py"),
           {STOPPED_SIGINT: Kind(ONLY_FAIL, "interrupted: SIGINT (Ctrl-C)"),
            STOPPED_SIGTERM: Kind(ONLY_FAIL, "terminated: SIGTERM (scancel, a pod deleted)"),
            STOPPED_HOST: Kind(ONLY_WARN, "a joiner heard the host say a signal stopped it: the run did not finish, "
-                                         "and no node is at fault for that (exit 1 unless the host named this node)")},
+                                         "and no node is at fault for that (exit 1 unless the host named this node)"),
+           STOPPED_FROZEN: Kind(ONLY_FAIL, "this node's run stood still for seconds (SIGSTOP, a paused VM, a machine "
+                                           "starved of CPU) and then failed: the node is at fault, and what it saw "
+                                           "of the others after the stall is held to it")},
           impact=NO_IMPACT),
     Check(RUN_CLUSTER, "run", (WARN,),
           "a joiner left without the host's verdict on the cluster (the host's findings about a "

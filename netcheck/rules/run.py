@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from netcheck.core.constants import STALL_FAULT_SECONDS
 from netcheck.core.errors import where
-from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, Attribution, ClusterVerdict, Finding, verdict_of
+from netcheck.core.model import FAIL, PASS, SEVERITIES, WARN, Attribution, ClusterVerdict, Finding, Stall, verdict_of
 from netcheck.rules.pernode import node_names
 from netcheck.rules.registry import (
     BASELINE_DRIFT,
@@ -26,6 +27,7 @@ from netcheck.rules.registry import (
     SKIPPED_GOODBYE,
     SKIPPED_NO_PEER,
     SKIPPED_PHASE,
+    STOPPED_FROZEN,
     STOPPED_HOST,
     STOPPED_SIGINT,
     STOPPED_SIGTERM,
@@ -119,6 +121,27 @@ def stopped_finding(signal_name: str, phase: str | None, ranks: tuple[int, ...])
                    summary=f"this node's run was {_stopped_how(signal_name, phase)}: what it "
                    "had learnt is above; nothing after it was checked", fix=STOPPED_FIX,
                    kind=STOPPED_SIGTERM if signal_name == "SIGTERM" else STOPPED_SIGINT)
+
+
+def stood_still(findings: list[Finding], stall: Stall, mine: tuple[int, ...]) -> list[Finding]:
+    """The findings, where this node's run stood still for STALL_FAULT_SECONDS or more and then
+    failed: the stall named first, this node's, and every failure that holds another node at
+    fault held to this one instead. The others went on without it (the host moved on, a peer's
+    deadline passed), so what it then saw of them (a host gone, a sweep that failed) is its
+    own stall's, not evidence against them; a gate drains the node that stood still."""
+    if stall.seconds < STALL_FAULT_SECONDS or not any(f.severity == FAIL for f in findings):
+        return findings
+    ranks = tuple(r for r in mine if r >= 0)
+    held = [replace(f, cause_nodes=ranks) if f.severity == FAIL and set(f.nodes if f.cause_nodes is None
+                                                                      else f.cause_nodes) - set(mine) else f
+            for f in findings]
+    frozen = Finding(check=RUN_STOPPED, severity=FAIL, nodes=ranks, kind=STOPPED_FROZEN,
+                     summary=f"this node's run stood still for {stall.seconds:.0f} s, {stall.at:.0f} s into it, "
+                     "and the other nodes went on without it: what it reported of them after that is its own",
+                     evidence=(f"{stall.seconds:.1f} s of wall time with no CPU time spent by this process",),
+                     fix="find what stopped this node (a SIGSTOP or a debugger, a paused VM, a machine out of "
+                     "memory or CPU: dmesg, the hypervisor's log), then run again")
+    return [frozen, *held]
 
 
 def host_stopped_finding(told: ClusterVerdict) -> Finding:
