@@ -42,7 +42,7 @@ CI_SCHEDULES = {
     # that answers late, a VXLAN overlay left at 1500, a joiner's full conntrack table
     (1, 943): "ranked n=3: long_flow_cut(node1,node2 after=2000000)",
     (1, 2179): "ranked n=3: small_buffers(node2)",
-    (1, 4907): "ranked n=3: small_port_range(node2 ports=4)",
+    (1, 4907): "ranked n=3: small_port_range(node2 ports=2)",
     (1, 9): "ranked n=3: endpoint_in_range(node0)",
     (1, 51327): "ranked n=3: slow_resolver(node0 late=2.2)",
     (1, 423): "ranked n=3: overlay_mtu(node0)",

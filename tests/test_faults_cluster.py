@@ -480,7 +480,8 @@ def test_link_cut_during_the_sweep(cluster, tmp_path):
     host, cut = assert_survivor(runs[0], timeout), assert_survivor(runs[1], timeout, codes=(2,))
     assert lost_in(host) == {"bandwidth": {1}}, host["findings"]
     assert lost_in(cut) == {"bandwidth": {0}}, cut["findings"]
-    assert (host["faulty_nodes"], cut["faulty_nodes"]) == (["node1"], ["node1"]), [(f["check"], f["kind"], f["nodes"], f["cause_nodes"], f["summary"], f["evidence"][:3]) for f in cut["findings"] if f["severity"] == "fail"]
+    # The cut node's sweep heard nothing of the others for its own link's sake: not held against them.
+    assert (host["faulty_nodes"], cut["faulty_nodes"]) == (["node1"], ["node1"]), (host["fault"], cut["fault"])
     for report in (host, cut):
         assert bw_stage(report)["severity"] == "fail" and report["bandwidth"]["sweeps"][0]["rows"]
     # The cut node learns it from its store requests going unanswered (STORE_REPLY_TIMEOUT,

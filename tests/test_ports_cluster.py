@@ -61,31 +61,31 @@ def test_a_node_whose_range_cannot_hold_the_job_is_named_alone_and_the_sweep_doe
 
 
 
-def test_a_joiner_whose_range_leaves_its_own_store_client_no_port_names_its_range_not_its_host(cluster, tmp_path):
-    """node2 has one port: its reach probe's closed connection holds it (TIME-WAIT), and its store
-    client's connect finds none (EADDRNOTAVAIL). It named its host lost ("the host stopped
-    answering", chaos issue 63's catalog); it names its own range, and its failure to join as its
-    own, and the host names it missing."""
+def test_a_joiner_with_one_port_names_its_range_not_its_host(cluster, tmp_path):
+    """node2 has one port. Its reach probe's closed connection once held it (TIME-WAIT), its store
+    client's connect then found none (EADDRNOTAVAIL), and it named its host lost ("the host
+    stopped answering", chaos issue 63's catalog). The probe resets its connection now, so the
+    store client takes the port: node2 names its own range and nothing of its host, and every
+    node holds node2 alone at fault."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
         set_range(c, 2, 40000, 40000)
         runs = finish_all([start(c, i, args(i), tmp_path) for i in range(3)], CLUSTER_TIMEOUT + GRACE)
-    host, node2 = runs[0], runs[2]
-    assert node2.rc == 2 and [f["kind"] for f in node2.findings("host.ports", "fail")] == ["range_too_small"]
-    (joined,) = node2.findings("rdzv.join", "fail")
-    assert (joined["kind"], joined["nodes"]) == ("join_failed", [2]), explain(runs)
-    assert "no local port left" in joined["summary"] and "Cannot assign requested address" in joined["summary"]
+    node2 = runs[2]
+    assert [f["kind"] for f in node2.findings("host.ports", "fail")] == ["range_too_small"], explain(runs)
     assert not [f for f in node2.report["findings"] if f["severity"] == "fail" and 0 in f["nodes"]], explain(runs)
-    assert [(f["kind"], f["nodes"]) for f in host.findings("rdzv.join", "fail")] == [("missing", [2])], explain(runs)
-    assert host.rc == 4 and runs[1].rc == 4, explain(runs)   # node2 at fault: both healthy nodes say so
+    assert [(r.rc, r.report["faulty_nodes"]) for r in runs] == [(4, ["node2"]), (4, ["node2"]), (2, ["node2"])], \
+        explain(runs)
+    assert not runs[0].findings("rdzv.join", "fail"), "node2 came, and is not missing"
+
 
 def test_a_range_the_job_fits_only_without_netchecks_own_closed_connections_warns_and_blames_nobody(
         cluster, tmp_path):
-    """node2 has 4 ports, one process a node: the job holds 2 there, but netcheck's own closed
-    connections hold 3 for a minute after it (a real job started then fell back to loopback, or
-    got errno 99 from its store). Said as such on node2; the sweep, which failed naming node0 and
-    node1 on this cluster, is skipped; nobody is at fault."""
+    """node2 has 2 ports, one process a node: the job holds 2 there, and netcheck's store client's
+    closed connection holds 1 for a minute after it (a real job started then fell back to
+    loopback, or got errno 99 from its store). Said as such on node2; the sweep, which failed
+    naming node0 and node1 on this cluster, is skipped; nobody is at fault."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        set_range(c, 2, 40000, 40003)
+        set_range(c, 2, 40000, 40001)
         runs = finish_all([start(c, i, args(i), tmp_path, bandwidth=True) for i in range(3)],
                           CLUSTER_TIMEOUT + GRACE)
     host = runs[0]
@@ -94,29 +94,33 @@ def test_a_range_the_job_fits_only_without_netchecks_own_closed_connections_warn
     assert (found["severity"], found["kind"], found["nodes"]) == ("warn", "time_wait", [2]), found
     assert "a minute after netcheck" in found["fix"], found
     (skipped,) = [f for f in host.findings("run.skipped") if "bandwidth" in f["summary"]]
-    assert "node2 (4 ports free)" in skipped["summary"], skipped
+    assert "node2 (2 ports free)" in skipped["summary"], skipped
     for run in runs:
         assert not run.findings("bw.stage") and run.report["faulty_nodes"] == [], explain(runs)
 
 
-def test_a_range_that_holds_the_job_but_not_netchecks_sweep_beside_it_is_left_to_the_job(cluster, tmp_path):
-    """node2 has 8 ports, two processes a node: the job holds 4 there, netcheck's own connections
-    3 more for a minute; its sweep (4 more, and 4 held a minute after) would leave the job short.
-    The sweep is skipped, saying why, and the real gloo job started at once after netcheck, on the
-    same endpoint, works."""
+@pytest.mark.parametrize("ports,nproc", [(8, 2), (4, 1)])
+def test_a_range_that_holds_the_job_but_not_netchecks_sweep_beside_it_is_left_to_the_job(
+        cluster, tmp_path, ports, nproc):
+    """node2's range holds the job (4 ports at once of 8 for two processes a node, 2 of 4 for
+    one), and netcheck's own connections leave 1 held a minute after it; its sweep (as many
+    again, and held a minute after) would leave the job short. The sweep is skipped, saying why,
+    and the real gloo job started at once after netcheck, on the same endpoint, works. With 4
+    ports it once failed on gloo's `bind: Address already in use` (fate campaign F5 #11), when
+    netcheck's probes left 3 ports in TIME-WAIT: they reset their connections now."""
     with cluster([NodeSpec(), NodeSpec(), NodeSpec()]) as c:
-        set_range(c, 2, 40000, 40007)
-        runs = finish_all([start(c, i, args(i, 2), tmp_path, bandwidth=True) for i in range(3)],
+        set_range(c, 2, 40000, 40000 + ports - 1)
+        runs = finish_all([start(c, i, args(i, nproc), tmp_path, bandwidth=True) for i in range(3)],
                           CLUSTER_TIMEOUT + GRACE)
-        job = [c.popen(i, [sys.executable, ALLREDUCE, f"node0:{PORT}", str(2 * i + local), "6"])
-               for i in range(3) for local in range(2)]
+        job = [c.popen(i, [sys.executable, ALLREDUCE, f"node0:{PORT}", str(nproc * i + local), str(3 * nproc)])
+               for i in range(3) for local in range(nproc)]
         results = [p.communicate(timeout=scaled(60)) + (p.returncode,) for p in job]
     host = runs[0]
     assert host.rc == 1 and host.report["faulty_nodes"] == [], explain(runs)
     assert [f["severity"] for f in host.findings("host.ports")] == ["pass"], explain(runs)
     (skipped,) = [f for f in host.findings("run.skipped") if "bandwidth" in f["summary"]]
-    assert "node2 (8 ports free)" in skipped["summary"], skipped
-    assert [r[2] for r in results] == [0] * 6, results
+    assert f"node2 ({ports} ports free)" in skipped["summary"], skipped
+    assert [r[2] for r in results] == [0] * 3 * nproc, results
 
 
 def test_the_endpoints_port_inside_the_hosts_widened_range_warns_on_the_host(cluster, tmp_path):

@@ -50,10 +50,11 @@ GLOO_LISTENERS = 1           # a process's, a Device's one Listener
 NCCL_LISTENERS = 2           # a rank's, at least: its bootstrap ring's, with the root's or the proxy's
 NCCL_MAX_SOCKETS = 64        # net_socket.cc's MAX_SOCKETS: NSOCKS_PERTHREAD x SOCKET_NTHREADS is capped there
 # The ports netcheck's own connections leave held (TIME-WAIT) for a minute on a node, its sweep
-# aside: its reach probe's and its store connections' (to the endpoint, as the job's store
-# clients go), a mesh listener's and its dials' (measured on a node of one interface and a
-# 4-port range: 3 ports left in TIME-WAIT after a run without the sweep, 4 with it).
-OWN_PORTS = 4
+# aside: its store client's (torch's, to the endpoint, as the job's store clients go). Its reach
+# probe and mesh dials reset their connections as they close (facts.probe.without_time_wait);
+# measured on a node of one interface and a 4-port range: 1 port left in TIME-WAIT after a run
+# without the sweep (3 before they reset, and the job started right after failed on gloo's bind).
+OWN_PORTS = 1
 DEFAULT_RANGE = "32768 60999"   # the kernel's default ip_local_port_range
 RANGE_FIX = ("widen the range on {nodes}: `sysctl -w net.ipv4.ip_local_port_range=\"{range}\"` (the kernel's "
              "default; at least {need} ports), and in /etc/sysctl.d to keep it; reserve only the ports that must "
