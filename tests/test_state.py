@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from netcheck.cli import build_parser, config_from_args
 from netcheck.core.model import Finding
-from netcheck.phases.state import Run
+from netcheck.phases.state import Learnt, Run, fold_each
 from netcheck.rules.registry import RDZV_JOIN
 
 
@@ -46,3 +46,19 @@ def test_a_host_lost_behind_a_path_that_drops_full_size_frames_blames_the_path_n
     (lost,) = [f for f in run.findings if f.check == RDZV_JOIN]
     assert lost.kind == "lost_in_rendezvous" and "drops full-size frames" in lost.summary
     assert "the path, not the node" in lost.fix
+
+
+def test_what_a_phase_learnt_before_an_internal_error_stays_in_the_report():
+    """A phase yields its measurements before its rules judge them: a rule that breaks leaves
+    run.internal beside what came before it, not in place of it (issue 66)."""
+    run = joiner([])
+    measured = Finding(check="bw.busbw", severity="pass", nodes=(0, 1), summary="measured")
+
+    def phase():
+        yield Learnt((measured,))
+        raise KeyError("a rule's bug")
+
+    with run.phase("bandwidth"):
+        fold_each(run, phase())
+    assert [(f.check, f.severity) for f in run.findings] == [("bw.busbw", "pass"), ("run.internal", "fail")]
+    assert run.unfinished == "bandwidth"

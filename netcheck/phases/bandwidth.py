@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from netcheck.bandwidth.faults import silenced_by
 from netcheck.bandwidth.orchestrate import run_bandwidth
@@ -20,7 +21,7 @@ from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import run as run_rules
 
 
-def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
+def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Iterator[Learnt]:
     """Timed collectives across every node's workers, on the host's store.
 
     Worker ranks are node_rank * nproc + local_rank, so the phase needs every seat 0..N-1
@@ -32,28 +33,34 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
     expected = launch.nnodes_min or len(seats)
     if seats != list(range(len(seats))) or len(seats) < expected:   # the seats: every node's alike
         if run.role == HOST:  # where the missing nodes are named
-            return Learnt((_absent(),))
-        return Learnt()
+            yield Learnt((_absent(),))
+            return
+        yield Learnt()
+        return
     # Every node skips alike: a joiner knows the host's flagged paths (phases.MeshDone).
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
-        return Learnt((skipped,))
+        yield Learnt((skipped,))
+        return
     # A node lost is the host's to know (a joiner past its own env phase has not heard): its
     # word says so, or the joiners wait in this phase for a sweep the host never starts.
     if skipped := agreed(run, seat, "bandwidth", lambda: (_absent() if set(run.alive) != set(seats) else None)
                          or _ports_short(run) or _short_of_time(run)):
-        return Learnt((skipped,))
+        yield Learnt((skipped,))
+        return
     # The phase numbers nodes; the report's `nodes` are seats. Under torchrun each worker
     # process is a seat: the phase runs per host, from LOCAL_RANK 0, node-numbered by
     # GROUP_RANK, and node n's processes are ranks n*P .. n*P+P-1 (torchrun's numbering).
     if is_torchrun_worker(launch):
         if launch.variables.get("LOCAL_RANK") != "0":
-            return Learnt()
+            yield Learnt()
+            return
         node, per_node = int(launch.variables["GROUP_RANK"]), launch.nproc_per_node
     else:
         node, per_node = seated_rank(seat), 1
     nnodes = len(seats) // per_node
     if nnodes < 2:  # torchrun's workers of one host: seats, and no other node
-        return Learnt(tuple(run_rules.no_peer_findings(["bandwidth"])))
+        yield Learnt(tuple(run_rules.no_peer_findings(["bandwidth"])))
+        return
     result = run_bandwidth(seat.exchange, run.config.rdzv.host, run.config.rdzv.port, node, nnodes,
                            launch.nproc_per_node, run.config.sweep, run.phase_deadline().remaining(),
                            run.progress)
@@ -73,6 +80,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
                                                                  f"({', '.join(down)}) went down"))
     seat_names, rates = seat.hostnames, _line_rates(run)
     measured = dataclasses.replace(result, hostnames={str(n): seat_names[s[0]] for n, s in seats_of.items()})
+    yield Learnt(bandwidth=measured)   # every row measured, kept in the report whatever becomes of the rules
     findings = bw_rules.bandwidth_findings(measured, {n: rates.get(s[0]) for n, s in seats_of.items()},
                                          run.config.sweep.expect_busbw, run.flagged.paths,
                                          {n: _fabric(run, s[0]) for n, s in seats_of.items()})
@@ -80,7 +88,7 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Learnt:
     explained = bw_rules.stop_explained(seated, measured, run.findings + list(store_lost))
     # A node whose account never came is gone, as in any other phase (unless the host's own store went).
     gone_here = Lost("bandwidth", seat_names, tuple(gone)) if run.role == HOST and not (run.host_lost or lost) else None
-    return Learnt(store_lost + tuple(explained), bandwidth=measured, lost=gone_here, host_lost=True if lost else None)
+    yield Learnt(store_lost + tuple(explained), lost=gone_here, host_lost=True if lost else None)
 
 
 def _host_node_stopped(result: BandwidthResult) -> bool:

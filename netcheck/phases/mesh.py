@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,7 +33,7 @@ from netcheck.rules.registry import HOST_CONNTRACK
 T = TypeVar("T")
 
 
-def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Learnt:
+def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Iterator[Learnt]:
     """Listen on every candidate and connect to each target peer's; listeners stay open until
     the host has every node's results, since someone may still be connecting to them.
 
@@ -64,17 +64,20 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Lear
             findings = refused + _own_table(run, names, me, mine, table, causes) \
                 + mesh_rules.mesh_findings(names, mine, causes, run.members) \
                 + rdzv_rules.lost_findings("mesh", names, _unheard(ex, MESH_OFFER, peers, offers))
-            return Learnt(tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)), attempts=mine, causes=causes,
-                          flagged=done.flagged if done else mesh_rules.flagged_paths(names, mine))
+            yield Learnt(tuple(findings), withdrawn=frozenset((HOST_CONNTRACK,)), attempts=mine, causes=causes,
+                         flagged=done.flagged if done else mesh_rules.flagged_paths(names, mine))
+            return
         # A node that never offered will not report: waiting for its results would make the
         # nodes that did report late for the go-ahead. One is not taken for it before the
         # offers' deadline, though: every node sees the host's list at its own poll, and at
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
         results = collect(ex, MESH_RESULT, [r for r in ranks if r in offered], deadline)
-        paths = judge_attempts(run, names, results)
+        attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+        yield Learnt(attempts=attempts)   # every connect, kept in the report whatever becomes of the rules
+        paths = judge_attempts(run, names, attempts, results)
         ex.put(ex.key(MESH_DONE), MeshDone(paths.flagged, paths.causes))
-    return judge_mesh(run, names, paths, _unheard(ex, MESH_RESULT, ranks, results))
+    yield judge_mesh(run, names, paths, _unheard(ex, MESH_RESULT, ranks, results))
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,10 @@ class Paths:
     tables_after: dict[int, ConntrackTable | None]
 
 
-def judge_attempts(run: Run, names: dict[int, str], results: dict[int, MeshResults]) -> Paths:
-    """Every node's connects, as the host takes them from their results, with the failed paths
-    and what explains them."""
-    # Trust nothing: a node speaks only for the connects it made itself.
-    attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+def judge_attempts(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...],
+                   results: dict[int, MeshResults]) -> Paths:
+    """Every node's connects (`attempts`: each node's own, from its results: a node speaks only
+    for the connects it made itself), with the failed paths and what explains them."""
     tables = {r: res.conntrack for r, res in results.items()}
     return Paths(attempts, mesh_rules.flagged_paths(names, attempts), mesh_rules.path_causes(
         run.members, attempts, run.causes.translated, conntrack_rules.full_tables(run.members, tables)), tables)

@@ -21,7 +21,7 @@ from netcheck.facts.stall import StallWatch
 from netcheck.phases import bandwidth, env, goodbye, hostpath, mesh, nic, reach, rendezvous, stop
 from netcheck.phases.agree import agreed
 from netcheck.phases.assemble import build_report
-from netcheck.phases.state import Learnt, Outcome, Run, fold
+from netcheck.phases.state import Learnt, Outcome, Run, fold, fold_each
 from netcheck.rules import ports as ports_rules
 from netcheck.rules import rdzv as rdzv_rules
 from netcheck.rules import run as run_rules
@@ -112,7 +112,7 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if "mesh" in between_nodes:
         with run.phase("mesh"):
             if _agreed(run, seat, "mesh"):
-                fold(run, mesh.connect_mesh(run, seat, dict(run.alive)))
+                fold_each(run, mesh.connect_mesh(run, seat, dict(run.alive)))
     env_go = None
     if "nic" in between_nodes:
         with run.phase("nic"):
@@ -124,10 +124,10 @@ def _after_rendezvous(run: Run, seat: Seat) -> None:
     if "env" in run.config.phases:
         with run.phase("env"):
             if env_go if env_go is not None else _agreed(run, seat, "env"):
-                fold(run, env.compare_env(run, seat, dict(run.alive)))
+                fold_each(run, env.compare_env(run, seat, dict(run.alive)))
     if "bandwidth" in between_nodes:
         with run.phase("bandwidth"):
-            fold(run, bandwidth.measure_bandwidth(run, seat))
+            fold_each(run, bandwidth.measure_bandwidth(run, seat))
 
 
 def _agreed(run: Run, seat: Seat, phase: str) -> bool:

@@ -8,7 +8,7 @@ import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from netcheck.cluster import compat, hostgather, rendezvous
 from netcheck.cluster.store import Exchange
@@ -313,6 +313,14 @@ def fold(run: Run, learnt: Learnt) -> None:
     for name in _SET:
         if (value := getattr(learnt, name)) is not None:
             setattr(run, name, value)
+
+
+def fold_each(run: Run, pieces: Iterable[Learnt]) -> None:
+    """What a phase learnt, piece by piece as it learnt it (a phase that yields: its measurements
+    before the rules judge them): each folded as it comes, so what came before an internal error
+    stays in the report beside run.internal."""
+    for learnt in pieces:
+        fold(run, learnt)
 
 
 def heard_verdict(run: Run, told: ClusterVerdict) -> Learnt:
