@@ -66,7 +66,7 @@ from netcheck.core.meshrecords import (
 )
 from netcheck.core.model import UNANSWERED
 from netcheck.core.nictable import NicTable, address_owners
-from netcheck.facts.probe import error_text, failed_connect, without_time_wait
+from netcheck.facts.probe import error_text, failed_connect, reset_on_close
 from netcheck.facts.routes import IP_COMMAND_TIMEOUT, route_to
 
 GREETING = "netcheck-mesh"
@@ -311,7 +311,7 @@ def _attempt(me: int, offer: Offer, c: Candidate, owners: dict[str, str], mtus: 
     if connect.expired():
         return _failed(me, offer, c, UNTRIED, "not tried: the mesh phase's deadline came first")
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
-    with without_time_wait(family) as sock:
+    with reset_on_close(socket.socket(family, socket.SOCK_STREAM)) as sock:
         try:
             _bounded(sock, connect)
             sock.connect((c.address, c.port))
@@ -438,7 +438,7 @@ def _echo_fresh(offer: Offer, c: Candidate, frame: int, deadline: Deadline) -> T
     """`frame`-sized segments over a new connection to the same listener, its MSS clamped
     before the handshake so both ends keep to that frame size."""
     family = socket.AF_INET6 if ":" in c.address else socket.AF_INET
-    with without_time_wait(family) as sock:
+    with reset_on_close(socket.socket(family, socket.SOCK_STREAM)) as sock:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, frame - HEADERS[family])
             _bounded(sock, deadline)

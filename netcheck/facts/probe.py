@@ -171,13 +171,12 @@ def _connect(family: int, sockaddr: tuple, timeout: float, handshake: bool,
     return found
 
 
-def without_time_wait(family: int) -> socket.socket:
-    """A TCP socket whose close resets the connection (SO_LINGER 0) rather than ending it in
+def reset_on_close(sock: socket.socket) -> socket.socket:
+    """The socket, its close set to reset the connection (SO_LINGER 0) rather than end it in
     order: an orderly close leaves the closing end in TIME-WAIT for a minute, its port held,
     and on a node short of ports the job started right after netcheck found none (gloo's
     `bind: Address already in use`, issue 63). netcheck's own probes leave the node's ports
     as they found them; what they carried has been read by then."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return sock
 
@@ -185,7 +184,7 @@ def without_time_wait(family: int) -> socket.socket:
 def _connect_once(family: int, sockaddr: tuple, timeout: float, probe: bytes | None,
                   answer_by: Deadline | None = None) -> tuple[tuple[str, str], bool]:
     """((outcome, detail), whether what accepted reset or closed the probe unanswered)."""
-    with without_time_wait(family) as sock:
+    with reset_on_close(socket.socket(family, socket.SOCK_STREAM)) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(sockaddr)

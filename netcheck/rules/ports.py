@@ -51,7 +51,7 @@ NCCL_LISTENERS = 2           # a rank's, at least: its bootstrap ring's, with th
 NCCL_MAX_SOCKETS = 64        # net_socket.cc's MAX_SOCKETS: NSOCKS_PERTHREAD x SOCKET_NTHREADS is capped there
 # The ports netcheck's own connections leave held (TIME-WAIT) for a minute on a node, its sweep
 # aside: its store client's (torch's, to the endpoint, as the job's store clients go). Its reach
-# probe and mesh dials reset their connections as they close (facts.probe.without_time_wait);
+# probe and mesh dials reset their connections as they close (facts.probe.reset_on_close);
 # measured on a node of one interface and a 4-port range: 1 port left in TIME-WAIT after a run
 # without the sweep (3 before they reset, and the job started right after failed on gloo's bind).
 OWN_PORTS = 1
