@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from netcheck.bandwidth.faults import silenced_by
 from netcheck.bandwidth.orchestrate import run_bandwidth
@@ -21,7 +21,7 @@ from netcheck.rules import rdma as rdma_rules
 from netcheck.rules import run as run_rules
 
 
-def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Iterator[Learnt]:
+def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Generator[Learnt, None, None]:
     """Timed collectives across every node's workers, on the host's store.
 
     Worker ranks are node_rank * nproc + local_rank, so the phase needs every seat 0..N-1

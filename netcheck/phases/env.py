@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from netcheck.cluster import rendezvous
 from netcheck.cluster.collect import collect
@@ -19,7 +19,7 @@ from netcheck.rules.rdma import ib_recommendation
 from netcheck.rules.registry_judges import EnvRecords, judged
 
 
-def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Iterator[Learnt]:
+def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Generator[Learnt, None, None]:
     """Versions and settings from every node, compared on the host."""
     ex, ranks = seat.exchange, sorted(names)
     mine = gather_env(run.config.hash_paths, os.environ)
@@ -30,7 +30,7 @@ def compare_env(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Itera
     yield from judge_env(run, collect(ex, ENV, ranks, run.phase_deadline(ENV_PHASE_LIMIT)), names)
 
 
-def judge_env(run: Run, envs: dict[int, EnvFacts], names: dict[int, str]) -> Iterator[Learnt]:
+def judge_env(run: Run, envs: dict[int, EnvFacts], names: dict[int, str]) -> Generator[Learnt, None, None]:
     """The host's env rules over every node's env facts (envs, by rank); a node in names whose
     facts never came is lost in the env phase. The facts first: kept in the report whatever
     becomes of the rules."""

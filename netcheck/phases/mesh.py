@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator
+from collections.abc import Container, Generator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,7 +33,7 @@ from netcheck.rules.registry import HOST_CONNTRACK
 T = TypeVar("T")
 
 
-def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Iterator[Learnt]:
+def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Generator[Learnt, None, None]:
     """Listen on every candidate and connect to each target peer's; listeners stay open until
     the host has every node's results, since someone may still be connecting to them.
 

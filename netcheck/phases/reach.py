@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
+from collections.abc import Generator
 
 from netcheck.core.budget import TimeBudget
 from netcheck.core.constants import LOCAL_HOST_GRACE, PROBE_TIMEOUT, SLOW_LOOKUP
 from netcheck.core.deadline import Deadline
 from netcheck.core.model import (
     HOST,
-    JOINER,
     Finding,
     Member,
     NodeFacts,
@@ -98,7 +98,7 @@ def _answer_by(run: Run) -> Deadline:
     return Deadline(max(0.0, run.join_deadline.remaining() - PROBE_TIMEOUT))
 
 
-def take_role(run: Run) -> bool:
+def take_role(run: Run) -> Generator[Learnt, None, bool]:
     """Rank 0 hosts; without ranks, the node that owns the rendezvous address does.
 
     The host listens at once, before torch is imported, so early joiners queue instead
@@ -115,43 +115,44 @@ def take_role(run: Run) -> bool:
         addresses, named = _rdzv_addresses(run), _called_like_the_endpoint(run)
         if named and addresses and not (_owned(run, addresses) or _loopback(addresses)):
             # torchrun would host its store here, by name, apart from the node that has it.
-            run.findings.append(rdzv_rules.endpoint_name_taken(run.config.rdzv.host, addresses))
+            yield Learnt((rdzv_rules.endpoint_name_taken(run.config.rdzv.host, addresses),))
             return False
         if not (named or _owned(run, addresses)):
             return True
-    run.role, run.rank = HOST, 0
+    hosts = Learnt(role=HOST, rank=0)
     if is_torchrun_worker(launch) and launch.variables.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        yield hosts
         return True
     with run.phase("reach"):
         try:
             ask_nameservers()   # answered while the endpoint is looked up and listened on
             resolved = lookup(run.config.rdzv.host, run.config.rdzv.port, lookup_bound(run.join_deadline))
-            run.listener = listen(run.config.rdzv.port, ipv4_only={f for f, _ in resolved[0]} == {socket.AF_INET})
-            own = _own_connect(run, resolved[0])
-            if any(p.outcome != "open" for p in own):
-                run.listener.close()
-                run.listener = None
-                # Its own full table, where that is why, in place of the local phase's word on it.
-                table = _table_explains(run, run.local_facts, own)
-                if table:
-                    run.findings = [f for f in run.findings if f.check != HOST_CONNTRACK]
-                run.findings += table or [reach_rules.firewalled_finding(run.config.rdzv.port, own)]
-                return False
-            run.findings.append(reach_rules.listen_pass(run.config.rdzv.port))
-            silent, slow = nameserver_look(run.join_deadline)
-            run.budget = _slower(run, resolved[2], slow) or run.budget
-            own_endpoint = _own_endpoint_findings(run, resolved, silent, slow)
-            late = reach_rules.slow_lookup(run.config.rdzv.host, resolved[2], named_in(run.config.rdzv.host), slow,
-                                           run.my_ranks(), run.config.launch, on_rank0=True) if resolved[0] else []
-            run.findings += _nameserver_findings(run, late + own_endpoint, silent, slow) + late + own_endpoint
-            run.findings += _variables_findings(run, run.local_facts, tuple(s[0] for _, s in resolved[0]),
-                                                run.join_deadline)
-            return True
+            listener = listen(run.config.rdzv.port, ipv4_only={f for f, _ in resolved[0]} == {socket.AF_INET})
         except PortTaken as taken:
             if rank is None and any("netcheck" in h.cmdline for h in taken.holders):
-                run.role, run.rank = JOINER, None
-                return True
-            run.findings.append(reach_rules.listen_finding(taken.port, taken.holders, str(taken.strerror)))
+                return True   # netcheck hosts on this machine already: this node joins it
+            yield dataclasses.replace(hosts, findings=(reach_rules.listen_finding(taken.port, taken.holders,
+                                                                                  str(taken.strerror)),))
+            return False
+        yield hosts
+        own = _own_connect(run, resolved[0])
+        if any(p.outcome != "open" for p in own):
+            listener.close()
+            # Its own full table, where that is why, in place of the local phase's word on it.
+            table = _table_explains(run, run.local_facts, own)
+            yield Learnt(tuple(table or [reach_rules.firewalled_finding(run.config.rdzv.port, own)]),
+                         withdrawn=frozenset((HOST_CONNTRACK,)) if table else frozenset())
+            return False
+        yield Learnt((reach_rules.listen_pass(run.config.rdzv.port),), listener=listener)
+        silent, slow = nameserver_look(run.join_deadline)
+        yield Learnt(budget=_slower(run, resolved[2], slow))
+        own_endpoint = _own_endpoint_findings(run, resolved, silent, slow)
+        late = reach_rules.slow_lookup(run.config.rdzv.host, resolved[2], named_in(run.config.rdzv.host), slow,
+                                       run.my_ranks(), run.config.launch, on_rank0=True) if resolved[0] else []
+        yield Learnt(tuple(_nameserver_findings(run, late + own_endpoint, silent, slow) + late + own_endpoint
+                           + _variables_findings(run, run.local_facts, tuple(s[0] for _, s in resolved[0]),
+                                                 run.join_deadline)))
+        return True
     return False
 
 

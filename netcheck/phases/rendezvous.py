@@ -3,7 +3,7 @@ who is still here for the phases after it."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Generator
 
 from netcheck.cluster import hostgather, rendezvous, seating
 from netcheck.cluster.collect import collect
@@ -19,7 +19,7 @@ from netcheck.facts.frames import TRIES, frame_tests
 from netcheck.facts.nameservers import lookup_bound
 from netcheck.facts.probe import resolve_addresses
 from netcheck.facts.storepeers import StallWatch, port_peers
-from netcheck.phases.state import Learnt, Run, fold
+from netcheck.phases.state import Learnt, Run
 from netcheck.rules import conntrack as conntrack_rules
 from netcheck.rules import endpoint as endpoint_rules
 from netcheck.rules import mesh as mesh_rules
@@ -32,7 +32,9 @@ from netcheck.rules.registry import ENDPOINT_UNREACHED, HOST_CONNTRACK, HOST_POR
 from netcheck.rules.registry_judges import SeatedRecords, judged
 
 
-def host(run: Run) -> rendezvous.Seat | None:
+def host(run: Run) -> Generator[Learnt, None, rendezvous.Seat | None]:
+    """The host gathers and seats the nodes; each thing it learns is handed back before its next
+    wait (a signal in the wait keeps it: the arrivals name who came)."""
     cfg, launch = run.config, run.config.launch
     seat = None
     hostgather.hold_records()
@@ -41,31 +43,31 @@ def host(run: Run) -> rendezvous.Seat | None:
             store = host_store(run.listener, cfg.rdzv.port, run.phase_deadline()) \
                 if run.listener else client_store(cfg.rdzv.host, cfg.rdzv.port, run.phase_deadline())
         except RendezvousError as e:
-            run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
+            yield Learnt((rdzv_rules.rendezvous_failure(str(e), run.my_ranks()),))
             return None
         # The stall watch names who held the store up, where something did.
         ex = Exchange(store, cfg.run_id, cfg.token, end=run.deadline, watch=StallWatch(cfg.rdzv.port))
         hostgather.announce(ex, run.local_facts)
-        seat, run.arrivals, waited = hostgather.host_gather(
+        seat, came, waited = hostgather.host_gather(
             ex, run.local_facts, (launch.nnodes_min, launch.nnodes_max), cfg.join_window, run.join_deadline)
-        arrivals = dict(run.arrivals.arrivals)
+        yield Learnt(arrivals=came)
+        arrivals = dict(came.arrivals)
         ranks, duplicates, extras = seating.assign_ranks(arrivals, seat.arrival, launch.nnodes_max)
         roster = hostgather.post_roster(seat, arrivals, ranks)
         if seat.rank is not None:   # unseated where joiners claimed every seat: no results anyone reads
             rendezvous.report_back(seat, seat.rank, None)  # the host's clock is the reference, not a sample
         results = collect(ex, RESULT, [e.arrival for e in roster.entries],
                           run.phase_deadline(), quiet=(RESULTS_WAIT, RESULTS_QUIET))
-        gathered = hostgather.gathering(ex, roster, run.arrivals, results, duplicates, extras,
+        gathered = hostgather.gathering(ex, roster, came, results, duplicates, extras,
                                         (launch.nnodes_min, launch.nnodes_max), launch.hostnames,
                                         waited, run.phase_deadline(RESULTS_WAIT))
-        run.members = gathered.members
         # Out before the rules below (half a second at 4,096 nodes): every joiner waits for it.
-        run.alive = post_alive(run, seat)
+        yield Learnt(members=gathered.members, alive=post_alive(gathered.members, seat))
         frames = _frames_to(run, gathered.facts_lost)
         # Read while every joiner waits on the store for the alive list: each one's connection is there.
         peers = port_peers(cfg.rdzv.port)
-        fold(run, judge_rendezvous(run, gathered, frames, peers, lambda: run.stall_findings(ex),
-                                   lambda: _endpoint_findings(run, gathered.missing_ranks)))
+        yield judge_rendezvous(run, gathered, frames, peers, lambda: run.stall_findings(ex),
+                               lambda: _endpoint_findings(run, gathered.missing_ranks))
     return seat
 
 
@@ -98,7 +100,9 @@ def judge_rendezvous(run: Run, gathered: Gathering, frames: tuple[FrameTest, ...
                   lost_names={v.node_rank: v.hostname for v in gathered.facts_lost if v.node_rank is not None})
 
 
-def joiner(run: Run) -> rendezvous.Seat | None:
+def joiner(run: Run) -> Generator[Learnt, None, rendezvous.Seat | None]:
+    """A joiner takes its seat at the host's store; each thing it learns is handed back before its
+    next wait (its seat before the wait for the host's alive list)."""
     cfg = run.config
     with run.phase("rendezvous"):
         store = None
@@ -108,48 +112,49 @@ def joiner(run: Run) -> rendezvous.Seat | None:
                                  reached.addresses if reached else ())
             seat, results = rendezvous.join(store, run.local_facts, run.phase_deadline(), run.deadline, cfg.token)
         except rendezvous.CameTooLate:
-            run.findings.append(rdzv_rules.seat_finding(None, 0, run.local_facts.hostname))
+            yield Learnt((rdzv_rules.seat_finding(None, 0, run.local_facts.hostname),))
             return None
         except HostLost as e:
             if store is None and run.join_deadline.expired():
                 # Gone before this node got in, past the host's join deadline: the host had
                 # closed without it (and, with nobody else come, ended), whatever became of
                 # it after. "The host stopped answering" would send the user to a sound host.
-                run.findings.append(rdzv_rules.gone_before_sign_in(
+                yield Learnt((rdzv_rules.gone_before_sign_in(
                     run.deadline.elapsed(), run.join_seconds, cfg.timeout, run.my_ranks(), e.seen,
-                    run.budget.slow_lookup))
+                    run.budget.slow_lookup),))
             else:  # it answered the reach probe: named lost, as in every later phase
-                run.lose_host("rendezvous", e.seen)
+                yield Learnt(run.host_lost_findings("rendezvous", e.seen), host_lost=True)
             return None
         except Interfered as e:  # what the host guards, written over until this node's deadline
-            run.findings += storetrouble_rules.interference_findings((str(e),), FAIL)
+            yield Learnt(tuple(storetrouble_rules.interference_findings((str(e),), FAIL)))
             return None
         except OtherRun as e:
-            run.findings.append(rdzv_rules.other_run_failure(str(e), run.my_ranks()))
+            yield Learnt((rdzv_rules.other_run_failure(str(e), run.my_ranks()),))
             return None
         except RendezvousError as e:
-            run.findings.append(rdzv_rules.rendezvous_failure(str(e), run.my_ranks()))
+            yield Learnt((rdzv_rules.rendezvous_failure(str(e), run.my_ranks()),))
             return None
-        run.findings += storetrouble_rules.interference_findings(seat.exchange.interference.lines())
-        run.findings += run.stall_findings(seat.exchange)
-        run.rank = seat.rank
+        yield Learnt(tuple(storetrouble_rules.interference_findings(seat.exchange.interference.lines())
+                           + run.stall_findings(seat.exchange)), rank=seat.rank, unseated=seat.rank is None)
         launch = cfg.launch
         expected = launch.nnodes_max if launch.nnodes_min == launch.nnodes_max else None
-        run.findings.append(rdzv_rules.seat_finding(seat.rank, len(seat.hostnames), run.local_facts.hostname, expected))
+        seated = rdzv_rules.seat_finding(seat.rank, len(seat.hostnames), run.local_facts.hostname, expected)
         if results is not None and seat.rank is not None:  # join reports back only from a seat
-            run.members = (Member(seat.rank, run.local_facts, results),)
-            run.findings += rdzv_rules.clock_findings(run.members)
+            members = (Member(seat.rank, run.local_facts, results),)
+            yield Learnt((seated, *rdzv_rules.clock_findings(members)), members=members)
+        else:
+            yield Learnt((seated,))
         if seat.rank is not None:  # one not seated takes no part in the later phases
-            run.alive = _alive_by_host(run, seat)
+            yield _alive_by_host(run, seat)
         return seat
     return None
 
 
-def post_alive(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+def post_alive(members: tuple[Member, ...], seat: rendezvous.Seat) -> dict[int, str]:
     """The seated nodes that reported back, as rank -> hostname: later phases wait only for
     them, so one node lost at the rendezvous does not eat every later phase's time (and get
     live nodes blamed for it). The host decides and publishes; joiners read it."""
-    alive = alive_ranks(run.members)
+    alive = alive_ranks(members)
     seat.exchange.put(seat.exchange.key(ALIVE), seats.rank_runs(alive))
     return seated_of(seat.hostnames, alive)
 
@@ -159,21 +164,22 @@ def alive_ranks(members: tuple[Member, ...]) -> tuple[int, ...]:
     return tuple(m.rank for m in members if m.results is not None)
 
 
-def _alive_by_host(run: Run, seat: rendezvous.Seat) -> dict[int, str]:
+def _alive_by_host(run: Run, seat: rendezvous.Seat) -> Learnt:
     """Waited for to the phase's deadline: the host posts it only once it has waited out the
     results of nodes lost after their seat, and a joiner that stopped waiting sooner would go
     on to wait for those dead nodes in the mesh and be named lost by them. A host that dies
     meanwhile breaks the store: named lost in this phase, at once. One this node cannot read
     is said, not swallowed: waiting for every seated node instead may get it named lost."""
     key = seat.exchange.key(ALIVE)
+    refused: tuple[Finding, ...] = ()
     try:
         alive = seats.ranks_of(seat.exchange.wait_read(key, run.phase_deadline()))
     except TimeoutError:
         alive = tuple(seat.hostnames)
     except codec.DecodeError as e:
-        run.findings.append(rdzv_rules.hosts_message_refused(key, str(e)))
+        refused = (rdzv_rules.hosts_message_refused(key, str(e)),)
         alive = tuple(seat.hostnames)
-    return seated_of(seat.hostnames, alive)
+    return Learnt(refused, alive=seated_of(seat.hostnames, alive))
 
 
 def seated_of(hostnames: dict[int, str], ranks: tuple[int, ...]) -> dict[int, str]:

@@ -48,7 +48,7 @@ def _run_phases(run: Run) -> None:
         # by itself, whatever becomes of the phases after (the host judges every node's again).
         me = (Member(-1 if run.rank is None else run.rank, run.facts),)
         fold(run, Learnt(tuple(judged("local", LocalRecords(run.facts, me, ports_rules.own_size(run.facts.launch))))))
-    if run.facts is None or "reach" not in run.config.phases or not reach.take_role(run):
+    if run.facts is None or "reach" not in run.config.phases or not fold_each(run, reach.take_role(run)):
         return
     if run.listener is None and not _reached(run):
         return
@@ -57,7 +57,7 @@ def _run_phases(run: Run) -> None:
             run.listener.close()
         return
     compat.start_import()   # after the probe, which answers before torch loads; waited for to a deadline
-    seat = run.seat = rendezvous.host(run) if run.role == HOST else rendezvous.joiner(run)
+    seat = run.seat = fold_each(run, rendezvous.host(run) if run.role == HOST else rendezvous.joiner(run))
     if seat is None or seat.rank is None:
         return
     try:

@@ -8,7 +8,7 @@ import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Generator, Iterator, TypeVar, cast
 
 from netcheck.cluster import compat, hostgather, rendezvous
 from netcheck.cluster.store import Exchange
@@ -40,6 +40,7 @@ from netcheck.rules import storetrouble as storetrouble_rules
 from netcheck.rules.registry import RUN_TIMEOUT
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -68,6 +69,12 @@ class Learnt:
     earlier: tuple[Finding, ...] | None = None   # the earlier findings as they stand now (the host's verdict
                                                  # merged in, its stop told): in place of the run's
     cluster: ClusterVerdict | None = None     # a joiner's: the host's verdict about it
+    role: str | None = None                   # HOST: this node hosts (reach.take_role)
+    rank: int | None = None                   # its seat (the host's 0, a joiner's once seated)
+    unseated: bool = False                    # a joiner the host gave no seat: no rank, whatever --node-rank said
+    listener: Listener | None = None          # the host's rendezvous port, kept once its own connect passed
+    arrivals: hostgather.HostState | None = None   # the host's: every process that came
+    alive: dict[int, str] | None = None       # rank -> hostname of the nodes the later phases wait for
     facts: NodeFacts | None = None
     budget: TimeBudget | None = None
     members: tuple[Member, ...] | None = None
@@ -295,8 +302,8 @@ class Run:
         return () if self.rank is None else (self.rank,)
 
 
-# Learnt's fields that set the run's field of their name; findings, withdrawn and lost are folded apart.
-_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "earlier", "lost"))
+# Learnt's fields that set the run's field of their name; the rest are folded apart.
+_SET = tuple(f.name for f in fields(Learnt) if f.name not in ("findings", "withdrawn", "earlier", "lost", "unseated"))
 
 
 def fold(run: Run, learnt: Learnt) -> None:
@@ -308,6 +315,8 @@ def fold(run: Run, learnt: Learnt) -> None:
     if learnt.withdrawn:
         run.findings = [f for f in run.findings if f.check not in learnt.withdrawn]
     run.findings += learnt.findings
+    if learnt.unseated:
+        run.rank = None
     if learnt.lost is not None:
         run.lose(learnt.lost.phase, learnt.lost.names, list(learnt.lost.ranks))
     for name in _SET:
@@ -315,11 +324,16 @@ def fold(run: Run, learnt: Learnt) -> None:
             setattr(run, name, value)
 
 
-def fold_each(run: Run, pieces: Iterable[Learnt]) -> None:
-    """What a phase learnt, piece by piece as it learnt it (a phase that yields: its measurements
-    before the rules judge them): each folded as it comes, so what came before an internal error
-    stays in the report beside run.internal."""
-    for learnt in pieces:
+def fold_each(run: Run, pieces: Generator[Learnt, None, T]) -> T:
+    """What a phase learnt, piece by piece as it learnt it (a phase that yields: its seat before
+    it waits, its measurements before the rules judge them): each folded as it comes, so what
+    came before a signal or an internal error stays in the report beside it; then what the phase
+    returns."""
+    while True:
+        try:
+            learnt = next(pieces)
+        except StopIteration as done:
+            return cast(T, done.value)
         fold(run, learnt)
 
 
