@@ -47,7 +47,7 @@ from netcheck.phases import goodbye, hostpath, nic
 from netcheck.phases import mesh as mesh_phase
 from netcheck.phases import rendezvous as rendezvous_phase
 from netcheck.phases.assemble import build_report
-from netcheck.phases.state import Run, fold
+from netcheck.phases.state import Run, fold, fold_each
 from netcheck.render import export
 from netcheck.render import text as report_text
 from netcheck.rules import run as run_rules
@@ -207,14 +207,14 @@ def host_work(run: Run, records: Records, stages: Stages, folder: Path) -> tuple
     names = dict(run.alive)
     with stages.stage("mesh"), run.phase("mesh"):
         mine = {r: codec.loads(MeshResults, records.mesh[r], MAX_FACTS_BYTES) for r in names if r in records.mesh}
-        paths = mesh_phase.judge_attempts(run, names, mine)
+        paths = mesh_phase.judge_attempts(run, names, mesh_phase.own_attempts(mine), mine)
         encoded.append(codec.dumps(MeshDone(paths.flagged, paths.causes)))
         fold(run, mesh_phase.judge_mesh(run, names, paths, [r for r in sorted(names) if r not in mine]))
     with stages.stage("nic"), run.phase("nic"):
         fold(run, nic.judge_interfaces(run))
     with stages.stage("env"), run.phase("env"):
         envs = {r: codec.loads(EnvFacts, records.env[r], MAX_FACTS_BYTES) for r in names if r in records.env}
-        fold(run, env_phase.judge_env(run, envs, names))
+        fold_each(run, env_phase.judge_env(run, envs, names))
     with stages.stage("goodbye"), run.phase("goodbye"):
         fold(run, goodbye.judge_launch(run, state, posted.roster))
         encoded.append(codec.dumps(run_rules.cluster_verdict(run.findings)))

@@ -73,7 +73,7 @@ def connect_mesh(run: Run, seat: rendezvous.Seat, names: dict[int, str]) -> Gene
         # scale (one look per pace) offers come over a second or so.
         offered = posted_by(ex, MESH_OFFER, ranks, offers_deadline) | set(offers) | {me}
         results = collect(ex, MESH_RESULT, [r for r in ranks if r in offered], deadline)
-        attempts = tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+        attempts = own_attempts(results)
         yield Learnt(attempts=attempts)   # every connect, kept in the report whatever becomes of the rules
         paths = judge_attempts(run, names, attempts, results)
         ex.put(ex.key(MESH_DONE), MeshDone(paths.flagged, paths.causes))
@@ -90,10 +90,15 @@ class Paths:
     tables_after: dict[int, ConntrackTable | None]
 
 
+def own_attempts(results: dict[int, MeshResults]) -> tuple[Attempt, ...]:
+    """Every node's connects from their results, each node's own: a node speaks only for the
+    connects it made itself."""
+    return tuple(a for r, res in results.items() for a in res.attempts if a.src == r)
+
+
 def judge_attempts(run: Run, names: dict[int, str], attempts: tuple[Attempt, ...],
                    results: dict[int, MeshResults]) -> Paths:
-    """Every node's connects (`attempts`: each node's own, from its results: a node speaks only
-    for the connects it made itself), with the failed paths and what explains them."""
+    """Every node's connects (own_attempts), with the failed paths and what explains them."""
     tables = {r: res.conntrack for r, res in results.items()}
     return Paths(attempts, mesh_rules.flagged_paths(names, attempts), mesh_rules.path_causes(
         run.members, attempts, run.causes.translated, conntrack_rules.full_tables(run.members, tables)), tables)
