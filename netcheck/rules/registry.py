@@ -776,7 +776,7 @@ CHECKS: tuple[Check, ...] = (
     Check(RUN_STOPPED, "run", (WARN, FAIL),
           "a signal ended the node's run before it finished (exit 130 or 143), or ended the host's and the "
           "joiner heard it, or the node's run stood still (stopped, paused) while the others went on: never a pass",
-          ("run.stopped_finding", "run.host_stopped_finding", "run.told_stop", "run.stood_still"),
+          ("run.stopped_finding", "run.host_stopped_finding", "run.told_stop", "run.frozen_finding"),
           "the signal; the host's ClusterVerdict; the run's longest Stall (facts.stall)",
           ("test_rules_run.py", "test_faults_cluster.py", "test_verdict_cluster.py"),
           {STOPPED_SIGINT: Kind(ONLY_FAIL, "interrupted: SIGINT (Ctrl-C)"),

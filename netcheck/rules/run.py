@@ -135,13 +135,17 @@ def stood_still(findings: list[Finding], stall: Stall, mine: tuple[int, ...]) ->
     held = [replace(f, cause_nodes=ranks) if f.severity == FAIL and set(f.nodes if f.cause_nodes is None
                                                                       else f.cause_nodes) - set(mine) else f
             for f in findings]
-    frozen = Finding(check=RUN_STOPPED, severity=FAIL, nodes=ranks, kind=STOPPED_FROZEN,
-                     summary=f"this node's run stood still for {stall.seconds:.0f} s, {stall.at:.0f} s into it, "
-                     "and the other nodes went on without it: what it reported of them after that is its own",
-                     evidence=(f"{stall.seconds:.1f} s of wall time with no CPU time spent by this process",),
-                     fix="find what stopped this node (a SIGSTOP or a debugger, a paused VM, a machine out of "
-                     "memory or CPU: dmesg, the hypervisor's log), then run again")
-    return [frozen, *held]
+    return [frozen_finding(stall, ranks), *held]
+
+
+def frozen_finding(stall: Stall, ranks: tuple[int, ...]) -> Finding:
+    """This node's run stood still (stood_still): the stall, named as this node's own."""
+    return Finding(check=RUN_STOPPED, severity=FAIL, nodes=ranks, kind=STOPPED_FROZEN,
+                   summary=f"this node's run stood still for {stall.seconds:.0f} s, {stall.at:.0f} s into it, "
+                   "and the other nodes went on without it: what it reported of them after that is its own",
+                   evidence=(f"{stall.seconds:.1f} s of wall time with no CPU time spent by this process",),
+                   fix="find what stopped this node (a SIGSTOP or a debugger, a paused VM, a machine out of "
+                   "memory or CPU: dmesg, the hypervisor's log), then run again")
 
 
 def host_stopped_finding(told: ClusterVerdict) -> Finding:
