@@ -31,6 +31,7 @@ from netcheck.rules.registry import (
     RDZV_JOIN,
     RUN_INTERNAL,
     RUN_TIMEOUT,
+    untested_on_itself,
 )
 
 # The run's own failures, which hold no node at fault: a bug in netcheck, its own deadline spent
@@ -97,12 +98,13 @@ def fault_of(findings: Iterable[Finding], mine: tuple[int, ...], hostname: Calla
 
 
 def _runs_own(f: Finding, mine: tuple[int, ...], own_unnamed: bool) -> bool:
-    """netcheck's own failures, and a joiner's own arrival past the host's join share with no
-    cause named: its start-up outlasted netcheck's deadline (a loaded machine's torch import, a
-    launch seconds apart), so it was not tested, not found broken, and the job's own rendezvous
-    waits minutes for it. A gate must not drain it; a larger --timeout is the fix."""
+    """netcheck's own failures, and a node's own finding the registry calls untested where said of
+    itself with no cause named (rdzv.join late: its start-up outlasted netcheck's deadline, a loaded
+    machine's torch import, a launch seconds apart), so it was not tested, not found broken, and
+    the job's own rendezvous waits minutes for it. A gate must not drain it; a larger --timeout is
+    the fix."""
     own = set(f.nodes) <= set(mine) if f.nodes else own_unnamed   # the host's are strangers: other nodes'
-    return f.check in RUNS_OWN or (f.check == RDZV_JOIN and f.kind == JOIN_LATE and f.cause_nodes is None and own)
+    return f.check in RUNS_OWN or (untested_on_itself(f) and f.cause_nodes is None and own)
 
 
 def lost_caused(failures: list[Finding]) -> list[Finding]:

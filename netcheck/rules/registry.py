@@ -300,6 +300,9 @@ class Kind:
     severities: tuple[str, ...]     # what a finding of this kind can say
     meaning: str                    # one line, for runbook writers
     impact: Impact | None = None    # whom it stops, where not as its check says
+    # Said by a node of itself with no cause named, it means the node was not tested (netcheck's
+    # own deadline came first), not that it is broken: rules.fault holds no node at fault for it.
+    untested_on_itself: bool = False
 
 
 @dataclass(frozen=True)
@@ -391,7 +394,9 @@ CHECKS: tuple[Check, ...] = (
            JOIN_DUPLICATE: Kind(ONLY_FAIL, "a node rank claimed by several nodes; the first was seated"),
            JOIN_UNSEATED: Kind(ONLY_FAIL, "a node came with a rank at or above --nnodes, or after every seat was "
                                           "taken"),
-           JOIN_LATE: Kind(ONLY_FAIL, "a process came after the roster was posted"),
+           JOIN_LATE: Kind(ONLY_FAIL, "a process came after the roster was posted (said by that process of "
+                                      "itself with no cause of its own named: its start-up outlasted netcheck's "
+                                      "deadline, untested and not found broken, exit 3)", untested_on_itself=True),
            JOIN_FOREIGN: Kind(ONLY_WARN, "a node of another --rdzv-id used this store"),
            JOIN_MALFORMED: Kind(WARN_FAIL, "a store entry netcheck cannot read (fail where a seated node sent it: "
                                            "that node is named)"),
@@ -852,6 +857,12 @@ CHECKS += (
 
 BY_ID = {c.id: c for c in CHECKS}
 KINDS = tuple(k for c in CHECKS for k in c.kinds)
+
+
+def untested_on_itself(finding: Finding) -> bool:
+    """Whether the finding's kind, said by a node of itself, means untested (Kind.untested_on_itself)."""
+    check = BY_ID.get(finding.check)
+    return check is not None and finding.kind in check.kinds and check.kinds[finding.kind].untested_on_itself
 
 
 def declared_impact(check: Check, kind: str = "") -> Impact:
