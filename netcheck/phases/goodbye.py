@@ -88,7 +88,8 @@ def tell_verdict(run: Run, seat: rendezvous.Seat) -> Learnt:
                 if e.arrival != seat.arrival and e.rank in run.alive]
     if run.stopped_by is not None:
         return _tell_stopped(run, seat, roster, arrivals)
-    seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(judged_findings(run), fault=run_fault(run)))
+    findings = judged_findings(run)   # once: the stall it reads moves on between two reads
+    seat.exchange.put(seat.exchange.key(VERDICT), run_rules.cluster_verdict(findings, fault=run_fault(run, findings)))
     deadline = run.goodbye_deadline().within(GOODBYE_WAIT)
     # Joiners started their --timeout a little after the host: with the host's time
     # all but spent, a goodbye not yet in says nothing about the node.
