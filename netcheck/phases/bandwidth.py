@@ -34,8 +34,6 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Generator[Learnt, None
     if seats != list(range(len(seats))) or len(seats) < expected:   # the seats: every node's alike
         if run.role == HOST:  # where the missing nodes are named
             yield Learnt((_absent(),))
-            return
-        yield Learnt()
         return
     # Every node skips alike: a joiner knows the host's flagged paths (phases.MeshDone).
     if skipped := bw_rules.flagged_skip(run.flagged, dict(run.alive)):
@@ -52,7 +50,6 @@ def measure_bandwidth(run: Run, seat: rendezvous.Seat) -> Generator[Learnt, None
     # GROUP_RANK, and node n's processes are ranks n*P .. n*P+P-1 (torchrun's numbering).
     if is_torchrun_worker(launch):
         if launch.variables.get("LOCAL_RANK") != "0":
-            yield Learnt()
             return
         node, per_node = int(launch.variables["GROUP_RANK"]), launch.nproc_per_node
     else:
